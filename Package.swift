@@ -1,0 +1,30 @@
+// swift-tools-version:6.0
+// Earshot: sound-event detection daemon for Linux. One system-library target per C library (Debian -dev packages),
+// the `Earshot` library with the whole pipeline, and two thin executables.
+import PackageDescription
+
+let package = Package(
+    name: "Earshot",
+    products: [
+        .library(name: "Earshot", targets: ["Earshot"]),
+        .executable(name: "earshotd", targets: ["EarshotDaemon"]),
+        .executable(name: "earshot", targets: ["EarshotCLI"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
+        .systemLibrary(name: "CFFTW", pkgConfig: "fftw3f", providers: [.apt(["libfftw3-dev"])]),
+        .systemLibrary(name: "CBLAS", pkgConfig: "openblas", providers: [.apt(["libopenblas-dev"])]),
+        .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
+        .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
+        .target(
+            name: "Earshot",
+            dependencies: ["CALSA", "CFFTW", "CBLAS", "CSndFile", "CSoxr", "CSystemd", "CINIH"],
+            swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
+        ),
+        .executableTarget(name: "EarshotDaemon", dependencies: ["Earshot"]),
+        .executableTarget(name: "EarshotCLI", dependencies: ["Earshot"]),
+        .testTarget(name: "EarshotTests", dependencies: ["Earshot"]),
+    ]
+)
