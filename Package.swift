@@ -20,8 +20,7 @@ let package = Package(
         .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
         .target(
             name: "Earshot",
-            dependencies: ["CALSA", "CFFTW", "CBLAS", "CSndFile", "CSoxr", "CSystemd", "CINIH"],
-            swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
+            dependencies: ["CALSA", "CFFTW", "CBLAS", "CSndFile", "CSoxr", "CSystemd", "CINIH"]
         ),
         .executableTarget(name: "EarshotDaemon", dependencies: ["Earshot"]),
         .executableTarget(name: "EarshotCLI", dependencies: ["Earshot"]),
