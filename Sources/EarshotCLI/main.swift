@@ -1,0 +1,39 @@
+import Earshot
+import Foundation
+
+// `earshot`: the command line. Argument parsing and wiring only; the work lives in the Earshot library.
+
+let usage = """
+usage: earshot <command> [options]
+
+commands:
+  analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]
+                                  classify sound files, one result per window
+  subscribe [--socket PATH] [--group G]...
+                                  print the daemon's detection events as they arrive
+  classes                         list the built-in classifier's AudioSet class labels
+  devices                         list ALSA capture devices
+  help                            show this text
+"""
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+guard let command = arguments.first else {
+    FileHandle.standardError.write(Data((usage + "\n").utf8))
+    exit(64)
+}
+arguments.removeFirst()
+
+let status: Int32
+switch command {
+case "analyze": status = AnalyzeCommand.run(arguments)
+case "subscribe": status = SubscribeCommand.run(arguments)
+case "classes": status = ClassesCommand.run(arguments)
+case "devices": status = DevicesCommand.run(arguments)
+case "help", "--help", "-h":
+    print(usage)
+    status = 0
+default:
+    FileHandle.standardError.write(Data("earshot: unknown command \"\(command)\" (run `earshot help` for the list)\n".utf8))
+    status = 64
+}
+exit(status)
