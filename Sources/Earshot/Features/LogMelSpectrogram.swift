@@ -1,0 +1,161 @@
+internal import CFFTW
+import Foundation
+
+/// The YAMNet reference front end: 16 kHz mono samples to a log-mel spectrogram.
+///
+/// Every constant is the reference model's (tensorflow/models `research/audioset/yamnet/params.py` and
+/// `features.py`): a 25 ms periodic Hann window (400 samples), a 10 ms hop (160 samples), a 512-point FFT (the next
+/// power of two), the magnitude spectrum (257 bins), 64 HTK mel bands from 125 Hz to 7500 Hz built like
+/// `tf.signal.linear_to_mel_weight_matrix` (DC bin zeroed), and `log(mel + 0.001)`. Frames start every 160 samples and
+/// only whole 400-sample frames are produced (`tf.signal.stft` with `pad_end=False`).
+///
+/// - Important: An instance owns FFTW buffers and a plan and is not thread-safe; make one per thread or queue.
+///   Creating instances from several threads at once is safe (FFTW planning is serialised).
+public final class LogMelSpectrogram {
+    /// Input sample rate in Hz.
+    public static let sampleRate = 16_000
+    /// STFT window length in samples (25 ms at 16 kHz).
+    public static let windowSamples = 400
+    /// STFT hop in samples (10 ms at 16 kHz).
+    public static let hopSamples = 160
+    /// FFT length: the next power of two above the window.
+    public static let fftSize = 512
+    /// Number of mel bands.
+    public static let melBands = 64
+    /// Lowest mel band edge in Hz.
+    public static let melMinHz: Double = 125
+    /// Highest mel band edge in Hz.
+    public static let melMaxHz: Double = 7500
+    /// Added to the mel energies before the natural log.
+    public static let logOffset: Float = 0.001
+    /// Samples a 96-frame patch needs: 0.96 s + 25 ms - 10 ms = 15600 (the reference's minimum waveform).
+    public static let patchSamples = 15_600
+    /// Samples between successive patches: 48 frames of 160 samples (0.48 s).
+    public static let patchHopSamples = 7_680
+
+    private static let bins = fftSize / 2 + 1
+    /// FFTW's planner is not thread-safe; plan creation and destruction are serialised.
+    private static let planLock = NSLock()
+
+    private let window: [Float]
+    /// Per mel band: the first FFT bin with a non-zero weight and the weights from there on.
+    private let bandStart: [Int]
+    private let bandWeights: [[Float]]
+    private let input: UnsafeMutablePointer<Float>
+    private let output: OpaquePointer
+    private let plan: fftwf_plan
+    private let magnitude: UnsafeMutablePointer<Float>
+
+    public init() {
+        window = (0..<Self.windowSamples).map { n in
+            Float(0.5 - 0.5 * cos(2 * Double.pi * Double(n) / Double(Self.windowSamples)))
+        }
+        let matrix = Self.melWeightMatrix()
+        var starts: [Int] = []
+        var weights: [[Float]] = []
+        for band in 0..<Self.melBands {
+            let column = (0..<Self.bins).map { matrix[$0 * Self.melBands + band] }
+            let first = column.firstIndex { $0 > 0 } ?? 0
+            let last = column.lastIndex { $0 > 0 } ?? 0
+            starts.append(first)
+            weights.append(Array(column[first...last]))
+        }
+        bandStart = starts
+        bandWeights = weights
+        let input = fftwf_alloc_real(Self.fftSize)!
+        let output = fftwf_alloc_complex(Self.bins)!
+        self.input = input
+        self.output = OpaquePointer(output)
+        magnitude = .allocate(capacity: Self.bins)
+        plan = Self.makePlan(input: input, output: output)
+        // FFTW_MEASURE overwrites the buffers while timing; the zero padding past the window must be zero again.
+        input.initialize(repeating: 0, count: Self.fftSize)
+    }
+
+    private static func makePlan(input: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<fftwf_complex>) -> fftwf_plan {
+        planLock.withLock {
+            fftwf_plan_dft_r2c_1d(Int32(fftSize), input, output, UInt32(FFTW_MEASURE))!
+        }
+    }
+
+    deinit {
+        Self.planLock.withLock { fftwf_destroy_plan(plan) }
+        fftwf_free(input)
+        fftwf_free(UnsafeMutableRawPointer(output))
+        magnitude.deallocate()
+    }
+
+    /// Number of whole STFT frames in `sampleCount` samples: `max(0, 1 + (n - 400) / 160)`.
+    public static func frameCount(sampleCount: Int) -> Int {
+        sampleCount < windowSamples ? 0 : 1 + (sampleCount - windowSamples) / hopSamples
+    }
+
+    /// The length the reference pads a waveform to (`pad_waveform` in yamnet `features.py`): at least 15600 samples
+    /// (one 0.96 s patch), then up to a whole number of 7680-sample (0.48 s) hops after the first patch.
+    public static func referencePaddedLength(sampleCount: Int) -> Int {
+        let base = max(sampleCount, patchSamples)
+        let extra = base - patchSamples
+        let hops = (extra + patchHopSamples - 1) / patchHopSamples
+        return patchSamples + hops * patchHopSamples
+    }
+
+    /// Log-mel spectrogram of `samples` (16 kHz mono, full scale ±1): shape `[frames, 64]` row-major, natural log.
+    public func compute(_ samples: [Float]) -> [Float] {
+        let frames = Self.frameCount(sampleCount: samples.count)
+        var result = [Float](repeating: 0, count: frames * Self.melBands)
+        samples.withUnsafeBufferPointer { source in
+            result.withUnsafeMutableBufferPointer { destination in
+                compute(source, frames: frames, into: destination.baseAddress!)
+            }
+        }
+        return result
+    }
+
+    /// Writes `frames` log-mel frames of `samples` to `destination` (`frames * 64` floats).
+    /// - Precondition: `samples.count >= 400 + 160 * (frames - 1)`.
+    func compute(_ samples: UnsafeBufferPointer<Float>, frames: Int, into destination: UnsafeMutablePointer<Float>) {
+        guard frames > 0, let base = samples.baseAddress else { return }
+        precondition(samples.count >= Self.windowSamples + Self.hopSamples * (frames - 1))
+        let spectrum = UnsafeMutablePointer<Float>(output)  // interleaved (re, im)
+        window.withUnsafeBufferPointer { window in
+            for frame in 0..<frames {
+                let start = base + frame * Self.hopSamples
+                for n in 0..<Self.windowSamples { input[n] = start[n] * window[n] }
+                fftwf_execute(plan)
+                for k in 0..<Self.bins {
+                    let re = spectrum[2 * k], im = spectrum[2 * k + 1]
+                    magnitude[k] = (re * re + im * im).squareRoot()
+                }
+                let row = destination + frame * Self.melBands
+                for band in 0..<Self.melBands {
+                    var energy: Float = 0
+                    let first = bandStart[band]
+                    bandWeights[band].withUnsafeBufferPointer { weights in
+                        for j in 0..<weights.count { energy += magnitude[first + j] * weights[j] }
+                    }
+                    row[band] = logf(energy + Self.logOffset)
+                }
+            }
+        }
+    }
+
+    /// The `[257, 64]` HTK mel weight matrix exactly as `tf.signal.linear_to_mel_weight_matrix` builds it:
+    /// bin frequencies `linspace(0, 8000, 257)`, band edges evenly spaced in mel = 1127 ln(1 + f / 700), triangular
+    /// weights computed in mel space, DC row zero.
+    static func melWeightMatrix() -> [Float] {
+        func mel(_ hz: Double) -> Double { 1127.0 * log(1.0 + hz / 700.0) }
+        let nyquist = Double(sampleRate) / 2
+        let lowMel = mel(melMinHz), highMel = mel(melMaxHz)
+        let edges = (0..<(melBands + 2)).map { lowMel + (highMel - lowMel) * Double($0) / Double(melBands + 1) }
+        var matrix = [Float](repeating: 0, count: bins * melBands)
+        for bin in 1..<bins {
+            let binMel = mel(nyquist * Double(bin) / Double(bins - 1))
+            for band in 0..<melBands {
+                let lower = (binMel - edges[band]) / (edges[band + 1] - edges[band])
+                let upper = (edges[band + 2] - binMel) / (edges[band + 2] - edges[band + 1])
+                matrix[bin * melBands + band] = Float(max(0, min(lower, upper)))
+            }
+        }
+        return matrix
+    }
+}

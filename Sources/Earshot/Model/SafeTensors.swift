@@ -1,0 +1,98 @@
+import Foundation
+
+/// A read-only, memory-mapped safetensors file (https://github.com/huggingface/safetensors format: an 8-byte
+/// little-endian header length, a JSON header, then the raw tensor bytes). Only `F32` tensors are read.
+///
+/// The file is mapped, not copied: tensors are views into the mapping and stay valid as long as the
+/// `SafeTensorsFile` lives.
+final class SafeTensorsFile {
+    struct Entry {
+        let shape: [Int]
+        let offset: Int
+        let count: Int
+    }
+
+    let path: String
+    let metadata: [String: String]
+    private let entries: [String: Entry]
+    private let base: UnsafeRawPointer
+    private let length: Int
+    private let dataStart: Int
+
+    /// Maps `path` and parses its header.
+    /// - Throws: `EarshotError(.noInput)` when the file cannot be opened, `EarshotError(.data)` when it is not a
+    ///   well-formed safetensors file (short, bad header, offsets past the end, a dtype other than F32).
+    init(path: String) throws(EarshotError) {
+        self.path = path
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw .posix(.noInput, "cannot open model file \(path)", errno: errno)
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw .posix(.noInput, "cannot read model file \(path)", errno: errno) }
+        let size = Int(info.st_size)
+        let damaged = "model file \(path) is damaged"
+        let fix = "(re-run Models/convert-yamnet or reinstall Earshot)"
+        guard size >= 8 else { throw EarshotError(.data, "\(damaged): \(size) bytes is too short \(fix)") }
+        guard let mapping = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapping != MAP_FAILED else {
+            throw .posix(.system, "cannot map model file \(path)", errno: errno)
+        }
+        base = UnsafeRawPointer(mapping)
+        length = size
+        let headerLength = Int(UInt64(littleEndian: base.loadUnaligned(as: UInt64.self)))
+        guard headerLength > 0, headerLength <= size - 8 else {
+            munmap(mapping, size)
+            throw EarshotError(.data, "\(damaged): header length \(headerLength) exceeds the file \(fix)")
+        }
+        dataStart = 8 + headerLength
+        let headerData = Data(bytes: base + 8, count: headerLength)
+        guard let header = (try? JSONSerialization.jsonObject(with: headerData)) as? [String: Any] else {
+            munmap(mapping, size)
+            throw EarshotError(.data, "\(damaged): its header is not JSON \(fix)")
+        }
+        var entries: [String: Entry] = [:]
+        var metadata: [String: String] = [:]
+        for (name, value) in header {
+            if name == "__metadata__" {
+                metadata = value as? [String: String] ?? [:]
+                continue
+            }
+            guard let fields = value as? [String: Any], let dtype = fields["dtype"] as? String,
+                  let shape = fields["shape"] as? [Int], let offsets = fields["data_offsets"] as? [Int],
+                  offsets.count == 2
+            else {
+                munmap(mapping, size)
+                throw EarshotError(.data, "\(damaged): tensor \"\(name)\" has a malformed header entry \(fix)")
+            }
+            let count = shape.reduce(1, *)
+            guard dtype == "F32", offsets[0] >= 0, offsets[1] - offsets[0] == count * 4,
+                  dataStart + offsets[1] <= size, offsets[0] % 4 == 0
+            else {
+                munmap(mapping, size)
+                throw EarshotError(.data, "\(damaged): tensor \"\(name)\" (\(dtype) \(shape)) does not fit the file \(fix)")
+            }
+            entries[name] = Entry(shape: shape, offset: dataStart + offsets[0], count: count)
+        }
+        self.entries = entries
+        self.metadata = metadata
+    }
+
+    deinit {
+        munmap(UnsafeMutableRawPointer(mutating: base), length)
+    }
+
+    /// The tensor `name`, checked against `shape`.
+    /// - Throws: `EarshotError(.data)` when the tensor is missing or has another shape.
+    func tensor(_ name: String, shape: [Int]) throws(EarshotError) -> UnsafeBufferPointer<Float> {
+        guard let entry = entries[name] else {
+            throw EarshotError(.data, "model file \(path) lacks tensor \"\(name)\" (re-run Models/convert-yamnet)")
+        }
+        guard entry.shape == shape else {
+            throw EarshotError(.data, "model file \(path): tensor \"\(name)\" has shape \(entry.shape), expected \(shape)")
+        }
+        // The converter aligns tensor data to 64 bytes, so the view is aligned for Float.
+        let pointer = (base + entry.offset).assumingMemoryBound(to: Float.self)
+        return UnsafeBufferPointer(start: pointer, count: entry.count)
+    }
+}
