@@ -347,3 +347,13 @@ public final class YAMNetSession {
         }
     }
 }
+
+/// Threads the BLAS library (OpenBLAS) may use for one GEMM.
+public enum BLASThreads {
+    /// Sets the OpenBLAS thread count. The daemon uses 1 (one window every 0.48 s needs no more, and extra threads
+    /// spin and cost CPU); parallel file analysis runs one single-threaded session per core instead.
+    /// The corresponding C function is `openblas_set_num_threads`.
+    public static func set(_ count: Int) { openblas_set_num_threads(Int32(max(1, count))) }
+    /// The current OpenBLAS thread count. The corresponding C function is `openblas_get_num_threads`.
+    public static var current: Int { Int(openblas_get_num_threads()) }
+}
