@@ -79,6 +79,19 @@ import Testing
         print("parity \(golden.stem): patches \(result.patches) logmel \(logMelError) scores \(scoreError) embeddings \(embeddingError)")
     }
 
+    @Test func concurrentAnalysisEqualsOneSession() throws {
+        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+        let model = try #require(Self.model)
+        let golden = try #require(Self.goldens.first { $0.stem == "field-recording" })
+        let waveform = try golden.floats("wave16k")
+        let one = model.makeSession().analyze(waveform: waveform)
+        let many = model.analyzeConcurrently(waveform: waveform, threads: 3)
+        #expect(many.patches == one.patches && many.frames == one.frames)
+        #expect(many.logMel == one.logMel)
+        #expect(many.scores == one.scores)
+        #expect(many.embeddings == one.embeddings)
+    }
+
     @Test func referencePaddingMatchesTheReference() {
         // 16000 samples (1 s) pad to 15600 + 7680 = 23280: 144 frames, 2 patches (golden 1_10.json).
         #expect(LogMelSpectrogram.referencePaddedLength(sampleCount: 16_000) == 23_280)
