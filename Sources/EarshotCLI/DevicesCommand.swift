@@ -1,9 +1,29 @@
+import Earshot
 import Foundation
 
-/// `earshot devices` (being built).
+/// `earshot devices`: list ALSA capture PCMs and the sound cards' capture devices.
 enum DevicesCommand {
+    static let usage = "usage: earshot devices"
+
     static func run(_ arguments: [String]) -> Int32 {
-        FileHandle.standardError.write(Data("earshot: devices is not built yet\n".utf8))
-        return 69
+        if arguments == ["--help"] || arguments == ["-h"] {
+            print(usage)
+            return 0
+        }
+        guard arguments.isEmpty else {
+            FileHandle.standardError.write(Data("earshot: devices takes no arguments (\(usage))\n".utf8))
+            return 64
+        }
+        do {
+            let text = CaptureDeviceReport.text(pcms: try CaptureDevice.capturePCMs(), cards: SoundCard.all())
+            FileHandle.standardOutput.write(Data(text.utf8))
+            return 0
+        } catch let error as EarshotError {
+            FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))
+            return error.exitStatus
+        } catch {
+            FileHandle.standardError.write(Data("earshot: \(error)\n".utf8))
+            return 69
+        }
     }
 }
