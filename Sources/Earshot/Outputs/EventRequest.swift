@@ -1,0 +1,95 @@
+import Foundation
+
+/// A request line a client sends to the event socket.
+enum EventRequest: Equatable {
+    /// `{"subscribe":[...]}` (a single string is accepted as a one-name list).
+    case subscribe([String])
+    /// `{"status":true}` or `{"cmd":"status"}`.
+    case status
+
+    enum Parsed: Equatable {
+        /// A blank line: ignored.
+        case empty
+        /// The error message to reply with.
+        case failure(String)
+        case request(EventRequest)
+    }
+
+    /// Deeper nesting than this is refused before parsing (requests are flat objects).
+    static let maxNesting = 16
+
+    /// Parses one line (without its newline; a trailing `\r` and surrounding whitespace are ignored).
+    static func parse(_ bytes: [UInt8]) -> Parsed {
+        let hint = EventServer.requestHint
+        var start = 0
+        var end = bytes.count
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+        while start < end, isSpace(bytes[start]) { start += 1 }
+        while end > start, isSpace(bytes[end - 1]) { end -= 1 }
+        guard start < end else { return .empty }
+        let line = bytes[start..<end]
+        guard nesting(of: line) <= maxNesting else {
+            return .failure("malformed request: nested more than \(maxNesting) levels deep (\(hint))")
+        }
+        guard let value = try? JSONSerialization.jsonObject(with: Data(line), options: []) else {
+            return .failure("malformed request: not valid JSON (\(hint))")
+        }
+        guard let object = value as? [String: Any] else {
+            return .failure("malformed request: expected a JSON object (\(hint))")
+        }
+        if let subscribe = object["subscribe"] {
+            if let name = subscribe as? String { return .request(.subscribe([name])) }
+            guard let list = subscribe as? [Any] else {
+                return .failure("malformed request: \"subscribe\" must be a list of group names")
+            }
+            var names: [String] = []
+            for item in list {
+                guard let name = item as? String else {
+                    return .failure("malformed request: \"subscribe\" must be a list of group names")
+                }
+                names.append(name)
+            }
+            return .request(.subscribe(names))
+        }
+        if let command = object["cmd"] {
+            guard let name = command as? String, name == "status" else {
+                let shown = (command as? String).map { "\"\($0)\"" } ?? "\(command)"
+                return .failure("unknown command \(shown) (supported: \"status\")")
+            }
+            return .request(.status)
+        }
+        if let status = object["status"] as? Bool, status {
+            return .request(.status)
+        }
+        return .failure("unknown request (\(hint))")
+    }
+
+    /// The deepest bracket nesting outside strings.
+    private static func nesting(of bytes: ArraySlice<UInt8>) -> Int {
+        var depth = 0
+        var deepest = 0
+        var inString = false
+        var escaped = false
+        for byte in bytes {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "["), UInt8(ascii: "{"):
+                depth += 1
+                deepest = max(deepest, depth)
+            case UInt8(ascii: "]"), UInt8(ascii: "}"): depth -= 1
+            default: break
+            }
+        }
+        return deepest
+    }
+}

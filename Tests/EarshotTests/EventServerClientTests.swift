@@ -1,0 +1,131 @@
+import Foundation
+import Testing
+
+@testable import Earshot
+
+/// The subscriber side (`earshot subscribe`): connection errors and the text form.
+@Suite("EventServer client")
+struct EventServerClientTests {
+    typealias S = SocketTestSupport
+
+    @Test("A missing socket: exact line naming the path and the fix, exit status 69")
+    func missingSocket() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("missing.sock")
+        do {
+            _ = try EventSubscriber(path: path)
+            Issue.record("connected to a missing socket")
+        } catch {
+            #expect(error.message == "cannot connect to \(path): No such file or directory (is earshotd running? see systemctl status earshotd)")
+            #expect(error.exitStatus == 69)
+            #expect(error.errnoValue == ENOENT)
+        }
+        #expect(EventSubscriber.ConnectError(path: EventServer.defaultPath, errnoValue: ENOENT).message
+            == "cannot connect to /run/earshot/earshot.sock: No such file or directory (is earshotd running? see systemctl status earshotd)")
+    }
+
+    @Test("A socket nobody listens on: connection refused, exit status 69")
+    func refused() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("stale.sock")
+        try S.makeStaleSocket(at: path)
+        do {
+            _ = try EventSubscriber(path: path)
+            Issue.record("connected to a stale socket")
+        } catch {
+            #expect(error.message == "cannot connect to \(path): Connection refused (is earshotd running? see systemctl status earshotd)")
+            #expect(error.exitStatus == 69)
+        }
+    }
+
+    @Test("Permission denied: the hint names the group owning the socket, exit status 77")
+    func permissionDenied() throws {
+        let directory = try TemporarySocketDirectory()
+        #expect(chmod(directory.path, 0o755) == 0)
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        var info = stat()
+        #expect(stat(path, &info) == 0)
+        let groupName = try #require(EventSubscriber.ConnectError.owningGroup(of: path))
+        let expected = "cannot connect to \(path): Permission denied (join the group \"\(groupName)\" that owns the socket: sudo usermod -aG \(groupName) $USER, then log in again)"
+
+        if geteuid() == 0 {
+            // Root passes every permission check: connect from a child that became nobody. Mode 0660 (owner root)
+            // must refuse it; mode 0666 must let it in, which shows the mode bits (not the directory) decide.
+            #expect(Self.connectErrnoAsNobody(path) == EACCES)
+            #expect(chmod(path, 0o666) == 0)
+            #expect(Self.connectErrnoAsNobody(path) == 0)
+            #expect(chmod(path, 0o660) == 0)
+            let error = EventSubscriber.ConnectError(path: path, errnoValue: EACCES)
+            #expect(error.message == expected)
+            #expect(error.exitStatus == 77)
+        } else {
+            #expect(chmod(path, 0) == 0)
+            do {
+                _ = try EventSubscriber(path: path)
+                Issue.record("connected to a mode-0 socket")
+            } catch {
+                #expect(error.message == expected)
+                #expect(error.exitStatus == 77)
+            }
+        }
+        #expect(EventSubscriber.ConnectError(path: "/run/earshot/earshot.sock", errnoValue: EACCES, ownerGroup: "earshot").message
+            == "cannot connect to /run/earshot/earshot.sock: Permission denied (join the group \"earshot\" that owns the socket: sudo usermod -aG earshot $USER, then log in again)")
+    }
+
+    /// Connects to `path` from a forked child running as uid/gid 65534 (nobody); returns the connect errno
+    /// (0 when it connected). The child calls only async-signal-safe functions.
+    static func connectErrnoAsNobody(_ path: String) -> Int32 {
+        guard let address = try? UnixSocketAddress(path: path) else { return -1 }
+        let length = address.length
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: MemoryLayout<sockaddr_un>.size, alignment: 8)
+        defer { raw.deallocate() }
+        address.withSockaddr { pointer, count in raw.copyMemory(from: pointer, byteCount: Int(count)) }
+        let socketAddress = raw.assumingMemoryBound(to: sockaddr.self)
+        let pid = fork()
+        if pid == 0 {
+            if setgroups(0, nil) != 0 || setgid(65534) != 0 || setuid(65534) != 0 { _exit(100) }
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            if fd < 0 { _exit(101) }
+            _exit(connect(fd, socketAddress, length) == 0 ? 0 : errno)
+        }
+        guard pid > 0 else { return -2 }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return (status >> 8) & 0xFF
+    }
+
+    @Test("readLine times out without data and returns the end of the stream when the server stops")
+    func readTimeoutAndEnd() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        let client = try S.subscriber(path)
+        #expect(try client.readLine(timeoutSeconds: 0.05) == .timedOut)
+        server.stop()
+        #expect(try client.readLine(timeoutSeconds: S.timeout) == .endOfStream)
+    }
+
+    @Test("The text form of each line kind")
+    func textForm() throws {
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        let onset = S.line(S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.81234, 12.48))
+        #expect(EventTextFormat.format(line: onset, timeZone: utc)
+            == #"2026-11-30 16:45:12  smoke_alarm started: "Smoke detector, smoke alarm" 81% (stream 12.48 s)"#)
+        let offset = S.line(S.offset("smoke_alarm", "Smoke detector, smoke alarm", 12.48, 18.24))
+        #expect(EventTextFormat.format(line: offset, timeZone: utc)
+            == #"2026-11-30 16:45:12  smoke_alarm ended after 5.76 s: "Smoke detector, smoke alarm" peak 91%, mean 72% (stream 12.48-18.24 s)"#)
+        let health = EventJSON.object(
+            for: HealthEvent(state: .inputSilent, message: "no sound for 10 minutes"), time: S.wallClock).encoded
+        #expect(EventTextFormat.format(line: health, timeZone: utc)
+            == "2026-11-30 16:45:12  health input_silent: no sound for 10 minutes")
+        #expect(EventTextFormat.format(line: #"{"type":"dropped","count":12}"#, timeZone: utc)
+            == "(12 events dropped: this subscriber fell behind)")
+        #expect(EventTextFormat.format(line: #"{"type":"error","message":"bad"}"#, timeZone: utc) == "daemon error: bad")
+        #expect(EventTextFormat.format(line: #"{"type":"subscribed","groups":"all"}"#, timeZone: utc) == nil)
+        #expect(EventTextFormat.format(line: "garbage", timeZone: utc) == "garbage")
+        let berlin = try #require(TimeZone(identifier: "Europe/Berlin"))
+        #expect(EventTextFormat.format(line: onset, timeZone: berlin)?.hasPrefix("2026-11-30 17:45:12  ") == true)
+    }
+}

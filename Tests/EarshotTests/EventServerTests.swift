@@ -1,0 +1,316 @@
+import Foundation
+import Testing
+
+@testable import Earshot
+
+/// The event socket over real Unix sockets in a temporary directory.
+@Suite("EventServer")
+struct EventServerTests {
+    typealias S = SocketTestSupport
+
+    @Test("Several subscribers receive the same events, in order, as exact JSON lines")
+    func fanOutInOrder() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        let clients = try (0..<3).map { _ in try S.subscriber(path) }
+
+        var events: [DetectionEvent] = []
+        for index in 0..<100 {
+            let start = Double(index) * 10
+            events.append(index % 2 == 0
+                ? S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.81234, start)
+                : S.offset("smoke_alarm", "Smoke detector, smoke alarm", start - 10, start - 4.24))
+        }
+        for event in events { server.publish(event, time: S.wallClock) }
+
+        let expected = events.map(S.line)
+        #expect(expected[0] == #"{"type":"detection","group":"smoke_alarm","class":"Smoke detector, smoke alarm","confidence":0.8123,"stream_time":0.0,"time":"2026-11-30T16:45:12.345Z"}"#)
+        #expect(expected[1] == #"{"type":"detection_end","group":"smoke_alarm","class":"Smoke detector, smoke alarm","start":0.0,"end":5.76,"duration":5.76,"peak_confidence":0.91,"mean_confidence":0.72,"windows":11,"reason":"hold_elapsed","time":"2026-11-30T16:45:12.345Z"}"#)
+        for client in clients {
+            #expect(try S.lines(client, 100) == expected)
+        }
+        #expect(server.statistics.eventsPublished == 100)
+        #expect(server.statistics.subscribers == 3)
+        #expect(server.statistics.droppedLines == 0)
+    }
+
+    @Test("A group filter selects detection lines; health lines reach every client")
+    func groupFilter() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+
+        let smokeOnly = try EventSubscriber(path: path)
+        try smokeOnly.subscribe(groups: ["smoke_alarm", "smoke_alarm"])
+        #expect(try smokeOnly.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"subscribed","groups":["smoke_alarm"]}"#))
+        let everything = try EventSubscriber(path: path)
+        try everything.subscribe(groups: [])
+        #expect(try everything.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"subscribed","groups":"all"}"#))
+
+        let smoke = S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.9, 1)
+        let baby = S.onset("baby_cry", "Baby cry, infant cry", 0.6, 2)
+        let health = HealthEvent(
+            state: .overrun, message: "capture buffer overran; audio lost", details: ["device": "hw:1,0", "xruns": 3])
+        let smokeEnd = S.offset("smoke_alarm", "Smoke detector, smoke alarm", 1, 5)
+        server.publish(smoke, time: S.wallClock)
+        server.publish(baby, time: S.wallClock)
+        server.publish(health, time: S.wallClock)
+        server.publish(smokeEnd, time: S.wallClock)
+
+        let healthLine = #"{"type":"health","state":"overrun","message":"capture buffer overran; audio lost","device":"hw:1,0","xruns":3,"time":"2026-11-30T16:45:12.345Z"}"#
+        #expect(try S.lines(smokeOnly, 3) == [S.line(smoke), healthLine, S.line(smokeEnd)])
+        #expect(try S.lines(everything, 4) == [S.line(smoke), S.line(baby), healthLine, S.line(smokeEnd)])
+
+        // A new filter replaces the old one; "*" means every group.
+        try smokeOnly.send(line: #"{"subscribe":["*"]}"#)
+        #expect(try smokeOnly.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"subscribed","groups":"all"}"#))
+        server.publish(baby, time: S.wallClock)
+        #expect(try S.lines(smokeOnly, 1) == [S.line(baby)])
+    }
+
+    @Test("Malformed requests get an error line and the client keeps receiving events")
+    func malformedRequests() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path, maxRequestLineBytes: 1024, knownGroups: ["smoke_alarm", "baby_cry"])
+        defer { server.stop() }
+        let client = try S.subscriber(path)
+
+        let hint = #"(send {\"subscribe\":[\"group\",...]} or {\"status\":true})"#
+        let cases: [(String, String)] = [
+            ("not json", "malformed request: not valid JSON \(hint)"),
+            ("[1,2]", "malformed request: expected a JSON object \(hint)"),
+            (#"{"subscribe":5}"#, #"malformed request: \"subscribe\" must be a list of group names"#),
+            (#"{"subscribe":["smoke_alarm",7]}"#, #"malformed request: \"subscribe\" must be a list of group names"#),
+            (#"{"cmd":"reboot"}"#, #"unknown command \"reboot\" (supported: \"status\")"#),
+            (#"{"hello":1}"#, "unknown request \(hint)"),
+            (String(repeating: "[", count: 40), "malformed request: nested more than 16 levels deep \(hint)"),
+            (#"{"subscribe":["smok"]}"#, #"unknown group \"smok\" in subscribe (watched groups: baby_cry, smoke_alarm)"#),
+        ]
+        for (request, message) in cases {
+            try client.send(line: request)
+            #expect(try client.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"error","message":""# + message + #""}"#))
+        }
+        // Blank lines and a CRLF ending are fine.
+        try client.send(line: "")
+        try client.send(line: "  \r")
+
+        // A line over the limit: one error, the rest of the line ignored, the next line served.
+        try client.send(line: String(repeating: "x", count: 5000) + "\n" + #"{"cmd":"status"}"#)
+        #expect(try client.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"error","message":"request line longer than 1024 bytes; ignored"}"#))
+        guard case .line(let status) = try client.readLine(timeoutSeconds: S.timeout) else {
+            Issue.record("no status reply")
+            return
+        }
+        #expect(status.hasPrefix(#"{"type":"status","#))
+
+        // The unknown group left the filter as it was (all groups): events still arrive.
+        let event = S.onset("baby_cry", "Baby cry, infant cry", 0.5, 3)
+        server.publish(event, time: S.wallClock)
+        #expect(try S.lines(client, 1) == [S.line(event)])
+        #expect(server.statistics.subscribers == 1)
+    }
+
+    @Test("A status request returns the daemon's fields and the server's counters")
+    func status() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        let client = try S.subscriber(path)
+        server.publish(S.onset("speech", "Speech", 0.7, 0), time: S.wallClock)
+        _ = try S.lines(client, 1)
+
+        for request in [#"{"status":true}"#, #"{"cmd":"status"}"#] {
+            try client.send(line: request)
+            guard case .line(let line) = try client.readLine(timeoutSeconds: S.timeout) else {
+                Issue.record("no status reply to \(request)")
+                return
+            }
+            #expect(line.hasPrefix(#"{"type":"status","uptime_seconds":12.5,"device":"hw:1,0","xruns":3,"windows_analysed":1234,"subscribers":1,"events_published":1,"dropped_lines":0,"your_dropped_lines":0,"time":"20"#))
+            #expect(line.hasSuffix("Z\"}"))
+        }
+    }
+
+    @Test("A stuck client never delays the publisher: its lines are dropped, counted, and reported when it catches up")
+    func stuckClient() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        let healthy = try S.subscriber(path)
+        // Never reads until all 10,000 events are published. (SO_RCVBUF does not bound an AF_UNIX stream: the
+        // sender's buffer does, so the kernel holds about 200 KiB for it, and the server's queue 256 KiB more.)
+        let stuck = try S.subscriber(path)
+        var small: Int32 = 4096
+        #expect(setsockopt(stuck.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size)) == 0)
+
+        let events = (0..<10_000).map { S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.5, Double($0) * 0.48) }
+        let expected = events.map(S.line)
+        let clock = ContinuousClock()
+        var slowest = Duration.zero
+        var total = Duration.zero
+        var healthyLines: [String] = []
+        // Batches of 100, the healthy client reading each batch before the next: its queue never nears the bound,
+        // so every one of its lines must arrive.
+        for batch in stride(from: 0, to: events.count, by: 100) {
+            for event in events[batch..<batch + 100] {
+                let took = clock.measure { server.publish(event, time: S.wallClock) }
+                slowest = max(slowest, took)
+                total += took
+            }
+            healthyLines += try S.lines(healthy, 100)
+        }
+        #expect(healthyLines == expected)
+        let dropped = server.statistics.droppedLines
+        #expect(dropped > 0)
+        #expect(dropped < 10_000)
+        print("stuck client: \(dropped) of 10000 lines dropped; publish took \(total / 10_000) on average, \(slowest) at most")
+        #expect(total < .seconds(5))
+
+        // The stuck client now reads: the lines that fit, in order, then one notice with the dropped count.
+        let received = try S.lines(stuck, 10_000 - dropped)
+        #expect(received == Array(expected.prefix(10_000 - dropped)))
+        #expect(try stuck.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"dropped","count":\#(dropped)}"#))
+        let after = S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.6, 99_999)
+        server.publish(after, time: S.wallClock)
+        #expect(try S.lines(stuck, 1) == [S.line(after)])
+        #expect(try S.lines(healthy, 1) == [S.line(after)])
+
+        try stuck.send(line: #"{"status":true}"#)
+        guard case .line(let status) = try stuck.readLine(timeoutSeconds: S.timeout) else {
+            Issue.record("no status reply")
+            return
+        }
+        #expect(status.contains(#""dropped_lines":\#(dropped),"your_dropped_lines":\#(dropped),"#))
+    }
+
+    @Test("A client that disconnects while the server is writing to it is dropped without harm (no SIGPIPE)")
+    func disconnectMidWrite() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        let healthy = try S.subscriber(path)
+        var leaver: EventSubscriber? = try S.subscriber(path)
+        #expect(leaver != nil)
+
+        // Fill the leaver's socket and queue, then close it with data pending.
+        let event = S.onset("dog_bark", "Bark", 0.5, 1)
+        for _ in 0..<20 {
+            for _ in 0..<100 { server.publish(event, time: S.wallClock) }
+            _ = try S.lines(healthy, 100)
+        }
+        #expect(server.statistics.subscribers == 2)
+        leaver = nil
+        for _ in 0..<100 { server.publish(event, time: S.wallClock) }
+        #expect(try S.lines(healthy, 100).count == 100)
+        #expect(S.eventually { server.statistics.subscribers == 1 })
+    }
+
+    @Test("A client that only shuts down its sending side keeps receiving; one that closes is dropped")
+    func halfClose() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        let halfClosed = try S.subscriber(path, groups: ["glass_break"])
+        #expect(shutdown(halfClosed.fd, Int32(SHUT_WR)) == 0)
+        var closing: EventSubscriber? = try S.subscriber(path)
+        #expect(closing != nil)
+        closing = nil
+        #expect(S.eventually { server.statistics.subscribers == 1 })
+
+        let event = S.onset("glass_break", "Shatter", 0.4, 7)
+        server.publish(event, time: S.wallClock)
+        #expect(try S.lines(halfClosed, 1) == [S.line(event)])
+    }
+
+    @Test("Clients beyond maxClients get an error line and are disconnected")
+    func tooManyClients() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path, maxClients: 1)
+        defer { server.stop() }
+        let first = try S.subscriber(path)
+        let second = try EventSubscriber(path: path)
+        #expect(try second.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"error","message":"too many subscribers (1 connected); try again later"}"#))
+        #expect(try second.readLine(timeoutSeconds: S.timeout) == .endOfStream)
+        try first.send(line: #"{"status":true}"#)
+        #expect(try S.lines(first, 1).first?.hasPrefix(#"{"type":"status""#) == true)
+    }
+
+    @Test("The socket file has mode 0660 and stop() removes it and disconnects clients")
+    func socketFileModeAndStop() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        var info = stat()
+        #expect(lstat(path, &info) == 0)
+        #expect(info.st_mode & S_IFMT == S_IFSOCK)
+        #expect(info.st_mode & 0o7777 == 0o660)
+
+        let client = try S.subscriber(path)
+        server.stop()
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(try client.readLine(timeoutSeconds: S.timeout) == .endOfStream)
+        server.publish(S.onset("speech", "Speech", 0.9, 0))  // ignored after stop
+        server.stop()
+        #expect(server.statistics.subscribers == 0)
+    }
+
+    @Test("A stale socket file is replaced; a live one is refused with an exact error")
+    func staleAndLiveSockets() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        try S.makeStaleSocket(at: path)
+        #expect(throws: EventSubscriber.ConnectError.self) { try EventSubscriber(path: path) }
+
+        let server = try S.server(path)
+        _ = try S.subscriber(path)
+
+        #expect(throws: EarshotError(
+            .unavailable,
+            "cannot listen on \(path): another process is already listening there (is earshotd already running? stop it or choose another --socket)")
+        ) {
+            try S.server(path)
+        }
+        // The refused second server left the first one's socket alone.
+        _ = try S.subscriber(path)
+
+        // The second server's failure did not remove the file; after stop() a new server starts.
+        server.stop()
+        let again = try S.server(path)
+        _ = try S.subscriber(path)
+        again.stop()
+    }
+
+    @Test("Paths that cannot hold a socket give exact errors")
+    func badPaths() throws {
+        let directory = try TemporarySocketDirectory()
+        let file = directory.file("plain")
+        FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
+        #expect(throws: EarshotError(
+            .cannotCreate,
+            "cannot create socket \(file): a file that is not a socket is in the way (remove it or choose another --socket)")
+        ) { try S.server(file) }
+
+        let missing = directory.file("nodir/e.sock")
+        #expect(throws: EarshotError(
+            .cannotCreate,
+            "cannot create socket \(missing): No such file or directory (create the directory, run under systemd with RuntimeDirectory=earshot, or choose another --socket)",
+            cause: "No such file or directory")
+        ) { try S.server(missing) }
+
+        let long = "/tmp/" + String(repeating: "d", count: 110) + ".sock"
+        #expect(throws: EarshotError(
+            .config, "socket path \(long) is too long (120 bytes; Unix sockets allow at most 107): choose a shorter path")
+        ) { try S.server(long) }
+        #expect(throws: EarshotError(
+            .config, "socket path \"\" is invalid (give a file path such as /run/earshot/earshot.sock)")
+        ) { try S.server("") }
+    }
+}
