@@ -1,9 +1,129 @@
+import Earshot
 import Foundation
 
-/// `earshot subscribe` (being built).
+/// `earshot subscribe [--socket PATH] [--group G]... [--format json|text]`: prints the daemon's events as they arrive.
 enum SubscribeCommand {
+    static let help = """
+        usage: earshot subscribe [--socket PATH] [--group G]... [--format json|text]
+
+        Prints the daemon's events as they arrive, one line each, until the daemon closes the connection.
+
+          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --group G       only detections of label group G (repeat, or separate with commas); health lines
+                          always come
+          --format F      json: the daemon's JSON lines as they are (default); text: one readable line per event
+        """
+
+    struct Options {
+        var socket = EventServer.defaultPath
+        var groups: [String] = []
+        var text = false
+    }
+
     static func run(_ arguments: [String]) -> Int32 {
-        FileHandle.standardError.write(Data("earshot: subscribe is not built yet\n".utf8))
-        return 69
+        let options: Options
+        switch parse(arguments) {
+        case .success(let parsed): options = parsed
+        case .failure(let problem):
+            if problem.message.isEmpty {
+                print(help)
+                return 0
+            }
+            printError("\(problem.message) (run `earshot subscribe --help`)")
+            return 64
+        }
+
+        let subscriber: EventSubscriber
+        do {
+            subscriber = try EventSubscriber(path: options.socket)
+        } catch {
+            printError(error.message)
+            return error.exitStatus
+        }
+        var awaitingReply = !options.groups.isEmpty
+        do {
+            if awaitingReply { try subscriber.subscribe(groups: options.groups) }
+            while true {
+                guard case .line(let line) = try subscriber.readLine() else { return 0 }
+                let kind = lineType(line)
+                if kind == "subscribed" {
+                    awaitingReply = false
+                    continue
+                }
+                if kind == "error" {
+                    let message = EventTextFormat.format(line: line, timeZone: .current) ?? line
+                    printError(message)
+                    if awaitingReply { return 64 }  // the daemon refused the group filter
+                    continue
+                }
+                let output = options.text ? EventTextFormat.format(line: line) : line
+                if let output { writeOut(output + "\n") }
+            }
+        } catch {
+            printError(error.message)
+            return error.exitStatus
+        }
+    }
+
+    struct Problem: Error {
+        /// Empty for `--help`.
+        var message: String
+    }
+
+    static func parse(_ arguments: [String]) -> Result<Options, Problem> {
+        var options = Options()
+        var index = 0
+        func value(_ name: String, _ inline: String?) -> String? {
+            if let inline { return inline }
+            index += 1
+            return index < arguments.count ? arguments[index] : nil
+        }
+        while index < arguments.count {
+            let argument = arguments[index]
+            let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
+            let name = parts[0]
+            let inline = argument.contains("=") && name.hasPrefix("--") ? (parts.count > 1 ? parts[1] : "") : nil
+            switch name {
+            case "-h", "--help":
+                return .failure(Problem(message: ""))
+            case "--socket":
+                guard let path = value(name, inline), !path.isEmpty else {
+                    return .failure(Problem(message: "--socket needs a path"))
+                }
+                options.socket = path
+            case "--group":
+                guard let list = value(name, inline), !list.isEmpty else {
+                    return .failure(Problem(message: "--group needs a label group name, e.g. smoke_alarm"))
+                }
+                options.groups += list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                    .filter { !$0.isEmpty }
+            case "--format":
+                switch value(name, inline) {
+                case "json": options.text = false
+                case "text": options.text = true
+                case let other:
+                    return .failure(Problem(message: "--format must be json or text, not \"\(other ?? "")\""))
+                }
+            default:
+                return .failure(Problem(message: "unknown option \"\(argument)\""))
+            }
+            index += 1
+        }
+        return .success(options)
+    }
+
+    /// The `"type"` of a line the daemon sent (its encoder writes `type` first).
+    static func lineType(_ line: String) -> String? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+        return object["type"] as? String
+    }
+
+    static func printError(_ message: String) {
+        FileHandle.standardError.write(Data("earshot: \(message)\n".utf8))
+    }
+
+    /// One write(2) per line so that a pipe reader sees each event at once (stdout is not line-buffered into pipes).
+    static func writeOut(_ text: String) {
+        FileHandle.standardOutput.write(Data(text.utf8))
     }
 }

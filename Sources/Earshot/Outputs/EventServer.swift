@@ -46,7 +46,7 @@ public final class EventServer: @unchecked Sendable {
         /// A group to chown(2) the socket file to, or nil to keep the process's group (systemd's `Group=`).
         public var groupID: UInt32?
         /// The most bytes waiting to be sent to one client; lines beyond it are dropped for that client (256 KiB:
-        /// over a thousand event lines).
+        /// over a thousand event lines). Values below 4096 are raised to 4096 so that any line fits an empty queue.
         public var clientQueueLimitBytes: Int
         /// The longest request line a client may send (64 KiB); a longer one gets an error reply and is ignored.
         public var maxRequestLineBytes: Int
@@ -323,7 +323,7 @@ public final class EventServer: @unchecked Sendable {
 
     private func enqueue(_ line: [UInt8], to client: Client) {
         guard !client.isClosed else { return }
-        if client.queuedBytes + line.count > configuration.clientQueueLimitBytes {
+        if client.queuedBytes + line.count > max(4096, configuration.clientQueueLimitBytes) {
             client.droppedPending += 1
             client.droppedTotal += 1
             stats.droppedLines += 1

@@ -80,7 +80,9 @@ public final class EventSubscriber {
     public let path: String
     /// The connected socket (internal so that tests can set socket options).
     let fd: Int32
+    /// Received bytes; `buffer[head...]` is not yet returned, `buffer[head..<scanned]` holds no newline.
     private var buffer: [UInt8] = []
+    private var head = 0
     private var scanned = 0
     private var atEnd = false
 
@@ -145,9 +147,9 @@ public final class EventSubscriber {
                 return .line(take(upTo: newline, skip: 1))
             }
             scanned = buffer.count
-            if buffer.count >= Self.maxLineBytes { return .line(take(upTo: Self.maxLineBytes, skip: 0)) }
+            if buffer.count - head >= Self.maxLineBytes { return .line(take(upTo: head + Self.maxLineBytes, skip: 0)) }
             if atEnd {
-                return buffer.isEmpty ? .endOfStream : .line(take(upTo: buffer.count, skip: 0))
+                return head == buffer.count ? .endOfStream : .line(take(upTo: buffer.count, skip: 0))
             }
             if let deadline {
                 let now = DispatchTime.now().uptimeNanoseconds
@@ -172,10 +174,20 @@ public final class EventSubscriber {
         }
     }
 
+    /// Returns `buffer[head..<end]` as text and moves `head` past it and `skip` more bytes (the newline).
     private func take(upTo end: Int, skip: Int) -> String {
-        let line = String(decoding: buffer[0..<end], as: UTF8.self)
-        buffer.removeFirst(min(buffer.count, end + skip))
-        scanned = 0
+        let line = String(decoding: buffer[head..<end], as: UTF8.self)
+        head = min(buffer.count, end + skip)
+        scanned = head
+        if head == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            head = 0
+            scanned = 0
+        } else if head >= 64 * 1024 {
+            buffer.removeFirst(head)
+            scanned -= head
+            head = 0
+        }
         return line
     }
 }
