@@ -112,8 +112,9 @@ extension DaemonConfiguration {
     ///   `Models/yamnet_class_map.csv`, column `display_name`).
     /// - Returns: One `LabelGroup` per name of `detection.watch`.
     /// - Throws: `EarshotError(.config)` (exit 78) for a class name that is not a label, naming the group, the class
-    ///   and the nearest label, e.g. `/etc/earshot/earshotd.conf:30: [group.kettle] classes: unknown class
-    ///   "Kettle" (nearest: "Kettle whistle"? ...)`; for a watched name that is not a group.
+    ///   and the nearest label, e.g. `/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class
+    ///   "kettle whistle" (nearest: "Steam whistle"; `earshot classes` lists all 521)`; for a watched name that is
+    ///   not a group (`EarshotError(.usage)` when the name came from `--watch`).
     public func resolvedGroups(classLabels: [String]) throws(EarshotError) -> [LabelGroup] {
         if let unknown = unknownWatchedGroup() {
             let location = locations["detection.watch"] ?? "[detection] watch"

@@ -1,4 +1,5 @@
 internal import CINIH
+import Foundation
 
 /// One `key = value` line of an INI file, as libinih reports it, with its line number.
 struct INIEntry: Equatable, Sendable {
@@ -32,7 +33,7 @@ enum INIProblem: Equatable, Sendable {
 
 /// The entries of an INI text, read with libinih (Debian's build: `;` and `#` start comment lines, ` ;` starts an
 /// inline comment while `#` after a value is kept, indented lines continue the previous value, lines up to 200
-/// bytes including the line end).
+/// bytes including the line end; checked by `ConfigTests`).
 ///
 /// libinih reads through a reader callback fed from memory so that line numbers are known for every entry and
 /// over-long lines are reported instead of being split into two lines.
@@ -130,6 +131,12 @@ private final class INIParseContext {
             } else {
                 isContinuation = true
             }
+        }
+        // Debian's libinih strips an inline " ;" comment from ordinary lines but not from continuation lines; strip
+        // it here too, so that comments work the same on every line.
+        var value = value
+        if isContinuation, let comment = value.firstRange(of: #/[ \t];/#) {
+            value = String(value[..<comment.lowerBound]).trimmingCharacters(in: .whitespaces)
         }
         entries.append(INIEntry(section: section, key: key, value: value, line: currentLine,
                                 isContinuation: isContinuation))

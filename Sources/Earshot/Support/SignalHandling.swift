@@ -69,6 +69,7 @@ public enum SignalHandling {
 public final class SignalSources: @unchecked Sendable {
     private let sources: [any DispatchSourceSignal]
     private let terminated = Atomic<Bool>(false)
+    private let registered = DispatchGroup()
 
     init(queue: DispatchQueue, onTerminate: @escaping @Sendable (Int32) -> Void, onReload: @escaping @Sendable () -> Void) {
         let terminationSources = SignalHandling.terminationSignals.map { signal in
@@ -86,7 +87,24 @@ public final class SignalSources: @unchecked Sendable {
             }
         }
         reload.setEventHandler { onReload() }
-        for source in sources { source.activate() }
+        for source in sources {
+            registered.enter()
+            let group = registered
+            source.setRegistrationHandler { group.leave() }
+            source.activate()
+        }
+    }
+
+    /// Waits until Dispatch has registered every source (it does so asynchronously after `install`).
+    ///
+    /// In the daemon this is not needed: with the signals blocked in every thread, a signal sent before the
+    /// registration stays pending and is delivered by it. A process whose threads do not all block the signals
+    /// (a test runner) must wait, or an early signal takes its default action.
+    ///
+    /// - Returns: false on timeout.
+    /// - Important: Do not call on the `queue` given to `install` (the registration handlers run there).
+    public func waitUntilRegistered(timeout: DispatchTime) -> Bool {
+        registered.wait(timeout: timeout) == .success
     }
 
     deinit {

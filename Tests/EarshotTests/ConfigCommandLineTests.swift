@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+
+@testable import Earshot
+
+@Suite("Config: earshotd command line")
+struct ConfigCommandLineTests {
+    @Test("no arguments: run with the default configuration file and no overrides")
+    func empty() throws {
+        #expect(try DaemonCommandLine.parse([String]()) == DaemonCommandLine())
+    }
+
+    @Test("every flag, in both --flag value and --flag=value forms")
+    func everyFlag() throws {
+        let parsed = try DaemonCommandLine.parse([
+            "--config", "/etc/earshot/test.conf", "--device=hw:1,0", "--socket", "/tmp/e.sock",
+            "--watch", "smoke_alarm,baby_cry", "--gate-dbfs", "-40", "--window=1.92", "--overlap", "0.25",
+            "--no-journal", "--foreground",
+        ])
+        #expect(parsed == DaemonCommandLine(
+            action: .run, configPath: "/etc/earshot/test.conf",
+            overrides: .init(device: "hw:1,0", socketPath: "/tmp/e.sock", windowDuration: 1.92, overlapFactor: 0.25,
+                             gateThresholdDBFS: -40, watch: ["smoke_alarm", "baby_cry"], journal: false),
+            foreground: true))
+
+        let stdin = try DaemonCommandLine.parse(["--input", "-", "--input-rate", "48000"])
+        #expect(stdin.overrides.input == .standardInput)
+        #expect(stdin.overrides.inputSampleRate == 48_000)
+        #expect(try DaemonCommandLine.parse(["--input", "alarm.flac"]).overrides.input == .file(path: "alarm.flac"))
+        #expect(try DaemonCommandLine.parse(["--check-config"]).action == .checkConfig)
+        #expect(try DaemonCommandLine.parse(["--check-config", "-h"]).action == .help)
+    }
+
+    @Test("the overrides reach the configuration")
+    func overridesApply() throws {
+        let commandLine = try DaemonCommandLine.parse(["--device", "plughw:0", "--gate-dbfs", "-70", "--watch", "snoring"])
+        let configuration = try DaemonConfiguration().applying(commandLine.overrides)
+        var expected = DaemonConfiguration()
+        expected.capture.device = "plughw:0"
+        expected.analysis.gateThresholdDBFS = -70
+        expected.detection.watch = ["snoring"]
+        #expect(configuration == expected)
+    }
+
+    static let usageErrors: [(arguments: [String], message: String)] = [
+        (["--devise", "hw:0"], "unknown option --devise (did you mean --device? see earshotd --help)"),
+        (["-x"], "unknown option -x (see earshotd --help)"),
+        (["hw:0"], "unexpected argument \"hw:0\" (earshotd takes options only; see earshotd --help)"),
+        (["-"], "unexpected argument \"-\" (earshotd takes options only; see earshotd --help)"),
+        (["--device"], "--device needs a value (an ALSA PCM name, e.g. default or hw:1,0)"),
+        (["--config"], "--config needs a value (a configuration file)"),
+        (["--config="], "--config needs a file name"),
+        (["--gate-dbfs", "-200"], "--gate-dbfs -200: must be in [-120, 0] dBFS"),
+        (["--gate-dbfs", "loud"], "--gate-dbfs loud: must be in [-120, 0] dBFS"),
+        (["--overlap=1.5"], "--overlap 1.5: must be in [0, 1)"),
+        (["--window", "0.5"], "--window 0.5: must be in [0.96, 10] seconds"),
+        (["--input-rate", "44k", "--input", "-"], "--input-rate 44k: must be a whole number in [8000, 192000] Hz"),
+        (["--socket", ""], "--socket : must be a path of 1 to 107 bytes (the limit of a Unix socket address)"),
+        (["--watch", ","], "--watch needs group names separated by commas, e.g. smoke_alarm,baby_cry"),
+        (["--foreground=yes"], "--foreground takes no value"),
+        (["--device", "hw:0", "--device", "hw:1"], "--device given twice; keep one"),
+        (["--device", "hw:0", "--input", "a.wav"],
+         "--device and --input exclude each other: capture from a device or stream an input, not both"),
+        (["--input", "a.wav", "--input-rate", "8000"],
+         "--input-rate applies to raw standard input (--input -), not to a file: files carry their own rate"),
+        (["--input", ""], "--input needs a sound file, or - for raw S16_LE on standard input"),
+    ]
+
+    @Test("usage errors name the flag and exit 64", arguments: usageErrors)
+    func usageError(_ arguments: [String], _ message: String) {
+        #expect(throws: EarshotError(.usage, message)) {
+            try DaemonCommandLine.parse(arguments)
+        }
+        #expect(EarshotError(.usage, message).exitStatus == 64)
+    }
+
+    @Test("--help text")
+    func helpText() {
+        #expect(DaemonCommandLine.helpText == """
+            usage: earshotd [options]
+
+            Listens to a capture device, classifies its sound with YAMNet and reports sound events (smoke alarm,
+            baby crying, glass breaking, ...) on a Unix socket and in the journal. Settings come from the
+            configuration file; options override it.
+
+            options:
+              --config FILE       configuration file (default /etc/earshot/earshotd.conf; when that file
+                                  is missing, the built-in defaults)
+              --device PCM        ALSA capture device: default, hw:1,0, plughw:CARD=Mic,DEV=0, a dsnoop device,
+                                  pulse (default default)
+              --input FILE|-      stream a sound file, or raw S16_LE mono from standard input (-), in real time
+                                  instead of capturing
+              --input-rate HZ     sample rate of raw standard input (default 16000)
+              --socket PATH       Unix socket for subscribers (default /run/earshot/earshot.sock)
+              --watch G,G...      groups that emit events (default smoke_alarm,fire_alarm,co_alarm,baby_cry,glass_break)
+              --gate-dbfs DBFS    windows whose RMS level is below this are not classified (default -50)
+              --window S          analysis window in seconds, at least 0.96 (default 0.96)
+              --overlap F         overlap of successive windows, in [0, 1) (default 0.5)
+              --no-journal        write detections to standard error instead of the systemd journal
+              --foreground        running in a terminal: log to standard error, print events on standard output
+              --check-config      check the configuration and its class names, then exit
+              -h, --help          show this text
+
+            SIGTERM or SIGINT stops the daemon; SIGHUP reloads the configuration file.
+            Exit status: 0 done, 64 bad option, 66 input file missing, 69 device unavailable, 78 bad configuration.
+            """)
+    }
+}

@@ -1,0 +1,391 @@
+import Foundation
+import Testing
+
+@testable import Earshot
+
+/// The 521 display names of `Models/yamnet_class_map.csv` (index,mid,display_name; names with commas are quoted).
+enum ClassMapFixture {
+    static let labels: [String] = {
+        let url = TestPaths.packageRoot.appendingPathComponent("Models/yamnet_class_map.csv")
+        guard let text = try? String(contentsOf: url, encoding: .utf8) else { return [] }
+        var labels: [String] = []
+        for line in text.split(whereSeparator: \.isNewline).dropFirst() {
+            // Third field: after the second comma; quoted when it holds commas.
+            let fields = line.split(separator: ",", maxSplits: 2, omittingEmptySubsequences: false)
+            guard fields.count == 3 else { continue }
+            var name = String(fields[2])
+            if name.hasPrefix("\"") && name.hasSuffix("\"") && name.count >= 2 {
+                name = String(name.dropFirst().dropLast()).replacingOccurrences(of: "\"\"", with: "\"")
+            }
+            labels.append(name)
+        }
+        return labels
+    }()
+}
+
+/// Parses `text` and returns the error's message (or nil when it parses).
+private func parseError(_ text: String, source: String = "test.conf") -> EarshotError? {
+    do {
+        _ = try DaemonConfiguration.parse(text, source: source)
+        return nil
+    } catch {
+        return error
+    }
+}
+
+@Suite("Config: configuration file")
+struct ConfigFileTests {
+    static let shippedPath = TestPaths.packageRoot.appendingPathComponent("config/earshotd.conf").path
+
+    @Test("the class map has 521 labels")
+    func classMap() {
+        #expect(ClassMapFixture.labels.count == 521)
+        #expect(ClassMapFixture.labels[393] == "Smoke detector, smoke alarm")
+    }
+
+    @Test("the shipped config/earshotd.conf, as shipped, is the built-in defaults")
+    func shippedFileIsDefaults() throws {
+        let configuration = try DaemonConfiguration.parse(fileAt: Self.shippedPath, required: true)
+        #expect(configuration == DaemonConfiguration())
+    }
+
+    @Test("uncommenting every setting of the shipped file still gives the defaults, and every key is documented")
+    func shippedFileDocumentsEveryKey() throws {
+        let text = try String(contentsOfFile: Self.shippedPath, encoding: .utf8)
+        // "#key = value" and "#[section]" are settings; "# text" (with a space) is prose.
+        let uncommented = text.split(separator: "\n", omittingEmptySubsequences: false).map { line -> String in
+            guard line.hasPrefix("#"), let next = line.dropFirst().first, next == "[" || next.isLetter else {
+                return String(line)
+            }
+            return String(line.dropFirst())
+        }.joined(separator: "\n")
+        let configuration = try DaemonConfiguration.parse(uncommented, source: "uncommented.conf")
+
+        var groupsAside = configuration
+        groupsAside.detection.groups = [:]
+        #expect(groupsAside == DaemonConfiguration())
+
+        // Every key of every section appears, uncommented, exactly once.
+        let entries = INIFile(bytes: Array(uncommented.utf8)).entries
+        var documented: [String: [String]] = [:]
+        for entry in entries { documented[entry.section, default: []].append(entry.key) }
+        for (section, keys) in DaemonConfiguration.sectionKeys {
+            #expect(documented[section] == keys, "section [\(section)]")
+        }
+        // Every preset is documented with every group key and exactly its values.
+        for (name, preset) in LabelGroup.presets {
+            #expect(documented["group.\(name)"] == DaemonConfiguration.groupKeys, "section [group.\(name)]")
+            #expect(configuration.mergedGroup(named: name) == preset, "values of [group.\(name)]")
+        }
+        #expect(Set(configuration.detection.groups.keys) == Set(LabelGroup.presets.keys))
+        let watched = try configuration.resolvedGroups(classLabels: ClassMapFixture.labels)
+        #expect(watched == LabelGroup.defaultWatchList.compactMap { LabelGroup.presets[$0] })
+    }
+
+    @Test("the defaults resolve to the preset groups of the default watch list")
+    func defaultsResolve() throws {
+        let groups = try DaemonConfiguration().resolvedGroups(classLabels: ClassMapFixture.labels)
+        #expect(groups.map(\.name) == ["smoke_alarm", "fire_alarm", "co_alarm", "baby_cry", "glass_break"])
+        #expect(groups[0].classLabels == ["Smoke detector, smoke alarm"])
+        #expect(groups[2].threshold == 0.4)
+        #expect(groups[2].holdSeconds == 6)
+    }
+
+    @Test("every preset's classes are labels of the built-in classifier")
+    func presetsUseKnownLabels() {
+        let labels = Set(ClassMapFixture.labels)
+        for preset in LabelGroup.presets.values {
+            for label in preset.classLabels {
+                #expect(labels.contains(label), "\(preset.name): \(label)")
+            }
+        }
+    }
+
+    @Test("every setting is read, with its unit")
+    func readsEverySetting() throws {
+        let text = """
+            [capture]
+            device = plughw:CARD=Mic,DEV=0
+            input = -
+            input_rate = 48000
+            [analysis]
+            window = 1.92
+            overlap = 0.75
+            gate_dbfs = -60.5
+            silence_minutes = 0
+            [detection]
+            watch = snoring, dog_bark
+            [output]
+            socket = /tmp/e.sock
+            socket_mode = 0600
+            client_queue_kib = 64
+            journal = off
+            [daemon]
+            watchdog = no
+            """
+        let configuration = try DaemonConfiguration.parse(text, source: "t.conf")
+        var expected = DaemonConfiguration()
+        expected.capture.device = "plughw:CARD=Mic,DEV=0"
+        expected.capture.input = .standardInput
+        expected.capture.inputSampleRate = 48_000
+        expected.analysis.windowDuration = 1.92
+        expected.analysis.overlapFactor = 0.75
+        expected.analysis.gateThresholdDBFS = -60.5
+        expected.analysis.silenceMinutes = 0
+        expected.detection.watch = ["snoring", "dog_bark"]
+        expected.output.socketPath = "/tmp/e.sock"
+        expected.output.socketMode = 0o600
+        expected.output.clientQueueKiB = 64
+        expected.output.journal = false
+        expected.daemon.watchdog = false
+        #expect(configuration == expected)
+        #expect(configuration.analysis.hopSeconds == 1.92 * 0.25)
+        #expect(configuration.output.clientQueueBytes == 65_536)
+
+        let file = try DaemonConfiguration.parse("[capture]\ninput = /srv/a b.flac\n", source: "t.conf")
+        #expect(file.capture.input == .file(path: "/srv/a b.flac"))
+    }
+
+    struct BadValue: Sendable, CustomTestStringConvertible {
+        let text: String
+        let message: String
+        var testDescription: String { message }
+    }
+
+    static let badValues: [BadValue] = [
+        .init(text: "[analysis]\noverlap = 1.5", message: "test.conf:2: [analysis] overlap = 1.5: must be in [0, 1)"),
+        .init(text: "[analysis]\noverlap = 1", message: "test.conf:2: [analysis] overlap = 1: must be in [0, 1)"),
+        .init(text: "[analysis]\noverlap = nan", message: "test.conf:2: [analysis] overlap = nan: must be in [0, 1)"),
+        .init(text: "[analysis]\nwindow = 0.5", message: "test.conf:2: [analysis] window = 0.5: must be in [0.96, 10] seconds"),
+        .init(text: "[analysis]\ngate_dbfs = loud",
+              message: "test.conf:2: [analysis] gate_dbfs = loud: must be in [-120, 0] dBFS"),
+        .init(text: "[analysis]\nsilence_minutes = -1",
+              message: "test.conf:2: [analysis] silence_minutes = -1: must be in [0, 1440] minutes (0 turns the event off)"),
+        .init(text: "[capture]\ninput_rate = 44.1k",
+              message: "test.conf:2: [capture] input_rate = 44.1k: must be a whole number in [8000, 192000] Hz"),
+        .init(text: "[capture]\ndevice =",
+              message: "test.conf:2: [capture] device = : must be an ALSA PCM name such as default, hw:1,0 or plughw:CARD=Mic,DEV=0"),
+        .init(text: "[output]\nsocket_mode = 0999",
+              message: "test.conf:2: [output] socket_mode = 0999: must be an octal mode from 0000 to 0777, e.g. 0660"),
+        .init(text: "[output]\nsocket_mode = 1777",
+              message: "test.conf:2: [output] socket_mode = 1777: must be an octal mode from 0000 to 0777, e.g. 0660"),
+        .init(text: "[output]\nclient_queue_kib = 8",
+              message: "test.conf:2: [output] client_queue_kib = 8: must be a whole number in [16, 65536] KiB"),
+        .init(text: "[output]\njournal = maybe",
+              message: "test.conf:2: [output] journal = maybe: must be true or false (or yes/no, on/off, 1/0)"),
+        .init(text: "[output]\nsocket = /run/" + String(repeating: "x", count: 103),
+              message: "test.conf:2: [output] socket = /run/\(String(repeating: "x", count: 103)): must be a path of 1 to 107 bytes (the limit of a Unix socket address)"),
+        .init(text: "[daemon]\nwatchdog = 2",
+              message: "test.conf:2: [daemon] watchdog = 2: must be true or false (or yes/no, on/off, 1/0)"),
+        .init(text: "[group.baby_cry]\nthreshold = 1.2",
+              message: "test.conf:2: [group.baby_cry] threshold = 1.2: must be in [0, 1]"),
+        .init(text: "[group.baby_cry]\nonset_of = 0",
+              message: "test.conf:2: [group.baby_cry] onset_of = 0: must be a whole number in [1, 100]"),
+        .init(text: "[group.baby_cry]\nhold_seconds = -2",
+              message: "test.conf:2: [group.baby_cry] hold_seconds = -2: must be in [0, 3600] seconds"),
+        .init(text: "[group.baby_cry]\nmin_interval_seconds = 1e9",
+              message: "test.conf:2: [group.baby_cry] min_interval_seconds = 1e9: must be in [0, 86400] seconds"),
+    ]
+
+    @Test("a bad value names the file, line, section, key, value and what is allowed; exit status 78",
+          arguments: badValues)
+    func badValue(_ bad: BadValue) {
+        let error = parseError(bad.text)
+        #expect(error?.message == bad.message)
+        #expect(error?.code == .config)
+        #expect(error?.exitStatus == 78)
+    }
+
+    static let structureErrors: [BadValue] = [
+        .init(text: "[analysis]\nwindw = 1",
+              message: "test.conf:2: [analysis] windw: unknown key (did you mean window? keys: window, overlap, gate_dbfs, silence_minutes)"),
+        .init(text: "[output]\ncolour = red",
+              message: "test.conf:2: [output] colour: unknown key (keys: socket, socket_mode, client_queue_kib, journal)"),
+        .init(text: "[analysys]\nwindow = 1",
+              message: "test.conf:2: [analysys]: unknown section (did you mean [analysis]? sections: capture, analysis, detection, output, daemon, group.NAME)"),
+        .init(text: "[groups.kettle]\nthreshold = 1",
+              message: "test.conf:2: [groups.kettle]: unknown section (sections: capture, analysis, detection, output, daemon, group.NAME)"),
+        .init(text: "device = hw:0\n[capture]",
+              message: "test.conf:1: device: key outside a section; put it under its [section] header"),
+        .init(text: "[analysis]\nwindow = 1\n\n[capture]\n[analysis]\nwindow = 2",
+              message: "test.conf:6: [analysis] window: set twice (also on line 2); keep one"),
+        .init(text: "[analysis]\nwindow 1",
+              message: "test.conf:2: expected \"key = value\", \"[section]\" or a comment, found \"window 1\""),
+        .init(text: "[analysis\nwindow = 1",
+              message: "test.conf:1: expected \"key = value\", \"[section]\" or a comment, found \"[analysis\""),
+        .init(text: "[analysis]\nwindow = 1\n  overlap 0.2",
+              message: "test.conf:3: [analysis] window: the indented line \"overlap 0.2\" continues the value of window, which takes one line; remove the indentation"),
+        .init(text: "[group.kettle]\nclasses = Whistle\n  threshold = 0.4",
+              message: "test.conf:3: [group.kettle] classes: the indented line \"threshold = 0.4\" is read as more of the classes list; remove the indentation to start a new key"),
+        .init(text: "[group.Kettle]\nthreshold = 0.4",
+              message: "test.conf:2: [group.Kettle]: a group name is 1 to 64 lowercase letters, digits and _ (e.g. [group.kettle])"),
+        .init(text: "[group.kettle]\nclasses = Whistle",
+              message: "test.conf:2: [group.kettle]: a new group needs threshold (presets, which need neither: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech)"),
+        .init(text: "[group.kettle]\nhold_seconds = 5",
+              message: "test.conf:2: [group.kettle]: a new group needs classes and threshold (presets, which need neither: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech)"),
+        .init(text: "[group.kettle]\nclasses = |\nthreshold = 0.4",
+              message: "test.conf:2: [group.kettle] classes: must name at least one class label (separate labels with |)"),
+        .init(text: "[group.dog_bark]\nonset_windows = 2",
+              message: "test.conf:2: [group.dog_bark] onset_windows = 2: onset_windows (2) must be at most onset_of (1)"),
+        .init(text: "[group.smoke_alarm]\nonset_of = 1",
+              message: "test.conf:2: [group.smoke_alarm] onset_of = 1: onset_windows (2) must be at most onset_of (1)"),
+        .init(text: "[detection]\nwatch = smoke_alarm | smoke_alrm",
+              message: "test.conf:2: [detection] watch: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech; a new group needs a [group.smoke_alrm] section with classes and threshold)"),
+        .init(text: "[detection]\nwatch = |",
+              message: "test.conf:2: [detection] watch: must name at least one group (separate names with |)"),
+        .init(text: "[capture]\ndevice = " + String(repeating: "x", count: 200) + "\n",
+              message: "test.conf:2: line longer than 197 bytes; split a long list over indented continuation lines"),
+    ]
+
+    @Test("unknown sections and keys, keys set twice, syntax and group errors name the line", arguments: structureErrors)
+    func structureError(_ bad: BadValue) {
+        let error = parseError(bad.text)
+        #expect(error?.message == bad.message)
+        #expect(error?.code == .config)
+    }
+
+    @Test("the first error in the file is the one reported")
+    func firstErrorWins() {
+        #expect(parseError("[analysis]\noverlap = 2\nbad line\n")?.message
+            == "test.conf:2: [analysis] overlap = 2: must be in [0, 1)")
+        #expect(parseError("[analysis]\nbad line\noverlap = 2\n")?.message
+            == "test.conf:2: expected \"key = value\", \"[section]\" or a comment, found \"bad line\"")
+    }
+
+    @Test("class lists use | because AudioSet names contain commas; lists continue on indented lines")
+    func classSeparator() throws {
+        let text = """
+            [detection]
+            watch = smoke_alarm | alarms
+            [group.smoke_alarm]
+            classes = Smoke detector, smoke alarm | Fire alarm
+            [group.alarms]
+            classes = Alarm | Beep, bleep |
+                Buzzer | Siren ; inline comment after " ;"
+                Civil defense siren
+            threshold = 0.25
+            """
+        let configuration = try DaemonConfiguration.parse(text, source: "t.conf")
+        #expect(configuration.detection.groups["smoke_alarm"]?.classLabels == ["Smoke detector, smoke alarm", "Fire alarm"])
+        #expect(configuration.detection.groups["alarms"]?.classLabels
+            == ["Alarm", "Beep, bleep", "Buzzer", "Siren", "Civil defense siren"])
+        let groups = try configuration.resolvedGroups(classLabels: ClassMapFixture.labels)
+        #expect(groups == [
+            LabelGroup(name: "smoke_alarm", classLabels: ["Smoke detector, smoke alarm", "Fire alarm"], threshold: 0.3,
+                       holdSeconds: 3),
+            LabelGroup(name: "alarms", classLabels: ["Alarm", "Beep, bleep", "Buzzer", "Siren", "Civil defense siren"],
+                       threshold: 0.25),
+        ])
+    }
+
+    @Test("a socket path may hold 107 bytes, the room in sun_path")
+    func socketPathLimit() throws {
+        let path = "/run/" + String(repeating: "x", count: 102)
+        #expect(try DaemonConfiguration.parse("[output]\nsocket = \(path)\n", source: "t.conf").output.socketPath == path)
+    }
+
+    @Test("comments: ';' and '#' lines, ' ;' after a value; '#' after a value is part of it")
+    func comments() throws {
+        let configuration = try DaemonConfiguration.parse(
+            "; comment\n# comment\n[capture]\ndevice = hw:1,0 ; the USB microphone\n[output]\nsocket = /tmp/a#b.sock\n",
+            source: "t.conf")
+        #expect(configuration.capture.device == "hw:1,0")
+        #expect(configuration.output.socketPath == "/tmp/a#b.sock")
+    }
+
+    @Test("an unknown class names the group, the class and the nearest label; unwatched groups are checked too")
+    func unknownClass() throws {
+        let text = """
+            [detection]
+            watch = smoke_alarm
+
+            [group.kettle]
+            classes = Whistling | kettle whistle
+            threshold = 0.4
+            """
+        let configuration = try DaemonConfiguration.parse(text, source: "/etc/earshot/earshotd.conf")
+        #expect(throws: EarshotError(.config, "/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class \"kettle whistle\" (nearest: \"Steam whistle\"; `earshot classes` lists all 521)")) {
+            try configuration.resolvedGroups(classLabels: ClassMapFixture.labels)
+        }
+
+        let synonym = try DaemonConfiguration.parse("[group.smoke_alarm]\nclasses = Smoke alarm\n", source: "t.conf")
+        #expect(throws: EarshotError(.config, "t.conf:2: [group.smoke_alarm] classes: unknown class \"Smoke alarm\" (nearest: \"Smoke detector, smoke alarm\"; `earshot classes` lists all 521)")) {
+            try synonym.resolvedGroups(classLabels: ClassMapFixture.labels)
+        }
+
+        // A classifier whose labels lack a watched preset's class (a custom model).
+        #expect(throws: EarshotError(.config, "group smoke_alarm: preset class \"Smoke detector, smoke alarm\" is not a label of this classifier (nearest: \"Smoke\"; `earshot classes` lists all 2; set classes in [group.smoke_alarm])")) {
+            try DaemonConfiguration().resolvedGroups(classLabels: ["Smoke", "Speech"])
+        }
+    }
+
+    @Test("CRLF line ends and a UTF-8 byte order mark are read")
+    func crlfAndBOM() throws {
+        let configuration = try DaemonConfiguration.parse(
+            "\u{FEFF}[analysis]\r\nwindow = 1.5\r\n[capture]\r\ndevice = hw:2\r\n", source: "t.conf")
+        #expect(configuration.analysis.windowDuration == 1.5)
+        #expect(configuration.capture.device == "hw:2")
+    }
+
+    @Test("files: the default path may be missing, a named file may not; line numbers carry the path")
+    func files() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-config-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let missing = directory.appendingPathComponent("missing.conf").path
+
+        #expect(try DaemonConfiguration.parse(fileAt: missing, required: false) == DaemonConfiguration())
+        #expect(throws: EarshotError(.config, "\(missing): cannot read the configuration file: No such file or directory (check the --config path, or omit --config to run with the built-in defaults)", cause: "No such file or directory")) {
+            try DaemonConfiguration.load(path: missing)
+        }
+        #expect(throws: EarshotError(.config, "\(directory.path): cannot read the configuration file: Is a directory (name the file, not its directory)", cause: "Is a directory")) {
+            try DaemonConfiguration.parse(fileAt: directory.path, required: false)
+        }
+
+        let file = directory.appendingPathComponent("earshotd.conf")
+        try "[analysis]\n\n# comment\noverlap = 1.5\n".write(to: file, atomically: true, encoding: .utf8)
+        #expect(throws: EarshotError(.config, "\(file.path):4: [analysis] overlap = 1.5: must be in [0, 1)")) {
+            try DaemonConfiguration.load(path: file.path)
+        }
+
+        try "[analysis]\noverlap = 0.25\n".write(to: file, atomically: true, encoding: .utf8)
+        let loaded = try DaemonConfiguration.load(path: file.path, overrides: .init(gateThresholdDBFS: -30))
+        #expect(loaded.analysis.overlapFactor == 0.25)
+        #expect(loaded.analysis.gateThresholdDBFS == -30)
+
+        if getuid() != 0 {
+            try "[analysis]\n".write(to: file, atomically: true, encoding: .utf8)
+            chmod(file.path, 0)
+            #expect(throws: EarshotError(.config, "\(file.path): cannot read the configuration file: Permission denied (make it readable by the daemon's user, e.g. chmod 644)", cause: "Permission denied")) {
+                try DaemonConfiguration.parse(fileAt: file.path, required: false)
+            }
+        }
+    }
+
+    @Test("overrides win over the file; --device clears the file's input; --watch names are checked")
+    func overrides() throws {
+        let file = try DaemonConfiguration.parse(
+            "[capture]\ninput = /srv/test.wav\n[group.kettle]\nclasses = Whistling\nthreshold = 0.4\n", source: "t.conf")
+        let applied = try file.applying(.init(device: "hw:1,0", socketPath: "/tmp/s.sock", windowDuration: 2,
+                                              overlapFactor: 0, watch: ["kettle", "smoke_alarm", "kettle"],
+                                              journal: false))
+        #expect(applied.capture.device == "hw:1,0")
+        #expect(applied.capture.input == nil)
+        #expect(applied.output.socketPath == "/tmp/s.sock")
+        #expect(applied.analysis.windowDuration == 2)
+        #expect(applied.analysis.overlapFactor == 0)
+        #expect(applied.detection.watch == ["kettle", "smoke_alarm"])
+        #expect(applied.output.journal == false)
+        #expect(try applied.resolvedGroups(classLabels: ClassMapFixture.labels).map(\.name) == ["kettle", "smoke_alarm"])
+
+        #expect(throws: EarshotError(.usage, "--watch kettel: \"kettel\" is not a group (did you mean kettle? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, kettle, smoke_alarm, snoring, speech; a new group needs a [group.kettel] section with classes and threshold)")) {
+            try file.applying(.init(watch: ["kettel"]))
+        }
+        #expect(throws: EarshotError(.usage, "--overlap 1.5: must be in [0, 1)")) {
+            try file.applying(.init(overlapFactor: 1.5))
+        }
+        #expect(throws: EarshotError(.usage, "--window 0.5: must be in [0.96, 10] seconds")) {
+            try file.applying(.init(windowDuration: 0.5))
+        }
+    }
+}
