@@ -1,0 +1,45 @@
+import Foundation
+import Testing
+
+@testable import Earshot
+
+@Suite("Lifecycle: systemd/earshotd.service")
+struct LifecycleServiceFileTests {
+    /// `Key=value` lines of the unit's [Service] section; a key given more than once keeps every value.
+    static func serviceSettings() throws -> [String: [String]] {
+        let url = TestPaths.packageRoot.appendingPathComponent("systemd/earshotd.service")
+        let text = try String(contentsOf: url, encoding: .utf8)
+        var section = ""
+        var settings: [String: [String]] = [:]
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("[") { section = String(line) }
+            guard section == "[Service]", !line.hasPrefix("#"), let equals = line.firstIndex(of: "=") else { continue }
+            settings[String(line[..<equals]), default: []].append(String(line[line.index(after: equals)...]))
+        }
+        return settings
+    }
+
+    @Test("the unit agrees with the daemon's defaults: config path, socket directory, notify protocol")
+    func unitMatchesDefaults() throws {
+        let settings = try Self.serviceSettings()
+        let defaults = DaemonConfiguration()
+        #expect(settings["Type"] == ["notify"])
+        #expect(settings["NotifyAccess"] == ["main"])
+        #expect(settings["ExecStart"] == ["/usr/local/bin/earshotd --config \(DaemonConfiguration.defaultPath)"])
+        // The socket lives in the directory systemd creates for the service.
+        let runtimeDirectory = try #require(settings["RuntimeDirectory"]?.first)
+        #expect(defaults.output.socketPath == "/run/\(runtimeDirectory)/earshot.sock")
+        #expect(settings["RuntimeDirectoryMode"] == ["0755"])
+        // The watchdog is on by default; the unit gives it a timeout.
+        #expect(defaults.daemon.watchdog)
+        #expect(settings["WatchdogSec"] == ["30"])
+        // Bad configuration (78) and usage (64) are not retried.
+        #expect(settings["RestartPreventExitStatus"] == ["64 78"])
+        #expect(settings["SupplementaryGroups"] == ["audio"])
+        #expect(settings["RestrictAddressFamilies"] == ["AF_UNIX"])
+        for key in ["NoNewPrivileges", "ProtectHome", "PrivateTmp", "DynamicUser"] {
+            #expect(settings[key] == ["yes"], "\(key)")
+        }
+        #expect(settings["ProtectSystem"] == ["strict"])
+    }
+}
