@@ -66,7 +66,8 @@ public protocol CaptureSource: AnyObject, Sendable {
     var format: CaptureFormat { get }
     /// Frames read from the source so far (excludes frames lost in xruns). Any thread.
     var framesCaptured: Int64 { get }
-    /// Overruns (`-EPIPE`) and suspends (`-ESTRPIPE`) recovered so far; each became a gap. Any thread.
+    /// Overruns (`-EPIPE`), suspends (`-ESTRPIPE`) and device errors (`-EIO`) recovered so far; each became a gap
+    /// in the frame positions. Any thread.
     var xrunCount: Int { get }
     /// True from ``start(into:startingAt:queue:onEnd:)`` until the thread has left its loop. Any thread.
     var isRunning: Bool { get }
@@ -101,7 +102,8 @@ enum SourceReadResult {
     case frames(Int)
     /// Nothing yet (timeout or would-block): check the stop flag and read again.
     case idle
-    /// An xrun lost `frames` (estimated from the clock): counted, and the next chunk's position jumps by that much.
+    /// An xrun or a recovered error lost `frames` (estimated from the clock): counted in `xrunCount`, and the next
+    /// chunk's position jumps by that much.
     case lost(frames: Int64)
     /// The input ended.
     case end

@@ -62,8 +62,9 @@ public struct CaptureConfiguration: Sendable, Equatable {
 /// `snd_pcm_readi` into a preallocated buffer, converts it to mono Float and writes it to the ring at its frame
 /// position. It does not allocate, lock or log. An overrun (`-EPIPE`) or suspend (`-ESTRPIPE`) is recovered with
 /// `snd_pcm_recover` and counted in ``xrunCount``; the frames lost (estimated from the monotonic clock since the last
-/// read) advance the frame position, so the ring's consumer sees a gap there. `-ENODEV` (unplugged), three `-EIO`
-/// or other errors in a row, or a failed recovery end the thread with ``CaptureEnd/failed(_:)``.
+/// read) advance the frame position, so the ring's consumer sees a gap there. Other errors (`-EIO`, `-EBADFD`) are
+/// recovered the same way (`snd_pcm_prepare`, counted, a gap) unless 5 come within 2 s. `-ENODEV` (unplugged),
+/// errors that keep coming, or a failed recovery end the thread with ``CaptureEnd/failed(_:)``.
 ///
 /// - Important: Create, start and stop from any thread; the counters are readable from any thread. Call
 ///   ``stop(timeout:)`` before dropping the last reference (deinit stops the thread too, waiting up to 1 s).
@@ -341,10 +342,13 @@ final class PCMReader: SourceReader, @unchecked Sendable {
     private let logBuffer: UnsafeMutablePointer<CChar>
     private var started = false
     private var lastReadNanoseconds: UInt64 = 0
-    private var consecutiveErrors = 0
+    private var errorWindowStart: UInt64 = 0
+    private var errorsInWindow = 0
 
-    /// Errors in a row (without a successful read between) after which the device counts as gone.
-    static let maximumConsecutiveErrors = 3
+    /// Errors other than xruns (`-EIO`, `-EBADFD`, ...) within ``errorWindowNanoseconds`` after which the device
+    /// counts as failed; fewer are recovered like an overrun.
+    static let maximumErrorsInWindow = 5
+    static let errorWindowNanoseconds: UInt64 = 2_000_000_000
     /// Milliseconds `snd_pcm_wait` may block; bounds how long a stop request waits.
     static let waitMilliseconds: Int32 = 100
 
@@ -386,7 +390,6 @@ final class PCMReader: SourceReader, @unchecked Sendable {
         if count == 0 { return .idle }
         SampleConversion.convertToMono(
             raw, format: format.sampleFormat, channels: format.channels, frameCount: count, into: destination)
-        consecutiveErrors = 0
         lastReadNanoseconds = ProducerLoop.monotonicNanoseconds()
         return .frames(count)
     }
@@ -404,26 +407,35 @@ final class PCMReader: SourceReader, @unchecked Sendable {
                 let started = snd_pcm_start(pcm)
                 guard started >= 0 else { return .failure(SourceFailure(function: "snd_pcm_start", code: started)) }
             }
-            let now = ProducerLoop.monotonicNanoseconds()
             // Everything captured since the last read was discarded with the full buffer.
-            let lost = Int64(Double(now &- lastReadNanoseconds) * Double(format.sampleRate) / 1e9)
-            lastReadNanoseconds = now
-            return .lost(frames: max(1, lost))
+            return .lost(frames: lostFrames(now: ProducerLoop.monotonicNanoseconds()))
         case ENODEV:
             return .failure(SourceFailure(function: function, code: code))
         default:
-            consecutiveErrors += 1
-            if consecutiveErrors >= Self.maximumConsecutiveErrors {
+            // -EIO and the like: restart the stream, unless errors keep coming (a failing or vanishing device).
+            let now = ProducerLoop.monotonicNanoseconds()
+            if now &- errorWindowStart > Self.errorWindowNanoseconds {
+                errorWindowStart = now
+                errorsInWindow = 0
+            }
+            errorsInWindow += 1
+            if errorsInWindow >= Self.maximumErrorsInWindow {
                 return .failure(SourceFailure(function: function, code: code))
             }
             let prepared = snd_pcm_prepare(pcm)
             guard prepared >= 0 else { return .failure(SourceFailure(function: "snd_pcm_prepare", code: prepared)) }
             let started = snd_pcm_start(pcm)
             guard started >= 0 else { return .failure(SourceFailure(function: "snd_pcm_start", code: started)) }
-            var pause = timespec(tv_sec: 0, tv_nsec: 10_000_000)  // 10 ms, so a failing device cannot spin a core
-            _ = nanosleep(&pause, nil)
-            return .idle
+            // Preparing discarded the buffer: a gap, like an overrun.
+            return .lost(frames: lostFrames(now: ProducerLoop.monotonicNanoseconds()))
         }
+    }
+
+    /// Frames the device captured since the last read, all discarded by a recovery, estimated from the clock.
+    private func lostFrames(now: UInt64) -> Int64 {
+        let lost = Int64(Double(now &- lastReadNanoseconds) * Double(format.sampleRate) / 1e9)
+        lastReadNanoseconds = now
+        return max(1, lost)
     }
 
     func error(for failure: SourceFailure) -> EarshotError {
