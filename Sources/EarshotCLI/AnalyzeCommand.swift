@@ -1,9 +1,186 @@
+import Earshot
 import Foundation
 
-/// `earshot analyze` (being built).
+/// `earshot analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]`:
+/// classifies each file's windows and prints them; a bad file gets one stderr line and the others are still analysed.
+/// Exit status: 0, or the first failure's sysexits code (64 usage, 65 bad data, 66 missing/unreadable input).
 enum AnalyzeCommand {
+    static let usage = "usage: earshot analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]"
+
+    static let help = """
+    \(usage)
+
+    Classifies the sounds in each FILE (WAV, FLAC, Ogg Vorbis/Opus, MP3, AIFF) with the built-in YAMNet classifier.
+      --format F    text (default): "FILE START-ENDs  Label 93.1%  ..." per window
+                    jsonl: {"file":...,"start":...,"duration":...,"classifications":[{"label":...,"confidence":...}]}
+                    csv: file,start,duration,rank,label,confidence (one row per window per class)
+      --top K       classes per window, 1 to 521 (default 3)
+      --window S    window length in seconds, 0.96 to 3600 (default 0.96); a longer window averages the 0.96 s
+                    patches inside it
+      --overlap F   fraction shared by successive windows, 0 <= F < 1 (default 0.5: a 0.48 s hop)
+      --summary     after each file, each label's share of the windows where it is the top class
+                    (csv: rows with empty start and duration, the share in the confidence column)
+    """
+
+    struct Options {
+        var files: [String] = []
+        var format: AnalysisOutputFormat = .text
+        var top = 3
+        var window = ClassifySoundRequest.minimumWindowDuration
+        var overlap = 0.5
+        var summary = false
+        var helpRequested = false
+    }
+
     static func run(_ arguments: [String]) -> Int32 {
-        FileHandle.standardError.write(Data("earshot: analyze is not built yet\n".utf8))
-        return 69
+        let options: Options
+        do {
+            options = try parse(arguments)
+        } catch {
+            printError(error.message)
+            return error.exitStatus
+        }
+        if options.helpRequested {
+            print(help)
+            return 0
+        }
+
+        let request: ClassifySoundRequest
+        do {
+            request = try ClassifySoundRequest(windowDuration: options.window, overlapFactor: options.overlap)
+            _ = try BuiltInClassifier.shared()
+        } catch {
+            printError(error.message)
+            return error.exitStatus
+        }
+
+        let formatter = AnalysisReportFormatter(format: options.format, top: options.top)
+        if let header = formatter.header { print(header) }
+        var firstFailure: Int32 = 0
+        for file in options.files {
+            let observer = PrintingObserver(file: file, formatter: formatter, summary: options.summary)
+            do {
+                let analyzer = try AudioFileAnalyzer(url: URL(fileURLWithPath: file))
+                try analyzer.add(request, withObserver: observer)
+                analyzer.analyze()
+            } catch {
+                observer.failure = error
+            }
+            if let failure = observer.failure {
+                printError(failure.message)
+                if firstFailure == 0 { firstFailure = failure.exitStatus }
+            }
+        }
+        fflush(nil)
+        return firstFailure
+    }
+
+    /// Parses the arguments after `analyze`.
+    /// - Throws: ``EarshotError`` `.usage` naming the flag and its allowed values.
+    static func parse(_ arguments: [String]) throws(EarshotError) -> Options {
+        var options = Options()
+        var index = 0
+        var onlyFiles = false
+        func value(_ flag: String, _ inline: String?, allowed: String) throws(EarshotError) -> String {
+            if let inline { return inline }
+            index += 1
+            guard index < arguments.count else {
+                throw EarshotError(.usage, "\(flag) needs a value (\(allowed))")
+            }
+            return arguments[index]
+        }
+        while index < arguments.count {
+            let argument = arguments[index]
+            if onlyFiles || !argument.hasPrefix("-") || argument == "-" {
+                options.files.append(argument)
+                index += 1
+                continue
+            }
+            var flag = argument
+            var inline: String?
+            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+                flag = String(argument[..<equals])
+                inline = String(argument[argument.index(after: equals)...])
+            }
+            switch flag {
+            case "--":
+                onlyFiles = true
+            case "--help", "-h":
+                options.helpRequested = true
+            case "--summary":
+                options.summary = true
+            case "--format":
+                let allowed = "text, jsonl or csv"
+                let text = try value(flag, inline, allowed: allowed)
+                guard let format = AnalysisOutputFormat(rawValue: text) else {
+                    throw EarshotError(.usage, "--format \"\(text)\" is not a format (allowed: \(allowed))")
+                }
+                options.format = format
+            case "--top":
+                let allowed = "an integer from 1 to \(YAMNet.classCount)"
+                let text = try value(flag, inline, allowed: allowed)
+                guard let top = Int(text), top >= 1, top <= YAMNet.classCount else {
+                    throw EarshotError(.usage, "--top \"\(text)\" is out of range (allowed: \(allowed))")
+                }
+                options.top = top
+            case "--window":
+                let allowed = "seconds, 0.96 to 3600"
+                let text = try value(flag, inline, allowed: allowed)
+                guard let seconds = Double(text), seconds.isFinite,
+                      seconds >= ClassifySoundRequest.minimumWindowDuration,
+                      seconds <= ClassifySoundRequest.maximumWindowDuration else {
+                    throw EarshotError(.usage, "--window \"\(text)\" is out of range (allowed: \(allowed))")
+                }
+                options.window = seconds
+            case "--overlap":
+                let allowed = "a fraction, 0 <= F < 1"
+                let text = try value(flag, inline, allowed: allowed)
+                guard let overlap = Double(text), overlap.isFinite, overlap >= 0, overlap < 1 else {
+                    throw EarshotError(.usage, "--overlap \"\(text)\" is out of range (allowed: \(allowed))")
+                }
+                options.overlap = overlap
+            default:
+                throw EarshotError(.usage, "unknown option \"\(argument)\" for analyze (allowed: --format, --top, --window, --overlap, --summary)")
+            }
+            index += 1
+        }
+        if options.files.isEmpty && !options.helpRequested {
+            throw EarshotError(.usage, "analyze needs at least one FILE (\(usage))")
+        }
+        return options
+    }
+
+    static func printError(_ message: String) {
+        fflush(nil)
+        FileHandle.standardError.write(Data("earshot: \(message)\n".utf8))
+    }
+}
+
+/// Prints each window as it is produced, then the summary; keeps the failure for the caller.
+private final class PrintingObserver: ResultsObserving {
+    let file: String
+    let formatter: AnalysisReportFormatter
+    let summary: Bool
+    var tally = TopClassTally()
+    var failure: EarshotError?
+
+    init(file: String, formatter: AnalysisReportFormatter, summary: Bool) {
+        self.file = file
+        self.formatter = formatter
+        self.summary = summary
+    }
+
+    func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult) {
+        tally.add(result)
+        for line in formatter.lines(file: file, result: result) { print(line) }
+    }
+
+    func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError) {
+        failure = error
+    }
+
+    func requestDidComplete(_ request: ClassifySoundRequest) {
+        guard summary else { return }
+        for line in formatter.summaryLines(file: file, tally: tally) { print(line) }
     }
 }

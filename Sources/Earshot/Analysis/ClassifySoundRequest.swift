@@ -1,0 +1,118 @@
+import Foundation
+import Synchronization
+
+/// A request to classify sounds in windows of audio (Sound Analysis' `SNClassifySoundRequest`).
+///
+/// The built-in classifier is YAMNet (521 AudioSet classes). YAMNet scores 0.96 s log-mel patches; a window of
+/// ``windowDuration`` seconds is scored as the mean of the 0.96 s patches that fit inside it at 0.48 s steps
+/// (`1 + floor((windowDuration - 0.96) / 0.48)` patches; one patch for the default 0.96 s, two for 1.44 s).
+/// Windows start every `windowDuration * (1 - overlapFactor)` seconds, rounded to the 10 ms log-mel hop (at least
+/// one hop). The defaults, 0.96 s and 0.5 (a 0.48 s hop), are exactly the reference model's patches.
+///
+/// A window needs `(frames - 1) * 160 + 400` samples at 16 kHz, where `frames = 96 + 48 * (patches - 1)` log-mel
+/// frames: 15600 samples (0.975 s) for the default window.
+///
+/// Requests are immutable; invalid values are refused at creation.
+public final class ClassifySoundRequest: Sendable {
+    /// Which classifier scores the windows.
+    public enum Classifier: Sendable, Equatable {
+        /// YAMNet (TF Hub google/yamnet/1), loaded once per process from the installed `Models/` directory.
+        case builtIn
+    }
+
+    /// The shortest window in seconds: one YAMNet patch (96 frames of 10 ms).
+    public static let minimumWindowDuration = 0.96
+    /// The longest window in seconds (one hour; a bound that keeps buffers and counts finite).
+    public static let maximumWindowDuration = 3_600.0
+
+    /// The classifier.
+    public let classifier: Classifier
+    /// Window length in seconds, 0.96...3600.
+    public let windowDuration: Double
+    /// Fraction of a window shared with the next one, 0 <= overlapFactor < 1.
+    public let overlapFactor: Double
+    /// Patch and hop sizes derived from the two values above.
+    let geometry: WindowGeometry
+
+    /// Creates a request.
+    /// - Parameters:
+    ///   - classifier: the classifier (default: the built-in YAMNet).
+    ///   - windowDuration: window length in seconds, 0.96...3600 (default 0.96).
+    ///   - overlapFactor: overlap between successive windows, 0 <= value < 1 (default 0.5, a 0.48 s hop).
+    /// - Throws: ``EarshotError`` `.usage` naming the value and the allowed range.
+    public init(classifier: Classifier = .builtIn, windowDuration: Double = 0.96, overlapFactor: Double = 0.5) throws(EarshotError) {
+        guard windowDuration.isFinite, windowDuration >= Self.minimumWindowDuration - 1e-9,
+              windowDuration <= Self.maximumWindowDuration else {
+            throw EarshotError(.usage, "windowDuration \(windowDuration) s is out of range (allowed: 0.96 to 3600 seconds)")
+        }
+        guard overlapFactor.isFinite, overlapFactor >= 0, overlapFactor < 1 else {
+            throw EarshotError(.usage, "overlapFactor \(overlapFactor) is out of range (allowed: 0 <= overlapFactor < 1)")
+        }
+        self.classifier = classifier
+        self.windowDuration = windowDuration
+        self.overlapFactor = overlapFactor
+        geometry = WindowGeometry(windowDuration: windowDuration, overlapFactor: overlapFactor)
+    }
+
+    /// The labels this request can produce, index = class index (521 AudioSet display names for the built-in
+    /// classifier).
+    /// - Throws: ``EarshotError`` when the built-in model cannot be loaded (see `YAMNet.builtIn()`).
+    public func knownClassifications() throws(EarshotError) -> [String] {
+        try model().classLabels
+    }
+
+    /// The loaded model for ``classifier``.
+    func model() throws(EarshotError) -> YAMNet {
+        switch classifier {
+        case .builtIn: try BuiltInClassifier.shared()
+        }
+    }
+}
+
+/// The built-in YAMNet, loaded once per process and shared (a `YAMNet` is immutable and thread-safe).
+public enum BuiltInClassifier {
+    private static let loaded = Mutex<YAMNet?>(nil)
+
+    /// The process-wide built-in model; the first call loads it (`YAMNet.builtIn()`), later calls return the same
+    /// instance. Thread-safe.
+    /// - Throws: as `YAMNet.builtIn()` (the model files cannot be found or read); a later call tries again.
+    public static func shared() throws(EarshotError) -> YAMNet {
+        try loaded.withLock { (model: inout YAMNet?) throws(EarshotError) -> YAMNet in
+            if let model { return model }
+            let fresh = try YAMNet.builtIn()
+            model = fresh
+            return fresh
+        }
+    }
+}
+
+/// How a request's windows map onto the 16 kHz samples and the 10 ms log-mel frames.
+struct WindowGeometry: Sendable, Equatable {
+    /// 0.96 s patches averaged per window.
+    let patchesPerWindow: Int
+    /// Log-mel frames a window covers: 96 + 48 * (patches - 1).
+    let windowFrames: Int
+    /// 16 kHz samples a window covers: (windowFrames - 1) * 160 + 400.
+    let windowSamples: Int
+    /// Log-mel frames (10 ms) between window starts, >= 1.
+    let hopFrames: Int
+    /// 16 kHz samples between window starts: hopFrames * 160.
+    let hopSamples: Int
+
+    init(windowDuration: Double, overlapFactor: Double) {
+        let extraPatches = Int(((windowDuration - YAMNet.patchDuration) / YAMNet.patchHopDuration + 1e-9).rounded(.down))
+        patchesPerWindow = 1 + max(0, extraPatches)
+        windowFrames = YAMNet.patchFrames + YAMNet.patchHopFrames * (patchesPerWindow - 1)
+        windowSamples = (windowFrames - 1) * LogMelSpectrogram.hopSamples + LogMelSpectrogram.windowSamples
+        let hopSeconds = windowDuration * (1 - overlapFactor)
+        hopFrames = max(1, Int((hopSeconds * Double(YAMNet.sampleRate) / Double(LogMelSpectrogram.hopSamples)).rounded()))
+        hopSamples = hopFrames * LogMelSpectrogram.hopSamples
+    }
+
+    /// Windows needed to cover `sampleCount` samples, padding the end with zeros as the reference's `pad_waveform`
+    /// does: at least one, then one per hop until the last sample is inside a window.
+    func windowCount(sampleCount: Int) -> Int {
+        let beyondFirst = max(0, sampleCount - windowSamples)
+        return 1 + (beyondFirst + hopSamples - 1) / hopSamples
+    }
+}

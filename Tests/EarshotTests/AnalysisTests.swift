@@ -1,0 +1,366 @@
+import Foundation
+import Testing
+@testable import Earshot
+
+/// Collects what an analyzer reports (a small real observer, as an app would write).
+final class CollectingObserver: ResultsObserving {
+    var results: [ClassificationResult] = []
+    var errors: [EarshotError] = []
+    var completions = 0
+
+    func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult) { results.append(result) }
+    func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError) { errors.append(error) }
+    func requestDidComplete(_ request: ClassifySoundRequest) { completions += 1 }
+}
+
+enum AnalysisTestSupport {
+    /// Writes `samples` as a mono 32-bit float WAV at `sampleRate`.
+    static func writeFloatWAV(_ samples: [Float], sampleRate: Int, to url: URL) throws {
+        try AudioTestFiles.write(AudioTestFiles.wav(formatTag: 3, channels: 1, sampleRate: sampleRate, bitsPerSample: 32,
+                                                    data: AudioTestFiles.littleEndian(samples)), to: url)
+    }
+
+    /// A sine of `frequency` Hz with RMS level `dbfs` (amplitude = sqrt(2) * 10^(dbfs / 20)).
+    static func sine(frequency: Double, dbfs: Double, sampleRate: Double, count: Int, phase: Int = 0) -> [Float] {
+        let amplitude = 2.0.squareRoot() * pow(10, dbfs / 20)
+        return (0..<count).map { Float(amplitude * sin(2 * Double.pi * frequency * Double($0 + phase) / sampleRate)) }
+    }
+
+    static func fileResults(_ url: URL, request: ClassifySoundRequest, threads: Int = 2) throws -> CollectingObserver {
+        let analyzer = try AudioFileAnalyzer(url: url)
+        analyzer.maximumThreads = threads
+        let observer = CollectingObserver()
+        try analyzer.add(request, withObserver: observer)
+        analyzer.analyze()
+        return observer
+    }
+
+    static func maxDifference(_ a: [Float], _ b: ArraySlice<Float>) -> Float {
+        zip(a, b).reduce(0) { max($0, abs($1.0 - $1.1)) }
+    }
+}
+
+@Suite("Analysis")
+struct AnalysisTests {
+    // MARK: Requests
+
+    @Test("request values are validated with exact messages")
+    func requestValidation() throws {
+        func message(_ window: Double, _ overlap: Double) -> String? {
+            AudioTestFiles.error { () throws(EarshotError) in try ClassifySoundRequest(windowDuration: window, overlapFactor: overlap) }?.message
+        }
+        #expect(message(0.5, 0.5) == "windowDuration 0.5 s is out of range (allowed: 0.96 to 3600 seconds)")
+        #expect(message(4_000, 0.5) == "windowDuration 4000.0 s is out of range (allowed: 0.96 to 3600 seconds)")
+        #expect(message(.nan, 0.5) == "windowDuration nan s is out of range (allowed: 0.96 to 3600 seconds)")
+        #expect(message(0.96, 1.2) == "overlapFactor 1.2 is out of range (allowed: 0 <= overlapFactor < 1)")
+        #expect(message(0.96, 1) == "overlapFactor 1.0 is out of range (allowed: 0 <= overlapFactor < 1)")
+        #expect(message(0.96, -0.1) == "overlapFactor -0.1 is out of range (allowed: 0 <= overlapFactor < 1)")
+        let error = AudioTestFiles.error { () throws(EarshotError) in try ClassifySoundRequest(windowDuration: 0.5) }
+        #expect(error?.code == .usage)
+        #expect(error?.exitStatus == 64)
+        #expect(message(0.96, 0) == nil)
+        #expect(message(3_600, 0.99) == nil)
+    }
+
+    @Test("window geometry: patches per window, samples and hop")
+    func geometry() throws {
+        let standard = try ClassifySoundRequest().geometry
+        #expect(standard == WindowGeometry(windowDuration: 0.96, overlapFactor: 0.5))
+        #expect([standard.patchesPerWindow, standard.windowFrames, standard.windowSamples, standard.hopFrames, standard.hopSamples] as [Int]
+                == [1, 96, 15_600, 48, 7_680])
+        let longer = try ClassifySoundRequest(windowDuration: 1.5, overlapFactor: 0.5).geometry
+        #expect([longer.patchesPerWindow, longer.windowFrames, longer.windowSamples, longer.hopFrames, longer.hopSamples] as [Int]
+                == [2, 144, 23_280, 75, 12_000])
+        let three = try ClassifySoundRequest(windowDuration: 1.92, overlapFactor: 0).geometry
+        #expect([three.patchesPerWindow, three.windowFrames, three.windowSamples, three.hopFrames] as [Int] == [3, 192, 30_960, 192])
+        // The reference's padding: 1 window up to 15600 samples, then one more per started 7680.
+        #expect(standard.windowCount(sampleCount: 0) == 1)
+        #expect(standard.windowCount(sampleCount: 15_600) == 1)
+        #expect(standard.windowCount(sampleCount: 15_601) == 2)
+        #expect(standard.windowCount(sampleCount: 98_043) == 12)
+        for count in [0, 1, 15_600, 15_601, 23_280, 23_281, 98_043, 960_000] {
+            #expect(standard.windowCount(sampleCount: count) * LogMelSpectrogram.patchHopSamples + 15_600 - 7_680
+                    == LogMelSpectrogram.referencePaddedLength(sampleCount: count))
+        }
+    }
+
+    // MARK: Results
+
+    @Test("results sort classes, find them by identifier, and measure level in dBFS")
+    func resultBasics() {
+        let scores: [Float] = [0.2, 0.9, 0.2, 0.05]
+        let result = ClassificationResult.scored(timeRange: TimeRange(start: 0.48, duration: 0.96), scores: scores,
+                                                 labels: ["Speech", "Music", "Dog", "Cat"], levelDBFS: -12)
+        #expect(result.classifications.map(\.identifier) == ["Music", "Speech", "Dog", "Cat"])
+        #expect(result.classification(forIdentifier: "Dog")?.confidence == Double(Float(0.2)))
+        #expect(result.classification(forIdentifier: "Bird") == nil)
+        #expect(result.timeRange.end == 1.44)
+        #expect(!result.isGated)
+
+        let fullScale = AnalysisTestSupport.sine(frequency: 1_000, dbfs: -3.0103, sampleRate: 16_000, count: 16_000)
+        let level = fullScale.withUnsafeBufferPointer { ClassificationResult.level(of: $0) }
+        #expect(abs(level - -3.0103) < 0.001)
+        #expect(fullScale.map { abs($0) }.max()! > 0.9999)
+        let silence = [Float](repeating: 0, count: 100)
+        #expect(silence.withUnsafeBufferPointer { ClassificationResult.level(of: $0) } == -120)
+    }
+
+    // MARK: File analyzer against the reference
+
+    @Test("file analysis of each golden's source file matches the reference scores within 0.02")
+    func goldenSources() throws {
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let request = try ClassifySoundRequest()
+        for golden in try AudioTestFiles.goldens() {
+            let reference = try AudioTestFiles.readFloat32(TestPaths.sharedFile("golden/\(golden.stem).scores.f32"))
+            let observer = try AnalysisTestSupport.fileResults(TestPaths.sharedFile("audio/" + golden.source), request: request)
+            #expect(observer.errors.isEmpty)
+            #expect(observer.completions == 1)
+            #expect(observer.results.count * YAMNet.classCount == reference.count, "\(golden.stem)")
+            var worst: Float = 0
+            var sameTop = 0
+            for (index, result) in observer.results.enumerated() where (index + 1) * 521 <= reference.count {
+                #expect(result.timeRange == TimeRange(start: Double(index * 7_680) / 16_000, duration: 0.96))
+                let row = reference[(index * 521)..<((index + 1) * 521)]
+                worst = max(worst, AnalysisTestSupport.maxDifference(result.scores, row))
+                let referenceTop = row.indices.max { row[$0] < row[$1] }! - index * 521
+                if result.scores.indices.max(by: { result.scores[$0] < result.scores[$1] }) == referenceTop { sameTop += 1 }
+            }
+            print("golden source \(golden.stem): \(observer.results.count) windows, max |score - reference| = \(worst), same top-1 on \(sameTop)")
+            #expect(worst <= 0.02, "\(golden.stem)")
+        }
+    }
+
+    @Test("the golden 16 kHz input gives the reference scores within 1e-3; a 1.44 s window is the mean of its two patches")
+    func goldenInputAndLongWindow() throws {
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let stem = "alarm-clock-elapsed"
+        let waveform = try AudioTestFiles.readFloat32(TestPaths.sharedFile("golden/\(stem).wave16k.f32"))
+        let reference = try AudioTestFiles.readFloat32(TestPaths.sharedFile("golden/\(stem).scores.f32"))
+        let url = directory.appendingPathComponent("\(stem).wav")
+        try AnalysisTestSupport.writeFloatWAV(waveform, sampleRate: 16_000, to: url)
+
+        let standard = try AnalysisTestSupport.fileResults(url, request: ClassifySoundRequest())
+        #expect(standard.results.count == 12)
+        var worst: Float = 0
+        for (index, result) in standard.results.enumerated() {
+            worst = max(worst, AnalysisTestSupport.maxDifference(result.scores, reference[(index * 521)..<((index + 1) * 521)]))
+        }
+        print("golden input \(stem): max |score - reference| = \(worst)")
+        #expect(worst <= 1e-3)
+
+        // 1.44 s windows with overlap 2/3: hop 0.48 s, each window = mean of reference patches i and i + 1.
+        let long = try AnalysisTestSupport.fileResults(url, request: ClassifySoundRequest(windowDuration: 1.44, overlapFactor: 2.0 / 3))
+        #expect(long.results.count == 11)
+        var worstMean: Float = 0
+        for (index, result) in long.results.enumerated() {
+            #expect(result.timeRange == TimeRange(start: Double(index * 7_680) / 16_000, duration: 1.44))
+            let mean = (0..<521).map { (reference[index * 521 + $0] + reference[(index + 1) * 521 + $0]) / 2 }
+            worstMean = max(worstMean, AnalysisTestSupport.maxDifference(result.scores, mean[...]))
+        }
+        #expect(worstMean <= 1e-3)
+    }
+
+    // MARK: Stream analyzer
+
+    @Test("a whole file streamed in uneven buffers gives the file analyzer's results")
+    func streamEqualsFile() throws {
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        // 48 kHz stereo Ogg Vorbis, 6.1 s: exercises downmix, resampling and the padded end.
+        let url = TestPaths.sharedFile("audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga")
+        let request = try ClassifySoundRequest()
+        let file = try AnalysisTestSupport.fileResults(url, request: request)
+
+        let decoder = try AudioFileDecoder(url: url)
+        let stream = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(decoder.sampleRate), channelCount: decoder.channelCount))
+        let observer = CollectingObserver()
+        try stream.add(request, withObserver: observer)
+        var position: Int64 = 0
+        let sizes = [4_800, 1_000, 333, 8_192, 1]
+        var turn = 0
+        var buffer: [Float] = []
+        while true {
+            buffer.removeAll(keepingCapacity: true)
+            let frames = try decoder.read(maxFrames: sizes[turn % sizes.count], appendingTo: &buffer)
+            if frames == 0 { break }
+            stream.analyze(buffer, atAudioFramePosition: position)
+            position += Int64(frames)
+            turn += 1
+        }
+        let beforeEnd = observer.results.count
+        stream.completeAnalysis()
+        #expect(observer.errors.isEmpty)
+        #expect(observer.completions == 1)
+        #expect(file.results.count == 12)
+        #expect(beforeEnd == 11)  // the 12th window needs the zero padding added at the end
+        #expect(observer.results.count == file.results.count)
+        var worst: Float = 0
+        for (streamed, whole) in zip(observer.results, file.results) {
+            #expect(streamed.timeRange == whole.timeRange)
+            #expect(abs(streamed.levelDBFS - whole.levelDBFS) < 1e-4)
+            worst = max(worst, AnalysisTestSupport.maxDifference(streamed.scores, whole.scores[...]))
+        }
+        print("stream vs file: max |difference| = \(worst)")
+        #expect(worst <= 1e-6)
+    }
+
+    @Test("a frame-position gap resets the window and the resampler: no window spans it")
+    func gapHandling() throws {
+        let request = try ClassifySoundRequest()
+        let stream = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 48_000, channelCount: 1))
+        let observer = CollectingObserver()
+        try stream.add(request, withObserver: observer)
+        // 1.25 s of a 1 kHz tone at frames 0..<60000, then the same 1.25 s again at frames 120000..<180000 (a 1.25 s gap).
+        let tone = AnalysisTestSupport.sine(frequency: 1_000, dbfs: -20, sampleRate: 48_000, count: 60_000)
+        for start in stride(from: 0, to: 60_000, by: 6_000) {
+            stream.analyze(Array(tone[start..<(start + 6_000)]), atAudioFramePosition: Int64(start))
+        }
+        #expect(observer.results.map(\.timeRange.start) == [0])
+        for start in stride(from: 0, to: 60_000, by: 6_000) {
+            stream.analyze(Array(tone[start..<(start + 6_000)]), atAudioFramePosition: Int64(120_000 + start))
+        }
+        #expect(observer.results.map(\.timeRange.start) == [0, 2.5])
+        stream.completeAnalysis()
+        // Segment 2 holds 20000 samples at 16 kHz: windows at +0 and +0.48 s (the second padded with zeros).
+        #expect(observer.results.map(\.timeRange.start) == [0, 2.5, 2.98])
+        // The resampler was reset: the first window after the gap sees exactly what the first window saw.
+        try #require(observer.results.count == 3)
+        #expect(observer.results[1].scores == observer.results[0].scores)
+        #expect(observer.results[1].levelDBFS == observer.results[0].levelDBFS)
+        #expect(observer.completions == 1)
+
+        // A jump backwards is a discontinuity too.
+        let again = CollectingObserver()
+        let second = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 48_000, channelCount: 1))
+        second.gateThresholdDBFS = 0  // everything gated: only the window times matter here
+        try second.add(request, withObserver: again)
+        second.analyze(Array(tone[0..<48_000]), atAudioFramePosition: 96_000)
+        second.analyze(Array(tone[0..<48_000]), atAudioFramePosition: 48_000)
+        #expect(again.results.map(\.timeRange.start) == [2, 1])
+        second.completeAnalysis()
+        #expect(again.results.map(\.timeRange.start) == [2, 1, 1.48])
+    }
+
+    @Test("the RMS gate: silence is gated without inference; a -20 dBFS sine reads -20 dBFS and is classified")
+    func gate() throws {
+        let request = try ClassifySoundRequest()
+        let quiet = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 16_000, channelCount: 1))
+        quiet.gateThresholdDBFS = -50
+        let silentObserver = CollectingObserver()
+        try quiet.add(request, withObserver: silentObserver)
+        quiet.analyze([Float](repeating: 0, count: 32_000), atAudioFramePosition: 0)
+        #expect(silentObserver.results.map(\.timeRange.start) == [0, 0.48, 0.96])
+        for result in silentObserver.results {
+            #expect(result.isGated)
+            #expect(result.levelDBFS == -120)
+            #expect(result.levelDBFS < -50)
+            #expect(result.classifications.isEmpty)
+            #expect(result.scores.isEmpty)
+        }
+
+        // Stereo 48 kHz, both channels the same -20 dBFS-RMS 440 Hz sine: downmix and resampling keep the level.
+        let loud = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 48_000, channelCount: 2))
+        loud.gateThresholdDBFS = -50
+        let loudObserver = CollectingObserver()
+        try loud.add(request, withObserver: loudObserver)
+        let sine = AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 48_000, count: 96_000)
+        var interleaved: [Float] = []
+        for value in sine { interleaved += [value, value] }
+        loud.analyze(interleaved, atAudioFramePosition: 0)
+        #expect(loudObserver.results.count == 3)
+        for result in loudObserver.results {
+            #expect(!result.isGated)
+            #expect(abs(result.levelDBFS - -20) <= 0.1, "level \(result.levelDBFS)")
+            #expect(result.classifications.count == 521)
+        }
+    }
+
+    @Test("invalid stream formats and buffers are refused with exact messages")
+    func streamErrors() throws {
+        let zero = AudioTestFiles.error { () throws(EarshotError) in try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 0, channelCount: 1)) }
+        #expect(zero?.message == "stream sample rate 0.0 Hz is out of range (allowed: > 0 Hz)")
+        let channels = AudioTestFiles.error { () throws(EarshotError) in try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 16_000, channelCount: 0)) }
+        #expect(channels?.message == "stream channel count 0 is out of range (allowed: 1 to 1024)")
+
+        let stream = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 16_000, channelCount: 2))
+        let observer = CollectingObserver()
+        let request = try ClassifySoundRequest()
+        try stream.add(request, withObserver: observer)
+        stream.analyze([0, 0, 0], atAudioFramePosition: 0)
+        #expect(observer.errors.map(\.message) == ["an audio buffer of 3 samples is not a whole number of 2-channel frames (buffer ignored)"])
+        let twice = AudioTestFiles.error { () throws(EarshotError) in try stream.add(request, withObserver: observer) }
+        #expect(twice?.message == "this request was already added to the analyzer (create another request)")
+    }
+
+    @Test("file analyzer: errors at open are thrown, errors while decoding go to the observer")
+    func fileAnalyzerErrors() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let missing = AudioTestFiles.error { () throws(EarshotError) in try AudioFileAnalyzer(url: directory.appendingPathComponent("none.wav")) }
+        #expect(missing?.message == "\(directory.path)/none.wav: no such file (check the path)")
+
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let flac = try Data(contentsOf: TestPaths.sharedFile("audio/snoring-khan/1/1_10.flac"))
+        let cut = directory.appendingPathComponent("cut.flac")
+        try flac.prefix(20_000).write(to: cut)
+        let observer = try AnalysisTestSupport.fileResults(cut, request: ClassifySoundRequest())
+        #expect(observer.results.isEmpty)
+        #expect(observer.completions == 0)
+        #expect(observer.errors.map(\.message) == ["\(directory.path)/cut.flac: truncated: the header declares 48000 frames but the data ends after 16384 (flac decoder lost sync; the copy or recording was cut short; copy it again)"])
+    }
+
+    // MARK: Report formatting
+
+    @Test("text, jsonl and csv lines and summaries are exact")
+    func formatting() {
+        let result = ClassificationResult.scored(
+            timeRange: TimeRange(start: 0.48, duration: 0.96), scores: [0.931, 0.052, 0.00004, 0.5],
+            labels: ["Speech", "Music", "Smoke detector, smoke alarm", "Say \"hi\""], levelDBFS: -20)
+        let text = AnalysisReportFormatter(format: .text, top: 3)
+        #expect(text.header == nil)
+        #expect(text.lines(file: "x.wav", result: result) == ["x.wav 0.48-1.44s  Speech 93.1%  Say \"hi\" 50.0%  Music 5.2%"])
+        let json = AnalysisReportFormatter(format: .jsonl, top: 2)
+        #expect(json.lines(file: "x.wav", result: result)
+                == [#"{"file":"x.wav","start":0.48,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.931},{"label":"Say \"hi\"","confidence":0.5}]}"#])
+        let csv = AnalysisReportFormatter(format: .csv, top: 4)
+        #expect(csv.header == "file,start,duration,rank,label,confidence")
+        #expect(csv.lines(file: "a,b.wav", result: result) == [
+            "\"a,b.wav\",0.48,0.96,1,Speech,0.931",
+            "\"a,b.wav\",0.48,0.96,2,\"Say \"\"hi\"\"\",0.5",
+            "\"a,b.wav\",0.48,0.96,3,Music,0.052",
+            "\"a,b.wav\",0.48,0.96,4,\"Smoke detector, smoke alarm\",0",
+        ])
+        let gated = ClassificationResult.gated(timeRange: TimeRange(start: 0, duration: 0.96), levelDBFS: -63.25)
+        #expect(text.lines(file: "q.wav", result: gated) == ["q.wav 0.00-0.96s  (quiet: -63.2 dBFS)"])
+        #expect(json.lines(file: "q.wav", result: gated) == [#"{"file":"q.wav","start":0,"duration":0.96,"classifications":[]}"#])
+
+        var tally = TopClassTally()
+        let labels = ["Speech", "Music"]
+        for top in [0, 1, 0, 0, 1, 0, 0, 0] {
+            tally.add(.scored(timeRange: TimeRange(start: 0, duration: 0.96), scores: top == 0 ? [0.9, 0.1] : [0.1, 0.9],
+                              labels: labels, levelDBFS: -20))
+        }
+        tally.add(gated)
+        #expect(tally.windowCount == 8)
+        #expect(text.summaryLines(file: "x.wav", tally: tally)
+                == ["x.wav summary  Speech 75.0% (6 of 8 windows)", "x.wav summary  Music 25.0% (2 of 8 windows)"])
+        #expect(json.summaryLines(file: "x.wav", tally: tally)
+                == [#"{"file":"x.wav","summary":[{"label":"Speech","share":0.75},{"label":"Music","share":0.25}]}"#])
+        #expect(csv.summaryLines(file: "x.wav", tally: tally) == ["x.wav,,,1,Speech,0.75", "x.wav,,,2,Music,0.25"])
+        #expect(AnalysisReportFormatter.jsonString("a\u{1}\\\n") == "\"a\\u0001\\\\\\n\"")
+    }
+}
