@@ -1,6 +1,28 @@
 import Earshot
 import Foundation
 
-// `earshotd`: being wired.
-FileHandle.standardError.write(Data("earshotd: not wired yet\n".utf8))
-exit(69)
+// `earshotd`: argument parsing and wiring only; the daemon lives in `EarshotDaemon` (Sources/Earshot/Daemon).
+
+func fail(_ error: EarshotError) -> Never {
+    FileHandle.standardError.write(Data("earshotd: \(error.message)\n".utf8))
+    exit(error.exitStatus)
+}
+
+do {
+    // Before any thread starts, so that every thread inherits the blocked set and only the Dispatch sources see them.
+    try SignalHandling.blockSignals()
+    let commandLine = try DaemonCommandLine.parse(CommandLine.arguments.dropFirst())
+    switch commandLine.action {
+    case .help:
+        print(DaemonCommandLine.helpText)
+        exit(0)
+    case .checkConfig:
+        let configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+        _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels)
+        exit(0)
+    case .run:
+        try EarshotDaemon(commandLine: commandLine).run()
+    }
+} catch {
+    fail(error)
+}

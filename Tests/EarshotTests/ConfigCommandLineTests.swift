@@ -98,6 +98,8 @@ struct ConfigCommandLineTests {
               --overlap F         overlap of successive windows, in [0, 1) (default 0.5)
               --no-journal        write detections to standard error instead of the systemd journal
               --foreground        running in a terminal: log to standard error, print events on standard output
+              --fallback-input FILE
+                                  if the capture device cannot be opened at start, stream FILE instead
               --check-config      check the configuration and its class names, then exit
               -h, --help          show this text
 

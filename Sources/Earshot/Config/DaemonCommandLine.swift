@@ -24,6 +24,10 @@ public struct DaemonCommandLine: Sendable, Equatable {
     /// `--foreground`: the daemon is run from a terminal: log lines and events go to standard error and standard
     /// output instead of the journal. `earshotd` never forks, with or without it.
     public var foreground = false
+    /// `--fallback-input FILE`: when the capture device cannot be opened at start, say so and stream FILE in real
+    /// time through the same pipeline instead of retrying (the README's first command uses it on machines with no
+    /// microphone). Never used after the device has worked once.
+    public var fallbackInput: String?
 
     public init(action: Action = .run, configPath: String? = nil, overrides: DaemonConfiguration.Overrides = .init(),
                 foreground: Bool = false) {
@@ -58,6 +62,8 @@ public struct DaemonCommandLine: Sendable, Equatable {
               --overlap F         overlap of successive windows, in [0, 1) (default \(SettingRules.format(defaults.analysis.overlapFactor)))
               --no-journal        write detections to standard error instead of the systemd journal
               --foreground        running in a terminal: log to standard error, print events on standard output
+              --fallback-input FILE
+                                  if the capture device cannot be opened at start, stream FILE instead
               --check-config      check the configuration and its class names, then exit
               -h, --help          show this text
 
@@ -137,6 +143,10 @@ public struct DaemonCommandLine: Sendable, Equatable {
                     throw EarshotError(.usage, "--input needs a sound file, or - for raw S16_LE on standard input")
                 }
                 result.overrides.input = input == "-" ? .standardInput : .file(path: input)
+            case "--fallback-input":
+                let path = try value("a sound file")
+                guard !path.isEmpty else { throw EarshotError(.usage, "--fallback-input needs a sound file") }
+                result.fallbackInput = path
             case "--input-rate":
                 result.overrides.inputSampleRate = try parsed(SettingRules.inputSampleRate, "a sample rate in Hz")
             case "--socket":
@@ -170,6 +180,6 @@ public struct DaemonCommandLine: Sendable, Equatable {
 
     static let knownFlags = [
         "--config", "--device", "--input", "--input-rate", "--socket", "--watch", "--gate-dbfs", "--window",
-        "--overlap", "--no-journal", "--foreground", "--check-config", "--help",
+        "--overlap", "--no-journal", "--foreground", "--fallback-input", "--check-config", "--help",
     ]
 }

@@ -71,6 +71,12 @@ public final class JournalSink: Sendable {
         write(Self.fields(for: health, identifier: identifier))
     }
 
+    /// Logs a daemon message that is neither a detection nor a health change (start, reload, stop).
+    /// - Parameter priority: syslog priority, 0 (emerg) to 7 (debug); default 6 (info).
+    public func log(_ message: String, priority: Int = 6) {
+        write([Field("MESSAGE", message), Field("PRIORITY", String(priority)), Field("SYSLOG_IDENTIFIER", identifier)])
+    }
+
     /// The `MESSAGE` of a detection event, e.g.
     /// `smoke_alarm detected: "Smoke detector, smoke alarm" (confidence 0.81) at stream time 12.48 s` or
     /// `smoke_alarm ended: "Smoke detector, smoke alarm" from 12.48 s to 18.24 s (5.76 s, peak confidence 0.91, mean 0.72)`.

@@ -1,0 +1,190 @@
+import Dispatch
+import Foundation
+
+/// The daemon's analysis queue: drains the capture ring, runs the RMS gate and the sliding-window classifier
+/// (`AudioStreamAnalyzer`), turns window scores into detection events (`DetectionEngine`) and hands every event and
+/// health change to its outputs.
+///
+/// Everything here runs on one serial Dispatch queue, woken by a timer every `pollInterval` (40 ms: the ring holds
+/// seconds of audio, so the capture thread never waits for it and a detection is late by at most one poll).
+///
+/// Gaps: a chunk that follows a discontinuity (an xrun, a ring overrun, a device reopened) ends open events at
+/// their last positive window (`DetectionEngine.reset(at:)`), and the stream analyzer starts new windows after it.
+/// Silence: a run of digital silence (every sample exactly 0) of `silenceSeconds` raises one `input_silent` health
+/// event; sound after it raises `capture_live` again.
+///
+/// - Important: All methods other than `init` must be called on `queue`.
+final class AnalysisPipeline {
+    /// Where detection events and health changes go. Called on the analysis queue; must return at once.
+    typealias Emit = (_ output: PipelineOutput) -> Void
+
+    enum PipelineOutput {
+        case detection(DetectionEvent)
+        case health(HealthEvent)
+    }
+
+    /// Counters for the status reply (read on the analysis queue).
+    struct Counters {
+        var windows = 0
+        var gatedWindows = 0
+        var gaps = 0
+        var streamTime: Double = 0
+        var lastLevelDBFS: Float = ClassificationResult.levelFloorDBFS
+    }
+
+    static let pollInterval = DispatchTimeInterval.milliseconds(40)
+
+    let queue: DispatchQueue
+    let ring: SampleRingBuffer
+    private(set) var counters = Counters()
+    private(set) var lastPump = DispatchTime.now()
+    private var analysis: DaemonConfiguration.Analysis
+    private var engine: DetectionEngine
+    private var analyzer: AudioStreamAnalyzer?
+    private var request: ClassifySoundRequest
+    private let emit: Emit
+    private let onFirstAudio: () -> Void
+    private var sawAudio = false
+    private var scratch: [Float]
+    private var timer: DispatchSourceTimer?
+    private var silentSeconds: Double = 0
+    private var silenceReported = false
+    private lazy var observer = Observer(pipeline: self)
+
+    private final class Observer: ResultsObserving {
+        unowned let pipeline: AnalysisPipeline
+        init(pipeline: AnalysisPipeline) { self.pipeline = pipeline }
+        func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult) {
+            pipeline.handle(result)
+        }
+        func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError) {
+            pipeline.emit(.health(HealthEvent(state: .overrun, message: "analysis error: \(error.message)")))
+        }
+    }
+
+    /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range.
+    init(
+        queue: DispatchQueue, ring: SampleRingBuffer, analysis: DaemonConfiguration.Analysis,
+        engine: DetectionEngine, emit: @escaping Emit, onFirstAudio: @escaping () -> Void
+    ) throws(EarshotError) {
+        self.queue = queue
+        self.ring = ring
+        self.analysis = analysis
+        self.engine = engine
+        self.emit = emit
+        self.onFirstAudio = onFirstAudio
+        request = try ClassifySoundRequest(
+            windowDuration: analysis.windowDuration, overlapFactor: analysis.overlapFactor)
+        // Two seconds at 48 kHz per read: the ring never holds more than a few polls' worth.
+        scratch = [Float](repeating: 0, count: 96_000)
+    }
+
+    /// Starts the poll timer.
+    func start() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + Self.pollInterval, repeating: Self.pollInterval, leeway: .milliseconds(10))
+        timer.setEventHandler { [unowned self] in pump() }
+        self.timer = timer
+        timer.resume()
+    }
+
+    /// Stops the timer; open events end now (`detection_end` with reason `stopped` or as the engine names it).
+    func stop() {
+        timer?.cancel()
+        timer = nil
+        pump()
+        for event in engine.finish() { emit(.detection(event)) }
+    }
+
+    /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
+    /// then ends open events.
+    func finishInput() {
+        pump()
+        analyzer?.completeAnalysis()
+        for event in engine.finish() { emit(.detection(event)) }
+    }
+
+    /// Applies a reloaded configuration: open events end, the engine and the analyzer's window and gate change.
+    func reconfigure(analysis: DaemonConfiguration.Analysis, engine: DetectionEngine) throws(EarshotError) {
+        let request = try ClassifySoundRequest(
+            windowDuration: analysis.windowDuration, overlapFactor: analysis.overlapFactor)
+        for event in self.engine.finish() { emit(.detection(event)) }
+        self.engine = engine
+        self.analysis = analysis
+        self.request = request
+        analyzer = nil  // rebuilt with the new window at the next chunk; the next window starts there
+    }
+
+    /// Names of the groups with an open event.
+    var activeGroups: [String] { engine.activeGroups }
+
+    /// Reads everything the capture thread has written and analyses it.
+    func pump() {
+        lastPump = DispatchTime.now()
+        while true {
+            let chunk = scratch.withUnsafeMutableBufferPointer { ring.readChunk(into: $0) }
+            if chunk.count == 0 { break }
+            if !sawAudio {
+                sawAudio = true
+                onFirstAudio()
+            }
+            if chunk.isDiscontinuity, analyzer != nil {
+                counters.gaps += 1
+                let gapStart = counters.streamTime
+                for event in engine.reset(at: gapStart) { emit(.detection(event)) }
+            }
+            if analyzer == nil || analyzer?.format.sampleRate != Double(chunk.sampleRate) {
+                makeAnalyzer(sampleRate: chunk.sampleRate)
+            }
+            scratch.withUnsafeBufferPointer { samples in
+                let chunkSamples = UnsafeBufferPointer(rebasing: samples[0..<chunk.count])
+                trackSilence(chunkSamples, sampleRate: chunk.sampleRate)
+                analyzer?.analyze(chunkSamples, atAudioFramePosition: chunk.framePosition)
+            }
+        }
+    }
+
+    private func makeAnalyzer(sampleRate: Int) {
+        do {
+            let analyzer = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(sampleRate), channelCount: 1))
+            analyzer.gateThresholdDBFS = Float(analysis.gateThresholdDBFS)
+            try analyzer.add(request, withObserver: observer)
+            self.analyzer = analyzer
+        } catch {
+            analyzer = nil
+            emit(.health(HealthEvent(state: .captureUnavailable, message: "cannot analyse \(sampleRate) Hz audio: \(error.message)")))
+        }
+    }
+
+    private func handle(_ result: ClassificationResult) {
+        counters.windows += 1
+        if result.isGated { counters.gatedWindows += 1 }
+        counters.streamTime = result.timeRange.end
+        counters.lastLevelDBFS = result.levelDBFS
+        let events = engine.process(
+            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
+            scores: result.isGated ? nil : result.scores)
+        for event in events { emit(.detection(event)) }
+    }
+
+    private func trackSilence(_ samples: UnsafeBufferPointer<Float>, sampleRate: Int) {
+        guard analysis.silenceSeconds > 0 else { return }
+        if samples.allSatisfy({ $0 == 0 }) {
+            silentSeconds += Double(samples.count) / Double(sampleRate)
+            if !silenceReported, silentSeconds >= analysis.silenceSeconds {
+                silenceReported = true
+                let minutes = JSONValue.format(silentSeconds / 60, decimals: 1)
+                emit(.health(HealthEvent(
+                    state: .inputSilent,
+                    message: "the input has been digital silence for \(minutes) minutes (muted or disconnected microphone? check alsamixer capture levels)",
+                    details: ["silent_seconds": .number(silentSeconds, decimals: 1)])))
+            }
+        } else {
+            silentSeconds = 0
+            if silenceReported {
+                silenceReported = false
+                emit(.health(HealthEvent(state: .captureLive, message: "sound again after digital silence")))
+            }
+        }
+    }
+}

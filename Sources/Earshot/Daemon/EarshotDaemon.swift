@@ -1,0 +1,272 @@
+import Dispatch
+import Foundation
+import Synchronization
+
+/// `earshotd` wired together: capture (ALSA or a real-time input) -> lock-free ring -> analysis queue (gate,
+/// sliding-window YAMNet, debouncer) -> Unix socket subscribers, the journal and, with `--foreground`, stdout.
+///
+/// Lifecycle: `READY=1` once audio flows (the first chunk read from the ring); watchdog pings while the analysis
+/// queue keeps polling; SIGTERM/SIGINT stop gracefully (open events end, `STOPPING=1`, the socket file is removed,
+/// exit 0); SIGHUP reloads the configuration file (groups, thresholds, window, gate; the device and the socket path
+/// need a restart); the end of an `--input` file or stdin scores the last window, ends open events and exits 0.
+///
+/// - Important: Create it on the main thread after `SignalHandling.blockSignals()`, then call `run()`, which never
+///   returns.
+public final class EarshotDaemon: @unchecked Sendable {
+    private let commandLine: DaemonCommandLine
+    private var configuration: DaemonConfiguration
+    private let control = DispatchQueue(label: "earshot.control")
+    private let analysisQueue = DispatchQueue(label: "earshot.analysis", qos: .userInitiated)
+    private let notifier = ServiceNotifier()
+    private let journal: JournalSink
+    private let ring: SampleRingBuffer
+    private var server: EventServer!
+    private var pipeline: AnalysisPipeline!
+    private var supervisor: CaptureSupervisor!
+    private var signals: SignalSources?
+    private var watchdog: ServiceWatchdog?
+    private let startTime = Date()
+    private let status = Mutex(StatusSnapshot())
+    /// Monotonic nanoseconds of the analysis queue's last poll, for the watchdog.
+    private let heartbeat = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
+    private let deviceHasWorked = Atomic<Bool>(false)
+    private let printLock = NSLock()
+
+    struct StatusSnapshot {
+        var capture = "opening"
+        var source = ""
+        var windows = 0
+        var gatedWindows = 0
+        var gaps = 0
+        var streamTime: Double = 0
+        var levelDBFS: Float = ClassificationResult.levelFloorDBFS
+        var activeGroups: [String] = []
+        var detections = 0
+    }
+
+    /// Loads the configuration and the model, checks the groups, and opens the socket.
+    /// - Throws: `EarshotError` `.config` (bad file or class names), `.noInput` (model files missing), `.system` or
+    ///   `.unavailable` (the socket cannot be created, another daemon listens on it).
+    public init(commandLine: DaemonCommandLine) throws(EarshotError) {
+        self.commandLine = commandLine
+        configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+        BLASThreads.set(1)
+        let model = try BuiltInClassifier.shared()
+        let groups = try configuration.resolvedGroups(classLabels: model.classLabels)
+        let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: model.classLabels)
+        journal = configuration.output.journal && !commandLine.foreground
+            ? JournalSink() : JournalSink(journalSocketPath: "/nonexistent")
+        // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
+        // machine) before the capture thread has to drop audio.
+        ring = SampleRingBuffer(minimumCapacity: 8 * 48_000)
+        let output = configuration.output
+        server = try EventServer(
+            configuration: EventServer.Configuration(
+                path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
+                knownGroups: configuration.groupNames),
+            status: { [unowned self] in statusObject() })
+        do {
+            pipeline = try AnalysisPipeline(
+                queue: analysisQueue, ring: ring, analysis: configuration.analysis, engine: engine,
+                emit: { [unowned self] output in emit(output) },
+                onFirstAudio: { [unowned self] in audioStarted() })
+        } catch {
+            server.stop()
+            throw error
+        }
+        supervisor = CaptureSupervisor(
+            ring: ring, callbackQueue: control,
+            open: { [unowned self] in try openSource() },
+            onStateChange: { [unowned self] state in captureStateChanged(state) })
+    }
+
+    /// Starts capture, analysis, signal handling and the watchdog, then runs the main dispatch loop forever.
+    public func run() -> Never {
+        signals = SignalHandling.install(
+            queue: control,
+            onTerminate: { [unowned self] signal in shutdown(reason: "signal \(signal)", status: 0) },
+            onReload: { [unowned self] in reload() })
+        if configuration.daemon.watchdog {
+            do {
+                watchdog = try ServiceWatchdog(
+                    queue: control, notifier: notifier,
+                    isHealthy: { [unowned self] in
+                        DispatchTime.now().uptimeNanoseconds - heartbeat.load(ordering: .relaxed) < 5_000_000_000
+                    },
+                    onError: { [journal] error in journal.log("watchdog: \(error.message)") })
+            } catch {
+                journal.log("watchdog disabled: \(error.message)")
+            }
+        }
+        analysisQueue.async { [self] in pipeline.start() }
+        let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
+        heartbeatTimer.schedule(deadline: .now(), repeating: .seconds(1))
+        heartbeatTimer.setEventHandler { [unowned self] in
+            heartbeat.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+            updateStatus()
+        }
+        heartbeatTimer.resume()
+        supervisor.start()
+        _ = try? notifier.status("opening \(sourceDescription)")
+        withExtendedLifetime(heartbeatTimer) { dispatchMain() }
+    }
+
+    private var sourceDescription: String {
+        switch configuration.capture.input {
+        case .file(let path): "input file \(path)"
+        case .standardInput: "raw input on standard input"
+        case nil: "capture device \"\(configuration.capture.device)\""
+        }
+    }
+
+    // MARK: Capture
+
+    private func openSource() throws -> any CaptureSource {
+        let capture = configuration.capture
+        switch capture.input {
+        case .file(let path):
+            return try RealtimeFileSource(path: path)
+        case .standardInput:
+            return try RealtimeFileSource(path: RealtimeFileSource.standardInputName, rawSampleRate: capture.inputSampleRate)
+        case nil:
+            do {
+                return try PCMCapture(configuration: CaptureConfiguration(device: capture.device))
+            } catch {
+                guard let fallback = commandLine.fallbackInput, !deviceHasWorked.load(ordering: .relaxed) else { throw error }
+                let line = (error as? EarshotError)?.message ?? "\(error)"
+                journal.log("\(line); streaming \(fallback) through the live pipeline instead")
+                configuration.capture.input = .file(path: fallback)
+                return try RealtimeFileSource(path: fallback)
+            }
+        }
+    }
+
+    private func captureStateChanged(_ state: CaptureSupervisor.State) {
+        switch state {
+        case .opening, .stopped:
+            break
+        case .running(let name, let format):
+            if configuration.capture.input == nil { deviceHasWorked.store(true, ordering: .relaxed) }
+            status.withLock { $0.capture = "live"; $0.source = "\(name) (\(format))" }
+            emit(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
+                                     details: ["source": .string(name)])))
+        case .unavailable(let error):
+            let retry = supervisor.nextRetryDelay.map { " (retrying in \(JSONValue.format($0, decimals: 0)) s)" } ?? ""
+            status.withLock { $0.capture = "unavailable" }
+            emit(.health(HealthEvent(state: .captureUnavailable, message: error.message + retry)))
+            _ = try? notifier.status("waiting for \(sourceDescription): \(error.message)")
+        case .finished:
+            analysisQueue.sync { pipeline.finishInput() }
+            shutdown(reason: "end of input", status: 0)
+        }
+    }
+
+    private func audioStarted() {
+        do {
+            try notifier.ready(status: "listening to \(sourceDescription)")
+        } catch {
+            journal.log("sd_notify: \(error.message)")
+        }
+    }
+
+    // MARK: Events
+
+    private func emit(_ output: AnalysisPipeline.PipelineOutput) {
+        let object: JSONObject
+        switch output {
+        case .detection(let event):
+            server.publish(event)
+            journal.record(event)
+            if case .onset = event { status.withLock { $0.detections += 1 } }
+            object = EventJSON.object(for: event, time: Date())
+        case .health(let health):
+            server.publish(health)
+            journal.record(health)
+            object = EventJSON.object(for: health, time: Date())
+        }
+        if commandLine.foreground {
+            let line = JSONValue.object(object).encoded + "\n"
+            printLock.withLock { FileHandle.standardOutput.write(Data(line.utf8)) }
+        }
+    }
+
+    private func updateStatus() {
+        let counters = pipeline.counters
+        let active = pipeline.activeGroups
+        status.withLock {
+            $0.windows = counters.windows
+            $0.gatedWindows = counters.gatedWindows
+            $0.gaps = counters.gaps
+            $0.streamTime = counters.streamTime
+            $0.levelDBFS = counters.lastLevelDBFS
+            $0.activeGroups = active
+        }
+    }
+
+    private func statusObject() -> JSONObject {
+        let snapshot = status.withLock { $0 }
+        return [
+            "type": "status",
+            "uptime": .number(Date().timeIntervalSince(startTime), decimals: 1),
+            "capture": .string(snapshot.capture),
+            "source": .string(snapshot.source),
+            "xruns": .int(supervisor.xrunCount),
+            "frames_captured": .int(Int(supervisor.framesCaptured)),
+            "gaps": .int(snapshot.gaps),
+            "windows": .int(snapshot.windows),
+            "gated_windows": .int(snapshot.gatedWindows),
+            "stream_time": .number(snapshot.streamTime, decimals: 3),
+            "level_dbfs": .number(Double(snapshot.levelDBFS), decimals: 1),
+            "gate_dbfs": .number(configuration.analysis.gateThresholdDBFS, decimals: 1),
+            "watch": .array(configuration.detection.watch.map { .string($0) }),
+            "active": .array(snapshot.activeGroups.map { .string($0) }),
+            "detections": .int(snapshot.detections),
+        ]
+    }
+
+    // MARK: Lifecycle
+
+    private func reload() {
+        _ = try? notifier.reloading(status: "reloading configuration")
+        do {
+            let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+            let model = try BuiltInClassifier.shared()
+            let groups = try fresh.resolvedGroups(classLabels: model.classLabels)
+            let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: model.classLabels)
+            let failure: EarshotError? = analysisQueue.sync {
+                do throws(EarshotError) {
+                    try pipeline.reconfigure(analysis: fresh.analysis, engine: engine)
+                    return nil
+                } catch {
+                    return error
+                }
+            }
+            if let failure { throw failure }
+            server.setKnownGroups(fresh.groupNames)
+            var restartNeeded: [String] = []
+            if fresh.capture != configuration.capture { restartNeeded.append("[capture]") }
+            if fresh.output != configuration.output { restartNeeded.append("[output]") }
+            let kept = configuration.capture
+            configuration = fresh
+            configuration.capture = kept
+            let note = restartNeeded.isEmpty ? "" : "; changes to \(restartNeeded.joined(separator: " and ")) take effect after a restart"
+            journal.log("configuration reloaded: watching \(groups.map(\.name).joined(separator: ", "))\(note)")
+        } catch {
+            let line = (error as? EarshotError)?.message ?? "\(error)"
+            journal.log("reload failed, keeping the running configuration: \(line)", priority: 3)
+        }
+        _ = try? notifier.ready(status: "listening to \(sourceDescription)")
+    }
+
+    private func shutdown(reason: String, status: Int32) {
+        _ = try? notifier.stopping(status: "stopping: \(reason)")
+        supervisor.stop()
+        analysisQueue.sync { pipeline.stop() }
+        // Subscribers get the last events before the socket closes.
+        Thread.sleep(forTimeInterval: 0.2)
+        server.stop()
+        watchdog?.cancel()
+        journal.log("stopped (\(reason))")
+        exit(status)
+    }
+}
