@@ -32,6 +32,17 @@ public final class CaptureSupervisor: Sendable {
         case finished
         /// ``stop(timeout:)`` was called.
         case stopped
+
+        /// Equal when the case and its values are; errors compare by code and message (not `cause`, whose ALSA
+        /// detail may vary from one failed attempt to the next without being a new state).
+        public static func == (lhs: State, rhs: State) -> Bool {
+            switch (lhs, rhs) {
+            case (.opening, .opening), (.finished, .finished), (.stopped, .stopped): true
+            case (.running(let a, let f), .running(let b, let g)): a == b && f == g
+            case (.unavailable(let a), .unavailable(let b)): a.code == b.code && a.message == b.message
+            default: false
+            }
+        }
     }
 
     /// Retry delays.
