@@ -65,7 +65,8 @@ public struct AnalysisReportFormatter: Sendable {
         switch format {
         case .text:
             if shares.isEmpty { return ["\(file) summary  no classified windows"] }
-            return shares.map { "\(file) summary  \($0.label) \(Self.fixed($0.share * 100, 1))% (\($0.windows) of \(tally.windowCount) windows)" }
+            let windows = tally.windowCount == 1 ? "window" : "windows"
+            return shares.map { "\(file) summary  \($0.label) \(Self.fixed($0.share * 100, 1))% (\($0.windows) of \(tally.windowCount) \(windows))" }
         case .jsonl:
             let items = shares.map { "{\"label\":\(Self.jsonString($0.label)),\"share\":\(Self.number($0.share, 4))}" }
             return ["{\"file\":\(Self.jsonString(file)),\"summary\":[\(items.joined(separator: ","))]}"]

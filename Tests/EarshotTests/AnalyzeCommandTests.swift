@@ -1,0 +1,183 @@
+import Foundation
+import Testing
+@testable import Earshot
+
+/// Runs the built `earshot` executable (beside the test bundle in the build directory).
+enum EarshotCLI {
+    /// The `earshot` binary next to the running test bundle, or nil when it was not built.
+    static var executable: URL? {
+        guard let bundle = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return nil }
+        let url = URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent("earshot")
+        return FileManager.default.isExecutableFile(atPath: url.path) ? url : nil
+    }
+
+    static let missingMessage = "the earshot executable is not built beside the test bundle: skipping command-line tests"
+
+    struct Outcome {
+        var status: Int32
+        var standardOutput: String
+        var standardError: String
+        var outputLines: [String] { standardOutput.split(separator: "\n", omittingEmptySubsequences: false).map(String.init).filter { !$0.isEmpty } }
+        var errorLines: [String] { standardError.split(separator: "\n").map(String.init) }
+    }
+
+    /// Runs `earshot ARGUMENTS` in `directory`; kills it after `timeout` seconds.
+    static func run(_ arguments: [String], in directory: URL, timeout: Double = 120) throws -> Outcome? {
+        guard let executable else { return nil }
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        process.currentDirectoryURL = directory
+        let output = Pipe(), error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let group = DispatchGroup()
+        let collected = CollectedOutput()
+        for (pipe, isError) in [(output, false), (error, true)] {
+            group.enter()
+            DispatchQueue.global().async {
+                let data = pipe.fileHandleForReading.readDataToEndOfFile()
+                collected.set(data, isError: isError)
+                group.leave()
+            }
+        }
+        let watchdog = DispatchWorkItem { if process.isRunning { process.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
+        process.waitUntilExit()
+        watchdog.cancel()
+        _ = group.wait(timeout: .now() + 10)
+        return Outcome(status: process.terminationStatus, standardOutput: collected.text(isError: false),
+                       standardError: collected.text(isError: true))
+    }
+
+    private final class CollectedOutput: @unchecked Sendable {
+        private let lock = NSLock()
+        private var output = Data(), error = Data()
+        func set(_ data: Data, isError: Bool) {
+            lock.lock()
+            defer { lock.unlock() }
+            if isError { error = data } else { output = data }
+        }
+        func text(isError: Bool) -> String {
+            lock.lock()
+            defer { lock.unlock() }
+            return String(decoding: isError ? error : output, as: UTF8.self)
+        }
+    }
+}
+
+@Suite("AnalyzeCommand")
+struct AnalyzeCommandTests {
+    @Test("bad files get one stderr line each, good files are still analysed, the status is the first failure's")
+    func badFilesAmongGoodOnes() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        // good.wav: 1.2 s of a 440 Hz tone at 16 kHz (2 windows).
+        try AnalysisTestSupport.writeFloatWAV(AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: 19_200),
+                                              sampleRate: 16_000, to: directory.appendingPathComponent("good.wav"))
+        try AudioTestFiles.write(Array("not audio at all\n".utf8), to: directory.appendingPathComponent("notes.wav"))
+        try AudioTestFiles.write([], to: directory.appendingPathComponent("empty.wav"))
+        try FileManager.default.createDirectory(at: directory.appendingPathComponent("folder"), withIntermediateDirectories: false)
+        let cut = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 8_000, bitsPerSample: 16,
+                                     data: AudioTestFiles.littleEndian([1, 2, 3], width: 2), declaredDataBytes: 800)
+        try AudioTestFiles.write(cut, to: directory.appendingPathComponent("cut.wav"))
+
+        guard let outcome = try EarshotCLI.run(
+            ["analyze", "missing.wav", "notes.wav", "good.wav", "empty.wav", "folder", "cut.wav", "--top", "1"], in: directory)
+        else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.status == 66)
+        #expect(outcome.errorLines == [
+            "earshot: missing.wav: no such file (check the path)",
+            "earshot: notes.wav: not an audio file libsndfile can read (Format not recognised; use WAV, FLAC, Ogg or MP3)",
+            "earshot: empty.wav: empty file (0 bytes; there is no audio in it)",
+            "earshot: folder: is a directory, not an audio file (name the audio files inside it)",
+            "earshot: cut.wav: truncated: the header declares 800 bytes of audio data but the file holds 6 (the copy or recording was cut short; copy it again)",
+        ])
+        #expect(outcome.outputLines.count == 2)
+        #expect(outcome.outputLines.allSatisfy { $0.hasPrefix("good.wav ") })
+        #expect(outcome.outputLines.first?.hasPrefix("good.wav 0.00-0.96s  ") == true)
+        #expect(outcome.outputLines.last?.hasPrefix("good.wav 0.48-1.44s  ") == true)
+
+        guard let dataFirst = try EarshotCLI.run(["analyze", "notes.wav", "missing.wav"], in: directory) else { return }
+        #expect(dataFirst.status == 65)
+        #expect(dataFirst.errorLines.count == 2)
+    }
+
+    @Test("MP3 data in a WAV container: one line, status 65")
+    func mp3InWav() throws {
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let directory = TestPaths.sharedFile("audio/debian-qgo/qgo/sounds")
+        guard let outcome = try EarshotCLI.run(["analyze", "doorbell.wav"], in: directory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.status == 65)
+        #expect(outcome.standardOutput.isEmpty)
+        #expect(outcome.errorLines == ["earshot: doorbell.wav: MP3 data in a WAV (RIFF) container, which libsndfile cannot decode reliably (convert it to PCM: ffmpeg -i IN.wav -c:a pcm_s16le OUT.wav)"])
+    }
+
+    @Test("usage errors name the flag and the allowed values, status 64",
+          arguments: [
+            (["analyze", "x.wav", "--top", "0"], "earshot: --top \"0\" is out of range (allowed: an integer from 1 to 521)"),
+            (["analyze", "x.wav", "--top", "many"], "earshot: --top \"many\" is out of range (allowed: an integer from 1 to 521)"),
+            (["analyze", "x.wav", "--overlap", "1.2"], "earshot: --overlap \"1.2\" is out of range (allowed: a fraction, 0 <= F < 1)"),
+            (["analyze", "x.wav", "--window=0.5"], "earshot: --window \"0.5\" is out of range (allowed: seconds, 0.96 to 3600)"),
+            (["analyze", "x.wav", "--format", "xml"], "earshot: --format \"xml\" is not a format (allowed: text, jsonl or csv)"),
+            (["analyze", "x.wav", "--format"], "earshot: --format needs a value (text, jsonl or csv)"),
+            (["analyze", "--bogus", "x.wav"], "earshot: unknown option \"--bogus\" for analyze (allowed: --format, --top, --window, --overlap, --summary)"),
+            (["analyze"], "earshot: analyze needs at least one FILE (usage: earshot analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary])"),
+            (["classes", "extra"], "earshot: classes takes no arguments, not \"extra\" (usage: earshot classes)"),
+          ] as [([String], String)])
+    func usageErrors(_ arguments: [String], _ line: String) throws {
+        guard let outcome = try EarshotCLI.run(arguments, in: FileManager.default.temporaryDirectory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.status == 64)
+        #expect(outcome.errorLines == [line])
+        #expect(outcome.standardOutput.isEmpty)
+    }
+
+    @Test("jsonl windows and summary for a golden source match the reference's top classes")
+    func jsonLines() throws {
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let directory = TestPaths.sharedFile("audio/debian-alsa-utils/sounds/alsa")
+        guard let outcome = try EarshotCLI.run(["analyze", "Front_Center.wav", "--format", "jsonl", "--top", "1", "--summary"], in: directory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.status == 0)
+        #expect(outcome.standardError.isEmpty)
+        // Reference (golden Front_Center.json): Speech 0.999512 at 0 s, Speech 0.918587 at 0.48 s.
+        #expect(outcome.outputLines == [
+            #"{"file":"Front_Center.wav","start":0,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.9995}]}"#,
+            #"{"file":"Front_Center.wav","start":0.48,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.9186}]}"#,
+            #"{"file":"Front_Center.wav","summary":[{"label":"Speech","share":1}]}"#,
+        ])
+    }
+
+    @Test("classes lists the 521 labels with their index")
+    func classes() throws {
+        guard let outcome = try EarshotCLI.run(["classes"], in: FileManager.default.temporaryDirectory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.status == 0)
+        let lines = outcome.outputLines
+        #expect(lines.count == 521)
+        #expect(lines.first == "0\tSpeech")
+        #expect(lines.contains("393\tSmoke detector, smoke alarm"))
+        #expect(lines.last == "520\tField recording")
+    }
+}
