@@ -1,3 +1,4 @@
+import CSndFile
 import Foundation
 import Testing
 @testable import Earshot
@@ -422,5 +423,57 @@ struct DecodingTests {
         #expect(AudioFileDecoder.shortDataChunk(log: "data : 0 (should be 96000)\n") == nil)
         #expect(AudioFileDecoder.shortDataChunk(log: "data : 2147479552 (should be 96000)\n") == nil)
         #expect(AudioFileDecoder.shortDataChunk(log: "data : 4294967295 (should be 96000)\n") == nil)
+    }
+}
+
+
+/// Files written with the system libsndfile itself (formats no shared recording has).
+enum LibsndfileWriter {
+    /// Writes mono or interleaved `samples` with libsndfile in `format` (e.g. `SF_FORMAT_OGG | SF_FORMAT_OPUS`).
+    static func write(_ samples: [Float], channels: Int, sampleRate: Int, format: Int32, to url: URL) throws {
+        var info = SF_INFO()
+        info.samplerate = Int32(sampleRate)
+        info.channels = Int32(channels)
+        info.format = format
+        guard let file = sf_open(url.path, Int32(SFM_WRITE), &info) else {
+            throw EarshotError(.cannotCreate, "cannot write \(url.path): \(String(cString: sf_strerror(nil)))")
+        }
+        defer { sf_close(file) }
+        let frames = samples.count / channels
+        let written = samples.withUnsafeBufferPointer { sf_writef_float(file, $0.baseAddress, sf_count_t(frames)) }
+        guard written == frames else {
+            throw EarshotError(.io, "wrote \(written) of \(frames) frames to \(url.path): \(String(cString: sf_strerror(file)))")
+        }
+    }
+}
+
+@Suite("DecodingOpus")
+struct DecodingOpusTests {
+    @Test("Ogg Opus (written by libsndfile): 48 kHz stereo, frame count, level and pitch survive decoding")
+    func opus() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let url = directory.appendingPathComponent("tone.opus")
+        // 2 s, 440 Hz at -20 dBFS RMS in both channels.
+        let mono = AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 48_000, count: 96_000)
+        var stereo: [Float] = []
+        for value in mono { stereo += [value, value] }
+        try LibsndfileWriter.write(stereo, channels: 2, sampleRate: 48_000, format: Int32(SF_FORMAT_OGG | SF_FORMAT_OPUS), to: url)
+
+        let decoder = try AudioFileDecoder(url: url)
+        #expect(decoder.formatDescription == "OGG (OGG Container format), Opus")
+        #expect(decoder.sampleRate == 48_000)
+        #expect(decoder.channelCount == 2)
+        let decoded = try decoder.readAllMono()
+        #expect(decoded.count == 96_000)
+        // Lossy: compare the level (RMS over the middle second) with the input's, and the waveform loosely.
+        let middle = decoded[24_000..<72_000]
+        let level = middle.withUnsafeBufferPointer { ClassificationResult.level(of: $0) }
+        #expect(abs(level - -20) < 0.5, "level \(level)")
+        // The tone's pitch: 440 Hz has 880 zero crossings per second.
+        let crossings = zip(middle.dropFirst(), middle).filter { ($0 >= 0) != ($1 >= 0) }.count
+        #expect(abs(crossings - 880) <= 2, "crossings \(crossings)")
+        let resampled = try decodeMono16k(url)
+        #expect(resampled.count == 32_000)
     }
 }
