@@ -268,8 +268,10 @@ struct CapturePCMTests {
         #expect(throws: EarshotError.self) {
             try capture.start(into: SampleRingBuffer(minimumCapacity: 16), queue: queue) { _ in }
         }
+        #expect(capture.end == nil)
         #expect(capture.stop(timeout: 2))
         #expect(!capture.isRunning)
+        #expect(capture.end == .stopped)
         #expect(CaptureFixtures.wait(timeout: 2) { ends.values == [.stopped] })
         #expect(capture.stop(timeout: 2))  // idempotent
     }
@@ -293,6 +295,7 @@ struct CapturePCMTests {
         #expect(error.message == "capture device \"earshot_eio\" stopped: Input/output error (the device was "
             + "unplugged or failed; check it with `earshot devices`)")
         #expect(error.code == .unavailable)
+        #expect(capture.end == .failed(error))
         #expect(error.cause?.hasPrefix("snd_pcm_readi: Input/output error (ALSA: ") == true)
         #expect(!capture.isRunning)
         #expect(capture.xrunCount >= 4)

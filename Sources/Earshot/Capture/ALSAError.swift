@@ -130,11 +130,13 @@ enum ALSADiagnostics {
         buffer.initialize(repeating: 0, count: messageCapacity)
         defer { buffer.deallocate() }
         let previousBuffer = pthread_getspecific(bufferKey)
-        pthread_setspecific(bufferKey, buffer)
+        // pthread_setspecific fails only for a bad key or no memory; then the handler finds no buffer and drops
+        // the message, which costs only detail in an error line.
+        _ = pthread_setspecific(bufferKey, buffer)
         let previousHandler = snd_lib_error_set_local(handler)
         let result = body()
         snd_lib_error_set_local(previousHandler)
-        pthread_setspecific(bufferKey, previousBuffer)
+        _ = pthread_setspecific(bufferKey, previousBuffer)
         let message = String(cString: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
         return (result, message.isEmpty ? nil : message)
     }
@@ -142,13 +144,13 @@ enum ALSADiagnostics {
     /// Installs the handler for the rest of the calling thread's life with `buffer` (owned by the caller, at least
     /// ``messageCapacity`` bytes, alive while the thread runs ALSA calls). Used by the capture thread.
     static func install(buffer: UnsafeMutablePointer<CChar>) {
-        pthread_setspecific(bufferKey, buffer)
+        _ = pthread_setspecific(bufferKey, buffer)
         _ = snd_lib_error_set_local(handler)
     }
 
     /// Removes what ``install(buffer:)`` set on the calling thread.
     static func uninstall() {
         _ = snd_lib_error_set_local(nil)
-        pthread_setspecific(bufferKey, nil)
+        _ = pthread_setspecific(bufferKey, nil)
     }
 }

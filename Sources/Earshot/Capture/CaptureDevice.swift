@@ -26,7 +26,7 @@ public struct CaptureDevice: Sendable, Equatable {
                 .unavailable, "cannot list ALSA devices: \(error.text) (check /usr/share/alsa/alsa.conf and ~/.asoundrc)",
                 cause: error.description)
         }
-        defer { snd_device_name_free_hint(hints) }
+        defer { _ = snd_device_name_free_hint(hints) }  // frees memory; always 0
         var devices: [CaptureDevice] = []
         var index = 0
         while let hint = hints[index] {
@@ -101,7 +101,7 @@ public struct SoundCard: Sendable, Equatable {
         var control: OpaquePointer?
         let (opened, _) = ALSADiagnostics.capturing { snd_ctl_open(&control, "hw:\(card)", 0) }
         guard opened >= 0, let control else { return result }
-        defer { snd_ctl_close(control) }
+        defer { _ = snd_ctl_close(control) }  // nothing to do on failure: the handle is freed either way
         var cardInfo: OpaquePointer?
         if snd_ctl_card_info_malloc(&cardInfo) >= 0, let cardInfo {
             if snd_ctl_card_info(control, cardInfo) >= 0, let id = snd_ctl_card_info_get_id(cardInfo) {

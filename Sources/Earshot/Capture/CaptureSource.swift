@@ -71,6 +71,8 @@ public protocol CaptureSource: AnyObject, Sendable {
     var xrunCount: Int { get }
     /// True from ``start(into:startingAt:queue:onEnd:)`` until the thread has left its loop. Any thread.
     var isRunning: Bool { get }
+    /// Why the thread ended, once it has (nil while running or before start). Any thread.
+    var end: CaptureEnd? { get }
     /// The frame position the next frame will have (the start position plus frames captured plus frames lost in
     /// xruns). After the thread ends, where a resumed stream would continue. Any thread.
     var nextFramePosition: Int64 { get }
@@ -150,6 +152,7 @@ final class ProducerLoop: @unchecked Sendable {
     private let xruns = Atomic<Int>(0)
     private let nextPosition = Atomic<Int64>(0)
     private let exited = DispatchSemaphore(value: 0)
+    private let endReason = Mutex<CaptureEnd?>(nil)
 
     /// - Parameters:
     ///   - reader: the source; owned by the loop from now on (touched only by the producer thread once started).
@@ -169,6 +172,7 @@ final class ProducerLoop: @unchecked Sendable {
     var xrunCount: Int { xruns.load(ordering: .relaxed) }
     var isRunning: Bool { running.load(ordering: .acquiring) }
     var nextFramePosition: Int64 { nextPosition.load(ordering: .relaxed) }
+    var end: CaptureEnd? { endReason.withLock { $0 } }
 
     func start(
         into ring: SampleRingBuffer, startingAt framePosition: Int64, name: String, queue: DispatchQueue,
@@ -182,6 +186,7 @@ final class ProducerLoop: @unchecked Sendable {
         running.store(true, ordering: .releasing)
         let thread = Thread { [self] in
             let end = self.run(ring: ring, startPosition: framePosition)
+            self.endReason.withLock { $0 = end }  // after the loop: locking is fine here
             self.running.store(false, ordering: .releasing)
             self.exited.signal()
             queue.async { onEnd(end) }

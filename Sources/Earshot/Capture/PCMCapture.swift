@@ -118,6 +118,7 @@ public final class PCMCapture: CaptureSource {
     public var xrunCount: Int { loop.xrunCount }
     public var isRunning: Bool { loop.isRunning }
     public var nextFramePosition: Int64 { loop.nextFramePosition }
+    public var end: CaptureEnd? { loop.end }
 
     public func start(
         into ring: SampleRingBuffer, startingAt framePosition: Int64 = 0, queue: DispatchQueue,
@@ -136,15 +137,15 @@ public final class PCMCapture: CaptureSource {
             EarshotError(.config, "capture settings for \"\(configuration.device)\": \(what)")
         }
         guard !configuration.device.isEmpty else { throw bad("the device name is empty (use e.g. default or hw:1,0)") }
-        guard (1_000...768_000).contains(configuration.sampleRate) else {
+        guard (8_000...192_000).contains(configuration.sampleRate) else {
             throw bad("sample rate \(configuration.sampleRate) Hz is out of range (use 8000-192000, e.g. 16000)")
         }
         guard !configuration.formats.isEmpty else { throw bad("no sample format allowed (allow e.g. S16_LE)") }
         if let channels = configuration.channels, !(1...64).contains(channels) {
             throw bad("\(channels) channels is out of range (use 1-64)")
         }
-        guard configuration.periodDuration > 0.000_5 && configuration.periodDuration <= 1 else {
-            throw bad("period \(configuration.periodDuration) s is out of range (use 0.01-0.1)")
+        guard (0.001...0.5).contains(configuration.periodDuration) else {
+            throw bad("period \(configuration.periodDuration) s is out of range (use 0.001-0.5, e.g. 0.02)")
         }
         guard (2...64).contains(configuration.periodsPerBuffer) else {
             throw bad("\(configuration.periodsPerBuffer) periods per buffer is out of range (use 2-64)")
@@ -161,15 +162,15 @@ public final class PCMCapture: CaptureSource {
         if let configurationText {
             var top: OpaquePointer?
             try check(snd_config_update_ref(&top), "snd_config_update_ref", device: device)
-            defer { snd_config_unref(top) }
+            defer { snd_config_unref(top) }  // returns nothing
             var local: OpaquePointer?
             try check(snd_config_copy(&local, top), "snd_config_copy", device: device)
-            defer { snd_config_delete(local) }
+            defer { _ = snd_config_delete(local) }  // only fails for a node still attached to a parent
             var input: OpaquePointer?
             try check(
                 snd_input_buffer_open(&input, configurationText, configurationText.utf8.count),
                 "snd_input_buffer_open", device: device)
-            defer { snd_input_close(input) }
+            defer { _ = snd_input_close(input) }  // frees the buffer input; cannot fail for a buffer
             let loaded = snd_config_load(local, input)
             guard loaded >= 0 else {
                 let error = ALSAError(function: "snd_config_load", code: loaded)
@@ -329,7 +330,7 @@ extension ALSAError {
 final class PCMHandle: @unchecked Sendable {
     let pointer: OpaquePointer
     init(_ pointer: OpaquePointer) { self.pointer = pointer }
-    deinit { snd_pcm_close(pointer) }
+    deinit { _ = snd_pcm_close(pointer) }  // nothing to do on failure: alsa-lib frees the handle either way
 }
 
 /// The capture thread's side of ``PCMCapture``: wait, read, convert, recover.

@@ -88,6 +88,7 @@ public final class RealtimeFileSource: CaptureSource {
     public var xrunCount: Int { loop.xrunCount }
     public var isRunning: Bool { loop.isRunning }
     public var nextFramePosition: Int64 { loop.nextFramePosition }
+    public var end: CaptureEnd? { loop.end }
 
     public func start(
         into ring: SampleRingBuffer, startingAt framePosition: Int64 = 0, queue: DispatchQueue,
