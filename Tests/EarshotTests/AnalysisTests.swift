@@ -26,9 +26,10 @@ enum AnalysisTestSupport {
         return (0..<count).map { Float(amplitude * sin(2 * Double.pi * frequency * Double($0 + phase) / sampleRate)) }
     }
 
-    static func fileResults(_ url: URL, request: ClassifySoundRequest, threads: Int = 2) throws -> CollectingObserver {
+    static func fileResults(_ url: URL, request: ClassifySoundRequest, threads: Int = 2, windowsPerRound: Int = 256) throws -> CollectingObserver {
         let analyzer = try AudioFileAnalyzer(url: url)
         analyzer.maximumThreads = threads
+        analyzer.windowsPerRound = windowsPerRound
         let observer = CollectingObserver()
         try analyzer.add(request, withObserver: observer)
         analyzer.analyze()
@@ -167,6 +168,31 @@ struct AnalysisTests {
             worstMean = max(worstMean, AnalysisTestSupport.maxDifference(result.scores, mean[...]))
         }
         #expect(worstMean <= 1e-3)
+    }
+
+    @Test("scoring in rounds of a few windows while decoding gives the same results as one round")
+    func rounds() throws {
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let url = TestPaths.sharedFile("audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga")
+        for request in [try ClassifySoundRequest(), try ClassifySoundRequest(windowDuration: 1.5, overlapFactor: 0.3)] {
+            let whole = try AnalysisTestSupport.fileResults(url, request: request, threads: 1)
+            let rounds = try AnalysisTestSupport.fileResults(url, request: request, threads: 2, windowsPerRound: 2)
+            #expect(rounds.results.count == whole.results.count)
+            #expect(rounds.completions == 1)
+            var worst: Float = 0
+            for (a, b) in zip(rounds.results, whole.results) {
+                #expect(a.timeRange == b.timeRange)
+                #expect(a.levelDBFS == b.levelDBFS)
+                worst = max(worst, AnalysisTestSupport.maxDifference(a.scores, b.scores[...]))
+            }
+            #expect(worst <= 1e-6)
+        }
+        // 1.5 s windows, overlap 0.3: hop 1.05 s; 98043 samples -> 1 + ceil((98043 - 23280) / 16800) = 6 windows.
+        let long = try AnalysisTestSupport.fileResults(url, request: ClassifySoundRequest(windowDuration: 1.5, overlapFactor: 0.3))
+        #expect(long.results.map(\.timeRange.start) == [0, 1.05, 2.1, 3.15, 4.2, 5.25])
     }
 
     // MARK: Stream analyzer

@@ -3,24 +3,36 @@ import Foundation
 
 /// Classifies the sounds in an audio file (Sound Analysis' `SNAudioFileAnalyzer`).
 ///
-/// The file is decoded with libsndfile, mixed to mono and resampled to 16 kHz (``decodeMono16k(_:)-(AudioFileDecoder)``),
-/// padded at the end with zeros as the reference's `pad_waveform` pads it (at least one window, then whole hops until
-/// the last sample is inside a window), and turned into one log-mel spectrogram. Each window's scores are YAMNet's
-/// scores of the 0.96 s patches inside it (their mean when there are several). With the default request (0.96 s,
-/// overlap 0.5) the results are the reference model's per-patch outputs: window `i` starts at `0.48 * i` s and
-/// covers 16 kHz samples `[7680 i, 7680 i + 15600)`.
+/// The file is decoded with libsndfile, mixed to mono and resampled to 16 kHz exactly as
+/// ``decodeMono16k(_:)-(URL)`` does (`round(frames * 16000 / rate)` samples), padded at the end with zeros as the
+/// reference's `pad_waveform` pads it (at least one window, then whole hops until the last sample is inside a window),
+/// and scored with YAMNet on its log-mel spectrogram. Each window's scores are YAMNet's scores of the 0.96 s patches
+/// inside it (their mean when there are several). With the default request (0.96 s, overlap 0.5) the results are the
+/// reference model's per-patch outputs: window `i` starts at `0.48 * i` s and covers 16 kHz samples
+/// `[7680 i, 7680 i + 15600)`.
 ///
-/// Errors found when the file is opened (missing, not audio, ...) are thrown by ``init(url:)``; errors found while
-/// decoding (a truncated FLAC, a decoding failure) go to each observer's `request(_:didFailWithError:)`.
+/// Memory stays bounded whatever the file's length: the file is decoded in chunks and scored in rounds of
+/// ``windowsPerRound`` windows (the log-mel frames of a round are computed once; each frame depends only on its own
+/// 400 samples, so this equals one spectrogram of the whole padded waveform). Results are delivered after each round.
+///
+/// Errors found when the file is opened (missing, not audio, ...) are thrown by ``init(url:)``. Errors found while
+/// decoding (a truncated FLAC, a decoding failure) go to each observer's `request(_:didFailWithError:)`, after the
+/// results of the windows decoded before the failure; no completion follows.
 ///
 /// - Important: Not thread-safe; ``analyze()`` is synchronous and calls the observers on the calling thread, in time
-///   order per request. Inference runs on up to ``maximumThreads`` cores meanwhile.
+///   order per request. Inference runs on up to ``maximumThreads`` cores meanwhile. Observers must not call back
+///   into the analyzer.
 public final class AudioFileAnalyzer {
     /// The file being analyzed.
     public let url: URL
     /// Cores used for inference during ``analyze()`` (default: the active processor count). Above 1, OpenBLAS is
     /// set to one thread (`BLASThreads.set(1)`) so the workers do not oversubscribe the cores.
     public var maximumThreads: Int = ProcessInfo.processInfo.activeProcessorCount
+
+    /// Windows scored per round, >= 1 (default 256, about 2 minutes of audio with the default request): a round's
+    /// samples, log-mel frames, patches and scores are held in memory together, and its results are delivered
+    /// together.
+    public var windowsPerRound = 256
 
     private var decoder: AudioFileDecoder?
     private var entries: [(request: ClassifySoundRequest, observer: any ResultsObserving)] = []
@@ -56,10 +68,27 @@ public final class AudioFileAnalyzer {
     }
 
     /// Decodes the file and delivers every window's result of every request, then `requestDidComplete`; on a
-    /// decoding error, `request(_:didFailWithError:)` instead. May be called again (the file is read again).
+    /// decoding error, `request(_:didFailWithError:)` instead of the completion. May be called again (the file is
+    /// read again).
     public func analyze() {
         guard !entries.isEmpty else { return }
-        let waveform: [Float]
+        var requests: [RequestState] = []
+        var sessionsByModel: [ObjectIdentifier: [YAMNetSession]] = [:]
+        let workers = max(1, min(maximumThreads, 64))
+        for entry in entries {
+            do {
+                let model = try entry.request.model()
+                let sessions = sessionsByModel[ObjectIdentifier(model)] ?? (0..<workers).map { _ in model.makeSession() }
+                sessionsByModel[ObjectIdentifier(model)] = sessions
+                requests.append(RequestState(request: entry.request, observer: entry.observer, model: model, sessions: sessions))
+            } catch {
+                entry.observer.request(entry.request, didFailWithError: error)
+            }
+        }
+        guard !requests.isEmpty else { return }
+        if workers > 1 { BLASThreads.set(1) }
+
+        var stream = WaveformBuffer()
         do {
             let opened: AudioFileDecoder
             if let decoder {
@@ -68,119 +97,198 @@ public final class AudioFileAnalyzer {
                 opened = try AudioFileDecoder(url: url)
             }
             decoder = nil
-            waveform = try decodeMono16k(opened)
+            let resampler = try Resampler(inputRate: Double(opened.sampleRate), outputRate: Double(YAMNet.sampleRate))
+            var mono: [Float] = []
+            let chunk = max(4_096, opened.sampleRate)
+            mono.reserveCapacity(chunk)
+            while true {
+                mono.removeAll(keepingCapacity: true)
+                guard try opened.readMono(maxFrames: chunk, appendingTo: &mono) > 0 else { break }
+                try resampler.process(mono, appendingTo: &stream.samples)
+                for state in requests {
+                    scoreReadyRounds(state, stream: stream, onlyFullRounds: true)
+                }
+                stream.discard(before: requests.map(\.nextWindowStart).min() ?? stream.end)
+            }
+            try resampler.flush(appendingTo: &stream.samples)
+            // The reference's length: round(frames * 16000 / rate), as decodeMono16k.
+            let expected = resampler.isPassthrough ? Int(opened.framesRead)
+                : Int((Double(opened.framesRead) * Double(YAMNet.sampleRate) / Double(opened.sampleRate)).rounded(.toNearestOrAwayFromZero))
+            stream.setEnd(expected)
         } catch {
-            for entry in entries { entry.observer.request(entry.request, didFailWithError: error) }
+            for state in requests { state.observer.request(state.request, didFailWithError: error) }
             return
         }
-        let frontEnd = LogMelSpectrogram()
-        for entry in entries {
-            let model: YAMNet
-            do {
-                model = try entry.request.model()
-            } catch {
-                entry.observer.request(entry.request, didFailWithError: error)
-                continue
-            }
-            Self.analyze(waveform: waveform, geometry: entry.request.geometry, duration: entry.request.windowDuration,
-                         model: model, frontEnd: frontEnd, threads: maximumThreads) { result in
-                entry.observer.request(entry.request, didProduce: result)
-            }
-            entry.observer.requestDidComplete(entry.request)
+        let total = stream.end
+        for state in requests {
+            let geometry = state.request.geometry
+            let windows = geometry.windowCount(sampleCount: total)
+            stream.padWithZeros(to: (windows - 1) * geometry.hopSamples + geometry.windowSamples)
+            state.windowLimit = windows
+            scoreReadyRounds(state, stream: stream, onlyFullRounds: false)
+            state.observer.requestDidComplete(state.request)
         }
     }
 
-    /// Windows scored per round: results are delivered after each round, so a long file shows progress.
-    static let windowsPerRound = 256
+    /// One request during ``analyze()``: its next window and its sessions.
+    private final class RequestState {
+        let request: ClassifySoundRequest
+        let observer: any ResultsObserving
+        let model: YAMNet
+        let sessions: [YAMNetSession]
+        let frontEnd = LogMelSpectrogram()
+        /// Index of the next window to score.
+        var nextWindow = 0
+        /// Windows in the file, once known (at the end of decoding).
+        var windowLimit = Int.max
+        var nextWindowStart: Int { nextWindow * request.geometry.hopSamples }
 
-    /// Scores every window of `waveform` (16 kHz mono) and hands the results to `deliver` in time order.
-    static func analyze(
-        waveform: [Float], geometry: WindowGeometry, duration: Double, model: YAMNet, frontEnd: LogMelSpectrogram,
-        threads: Int, deliver: (ClassificationResult) -> Void
-    ) {
-        let windows = geometry.windowCount(sampleCount: waveform.count)
-        let paddedLength = geometry.windowSamples + (windows - 1) * geometry.hopSamples
-        var padded = waveform
-        padded.append(contentsOf: repeatElement(0, count: max(0, paddedLength - waveform.count)))
-        let logMel = frontEnd.compute(padded)
-        let labels = model.classLabels
-        let workers = max(1, min(threads, 64))
-        if workers > 1 { BLASThreads.set(1) }
-        let sessions = (0..<workers).map { _ in model.makeSession() }
-        let patchValues = YAMNet.patchFrames * YAMNet.melBands
-
-        var firstWindow = 0
-        while firstWindow < windows {
-            let lastWindow = min(windows, firstWindow + windowsPerRound)
-            // The distinct patch start frames of this round's windows, in order.
-            var candidates: [Int] = []
-            for window in firstWindow..<lastWindow {
-                for patch in 0..<geometry.patchesPerWindow {
-                    candidates.append(window * geometry.hopFrames + patch * YAMNet.patchHopFrames)
-                }
-            }
-            let starts = Array(Set(candidates)).sorted()
-            var row: [Int: Int] = [:]
-            for (index, start) in starts.enumerated() { row[start] = index }
-
-            var scores = [Float](repeating: 0, count: starts.count * YAMNet.classCount)
-            logMel.withUnsafeBufferPointer { logMel in
-                scores.withUnsafeMutableBufferPointer { scores in
-                    let shared = SharedBuffers(logMel: logMel, scores: scores, starts: starts, sessions: sessions)
-                    let work: @Sendable (Int) -> Void = { worker in
-                        let count = shared.starts.count
-                        let range = (count * worker / workers)..<(count * (worker + 1) / workers)
-                        guard !range.isEmpty else { return }
-                        var patches = [Float](repeating: 0, count: range.count * patchValues)
-                        var embeddings = [Float](repeating: 0, count: range.count * YAMNet.embeddingSize)
-                        patches.withUnsafeMutableBufferPointer { patches in
-                            for (offset, index) in range.enumerated() {
-                                let source = shared.logMel.baseAddress! + shared.starts[index] * YAMNet.melBands
-                                (patches.baseAddress! + offset * patchValues).update(from: source, count: patchValues)
-                            }
-                        }
-                        patches.withUnsafeBufferPointer { patches in
-                            embeddings.withUnsafeMutableBufferPointer { embeddings in
-                                shared.sessions[worker].classify(
-                                    patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
-                                    scores: shared.scores.baseAddress! + range.lowerBound * YAMNet.classCount,
-                                    embeddings: embeddings.baseAddress!)
-                            }
-                        }
-                    }
-                    if workers == 1 {
-                        work(0)
-                    } else {
-                        DispatchQueue.concurrentPerform(iterations: workers, execute: work)
-                    }
-                }
-            }
-
-            for window in firstWindow..<lastWindow {
-                var windowScores = [Float](repeating: 0, count: YAMNet.classCount)
-                for patch in 0..<geometry.patchesPerWindow {
-                    let base = (row[window * geometry.hopFrames + patch * YAMNet.patchHopFrames] ?? 0) * YAMNet.classCount
-                    for index in 0..<YAMNet.classCount { windowScores[index] += scores[base + index] }
-                }
-                if geometry.patchesPerWindow > 1 {
-                    let divisor = Float(geometry.patchesPerWindow)
-                    for index in 0..<YAMNet.classCount { windowScores[index] /= divisor }
-                }
-                let firstSample = window * geometry.hopSamples
-                let level = padded.withUnsafeBufferPointer {
-                    ClassificationResult.level(of: UnsafeBufferPointer(rebasing: $0[firstSample..<(firstSample + geometry.windowSamples)]))
-                }
-                let range = TimeRange(start: Double(firstSample) / Double(YAMNet.sampleRate), duration: duration)
-                deliver(.scored(timeRange: range, scores: windowScores, labels: labels, levelDBFS: level))
-            }
-            firstWindow = lastWindow
+        init(request: ClassifySoundRequest, observer: any ResultsObserving, model: YAMNet, sessions: [YAMNetSession]) {
+            self.request = request
+            self.observer = observer
+            self.model = model
+            self.sessions = sessions
         }
+    }
+
+    /// Scores the windows of `state` that `stream` holds completely, in rounds of ``windowsPerRound``
+    /// (`onlyFullRounds`: leave a partial round for later, while the file is still being decoded).
+    private func scoreReadyRounds(_ state: RequestState, stream: WaveformBuffer, onlyFullRounds: Bool) {
+        let geometry = state.request.geometry
+        while true {
+            let available = stream.end >= geometry.windowSamples
+                ? (stream.end - geometry.windowSamples) / geometry.hopSamples + 1 : 0
+            let roundSize = max(1, windowsPerRound)
+            let last = min(available, state.windowLimit, state.nextWindow + roundSize)
+            guard last > state.nextWindow else { return }
+            if onlyFullRounds && last - state.nextWindow < roundSize { return }
+            stream.samples.withUnsafeBufferPointer { samples in
+                Self.scoreRound(windows: state.nextWindow..<last, samples: samples, firstSample: stream.start,
+                                state: state) { result in
+                    state.observer.request(state.request, didProduce: result)
+                }
+            }
+            state.nextWindow = last
+        }
+    }
+
+    /// Scores windows `windows` from `samples` (16 kHz; `samples[0]` is sample `firstSample` of the file) and hands
+    /// the results to `deliver` in time order. The round's log-mel frames are computed once; its distinct patches
+    /// are split across the state's sessions.
+    private static func scoreRound(
+        windows: Range<Int>, samples: UnsafeBufferPointer<Float>, firstSample: Int, state: RequestState,
+        deliver: (ClassificationResult) -> Void
+    ) {
+        let geometry = state.request.geometry
+        let bands = YAMNet.melBands
+        let patchValues = YAMNet.patchFrames * bands
+        let firstFrame = windows.lowerBound * geometry.hopFrames
+        let frameCount = (windows.upperBound - 1) * geometry.hopFrames + geometry.windowFrames - firstFrame
+        var logMel = [Float](repeating: 0, count: frameCount * bands)
+        let offset = firstFrame * LogMelSpectrogram.hopSamples - firstSample
+        logMel.withUnsafeMutableBufferPointer { logMel in
+            state.frontEnd.compute(UnsafeBufferPointer(rebasing: samples[offset...]), frames: frameCount, into: logMel.baseAddress!)
+        }
+
+        // The distinct patch start frames (relative to firstFrame), in order.
+        var candidates: [Int] = []
+        for window in windows {
+            for patch in 0..<geometry.patchesPerWindow {
+                candidates.append(window * geometry.hopFrames + patch * YAMNet.patchHopFrames - firstFrame)
+            }
+        }
+        let starts = Array(Set(candidates)).sorted()
+        var row: [Int: Int] = [:]
+        for (index, start) in starts.enumerated() { row[start] = index }
+
+        var scores = [Float](repeating: 0, count: starts.count * YAMNet.classCount)
+        let workers = state.sessions.count
+        logMel.withUnsafeBufferPointer { logMel in
+            scores.withUnsafeMutableBufferPointer { scores in
+                let shared = SharedRound(logMel: logMel, scores: scores, starts: starts, sessions: state.sessions)
+                let work: @Sendable (Int) -> Void = { worker in
+                    let count = shared.starts.count
+                    let range = (count * worker / workers)..<(count * (worker + 1) / workers)
+                    guard !range.isEmpty else { return }
+                    var patches = [Float](repeating: 0, count: range.count * patchValues)
+                    var embeddings = [Float](repeating: 0, count: range.count * YAMNet.embeddingSize)
+                    patches.withUnsafeMutableBufferPointer { patches in
+                        for (slot, index) in range.enumerated() {
+                            let source = shared.logMel.baseAddress! + shared.starts[index] * bands
+                            (patches.baseAddress! + slot * patchValues).update(from: source, count: patchValues)
+                        }
+                    }
+                    patches.withUnsafeBufferPointer { patches in
+                        embeddings.withUnsafeMutableBufferPointer { embeddings in
+                            shared.sessions[worker].classify(
+                                patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
+                                scores: shared.scores.baseAddress! + range.lowerBound * YAMNet.classCount,
+                                embeddings: embeddings.baseAddress!)
+                        }
+                    }
+                }
+                if workers == 1 || starts.count < 2 {
+                    for worker in 0..<workers { work(worker) }
+                } else {
+                    DispatchQueue.concurrentPerform(iterations: workers, execute: work)
+                }
+            }
+        }
+
+        let labels = state.model.classLabels
+        for window in windows {
+            var windowScores = [Float](repeating: 0, count: YAMNet.classCount)
+            for patch in 0..<geometry.patchesPerWindow {
+                let base = (row[window * geometry.hopFrames + patch * YAMNet.patchHopFrames - firstFrame] ?? 0) * YAMNet.classCount
+                for index in 0..<YAMNet.classCount { windowScores[index] += scores[base + index] }
+            }
+            if geometry.patchesPerWindow > 1 {
+                let divisor = Float(geometry.patchesPerWindow)
+                for index in 0..<YAMNet.classCount { windowScores[index] /= divisor }
+            }
+            let first = window * geometry.hopSamples - firstSample
+            let level = ClassificationResult.level(of: UnsafeBufferPointer(rebasing: samples[first..<(first + geometry.windowSamples)]))
+            let range = TimeRange(start: Double(window * geometry.hopSamples) / Double(YAMNet.sampleRate),
+                                  duration: state.request.windowDuration)
+            deliver(.scored(timeRange: range, scores: windowScores, labels: labels, levelDBFS: level))
+        }
+    }
+}
+
+/// The 16 kHz samples of a file still needed: `samples[0]` is sample `start` of the whole waveform.
+private struct WaveformBuffer {
+    var samples: [Float] = []
+    private(set) var start = 0
+    /// One past the last sample held (the waveform's length so far).
+    var end: Int { start + samples.count }
+
+    /// Forgets the samples before `index`.
+    mutating func discard(before index: Int) {
+        let drop = min(samples.count, index - start)
+        guard drop > 0 else { return }
+        samples.removeFirst(drop)
+        start += drop
+    }
+
+    /// Cuts the waveform to `length` samples (soxr's flush may give one more than the reference's length) or
+    /// extends it with zeros.
+    mutating func setEnd(_ length: Int) {
+        if end > length {
+            samples.removeLast(min(samples.count, end - length))
+        } else {
+            padWithZeros(to: length)
+        }
+    }
+
+    /// Appends zeros until the waveform is `length` samples long.
+    mutating func padWithZeros(to length: Int) {
+        if end < length { samples.append(contentsOf: repeatElement(0, count: length - end)) }
     }
 }
 
 /// What the inference workers of one round share: read-only log-mel and starts, disjoint score rows, one session
 /// per worker. The pointers live only during the round (`concurrentPerform` returns before they are released).
-private struct SharedBuffers: @unchecked Sendable {
+private struct SharedRound: @unchecked Sendable {
     let logMel: UnsafeBufferPointer<Float>
     let scores: UnsafeMutableBufferPointer<Float>
     let starts: [Int]
