@@ -185,13 +185,15 @@ final class ProducerLoop: @unchecked Sendable {
         nextPosition.store(framePosition, ordering: .relaxed)
         running.store(true, ordering: .releasing)
         let thread = Thread { [self] in
+            // Named from inside: swift-corelibs-foundation applies a name set before start() only to the object,
+            // not to the kernel thread that `top -H` and `ps -L` show.
+            Thread.current.name = "earshot-capture"
             let end = self.run(ring: ring, startPosition: framePosition)
             self.endReason.withLock { $0 = end }  // after the loop: locking is fine here
             self.running.store(false, ordering: .releasing)
             self.exited.signal()
             queue.async { onEnd(end) }
         }
-        thread.name = "earshot-capture"
         thread.qualityOfService = .userInteractive
         thread.stackSize = 1 << 20
         thread.start()
