@@ -35,7 +35,8 @@ public struct AudioStreamFormat: Sendable, Equatable, Hashable {
 /// allocates only its result (the sorted classifications).
 ///
 /// - Important: Not thread-safe: call it from one thread or serial queue. Observers are called on that thread,
-///   synchronously, from ``analyze(_:atAudioFramePosition:)`` and ``completeAnalysis()``.
+///   synchronously, from ``analyze(_:atAudioFramePosition:)`` and ``completeAnalysis()``, and must not call back
+///   into the analyzer.
 public final class AudioStreamAnalyzer {
     /// The input format given at creation.
     public let format: AudioStreamFormat
