@@ -151,7 +151,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             emit(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
                                      details: ["source": .string(name)])))
         case .unavailable(let error):
-            let retry = supervisor.nextRetryDelay.map { " (retrying in \(JSONValue.format($0, decimals: 0)) s)" } ?? ""
+            let retry = supervisor.nextRetryDelay.map { " (retrying in \(Int($0.rounded())) s)" } ?? ""
             status.withLock { $0.capture = "unavailable" }
             emit(.health(HealthEvent(state: .captureUnavailable, message: error.message + retry)))
             _ = try? notifier.status("waiting for \(sourceDescription): \(error.message)")

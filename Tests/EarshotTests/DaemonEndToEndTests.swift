@@ -1,0 +1,224 @@
+import Earshot
+import Foundation
+import Testing
+
+/// `earshotd` as users run it: the real executable, capturing from a real ALSA PCM (the `file` plugin reading a raw
+/// recording as its `infile`), publishing on a real Unix socket, notifying a real sd_notify datagram socket, and
+/// stopped with SIGTERM.
+///
+/// The `infile` does not exist when the daemon starts, so its first open fails like a missing device; the test
+/// connects its subscriber, then moves the recording into place, and the daemon's retry (1 s later) captures it.
+/// (A FIFO as `infile` would be simpler but is not deterministic: the plugin fills short reads with the slave's
+/// silence.)
+@Suite(.serialized) struct DaemonEndToEndTests {
+    /// The built executables sit beside the test bundle (`.build/<config>/`).
+    static let buildDirectory = URL(fileURLWithPath: ModelLocatorTestSupport.executablePath()).deletingLastPathComponent()
+
+    /// A temp directory holding HOME/.asoundrc (the PCM), its infile, the event socket and the notify socket.
+    struct Sandbox {
+        let directory: URL
+        var home: URL { directory.appendingPathComponent("home") }
+        var infile: String { directory.appendingPathComponent("capture.raw").path }
+        var socket: String { directory.appendingPathComponent("earshot.sock").path }
+        var notifySocket: String { directory.appendingPathComponent("notify.sock").path }
+
+        init() throws {
+            directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-e2e-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+            try FileManager.default.createDirectory(at: directory.appendingPathComponent("home"), withIntermediateDirectories: true)
+            // The file plugin reads raw S16_LE frames from `infile` at whatever rate is negotiated (16 kHz, our
+            // preferred rate); the null slave gives no clock, so capture runs as fast as the file can be read, and
+            // after its end the plugin delivers the slave's silence.
+            let asoundrc = """
+                pcm.earshot_e2e {
+                    type file
+                    slave.pcm { type null }
+                    file "/dev/null"
+                    infile "\(infile)"
+                    format "raw"
+                }
+                """
+            try asoundrc.write(to: home.appendingPathComponent(".asoundrc"), atomically: true, encoding: .utf8)
+        }
+
+        func remove() { try? FileManager.default.removeItem(at: directory) }
+    }
+
+    /// A bound AF_UNIX datagram socket standing in for systemd's NOTIFY_SOCKET.
+    final class NotifyListener {
+        let fd: Int32
+        init(path: String) throws {
+            fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
+            }
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            #expect(bound == 0)
+        }
+        deinit { close(fd) }
+
+        /// Datagrams received within `seconds`, until one contains `needle`.
+        func messages(until needle: String, seconds: Double) -> [String] {
+            var result: [String] = []
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&poller, 1, 100) > 0 else { continue }
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                guard count > 0 else { continue }
+                let message = String(decoding: buffer[0..<count], as: UTF8.self)
+                result.append(message)
+                if message.contains(needle) { break }
+            }
+            return result
+        }
+    }
+
+    /// The reference's exact 16 kHz input for the freedesktop alarm clock, as raw S16_LE.
+    static func alarmClockRaw() throws -> Data {
+        let data = try Data(contentsOf: TestPaths.sharedFile("golden/alarm-clock-elapsed.wave16k.f32"))
+        var out = Data(capacity: data.count / 2)
+        data.withUnsafeBytes { raw in
+            for i in 0..<(data.count / 4) {
+                let value = Float(bitPattern: UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: i * 4, as: UInt32.self)))
+                let sample = Int16(max(-32768, min(32767, (value * 32768).rounded())))
+                withUnsafeBytes(of: sample.littleEndian) { out.append(contentsOf: $0) }
+            }
+        }
+        return out
+    }
+
+    static func parse(_ line: String) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+    }
+
+    @Test func smokeAlarmFromALSACaptureReachesSubscriberWithItsStreamTime() throws {
+        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let notify = try NotifyListener(path: sandbox.notifySocket)
+
+        let daemon = Process()
+        daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--device", "earshot_e2e", "--socket", sandbox.socket, "--watch", "smoke_alarm,baby_cry", "--no-journal"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = sandbox.home.path
+        environment["NOTIFY_SOCKET"] = sandbox.notifySocket
+        daemon.environment = environment
+        let stderrPipe = Pipe()
+        daemon.standardError = stderrPipe
+        try daemon.run()
+        defer { if daemon.isRunning { daemon.terminate() } }
+
+        // The socket exists before capture starts; the first open fails (no infile yet) and is retried after 1 s.
+        var subscriber: EventSubscriber?
+        for _ in 0..<100 where subscriber == nil {
+            subscriber = try? EventSubscriber(path: sandbox.socket)
+            if subscriber == nil { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        let client = try #require(subscriber, "earshotd did not create its socket")
+        try client.subscribe(groups: ["smoke_alarm"])
+
+        // The recording appears atomically (written beside, then renamed into place).
+        let staging = sandbox.directory.appendingPathComponent("staging.raw")
+        try Self.alarmClockRaw().write(to: staging)
+        #expect(rename(staging.path, sandbox.infile) == 0)
+
+        var lines: [[String: Any]] = []
+        while lines.last?["type"] as? String != "detection_end" {
+            guard case .line(let line) = try client.readLine(timeoutSeconds: 20) else { break }
+            lines.append(Self.parse(line))
+        }
+        let onset = try #require(lines.first { $0["type"] as? String == "detection" })
+        let end = try #require(lines.first { $0["type"] as? String == "detection_end" })
+        // Reference scores for "Smoke detector, smoke alarm" per 0.48 s window: 0.021 0.702 0.018 0.524 0.018 0.245
+        // 0.03 0.366 ...; threshold 0.3, 2 of 3 windows: the onset is decided at window 3 and starts at window 1
+        // (0.48 s); window 7 (3.36 s) is positive within the 3 s hold, so the event ends at 3.36 + 0.96 = 4.32 s.
+        #expect(onset["group"] as? String == "smoke_alarm")
+        #expect(onset["class"] as? String == "Smoke detector, smoke alarm")
+        #expect(onset["stream_time"] as? Double == 0.48)
+        // The daemon's confidence equals offline analysis of the same 16-bit samples (the max over the onset run's
+        // positive windows 1 and 3). 16-bit quantisation itself moves these scores by up to 0.03 from the float
+        // reference, because this recording's quiet bands sit near YAMNet's log offset.
+        let quantized = try Self.alarmClockRaw().withUnsafeBytes { raw in
+            (0..<(raw.count / 2)).map { Float(Int16(littleEndian: raw.loadUnaligned(fromByteOffset: $0 * 2, as: Int16.self))) / 32768 }
+        }
+        let offline = try YAMNet.builtIn().makeSession().analyze(waveform: quantized).scores
+        let smoke = 393  // "Smoke detector, smoke alarm"
+        let expectedConfidence = Double(max(offline[521 + smoke], offline[3 * 521 + smoke]))
+        #expect(abs((onset["confidence"] as? Double ?? 0) - expectedConfidence) < 1e-3, "expected \(expectedConfidence)")
+        #expect(end["start"] as? Double == 0.48)
+        #expect(end["end"] as? Double == 4.32)
+        #expect(end["windows"] as? Int == 3)
+        let health = lines.filter { $0["type"] as? String == "health" }.compactMap { $0["state"] as? String }
+        #expect(health.prefix(2) == ["capture_unavailable", "capture_live"] || health.first == "capture_live")
+
+        // READY=1 once audio flowed; SIGTERM: STOPPING=1, exit 0, socket removed.
+        let ready = notify.messages(until: "READY=1", seconds: 5)
+        #expect(ready.contains { $0.contains("READY=1") })
+        daemon.terminate()
+        let stopping = notify.messages(until: "STOPPING=1", seconds: 5)
+        #expect(stopping.contains { $0.contains("STOPPING=1") })
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0)
+        #expect(!FileManager.default.fileExists(atPath: sandbox.socket))
+        let log = String(decoding: stderrPipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log.contains("earshotd: smoke_alarm detected: \"Smoke detector, smoke alarm\""))
+    }
+
+    @Test func missingDeviceSaysSoAndRetries() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let daemon = Process()
+        daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--device", "hw:97,0", "--socket", sandbox.socket, "--foreground"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = sandbox.home.path
+        daemon.environment = environment
+        let out = Pipe(), err = Pipe()
+        daemon.standardOutput = out
+        daemon.standardError = err
+        try daemon.run()
+        Thread.sleep(forTimeInterval: 1.5)
+        #expect(daemon.isRunning, "the daemon keeps running and retries")
+        daemon.terminate()
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let firstLine = log.split(separator: "\n").first.map(String.init) ?? ""
+        #expect(firstLine.hasPrefix("earshotd: health capture_unavailable: cannot open capture device \"hw:97,0\""), "\(log)")
+        #expect(firstLine.hasSuffix("(no such device; list devices with `earshot devices` or `arecord -L`) (retrying in 1 s)"), "\(firstLine)")
+        let events = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(events.contains("\"state\":\"capture_unavailable\""))
+    }
+
+    @Test func badConfigurationValueExits78NamingTheKey() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let config = sandbox.directory.appendingPathComponent("bad.conf")
+        try "[analysis]\noverlap = 1.5\n".write(to: config, atomically: true, encoding: .utf8)
+        let daemon = Process()
+        daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--config", config.path, "--socket", sandbox.socket]
+        let err = Pipe()
+        daemon.standardError = err
+        try daemon.run()
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 78)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log == "earshotd: \(config.path):2: [analysis] overlap = 1.5: must be in [0, 1)\n")
+    }
+}
+
+enum ModelLocatorTestSupport {
+    /// This test process's executable (the test bundle), from `/proc/self/exe`.
+    static func executablePath() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        return count > 0 ? String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
+    }
+}
