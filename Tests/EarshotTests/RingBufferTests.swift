@@ -184,8 +184,8 @@ struct RingBufferTests {
 
     @Test(.timeLimit(.minutes(1)))
     func twoThreadStressWithDropsAndJumpsReportsEveryGapExactly() async {
-        // The producer never waits: the ring overruns whenever the consumer falls behind, and every 10th chunk
-        // also skips ahead (an xrun). Each chunk read must hold exactly the values of its positions, and the
+        // The producer never waits: the ring overruns whenever the consumer falls behind, and some chunks also
+        // skip ahead (an xrun). Each chunk read must hold exactly the values of its positions, and the
         // positions read plus the gaps reported must account for every frame up to the last one read.
         let ring = SampleRingBuffer(minimumCapacity: 1024, markerCapacity: 8)
         let total: Int64 = 2_000_000
@@ -198,7 +198,9 @@ struct RingBufferTests {
             while position < total {
                 let count = random.next(1...700)
                 chunks += 1
-                if chunks % 10 == 0 { position += Int64(random.next(1...300)) }
+                // From the 2nd chunk on, every 10th skips ahead. The 2nd always finds room (the 1st takes at
+                // most 700 of 1024 slots), so at least one gap is seen however the threads are scheduled.
+                if chunks % 10 == 2 { position += Int64(random.next(1...300)) }
                 for index in 0..<count { chunk[index] = Self.value(at: position + Int64(index)) }
                 chunk.withUnsafeBufferPointer {
                     _ = ring.write(from: UnsafeBufferPointer(rebasing: $0[0..<count]), framePosition: position, sampleRate: 16_000)

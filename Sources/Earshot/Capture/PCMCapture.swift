@@ -61,8 +61,8 @@ public struct CaptureConfiguration: Sendable, Equatable {
 /// The capture thread waits for a period (`snd_pcm_wait`, 100 ms timeout so stop requests are seen), reads it with
 /// `snd_pcm_readi` into a preallocated buffer, converts it to mono Float and writes it to the ring at its frame
 /// position. It does not allocate, lock or log. An overrun (`-EPIPE`) or suspend (`-ESTRPIPE`) is recovered with
-/// `snd_pcm_recover` and counted in ``xrunCount``; the frames lost (estimated from the monotonic clock since the last
-/// read) advance the frame position, so the ring's consumer sees a gap there. Other errors (`-EIO`, `-EBADFD`) are
+/// `snd_pcm_recover` and counted in ``xrunCount``; the frames lost (those left in the buffer at the last read plus
+/// the monotonic clock's time since then, in frames) advance the frame position, so the ring's consumer sees a gap there. Other errors (`-EIO`, `-EBADFD`) are
 /// recovered the same way (`snd_pcm_prepare`, counted, a gap) unless 5 come within 2 s. `-ENODEV` (unplugged),
 /// errors that keep coming, or a failed recovery end the thread with ``CaptureEnd/failed(_:)``.
 ///
@@ -343,6 +343,8 @@ final class PCMReader: SourceReader, @unchecked Sendable {
     private let logBuffer: UnsafeMutablePointer<CChar>
     private var started = false
     private var lastReadNanoseconds: UInt64 = 0
+    /// Frames that were already waiting in the device buffer after the last read (`snd_pcm_avail_update`).
+    private var pendingAtLastRead: Int64 = 0
     private var errorWindowStart: UInt64 = 0
     private var errorsInWindow = 0
 
@@ -392,6 +394,10 @@ final class PCMReader: SourceReader, @unchecked Sendable {
         SampleConversion.convertToMono(
             raw, format: format.sampleFormat, channels: format.channels, frameCount: count, into: destination)
         lastReadNanoseconds = ProducerLoop.monotonicNanoseconds()
+        // What is still waiting is lost too if the next read comes too late. A negative answer (an xrun already)
+        // counts as 0 here; the next wait or read reports it.
+        let pending = snd_pcm_avail_update(pcm)
+        pendingAtLastRead = pending > 0 ? Int64(pending) : 0
         return .frames(count)
     }
 
@@ -432,10 +438,13 @@ final class PCMReader: SourceReader, @unchecked Sendable {
         }
     }
 
-    /// Frames the device captured since the last read, all discarded by a recovery, estimated from the clock.
+    /// Frames a recovery discarded: those waiting in the buffer at the last read plus those the device captured
+    /// (or would have, while stopped) since, estimated from the monotonic clock.
     private func lostFrames(now: UInt64) -> Int64 {
-        let lost = Int64(Double(now &- lastReadNanoseconds) * Double(format.sampleRate) / 1e9)
+        let elapsed = Int64(Double(now &- lastReadNanoseconds) * Double(format.sampleRate) / 1e9)
+        let lost = pendingAtLastRead + elapsed
         lastReadNanoseconds = now
+        pendingAtLastRead = 0
         return max(1, lost)
     }
 
