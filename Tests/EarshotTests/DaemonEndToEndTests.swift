@@ -92,6 +92,15 @@ import Testing
         return out
     }
 
+    /// This process's environment with HOME pointing at the sandbox (its .asoundrc defines the test PCM) and
+    /// without the sd_notify variables other suites set while they run in parallel.
+    static func environment(home: URL) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
+        environment["HOME"] = home.path
+        return environment
+    }
+
     static func parse(_ line: String) -> [String: Any] {
         (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
     }
@@ -105,8 +114,7 @@ import Testing
         let daemon = Process()
         daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
         daemon.arguments = ["--device", "earshot_e2e", "--socket", sandbox.socket, "--watch", "smoke_alarm,baby_cry", "--no-journal"]
-        var environment = ProcessInfo.processInfo.environment
-        environment["HOME"] = sandbox.home.path
+        var environment = Self.environment(home: sandbox.home)
         environment["NOTIFY_SOCKET"] = sandbox.notifySocket
         daemon.environment = environment
         let stderrPipe = Pipe()
@@ -176,9 +184,7 @@ import Testing
         let daemon = Process()
         daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
         daemon.arguments = ["--device", "hw:97,0", "--socket", sandbox.socket, "--foreground"]
-        var environment = ProcessInfo.processInfo.environment
-        environment["HOME"] = sandbox.home.path
-        daemon.environment = environment
+        daemon.environment = Self.environment(home: sandbox.home)
         let out = Pipe(), err = Pipe()
         daemon.standardOutput = out
         daemon.standardError = err
@@ -204,6 +210,7 @@ import Testing
         let daemon = Process()
         daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
         daemon.arguments = ["--config", config.path, "--socket", sandbox.socket]
+        daemon.environment = Self.environment(home: sandbox.home)
         let err = Pipe()
         daemon.standardError = err
         try daemon.run()
