@@ -49,6 +49,10 @@ final class AnalysisPipeline {
     private var timer: DispatchSourceTimer?
     private var silentSeconds: Double = 0
     private var silenceReported = false
+    private var unreportedGaps = 0
+    private var unreportedGapSeconds: Double = 0
+    private var lastGapReport: UInt64 = 0
+    static let gapReportInterval: UInt64 = 10_000_000_000
     private lazy var observer = Observer(pipeline: self)
 
     private final class Observer: ResultsObserving {
@@ -132,6 +136,7 @@ final class AnalysisPipeline {
                 counters.gaps += 1
                 let gapStart = counters.streamTime
                 for event in engine.reset(at: gapStart) { emit(.detection(event)) }
+                reportGap(frames: chunk.gapFrames, sampleRate: chunk.sampleRate)
             }
             if analyzer == nil || analyzer?.format.sampleRate != Double(chunk.sampleRate) {
                 makeAnalyzer(sampleRate: chunk.sampleRate)
@@ -142,6 +147,24 @@ final class AnalysisPipeline {
                 analyzer?.analyze(chunkSamples, atAudioFramePosition: chunk.framePosition)
             }
         }
+    }
+
+    /// One `overrun` health event per gap, at most one per `gapReportInterval` of wall time (a storm of xruns
+    /// must not flood subscribers); the event carries the gaps seen since the last report.
+    private func reportGap(frames: Int64, sampleRate: Int) {
+        unreportedGaps += 1
+        unreportedGapSeconds += Double(max(frames, 0)) / Double(sampleRate)
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard now >= lastGapReport + Self.gapReportInterval else { return }
+        lastGapReport = now
+        let seconds = JSONValue.format(unreportedGapSeconds, decimals: 3)
+        emit(.health(HealthEvent(
+            state: .overrun,
+            message: "audio lost: \(unreportedGaps) gap(s), \(seconds) s in all (xrun or the analysis fell behind); windows restart after each gap",
+            details: ["gaps": .int(unreportedGaps), "lost_seconds": .number(unreportedGapSeconds, decimals: 3),
+                      "total_gaps": .int(counters.gaps)])))
+        unreportedGaps = 0
+        unreportedGapSeconds = 0
     }
 
     private func makeAnalyzer(sampleRate: Int) {
