@@ -66,4 +66,16 @@ public enum Benchmark {
         _ = model.makeSession().classify(patches: [Float](repeating: -3, count: YAMNet.patchFrames * YAMNet.melBands), count: 1)
         return (now() - start) * 1000
     }
+
+    /// Thread CPU time per stage of one patch (1 thread), averaged over `runs` runs after 10 warm-up runs:
+    /// `(stage name, milliseconds)` in execution order.
+    public static func stageProfile(model: YAMNet, runs: Int) -> [(stage: String, millis: Double)] {
+        let session = model.makeSession()
+        let patch = (0..<(YAMNet.patchFrames * YAMNet.melBands)).map { Float(sin(Double($0) * 0.37)) * 3 - 3 }
+        for _ in 0..<10 { _ = session.classify(patches: patch, count: 1) }
+        let profile = StageProfile()
+        session.profile = profile
+        for _ in 0..<runs { _ = session.classify(patches: patch, count: 1) }
+        return profile.names.map { ($0, (profile.seconds[$0] ?? 0) * 1000 / Double(runs)) }
+    }
 }

