@@ -202,6 +202,84 @@ import Testing
         #expect(events.contains("\"state\":\"capture_unavailable\""))
     }
 
+    /// Reads the daemon's stderr until a line containing `needle` arrives (or `seconds` pass).
+    static func waitForLine(_ needle: String, in handle: FileHandle, seconds: Double, collected: inout String) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if collected.contains(needle) { return true }
+            var poller = pollfd(fd: handle.fileDescriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) > 0 else { continue }
+            let data = handle.availableData
+            if data.isEmpty { break }
+            collected += String(decoding: data, as: UTF8.self)
+        }
+        return collected.contains(needle)
+    }
+
+    @Test func sighupReloadsAndKeepsRunningConfigurationOnError() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf")
+        try "[detection]\nwatch = smoke_alarm\n".write(to: config, atomically: true, encoding: .utf8)
+        let daemon = Process()
+        daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--config", config.path, "--device", "hw:97,0", "--socket", sandbox.socket, "--no-journal"]
+        daemon.environment = Self.environment(home: sandbox.home)
+        let err = Pipe()
+        daemon.standardError = err
+        try daemon.run()
+        defer { if daemon.isRunning { daemon.terminate() } }
+        var log = ""
+        #expect(Self.waitForLine("capture_unavailable", in: err.fileHandleForReading, seconds: 10, collected: &log))
+
+        try "[detection]\nwatch = smoke_alarm | kettle\n".write(to: config, atomically: true, encoding: .utf8)
+        kill(daemon.processIdentifier, SIGHUP)
+        let failed = "earshotd: reload failed, keeping the running configuration: \(config.path):2: [detection] watch: \"kettle\" is not a group (groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech; a new group needs a [group.kettle] section with classes and threshold)\n"
+        #expect(Self.waitForLine(failed, in: err.fileHandleForReading, seconds: 10, collected: &log), "\(log)")
+        #expect(daemon.isRunning)
+
+        try "[detection]\nwatch = smoke_alarm | baby_cry\n".write(to: config, atomically: true, encoding: .utf8)
+        kill(daemon.processIdentifier, SIGHUP)
+        #expect(Self.waitForLine("earshotd: configuration reloaded: watching smoke_alarm, baby_cry\n", in: err.fileHandleForReading, seconds: 10, collected: &log), "\(log)")
+
+        let client = try EventSubscriber(path: sandbox.socket)
+        try client.send(line: #"{"status":true}"#)
+        guard case .line(let reply) = try client.readLine(timeoutSeconds: 5) else {
+            Issue.record("no status reply")
+            return
+        }
+        #expect(Self.parse(reply)["watch"] as? [String] == ["smoke_alarm", "baby_cry"])
+        daemon.terminate()
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0)
+    }
+
+    @Test func fallbackInputStreamsTheFileWhenTheDeviceCannotOpen() throws {
+        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let source = TestPaths.sharedFile("audio/debian-brainparty-data/games/brainparty/glass_break.wav")
+        let daemon = Process()
+        daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--device", "hw:97,0", "--socket", sandbox.socket, "--foreground", "--watch", "glass_break",
+                            "--fallback-input", source.path]
+        daemon.environment = Self.environment(home: sandbox.home)
+        let out = Pipe(), err = Pipe()
+        daemon.standardOutput = out
+        daemon.standardError = err
+        try daemon.run()
+        daemon.waitUntilExit()  // the 1.0 s file streams in real time, then the daemon exits
+        #expect(daemon.terminationStatus == 0)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log.hasPrefix("earshotd: cannot open capture device \"hw:97,0\": No such file or directory (no such device; list devices with `earshot devices` or `arecord -L`); streaming \(source.path) through the live pipeline instead\n"), "\(log)")
+        let events = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .split(separator: "\n").map { Self.parse(String($0)) }
+        let onset = try #require(events.first { $0["type"] as? String == "detection" })
+        #expect(onset["group"] as? String == "glass_break")
+        #expect(onset["class"] as? String == "Glass")
+        #expect(onset["stream_time"] as? Double == 0)
+    }
+
     @Test func badConfigurationValueExits78NamingTheKey() throws {
         let sandbox = try Sandbox()
         defer { sandbox.remove() }

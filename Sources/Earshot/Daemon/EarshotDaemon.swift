@@ -15,6 +15,13 @@ import Synchronization
 public final class EarshotDaemon: @unchecked Sendable {
     private let commandLine: DaemonCommandLine
     private var configuration: DaemonConfiguration
+    /// The capture settings at start; they never change while running (a reload that changes them says a restart
+    /// is needed), so the supervisor's queue may read them while the control queue reloads.
+    private let capture: DaemonConfiguration.Capture
+    /// The output settings at start (socket path and mode, queue size, journal), likewise fixed until a restart.
+    private let output: DaemonConfiguration.Output
+    /// Set once `--fallback-input` replaced a device that could not be opened.
+    private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
     private let analysisQueue = DispatchQueue(label: "earshot.analysis", qos: .userInitiated)
     private let notifier = ServiceNotifier()
@@ -42,6 +49,8 @@ public final class EarshotDaemon: @unchecked Sendable {
         var levelDBFS: Float = ClassificationResult.levelFloorDBFS
         var activeGroups: [String] = []
         var detections = 0
+        var gateDBFS: Double = 0
+        var watch: [String] = []
     }
 
     /// Loads the configuration and the model, checks the groups, and opens the socket.
@@ -50,6 +59,8 @@ public final class EarshotDaemon: @unchecked Sendable {
     public init(commandLine: DaemonCommandLine) throws(EarshotError) {
         self.commandLine = commandLine
         configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+        capture = configuration.capture
+        output = configuration.output
         BLASThreads.set(1)
         let model = try BuiltInClassifier.shared()
         let groups = try configuration.resolvedGroups(classLabels: model.classLabels)
@@ -59,12 +70,12 @@ public final class EarshotDaemon: @unchecked Sendable {
         // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
         // machine) before the capture thread has to drop audio.
         ring = SampleRingBuffer(minimumCapacity: 8 * 48_000)
-        let output = configuration.output
         server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
                 knownGroups: configuration.groupNames),
             status: { [unowned self] in statusObject() })
+        noteSettings(configuration)
         do {
             pipeline = try AnalysisPipeline(
                 queue: analysisQueue, ring: ring, analysis: configuration.analysis, engine: engine,
@@ -112,17 +123,20 @@ public final class EarshotDaemon: @unchecked Sendable {
     }
 
     private var sourceDescription: String {
-        switch configuration.capture.input {
+        if usingFallback.load(ordering: .relaxed), let fallback = commandLine.fallbackInput { return "input file \(fallback)" }
+        return switch capture.input {
         case .file(let path): "input file \(path)"
         case .standardInput: "raw input on standard input"
-        case nil: "capture device \"\(configuration.capture.device)\""
+        case nil: "capture device \"\(capture.device)\""
         }
     }
 
     // MARK: Capture
 
     private func openSource() throws -> any CaptureSource {
-        let capture = configuration.capture
+        if usingFallback.load(ordering: .relaxed), let fallback = commandLine.fallbackInput {
+            return try RealtimeFileSource(path: fallback)
+        }
         switch capture.input {
         case .file(let path):
             return try RealtimeFileSource(path: path)
@@ -135,7 +149,7 @@ public final class EarshotDaemon: @unchecked Sendable {
                 guard let fallback = commandLine.fallbackInput, !deviceHasWorked.load(ordering: .relaxed) else { throw error }
                 let line = (error as? EarshotError)?.message ?? "\(error)"
                 journal.log("\(line); streaming \(fallback) through the live pipeline instead")
-                configuration.capture.input = .file(path: fallback)
+                usingFallback.store(true, ordering: .relaxed)
                 return try RealtimeFileSource(path: fallback)
             }
         }
@@ -146,7 +160,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         case .opening, .stopped:
             break
         case .running(let name, let format):
-            if configuration.capture.input == nil { deviceHasWorked.store(true, ordering: .relaxed) }
+            if capture.input == nil, !usingFallback.load(ordering: .relaxed) { deviceHasWorked.store(true, ordering: .relaxed) }
             status.withLock { $0.capture = "live"; $0.source = "\(name) (\(format))" }
             emit(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
                                      details: ["source": .string(name)])))
@@ -203,6 +217,14 @@ public final class EarshotDaemon: @unchecked Sendable {
         }
     }
 
+    /// Copies the settings the status reply shows, so that the server queue never reads `configuration`.
+    private func noteSettings(_ settings: DaemonConfiguration) {
+        status.withLock {
+            $0.gateDBFS = settings.analysis.gateThresholdDBFS
+            $0.watch = settings.detection.watch
+        }
+    }
+
     private func statusObject() -> JSONObject {
         let snapshot = status.withLock { $0 }
         return [
@@ -217,8 +239,8 @@ public final class EarshotDaemon: @unchecked Sendable {
             "gated_windows": .int(snapshot.gatedWindows),
             "stream_time": .number(snapshot.streamTime, decimals: 3),
             "level_dbfs": .number(Double(snapshot.levelDBFS), decimals: 1),
-            "gate_dbfs": .number(configuration.analysis.gateThresholdDBFS, decimals: 1),
-            "watch": .array(configuration.detection.watch.map { .string($0) }),
+            "gate_dbfs": .number(snapshot.gateDBFS, decimals: 1),
+            "watch": .array(snapshot.watch.map { .string($0) }),
             "active": .array(snapshot.activeGroups.map { .string($0) }),
             "detections": .int(snapshot.detections),
         ]
@@ -244,11 +266,10 @@ public final class EarshotDaemon: @unchecked Sendable {
             if let failure { throw failure }
             server.setKnownGroups(fresh.groupNames)
             var restartNeeded: [String] = []
-            if fresh.capture != configuration.capture { restartNeeded.append("[capture]") }
-            if fresh.output != configuration.output { restartNeeded.append("[output]") }
-            let kept = configuration.capture
+            if fresh.capture != capture { restartNeeded.append("[capture]") }
+            if fresh.output != output { restartNeeded.append("[output]") }
             configuration = fresh
-            configuration.capture = kept
+            noteSettings(fresh)
             let note = restartNeeded.isEmpty ? "" : "; changes to \(restartNeeded.joined(separator: " and ")) take effect after a restart"
             journal.log("configuration reloaded: watching \(groups.map(\.name).joined(separator: ", "))\(note)")
         } catch {
