@@ -13,6 +13,8 @@ commands:
                                   print the daemon's detection events as they arrive
   classes                         list the built-in classifier's AudioSet class labels
   devices                         list ALSA capture devices
+  eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT]
+                                  measure the smoke/CO alarm detector: recall, false events, time to detection
   bench [--quick]                 measure inference, file-analysis and daemon performance on this machine
   help                            show this text
 """
@@ -30,6 +32,7 @@ case "analyze": status = AnalyzeCommand.run(arguments)
 case "subscribe": status = SubscribeCommand.run(arguments)
 case "classes": status = ClassesCommand.run(arguments)
 case "devices": status = DevicesCommand.run(arguments)
+case "eval": status = EvalCommand.run(arguments)
 case "bench": status = BenchCommand.run(arguments)
 case "help", "--help", "-h":
     print(usage)

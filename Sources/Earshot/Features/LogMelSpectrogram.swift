@@ -34,8 +34,9 @@ public final class LogMelSpectrogram {
     public static let patchHopSamples = 7_680
 
     private static let bins = fftSize / 2 + 1
-    /// FFTW's planner is not thread-safe; plan creation and destruction are serialised.
-    private static let planLock = NSLock()
+    /// FFTW's planner is not thread-safe; plan creation and destruction are serialised, here and by every other
+    /// FFTW user in the module (`ToneTracker`).
+    static let planLock = NSLock()
 
     private let window: [Float]
     /// Per mel band: the first FFT bin with a non-zero weight and the weights from there on.

@@ -1,0 +1,241 @@
+/// The temporal patterns of residential alarms that ``AlarmPatternMatcher`` recognises.
+public enum AlarmPattern: String, Sendable, Equatable {
+    /// Temporal-three (ISO 8201, ANSI S3.41, NFPA 72 smoke alarms): three 0.5 s tones 0.5 s apart, 1.5 s off.
+    case t3 = "T3"
+    /// Temporal-four (carbon monoxide alarms, NFPA 720 / UL 2034): four ~0.1 s tones ~0.1 s apart, ~5 s off.
+    case t4 = "T4"
+    /// A smoke or CO alarm's low-battery chirp: one short tone, repeating every ~30-60 s.
+    case chirp = "chirp"
+}
+
+/// One recognised repetition of a pattern.
+public struct PatternMatch: Sendable, Equatable {
+    public var pattern: AlarmPattern
+    /// Stream time (s) of the first tone of the matched cycle (T3, T4) or of the chirp.
+    public var cycleStart: Double
+    /// Stream time (s) the match was decided: the onset of the next cycle's first tone (T3), the end of the burst's
+    /// quiet check (T4), or the end of the chirp's isolation check.
+    public var decisionTime: Double
+    /// Mean tone frequency of the cycle's tones, Hz.
+    public var frequencyHz: Double
+    /// Mean tone level of the cycle's tones, dBFS.
+    public var levelDBFS: Double
+    /// For T3 and T4: the cycles of this pattern seen in a row so far, this one included (1, 2, ...).
+    /// For a chirp: the chirps in a row at a steady interval, this one included (2, 3, ...).
+    public var count: Int
+    /// For a chirp: seconds since the previous chirp; 0 otherwise.
+    public var intervalSeconds: Double
+}
+
+/// Recognises T3 and T4 cycles and low-battery chirps in the tone segments of a ``ToneTracker``.
+///
+/// Only the onsets of the tones carry the decision (reverberation lengthens tones and fills gaps; a phone's automatic
+/// gain control chops them), so the tolerances are on onset intervals:
+/// - T3: three tones whose onsets are d apart (0.6 s <= d <= 1.5 s, the two intervals within 20 %), each 0.12 to
+///   1.2 s long, then the next tone of the same frequency 1.45 d to 3.2 d after the third (and at least 0.4 s more
+///   than d): the long pause of the pattern. The tone before the first (if any within 5 s) must also be a long pause
+///   away, so that a steady 1 s beeper (a reversing truck) that loses one beep in noise is not a T3.
+/// - T4: a burst of exactly four tones, onsets 0.12 to 0.45 s apart (within 35 % of each other), each at most
+///   0.3 s, closed by 0.9 s without another tone of that frequency; a cycle is two such bursts 3 to 9 s apart.
+/// - Chirp: a tone of at most 0.35 s with no other tone of its frequency within 2.5 s on either side; a match when
+///   the previous such chirp, of the same frequency, was 15 to 120 s before.
+/// "Same frequency" is within 8 %. Tones more than 20 dB below the loudest tone of their frequency in the last 10 s
+/// (echoes, tails) are ignored.
+///
+/// - Important: A value type; feed it on one queue, segments in order of their start.
+public struct AlarmPatternMatcher: Sendable {
+    /// Relative frequency tolerance between tones of one pattern.
+    public static let frequencyTolerance = 0.08
+
+    private var tones: [ToneSegment] = []
+    private var openOnsets: [(start: Double, frequencyHz: Double)] = []
+    private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
+    private var pendingBursts: [Burst] = []
+    private var lastT4Burst: Burst?
+    private var t4Run = 0
+    private var chirpCandidates: [ToneSegment] = []
+    private var lastChirp: (tone: ToneSegment, count: Int)?
+
+    private struct Burst: Sendable {
+        var tones: [ToneSegment]
+        var frequencyHz: Double { tones.map(\.frequencyHz).reduce(0, +) / Double(tones.count) }
+        var start: Double { tones[0].start }
+        var lastStart: Double { tones[tones.count - 1].start }
+    }
+
+    public init() {}
+
+    /// Forgets everything (a gap in the stream: patterns never join across it).
+    public mutating func reset() { self = AlarmPatternMatcher() }
+
+    private static func same(_ a: Double, _ b: Double) -> Bool {
+        abs(a - b) <= frequencyTolerance * max(a, b)
+    }
+
+    /// A tone has started (its segment is still open) at `start` with `frequencyHz`: decides T3 cycles, whose
+    /// last interval ends at the next cycle's first onset. Call once per new open segment.
+    public mutating func toneStarted(at start: Double, frequencyHz: Double) -> [PatternMatch] {
+        if openOnsets.contains(where: { $0.start == start }) { return [] }
+        openOnsets.append((start, frequencyHz))
+        return matchT3(nextStart: start, frequencyHz: frequencyHz)
+    }
+
+    /// A tone segment has ended. Returns matches it completes (T4 bursts are decided later, in ``advance(to:)``).
+    public mutating func add(_ tone: ToneSegment) -> [PatternMatch] {
+        var matches: [PatternMatch] = []
+        if !openOnsets.contains(where: { $0.start == tone.start }) {
+            matches += matchT3(nextStart: tone.start, frequencyHz: tone.frequencyHz)
+        }
+        openOnsets.removeAll { $0.start <= tone.start }
+        tones.append(tone)
+        tones.removeAll { $0.start < tone.start - 30 }
+        if isStrong(tone) {
+            addToBursts(tone)
+            if tone.duration <= 0.35 { chirpCandidates.append(tone) }
+        }
+        return matches
+    }
+
+    /// Stream time has reached `time` (s): closes T4 bursts and chirp isolation checks that are due.
+    public mutating func advance(to time: Double) -> [PatternMatch] {
+        var matches: [PatternMatch] = []
+        // T4 bursts close after 0.9 s without another tone of their frequency.
+        var open: [Burst] = []
+        for burst in pendingBursts {
+            if time - burst.lastStart >= 0.9 {
+                if let match = closeBurst(burst, at: burst.lastStart + 0.9) { matches.append(match) }
+            } else {
+                open.append(burst)
+            }
+        }
+        pendingBursts = open
+        // Chirps are decided 2.5 s after they start, when no neighbour came.
+        var waiting: [ToneSegment] = []
+        for chirp in chirpCandidates {
+            guard time - chirp.start >= 2.5 else {
+                waiting.append(chirp)
+                continue
+            }
+            let isolated = !tones.contains {
+                $0.start != chirp.start && abs($0.start - chirp.start) < 2.5 && Self.same($0.frequencyHz, chirp.frequencyHz)
+            }
+            guard isolated else { continue }
+            if let previous = lastChirp, Self.same(previous.tone.frequencyHz, chirp.frequencyHz),
+               (15...120).contains(chirp.start - previous.tone.start) {
+                let count = previous.count + 1
+                matches.append(PatternMatch(
+                    pattern: .chirp, cycleStart: chirp.start, decisionTime: chirp.start + 2.5,
+                    frequencyHz: chirp.frequencyHz, levelDBFS: chirp.levelDBFS, count: count,
+                    intervalSeconds: chirp.start - previous.tone.start))
+                lastChirp = (chirp, count)
+            } else {
+                lastChirp = (chirp, 1)
+            }
+        }
+        chirpCandidates = waiting
+        return matches
+    }
+
+    /// Whether `tone` is within `withinDB` of the loudest tone of its frequency in the 10 s before it.
+    private func isStrong(_ tone: ToneSegment, withinDB: Double = 20) -> Bool {
+        let loudest = tones.lazy
+            .filter { tone.start - $0.start <= 10 && Self.same($0.frequencyHz, tone.frequencyHz) }
+            .map(\.peakLevelDBFS).max() ?? tone.peakLevelDBFS
+        return tone.peakLevelDBFS >= loudest - withinDB
+    }
+
+    private mutating func matchT3(nextStart: Double, frequencyHz: Double) -> [PatternMatch] {
+        // Fragments (short bits of a tail or of a second component) are not T3 tones and must not split them.
+        let sameTones = tones.filter {
+            nextStart - $0.start <= 12 && $0.start < nextStart && $0.duration >= 0.12
+                && Self.same($0.frequencyHz, frequencyHz) && isStrong($0, withinDB: 12)
+        }
+        guard sameTones.count >= 3 else { return [] }
+        let a = sameTones[sameTones.count - 3], b = sameTones[sameTones.count - 2], c = sameTones[sameTones.count - 1]
+        let i1 = b.start - a.start, i2 = c.start - b.start, i3 = nextStart - c.start
+        let d = (i1 + i2) / 2
+        guard (0.6...1.5).contains(i1), (0.6...1.5).contains(i2), abs(i1 - i2) <= 0.2 * max(i1, i2) + 0.03,
+              i3 >= 1.45 * d, i3 <= 3.2 * d, i3 - d >= 0.4,
+              [a, b, c].allSatisfy({ (0.2...1.2).contains($0.duration) }),
+              nextStart - c.end >= 0.5,
+              Self.consistent([a, b, c], frequency: 0.04)
+        else { return [] }
+        // The off phases are quiet at this frequency (a noisy band of short tonal bits is not a pattern).
+        let offPhases = [(a.end, b.start), (b.end, c.start), (c.end, nextStart)]
+        let loudest = max(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
+        for tone in tones where Self.same(tone.frequencyHz, frequencyHz) && tone.peakLevelDBFS >= loudest - 12 {
+            if offPhases.contains(where: { tone.start > $0.0 + 0.02 && tone.start < $0.1 - 0.02 }) { return [] }
+        }
+        if sameTones.count >= 4 {
+            let before = sameTones[sameTones.count - 4]
+            if a.start - before.start < 1.45 * d, a.start - before.start <= 5 { return [] }
+        }
+        let frequency = (a.frequencyHz + b.frequencyHz + c.frequencyHz) / 3
+        let count: Int
+        if let run = t3Run, Self.same(run.frequencyHz, frequency), a.start - run.last <= 3.5 * d + 1 {
+            count = run.count + 1
+        } else {
+            count = 1
+        }
+        t3Run = (count, nextStart, frequency)
+        return [PatternMatch(
+            pattern: .t3, cycleStart: a.start, decisionTime: nextStart, frequencyHz: frequency,
+            levelDBFS: (a.levelDBFS + b.levelDBFS + c.levelDBFS) / 3, count: count, intervalSeconds: 0)]
+    }
+
+    /// Whether the tones of one cycle agree: frequencies within `frequency` (relative), durations within a factor
+    /// of 2, peak levels within 8 dB (a sounder repeats itself; noise does not).
+    private static func consistent(_ tones: [ToneSegment], frequency: Double) -> Bool {
+        let frequencies = tones.map(\.frequencyHz), durations = tones.map(\.duration), levels = tones.map(\.peakLevelDBFS)
+        guard let fLow = frequencies.min(), let fHigh = frequencies.max(), let dLow = durations.min(),
+              let dHigh = durations.max(), let lLow = levels.min(), let lHigh = levels.max()
+        else { return false }
+        return fHigh - fLow <= frequency * fHigh && dHigh <= 2 * max(dLow, 0.03) && lHigh - lLow <= 8
+    }
+
+    private mutating func addToBursts(_ tone: ToneSegment) {
+        if let index = pendingBursts.firstIndex(where: { Self.same($0.frequencyHz, tone.frequencyHz) }) {
+            if tone.start - pendingBursts[index].lastStart <= 0.45 {
+                pendingBursts[index].tones.append(tone)
+                return
+            }
+        }
+        pendingBursts.append(Burst(tones: [tone]))
+    }
+
+    /// A burst is complete: is it a T4 burst, and does it complete a cycle with the previous one?
+    private mutating func closeBurst(_ heard: Burst, at time: Double) -> PatternMatch? {
+        // Echoes and tails well below the burst's loudest tone are not tones of the burst.
+        let loudest = heard.tones.map(\.peakLevelDBFS).max() ?? 0
+        let burst = Burst(tones: heard.tones.filter { $0.peakLevelDBFS >= loudest - 12 })
+        let starts = burst.tones.map(\.start)
+        var isT4 = burst.tones.count == 4 && burst.tones.allSatisfy { $0.duration <= 0.3 }
+            && Self.consistent(burst.tones, frequency: 0.04)
+        if isT4 {
+            let intervals = zip(starts.dropFirst(), starts).map { $0 - $1 }
+            let low = intervals.min() ?? 0, high = intervals.max() ?? 0
+            isT4 = low >= 0.12 && high <= 0.45 && high - low <= 0.35 * high + 0.03
+        }
+        // A burst of this frequency that is not T4, and about as loud as the last T4 burst, breaks the run.
+        guard isT4 else {
+            if let last = lastT4Burst, Self.same(last.frequencyHz, burst.frequencyHz),
+               loudest >= (last.tones.map(\.peakLevelDBFS).max() ?? 0) - 12 {
+                lastT4Burst = nil
+                t4Run = 0
+            }
+            return nil
+        }
+        defer { lastT4Burst = burst }
+        guard let previous = lastT4Burst, Self.same(previous.frequencyHz, burst.frequencyHz),
+              (3.0...9.0).contains(burst.start - previous.start)
+        else {
+            t4Run = 1
+            return nil
+        }
+        t4Run += 1
+        let levels = burst.tones.map(\.levelDBFS)
+        return PatternMatch(
+            pattern: .t4, cycleStart: previous.start, decisionTime: time, frequencyHz: burst.frequencyHz,
+            levelDBFS: levels.reduce(0, +) / Double(levels.count), count: t4Run - 1, intervalSeconds: 0)
+    }
+}
