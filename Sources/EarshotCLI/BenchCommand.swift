@@ -1,24 +1,194 @@
 import Earshot
 import Foundation
 
-/// `earshot bench`: prints performance figures for this machine (see `Benchmark`).
+/// `earshot bench [--quick] [--no-daemon] [--layers] [--json] [--audio FILE] [--daemon PATH]`: performance figures
+/// for this machine (see `Benchmark` and `DaemonBenchmark`). Prints figures; asserts nothing.
 enum BenchCommand {
-    static let usage = "usage: earshot bench [--quick]"
+    static let usage = "usage: earshot bench [--quick] [--no-daemon] [--layers] [--json] [--audio FILE] [--daemon PATH]"
+
+    static let help = """
+    \(usage)
+
+    Measures on this machine (release builds only give meaningful figures):
+      model load        weights file to first result
+      patch latency     one 96x64 log-mel patch to 521 scores, 1 thread (median and p95)
+      waveform patch    15600 samples to 521 scores (front end + network), as one TFLite invoke
+      front end         log-mel spectrogram, ms per second of audio
+      file analysis     a 10-minute 44.1 kHz stereo FLAC made by looping FILE: decode + resample + front end +
+                        network, as `earshot analyze` runs it, on 1 thread and on all cores
+      daemon            earshotd --input on 60 s of real-time audio: CPU share of one core and peak RSS with the
+                        gate open (loud input) and closed (noise at -60 dBFS), and the time to READY=1
+      --quick           fewer runs: 200 latency runs, a 2-minute file, 20 s per daemon run
+      --no-daemon       skip the daemon runs
+      --layers          add each layer's share of one patch (thread CPU time)
+      --json            print the figures as one JSON object instead of text
+      --audio FILE      the recording to loop (default: samples/demo.flac beside the Models directory)
+      --daemon PATH     the earshotd to measure (default: the one next to this executable)
+    """
+
+    struct Options {
+        var quick = false
+        var daemon = true
+        var layers = false
+        var json = false
+        var audio: String?
+        var daemonPath: String?
+    }
 
     static func run(_ arguments: [String]) -> Int32 {
-        let model: YAMNet
-        do { model = try YAMNet.builtIn() } catch {
+        var options = Options()
+        var index = 0
+        func value(_ flag: String) -> String? {
+            index += 1
+            guard index < arguments.count else {
+                FileHandle.standardError.write(Data("earshot: \(flag) needs a value (\(usage))\n".utf8))
+                return nil
+            }
+            return arguments[index]
+        }
+        while index < arguments.count {
+            switch arguments[index] {
+            case "--quick": options.quick = true
+            case "--no-daemon": options.daemon = false
+            case "--layers": options.layers = true
+            case "--json": options.json = true
+            case "--audio": guard let path = value("--audio") else { return 64 }; options.audio = path
+            case "--daemon": guard let path = value("--daemon") else { return 64 }; options.daemonPath = path
+            case "--help", "-h":
+                print(help)
+                return 0
+            default:
+                FileHandle.standardError.write(Data("earshot: unknown bench option \"\(arguments[index])\" (\(usage))\n".utf8))
+                return 64
+            }
+            index += 1
+        }
+        do {
+            try measure(options)
+            return 0
+        } catch {
             FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))
             return error.exitStatus
         }
-        let runs = arguments.contains("--quick") ? 200 : 1000
+    }
+
+    private static func measure(_ options: Options) throws(EarshotError) {
+        var report = Report(json: options.json)
+        let cores = ProcessInfo.processInfo.activeProcessorCount
+        report.note("cpu", Benchmark.cpuModel)
+        report.note("cores", cores)
+        report.note("kernel", Benchmark.kernelDescription)
+
+        let modelDirectory = try ModelLocator.builtInDirectory()
+        let loadMillis = try Benchmark.modelLoadMillis(directory: modelDirectory)
+        report.figure("model_load_ms", loadMillis, "model load (file to first result)", unit: "ms")
+        let model = try YAMNet(directory: modelDirectory)
+
+        let runs = options.quick ? 200 : 1000
         let latency = Benchmark.patchLatency(model: model, runs: runs)
-        print(String(format: "patch latency (1 thread): median %.3f ms, p95 %.3f ms over %d runs", latency.median, latency.p95, latency.runs))
-        if arguments.contains("--layers") {
+        report.figure("patch_ms_median", latency.wall.median, "patch latency, 1 thread: median", unit: "ms")
+        report.figure("patch_ms_p95", latency.wall.p95, "patch latency, 1 thread: p95", unit: "ms")
+        report.figure("patch_cpu_ms_median", latency.cpu.median, "patch latency, 1 thread: thread CPU time, median", unit: "ms")
+        report.note("patch_runs", runs)
+        let waveform = Benchmark.waveformPatchLatency(model: model, runs: runs)
+        report.figure("waveform_patch_ms_median", waveform.median, "waveform patch (15600 samples: front end + network): median", unit: "ms")
+        report.figure("waveform_patch_ms_p95", waveform.p95, "waveform patch: p95", unit: "ms")
+        let batched = Benchmark.batchedPatchMillis(model: model, count: 64, runs: options.quick ? 3 : 10)
+        report.figure("batched_patch_ms", batched, "patch latency in batches of \(YAMNetSession.maximumBatch), 1 thread, per patch", unit: "ms")
+        report.figure("front_end_ms_per_s", Benchmark.frontEndMillisPerSecond(seconds: 60, runs: options.quick ? 3 : 10),
+                      "front end (log-mel)", unit: "ms per s of audio")
+        if options.layers {
             for (stage, millis) in Benchmark.stageProfile(model: model, runs: runs) {
-                print(String(format: "  %-36@ %8.1f us", stage, millis * 1000))
+                report.figure("stage \(stage)", millis * 1000, "  \(stage)", unit: "us")
+            }
+            let batch = YAMNetSession.maximumBatch
+            for (stage, millis) in Benchmark.stageProfile(model: model, runs: max(10, runs / batch), batch: batch) {
+                report.figure("stage \(stage) batch", millis * 1000, "  batch of \(batch), per patch: \(stage)", unit: "us")
             }
         }
-        return 0
+
+        let temporary = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-bench-\(getpid())")
+        do {
+            try FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
+        } catch {
+            throw EarshotError(.cannotCreate, "cannot create \(temporary.path): \(error.localizedDescription) (set TMPDIR to a writable directory)")
+        }
+        defer { try? FileManager.default.removeItem(at: temporary) }
+        let source = options.audio.map { URL(fileURLWithPath: $0) }
+            ?? modelDirectory.deletingLastPathComponent().appendingPathComponent("samples/demo.flac")
+
+        let minutes = options.quick ? 2.0 : 10.0
+        let recording = temporary.appendingPathComponent("recording.flac")
+        try BenchmarkRecording.writeLooped(
+            source: source, seconds: minutes * 60, sampleRate: 44_100, channels: 2, encoding: .flac16, to: recording)
+        report.note("file", "\(Int(minutes)) min, 44.1 kHz stereo FLAC looping \(source.lastPathComponent)")
+        let decode = try Benchmark.decodeSeconds(url: recording)
+        report.figure("decode_x_realtime", minutes * 60 / decode.seconds, "decode + resample only", unit: "x realtime")
+        for threads in Set([1, cores]).sorted() {
+            let figures = try Benchmark.analyzeFile(url: recording, threads: threads)
+            report.figure("analyze_x_realtime_\(threads)t", figures.realtimeFactor,
+                          "file analysis (earshot analyze), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
+            let whole = try Benchmark.analyzeWaveform(url: recording, model: model, threads: threads)
+            report.figure("waveform_x_realtime_\(threads)t", whole.realtimeFactor,
+                          "file analysis (decode, then analyzeConcurrently), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
+        }
+
+        if options.daemon {
+            let daemon = options.daemonPath.map { URL(fileURLWithPath: $0) } ?? siblingDaemon()
+            let seconds = options.quick ? 20.0 : 60.0
+            let loud = temporary.appendingPathComponent("loud.wav")
+            let quiet = temporary.appendingPathComponent("quiet.wav")
+            try BenchmarkRecording.writeLooped(source: source, seconds: seconds + 10, sampleRate: 16_000, channels: 1, encoding: .wav16, to: loud)
+            try BenchmarkRecording.writeNoise(levelDBFS: -60, seconds: seconds + 10, sampleRate: 16_000, to: quiet)
+            let open = try DaemonBenchmark.measure(daemon: daemon, input: loud, seconds: seconds, extraArguments: ["--gate-dbfs", "-120"])
+            report.figure("daemon_ready_ms", open.readyMillis, "daemon: start to READY=1", unit: "ms")
+            report.figure("daemon_open_cpu_percent", open.cpuPercent, "daemon, gate open (\(Int(seconds)) s, \(open.windows.map(String.init) ?? "?") windows): CPU of one core", unit: "%")
+            report.figure("daemon_open_peak_rss_mb", open.peakRSSMegabytes, "daemon, gate open: peak RSS", unit: "MB")
+            let gated = try DaemonBenchmark.measure(daemon: daemon, input: quiet, seconds: seconds)
+            report.figure("daemon_gated_cpu_percent", gated.cpuPercent, "daemon, gate closed (-60 dBFS noise, \(gated.gatedWindows.map(String.init) ?? "?") gated windows): CPU of one core", unit: "%")
+            report.figure("daemon_gated_peak_rss_mb", gated.peakRSSMegabytes, "daemon, gate closed: peak RSS", unit: "MB")
+            report.figure("daemon_gated_ready_ms", gated.readyMillis, "daemon: start to READY=1 (second run)", unit: "ms")
+        }
+        report.finish()
+    }
+
+    /// `earshotd` in the directory of this executable.
+    private static func siblingDaemon() -> URL {
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+            ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: executable).deletingLastPathComponent().appendingPathComponent("earshotd")
+    }
+
+    /// Prints figures as they come (text), or collects them into one JSON object printed at the end.
+    struct Report {
+        let json: Bool
+        private var object: [String: Any] = [:]
+
+        init(json: Bool) { self.json = json }
+
+        mutating func note(_ key: String, _ value: Any) {
+            if json { object[key] = value } else { write("\(key): \(value)") }
+        }
+
+        mutating func figure(_ key: String, _ value: Double, _ label: String, unit: String) {
+            if json {
+                object[key] = (value * 1000).rounded() / 1000
+            } else {
+                let shown = value >= 100 ? String(format: "%.0f", value) : value >= 10 ? String(format: "%.1f", value) : String(format: "%.3f", value)
+                write("\(label.padding(toLength: max(label.count, 64), withPad: " ", startingAt: 0)) \(shown) \(unit)")
+            }
+        }
+
+        /// Unbuffered, so each figure shows as soon as it is measured.
+        private func write(_ line: String) {
+            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        }
+
+        func finish() {
+            guard json else { return }
+            if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
+                write(String(decoding: data, as: UTF8.self))
+            }
+        }
     }
 }

@@ -15,7 +15,8 @@ commands:
   devices                         list ALSA capture devices
   eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT]
                                   measure the smoke/CO alarm detector: recall, false events, time to detection
-  bench [--quick]                 measure inference, file-analysis and daemon performance on this machine
+  bench [--quick] [--no-daemon] [--layers] [--json]
+                                  measure inference, file analysis and the daemon on this machine
   help                            show this text
 """
 

@@ -7,6 +7,7 @@ public enum Benchmark {
     public struct Percentiles: Sendable {
         public var median: Double
         public var p95: Double
+        public var minimum: Double
         public var runs: Int
 
         init(_ millis: [Double]) {
@@ -14,33 +15,103 @@ public enum Benchmark {
             runs = sorted.count
             median = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
             p95 = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.95))]
+            minimum = sorted.first ?? 0
         }
     }
 
-    /// The CPU model name from `/proc/cpuinfo`, or "unknown".
+    /// The CPU model name from `/proc/cpuinfo` ("model name", or "Model"/"Hardware" on ARM boards), or "unknown".
     public static var cpuModel: String {
         guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8) else { return "unknown" }
-        for line in text.split(separator: "\n") where line.hasPrefix("model name") {
-            if let colon = line.firstIndex(of: ":") { return line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces) }
+        for key in ["model name", "Model", "Hardware"] {
+            for line in text.split(separator: "\n") where line.hasPrefix(key) {
+                if let colon = line.firstIndex(of: ":") {
+                    return line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                }
+            }
         }
         return "unknown"
+    }
+
+    /// How the matrix products were compiled: the packed SIMD kernel (and its vector width) or OpenBLAS.
+    public static var kernelDescription: String {
+        if packedKernelAvailable {
+            return "packed SIMD GEMM, \(KernelVector.scalarCount)-float vectors, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth) tile"
+        }
+        return "OpenBLAS sgemm (x86-64 baseline build: build with -target-cpu and -D EARSHOT_NATIVE_CPU for the SIMD kernel)"
     }
 
     /// Seconds on a monotonic clock.
     public static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
-    /// Latency of one 96 x 64 patch through YAMNet on one thread (OpenBLAS set to 1 thread), after 10 warm-up runs.
-    public static func patchLatency(model: YAMNet, runs: Int) -> Percentiles {
+    /// A log-mel patch with realistic values (natural logs of mel energies lie in about -7...+3).
+    static func syntheticPatch() -> [Float] {
+        (0..<(YAMNet.patchFrames * YAMNet.melBands)).map { Float(sin(Double($0) * 0.37)) * 3 - 3 }
+    }
+
+    /// Latency of one 96 x 64 patch through YAMNet (521 scores out) on one thread, after 20 warm-up runs: wall time
+    /// and thread CPU time (the latter is not inflated when other processes take the core).
+    public static func patchLatency(model: YAMNet, runs: Int) -> (wall: Percentiles, cpu: Percentiles) {
         BLASThreads.set(1)
         let session = model.makeSession()
-        // A log-mel patch with realistic values (natural log of mel energies lies in about -7...+3).
-        let patch = (0..<(YAMNet.patchFrames * YAMNet.melBands)).map { Float(sin(Double($0) * 0.37)) * 3 - 3 }
-        for _ in 0..<10 { _ = session.classify(patches: patch, count: 1) }
+        let patch = syntheticPatch()
+        var scores = [Float](repeating: 0, count: YAMNet.classCount)
+        var embeddings = [Float](repeating: 0, count: YAMNet.embeddingSize)
+        func run() {
+            patch.withUnsafeBufferPointer { patch in
+                scores.withUnsafeMutableBufferPointer { scores in
+                    embeddings.withUnsafeMutableBufferPointer { embeddings in
+                        session.classify(patches: patch.baseAddress!, patchStride: patch.count, count: 1,
+                                         scores: scores.baseAddress!, embeddings: embeddings.baseAddress!)
+                    }
+                }
+            }
+        }
+        for _ in 0..<20 { run() }
+        var wall: [Double] = [], cpu: [Double] = []
+        wall.reserveCapacity(runs)
+        cpu.reserveCapacity(runs)
+        for _ in 0..<runs {
+            let start = now(), startCPU = StageProfile.threadTime()
+            run()
+            cpu.append((StageProfile.threadTime() - startCPU) * 1000)
+            wall.append((now() - start) * 1000)
+        }
+        return (Percentiles(wall), Percentiles(cpu))
+    }
+
+    /// Latency of one 0.975 s waveform (15600 samples at 16 kHz) to 521 scores: the front end's 96 frames plus the
+    /// network, on one thread. This is what one TFLite `invoke` of the reference's 15600-sample model does.
+    public static func waveformPatchLatency(model: YAMNet, runs: Int) -> Percentiles {
+        BLASThreads.set(1)
+        let session = model.makeSession()
+        let frontEnd = LogMelSpectrogram()
+        let samples: [Float] = (0..<LogMelSpectrogram.patchSamples).map { (index: Int) -> Float in
+            let t = Double(index)
+            return Float(0.3 * sin(t * 0.05) + 0.05 * sin(t * 0.71))
+        }
+        var logMel = [Float](repeating: 0, count: YAMNet.patchFrames * YAMNet.melBands)
+        var scores = [Float](repeating: 0, count: YAMNet.classCount)
+        var embeddings = [Float](repeating: 0, count: YAMNet.embeddingSize)
+        func run() {
+            samples.withUnsafeBufferPointer { samples in
+                logMel.withUnsafeMutableBufferPointer { logMel in
+                    frontEnd.compute(samples, frames: YAMNet.patchFrames, into: logMel.baseAddress!)
+                }
+            }
+            logMel.withUnsafeBufferPointer { patch in
+                scores.withUnsafeMutableBufferPointer { scores in
+                    embeddings.withUnsafeMutableBufferPointer { embeddings in
+                        session.classify(patches: patch.baseAddress!, patchStride: patch.count, count: 1,
+                                         scores: scores.baseAddress!, embeddings: embeddings.baseAddress!)
+                    }
+                }
+            }
+        }
+        for _ in 0..<20 { run() }
         var millis: [Double] = []
-        millis.reserveCapacity(runs)
         for _ in 0..<runs {
             let start = now()
-            _ = session.classify(patches: patch, count: 1)
+            run()
             millis.append((now() - start) * 1000)
         }
         return Percentiles(millis)
@@ -50,6 +121,7 @@ public enum Benchmark {
     public static func frontEndMillisPerSecond(seconds: Double, runs: Int) -> Double {
         let frontEnd = LogMelSpectrogram()
         let samples = (0..<Int(seconds * 16_000)).map { Float(sin(Double($0) * 0.05)) * 0.3 }
+        _ = frontEnd.compute(samples)
         var millis: [Double] = []
         for _ in 0..<runs {
             let start = now()
@@ -59,7 +131,8 @@ public enum Benchmark {
         return Percentiles(millis).median / seconds
     }
 
-    /// Milliseconds from nothing to the first result: map and fold the weights, read the class map, classify one patch.
+    /// Milliseconds from nothing to the first result: map the weights file, fold and pack the weights, read the
+    /// class map, classify one patch. The first call in a process also pays for loading Foundation's JSON parser.
     public static func modelLoadMillis(directory: URL) throws(EarshotError) -> Double {
         let start = now()
         let model = try YAMNet(directory: directory)
@@ -67,15 +140,97 @@ public enum Benchmark {
         return (now() - start) * 1000
     }
 
-    /// Thread CPU time per stage of one patch (1 thread), averaged over `runs` runs after 10 warm-up runs:
-    /// `(stage name, milliseconds)` in execution order.
-    public static func stageProfile(model: YAMNet, runs: Int) -> [(stage: String, millis: Double)] {
+    /// Thread CPU time per stage and per patch when `batch` patches run together (1 thread), averaged over `runs`
+    /// runs after 10 warm-up runs: `(stage name, milliseconds)` in execution order.
+    public static func stageProfile(model: YAMNet, runs: Int, batch: Int = 1) -> [(stage: String, millis: Double)] {
+        BLASThreads.set(1)
         let session = model.makeSession()
-        let patch = (0..<(YAMNet.patchFrames * YAMNet.melBands)).map { Float(sin(Double($0) * 0.37)) * 3 - 3 }
-        for _ in 0..<10 { _ = session.classify(patches: patch, count: 1) }
+        let one = syntheticPatch()
+        var patches: [Float] = []
+        for index in 0..<batch { patches += one.map { $0 + Float(index) * 0.01 } }
+        for _ in 0..<10 { _ = session.classify(patches: patches, count: batch) }
         let profile = StageProfile()
         session.profile = profile
-        for _ in 0..<runs { _ = session.classify(patches: patch, count: 1) }
-        return profile.names.map { ($0, (profile.seconds[$0] ?? 0) * 1000 / Double(runs)) }
+        for _ in 0..<runs { _ = session.classify(patches: patches, count: batch) }
+        return profile.names.map { ($0, (profile.seconds[$0] ?? 0) * 1000 / Double(runs * batch)) }
+    }
+
+    /// Per-patch time of batched inference: `count` patches through one session (batches of
+    /// `YAMNetSession.maximumBatch`), on one thread, in milliseconds per patch (median of `runs`).
+    public static func batchedPatchMillis(model: YAMNet, count: Int, runs: Int) -> Double {
+        BLASThreads.set(1)
+        let session = model.makeSession()
+        let one = syntheticPatch()
+        var patches: [Float] = []
+        for index in 0..<count { patches += one.map { $0 + Float(index) * 0.01 } }
+        _ = session.classify(patches: patches, count: count)
+        var millis: [Double] = []
+        for _ in 0..<runs {
+            let start = now()
+            _ = session.classify(patches: patches, count: count)
+            millis.append((now() - start) * 1000 / Double(count))
+        }
+        return Percentiles(millis).median
+    }
+
+    // MARK: - File analysis
+
+    /// Wall time of one file analysis and what it produced.
+    public struct FileAnalysisFigures: Sendable {
+        /// Seconds of audio in the file.
+        public var audioSeconds: Double
+        /// Wall-clock seconds the analysis took.
+        public var wallSeconds: Double
+        /// Windows delivered.
+        public var windows: Int
+        /// Seconds of audio per second of wall time.
+        public var realtimeFactor: Double { audioSeconds / max(wallSeconds, 1e-9) }
+    }
+
+    /// Seconds to decode `url`, mix it to mono and resample it to 16 kHz (`decodeMono16k`), and the 16 kHz samples.
+    public static func decodeSeconds(url: URL) throws(EarshotError) -> (seconds: Double, samples: Int) {
+        let start = now()
+        let samples = try decodeMono16k(url)
+        return (now() - start, samples.count)
+    }
+
+    /// `earshot analyze`'s path: an `AudioFileAnalyzer` with the default request (0.96 s windows, 0.48 s hop) and
+    /// `threads` inference threads, results counted and dropped. Decoding, resampling, the front end and the
+    /// network are all inside the measured time.
+    /// - Throws: ``EarshotError`` when the file cannot be opened or fails to decode.
+    public static func analyzeFile(url: URL, threads: Int) throws(EarshotError) -> FileAnalysisFigures {
+        final class Counter: ResultsObserving {
+            var windows = 0
+            var lastEnd = 0.0
+            var failure: EarshotError?
+            func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult) {
+                windows += 1
+                lastEnd = result.timeRange.start + result.timeRange.duration
+            }
+            func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError) { failure = error }
+            func requestDidComplete(_ request: ClassifySoundRequest) {}
+        }
+        let decoder = try AudioFileDecoder(url: url)
+        let audioSeconds = Double(decoder.declaredFrameCount ?? 0) / Double(decoder.sampleRate)
+        let counter = Counter()
+        let start = now()
+        let analyzer = try AudioFileAnalyzer(url: url)
+        analyzer.maximumThreads = threads
+        try analyzer.add(ClassifySoundRequest(), withObserver: counter)
+        analyzer.analyze()
+        let wall = now() - start
+        if let failure = counter.failure { throw failure }
+        return FileAnalysisFigures(audioSeconds: audioSeconds, wallSeconds: wall, windows: counter.windows)
+    }
+
+    /// The whole waveform at once: `decodeMono16k`, then `YAMNet.analyzeConcurrently(waveform:threads:)` (front end
+    /// split across `threads` cores, then patches split across them, batched 16 at a time).
+    /// - Throws: ``EarshotError`` when the file cannot be decoded.
+    public static func analyzeWaveform(url: URL, model: YAMNet, threads: Int) throws(EarshotError) -> FileAnalysisFigures {
+        let start = now()
+        let samples = try decodeMono16k(url)
+        let result = model.analyzeConcurrently(waveform: samples, threads: threads)
+        let wall = now() - start
+        return FileAnalysisFigures(audioSeconds: Double(samples.count) / 16_000, wallSeconds: wall, windows: result.patches)
     }
 }
