@@ -91,23 +91,22 @@ public final class AlarmDetector {
             tracker = try? ToneTracker(sampleRate: sampleRate)
         }
         guard let tracker else { return events }
-        let chunkStart = Double(framePosition) / Double(sampleRate)
         if let expected = expectedPosition, expected != framePosition {
             events += reset(at: streamTime)
         }
-        _ = chunkStart
         expectedPosition = framePosition + Int64(samples.count)
+        // Segments come out in order; a chunk may hold several, so each is handed over with the time it was known.
         let segments = tracker.process(samples, framePosition: framePosition)
+        streamTime = tracker.analysedTime
         var matches: [PatternMatch] = []
         for segment in segments {
             recentTones.append(segment)
-            matches += matcher.add(segment)
+            matches += matcher.add(segment, now: min(streamTime, segment.end + 0.03))
         }
         if let open = tracker.openSegment, announcedOnset != open.start {
             announcedOnset = open.start
-            matches += matcher.toneStarted(at: open.start, frequencyHz: open.frequencyHz)
+            matches += matcher.toneStarted(at: open.start, frequencyHz: open.frequencyHz, now: streamTime)
         }
-        streamTime = tracker.analysedTime
         matches += matcher.advance(to: streamTime)
         recentTones.removeAll { $0.end < streamTime - 30 }
         for match in matches.sorted(by: { $0.decisionTime < $1.decisionTime }) { events += handle(match) }

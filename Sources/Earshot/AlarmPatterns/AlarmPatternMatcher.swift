@@ -13,8 +13,8 @@ public struct PatternMatch: Sendable, Equatable {
     public var pattern: AlarmPattern
     /// Stream time (s) of the first tone of the matched cycle (T3, T4) or of the chirp.
     public var cycleStart: Double
-    /// Stream time (s) the match was decided: the onset of the next cycle's first tone (T3), the end of the burst's
-    /// quiet check (T4), or the end of the chirp's isolation check.
+    /// Stream time (s) the match was decided: when the next cycle's first tone was confirmed (T3, a few frames
+    /// after its onset), at the end of the burst's quiet check (T4), or of the chirp's isolation check.
     public var decisionTime: Double
     /// Mean tone frequency of the cycle's tones, Hz.
     public var frequencyHz: Double
@@ -72,19 +72,21 @@ public struct AlarmPatternMatcher: Sendable {
         abs(a - b) <= frequencyTolerance * max(a, b)
     }
 
-    /// A tone has started (its segment is still open) at `start` with `frequencyHz`: decides T3 cycles, whose
-    /// last interval ends at the next cycle's first onset. Call once per new open segment.
-    public mutating func toneStarted(at start: Double, frequencyHz: Double) -> [PatternMatch] {
+    /// A tone has started (its segment is still open) at `start` with `frequencyHz`, and the tracker has analysed
+    /// audio up to `now`: decides T3 cycles, whose last interval ends at the next cycle's first onset. Call once per
+    /// new open segment.
+    public mutating func toneStarted(at start: Double, frequencyHz: Double, now: Double) -> [PatternMatch] {
         if openOnsets.contains(where: { $0.start == start }) { return [] }
         openOnsets.append((start, frequencyHz))
-        return matchT3(nextStart: start, frequencyHz: frequencyHz)
+        return matchT3(nextStart: start, frequencyHz: frequencyHz, now: now)
     }
 
-    /// A tone segment has ended. Returns matches it completes (T4 bursts are decided later, in ``advance(to:)``).
-    public mutating func add(_ tone: ToneSegment) -> [PatternMatch] {
+    /// A tone segment has ended (the tracker has analysed audio up to `now`). Returns matches it completes (T4
+    /// bursts are decided later, in ``advance(to:)``).
+    public mutating func add(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
         var matches: [PatternMatch] = []
         if !openOnsets.contains(where: { $0.start == tone.start }) {
-            matches += matchT3(nextStart: tone.start, frequencyHz: tone.frequencyHz)
+            matches += matchT3(nextStart: tone.start, frequencyHz: tone.frequencyHz, now: now)
         }
         openOnsets.removeAll { $0.start <= tone.start }
         tones.append(tone)
@@ -144,7 +146,7 @@ public struct AlarmPatternMatcher: Sendable {
         return tone.peakLevelDBFS >= loudest - withinDB
     }
 
-    private mutating func matchT3(nextStart: Double, frequencyHz: Double) -> [PatternMatch] {
+    private mutating func matchT3(nextStart: Double, frequencyHz: Double, now: Double) -> [PatternMatch] {
         // Fragments (short bits of a tail or of a second component) are not T3 tones and must not split them.
         let sameTones = tones.filter {
             nextStart - $0.start <= 12 && $0.start < nextStart && $0.duration >= 0.12
@@ -179,7 +181,7 @@ public struct AlarmPatternMatcher: Sendable {
         }
         t3Run = (count, nextStart, frequency)
         return [PatternMatch(
-            pattern: .t3, cycleStart: a.start, decisionTime: nextStart, frequencyHz: frequency,
+            pattern: .t3, cycleStart: a.start, decisionTime: max(now, nextStart), frequencyHz: frequency,
             levelDBFS: (a.levelDBFS + b.levelDBFS + c.levelDBFS) / 3, count: count, intervalSeconds: 0)]
     }
 

@@ -1,0 +1,200 @@
+import Foundation
+import Testing
+
+@testable import Earshot
+
+/// Feeds `samples` to `detector` in 40 ms chunks (the daemon's poll) from stream position `offset`.
+private func feed(_ detector: AlarmDetector, _ samples: ArraySlice<Float>, sampleRate: Int, offset: Int64 = 0) -> [AlarmEvent] {
+    var events: [AlarmEvent] = []
+    let chunk = sampleRate / 25
+    var position = samples.startIndex
+    while position < samples.endIndex {
+        let end = min(samples.endIndex, position + chunk)
+        events += detector.process(
+            samples: Array(samples[position..<end]), sampleRate: sampleRate,
+            framePosition: offset + Int64(position - samples.startIndex))
+        position = end
+    }
+    return events
+}
+
+/// Feeds `samples` to a fresh detector in 40 ms chunks and returns every event, finish included.
+private func detect(_ samples: [Float], sampleRate: Int) -> [AlarmEvent] {
+    let detector = AlarmDetector()
+    return feed(detector, samples[...], sampleRate: sampleRate) + detector.finish()
+}
+
+private func onsets(_ events: [AlarmEvent], _ group: String) -> [AlarmEvent] {
+    events.filter { $0.kind == .onset && $0.group == group }
+}
+
+private func smokeOrCO(_ events: [AlarmEvent]) -> [AlarmEvent] {
+    events.filter { $0.group == AlarmEvent.smokeAlarm || $0.group == AlarmEvent.coAlarm }
+}
+
+@Suite("Alarm patterns")
+struct AlarmPatternTests {
+    @Test("the tone tracker measures a 0.5 s 1 kHz sine: start, end, frequency and level")
+    func toneSegment() throws {
+        let samples = AlarmSignals.render(
+            [AlarmSignals.Tone(start: 1.0, duration: 0.5, frequencyHz: 1000)], seconds: 3, sampleRate: 48_000, amplitude: 0.5)
+        let tracker = try ToneTracker(sampleRate: 48_000)
+        let segments = tracker.process(samples, framePosition: 0) + tracker.finish()
+        #expect(segments.count == 1)
+        let segment = try #require(segments.first)
+        // Frame centres: the first frame mostly inside the tone, the last one mostly inside.
+        #expect(abs(segment.start - 1.0) <= 0.02)
+        #expect(abs(segment.end - 1.5) <= 0.02)
+        #expect(abs(segment.frequencyHz - 1000) <= 2)
+        // A sine of amplitude 0.5 has RMS 0.3536: -9.03 dBFS (the ramps and edge frames pull the mean down a little).
+        #expect(abs(segment.peakLevelDBFS - (-9.03)) <= 0.3)
+        #expect(abs(segment.levelDBFS - (-9.03)) <= 1.0)
+    }
+
+    @Test("a sample rate that cannot hold the band is a usage error naming the rate")
+    func badRate() {
+        #expect(throws: EarshotError(.usage, "tone tracker: sample rate 6000 Hz cannot hold tones up to 4000 Hz (use 8000...384000 Hz, above twice the highest tone)")) {
+            _ = try ToneTracker(sampleRate: 6000)
+        }
+    }
+
+    @Test("T3 at 3.1 kHz: smoke_alarm from the pattern at the next cycle's first tone", arguments: [16_000, 48_000])
+    func t3Piezo(sampleRate: Int) throws {
+        let tones = AlarmSignals.t3(frequencyHz: 3100, cycles: 3, start: 2)
+        let samples = AlarmSignals.render(tones, seconds: 20, sampleRate: sampleRate, amplitude: 0.3)
+        let events = detect(samples, sampleRate: sampleRate)
+        #expect(onsets(events, AlarmEvent.coAlarm).isEmpty)
+        let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).count == 1)
+        #expect(onset.pattern == .t3)
+        #expect(onset.source == .pattern)
+        #expect(onset.cycles == 1)
+        #expect(abs(onset.start - 2.0) <= 0.03)
+        // Decided when the second cycle's first tone (at 6.0 s) has sounded for the tracker's 3 onset frames.
+        #expect(onset.time >= 6.0 && onset.time <= 6.06)
+        #expect(abs(onset.toneHz - 3100) <= 5)
+        // The end: the last cycle that was followed by a next one is the second (decided at 10.0 s).
+        let end = try #require(events.first { $0.kind == .end && $0.group == AlarmEvent.smokeAlarm })
+        #expect(end.cycles == 2)
+        #expect(end.time >= 10.0 && end.time <= 10.06)
+    }
+
+    @Test("T3 from a 520 Hz square-wave sounder is still a smoke alarm")
+    func t3LowFrequency() throws {
+        let tones = AlarmSignals.t3(frequencyHz: 520, cycles: 3, start: 1)
+        let samples = AlarmSignals.render(tones, seconds: 14, sampleRate: 44_100, waveform: .square, amplitude: 0.3)
+        let onset = try #require(onsets(detect(samples, sampleRate: 44_100), AlarmEvent.smokeAlarm).first)
+        #expect(onset.pattern == .t3)
+        #expect(abs(onset.start - 1.0) <= 0.03)
+        #expect(onset.time >= 5.0 && onset.time <= 5.06)
+        #expect(abs(onset.toneHz - 520) <= 3)
+    }
+
+    @Test("T4 at 3.1 kHz: co_alarm when the second burst closes")
+    func t4() throws {
+        let tones = AlarmSignals.t4(frequencyHz: 3100, cycles: 3, start: 1)
+        let samples = AlarmSignals.render(tones, seconds: 20, sampleRate: 16_000, amplitude: 0.3)
+        let events = detect(samples, sampleRate: 16_000)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).isEmpty)
+        let onset = try #require(onsets(events, AlarmEvent.coAlarm).first)
+        #expect(onset.pattern == .t4)
+        #expect(abs(onset.start - 1.0) <= 0.03)
+        // Second burst: tones at 6.7, 6.9, 7.1, 7.3 s; closed 0.9 s after the last onset.
+        #expect(abs(onset.time - 8.2) <= 0.05)
+        #expect(abs(onset.toneHz - 3100) <= 5)
+    }
+
+    @Test("confusers raise no smoke or CO event", arguments: ["truck", "microwave", "oven", "clock", "phone"])
+    func confusers(name: String) {
+        let tones: [AlarmSignals.Tone]
+        switch name {
+        case "truck": tones = AlarmSignals.truckBeeper(seconds: 40, start: 1)
+        case "microwave": tones = AlarmSignals.microwave(start: 1)
+        case "oven": tones = AlarmSignals.ovenTimer(seconds: 30, start: 1)
+        case "clock": tones = AlarmSignals.alarmClock(seconds: 30, start: 1)
+        default: tones = AlarmSignals.phoneRing(seconds: 30, start: 1)
+        }
+        var samples = AlarmSignals.render(tones, seconds: (tones.last?.start ?? 0) + 3, sampleRate: 16_000, amplitude: 0.3)
+        AlarmSignals.reverberate(&samples, sampleRate: 16_000, rt60: 0.4, wet: 0.3)
+        #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
+    }
+
+    @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the second chirp")
+    func chirps() throws {
+        let tones = AlarmSignals.chirps(count: 3, interval: 40, start: 2)
+        let samples = AlarmSignals.render(tones, seconds: 90, sampleRate: 16_000, amplitude: 0.3)
+        let events = detect(samples, sampleRate: 16_000)
+        #expect(smokeOrCO(events).isEmpty)
+        let chirps = onsets(events, AlarmEvent.alarmChirp)
+        // The third chirp is within the 15-minute repeat interval of the first event.
+        #expect(chirps.count == 1)
+        let chirp = try #require(chirps.first)
+        #expect(abs(chirp.start - 42) <= 0.03)
+        #expect(abs(chirp.time - 44.5) <= 0.03)
+        #expect(chirp.cycles == 2)
+        #expect(abs(chirp.intervalSeconds - 40) <= 0.03)
+    }
+
+    @Test("a gap in the stream ends the event and patterns do not join across it")
+    func gap() throws {
+        let tones = AlarmSignals.t3(frequencyHz: 3100, cycles: 3, start: 1)
+        let samples = AlarmSignals.render(tones, seconds: 13, sampleRate: 16_000, amplitude: 0.3)
+        let detector = AlarmDetector()
+        // First 4.5 s (one cycle and a half of the pause), then the rest 10 s later in stream position.
+        let split = 72_000
+        var events = feed(detector, samples[..<split], sampleRate: 16_000)
+        events += feed(detector, samples[split...], sampleRate: 16_000, offset: Int64(split + 160_000))
+        events += detector.finish()
+        // After the gap the stream holds tones at 4+1...: cycle 2 (5, 6, 7 s) then cycle 3 at 9 s: one onset there.
+        let found = onsets(events, AlarmEvent.smokeAlarm)
+        #expect(found.count == 1)
+        let onset = try #require(found.first)
+        #expect(abs(onset.start - 15.0) <= 0.03)
+        #expect(onset.time >= 19.0 && onset.time <= 19.06)
+    }
+
+    @Test("event JSON carries the evidence")
+    func json() {
+        let event = AlarmEvent(
+            kind: .onset, group: "smoke_alarm", source: .patternAndClassifier, pattern: .t3, cycles: 1, toneHz: 3149.6,
+            toneLevelDBFS: -21.34, classifierScore: 0.81234, classifierClass: "Smoke detector, smoke alarm",
+            start: 12.0104, time: 16.02)
+        let line = JSONValue.object(event.object(wallClock: Date(timeIntervalSince1970: 1_700_000_000.5))).encoded
+        #expect(line == #"{"type":"detection","group":"smoke_alarm","source":"pattern+classifier","pattern":"T3","cycles":1,"tone_hz":3150,"tone_dbfs":-21.3,"classifier_score":0.8123,"class":"Smoke detector, smoke alarm","stream_time":12.01,"decision_time":16.02,"time":"2023-11-14T22:13:20.500Z"}"#)
+        #expect(event.message == "smoke_alarm detected: T3 pattern at 3150 Hz (1 cycle, classifier 0.81) at stream time 12.01 s")
+    }
+
+    @Test("a real T3 smoke alarm recording is detected on its second cycle")
+    func realRecording() throws {
+        let url = TestPaths.sharedFile("audio/alarm-ml-audio-classifier-example-for-pico/ALRMElec_Smoke_detector_alarm_(ID_0800)_BSB.wav")
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let decoder = try AudioFileDecoder(url: url)
+        let samples = try decoder.readAllMono()
+        let onset = try #require(onsets(detect(samples, sampleRate: decoder.sampleRate), AlarmEvent.smokeAlarm).first)
+        #expect(onset.pattern == .t3)
+        // Tones start at 0.20, 1.20, 2.20 s; the second cycle's first tone at 4.24 s.
+        #expect(abs(onset.start - 0.2) <= 0.03)
+        // Decided once the tracker has confirmed that tone and the 40 ms chunk holding it is in.
+        #expect(onset.time >= 4.25 && onset.time <= 4.33)
+        #expect(abs(onset.toneHz - 3057) <= 15)
+    }
+
+    @Test("the freedesktop alarm clock raises no smoke or CO event, with the classifier fused in")
+    func alarmClockRecording() throws {
+        let url = TestPaths.sharedFile("audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga")
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        let decoder = try AudioFileDecoder(url: url)
+        let samples = try decoder.readAllMono()
+        let outcome = try AlarmEvaluation.run(
+            AlarmEvaluation.Case(name: "clock", fileClass: "alarm_clock_beep", expectedGroup: nil, samples: samples,
+                                 sampleRate: decoder.sampleRate),
+            classifier: true)
+        #expect(outcome.falseEvents.isEmpty)
+    }
+}
