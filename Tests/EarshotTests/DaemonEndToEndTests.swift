@@ -105,8 +105,7 @@ import Testing
         (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
     }
 
-    @Test func smokeAlarmFromALSACaptureReachesSubscriberWithItsStreamTime() throws {
-        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+    @Test(.needsShared) func smokeAlarmFromALSACaptureReachesSubscriberWithItsStreamTime() throws {
         let sandbox = try Sandbox()
         defer { sandbox.remove() }
         let notify = try NotifyListener(path: sandbox.notifySocket)
@@ -254,8 +253,7 @@ import Testing
         #expect(daemon.terminationStatus == 0)
     }
 
-    @Test func fallbackInputStreamsTheFileWhenTheDeviceCannotOpen() throws {
-        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+    @Test(.needsShared) func fallbackInputStreamsTheFileWhenTheDeviceCannotOpen() throws {
         let sandbox = try Sandbox()
         defer { sandbox.remove() }
         let source = TestPaths.sharedFile("audio/debian-brainparty-data/games/brainparty/glass_break.wav")

@@ -9,3 +9,12 @@ enum TestPaths {
     static let sharedMissingMessage = "../shared is absent (a user's clone): skipping tests that read its recordings and goldens"
     static func sharedFile(_ relative: String) -> URL { shared.appendingPathComponent(relative) }
 }
+
+import Testing
+
+extension Trait where Self == ConditionTrait {
+    /// Skips a test (reported as skipped, with the reason) when `../shared` is absent, as in a user's clone.
+    static var needsShared: Self {
+        .enabled(if: TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+    }
+}

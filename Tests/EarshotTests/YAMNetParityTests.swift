@@ -37,12 +37,11 @@ import Testing
         zip(a, b).reduce(0) { max($0, abs($1.0 - $1.1)) }
     }
 
-    @Test func goldensArePresent() throws {
-        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+    @Test(.needsShared) func goldensArePresent() throws {
         #expect(Self.goldens.count >= 10)
     }
 
-    @Test(arguments: goldens)
+    @Test(.needsShared, arguments: goldens)
     func parityFromReferenceWaveform(golden: Golden) throws {
         let model = try #require(Self.model, "the built-in model must load from Models/")
         let session = model.makeSession()
@@ -79,8 +78,7 @@ import Testing
         print("parity \(golden.stem): patches \(result.patches) logmel \(logMelError) scores \(scoreError) embeddings \(embeddingError)")
     }
 
-    @Test func concurrentAnalysisEqualsOneSession() throws {
-        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+    @Test(.needsShared) func concurrentAnalysisEqualsOneSession() throws {
         let model = try #require(Self.model)
         let golden = try #require(Self.goldens.first { $0.stem == "field-recording" })
         let waveform = try golden.floats("wave16k")
