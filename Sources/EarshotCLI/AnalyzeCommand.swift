@@ -1,16 +1,18 @@
 import Earshot
 import Foundation
 
-/// `earshot analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]`:
+/// `earshot analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]`:
 /// classifies each file's windows and prints them; a bad file gets one stderr line and the others are still analysed.
 /// Exit status: 0, or the first failure's sysexits code (64 usage, 65 bad data, 66 missing/unreadable input).
 enum AnalyzeCommand {
-    static let usage = "usage: earshot analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]"
+    static let usage = "usage: earshot analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]"
 
     static let help = """
     \(usage)
 
     Classifies the sounds in each FILE (WAV, FLAC, Ogg Vorbis/Opus, MP3, AIFF) with the built-in YAMNet classifier.
+      --model FILE  use a custom classifier made by `earshot train` or `earshot enroll` instead: its labels and
+                    probabilities (window and overlap default to the ones it was trained with)
       --format F    text (default): "FILE START-ENDs  Label 93.1%  ..." per window
                     jsonl: {"file":...,"start":...,"duration":...,"classifications":[{"label":...,"confidence":...}]}
                     csv: file,start,duration,rank,label,confidence (one row per window per class)
@@ -30,6 +32,9 @@ enum AnalyzeCommand {
         var overlap = 0.5
         var summary = false
         var helpRequested = false
+        var model: String?
+        var windowGiven = false
+        var overlapGiven = false
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -47,7 +52,13 @@ enum AnalyzeCommand {
 
         let request: ClassifySoundRequest
         do {
-            request = try ClassifySoundRequest(windowDuration: options.window, overlapFactor: options.overlap)
+            if let model = options.model {
+                request = try ClassifySoundRequest(
+                    model: URL(fileURLWithPath: model), windowDuration: options.windowGiven ? options.window : nil,
+                    overlapFactor: options.overlapGiven ? options.overlap : nil)
+            } else {
+                request = try ClassifySoundRequest(windowDuration: options.window, overlapFactor: options.overlap)
+            }
             _ = try BuiltInClassifier.shared()
         } catch {
             printError(error.message)
@@ -109,6 +120,8 @@ enum AnalyzeCommand {
                 options.helpRequested = true
             case "--summary":
                 options.summary = true
+            case "--model":
+                options.model = try value(flag, inline, allowed: "a model file made by earshot train or earshot enroll")
             case "--format":
                 let allowed = "text, jsonl or csv"
                 let text = try value(flag, inline, allowed: allowed)
@@ -132,6 +145,7 @@ enum AnalyzeCommand {
                     throw EarshotError(.usage, "--window \"\(text)\" is out of range (allowed: \(allowed))")
                 }
                 options.window = seconds
+                options.windowGiven = true
             case "--overlap":
                 let allowed = "a fraction, 0 <= F < 1"
                 let text = try value(flag, inline, allowed: allowed)
@@ -139,8 +153,9 @@ enum AnalyzeCommand {
                     throw EarshotError(.usage, "--overlap \"\(text)\" is out of range (allowed: \(allowed))")
                 }
                 options.overlap = overlap
+                options.overlapGiven = true
             default:
-                throw EarshotError(.usage, "unknown option \"\(argument)\" for analyze (allowed: --format, --top, --window, --overlap, --summary)")
+                throw EarshotError(.usage, "unknown option \"\(argument)\" for analyze (allowed: --model, --format, --top, --window, --overlap, --summary)")
             }
             index += 1
         }

@@ -7,8 +7,12 @@ let usage = """
 usage: earshot <command> [options]
 
 commands:
-  analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]
+  analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]
                                   classify sound files, one result per window
+  train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]
+                                  train a custom classifier from one folder of recordings per label
+  enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE
+                                  teach earshot one sound by recording it a few times (or from files)
   subscribe [--socket PATH] [--group G]...
                                   print the daemon's detection events as they arrive
   classes                         list the built-in classifier's AudioSet class labels
@@ -30,6 +34,8 @@ arguments.removeFirst()
 let status: Int32
 switch command {
 case "analyze": status = AnalyzeCommand.run(arguments)
+case "train": status = TrainCommand.run(arguments)
+case "enroll": status = EnrollCommand.run(arguments)
 case "subscribe": status = SubscribeCommand.run(arguments)
 case "classes": status = ClassesCommand.run(arguments)
 case "devices": status = DevicesCommand.run(arguments)

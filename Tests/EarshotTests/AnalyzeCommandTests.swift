@@ -132,8 +132,8 @@ struct AnalyzeCommandTests {
             (["analyze", "x.wav", "--window=0.5"], "earshot: --window \"0.5\" is out of range (allowed: seconds, 0.96 to 3600)"),
             (["analyze", "x.wav", "--format", "xml"], "earshot: --format \"xml\" is not a format (allowed: text, jsonl or csv)"),
             (["analyze", "x.wav", "--format"], "earshot: --format needs a value (text, jsonl or csv)"),
-            (["analyze", "--bogus", "x.wav"], "earshot: unknown option \"--bogus\" for analyze (allowed: --format, --top, --window, --overlap, --summary)"),
-            (["analyze"], "earshot: analyze needs at least one FILE (usage: earshot analyze FILE... [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary])"),
+            (["analyze", "--bogus", "x.wav"], "earshot: unknown option \"--bogus\" for analyze (allowed: --model, --format, --top, --window, --overlap, --summary)"),
+            (["analyze"], "earshot: analyze needs at least one FILE (usage: earshot analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary])"),
             (["classes", "extra"], "earshot: classes takes no arguments, not \"extra\" (usage: earshot classes)"),
           ] as [([String], String)])
     func usageErrors(_ arguments: [String], _ line: String) throws {

@@ -202,35 +202,36 @@ public final class AudioFileAnalyzer {
         for (index, start) in starts.enumerated() { row[start] = index }
 
         var scores = [Float](repeating: 0, count: starts.count * YAMNet.classCount)
+        var embeddings = [Float](repeating: 0, count: starts.count * YAMNet.embeddingSize)
         let workers = state.sessions.count
         logMel.withUnsafeBufferPointer { logMel in
             scores.withUnsafeMutableBufferPointer { scores in
-                let shared = SharedRound(logMel: logMel, scores: scores, starts: starts, sessions: state.sessions)
-                let work: @Sendable (Int) -> Void = { worker in
-                    let count = shared.starts.count
-                    let range = (count * worker / workers)..<(count * (worker + 1) / workers)
-                    guard !range.isEmpty else { return }
-                    var patches = [Float](repeating: 0, count: range.count * patchValues)
-                    var embeddings = [Float](repeating: 0, count: range.count * YAMNet.embeddingSize)
-                    patches.withUnsafeMutableBufferPointer { patches in
-                        for (slot, index) in range.enumerated() {
-                            let source = shared.logMel.baseAddress! + shared.starts[index] * bands
-                            (patches.baseAddress! + slot * patchValues).update(from: source, count: patchValues)
+                embeddings.withUnsafeMutableBufferPointer { embeddings in
+                    let shared = SharedRound(logMel: logMel, scores: scores, embeddings: embeddings, starts: starts,
+                                             sessions: state.sessions)
+                    let work: @Sendable (Int) -> Void = { worker in
+                        let count = shared.starts.count
+                        let range = (count * worker / workers)..<(count * (worker + 1) / workers)
+                        guard !range.isEmpty else { return }
+                        var patches = [Float](repeating: 0, count: range.count * patchValues)
+                        patches.withUnsafeMutableBufferPointer { patches in
+                            for (slot, index) in range.enumerated() {
+                                let source = shared.logMel.baseAddress! + shared.starts[index] * bands
+                                (patches.baseAddress! + slot * patchValues).update(from: source, count: patchValues)
+                            }
                         }
-                    }
-                    patches.withUnsafeBufferPointer { patches in
-                        embeddings.withUnsafeMutableBufferPointer { embeddings in
+                        patches.withUnsafeBufferPointer { patches in
                             shared.sessions[worker].classify(
                                 patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
                                 scores: shared.scores.baseAddress! + range.lowerBound * YAMNet.classCount,
-                                embeddings: embeddings.baseAddress!)
+                                embeddings: shared.embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize)
                         }
                     }
-                }
-                if workers == 1 || starts.count < 2 {
-                    for worker in 0..<workers { work(worker) }
-                } else {
-                    DispatchQueue.concurrentPerform(iterations: workers, execute: work)
+                    if workers == 1 || starts.count < 2 {
+                        for worker in 0..<workers { work(worker) }
+                    } else {
+                        DispatchQueue.concurrentPerform(iterations: workers, execute: work)
+                    }
                 }
             }
         }
@@ -238,19 +239,25 @@ public final class AudioFileAnalyzer {
         let labels = state.model.classLabels
         for window in windows {
             var windowScores = [Float](repeating: 0, count: YAMNet.classCount)
+            var windowEmbedding = [Float](repeating: 0, count: YAMNet.embeddingSize)
             for patch in 0..<geometry.patchesPerWindow {
-                let base = (row[window * geometry.hopFrames + patch * YAMNet.patchHopFrames - firstFrame] ?? 0) * YAMNet.classCount
+                let patchRow = row[window * geometry.hopFrames + patch * YAMNet.patchHopFrames - firstFrame] ?? 0
+                let base = patchRow * YAMNet.classCount
                 for index in 0..<YAMNet.classCount { windowScores[index] += scores[base + index] }
+                let embeddingBase = patchRow * YAMNet.embeddingSize
+                for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] += embeddings[embeddingBase + index] }
             }
             if geometry.patchesPerWindow > 1 {
                 let divisor = Float(geometry.patchesPerWindow)
                 for index in 0..<YAMNet.classCount { windowScores[index] /= divisor }
+                for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] /= divisor }
             }
             let first = window * geometry.hopSamples - firstSample
             let level = ClassificationResult.level(of: UnsafeBufferPointer(rebasing: samples[first..<(first + geometry.windowSamples)]))
             let range = TimeRange(start: Double(window * geometry.hopSamples) / Double(YAMNet.sampleRate),
                                   duration: state.request.windowDuration)
-            deliver(.scored(timeRange: range, scores: windowScores, labels: labels, levelDBFS: level))
+            deliver(.scored(by: state.request, timeRange: range, yamnetScores: windowScores, embedding: windowEmbedding,
+                            yamnetLabels: labels, levelDBFS: level))
         }
     }
 }
@@ -286,11 +293,13 @@ private struct WaveformBuffer {
     }
 }
 
-/// What the inference workers of one round share: read-only log-mel and starts, disjoint score rows, one session
-/// per worker. The pointers live only during the round (`concurrentPerform` returns before they are released).
+/// What the inference workers of one round share: read-only log-mel and starts, disjoint score and embedding rows,
+/// one session per worker. The pointers live only during the round (`concurrentPerform` returns before they are
+/// released).
 private struct SharedRound: @unchecked Sendable {
     let logMel: UnsafeBufferPointer<Float>
     let scores: UnsafeMutableBufferPointer<Float>
+    let embeddings: UnsafeMutableBufferPointer<Float>
     let starts: [Int]
     let sessions: [YAMNetSession]
 }

@@ -258,8 +258,9 @@ public final class AudioStreamAnalyzer {
         if let gate = gateThresholdDBFS, level < gate {
             result = .gated(timeRange: range, levelDBFS: level)
         } else {
-            let scores = entry.scorer.scores(ofWindow: window)
-            result = .scored(timeRange: range, scores: scores, labels: entry.scorer.labels, levelDBFS: level)
+            let scored = entry.scorer.score(window: window)
+            result = .scored(by: entry.request, timeRange: range, yamnetScores: scored.scores, embedding: scored.embedding,
+                             yamnetLabels: entry.scorer.labels, levelDBFS: level)
         }
         entry.observer.request(entry.request, didProduce: result)
     }

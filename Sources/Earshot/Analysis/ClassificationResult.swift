@@ -35,8 +35,9 @@ public struct ClassificationResult: Sendable, Equatable {
     public let timeRange: TimeRange
     /// Every class with its confidence, highest first (ties: lower class index first); empty when ``isGated``.
     public let classifications: [Classification]
-    /// Scores by class index (`[521]` for the built-in classifier, index order of `YAMNet.classLabels`);
-    /// empty when ``isGated``. The same numbers as ``classifications``, for code that works with class indices.
+    /// Scores by class index (`[521]` for the built-in classifier, index order of `YAMNet.classLabels`; for a custom
+    /// model, the head's probabilities in the order of ``ClassifierHead/labels``, summing to 1); empty when
+    /// ``isGated``. The same numbers as ``classifications``, for code that works with class indices.
     public let scores: [Float]
     /// The window's level: RMS of its 16 kHz samples in dBFS, `20 * log10(rms)` (a full-scale sine reads
     /// -3.01 dBFS, digital silence reads the floor, ``ClassificationResult/levelFloorDBFS``).
@@ -44,16 +45,24 @@ public struct ClassificationResult: Sendable, Equatable {
     /// True when an ``AudioStreamAnalyzer``'s gate was closed (``levelDBFS`` below its threshold): no inference ran
     /// and ``classifications`` is empty.
     public let isGated: Bool
+    /// The window's YAMNet embedding `[1024]`: the mean over its 0.96 s patches of the 1024-d output of the last
+    /// block (values >= 0). Classifier heads (``ClassifierHead``) take it, so one backbone pass serves every head.
+    /// Empty when ``isGated``.
+    public let embedding: [Float]
 
     /// The lowest level reported, in dBFS (for digital silence, where `log10(0)` is minus infinity).
     public static let levelFloorDBFS: Float = -120
 
-    public init(timeRange: TimeRange, classifications: [Classification], scores: [Float], levelDBFS: Float, isGated: Bool) {
+    public init(
+        timeRange: TimeRange, classifications: [Classification], scores: [Float], levelDBFS: Float, isGated: Bool,
+        embedding: [Float] = []
+    ) {
         self.timeRange = timeRange
         self.classifications = classifications
         self.scores = scores
         self.levelDBFS = levelDBFS
         self.isGated = isGated
+        self.embedding = embedding
     }
 
     /// The classification for a class label, or nil when the label is unknown (or the window was gated).
@@ -62,11 +71,27 @@ public struct ClassificationResult: Sendable, Equatable {
     }
 
     /// A result from per-class scores: sorts the classes by confidence.
-    static func scored(timeRange: TimeRange, scores: [Float], labels: [String], levelDBFS: Float) -> ClassificationResult {
+    static func scored(
+        timeRange: TimeRange, scores: [Float], labels: [String], levelDBFS: Float, embedding: [Float] = []
+    ) -> ClassificationResult {
         let order = scores.indices.sorted { scores[$0] > scores[$1] || (scores[$0] == scores[$1] && $0 < $1) }
         let classifications = order.map { Classification(identifier: $0 < labels.count ? labels[$0] : "class \($0)", confidence: Double(scores[$0])) }
         return ClassificationResult(timeRange: timeRange, classifications: classifications, scores: scores,
-                                    levelDBFS: levelDBFS, isGated: false)
+                                    levelDBFS: levelDBFS, isGated: false, embedding: embedding)
+    }
+
+    /// The result of a window scored by `request`: YAMNet's scores, or with a custom model the head's probabilities
+    /// of the window's embedding (labels: the head's).
+    static func scored(
+        by request: ClassifySoundRequest, timeRange: TimeRange, yamnetScores: [Float], embedding: [Float],
+        yamnetLabels: [String], levelDBFS: Float
+    ) -> ClassificationResult {
+        if let head = request.head {
+            return scored(timeRange: timeRange, scores: head.probabilities(embedding: embedding), labels: head.labels,
+                          levelDBFS: levelDBFS, embedding: embedding)
+        }
+        return scored(timeRange: timeRange, scores: yamnetScores, labels: yamnetLabels, levelDBFS: levelDBFS,
+                      embedding: embedding)
     }
 
     /// A gated result: no inference, level only.

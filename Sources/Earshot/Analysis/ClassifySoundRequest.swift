@@ -18,6 +18,17 @@ public final class ClassifySoundRequest: Sendable {
     public enum Classifier: Sendable, Equatable {
         /// YAMNet (TF Hub google/yamnet/1), loaded once per process from the installed `Models/` directory.
         case builtIn
+        /// A custom classifier head (``ClassifierHead``, made by `earshot train` or `earshot enroll`) on YAMNet's
+        /// embeddings; results carry the head's labels and its probabilities.
+        case custom(ClassifierHead)
+
+        public static func == (lhs: Classifier, rhs: Classifier) -> Bool {
+            switch (lhs, rhs) {
+            case (.builtIn, .builtIn): true
+            case (.custom(let a), .custom(let b)): a === b
+            default: false
+            }
+        }
     }
 
     /// The shortest window in seconds: one YAMNet patch (96 frames of 10 ms).
@@ -54,18 +65,38 @@ public final class ClassifySoundRequest: Sendable {
         geometry = WindowGeometry(windowDuration: windowDuration, overlapFactor: overlapFactor)
     }
 
-    /// The labels this request can produce, index = class index (521 AudioSet display names for the built-in
-    /// classifier).
-    /// - Throws: ``EarshotError`` when the built-in model cannot be loaded (see `YAMNet.builtIn()`).
-    public func knownClassifications() throws(EarshotError) -> [String] {
-        try model().classLabels
+    /// A request for a custom model file (Sound Analysis' `SNClassifySoundRequest(mlModel:)`): reads the head model
+    /// at `model` and checks it was made for the built-in backbone installed here.
+    /// - Parameters:
+    ///   - model: a head model file written by `earshot train` or `earshot enroll`.
+    ///   - windowDuration: window length in seconds, 0.96...3600; nil (default) = the window the head was trained on.
+    ///   - overlapFactor: 0 <= value < 1; nil (default) = the overlap the head was trained with.
+    /// - Throws: ``EarshotError`` as ``ClassifierHead/init(contentsOf:)`` (missing, damaged, another backbone), or
+    ///   `.usage` for a window or overlap out of range.
+    public convenience init(model: URL, windowDuration: Double? = nil, overlapFactor: Double? = nil) throws(EarshotError) {
+        let head = try ClassifierHead(contentsOf: model)
+        try self.init(
+            classifier: .custom(head), windowDuration: windowDuration ?? head.metadata.windowDuration,
+            overlapFactor: overlapFactor ?? head.metadata.overlapFactor)
     }
 
-    /// The loaded model for ``classifier``.
+    /// The labels this request can produce, index = class index (521 AudioSet display names for the built-in
+    /// classifier, the head's labels for a custom model).
+    /// - Throws: ``EarshotError`` when the built-in model cannot be loaded (see `YAMNet.builtIn()`).
+    public func knownClassifications() throws(EarshotError) -> [String] {
+        if let head { return head.labels }
+        return try model().classLabels
+    }
+
+    /// The custom head, or nil for the built-in classifier.
+    var head: ClassifierHead? {
+        if case .custom(let head) = classifier { return head }
+        return nil
+    }
+
+    /// The backbone for ``classifier``: YAMNet in every case (a custom head runs on its embeddings).
     func model() throws(EarshotError) -> YAMNet {
-        switch classifier {
-        case .builtIn: try BuiltInClassifier.shared()
-        }
+        try BuiltInClassifier.shared()
     }
 }
 

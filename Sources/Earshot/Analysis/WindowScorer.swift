@@ -31,6 +31,13 @@ final class WindowScorer {
     /// Mean scores `[521]` over the window's patches.
     /// - Precondition: `samples.count == geometry.windowSamples`.
     func scores(ofWindow samples: UnsafeBufferPointer<Float>) -> [Float] {
+        score(window: samples).scores
+    }
+
+    /// Mean scores `[521]` and mean embedding `[1024]` over the window's patches (the embedding is what classifier
+    /// heads take).
+    /// - Precondition: `samples.count == geometry.windowSamples`.
+    func score(window samples: UnsafeBufferPointer<Float>) -> (scores: [Float], embedding: [Float]) {
         precondition(samples.count == geometry.windowSamples)
         let frames = geometry.windowFrames
         let patches = geometry.patchesPerWindow
@@ -45,12 +52,12 @@ final class WindowScorer {
                 }
             }
         }
-        return Self.mean(patchScores, rows: patches)
+        return (Self.mean(patchScores, rows: patches), Self.mean(patchEmbeddings, rows: patches, columns: YAMNet.embeddingSize))
     }
 
-    /// The mean of `rows` rows of 521 scores (the row itself when there is one).
-    static func mean(_ scores: [Float], rows: Int) -> [Float] {
-        let classes = YAMNet.classCount
+    /// The mean of `rows` rows of `columns` values (521 scores by default; the row itself when there is one).
+    static func mean(_ scores: [Float], rows: Int, columns: Int = YAMNet.classCount) -> [Float] {
+        let classes = columns
         if rows == 1 { return Array(scores[0..<classes]) }
         var result = [Float](repeating: 0, count: classes)
         for row in 0..<rows {

@@ -1,0 +1,144 @@
+internal import CBLAS
+import Foundation
+
+/// Row-major matrix products for classifier heads, through OpenBLAS.
+enum DenseMath {
+    /// `C[m, n] = beta * C + op(A) x op(B)`, row-major, where `op(A)` is `[m, k]` (`A` stored `[k, m]` when
+    /// `transposeA`) and `op(B)` is `[k, n]` (`B` stored `[n, k]` when `transposeB`).
+    /// The corresponding C function is `cblas_sgemm`.
+    static func multiply(
+        _ a: UnsafePointer<Float>, transposeA: Bool = false, _ b: UnsafePointer<Float>, transposeB: Bool = false,
+        into c: UnsafeMutablePointer<Float>, m: Int, n: Int, k: Int, accumulate: Bool = false
+    ) {
+        guard m > 0, n > 0, k > 0 else { return }
+        cblas_sgemm(
+            CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans,
+            Int32(m), Int32(n), Int32(k), 1,
+            a, Int32(transposeA ? m : k), b, Int32(transposeB ? k : n), accumulate ? 1 : 0, c, Int32(n))
+    }
+
+    /// Replaces each row of `values` (`[rows, columns]`) by its softmax, computed stably (the row maximum is
+    /// subtracted first). Rows sum to 1; every value ends in 0...1.
+    static func softmaxRows(_ values: UnsafeMutablePointer<Float>, rows: Int, columns: Int) {
+        for row in 0..<rows {
+            let base = values + row * columns
+            var largest = -Float.infinity
+            for column in 0..<columns { largest = max(largest, base[column]) }
+            var sum: Float = 0
+            for column in 0..<columns {
+                let value = expf(base[column] - largest)
+                base[column] = value
+                sum += value
+            }
+            let inverse = 1 / sum
+            for column in 0..<columns { base[column] *= inverse }
+        }
+    }
+}
+
+/// The weights of a classifier head on backbone embeddings: standardisation, then either one dense layer and a
+/// softmax (multinomial logistic regression) or a hidden ReLU layer, a dense layer and a softmax (MLP).
+///
+/// Shapes (row-major, `[inputs, outputs]` for weights): `inputMean`, `inputScale` `[inputSize]`;
+/// `hiddenWeights` `[inputSize, hiddenUnits]`, `hiddenBias` `[hiddenUnits]` (empty for logistic regression);
+/// `outputWeights` `[hiddenUnits or inputSize, classCount]`, `outputBias` `[classCount]`.
+struct HeadParameters: Sendable, Equatable {
+    var inputSize: Int
+    /// 0 for logistic regression.
+    var hiddenUnits: Int
+    var classCount: Int
+    var inputMean: [Float]
+    var inputScale: [Float]
+    var hiddenWeights: [Float]
+    var hiddenBias: [Float]
+    var outputWeights: [Float]
+    var outputBias: [Float]
+
+    /// Inputs of the output layer: the hidden units, or the standardised embedding for logistic regression.
+    var outputInputs: Int { hiddenUnits > 0 ? hiddenUnits : inputSize }
+
+    /// Zero weights of the right shapes, identity standardisation.
+    init(inputSize: Int, hiddenUnits: Int, classCount: Int) {
+        self.inputSize = inputSize
+        self.hiddenUnits = hiddenUnits
+        self.classCount = classCount
+        inputMean = [Float](repeating: 0, count: inputSize)
+        inputScale = [Float](repeating: 1, count: inputSize)
+        hiddenWeights = [Float](repeating: 0, count: inputSize * hiddenUnits)
+        hiddenBias = [Float](repeating: 0, count: hiddenUnits)
+        outputWeights = [Float](repeating: 0, count: (hiddenUnits > 0 ? hiddenUnits : inputSize) * classCount)
+        outputBias = [Float](repeating: 0, count: classCount)
+    }
+
+    /// The named tensors with their shapes, in file order.
+    var tensors: [(name: String, shape: [Int], values: [Float])] {
+        var list: [(String, [Int], [Float])] = [
+            ("input.mean", [inputSize], inputMean),
+            ("input.scale", [inputSize], inputScale),
+        ]
+        if hiddenUnits > 0 {
+            list.append(("hidden.weight", [inputSize, hiddenUnits], hiddenWeights))
+            list.append(("hidden.bias", [hiddenUnits], hiddenBias))
+        }
+        list.append(("output.weight", [outputInputs, classCount], outputWeights))
+        list.append(("output.bias", [classCount], outputBias))
+        return list
+    }
+
+    /// `(embedding - inputMean) * inputScale` for `rows` rows of `inputSize` values, into `output`.
+    func standardize(_ input: UnsafePointer<Float>, rows: Int, into output: UnsafeMutablePointer<Float>) {
+        inputMean.withUnsafeBufferPointer { mean in
+            inputScale.withUnsafeBufferPointer { scale in
+                for row in 0..<rows {
+                    let source = input + row * inputSize, target = output + row * inputSize
+                    for index in 0..<inputSize { target[index] = (source[index] - mean[index]) * scale[index] }
+                }
+            }
+        }
+    }
+
+    /// Class probabilities `[rows, classCount]` (softmax, rows sum to 1) of `rows` embeddings `[rows, inputSize]`.
+    func probabilities(embeddings: UnsafePointer<Float>, rows: Int) -> [Float] {
+        guard rows > 0 else { return [] }
+        var standardized = [Float](repeating: 0, count: rows * inputSize)
+        return standardized.withUnsafeMutableBufferPointer { x in
+            standardize(embeddings, rows: rows, into: x.baseAddress!)
+            return probabilities(standardized: x.baseAddress!, rows: rows)
+        }
+    }
+
+    /// Class probabilities `[rows, classCount]` of rows already standardised (see ``standardize(_:rows:into:)``).
+    func probabilities(standardized x: UnsafePointer<Float>, rows: Int) -> [Float] {
+        guard rows > 0 else { return [] }
+        var output = [Float](repeating: 0, count: rows * classCount)
+        output.withUnsafeMutableBufferPointer { z in
+            if hiddenUnits > 0 {
+                var hidden = [Float](repeating: 0, count: rows * hiddenUnits)
+                hidden.withUnsafeMutableBufferPointer { h in
+                    Self.affine(x, rows: rows, inputs: inputSize, weights: hiddenWeights, bias: hiddenBias, into: h.baseAddress!)
+                    for index in 0..<(rows * hiddenUnits) where h[index] < 0 { h[index] = 0 }
+                    Self.affine(h.baseAddress!, rows: rows, inputs: hiddenUnits, weights: outputWeights, bias: outputBias,
+                                into: z.baseAddress!)
+                }
+            } else {
+                Self.affine(x, rows: rows, inputs: inputSize, weights: outputWeights, bias: outputBias, into: z.baseAddress!)
+            }
+            DenseMath.softmaxRows(z.baseAddress!, rows: rows, columns: classCount)
+        }
+        return output
+    }
+
+    /// `output[rows, outputs] = input[rows, inputs] x weights[inputs, outputs] + bias`.
+    static func affine(
+        _ input: UnsafePointer<Float>, rows: Int, inputs: Int, weights: [Float], bias: [Float],
+        into output: UnsafeMutablePointer<Float>
+    ) {
+        let outputs = bias.count
+        bias.withUnsafeBufferPointer { bias in
+            for row in 0..<rows { (output + row * outputs).update(from: bias.baseAddress!, count: outputs) }
+        }
+        weights.withUnsafeBufferPointer { weights in
+            DenseMath.multiply(input, weights.baseAddress!, into: output, m: rows, n: outputs, k: inputs, accumulate: true)
+        }
+    }
+}

@@ -1,0 +1,191 @@
+import Earshot
+import Foundation
+import Synchronization
+
+/// `earshot train DATA_DIR --output FILE [...]`: trains a classifier head on YAMNet embeddings from a folder of
+/// labelled recordings, prints the evaluation and writes the model.
+/// Exit status: 0, 64 usage, 65 bad data, 66 missing folder, 73 cannot write the model.
+enum TrainCommand {
+    static let usage = "usage: earshot train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]"
+
+    static let help = """
+    \(usage)
+                         [--hidden N] [--l2 X] [--epochs N] [--window S] [--overlap F]
+
+    Trains a custom sound classifier on the built-in YAMNet's 1024-d embeddings. DATA_DIR holds one sub-folder of
+    recordings per label (any audio format earshot reads; long files are cut into windows); a sub-folder named
+    background is the negative class: sounds that are none of the others.
+      --output FILE       the model file to write (safetensors with JSON metadata), e.g. doorbell.earshot
+      --classifier K      logistic (default: multinomial logistic regression) or mlp (one hidden layer)
+      --validation F      fraction of each label's files held out for early stopping and the report, split by
+                          file, 0 to 0.9 (default 0.2)
+      --seed N            seed for the splits, shuffling and initial weights (default 1)
+      --folds K           also run K-fold cross-validation (2 to 50) and report it
+      --hidden N          hidden units of the mlp, 1 to 4096 (default 128)
+      --l2 X              L2 penalty on the weights, 0 to 10 (default 0.01)
+      --epochs N          most epochs, 1 to 100000 (default 300; training stops early when the validation loss
+                          has not improved for 20 epochs)
+      --window S          window length in seconds, 0.96 to 10 (default 0.96)
+      --overlap F         window overlap, 0 <= F < 1 (default 0.5: a 0.48 s hop)
+    Progress goes to standard error; the report (per-label precision, recall, F1, the confusion matrix and the
+    accuracy) to standard output.
+    """
+
+    struct Options {
+        var folder: String?
+        var output: String?
+        var configuration = TrainingConfiguration()
+        var helpRequested = false
+    }
+
+    static func run(_ arguments: [String]) -> Int32 {
+        let options: Options
+        do {
+            options = try parse(arguments)
+        } catch {
+            writeError("earshot: \(error.message)")
+            return error.exitStatus
+        }
+        if options.helpRequested {
+            print(help)
+            return 0
+        }
+        guard let folder = options.folder, let output = options.output else { return 64 }
+        let progress = ProgressPrinter()
+        let report: TrainingReport
+        do {
+            report = try HeadTraining.train(
+                folder: URL(fileURLWithPath: folder), configuration: options.configuration,
+                progress: { progress.show($0) })
+            try report.head.write(to: URL(fileURLWithPath: output))
+        } catch {
+            writeError("earshot: \(error.message)")
+            return error.exitStatus
+        }
+        for line in report.formatted() { print(line) }
+        print("wrote \(output)")
+        for line in UsageSnippet.lines(modelPath: output, head: report.head) { print(line) }
+        fflush(nil)
+        return 0
+    }
+
+    /// Parses the arguments after `train`.
+    /// - Throws: ``EarshotError`` `.usage` naming the flag and its allowed values.
+    static func parse(_ arguments: [String]) throws(EarshotError) -> Options {
+        var options = Options()
+        var scanner = OptionScanner(command: "train", arguments: arguments)
+        let flags = ["--output", "--classifier", "--validation", "--seed", "--folds", "--hidden", "--l2", "--epochs",
+                     "--window", "--overlap"]
+        while let item = scanner.next() {
+            switch item {
+            case .positional(let folder):
+                guard options.folder == nil else {
+                    throw EarshotError(.usage, "train takes one DATA_DIR, got \"\(options.folder ?? "")\" and \"\(folder)\" (\(usage))")
+                }
+                options.folder = folder
+            case .flag(let flag, let inline):
+                switch flag {
+                case "--help", "-h": options.helpRequested = true
+                case "--output", "-o": options.output = try scanner.value(of: flag, inline, allowed: "a file name")
+                case "--classifier":
+                    let text = try scanner.value(of: flag, inline, allowed: "logistic or mlp")
+                    guard let kind = HeadClassifierKind(rawValue: text) else {
+                        throw EarshotError(.usage, "--classifier \"\(text)\" is not a classifier (allowed: logistic or mlp)")
+                    }
+                    options.configuration.options.classifier = kind
+                case "--validation":
+                    options.configuration.validationFraction = try scanner.number(of: flag, inline, in: 0.0...0.9, allowed: "0 to 0.9")
+                case "--seed":
+                    options.configuration.options.seed = try scanner.number(of: flag, inline, in: 0...UInt64.max, allowed: "an integer >= 0")
+                case "--folds":
+                    options.configuration.folds = try scanner.number(of: flag, inline, in: 2...50, allowed: "2 to 50")
+                case "--hidden":
+                    options.configuration.options.hiddenUnits = try scanner.number(of: flag, inline, in: 1...4096, allowed: "1 to 4096")
+                case "--l2":
+                    options.configuration.options.l2 = try scanner.number(of: flag, inline, in: 0.0...10, allowed: "0 to 10")
+                case "--epochs":
+                    options.configuration.options.maximumEpochs = try scanner.number(of: flag, inline, in: 1...100_000, allowed: "1 to 100000")
+                case "--window":
+                    options.configuration.windowDuration = try scanner.number(of: flag, inline, in: 0.96...10, allowed: "seconds, 0.96 to 10")
+                case "--overlap":
+                    let overlap: Double = try scanner.number(of: flag, inline, in: 0.0...0.99, allowed: "a fraction, 0 <= F < 1")
+                    options.configuration.overlapFactor = overlap
+                default:
+                    throw scanner.unknown(flag, allowed: flags)
+                }
+            }
+        }
+        if options.helpRequested { return options }
+        guard options.folder != nil else { throw EarshotError(.usage, "train needs a DATA_DIR (\(usage))") }
+        guard options.output != nil else { throw EarshotError(.usage, "train needs --output FILE for the model (\(usage))") }
+        return options
+    }
+}
+
+/// Prints training progress on standard error: file counts while embeddings are computed, some epochs, and where
+/// each run stopped.
+final class ProgressPrinter: Sendable {
+    private let lastShown = Mutex<Int>(-1)
+
+    func show(_ progress: TrainingProgress) {
+        switch progress {
+        case .features(let done, let total):
+            // Called from worker threads: print each 10% (every file on a terminal).
+            let step = standardErrorIsTerminal ? 1 : max(1, total / 10)
+            let show = lastShown.withLock { last -> Bool in
+                guard done == total || done / step != last / step else { return false }
+                last = done
+                return true
+            }
+            guard show else { return }
+            if standardErrorIsTerminal {
+                FileHandle.standardError.write(Data("\rembeddings: \(done)/\(total) files\(done == total ? "\n" : "")".utf8))
+            } else {
+                writeError("embeddings: \(done)/\(total) files")
+            }
+        case .skipped(let error):
+            writeError("earshot: skipped: \(error.message)")
+        case .fold(let index, let count):
+            writeError("cross-validation fold \(index)/\(count)")
+        case .finalModel:
+            writeError("training the model")
+        case .epoch(let report):
+            guard report.epoch == 1 || report.epoch % 10 == 0 else { return }
+            writeError(Self.describe(report))
+        case .stopped(let epochs, let best):
+            writeError("stopped after \(epochs) epochs; kept the weights of epoch \(best)")
+        }
+    }
+
+    static func describe(_ report: EpochReport) -> String {
+        var line = "epoch \(report.epoch): loss " + String(format: "%.4f", report.trainingLoss)
+        if let loss = report.validationLoss { line += ", validation loss " + String(format: "%.4f", loss) }
+        if let accuracy = report.validationAccuracy { line += ", validation accuracy " + String(format: "%.1f%%", accuracy * 100) }
+        return line
+    }
+}
+
+/// How to use a model file: `earshot analyze --model` and the daemon configuration lines.
+enum UsageSnippet {
+    static func lines(modelPath: String, head: ClassifierHead) -> [String] {
+        let absolute = URL(fileURLWithPath: modelPath).standardizedFileURL.path
+        let name = HeadModelSet.modelName(forPath: absolute)
+        let background = head.metadata.backgroundLabel
+        let targets = head.labels.filter { $0 != background }
+        var lines = [
+            "try it: earshot analyze --model \(modelPath) FILE",
+            "use it in earshotd (/etc/earshot/earshotd.conf; the daemon reads the model at start and on SIGHUP):",
+            "  [models]",
+            "  files = \(absolute)",
+        ]
+        var groups: [String] = []
+        for label in targets {
+            let group = HeadModelSet.suggestedGroupName(model: name, label: label)
+            groups.append(group)
+            let threshold = head.metadata.suggestedThresholds[label] ?? 0.5
+            lines += ["  [group.\(group)]", "  classes = \(name):\(label)", "  threshold = " + String(format: "%.2f", threshold)]
+        }
+        lines.append("  and add \(groups.joined(separator: " | ")) to watch in [detection]")
+        return lines
+    }
+}
