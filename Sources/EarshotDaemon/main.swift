@@ -18,7 +18,8 @@ do {
         exit(0)
     case .checkConfig:
         let configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
-        _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels)
+        let models = try HeadModelSet.load(paths: configuration.models.files).set
+        _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         exit(0)
     case .run:
         try EarshotDaemon(commandLine: commandLine).run()

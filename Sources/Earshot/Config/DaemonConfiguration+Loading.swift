@@ -5,6 +5,7 @@ extension DaemonConfiguration {
     static let sectionKeys: KeyValuePairs<String, [String]> = [
         "capture": ["device", "input", "input_rate"],
         "analysis": ["window", "overlap", "gate_dbfs", "silence_minutes"],
+        "models": ["files"],
         "detection": ["watch"],
         "output": ["socket", "socket_mode", "client_queue_kib", "journal"],
         "daemon": ["watchdog"],
@@ -172,11 +173,23 @@ struct ConfigurationParser {
         return failure(entry, "\(entry.key): unknown key (\(guess)keys: \(keys.joined(separator: ", ")))")
     }
 
+    /// `existing` followed by the model files of `entry` (absolute paths separated by `|`, names distinct).
+    private func modelFiles(_ entry: INIEntry, adding existing: [String]) throws(EarshotError) -> [String] {
+        let items = SettingRules.listItems(entry.value, separators: ["|"])
+        for item in items where !item.hasPrefix("/") {
+            throw badValue(entry, "\"\(item)\" must be an absolute path (e.g. /var/lib/earshot/doorbell.earshot)")
+        }
+        let files = existing + items
+        if let problem = HeadModelSet.nameProblem(paths: files) { throw badValue(entry, problem) }
+        return files
+    }
+
     /// An indented line: more items of a list, or a mistake.
     private mutating func continueList(_ entry: INIEntry) throws(EarshotError) {
         let isGroupClasses = entry.section.hasPrefix(DaemonConfiguration.groupSectionPrefix) && entry.key == "classes"
         let isWatch = entry.section == "detection" && entry.key == "watch"
-        guard isGroupClasses || isWatch, previous?.section == entry.section, previous?.key == entry.key else {
+        let isModels = entry.section == "models" && entry.key == "files"
+        guard isGroupClasses || isWatch || isModels, previous?.section == entry.section, previous?.key == entry.key else {
             throw failure(
                 entry,
                 "\(entry.key): the indented line \"\(entry.value)\" continues the value of \(entry.key), which takes one line; remove the indentation")
@@ -188,6 +201,8 @@ struct ConfigurationParser {
         }
         if isWatch {
             configuration.detection.watch += SettingRules.listItems(entry.value, separators: SettingRules.groupSeparators)
+        } else if isModels {
+            configuration.models.files = try modelFiles(entry, adding: configuration.models.files)
         } else {
             let name = String(entry.section.dropFirst(DaemonConfiguration.groupSectionPrefix.count))
             let more = SettingRules.listItems(entry.value, separators: SettingRules.classSeparators)
@@ -224,6 +239,8 @@ struct ConfigurationParser {
             configuration.output.clientQueueKiB = try value(SettingRules.clientQueueKiB, entry)
         case ("output", "journal"):
             configuration.output.journal = try value(SettingRules.flag, entry)
+        case ("models", "files"):
+            configuration.models.files = try modelFiles(entry, adding: [])
         case ("daemon", "watchdog"):
             configuration.daemon.watchdog = try value(SettingRules.flag, entry)
         default:

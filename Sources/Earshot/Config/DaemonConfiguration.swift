@@ -122,6 +122,16 @@ public struct DaemonConfiguration: Sendable, Equatable {
         public init() {}
     }
 
+    /// Custom classifiers run next to the built-in one: `[models]`.
+    public struct Models: Sendable, Equatable {
+        /// Head model files (`earshot train`, `earshot enroll`), absolute paths. Key `files`, a list separated by
+        /// `|`; default empty. Each model is named after its file without the extension (`doorbell.earshot` is
+        /// `doorbell`) and its classes are `MODEL:LABEL` in groups (e.g. `classes = doorbell:doorbell`).
+        public var files: [String] = []
+
+        public init() {}
+    }
+
     /// Process supervision: `[daemon]`.
     public struct Daemon: Sendable, Equatable {
         /// Whether to send systemd watchdog pings (`WATCHDOG=1`) while the analysis is healthy, when the unit sets
@@ -136,6 +146,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var detection = Detection()
     public var output = Output()
     public var daemon = Daemon()
+    /// `[models]`: see ``Models``.
+    public var models = Models()
 
     /// Where each file-set list came from ("path:line"), for error messages that are raised after parsing
     /// (unknown class names). Keys: `group.NAME.classes`, `detection.watch`. Not part of equality.

@@ -69,8 +69,10 @@ final class AnalysisPipeline {
     /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range.
     init(
         queue: DispatchQueue, ring: SampleRingBuffer, analysis: DaemonConfiguration.Analysis,
-        engine: DetectionEngine, emit: @escaping Emit, onFirstAudio: @escaping () -> Void
+        engine: DetectionEngine, heads: HeadModelSet = HeadModelSet(), emit: @escaping Emit,
+        onFirstAudio: @escaping () -> Void
     ) throws(EarshotError) {
+        self.heads = heads
         self.queue = queue
         self.ring = ring
         self.analysis = analysis
@@ -109,15 +111,22 @@ final class AnalysisPipeline {
     }
 
     /// Applies a reloaded configuration: open events end, the engine and the analyzer's window and gate change.
-    func reconfigure(analysis: DaemonConfiguration.Analysis, engine: DetectionEngine) throws(EarshotError) {
+    /// `heads`: the custom models whose classes follow YAMNet's in the engine's labels (`HeadModelSet.classLabels`).
+    func reconfigure(analysis: DaemonConfiguration.Analysis, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet())
+        throws(EarshotError)
+    {
         let request = try ClassifySoundRequest(
             windowDuration: analysis.windowDuration, overlapFactor: analysis.overlapFactor)
         for event in self.engine.finish() { emit(.detection(event)) }
         self.engine = engine
+        self.heads = heads
         self.analysis = analysis
         self.request = request
         analyzer = nil  // rebuilt with the new window at the next chunk; the next window starts there
     }
+
+    /// Custom models: each scores every window's embedding after YAMNet (one backbone pass for all of them).
+    private var heads: HeadModelSet
 
     /// Names of the groups with an open event.
     var activeGroups: [String] { engine.activeGroups }
@@ -186,7 +195,7 @@ final class AnalysisPipeline {
         counters.lastLevelDBFS = result.levelDBFS
         let events = engine.process(
             windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-            scores: result.isGated ? nil : result.scores)
+            scores: result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding))
         for event in events { emit(.detection(event)) }
     }
 

@@ -38,6 +38,8 @@ public final class EarshotDaemon: @unchecked Sendable {
     private let heartbeat = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
     private let deviceHasWorked = Atomic<Bool>(false)
     private let printLock = NSLock()
+    /// The custom models running (`[models] files`); replaced on reload (control queue).
+    private var heads = HeadModelSet()
 
     struct StatusSnapshot {
         var capture = "opening"
@@ -63,8 +65,11 @@ public final class EarshotDaemon: @unchecked Sendable {
         output = configuration.output
         BLASThreads.set(1)
         let model = try BuiltInClassifier.shared()
-        let groups = try configuration.resolvedGroups(classLabels: model.classLabels)
-        let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: model.classLabels)
+        let heads = try HeadModelSet.load(paths: configuration.models.files).set
+        self.heads = heads
+        let classLabels = model.classLabels + heads.classLabels
+        let groups = try configuration.resolvedGroups(classLabels: classLabels)
+        let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: classLabels)
         journal = configuration.output.journal && !commandLine.foreground
             ? JournalSink() : JournalSink(journalSocketPath: "/nonexistent")
         // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
@@ -78,13 +83,14 @@ public final class EarshotDaemon: @unchecked Sendable {
         noteSettings(configuration)
         do {
             pipeline = try AnalysisPipeline(
-                queue: analysisQueue, ring: ring, analysis: configuration.analysis, engine: engine,
+                queue: analysisQueue, ring: ring, analysis: configuration.analysis, engine: engine, heads: heads,
                 emit: { [unowned self] output in emit(output) },
                 onFirstAudio: { [unowned self] in audioStarted() })
         } catch {
             server.stop()
             throw error
         }
+        for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
         supervisor = CaptureSupervisor(
             ring: ring, callbackQueue: control,
             open: { [unowned self] in try openSource() },
@@ -253,17 +259,22 @@ public final class EarshotDaemon: @unchecked Sendable {
         do {
             let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
             let model = try BuiltInClassifier.shared()
-            let groups = try fresh.resolvedGroups(classLabels: model.classLabels)
-            let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: model.classLabels)
+            let loaded = try HeadModelSet.load(paths: fresh.models.files, previous: heads)
+            let classLabels = model.classLabels + loaded.set.classLabels
+            let groups = try fresh.resolvedGroups(classLabels: classLabels)
+            let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: classLabels)
             let failure: EarshotError? = analysisQueue.sync {
                 do throws(EarshotError) {
-                    try pipeline.reconfigure(analysis: fresh.analysis, engine: engine)
+                    try pipeline.reconfigure(analysis: fresh.analysis, engine: engine, heads: loaded.set)
                     return nil
                 } catch {
                     return error
                 }
             }
             if let failure { throw failure }
+            heads = loaded.set
+            for line in loaded.problems { journal.log(line, priority: 4) }
+            for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(fresh.groupNames)
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }

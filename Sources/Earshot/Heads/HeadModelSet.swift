@@ -81,6 +81,30 @@ public struct HeadModelSet: Sendable {
         return (HeadModelSet(models: models), problems)
     }
 
+    /// Loads `paths` for the built-in backbone (whose identity, the SHA-256 of its weights, is computed only when
+    /// there is a file); see ``load(paths:backbone:previous:)``.
+    /// - Throws: as ``load(paths:backbone:previous:)`` and `BackboneIdentity.builtIn()`.
+    public static func load(paths: [String], previous: HeadModelSet? = nil)
+        throws(EarshotError) -> (set: HeadModelSet, problems: [String])
+    {
+        guard !paths.isEmpty else { return (HeadModelSet(), []) }
+        return try load(paths: paths, backbone: try BackboneIdentity.builtIn(), previous: previous)
+    }
+
+    /// One line per model for the journal: its name, file, labels and training window, and a warning when the
+    /// daemon's window (`windowDuration`, seconds) differs from the one it was trained on.
+    public func notes(windowDuration: Double) -> [String] {
+        models.map { model in
+            let metadata = model.head.metadata
+            var line = "model \(model.name) (\(model.path)): classes " + model.head.labels.map { "\(model.name):\($0)" }.joined(separator: ", ")
+                + ", trained \(metadata.trainedAt) on \(SettingRules.format(metadata.windowDuration)) s windows"
+            if abs(metadata.windowDuration - windowDuration) > 1e-6 {
+                line += "; the daemon analyses \(SettingRules.format(windowDuration)) s windows, so its scores may be less reliable (set [analysis] window = \(SettingRules.format(metadata.windowDuration)))"
+            }
+            return line
+        }
+    }
+
     /// A model's name: the file name without its last extension (`doorbell` for `/x/doorbell.earshot`).
     public static func modelName(forPath path: String) -> String {
         let file = URL(fileURLWithPath: path).lastPathComponent
