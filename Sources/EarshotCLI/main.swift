@@ -21,6 +21,14 @@ commands:
                                   measure the smoke/CO alarm detector: recall, false events, time to detection
   bench [--quick] [--no-daemon] [--layers] [--json]
                                   measure inference, file analysis and the daemon on this machine
+  history [--since 8h] [--group G]... [--format text|jsonl|csv] [--db PATH]
+                                  list the detections earshotd stored
+  report --snore FILE [--json OUT] [--svg OUT]
+                                  snore report of a recording (minutes, episodes, loudness, 5-minute timeline)
+  sleep start|stop|status [--socket PATH]
+                                  control the daemon's sleep session (snore monitoring and report)
+  eval-snore SNORING_DIR NON_SNORING_DIR
+                                  measure the snore detector on labelled clips
   help                            show this text
 """
 
@@ -39,6 +47,10 @@ case "enroll": status = EnrollCommand.run(arguments)
 case "subscribe": status = SubscribeCommand.run(arguments)
 case "classes": status = ClassesCommand.run(arguments)
 case "devices": status = DevicesCommand.run(arguments)
+case "history": status = HistoryCommand.run(arguments)
+case "report": status = ReportCommand.run(arguments)
+case "sleep": status = SleepCommand.run(arguments)
+case "eval-snore": status = EvalSnoreCommand.run(arguments)
 case "eval": status = EvalCommand.run(arguments)
 case "bench": status = BenchCommand.run(arguments)
 case "help", "--help", "-h":

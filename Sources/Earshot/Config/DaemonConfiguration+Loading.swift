@@ -9,6 +9,8 @@ extension DaemonConfiguration {
         "detection": ["watch"],
         "output": ["socket", "socket_mode", "client_queue_kib", "journal"],
         "daemon": ["watchdog"],
+        "history": historyKeys,
+        "sleep": sleepKeys,
     ]
     /// The keys of a `[group.NAME]` section.
     static let groupKeys = ["classes", "threshold", "onset_windows", "onset_of", "hold_seconds", "min_interval_seconds"]
@@ -243,6 +245,10 @@ struct ConfigurationParser {
             configuration.models.files = try modelFiles(entry, adding: [])
         case ("daemon", "watchdog"):
             configuration.daemon.watchdog = try value(SettingRules.flag, entry)
+        case ("history", _), ("sleep", _):
+            if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
         default:
             // sectionKeys and this switch list the same keys; a key in one but not the other is a programming error
             // caught by the shipped-file test, reported here as a config error rather than a crash.
@@ -307,6 +313,9 @@ struct ConfigurationParser {
             throw EarshotError(
                 .config,
                 "\(source):\(watchLine): [detection] watch: must name at least one group (separate names with |)")
+        }
+        if let problem = configuration.homeConsistencyProblem() {
+            throw EarshotError(.config, "\(source):\(keyLine(section: "sleep", key: "rhythm_threshold")): \(problem)")
         }
         configuration.detection.watch = uniqued(configuration.detection.watch)
         if let unknown = configuration.unknownWatchedGroup() {

@@ -3,8 +3,9 @@ import Foundation
 /// Every setting of the daemon `earshotd`, with its built-in default.
 ///
 /// The properties mirror the INI file `config/earshotd.conf` section by section (`[capture]`, `[analysis]`,
-/// `[detection]` with `[group.NAME]` sections, `[output]`, `[daemon]`). `DaemonConfiguration()` is the configuration
-/// with no file at all; ``load(path:overrides:)`` reads a file and applies command-line overrides;
+/// `[detection]` with `[group.NAME]` sections, `[output]`, `[daemon]`, `[history]`, `[sleep]`).
+/// `DaemonConfiguration()` is the configuration with no file at all; ``load(path:overrides:)`` reads a file and
+/// applies command-line overrides;
 /// ``resolvedGroups(classLabels:)`` turns the detection settings into the label groups to watch.
 ///
 /// Equality compares settings only, not the file lines they came from.
@@ -146,6 +147,10 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var detection = Detection()
     public var output = Output()
     public var daemon = Daemon()
+    /// `[history]`: see ``History``.
+    public var history = History()
+    /// `[sleep]`: see ``Sleep``.
+    public var sleep = Sleep()
     /// `[models]`: see ``Models``.
     public var models = Models()
 

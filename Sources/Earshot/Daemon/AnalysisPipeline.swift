@@ -54,6 +54,9 @@ final class AnalysisPipeline {
     private var lastGapReport: UInt64 = 0
     static let gapReportInterval: UInt64 = 10_000_000_000
     private lazy var observer = Observer(pipeline: self)
+    /// Called with every window's result (gated ones too) before the detection engine sees it, on `queue`; must
+    /// return at once (the event history's level meter and sleep sessions use it).
+    var onWindow: ((ClassificationResult) -> Void)?
 
     private final class Observer: ResultsObserving {
         unowned let pipeline: AnalysisPipeline
@@ -189,6 +192,7 @@ final class AnalysisPipeline {
     }
 
     private func handle(_ result: ClassificationResult) {
+        onWindow?(result)
         counters.windows += 1
         if result.isGated { counters.gatedWindows += 1 }
         counters.streamTime = result.timeRange.end

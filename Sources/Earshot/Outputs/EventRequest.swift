@@ -6,6 +6,8 @@ enum EventRequest: Equatable {
     case subscribe([String])
     /// `{"status":true}` or `{"cmd":"status"}`.
     case status
+    /// `{"cmd":"NAME"}` for a command registered with `EventServer.register(commands:handler:)`.
+    case command(String)
 
     enum Parsed: Equatable {
         /// A blank line: ignored.
@@ -19,7 +21,8 @@ enum EventRequest: Equatable {
     static let maxNesting = 16
 
     /// Parses one line (without its newline; a trailing `\r` and surrounding whitespace are ignored).
-    static func parse(_ bytes: [UInt8]) -> Parsed {
+    /// `commands` are the registered command names accepted besides "status".
+    static func parse(_ bytes: [UInt8], commands: [String] = []) -> Parsed {
         let hint = EventServer.requestHint
         var start = 0
         var end = bytes.count
@@ -52,9 +55,13 @@ enum EventRequest: Equatable {
             return .request(.subscribe(names))
         }
         if let command = object["cmd"] {
+            if let name = command as? String, commands.contains(name), name != "status" {
+                return .request(.command(name))
+            }
             guard let name = command as? String, name == "status" else {
                 let shown = (command as? String).map { "\"\($0)\"" } ?? "\(command)"
-                return .failure("unknown command \(shown) (supported: \"status\")")
+                let supported = (["status"] + commands.filter { $0 != "status" }).map { "\"\($0)\"" }
+                return .failure("unknown command \(shown) (supported: \(supported.joined(separator: ", ")))")
             }
             return .request(.status)
         }

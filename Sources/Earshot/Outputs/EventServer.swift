@@ -15,6 +15,8 @@ import Foundation
 /// - `{"subscribe":["smoke_alarm","baby_cry"]}` sets the client's group filter (an empty list, or `"*"` in it, means
 ///   every group; a new filter replaces the old). With `Configuration.knownGroups` set, an unknown name is an error
 ///   and the filter is left as it was. Before any subscribe request a client receives every group.
+/// - `{"cmd":NAME}` for a command registered with ``register(commands:handler:)`` (the daemon's `sleep_start`,
+///   `sleep_stop`, `sleep_status`) gets the handler's reply object.
 /// - `{"status":true}` or `{"cmd":"status"}` asks for a status reply: the daemon's fields (from the `status`
 ///   closure) followed by `subscribers`, `events_published`, `dropped_lines` (total over all clients),
 ///   `your_dropped_lines` and `time`.
@@ -102,6 +104,9 @@ public final class EventServer: @unchecked Sendable {
     private var stopped = false
     private var stats = Statistics(subscribers: 0, subscribersAccepted: 0, eventsPublished: 0, droppedLines: 0)
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
+    /// Extra `{"cmd":NAME}` commands and who answers them (`register(commands:handler:)`).
+    private var commandNames: [String] = []
+    private var commandHandler: CommandHandler?
 
     /// Creates the socket file and starts accepting clients.
     ///
@@ -203,6 +208,19 @@ public final class EventServer: @unchecked Sendable {
         queue.async { [self] in
             guard !stopped else { return }
             broadcast(object, group: group)
+        }
+    }
+
+    /// Answers a registered command: gets its name, returns the reply object. Runs on the server's queue; it may
+    /// wait briefly for another queue, never for the server's.
+    public typealias CommandHandler = @Sendable (_ command: String) -> JSONObject
+
+    /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with `handler`'s object. A later
+    /// call replaces the earlier one.
+    public func register(commands: [String], handler: @escaping CommandHandler) {
+        onQueue {
+            commandNames = commands
+            commandHandler = handler
         }
     }
 
@@ -425,7 +443,7 @@ public final class EventServer: @unchecked Sendable {
 
     private func handleRequest(_ bytes: [UInt8], from client: Client) {
         let request: EventRequest
-        switch EventRequest.parse(bytes) {
+        switch EventRequest.parse(bytes, commands: commandNames) {
         case .empty: return
         case .failure(let message):
             reply(Self.error(message), to: client)
@@ -448,6 +466,8 @@ public final class EventServer: @unchecked Sendable {
             for name in names where !unique.contains(name) { unique.append(name) }
             client.filter = Set(unique)
             reply(["type": "subscribed", "groups": .array(unique.map { .string($0) })], to: client)
+        case .command(let name):
+            if let commandHandler { reply(commandHandler(name), to: client) }
         case .status:
             var object: JSONObject = ["type": "status"]
             for entry in statusProvider().entries where entry.key != "type" { object[entry.key] = entry.value }

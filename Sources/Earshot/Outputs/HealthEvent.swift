@@ -10,6 +10,8 @@ public struct HealthEvent: Sendable, Equatable {
         case inputSilent = "input_silent"
         /// The capture buffer overran (xrun); audio was lost and the stream has a gap.
         case overrun = "overrun"
+        /// The event history database cannot be written (locked, full disk, read-only); events wait in memory.
+        case historyUnavailable = "history_unavailable"
 
         /// The syslog priority the journal entry gets: 6 (info) for `captureLive`, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
@@ -17,7 +19,7 @@ public struct HealthEvent: Sendable, Equatable {
             switch self {
             case .captureLive: 6
             case .captureUnavailable: 3
-            case .inputSilent, .overrun: 4
+            case .inputSilent, .overrun, .historyUnavailable: 4
             }
         }
     }

@@ -1,0 +1,198 @@
+import Foundation
+
+/// `earshot history`: its options, parsed, and the formats it prints stored events in.
+public struct HistoryListing: Sendable, Equatable {
+    /// How events are printed.
+    public enum Format: String, Sendable, Equatable {
+        /// One readable line per event, local time.
+        case text
+        /// One JSON object per line (times ISO 8601 UTC).
+        case jsonl
+        /// A header row, then one row per event (RFC 4180 quoting; times ISO 8601 UTC).
+        case csv
+    }
+
+    public var databasePath = EventHistory.defaultPath
+    /// `--since`: a duration back from now (`90s`, `30m`, `8h`, `2d`, `1w`) or a date (`2026-05-01`,
+    /// `2026-05-01T22:00`, local time, or ISO 8601 with `Z`/offset).
+    public var since: Date?
+    /// `--until`: as `since`.
+    public var until: Date?
+    public var groups: [String] = []
+    public var format = Format.text
+    public var limit: Int?
+    public var helpRequested = false
+
+    public init() {}
+
+    public static let usage =
+        "usage: earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]"
+
+    public static let help = """
+        \(usage)
+
+        Lists the detections earshotd stored in its event history (oldest first).
+          --since WHEN   events that ended after WHEN: a duration back from now (90s, 30m, 8h, 2d, 1w) or a date
+                         (2026-05-01, 2026-05-01T22:30 in local time, or ISO 8601 with Z or an offset)
+          --until WHEN   events that started before WHEN (same forms)
+          --group G      only label group G (repeat, or separate with commas), e.g. snoring
+          --format F     text (default), jsonl, or csv
+          --limit N      only the newest N events
+          --db PATH      the database (default \(EventHistory.defaultPath); under systemd it is readable by root:
+                         sudo earshot history)
+        """
+
+    /// Parses the arguments after `history`.
+    /// - Parameter now: the time durations count back from.
+    /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.
+    ///   `--since "yesterday": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30`.
+    public static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = .current)
+        throws(EarshotError) -> HistoryListing
+    {
+        var listing = HistoryListing()
+        var index = 0
+        func value(_ name: String, _ inline: String?) throws(EarshotError) -> String {
+            if let inline { return inline }
+            index += 1
+            guard index < arguments.count else {
+                throw EarshotError(.usage, "\(name) needs a value (\(usage))")
+            }
+            return arguments[index]
+        }
+        while index < arguments.count {
+            let argument = arguments[index]
+            var name = argument
+            var inline: String?
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                name = String(argument[..<equals])
+                inline = String(argument[argument.index(after: equals)...])
+            }
+            switch name {
+            case "--help", "-h":
+                listing.helpRequested = true
+            case "--since", "--until":
+                let text = try value(name, inline)
+                guard let date = parseTime(text, now: now, timeZone: timeZone) else {
+                    throw EarshotError(
+                        .usage,
+                        "\(name) \"\(text)\": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30")
+                }
+                if name == "--since" { listing.since = date } else { listing.until = date }
+            case "--group":
+                let names = try value(name, inline).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                    .filter { !$0.isEmpty }
+                guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a group name, e.g. --group snoring") }
+                listing.groups += names
+            case "--format":
+                let text = try value(name, inline)
+                guard let format = Format(rawValue: text) else {
+                    throw EarshotError(.usage, "--format \"\(text)\": expected text, jsonl or csv")
+                }
+                listing.format = format
+            case "--limit":
+                let text = try value(name, inline)
+                guard let limit = Int(text), limit > 0 else {
+                    throw EarshotError(.usage, "--limit \"\(text)\": expected a whole number of events, 1 or more")
+                }
+                listing.limit = limit
+            case "--db":
+                let text = try value(name, inline)
+                guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
+                listing.databasePath = text
+            default:
+                throw EarshotError(.usage, "unknown option \"\(argument)\" (\(usage))")
+            }
+            index += 1
+        }
+        return listing
+    }
+
+    /// The query these options make.
+    public var query: HistoryQuery {
+        HistoryQuery(since: since, until: until, groups: groups, limit: limit)
+    }
+
+    /// A time given on the command line: `N` + `s|m|h|d|w` back from `now`, or a date.
+    public static func parseTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
+        if let unit = text.last, let scale = units[unit], let amount = Double(text.dropLast()), amount.isFinite,
+           amount >= 0
+        {
+            return now.addingTimeInterval(-amount * scale)
+        }
+        let iso = ISO8601DateFormatter()
+        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
+            iso.formatOptions = options
+            if let date = iso.date(from: text) { return date }
+        }
+        let local = DateFormatter()
+        local.locale = Locale(identifier: "en_US_POSIX")
+        local.timeZone = timeZone
+        for pattern in ["yyyy-MM-dd'T'HH:mm:ss", "yyyy-MM-dd'T'HH:mm", "yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd HH:mm", "yyyy-MM-dd"] {
+            local.dateFormat = pattern
+            if let date = local.date(from: text) { return date }
+        }
+        return nil
+    }
+
+    // MARK: Formats
+
+    /// The CSV header row (`--format csv`).
+    public static let csvHeader =
+        "id,start,end,duration,group,class,peak_confidence,mean_confidence,level_dbfs,peak_level_dbfs,windows,reason"
+
+    /// One event in `format`, without a newline. Text uses `timeZone`; JSONL and CSV use UTC ISO 8601.
+    ///
+    /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`.
+    public static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = .current) -> String {
+        let duration = JSONValue.format(event.duration, decimals: 1)
+        let peak = JSONValue.format(Double(event.peakConfidence), decimals: 2)
+        let mean = JSONValue.format(Double(event.meanConfidence), decimals: 2)
+        let level = JSONValue.format(Double(event.levelDBFS), decimals: 1)
+        let peakLevel = JSONValue.format(Double(event.peakLevelDBFS), decimals: 1)
+        switch format {
+        case .text:
+            return "\(localTime(event.start, timeZone: timeZone))  \(duration) s  \(event.group)  \(event.classLabel)  peak \(peak) mean \(mean)  \(level) dBFS (peak \(peakLevel))"
+        case .jsonl:
+            let object: JSONObject = [
+                "id": .int(Int(event.id)),
+                "start": .string(EventJSON.timestamp(event.start)),
+                "end": .string(EventJSON.timestamp(event.end)),
+                "duration": .number(event.duration, decimals: 3),
+                "group": .string(event.group),
+                "class": .string(event.classLabel),
+                "peak_confidence": .number(Double(event.peakConfidence), decimals: 4),
+                "mean_confidence": .number(Double(event.meanConfidence), decimals: 4),
+                "level_dbfs": .number(Double(event.levelDBFS), decimals: 1),
+                "peak_level_dbfs": .number(Double(event.peakLevelDBFS), decimals: 1),
+                "windows": .int(event.windows),
+                "reason": .string(event.endReason),
+            ]
+            return JSONValue.object(object).encoded
+        case .csv:
+            let fields = [
+                String(event.id), EventJSON.timestamp(event.start), EventJSON.timestamp(event.end),
+                JSONValue.format(event.duration, decimals: 3), event.group, event.classLabel,
+                JSONValue.format(Double(event.peakConfidence), decimals: 4),
+                JSONValue.format(Double(event.meanConfidence), decimals: 4), level, peakLevel, String(event.windows),
+                event.endReason,
+            ]
+            return fields.map(csvField).joined(separator: ",")
+        }
+    }
+
+    /// A CSV field, quoted when it holds a comma, a quote or a line break (AudioSet labels hold commas).
+    static func csvField(_ text: String) -> String {
+        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS` in `timeZone`.
+    static func localTime(_ date: Date, timeZone: TimeZone) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        let p = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        func two(_ value: Int?) -> String { let v = value ?? 0; return (v < 10 ? "0" : "") + "\(v)" }
+        return "\(p.year ?? 1970)-\(two(p.month))-\(two(p.day)) \(two(p.hour)):\(two(p.minute)):\(two(p.second))"
+    }
+}

@@ -1,0 +1,299 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Earshot
+
+/// A temporary directory removed at the end of a test.
+struct HistoryScratch {
+    let directory: URL
+    var database: String { directory.appendingPathComponent("history.sqlite3").path }
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("earshot-history-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: directory) }
+}
+
+/// Collects a writer's reports (called on the writer's queue).
+final class ReportLog: Sendable {
+    private let reports = Mutex<[EventHistoryWriter.Report]>([])
+    var all: [EventHistoryWriter.Report] { reports.withLock { $0 } }
+    func append(_ report: EventHistoryWriter.Report) { reports.withLock { $0.append(report) } }
+}
+
+@Suite("History: event database")
+struct HistoryTests {
+    /// 2026-03-01T22:00:00Z.
+    static let night = Date(timeIntervalSince1970: 1_772_402_400)
+
+    static func event(
+        _ group: String, _ startOffset: Double, _ duration: Double, level: Float = -30, classLabel: String? = nil
+    ) -> HistoryEvent {
+        HistoryEvent(
+            group: group, classLabel: classLabel ?? (group == "snoring" ? "Snoring" : "Smoke detector, smoke alarm"),
+            start: night.addingTimeInterval(startOffset), end: night.addingTimeInterval(startOffset + duration),
+            peakConfidence: 0.8125, meanConfidence: 0.5, levelDBFS: level, peakLevelDBFS: level + 6.5, windows: 7,
+            endReason: "hold_elapsed")
+    }
+
+    @Test("insert and query round trip: exact rows, time, group and limit filters")
+    func roundTrip() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let history = try EventHistory(path: scratch.database)
+        let stored = [
+            Self.event("snoring", 0, 12.48),
+            Self.event("smoke_alarm", 600, 4.32),
+            Self.event("snoring", 3600, 95.04, level: -41.25),
+            Self.event("snoring", 7200.123, 3.5),
+        ]
+        let ids = try history.insert(stored)
+        #expect(ids == [1, 2, 3, 4])
+        var expected = stored
+        for index in expected.indices { expected[index].id = Int64(index + 1) }
+
+        // A second connection, read-only, sees exactly what was written (times to the millisecond).
+        let reader = try EventHistory(path: scratch.database, access: .readOnly)
+        #expect(try reader.events() == expected)
+        #expect(try reader.events()[3].start == Date(timeIntervalSince1970: 1_772_409_600.123))
+        #expect(try reader.events(matching: HistoryQuery(groups: ["snoring"])).map(\.id) == [1, 3, 4])
+        #expect(try reader.events(matching: HistoryQuery(groups: ["smoke_alarm", "baby_cry"])) == [expected[1]])
+        // since: ended at or after; until: started at or before.
+        #expect(try reader.events(matching: HistoryQuery(since: Self.night.addingTimeInterval(604.32))).map(\.id) == [2, 3, 4])
+        #expect(try reader.events(matching: HistoryQuery(since: Self.night.addingTimeInterval(604.33))).map(\.id) == [3, 4])
+        #expect(try reader.events(matching: HistoryQuery(until: Self.night.addingTimeInterval(3600))).map(\.id) == [1, 2, 3])
+        #expect(try reader.events(matching: HistoryQuery(
+            since: Self.night.addingTimeInterval(100), until: Self.night.addingTimeInterval(5000), groups: ["snoring"])).map(\.id) == [3])
+        // limit: the newest N, still oldest first.
+        #expect(try reader.events(matching: HistoryQuery(limit: 2)).map(\.id) == [3, 4])
+        #expect(try reader.events(matching: HistoryQuery(groups: ["nothing"])) == [])
+    }
+
+    @Test("retention: the writer deletes events that ended more than retention_days ago")
+    func retention() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let history = try EventHistory(path: scratch.database)
+        // Ended 31 days, 30 days + 1 s, and 29 days before "now".
+        let now = Self.night.addingTimeInterval(40 * 86_400)
+        try history.insert([
+            Self.event("snoring", 9 * 86_400 - 10, 10),
+            Self.event("snoring", 10 * 86_400 - 11, 10),
+            Self.event("snoring", 11 * 86_400 - 10, 10),
+        ])
+        let reports = ReportLog()
+        let writer = EventHistoryWriter(path: scratch.database, retentionDays: 30, now: { now }) { reports.append($0) }
+        writer.append(Self.event("smoke_alarm", 40 * 86_400 - 60, 5))
+        writer.close()
+        #expect(writer.statistics == EventHistoryWriter.Statistics(written: 1, dropped: 0, backlog: 0, pruned: 2, failing: false))
+        #expect(reports.all == [])
+        let left = try EventHistory(path: scratch.database, access: .readOnly).events()
+        #expect(left.map(\.id) == [3, 4])
+        #expect(left.map(\.group) == ["snoring", "smoke_alarm"])
+        #expect(try history.prune(endedBefore: now) == 2)
+    }
+
+    @Test("a database locked by another process is reported once, not fatal; the events wait and are stored later")
+    func lockedDatabase() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        _ = try EventHistory(path: scratch.database)
+        let locker = try SQLiteDatabase(path: scratch.database, mode: .readWriteCreate)
+        try locker.execute("BEGIN EXCLUSIVE")
+
+        let reports = ReportLog()
+        let writer = EventHistoryWriter(path: scratch.database, retentionDays: 0, busyTimeoutMilliseconds: 20) {
+            reports.append($0)
+        }
+        writer.append(Self.event("snoring", 0, 10))
+        writer.append(Self.event("snoring", 60, 10))
+        writer.flush()
+        let failing = "event history \(scratch.database): cannot write: database is locked (another process holds a lock on it; close that program or wait); events are kept in memory and retried every 30 s"
+        #expect(reports.all == [.failing(failing)])
+        #expect(writer.statistics == EventHistoryWriter.Statistics(written: 0, dropped: 0, backlog: 2, pruned: 0, failing: true))
+
+        try locker.execute("COMMIT")
+        writer.append(Self.event("smoke_alarm", 120, 3))
+        writer.close()
+        #expect(reports.all == [
+            .failing(failing),
+            .recovered("event history \(scratch.database) is writable again (no events were lost)"),
+        ])
+        #expect(writer.statistics.written == 3)
+        #expect(try EventHistory(path: scratch.database, access: .readOnly).events().map(\.group) == ["snoring", "snoring", "smoke_alarm"])
+    }
+
+    @Test("a directory that cannot hold the database is reported with the fix, and appends stay harmless")
+    func unwritableLocation() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        // /proc accepts no new files, even for root: like a read-only state directory.
+        let path = "/proc/earshot-history-test.sqlite3"
+        let reports = ReportLog()
+        let writer = EventHistoryWriter(path: path, retentionDays: 30) { reports.append($0) }
+        for offset in stride(from: 0.0, to: 30, by: 10) { writer.append(Self.event("snoring", offset, 5)) }
+        writer.close()
+        #expect(reports.all == [.failing(
+            "event history \(path): cannot open: unable to open database file (check that /proc exists and is writable by the daemon's user; under systemd use StateDirectory=earshot, or set [history] path); events are kept in memory and retried every 30 s")])
+        #expect(writer.statistics == EventHistoryWriter.Statistics(written: 0, dropped: 0, backlog: 3, pruned: 0, failing: true))
+    }
+
+    @Test("a full database is an I/O error naming the fix; nothing of the failed batch is stored")
+    func fullDatabase() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let history = try EventHistory(path: scratch.database)
+        var pages = 0
+        try history.database.run("PRAGMA page_count") { pages = Int($0.integer(0)) }
+        try history.database.execute("PRAGMA max_page_count = \(pages + 1)")
+        let batch = (0..<400).map { Self.event("snoring", Double($0) * 60, 5, classLabel: String(repeating: "x", count: 100)) }
+        #expect(throws: EarshotError(
+            .io,
+            "event history \(scratch.database): cannot write: database or disk is full (free space on that file system, or lower [history] retention_days)",
+            cause: "database or disk is full")) {
+            try history.insert(batch)
+        }
+        #expect(try history.events() == [])
+    }
+
+    @Test("files that are not a history are refused with one clear line")
+    func notAHistory() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let text = scratch.directory.appendingPathComponent("notes.txt").path
+        try Data(String(repeating: "not a database\n", count: 100).utf8).write(to: URL(fileURLWithPath: text))
+        #expect(throws: EarshotError(
+            .data, "event history \(text): cannot read: file is not a database (the file is not an Earshot event history; move it aside)",
+            cause: "file is not a database")) {
+            _ = try EventHistory(path: text, access: .readOnly)
+        }
+        let other = scratch.directory.appendingPathComponent("other.sqlite3").path
+        try SQLiteDatabase(path: other, mode: .readWriteCreate).execute("CREATE TABLE t (x)")
+        #expect(throws: EarshotError(.data, "\(other) is not an Earshot event history (it has no events table)")) {
+            _ = try EventHistory(path: other, access: .readOnly)
+        }
+    }
+
+    @Test("the level meter measures an event over its windows and maps stream time to the wall clock")
+    func levelMeter() {
+        var meter = EventLevelMeter()
+        let levels: [Float] = [-60, -30, -20, -30, -60, -60]
+        var recorded: [HistoryEvent] = []
+        let now = Self.night
+        for (index, level) in levels.enumerated() {
+            let start = 100 + 0.48 * Double(index)
+            meter.observe(windowStart: start, windowDuration: 0.96, levelDBFS: level)
+            if index == 2 {
+                #expect(meter.finish(.onset(.init(group: "snoring", classLabel: "Snoring", confidence: 0.5, start: 100.48,
+                                                   decisionTime: 102.4)), now: now) == nil)
+            }
+        }
+        // Windows 1...3 (100.48 to 102.40) lie inside the event: levels -30, -20, -30.
+        let offset = DetectionEvent.Offset(
+            group: "snoring", classLabel: "Snoring", start: 100.48, end: 102.40, peakConfidence: 0.75,
+            meanConfidence: 0.5, positiveWindows: 3, reason: .holdElapsed)
+        if let event = meter.finish(.offset(offset), now: now) { recorded.append(event) }
+        #expect(meter.latestWindowEnd == 100 + 0.48 * 5 + 0.96)
+        let energy = (2 * pow(10, -3.0) + pow(10, -2.0)) / 3
+        #expect(recorded == [HistoryEvent(
+            group: "snoring", classLabel: "Snoring", start: now.addingTimeInterval(100.48 - 103.36),
+            end: now.addingTimeInterval(102.40 - 103.36), peakConfidence: 0.75, meanConfidence: 0.5,
+            levelDBFS: Float(10 * log10(energy)), peakLevelDBFS: -20, windows: 3, endReason: "hold_elapsed")])
+    }
+
+    @Test("history command line: options, times and exact errors")
+    func commandLine() throws {
+        let now = Self.night
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        let listing = try HistoryListing.parse(
+            ["--since", "8h", "--group", "snoring,smoke_alarm", "--group=baby_cry", "--format", "csv", "--limit", "5",
+             "--db", "/tmp/h.sqlite3", "--until=2026-03-01T21:30"], now: now, timeZone: utc)
+        var expected = HistoryListing()
+        expected.since = now.addingTimeInterval(-8 * 3600)
+        expected.until = now.addingTimeInterval(-1800)
+        expected.groups = ["snoring", "smoke_alarm", "baby_cry"]
+        expected.format = .csv
+        expected.limit = 5
+        expected.databasePath = "/tmp/h.sqlite3"
+        #expect(listing == expected)
+        #expect(HistoryListing.parseTime("90s", now: now, timeZone: utc) == now.addingTimeInterval(-90))
+        #expect(HistoryListing.parseTime("2d", now: now, timeZone: utc) == now.addingTimeInterval(-2 * 86_400))
+        #expect(HistoryListing.parseTime("2026-03-01", now: now, timeZone: utc) == now.addingTimeInterval(-22 * 3600))
+        #expect(HistoryListing.parseTime("2026-03-01T23:00:00+01:00", now: now, timeZone: utc) == now)
+
+        let errors: [([String], String)] = [
+            (["--since", "yesterday"], "--since \"yesterday\": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30"),
+            (["--format", "xml"], "--format \"xml\": expected text, jsonl or csv"),
+            (["--limit", "0"], "--limit \"0\": expected a whole number of events, 1 or more"),
+            (["--group"], "--group needs a value (\(HistoryListing.usage))"),
+            (["--verbose"], "unknown option \"--verbose\" (\(HistoryListing.usage))"),
+        ]
+        for (arguments, message) in errors {
+            #expect(throws: EarshotError(.usage, message)) { _ = try HistoryListing.parse(arguments, now: now) }
+        }
+    }
+
+    @Test("history formats: text, jsonl and csv lines are exact (class labels with commas are quoted)")
+    func formats() throws {
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        var event = Self.event("smoke_alarm", 61.5, 4.32)
+        event.id = 12
+        #expect(HistoryListing.line(for: event, format: .text, timeZone: utc)
+            == "2026-03-01 22:01:01  4.3 s  smoke_alarm  Smoke detector, smoke alarm  peak 0.81 mean 0.5  -30.0 dBFS (peak -23.5)")
+        #expect(HistoryListing.line(for: event, format: .jsonl)
+            == #"{"id":12,"start":"2026-03-01T22:01:01.500Z","end":"2026-03-01T22:01:05.820Z","duration":4.32,"group":"smoke_alarm","class":"Smoke detector, smoke alarm","peak_confidence":0.8125,"mean_confidence":0.5,"level_dbfs":-30.0,"peak_level_dbfs":-23.5,"windows":7,"reason":"hold_elapsed"}"#)
+        #expect(HistoryListing.csvHeader
+            == "id,start,end,duration,group,class,peak_confidence,mean_confidence,level_dbfs,peak_level_dbfs,windows,reason")
+        #expect(HistoryListing.line(for: event, format: .csv)
+            == #"12,2026-03-01T22:01:01.500Z,2026-03-01T22:01:05.820Z,4.32,smoke_alarm,"Smoke detector, smoke alarm",0.8125,0.5,-30.0,-23.5,7,hold_elapsed"#)
+    }
+
+    @Test("[history] and [sleep] settings are read and checked; the unit gives the database its state directory")
+    func configuration() throws {
+        let configuration = try DaemonConfiguration.parse(
+            "[history]\nenabled = no\npath = /srv/e.sqlite3\nretention_days = 7\n[sleep]\nschedule = 22:30-07:00\nreport_dir = /srv/sleep\nthreshold = 0.4\nrhythm_threshold = 0.2\n",
+            source: "t.conf")
+        var expected = DaemonConfiguration()
+        expected.history.enabled = false
+        expected.history.path = "/srv/e.sqlite3"
+        expected.history.retentionDays = 7
+        expected.sleep.schedule = SleepSchedule(startMinute: 22 * 60 + 30, endMinute: 7 * 60)
+        expected.sleep.reportDirectory = "/srv/sleep"
+        expected.sleep.threshold = 0.4
+        expected.sleep.rhythmThreshold = 0.2
+        #expect(configuration == expected)
+
+        let bad: [(String, String)] = [
+            ("[history]\nretention_days = -1", "t.conf:2: [history] retention_days = -1: must be a whole number in [0, 36500] days (0 keeps everything)"),
+            ("[history]\nenabled = perhaps", "t.conf:2: [history] enabled = perhaps: must be true or false (or yes/no, on/off, 1/0)"),
+            ("[sleep]\nschedule = 25:00-07:00", "t.conf:2: [sleep] schedule = 25:00-07:00: must be a daily time window HH:MM-HH:MM in local time, e.g. 22:30-07:00 (empty: no schedule)"),
+            ("[sleep]\nthreshold = 0.2\nrhythm_threshold = 0.25", "t.conf:3: [sleep] rhythm_threshold = 0.25: must be at most threshold (0.2)"),
+        ]
+        for (text, message) in bad {
+            #expect(throws: EarshotError(.config, message)) { _ = try DaemonConfiguration.parse(text, source: "t.conf") }
+        }
+
+        let unit = try LifecycleServiceFileTests.serviceSettings()
+        let stateDirectory = try #require(unit["StateDirectory"]?.first)
+        #expect(stateDirectory == "earshot")
+        #expect(DaemonConfiguration().history.path == "/var/lib/\(stateDirectory)/history.sqlite3")
+        #expect(DaemonConfiguration().sleep.reportDirectory == "/var/lib/\(stateDirectory)/sleep")
+    }
+
+    @Test("sleep schedules cross midnight")
+    func schedule() throws {
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        let schedule = try #require(SleepSchedule("22:30-07:00"))
+        #expect(schedule.description == "22:30-07:00")
+        #expect(schedule.contains(Self.night.addingTimeInterval(1800), timeZone: utc))  // 22:30
+        #expect(!schedule.contains(Self.night.addingTimeInterval(1799), timeZone: utc))  // 22:29:59
+        #expect(schedule.contains(Self.night.addingTimeInterval(9 * 3600 - 1), timeZone: utc))  // 06:59:59
+        #expect(!schedule.contains(Self.night.addingTimeInterval(9 * 3600), timeZone: utc))  // 07:00
+        #expect(SleepSchedule("07:00-07:00") == nil)
+        #expect(SleepSchedule("7:5-8:00") == nil)
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+import Testing
+
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+
+@testable import Earshot
+
+@Suite("Sleep: sessions in the daemon", .serialized)
+struct SleepDaemonTests {
+    @Test("sleep service: the plain snoring group is silenced during a session, stop without a session is refused")
+    func service() throws {
+        let queue = DispatchQueue(label: "test.analysis")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-sleep-\(getpid())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var settings = DaemonConfiguration.Sleep()
+        settings.reportDirectory = directory.appendingPathComponent("reports").path
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        let service = SleepService(
+            analysisQueue: queue, classLabels: ClassMapFixture.labels, settings: settings, timeZone: utc,
+            publish: { _ in }, publishReport: { _ in }, log: { _, _ in })
+        let onset = DetectionEvent.onset(.init(group: "snoring", classLabel: "Snoring", confidence: 0.5, start: 1, decisionTime: 2))
+        let offset = DetectionEvent.offset(.init(group: "snoring", classLabel: "Snoring", start: 1, end: 3, peakConfidence: 0.5,
+                                                 meanConfidence: 0.5, positiveWindows: 2, reason: .holdElapsed))
+        let smoke = DetectionEvent.onset(.init(group: "smoke_alarm", classLabel: "Smoke detector, smoke alarm", confidence: 0.9,
+                                               start: 1, decisionTime: 2))
+        #expect(service.handle(command: "sleep_stop")
+            == ["type": "error", "message": "no sleep session is running (start one with `earshot sleep start`)"])
+        #expect(service.handle(command: "sleep_status") == ["type": "sleep", "state": "idle"])
+        let started = Date(timeIntervalSince1970: 1_772_402_400)
+        let (admitted, reply, again): ([Bool], JSONObject, JSONObject) = queue.sync {
+            let reply = service.start(at: started, scheduled: false)
+            let again = service.start(at: started.addingTimeInterval(5), scheduled: false)
+            // An onset during the session is silenced, and so is its offset even after the session ended.
+            var admitted = [service.admits(onset), service.admits(smoke)]
+            service.stop(at: started.addingTimeInterval(60))
+            admitted += [service.admits(offset), service.admits(onset)]
+            return (admitted, reply, again)
+        }
+        #expect(reply == ["type": "sleep", "state": "started", "start": "2026-03-01T22:00:00.000Z"])
+        #expect(again == ["type": "sleep", "state": "already_running", "start": "2026-03-01T22:00:00.000Z"])
+        #expect(admitted == [false, true, false, true])
+        service.flushReports()
+        let written = try FileManager.default.contentsOfDirectory(atPath: settings.reportDirectory).sorted()
+        #expect(written == ["snore-20260301-2200.json", "snore-20260301-2200.svg"])
+    }
+
+    @Test("earshotd: sleep start, snoring from a real recording through ALSA capture, sleep stop writes the report and the history")
+    func daemonSession() throws {
+        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let historyPath = sandbox.directory.appendingPathComponent("history.sqlite3").path
+        let reportDirectory = sandbox.directory.appendingPathComponent("sleep").path
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf")
+        try "[detection]\nwatch = smoke_alarm\n[history]\npath = \(historyPath)\n[sleep]\nreport_dir = \(reportDirectory)\n"
+            .write(to: config, atomically: true, encoding: .utf8)
+
+        // Six snoring clips, each followed by 2 s of quiet: snores every 3 s.
+        let clips = try FileManager.default.contentsOfDirectory(atPath: TestPaths.sharedFile("audio/snoring-khan/1").path)
+            .sorted().prefix(6)
+        var raw = Data()
+        for name in clips {
+            let samples = try decodeMono16k(TestPaths.sharedFile("audio/snoring-khan/1/\(name)"))
+            for value in samples + [Float](repeating: 0, count: 32_000) {
+                let sample = Int16(max(-32768, min(32767, (value * 32768).rounded())))
+                withUnsafeBytes(of: sample.littleEndian) { raw.append(contentsOf: $0) }
+            }
+        }
+
+        let daemon = Process()
+        daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--config", config.path, "--device", "earshot_e2e", "--socket", sandbox.socket, "--no-journal"]
+        daemon.environment = DaemonEndToEndTests.environment(home: sandbox.home)
+        let errors = Pipe()
+        daemon.standardError = errors
+        try daemon.run()
+        defer { if daemon.isRunning { daemon.terminate() } }
+
+        var subscriber: EventSubscriber?
+        for _ in 0..<100 where subscriber == nil {
+            subscriber = try? EventSubscriber(path: sandbox.socket)
+            if subscriber == nil { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        let client = try #require(subscriber, "earshotd did not create its socket")
+        func next(type wanted: String) throws -> [String: Any]? {
+            while case .line(let line) = try client.readLine(timeoutSeconds: 20) {
+                let object = DaemonEndToEndTests.parse(line)
+                if object["type"] as? String == wanted { return object }
+            }
+            return nil
+        }
+        try client.send(line: #"{"cmd":"sleep_start"}"#)
+        let started = try #require(try next(type: "sleep"))
+        #expect(started["state"] as? String == "started")
+
+        let staging = sandbox.directory.appendingPathComponent("staging.raw")
+        try raw.write(to: staging)
+        #expect(rename(staging.path, sandbox.infile) == 0)
+        let end = try #require(try next(type: "detection_end"))
+        #expect(end["group"] as? String == "snoring")
+        #expect(end["class"] as? String == "Snoring")
+
+        // `earshot sleep stop` asks over the socket and prints where the report went.
+        let cli = Process()
+        cli.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshot")
+        cli.arguments = ["sleep", "stop", "--socket", sandbox.socket]
+        let out = Pipe()
+        cli.standardOutput = out
+        try cli.run()
+        cli.waitUntilExit()
+        #expect(cli.terminationStatus == 0)
+        let printed = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(printed.contains("report: \(reportDirectory)/snore-"), "\(printed)")
+        let report = try #require(try next(type: "snore_report"))
+        #expect(report["source"] as? String == "sleep session")
+        #expect((report["events"] as? Int ?? 0) >= 1)
+        #expect((report["snoring_minutes"] as? Double ?? 0) > 0)
+
+        daemon.terminate()
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0)
+
+        // The files: JSON equal to the line sent, SVG well-formed.
+        let names = try FileManager.default.contentsOfDirectory(atPath: reportDirectory).sorted()
+        #expect(names.count == 2)
+        let jsonName = try #require(names.first { $0.hasSuffix(".json") })
+        let json = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: reportDirectory + "/" + jsonName)))
+        #expect((json as? [String: Any])?["snore_events"] as? [Any] != nil)
+        let svgName = try #require(names.first { $0.hasSuffix(".svg") })
+        let parser = XMLParser(data: try Data(contentsOf: URL(fileURLWithPath: reportDirectory + "/" + svgName)))
+        #expect(parser.parse())
+
+        // The history holds the snoring events with their loudness.
+        let stored = try EventHistory(path: historyPath, access: .readOnly).events()
+        #expect(!stored.isEmpty)
+        #expect(stored.allSatisfy { $0.group == "snoring" && $0.classLabel == "Snoring" })
+        #expect(stored.allSatisfy { $0.levelDBFS > -60 && $0.peakLevelDBFS >= $0.levelDBFS })
+        let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(!log.contains("history_unavailable"), "\(log)")
+    }
+}
