@@ -278,6 +278,46 @@ import Testing
         #expect(onset["stream_time"] as? Double == 0)
     }
 
+    /// Runs `earshotd` with `arguments` to its exit (killed after `seconds`: a hang fails the test, not CI).
+    static func runToExit(_ arguments: [String], home: URL, seconds: Double = 20) throws -> (status: Int32, stderr: String) {
+        let daemon = Process()
+        daemon.executableURL = buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = arguments
+        daemon.environment = environment(home: home)
+        let err = Pipe()
+        daemon.standardError = err
+        try daemon.run()
+        let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: watchdog)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        daemon.waitUntilExit()
+        watchdog.cancel()
+        return (daemon.terminationStatus, log)
+    }
+
+    @Test func inputThatCannotBeReadEndsTheDaemonWithItsStatus() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let missing = try Self.runToExit(
+            ["--input", "/nonexistent/earshot.flac", "--socket", sandbox.socket, "--no-journal"], home: sandbox.home)
+        #expect(missing.status == 66)
+        #expect(missing.stderr.hasPrefix("earshotd: /nonexistent/earshot.flac: no such file (check the path)\n"), "\(missing.stderr)")
+
+        // A WAV whose data chunk claims more bytes than the file holds: bad data, exit 65, no retry loop.
+        let truncated = sandbox.directory.appendingPathComponent("cut.wav")
+        var wav = Data("RIFF".utf8) + Self.le32(36 + 2_000) + Data("WAVEfmt ".utf8) + Self.le32(16)
+        wav += Self.le16(1) + Self.le16(1) + Self.le32(16_000) + Self.le32(32_000) + Self.le16(2) + Self.le16(16)
+        wav += Data("data".utf8) + Self.le32(2_000) + Data(count: 600)
+        try wav.write(to: truncated)
+        let cut = try Self.runToExit(["--input", truncated.path, "--socket", sandbox.socket, "--no-journal"], home: sandbox.home)
+        #expect(cut.status == 65)
+        #expect(cut.stderr.hasPrefix("earshotd: \(truncated.path): truncated"), "\(cut.stderr)")
+        #expect(!cut.stderr.contains("retrying"))
+    }
+
+    static func le32(_ value: UInt32) -> Data { withUnsafeBytes(of: value.littleEndian) { Data($0) } }
+    static func le16(_ value: UInt16) -> Data { withUnsafeBytes(of: value.littleEndian) { Data($0) } }
+
     @Test func badConfigurationValueExits78NamingTheKey() throws {
         let sandbox = try Sandbox()
         defer { sandbox.remove() }

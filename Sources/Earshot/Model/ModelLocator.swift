@@ -2,9 +2,10 @@ import Foundation
 
 /// Finds the directory holding the built-in model (`yamnet.safetensors` and `yamnet_class_map.csv`).
 ///
-/// Search order: `$EARSHOT_MODELS_DIR`; `<executable dir>/../share/earshot/models`; `/usr/local/share/earshot/models`;
-/// `/usr/share/earshot/models`; a `Models/` directory in the executable's directory or any parent (a source checkout,
-/// e.g. `.build/release/earshot`); the source tree this library was built from.
+/// Search order: `$EARSHOT_MODELS_DIR`; `<executable dir>/../share/earshot` (so `/usr/local/bin/earshot` finds
+/// `/usr/local/share/earshot`, where the README installs the model); `/usr/local/share/earshot`;
+/// `/usr/share/earshot`; a `Models/` directory in the executable's directory or any parent (a source checkout, e.g.
+/// `.build/release/earshot`); the source tree this library was built from.
 public enum ModelLocator {
     /// The file every candidate directory must contain.
     public static let weightsFileName = "yamnet.safetensors"
@@ -31,9 +32,9 @@ public enum ModelLocator {
         }
         let executable = executablePath() ?? URL(fileURLWithPath: CommandLine.arguments.first ?? "").resolvingSymlinksInPath().path
         var directory = URL(fileURLWithPath: executable).deletingLastPathComponent()
-        result.append(directory.appendingPathComponent("../share/earshot/models").standardized)
-        result.append(URL(fileURLWithPath: "/usr/local/share/earshot/models"))
-        result.append(URL(fileURLWithPath: "/usr/share/earshot/models"))
+        result.append(directory.appendingPathComponent("../share/earshot").standardized)
+        result.append(URL(fileURLWithPath: "/usr/local/share/earshot"))
+        result.append(URL(fileURLWithPath: "/usr/share/earshot"))
         while directory.path != "/" {
             result.append(directory.appendingPathComponent("Models"))
             directory.deleteLastPathComponent()
