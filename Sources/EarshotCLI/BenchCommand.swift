@@ -98,12 +98,12 @@ enum BenchCommand {
         report.figure("front_end_ms_per_s", Benchmark.frontEndMillisPerSecond(seconds: 60, runs: options.quick ? 3 : 10),
                       "front end (log-mel)", unit: "ms per s of audio")
         if options.layers {
-            for (stage, millis) in Benchmark.stageProfile(model: model, runs: runs) {
-                report.figure("stage \(stage)", millis * 1000, "  \(stage)", unit: "us")
+            for (stage, millis, minimum) in Benchmark.stageProfile(model: model, runs: runs) {
+                report.figure("stage \(stage)", millis * 1000, "  \(stage) (minimum \(Int(minimum * 1000)) us), median", unit: "us")
             }
             let batch = YAMNetSession.maximumBatch
-            for (stage, millis) in Benchmark.stageProfile(model: model, runs: max(10, runs / batch), batch: batch) {
-                report.figure("stage \(stage) batch", millis * 1000, "  batch of \(batch), per patch: \(stage)", unit: "us")
+            for (stage, millis, minimum) in Benchmark.stageProfile(model: model, runs: max(10, runs / batch), batch: batch) {
+                report.figure("stage \(stage) batch", millis * 1000, "  batch of \(batch), per patch: \(stage) (minimum \(Int(minimum * 1000)) us), median", unit: "us")
             }
         }
 
@@ -129,8 +129,15 @@ enum BenchCommand {
             report.figure("analyze_x_realtime_\(threads)t", figures.realtimeFactor,
                           "file analysis (earshot analyze), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
             let whole = try Benchmark.analyzeWaveform(url: recording, model: model, threads: threads)
-            report.figure("waveform_x_realtime_\(threads)t", whole.realtimeFactor,
+            report.figure("waveform_x_realtime_\(threads)t", whole.figures.realtimeFactor,
                           "file analysis (decode, then analyzeConcurrently), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
+            let pipelined = try Benchmark.analyzePipelined(url: recording, model: model, threads: threads)
+            report.figure("pipelined_x_realtime_\(threads)t", pipelined.figures.realtimeFactor,
+                          "file analysis (decoding overlapped: YAMNetPipeline), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
+            let difference = zip(whole.scores, pipelined.scores).reduce(Float(0)) { max($0, abs($1.0 - $1.1)) }
+            guard whole.scores.count == pipelined.scores.count, difference == 0 else {
+                throw EarshotError(.data, "the pipelined analysis differs from the whole-waveform one (\(pipelined.scores.count / 521) vs \(whole.scores.count / 521) patches, max |diff| \(difference)): a bug, please report it")
+            }
         }
 
         if options.daemon {

@@ -140,19 +140,30 @@ public enum Benchmark {
         return (now() - start) * 1000
     }
 
-    /// Thread CPU time per stage and per patch when `batch` patches run together (1 thread), averaged over `runs`
-    /// runs after 10 warm-up runs: `(stage name, milliseconds)` in execution order.
-    public static func stageProfile(model: YAMNet, runs: Int, batch: Int = 1) -> [(stage: String, millis: Double)] {
+    /// Thread CPU time per stage and per patch when `batch` patches run together (1 thread), over `runs` runs after
+    /// 10 warm-up runs: `(stage name, median ms, minimum ms)` in execution order. The minimum is the figure least
+    /// disturbed by other processes on a shared machine.
+    public static func stageProfile(model: YAMNet, runs: Int, batch: Int = 1) -> [(stage: String, millis: Double, minimum: Double)] {
         BLASThreads.set(1)
         let session = model.makeSession()
         let one = syntheticPatch()
         var patches: [Float] = []
         for index in 0..<batch { patches += one.map { $0 + Float(index) * 0.01 } }
         for _ in 0..<10 { _ = session.classify(patches: patches, count: batch) }
-        let profile = StageProfile()
-        session.profile = profile
-        for _ in 0..<runs { _ = session.classify(patches: patches, count: batch) }
-        return profile.names.map { ($0, (profile.seconds[$0] ?? 0) * 1000 / Double(runs * batch)) }
+        var names: [String] = []
+        var samples: [String: [Double]] = [:]
+        for _ in 0..<runs {
+            let profile = StageProfile()
+            session.profile = profile
+            _ = session.classify(patches: patches, count: batch)
+            if names.isEmpty { names = profile.names }
+            for name in profile.names { samples[name, default: []].append((profile.seconds[name] ?? 0) * 1000 / Double(batch)) }
+        }
+        session.profile = nil
+        return names.map { name in
+            let values = samples[name] ?? []
+            return (name, Percentiles(values).median, values.min() ?? 0)
+        }
     }
 
     /// Per-patch time of batched inference: `count` patches through one session (batches of
@@ -226,11 +237,53 @@ public enum Benchmark {
     /// The whole waveform at once: `decodeMono16k`, then `YAMNet.analyzeConcurrently(waveform:threads:)` (front end
     /// split across `threads` cores, then patches split across them, batched 16 at a time).
     /// - Throws: ``EarshotError`` when the file cannot be decoded.
-    public static func analyzeWaveform(url: URL, model: YAMNet, threads: Int) throws(EarshotError) -> FileAnalysisFigures {
+    public static func analyzeWaveform(url: URL, model: YAMNet, threads: Int) throws(EarshotError)
+        -> (figures: FileAnalysisFigures, scores: [Float])
+    {
         let start = now()
         let samples = try decodeMono16k(url)
         let result = model.analyzeConcurrently(waveform: samples, threads: threads)
         let wall = now() - start
-        return FileAnalysisFigures(audioSeconds: Double(samples.count) / 16_000, wallSeconds: wall, windows: result.patches)
+        return (FileAnalysisFigures(audioSeconds: Double(samples.count) / 16_000, wallSeconds: wall, windows: result.patches),
+                result.scores)
+    }
+
+    /// Decoding overlapped with inference: the file is decoded and resampled in one-second chunks on this thread,
+    /// which also computes the log-mel frames, while `YAMNetPipeline` runs the patches on `threads` workers.
+    /// - Returns: the figures and the scores `[patches, 521]` (to check them against the other paths).
+    /// - Throws: ``EarshotError`` when the file cannot be opened or fails to decode.
+    public static func analyzePipelined(url: URL, model: YAMNet, threads: Int) throws(EarshotError)
+        -> (figures: FileAnalysisFigures, scores: [Float])
+    {
+        let start = now()
+        let decoder = try AudioFileDecoder(url: url)
+        let resampler = try Resampler(inputRate: Double(decoder.sampleRate), outputRate: Double(YAMNet.sampleRate))
+        let pipeline = YAMNetPipeline(model: model, threads: threads)
+        var mono: [Float] = [], resampled: [Float] = []
+        // soxr's flush may add a sample past the reference's length, round(frames * 16000 / rate): hold back a
+        // short tail until the length is known.
+        let holdBack = 64
+        var appended = 0
+        while true {
+            mono.removeAll(keepingCapacity: true)
+            guard try decoder.readMono(maxFrames: decoder.sampleRate, appendingTo: &mono) > 0 else { break }
+            try resampler.process(mono, appendingTo: &resampled)
+            if resampled.count > holdBack {
+                let ready = resampled.count - holdBack
+                resampled.withUnsafeBufferPointer { pipeline.append(UnsafeBufferPointer(rebasing: $0[0..<ready])) }
+                resampled.removeFirst(ready)
+                appended += ready
+            }
+        }
+        try resampler.flush(appendingTo: &resampled)
+        let expected = resampler.isPassthrough ? Int(decoder.framesRead)
+            : Int((Double(decoder.framesRead) * Double(YAMNet.sampleRate) / Double(decoder.sampleRate)).rounded(.toNearestOrAwayFromZero))
+        let tail = max(0, expected - appended)
+        if resampled.count > tail { resampled.removeLast(resampled.count - tail) }
+        resampled.append(contentsOf: repeatElement(0, count: tail - resampled.count))
+        pipeline.append(resampled)
+        let result = pipeline.finish()
+        let wall = now() - start
+        return (FileAnalysisFigures(audioSeconds: Double(expected) / 16_000, wallSeconds: wall, windows: result.patches), result.scores)
     }
 }

@@ -100,43 +100,112 @@ enum ConvolutionKernels {
         weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
         output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int
     ) {
+        // YAMNet's (channels, stride) pairs get copies with both constant, so every tap is a constant offset from
+        // one pointer per input row (with them at run time, the offsets of four pixels' 27 taps need more
+        // registers than x86-64 has, and the loop spills).
+        let args = DepthwiseArguments(
+            input: input, height: height, width: width, channels: channels, stride: stride, weights: weights,
+            bias: bias, output: output, outHeight: outHeight, outWidth: outWidth)
+        switch (channels, stride) {
+        case (32, 1): depthwiseImage(Shape<C32, S1>.self, args)
+        case (64, 2): depthwiseImage(Shape<C64, S2>.self, args)
+        case (128, 1): depthwiseImage(Shape<C128, S1>.self, args)
+        case (128, 2): depthwiseImage(Shape<C128, S2>.self, args)
+        case (256, 1): depthwiseImage(Shape<C256, S1>.self, args)
+        case (256, 2): depthwiseImage(Shape<C256, S2>.self, args)
+        case (512, 1): depthwiseImage(Shape<C512, S1>.self, args)
+        case (512, 2): depthwiseImage(Shape<C512, S2>.self, args)
+        case (1024, 1): depthwiseImage(Shape<C1024, S1>.self, args)
+        default: depthwiseImage(Shape<RuntimeValue, RuntimeValue>.self, args)
+        }
+    }
+
+    struct DepthwiseArguments {
+        let input: UnsafePointer<Float>, height: Int, width: Int, channels: Int, stride: Int
+        let weights: UnsafePointer<Float>, bias: UnsafePointer<Float>
+        let output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int
+    }
+
+    /// A number known at compile time (so a specialised copy folds it into addresses), or nil for "use the run-time
+    /// value".
+    protocol StaticValue { static var value: Int? { get } }
+    enum RuntimeValue: StaticValue { static var value: Int? { nil } }
+    enum C32: StaticValue { static var value: Int? { 32 } }
+    enum C64: StaticValue { static var value: Int? { 64 } }
+    enum C128: StaticValue { static var value: Int? { 128 } }
+    enum C256: StaticValue { static var value: Int? { 256 } }
+    enum C512: StaticValue { static var value: Int? { 512 } }
+    enum C1024: StaticValue { static var value: Int? { 1024 } }
+    enum S1: StaticValue { static var value: Int? { 1 } }
+    enum S2: StaticValue { static var value: Int? { 2 } }
+    /// Channels and stride of one depthwise layer.
+    enum Shape<Channels: StaticValue, Stride: StaticValue> {}
+
+    /// The depthwise loops, specialised per `Shape` by the compiler (generic specialisation, unlike
+    /// `@inline(__always)` on a function this large, always happens for concrete types in the module).
+    private static func depthwiseImage<C: StaticValue, S: StaticValue>(_ shape: Shape<C, S>.Type, _ args: DepthwiseArguments) {
+        let channels = C.value ?? args.channels, stride = S.value ?? args.stride
+        let source = args.input, height = args.height, width = args.width, weights = args.weights, bias = args.bias
+        let output = args.output, outHeight = args.outHeight, outWidth = args.outWidth
         typealias V = KernelVector
         let lanes = V.scalarCount
+        let step = MemoryLayout<V>.stride
         // Where the first tap of output (0, 0) sits in the bordered input: row/column 1 - padding before.
         let top = 1 - padBefore(input: height, output: outHeight, stride: stride)
         let left = 1 - padBefore(input: width, output: outWidth, stride: stride)
         let rowBytes = (width + 2) * channels * 4
-        let pixelBytes = channels * 4
-        let stepBytes = stride * pixelBytes
-        let input = UnsafeRawPointer(input)
-        for vector in 0..<(channels / lanes) {
-            let w = UnsafeRawPointer(weights + vector * 9 * lanes)
-            let step = MemoryLayout<V>.stride
-            let w0 = w.load(as: V.self), w1 = w.load(fromByteOffset: step, as: V.self)
-            let w2 = w.load(fromByteOffset: 2 * step, as: V.self), w3 = w.load(fromByteOffset: 3 * step, as: V.self)
-            let w4 = w.load(fromByteOffset: 4 * step, as: V.self), w5 = w.load(fromByteOffset: 5 * step, as: V.self)
-            let w6 = w.load(fromByteOffset: 6 * step, as: V.self), w7 = w.load(fromByteOffset: 7 * step, as: V.self)
-            let w8 = w.load(fromByteOffset: 8 * step, as: V.self)
-            let b = UnsafeRawPointer(bias).load(fromByteOffset: vector * step, as: V.self)
-            let lane = vector * step
-            for oy in 0..<outHeight {
-                let row0 = input + (oy * stride + top) * rowBytes + left * pixelBytes + lane
-                let row1 = row0 + rowBytes, row2 = row1 + rowBytes
-                let out = UnsafeMutableRawPointer(output + oy * outWidth * channels) + lane
-                for ox in 0..<outWidth {
-                    let offset = ox * stepBytes
-                    var acc = b
-                    acc = multiplyAdd(acc, row0.load(fromByteOffset: offset, as: V.self), w0)
-                    acc = multiplyAdd(acc, row0.load(fromByteOffset: offset + pixelBytes, as: V.self), w1)
-                    acc = multiplyAdd(acc, row0.load(fromByteOffset: offset + 2 * pixelBytes, as: V.self), w2)
-                    acc = multiplyAdd(acc, row1.load(fromByteOffset: offset, as: V.self), w3)
-                    acc = multiplyAdd(acc, row1.load(fromByteOffset: offset + pixelBytes, as: V.self), w4)
-                    acc = multiplyAdd(acc, row1.load(fromByteOffset: offset + 2 * pixelBytes, as: V.self), w5)
-                    acc = multiplyAdd(acc, row2.load(fromByteOffset: offset, as: V.self), w6)
-                    acc = multiplyAdd(acc, row2.load(fromByteOffset: offset + pixelBytes, as: V.self), w7)
-                    acc = multiplyAdd(acc, row2.load(fromByteOffset: offset + 2 * pixelBytes, as: V.self), w8)
-                    out.storeBytes(of: relu(acc), toByteOffset: ox * pixelBytes, as: V.self)
+        let pixel = channels * 4
+        let input = UnsafeRawPointer(source)
+        let vectors = channels / lanes
+        let weightBase = UnsafeRawPointer(weights), biasBase = UnsafeRawPointer(bias)
+        // Pixel-outer, channel-inner: input and output are read and written in address order (the prefetchers
+        // follow, and no store lands 4 KB from the next loads); the 9 weight vectors come from L1 each time.
+        for oy in 0..<outHeight {
+            var row0 = input + (oy * stride + top) * rowBytes + left * pixel
+            var out = UnsafeMutableRawPointer(output + oy * outWidth * channels)
+            var remaining = outWidth
+            while remaining > 0 {
+                let block = min(remaining, 4)
+                for vector in 0..<vectors {
+                    let offset = vector * step
+                    let w = weightBase + vector * 9 * step
+                    let w0 = w.load(as: V.self), w1 = w.load(fromByteOffset: step, as: V.self)
+                    let w2 = w.load(fromByteOffset: 2 * step, as: V.self), w3 = w.load(fromByteOffset: 3 * step, as: V.self)
+                    let w4 = w.load(fromByteOffset: 4 * step, as: V.self), w5 = w.load(fromByteOffset: 5 * step, as: V.self)
+                    let w6 = w.load(fromByteOffset: 6 * step, as: V.self), w7 = w.load(fromByteOffset: 7 * step, as: V.self)
+                    let w8 = w.load(fromByteOffset: 8 * step, as: V.self)
+                    let b = biasBase.load(fromByteOffset: offset, as: V.self)
+                    /// Output `i` of the block: bias, then the nine taps in order (one FMA chain).
+                    @inline(__always) func output(_ i: Int) -> V {
+                        let r0 = row0 + i * stride * pixel + offset, r1 = r0 + rowBytes, r2 = r1 + rowBytes
+                        var acc = b
+                        acc = multiplyAdd(acc, r0.load(as: V.self), w0)
+                        acc = multiplyAdd(acc, r0.load(fromByteOffset: pixel, as: V.self), w1)
+                        acc = multiplyAdd(acc, r0.load(fromByteOffset: 2 * pixel, as: V.self), w2)
+                        acc = multiplyAdd(acc, r1.load(as: V.self), w3)
+                        acc = multiplyAdd(acc, r1.load(fromByteOffset: pixel, as: V.self), w4)
+                        acc = multiplyAdd(acc, r1.load(fromByteOffset: 2 * pixel, as: V.self), w5)
+                        acc = multiplyAdd(acc, r2.load(as: V.self), w6)
+                        acc = multiplyAdd(acc, r2.load(fromByteOffset: pixel, as: V.self), w7)
+                        acc = multiplyAdd(acc, r2.load(fromByteOffset: 2 * pixel, as: V.self), w8)
+                        return acc
+                    }
+                    if block == 4 {
+                        // Four independent chains keep the FMA units busy (one alone waits on each FMA's latency).
+                        let a0 = output(0), a1 = output(1), a2 = output(2), a3 = output(3)
+                        out.storeBytes(of: relu(a0), toByteOffset: offset, as: V.self)
+                        out.storeBytes(of: relu(a1), toByteOffset: pixel + offset, as: V.self)
+                        out.storeBytes(of: relu(a2), toByteOffset: 2 * pixel + offset, as: V.self)
+                        out.storeBytes(of: relu(a3), toByteOffset: 3 * pixel + offset, as: V.self)
+                    } else {
+                        for i in 0..<block {
+                            out.storeBytes(of: relu(output(i)), toByteOffset: i * pixel + offset, as: V.self)
+                        }
+                    }
                 }
+                row0 += block * stride * pixel
+                out += block * pixel
+                remaining -= block
             }
         }
     }
