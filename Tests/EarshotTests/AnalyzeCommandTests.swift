@@ -108,6 +108,21 @@ struct AnalyzeCommandTests {
         #expect(dataFirst.errorLines.count == 2)
     }
 
+    @Test("a header claiming 2147483647 Hz: one line and status 65, not a failed allocation")
+    func hugeSampleRate() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try AudioTestFiles.write(DecodingTests.floatWAV(frames: 32_000, claimedRate: 2_147_483_647),
+                                 to: directory.appendingPathComponent("huge.wav"))
+        guard let outcome = try EarshotCLI.run(["analyze", "huge.wav"], in: directory, timeout: 30) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.status == 65)
+        #expect(outcome.standardOutput.isEmpty)
+        #expect(outcome.errorLines == ["earshot: huge.wav: sample rate 2147483647 Hz is out of range (audio files must be 1000 to 768000 Hz; the header is damaged or the file is not really audio)"])
+    }
+
     @Test("MP3 data in a WAV container: one line, status 65")
     func mp3InWav() throws {
         guard TestPaths.sharedAvailable else {

@@ -373,6 +373,40 @@ struct DecodingTests {
         #expect(noFrames?.code == .data)
     }
 
+    @Test("a header claiming 2147483647 Hz or 1 Hz is refused with one line, before any buffer is sized by it")
+    func sampleRateOutOfRange() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let d = directory.path
+        for (rate, name) in [(2_147_483_647, "huge.wav"), (1, "slow.wav"), (999, "below.wav"), (768_001, "above.wav")] {
+            let url = directory.appendingPathComponent(name)
+            try AudioTestFiles.write(Self.floatWAV(frames: 32_000, claimedRate: UInt32(rate)), to: url)
+            let error = AudioTestFiles.error { () throws(EarshotError) in try AudioFileDecoder(url: url) }
+            #expect(error?.message == "\(d)/\(name): sample rate \(rate) Hz is out of range (audio files must be 1000 to 768000 Hz; the header is damaged or the file is not really audio)")
+            #expect(error?.code == .data)
+        }
+        for rate in [1_000, 768_000] {
+            let url = directory.appendingPathComponent("edge-\(rate).wav")
+            try AudioTestFiles.write(Self.floatWAV(frames: 32_000, claimedRate: UInt32(rate)), to: url)
+            let decoder = try AudioFileDecoder(url: url)
+            #expect(decoder.sampleRate == rate)
+            #expect(try decoder.readAllMono().count == 32_000)
+        }
+    }
+
+    /// A mono float WAV of `frames` zeros whose header claims `claimedRate` Hz (byte rate written as the low 32 bits
+    /// of rate * 4, as a hand-made or hostile file might).
+    static func floatWAV(frames: Int, claimedRate: UInt32) -> [UInt8] {
+        var bytes = AudioTestFiles.wav(formatTag: 3, channels: 1, sampleRate: 16_000, bitsPerSample: 32,
+                                       data: [UInt8](repeating: 0, count: frames * 4))
+        let byteRate = claimedRate &* 4
+        for index in 0..<4 {
+            bytes[24 + index] = UInt8((claimedRate >> (8 * UInt32(index))) & 0xFF)
+            bytes[28 + index] = UInt8((byteRate >> (8 * UInt32(index))) & 0xFF)
+        }
+        return bytes
+    }
+
     @Test("truncated WAV and FLAC: exact lines")
     func truncated() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()

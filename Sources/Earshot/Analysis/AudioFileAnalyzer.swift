@@ -99,7 +99,8 @@ public final class AudioFileAnalyzer {
             decoder = nil
             let resampler = try Resampler(inputRate: Double(opened.sampleRate), outputRate: Double(YAMNet.sampleRate))
             var mono: [Float] = []
-            let chunk = max(4_096, opened.sampleRate)
+            // A fixed chunk (about 1.4 s at 48 kHz): memory must not follow the rate a header claims.
+            let chunk = 65_536
             mono.reserveCapacity(chunk)
             while true {
                 mono.removeAll(keepingCapacity: true)

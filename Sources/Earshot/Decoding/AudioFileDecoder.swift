@@ -12,7 +12,8 @@ import Foundation
 /// - `.noInput` (66): the file is missing, is a directory, is not a regular file (device, FIFO, socket), or cannot
 ///   be opened (no permission). A directory is `.noInput` because, as for `cat dir`, there is no input *file* there.
 /// - `.data` (65): an empty file, a file libsndfile does not recognise as audio, MP3 data inside a WAV (RIFF)
-///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a truncated file (a WAV
+///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a sample rate outside
+///   ``supportedSampleRates`` (a damaged or hostile header), a truncated file (a WAV
 ///   whose data chunk is shorter than its header declares; a FLAC that ends before its STREAMINFO frame count),
 ///   a decoding error part-way, or a file with no audio frames.
 ///
@@ -27,7 +28,7 @@ public final class AudioFileDecoder {
     public let url: URL
     /// The file name used in error lines: the path as the caller gave it (`URL.relativePath`).
     public let displayPath: String
-    /// Frames per second of the file, in Hz (> 0).
+    /// Frames per second of the file, in Hz (within ``supportedSampleRates``).
     public let sampleRate: Int
     /// Interleaved channels per frame (>= 1).
     public let channelCount: Int
@@ -45,13 +46,24 @@ public final class AudioFileDecoder {
     private let handle: OpaquePointer
     /// Whether `declaredFrameCount` is exact, so that decoding fewer frames means the file was cut short.
     private let frameCountIsExact: Bool
-    /// Interleaved scratch for `readMono` (grows to the largest request, then reused).
+    /// Interleaved scratch for `readMono` (grows to the largest request, at most ``scratchSampleLimit``, then reused).
     private var interleavedScratch: [Float] = []
+
+    /// The sample rates a file may have, in Hz: 1000 (below any audio format in use; 8000 Hz telephony is the
+    /// lowest common one) to 768000 (the highest rate of current converters, 16x 48 kHz). A header outside this
+    /// range is damaged or hostile: a claimed 2147483647 Hz would size buffers in gigabytes, a claimed 1 Hz would
+    /// make a second of audio last hours.
+    public static let supportedSampleRates = 1_000...768_000
+
+    /// The most interleaved samples one `sf_readf_float` call of `readMono` reads (1 Mi samples, 4 MiB), so that
+    /// its scratch stays bounded whatever the channel count (libsndfile allows up to 1024 channels).
+    static let scratchSampleLimit = 1 << 20
 
     /// Opens `url` and reads its header.
     ///
     /// - Throws: ``EarshotError`` `.noInput` (missing, directory, not a regular file, no permission) or `.data`
-    ///   (empty, not audio, MP3 in a WAV container, WAV data chunk shorter than declared, invalid header values).
+    ///   (empty, not audio, MP3 in a WAV container, WAV data chunk shorter than declared, invalid header values,
+    ///   a sample rate outside ``supportedSampleRates``: `x.wav: sample rate 1 Hz is out of range (...)`).
     ///   The corresponding C functions are `open`, `fstat`, `sf_open_fd` and `sf_command(SFC_GET_LOG_INFO)`.
     public init(url: URL) throws(EarshotError) {
         self.url = url
@@ -120,6 +132,10 @@ public final class AudioFileDecoder {
         guard sampleRate > 0, channelCount > 0 else {
             throw EarshotError(.data, "\(name): invalid audio header (sample rate \(sampleRate) Hz, \(channelCount) channels)")
         }
+        guard Self.supportedSampleRates.contains(sampleRate) else {
+            let range = Self.supportedSampleRates
+            throw EarshotError(.data, "\(name): sample rate \(sampleRate) Hz is out of range (audio files must be \(range.lowerBound) to \(range.upperBound) Hz; the header is damaged or the file is not really audio)")
+        }
         if let (declared, present) = Self.shortDataChunk(log: logInfo()) {
             throw EarshotError(.data, "\(name): truncated: the header declares \(declared) bytes of audio data but the file holds \(present) (the copy or recording was cut short; copy it again)")
         }
@@ -149,18 +165,20 @@ public final class AudioFileDecoder {
 
     /// Reads up to `maxFrames` frames, mixes them to mono (the mean of the channels, computed as
     /// `(c0 + c1 + ...) / channelCount` in Float, as numpy's `mean(axis=1)` does for the reference) and appends them
-    /// to `output`. Returns the number of frames appended; 0 means the end of the file.
+    /// to `output`. Returns the number of frames appended; 0 means the end of the file. With several channels one
+    /// call reads at most ``scratchSampleLimit`` / `channelCount` frames (fewer than `maxFrames` is not the end).
     ///
     /// - Throws: as ``read(maxFrames:appendingTo:)``.
     public func readMono(maxFrames: Int, appendingTo output: inout [Float]) throws(EarshotError) -> Int {
         if channelCount == 1 { return try read(maxFrames: maxFrames, appendingTo: &output) }
         guard maxFrames > 0, !isAtEnd else { return 0 }
-        let needed = maxFrames * channelCount
+        let frames = min(maxFrames, max(1, Self.scratchSampleLimit / channelCount))
+        let needed = frames * channelCount
         if interleavedScratch.count < needed {
             interleavedScratch = [Float](repeating: 0, count: needed)
         }
         let got = interleavedScratch.withUnsafeMutableBufferPointer { buffer in
-            Int(sf_readf_float(handle, buffer.baseAddress!, sf_count_t(maxFrames)))
+            Int(sf_readf_float(handle, buffer.baseAddress!, sf_count_t(frames)))
         }
         if got > 0 {
             let channels = channelCount
@@ -183,8 +201,9 @@ public final class AudioFileDecoder {
     /// - Throws: as ``read(maxFrames:appendingTo:)``.
     public func readAllMono() throws(EarshotError) -> [Float] {
         var samples: [Float] = []
-        if let declared = declaredFrameCount, declared < Int64(Int32.max) {
-            samples.reserveCapacity(Int(declared) - Int(framesRead))
+        // The declared count is only a hint (a FLAC header may claim billions of frames): reserve at most 16 Mi.
+        if let declared = declaredFrameCount, declared > framesRead {
+            samples.reserveCapacity(Int(min(declared - framesRead, 1 << 24)))
         }
         while try readMono(maxFrames: 65_536, appendingTo: &samples) > 0 {}
         return samples
