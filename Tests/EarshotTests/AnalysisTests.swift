@@ -329,6 +329,37 @@ struct AnalysisTests {
         #expect(twice?.message == "this request was already added to the analyzer (create another request)")
     }
 
+    @Test("a NaN in a stream gives the results of a 0 there; ±inf gives finite scores and levels")
+    func nonFiniteStreamSamples() throws {
+        let request = try ClassifySoundRequest()
+        func results(_ samples: [Float]) throws -> [ClassificationResult] {
+            let stream = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 16_000, channelCount: 1))
+            let observer = CollectingObserver()
+            try stream.add(request, withObserver: observer)
+            stream.analyze(samples, atAudioFramePosition: 0)
+            stream.completeAnalysis()
+            #expect(observer.errors.isEmpty)
+            return observer.results
+        }
+        var clean = AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: 32_000)
+        clean[8_000] = 0
+        var withNaN = clean
+        withNaN[8_000] = .nan
+        let expected = try results(clean)
+        let got = try results(withNaN)
+        #expect(got.count == 4)
+        #expect(got.map(\.scores) == expected.map(\.scores))
+        #expect(got.map(\.levelDBFS) == expected.map(\.levelDBFS))
+
+        var withInfinity = clean
+        withInfinity[8_000] = .infinity
+        withInfinity[20_000] = -.infinity
+        for result in try results(withInfinity) {
+            #expect(result.levelDBFS.isFinite)
+            #expect(result.scores.allSatisfy { $0.isFinite })
+        }
+    }
+
     @Test("file analyzer: errors at open are thrown, errors while decoding go to the observer")
     func fileAnalyzerErrors() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
@@ -388,5 +419,13 @@ struct AnalysisTests {
                 == [#"{"file":"x.wav","summary":[{"label":"Speech","share":0.75},{"label":"Music","share":0.25}]}"#])
         #expect(csv.summaryLines(file: "x.wav", tally: tally) == ["x.wav,,,1,Speech,0.75", "x.wav,,,2,Music,0.25"])
         #expect(AnalysisReportFormatter.jsonString("a\u{1}\\\n") == "\"a\\u0001\\\\\\n\"")
+
+        // A confidence that is not a number never prints as nan: JSON null, an empty CSV field, n/a in text.
+        let broken = ClassificationResult.scored(timeRange: TimeRange(start: 0, duration: 0.96), scores: [.nan],
+                                                 labels: ["Speech"], levelDBFS: -20)
+        #expect(text.lines(file: "n.wav", result: broken) == ["n.wav 0.00-0.96s  Speech n/a"])
+        #expect(json.lines(file: "n.wav", result: broken)
+                == [#"{"file":"n.wav","start":0,"duration":0.96,"classifications":[{"label":"Speech","confidence":null}]}"#])
+        #expect(csv.lines(file: "n.wav", result: broken) == ["n.wav,0,0.96,1,Speech,"])
     }
 }

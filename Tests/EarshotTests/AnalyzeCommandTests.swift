@@ -123,6 +123,34 @@ struct AnalyzeCommandTests {
         #expect(outcome.errorLines == ["earshot: huge.wav: sample rate 2147483647 Hz is out of range (audio files must be 1000 to 768000 Hz; the header is damaged or the file is not really audio)"])
     }
 
+    @Test("a float WAV holding NaN and 1e30: valid JSON lines and no nan in text or CSV")
+    func nonFiniteSamples() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        var samples = AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: 19_200)
+        samples[100] = .nan
+        samples[9_000] = 1e30
+        try AnalysisTestSupport.writeFloatWAV(samples, sampleRate: 16_000, to: directory.appendingPathComponent("nan.wav"))
+        guard let json = try EarshotCLI.run(["analyze", "nan.wav", "--format", "jsonl", "--top", "2"], in: directory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(json.status == 0)
+        #expect(json.outputLines.count == 2)
+        for line in json.outputLines {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            let classes = object?["classifications"] as? [[String: Any]] ?? []
+            #expect(classes.count == 2)
+            #expect(classes.allSatisfy { ($0["confidence"] as? Double)?.isFinite == true })
+        }
+        for format in ["text", "csv"] {
+            guard let outcome = try EarshotCLI.run(["analyze", "nan.wav", "--format", format], in: directory) else { return }
+            #expect(outcome.status == 0)
+            #expect(!outcome.standardOutput.lowercased().contains("nan%"))
+            #expect(!outcome.standardOutput.lowercased().contains(",nan") && !outcome.standardOutput.contains("-nan"))
+        }
+    }
+
     @Test("MP3 data in a WAV container: one line, status 65")
     func mp3InWav() throws {
         guard TestPaths.sharedAvailable else {

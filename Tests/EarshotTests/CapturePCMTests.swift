@@ -108,6 +108,21 @@ struct CapturePCMTests {
         #expect(CaptureFixtures.read(ring, frames: 4).samples == values)
     }
 
+    @Test func nonFiniteFloatSamplesFromADeviceArriveSanitized() throws {
+        let values: [Float] = [.nan, .infinity, -.infinity, 1e30, -1e30, 1.5, -0.25]
+        let path = CaptureFixtures.writeRaw(
+            values.flatMap { value in withUnsafeBytes(of: value.bitPattern.littleEndian) { Array($0) } },
+            name: "float-nonfinite.raw")
+        let configuration = CaptureConfiguration(
+            device: "earshot_float_nonfinite",
+            alsaConfiguration: CaptureFixtures.filePCM(
+                "earshot_float_nonfinite", infile: path, slave: CaptureFixtures.floatOnlySlave))
+        let (capture, ring) = try startCapture(configuration)
+        defer { capture.stop() }
+        #expect(capture.format.sampleFormat == .floatLE)
+        #expect(CaptureFixtures.read(ring, frames: values.count).samples == [0, 1000, -1000, 1000, -1000, 1.5, -0.25])
+    }
+
     @Test func aStereoOnlyDeviceIsReadWithTwoChannelsAndMixedToTheirMean() throws {
         guard let mono = CaptureFixtures.alarmClockMono else {
             print(TestPaths.sharedMissingMessage)

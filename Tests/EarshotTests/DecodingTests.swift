@@ -169,6 +169,26 @@ struct DecodingTests {
         #expect(mono == [(Float(0.1) + 0.2 + 0.4) / 3, (Float(-0.3) + 0 + 0.9) / 3])
     }
 
+    @Test("float WAV: NaN reads as 0, ±inf and ±1e30 as ±1000, over-full-scale 1.5 unchanged (mono, interleaved, mixed)")
+    func nonFiniteFloatSamplesAreSanitized() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let values: [Float] = [.nan, .infinity, -.infinity, 1e30, -1e30, 1.5, -0.25, 0]
+        let url = directory.appendingPathComponent("nonfinite.wav")
+        try AudioTestFiles.write(AudioTestFiles.wav(formatTag: 3, channels: 1, sampleRate: 16_000, bitsPerSample: 32,
+                                                    data: AudioTestFiles.littleEndian(values)), to: url)
+        #expect(try AudioFileDecoder(url: url).readAllMono() == [0, 1000, -1000, 1000, -1000, 1.5, -0.25, 0])
+
+        // Stereo: each channel is sanitized before the mix, so (inf, -inf) is 0, not NaN.
+        let stereoURL = directory.appendingPathComponent("nonfinite-stereo.wav")
+        try AudioTestFiles.write(AudioTestFiles.wav(formatTag: 3, channels: 2, sampleRate: 16_000, bitsPerSample: 32,
+                                                    data: AudioTestFiles.littleEndian(values)), to: stereoURL)
+        var interleaved: [Float] = []
+        #expect(try AudioFileDecoder(url: stereoURL).read(maxFrames: 4, appendingTo: &interleaved) == 4)
+        #expect(interleaved == [0, 1000, -1000, 1000, -1000, 1.5, -0.25, 0])
+        #expect(try AudioFileDecoder(url: stereoURL).readAllMono() == [500, 0, -499.25, -0.125])
+    }
+
     // MARK: Real recordings in ../shared/audio
 
     @Test("formats in ../shared/audio: rate, channels, frames and sample values (reference: python soundfile)",

@@ -13,7 +13,9 @@ public enum AnalysisOutputFormat: String, CaseIterable, Sendable {
 /// Formats window results and per-file summaries as text, JSON lines or CSV (RFC 4180 quoting).
 ///
 /// Numbers: times in seconds with up to 3 decimals in JSON/CSV (2 in text), confidences with 4 decimals in
-/// JSON/CSV (trailing zeros dropped, e.g. `0.93`), percentages with 1 decimal in text.
+/// JSON/CSV (trailing zeros dropped, e.g. `0.93`), percentages with 1 decimal in text. A number that is not finite
+/// (which sanitized input never produces) is written `null` in JSON, an empty field in CSV and `n/a` in text, never
+/// `nan`, so the output stays valid JSON and CSV.
 public struct AnalysisReportFormatter: Sendable {
     /// The output format.
     public let format: AnalysisOutputFormat
@@ -42,7 +44,8 @@ public struct AnalysisReportFormatter: Sendable {
                 line += "  (quiet: \(Self.fixed(Double(result.levelDBFS), 1)) dBFS)"
             }
             for item in best {
-                line += "  \(item.identifier) \(Self.fixed(item.confidence * 100, 1))%"
+                let percent = item.confidence * 100
+                line += "  \(item.identifier) \(percent.isFinite ? Self.fixed(percent, 1) + "%" : "n/a")"
             }
             return [line]
         case .jsonl:
@@ -50,8 +53,8 @@ public struct AnalysisReportFormatter: Sendable {
             return ["{\"file\":\(Self.jsonString(file)),\"start\":\(Self.number(start, 3)),\"duration\":\(Self.number(duration, 3)),\"classifications\":[\(classes.joined(separator: ","))]}"]
         case .csv:
             return best.enumerated().map { rank, item in
-                [Self.csvField(file), Self.number(start, 3), Self.number(duration, 3), String(rank + 1),
-                 Self.csvField(item.identifier), Self.number(item.confidence, 4)].joined(separator: ",")
+                [Self.csvField(file), Self.csvNumber(start, 3), Self.csvNumber(duration, 3), String(rank + 1),
+                 Self.csvField(item.identifier), Self.csvNumber(item.confidence, 4)].joined(separator: ",")
             }
         }
     }
@@ -72,24 +75,31 @@ public struct AnalysisReportFormatter: Sendable {
             return ["{\"file\":\(Self.jsonString(file)),\"summary\":[\(items.joined(separator: ","))]}"]
         case .csv:
             return shares.enumerated().map { rank, item in
-                [Self.csvField(file), "", "", String(rank + 1), Self.csvField(item.label), Self.number(item.share, 4)].joined(separator: ",")
+                [Self.csvField(file), "", "", String(rank + 1), Self.csvField(item.label), Self.csvNumber(item.share, 4)].joined(separator: ",")
             }
         }
     }
 
-    /// `value` with exactly `decimals` decimals (`%.*f`).
+    /// `value` with exactly `decimals` decimals (`%.*f`); `n/a` when it is not finite.
     static func fixed(_ value: Double, _ decimals: Int) -> String {
-        String(format: "%.\(decimals)f", value)
+        value.isFinite ? String(format: "%.\(decimals)f", value) : "n/a"
     }
 
-    /// `value` rounded to `decimals` decimals, trailing zeros (and a bare point) dropped: `0.93`, `1`, `0`.
+    /// `value` rounded to `decimals` decimals, trailing zeros (and a bare point) dropped: `0.93`, `1`, `0`; JSON's
+    /// `null` when it is not finite.
     static func number(_ value: Double, _ decimals: Int) -> String {
+        guard value.isFinite else { return "null" }
         var text = fixed(value, decimals)
         if text.contains(".") {
             while text.hasSuffix("0") { text.removeLast() }
             if text.hasSuffix(".") { text.removeLast() }
         }
         return text == "-0" ? "0" : text
+    }
+
+    /// ``number(_:_:)`` for a CSV field: empty when the value is not finite.
+    static func csvNumber(_ value: Double, _ decimals: Int) -> String {
+        value.isFinite ? number(value, decimals) : ""
     }
 
     /// A JSON string literal (quotes, backslashes and control characters escaped).

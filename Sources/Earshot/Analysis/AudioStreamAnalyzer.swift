@@ -120,7 +120,8 @@ public final class AudioStreamAnalyzer {
     }
 
     /// Analyzes a buffer of interleaved samples (`[frames, channelCount]`, full scale ±1) that starts at frame
-    /// `position` of the stream (in frames at the input sample rate).
+    /// `position` of the stream (in frames at the input sample rate). Samples are sanitized first
+    /// (``SampleSanitizer``: NaN -> 0, beyond ±1000 including ±inf -> ±1000).
     ///
     /// Results of the windows this buffer completes go to the observers before the call returns. A `position` other
     /// than the end of the previous buffer starts a new segment (see the type's documentation). A buffer whose
@@ -149,19 +150,21 @@ public final class AudioStreamAnalyzer {
         segmentInputFrames += Int64(frames)
 
         do {
+            // Sanitized here too (files and capture already are): a caller's NaN would spoil every window it
+            // touches, and the resampler would spread it to its neighbours.
+            mono.removeAll(keepingCapacity: true)
             if channels == 1 {
-                try resampler.process(buffer, appendingTo: &samples)
+                for value in buffer { mono.append(SampleSanitizer.sanitized(value)) }
             } else {
-                mono.removeAll(keepingCapacity: true)
                 let divisor = Float(channels)
                 for frame in 0..<frames {
                     var sum: Float = 0
-                    for channel in 0..<channels { sum += buffer[frame * channels + channel] }
+                    for channel in 0..<channels { sum += SampleSanitizer.sanitized(buffer[frame * channels + channel]) }
                     mono.append(sum / divisor)
                 }
-                try mono.withUnsafeBufferPointer { (mono) throws(EarshotError) in
-                    try resampler.process(mono, appendingTo: &samples)
-                }
+            }
+            try mono.withUnsafeBufferPointer { (mono) throws(EarshotError) in
+                try resampler.process(mono, appendingTo: &samples)
             }
         } catch {
             fail(error)

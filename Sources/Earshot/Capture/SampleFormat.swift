@@ -14,7 +14,8 @@ public enum SampleFormat: String, CaseIterable, Sendable {
     case s24LE = "S24_LE"
     /// 32-bit signed (`S32_LE`); full scale 2147483648.
     case s32LE = "S32_LE"
-    /// 32-bit IEEE float (`FLOAT_LE`), already full scale [-1, 1] (passed through unchanged).
+    /// 32-bit IEEE float (`FLOAT_LE`), already full scale [-1, 1] (passed through unchanged, except that NaN,
+    /// ±inf and magnitudes beyond 1000 are mapped by ``SampleSanitizer``: NaN -> 0, the others -> ±1000).
     case floatLE = "FLOAT_LE"
 
     /// The order capture tries formats in: `S16_LE`, `S24_3LE`, `S24_LE`, `S32_LE`, `FLOAT_LE`.
@@ -66,7 +67,8 @@ public enum SampleFormat: String, CaseIterable, Sendable {
 public enum SampleConversion {
     /// Converts `frameCount` interleaved frames of `channels` channels in `format` at `source` to mono samples at
     /// `destination`: each sample is divided by the format's full scale (see ``SampleFormat/fullScale``), then the
-    /// channels are averaged (`(c0 + c1 + ...) / channels` in Float).
+    /// channels are averaged (`(c0 + c1 + ...) / channels` in Float). Float samples are sanitized first
+    /// (``SampleSanitizer``: NaN -> 0, beyond ±1000 -> ±1000), so the output is always finite.
     ///
     /// - Parameters:
     ///   - source: `frameCount * channels * format.bytesPerSample` bytes, any alignment.
@@ -116,7 +118,8 @@ public enum SampleConversion {
             return Float(Int32(littleEndian: source.loadUnaligned(fromByteOffset: byteOffset, as: Int32.self)))
         case .floatLE:
             let bits = UInt32(littleEndian: source.loadUnaligned(fromByteOffset: byteOffset, as: UInt32.self))
-            return Float(bitPattern: bits)
+            // Only float can be NaN or infinite; one such sample would spoil every window it is in.
+            return SampleSanitizer.sanitized(Float(bitPattern: bits))
         }
     }
 }

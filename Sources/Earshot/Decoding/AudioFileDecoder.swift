@@ -6,7 +6,9 @@ import Foundation
 /// Formats: whatever the system libsndfile reads; on Debian 12 (libsndfile 1.2) that is WAV (PCM 8-bit unsigned,
 /// 16/24/32-bit signed, 32/64-bit float, WAVE_FORMAT_EXTENSIBLE, RF64), AIFF, FLAC, Ogg Vorbis, Ogg Opus and MP3.
 /// Samples come out at full scale: integer PCM is divided by 2^(bits-1) (8-bit unsigned is offset first), so the
-/// largest negative integer reads as -1.0. Float files pass through unchanged (they may exceed 1.0).
+/// largest negative integer reads as -1.0. Float files pass through unchanged (they may exceed 1.0), except
+/// non-finite and absurd values, which ``SampleSanitizer`` maps (NaN -> 0, beyond ±1000 including ±inf -> ±1000)
+/// so that one bad sample cannot turn the analysis into NaN.
 ///
 /// Bad input is refused with one ``EarshotError`` line that names the file (as given, e.g. `x.wav`) and the cause:
 /// - `.noInput` (66): the file is missing, is a directory, is not a regular file (device, FIFO, socket), or cannot
@@ -146,8 +148,9 @@ public final class AudioFileDecoder {
         close(fileDescriptor)
     }
 
-    /// Reads up to `maxFrames` frames of interleaved samples (`[frames, channelCount]`, full scale) and appends them
-    /// to `output`. Returns the number of frames appended; 0 means the end of the file.
+    /// Reads up to `maxFrames` frames of interleaved samples (`[frames, channelCount]`, full scale, sanitized by
+    /// ``SampleSanitizer``) and appends them to `output`. Returns the number of frames appended; 0 means the end of
+    /// the file.
     ///
     /// - Throws: ``EarshotError`` `.data` when libsndfile reports a decoding error, when the file ends before its
     ///   declared (exact) frame count, or when the file holds no frames at all. The corresponding C function is
@@ -156,17 +159,21 @@ public final class AudioFileDecoder {
         guard maxFrames > 0, !isAtEnd else { return 0 }
         let start = output.count
         output.append(contentsOf: repeatElement(0, count: maxFrames * channelCount))
+        let channels = channelCount
         let got = output.withUnsafeMutableBufferPointer { buffer in
-            Int(sf_readf_float(handle, buffer.baseAddress! + start, sf_count_t(maxFrames)))
+            let got = Int(sf_readf_float(handle, buffer.baseAddress! + start, sf_count_t(maxFrames)))
+            SampleSanitizer.sanitize(buffer.baseAddress! + start, count: max(got, 0) * channels)
+            return got
         }
         output.removeLast((maxFrames - max(got, 0)) * channelCount)
         return try finishRead(got)
     }
 
-    /// Reads up to `maxFrames` frames, mixes them to mono (the mean of the channels, computed as
-    /// `(c0 + c1 + ...) / channelCount` in Float, as numpy's `mean(axis=1)` does for the reference) and appends them
-    /// to `output`. Returns the number of frames appended; 0 means the end of the file. With several channels one
-    /// call reads at most ``scratchSampleLimit`` / `channelCount` frames (fewer than `maxFrames` is not the end).
+    /// Reads up to `maxFrames` frames, sanitizes them (``SampleSanitizer``), mixes them to mono (the mean of the
+    /// channels, computed as `(c0 + c1 + ...) / channelCount` in Float, as numpy's `mean(axis=1)` does for the
+    /// reference) and appends them to `output`. Returns the number of frames appended; 0 means the end of the file.
+    /// With several channels one call reads at most ``scratchSampleLimit`` / `channelCount` frames (fewer than
+    /// `maxFrames` is not the end).
     ///
     /// - Throws: as ``read(maxFrames:appendingTo:)``.
     public func readMono(maxFrames: Int, appendingTo output: inout [Float]) throws(EarshotError) -> Int {
@@ -177,11 +184,13 @@ public final class AudioFileDecoder {
         if interleavedScratch.count < needed {
             interleavedScratch = [Float](repeating: 0, count: needed)
         }
+        let channels = channelCount
         let got = interleavedScratch.withUnsafeMutableBufferPointer { buffer in
-            Int(sf_readf_float(handle, buffer.baseAddress!, sf_count_t(frames)))
+            let got = Int(sf_readf_float(handle, buffer.baseAddress!, sf_count_t(frames)))
+            SampleSanitizer.sanitize(buffer.baseAddress!, count: max(got, 0) * channels)
+            return got
         }
         if got > 0 {
-            let channels = channelCount
             let divisor = Float(channels)
             interleavedScratch.withUnsafeBufferPointer { source in
                 for frame in 0..<got {
