@@ -315,7 +315,9 @@ struct AnalysisTests {
     @Test("invalid stream formats and buffers are refused with exact messages")
     func streamErrors() throws {
         let zero = AudioTestFiles.error { () throws(EarshotError) in try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 0, channelCount: 1)) }
-        #expect(zero?.message == "stream sample rate 0.0 Hz is out of range (allowed: > 0 Hz)")
+        #expect(zero?.message == "stream sample rate 0.0 Hz is out of range (allowed: above 0 and below 10000000 Hz)")
+        let huge = AudioTestFiles.error { () throws(EarshotError) in try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 10_000_000, channelCount: 1)) }
+        #expect(huge?.message == "stream sample rate 10000000.0 Hz is out of range (allowed: above 0 and below 10000000 Hz)")
         let channels = AudioTestFiles.error { () throws(EarshotError) in try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 16_000, channelCount: 0)) }
         #expect(channels?.message == "stream channel count 0 is out of range (allowed: 1 to 1024)")
 

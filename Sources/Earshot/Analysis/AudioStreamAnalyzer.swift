@@ -75,10 +75,11 @@ public final class AudioStreamAnalyzer {
     private var paddedWindow: [Float] = []
 
     /// Creates an analyzer for buffers in `format`.
-    /// - Throws: ``EarshotError`` `.usage` when the sample rate is not a finite number > 0 or the channel count < 1.
+    /// - Throws: ``EarshotError`` `.usage` when the sample rate is not in (0, 10000000) Hz (the bound keeps buffers
+    ///   sized from the rate small) or the channel count is not in 1...1024.
     public init(format: AudioStreamFormat) throws(EarshotError) {
         guard format.sampleRate.isFinite, format.sampleRate > 0, format.sampleRate < 10_000_000 else {
-            throw EarshotError(.usage, "stream sample rate \(format.sampleRate) Hz is out of range (allowed: > 0 Hz)")
+            throw EarshotError(.usage, "stream sample rate \(format.sampleRate) Hz is out of range (allowed: above 0 and below 10000000 Hz)")
         }
         guard format.channelCount >= 1, format.channelCount <= 1_024 else {
             throw EarshotError(.usage, "stream channel count \(format.channelCount) is out of range (allowed: 1 to 1024)")
