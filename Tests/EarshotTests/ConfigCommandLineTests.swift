@@ -29,6 +29,9 @@ struct ConfigCommandLineTests {
         #expect(try DaemonCommandLine.parse(["--input", "alarm.flac"]).overrides.input == .file(path: "alarm.flac"))
         #expect(try DaemonCommandLine.parse(["--check-config"]).action == .checkConfig)
         #expect(try DaemonCommandLine.parse(["--check-config", "-h"]).action == .help)
+        // One leading dash is a value: a negative number, standard input; `--` only inline.
+        #expect(try DaemonCommandLine.parse(["--gate-dbfs", "-40"]).overrides.gateThresholdDBFS == -40)
+        #expect(try DaemonCommandLine.parse(["--device=--odd-name"]).overrides.device == "--odd-name")
     }
 
     @Test("the overrides reach the configuration")
@@ -49,6 +52,11 @@ struct ConfigCommandLineTests {
         (["-"], "unexpected argument \"-\" (earshotd takes options only; see earshotd --help)"),
         (["--device"], "--device needs a value (an ALSA PCM name, e.g. default or hw:1,0)"),
         (["--config"], "--config needs a value (a configuration file)"),
+        // A following option is a forgotten value, never the value itself.
+        (["--device", "--check-config"], "--device needs a value (an ALSA PCM name, e.g. default or hw:1,0)"),
+        (["--config", "--foreground"], "--config needs a value (a configuration file)"),
+        (["--input", "--no-journal"], "--input needs a value (a sound file, or - for raw S16_LE on standard input)"),
+        (["--gate-dbfs", "--window", "1"], "--gate-dbfs needs a value (a level in dBFS, e.g. -50)"),
         (["--config="], "--config needs a file name"),
         (["--gate-dbfs", "-200"], "--gate-dbfs -200: must be in [-120, 0] dBFS"),
         (["--gate-dbfs", "loud"], "--gate-dbfs loud: must be in [-120, 0] dBFS"),

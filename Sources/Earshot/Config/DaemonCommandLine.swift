@@ -2,8 +2,9 @@ import Foundation
 
 /// The command line of `earshotd`, parsed: what to do, which configuration file, and the flags that override it.
 ///
-/// Flags take their value as the next argument or after `=` (`--device hw:1,0`, `--device=hw:1,0`); a value may
-/// start with `-` (`--gate-dbfs -40`, `--input -`).
+/// Flags take their value as the next argument or after `=` (`--device hw:1,0`, `--device=hw:1,0`). A separate
+/// value may start with one `-` (`--gate-dbfs -40`, `--input -`) but not with `--`: `--device --check-config` is a
+/// forgotten value, not a device named `--check-config` (such a name can still be given as `--device=--name`).
 public struct DaemonCommandLine: Sendable, Equatable {
     /// What the daemon is asked to do.
     public enum Action: Sendable, Equatable {
@@ -78,7 +79,8 @@ public struct DaemonCommandLine: Sendable, Equatable {
     /// the groups when the overrides are applied (the file may define groups).
     ///
     /// - Throws: `EarshotError(.usage)` (exit 64) naming the flag: an unknown option, a missing or bad value, a
-    ///   positional argument, `--device` with `--input`, `--input-rate` with `--input FILE`, e.g.
+    ///   positional argument, a separate value starting with `--`, `--device` with `--input`, `--input-rate` with
+    ///   `--input FILE`, e.g.
     ///   `--overlap 1.5: must be in [0, 1)` or `unknown option --devise (did you mean --device? see earshotd --help)`.
     public static func parse<Arguments: Collection>(_ arguments: Arguments) throws(EarshotError) -> DaemonCommandLine
     where Arguments.Element == String {
@@ -98,9 +100,11 @@ public struct DaemonCommandLine: Sendable, Equatable {
             }
             func value(_ what: String) throws(EarshotError) -> String {
                 if let inlineValue { return inlineValue }
-                guard let next = remaining.popFirst() else {
+                // The next option is not a value: `--device --check-config` forgot the device.
+                guard let next = remaining.first, !next.hasPrefix("--") else {
                     throw EarshotError(.usage, "\(flag) needs a value (\(what))")
                 }
+                remaining.removeFirst()
                 return next
             }
             func noValue() throws(EarshotError) {
