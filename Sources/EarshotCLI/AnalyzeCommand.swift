@@ -3,7 +3,9 @@ import Foundation
 
 /// `earshot analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]`:
 /// classifies each file's windows and prints them; a bad file gets one stderr line and the others are still analysed.
-/// Exit status: 0, or the first failure's sysexits code (64 usage, 65 bad data, 66 missing/unreadable input).
+/// Exit status (``exitStatus(failures:)``), the same whatever the order of the files: 0 when every file was analysed;
+/// otherwise the most serious failure: another failure (e.g. 71, 74) before 66 (a file missing or unreadable) before
+/// 65 (bad audio data). 64 (usage) ends before any file is read.
 enum AnalyzeCommand {
     static let usage = "usage: earshot analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]"
 
@@ -22,6 +24,10 @@ enum AnalyzeCommand {
       --overlap F   fraction shared by successive windows, 0 <= F < 1 (default 0.5: a 0.48 s hop)
       --summary     after each file, each label's share of the windows where it is the top class
                     (csv: rows with empty start and duration, the share in the confidence column)
+
+    A bad FILE gets one line on standard error; the other files are still analysed.
+    Exit status: 0 every file analysed; otherwise, whatever the order of the files, 66 if a file is missing or
+    unreadable, else 65 if a file is not usable audio (other failures, e.g. 71, come first); 64 bad usage.
     """
 
     struct Options {
@@ -67,7 +73,7 @@ enum AnalyzeCommand {
 
         let formatter = AnalysisReportFormatter(format: options.format, top: options.top)
         if let header = formatter.header { print(header) }
-        var firstFailure: Int32 = 0
+        var failures: [Int32] = []
         for file in options.files {
             let observer = PrintingObserver(file: file, formatter: formatter, summary: options.summary)
             do {
@@ -79,11 +85,26 @@ enum AnalyzeCommand {
             }
             if let failure = observer.failure {
                 printError(failure.message)
-                if firstFailure == 0 { firstFailure = failure.exitStatus }
+                failures.append(failure.exitStatus)
             }
         }
         fflush(nil)
-        return firstFailure
+        return exitStatus(failures: failures)
+    }
+
+    /// The status for the files' failure statuses, independent of their order: 0 for none; else the most serious:
+    /// any status other than 65 and 66 (an OS or I/O failure: 71, 74, ...) first, then 66 (EX_NOINPUT: a file
+    /// missing or unreadable), then 65 (EX_DATAERR: not usable audio). A missing file outranks bad data because
+    /// it usually means a wrong command line, which the caller should hear about first.
+    static func exitStatus(failures: [Int32]) -> Int32 {
+        func rank(_ status: Int32) -> Int {
+            switch status {
+            case 65: 1
+            case 66: 2
+            default: 3
+            }
+        }
+        return failures.max { rank($0) < rank($1) } ?? 0
     }
 
     /// Parses the arguments after `analyze`.
