@@ -20,7 +20,9 @@ enum AnalyzeCommand {
                     csv: file,start,duration,rank,label,confidence (one row per window per class)
       --top K       classes per window, 1 to 521 (default 3)
       --window S    window length in seconds, 0.96 to 3600 (default 0.96); a longer window averages the 0.96 s
-                    patches inside it
+                    patches inside it. A window reaching past the end of a file is padded with silence, as the
+                    reference model pads, and printed with its whole length: --window 100 on a 5 s file gives
+                    one window, 0.00-100.00s
       --overlap F   fraction shared by successive windows, 0 <= F < 1 (default 0.5: a 0.48 s hop)
       --summary     after each file, each label's share of the windows where it is the top class
                     (csv: rows with empty start and duration, the share in the confidence column)
@@ -186,9 +188,10 @@ enum AnalyzeCommand {
         return options
     }
 
+    /// Writes `earshot: MESSAGE` as one line (control characters of a file name in it are escaped).
     static func printError(_ message: String) {
         fflush(nil)
-        FileHandle.standardError.write(Data("earshot: \(message)\n".utf8))
+        FileHandle.standardError.write(Data("earshot: \(AnalysisReportFormatter.singleLine(message))\n".utf8))
     }
 }
 

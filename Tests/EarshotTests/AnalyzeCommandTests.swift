@@ -157,6 +157,25 @@ struct AnalyzeCommandTests {
         }
     }
 
+    @Test("a file name with a newline: escaped in text and in the error line, quoted in CSV")
+    func controlCharactersInFileNames() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try AnalysisTestSupport.writeFloatWAV(AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: 8_000),
+                                              sampleRate: 16_000, to: directory.appendingPathComponent("a\nb.wav"))
+        guard let text = try EarshotCLI.run(["analyze", "a\nb.wav", "gone\u{1B}.wav", "--top", "1"], in: directory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(text.status == 66)
+        #expect(text.outputLines.count == 1)
+        #expect(text.outputLines.first?.hasPrefix("a\\nb.wav 0.00-0.96s  ") == true)
+        #expect(text.errorLines == ["earshot: gone\\x1B.wav: no such file (check the path)"])
+        guard let csv = try EarshotCLI.run(["analyze", "a\nb.wav", "--format", "csv", "--top", "1"], in: directory) else { return }
+        #expect(csv.status == 0)
+        #expect(csv.standardOutput.hasPrefix("file,start,duration,rank,label,confidence\n\"a\nb.wav\",0,0.96,1,"))
+    }
+
     @Test("MP3 data in a WAV container: one line, status 65")
     func mp3InWav() throws {
         guard TestPaths.sharedAvailable else {

@@ -12,6 +12,11 @@ public enum AnalysisOutputFormat: String, CaseIterable, Sendable {
 
 /// Formats window results and per-file summaries as text, JSON lines or CSV (RFC 4180 quoting).
 ///
+/// One result is one physical line whatever the file is called: in text, control characters of the file name are
+/// escaped (``singleLine(_:)``: a newline prints as `\n`); in JSON they are escaped as JSON requires; in CSV a name
+/// holding a comma, quote or line break is quoted (RFC 4180, so a CSV reader gets the name back exactly, though the
+/// quoted field spans lines).
+///
 /// Numbers: times in seconds with up to 3 decimals in JSON/CSV (2 in text), confidences with 4 decimals in
 /// JSON/CSV (trailing zeros dropped, e.g. `0.93`), percentages with 1 decimal in text. A number that is not finite
 /// (which sanitized input never produces) is written `null` in JSON, an empty field in CSV and `n/a` in text, never
@@ -39,7 +44,7 @@ public struct AnalysisReportFormatter: Sendable {
         let start = result.timeRange.start, duration = result.timeRange.duration
         switch format {
         case .text:
-            var line = "\(file) \(Self.fixed(start, 2))-\(Self.fixed(start + duration, 2))s"
+            var line = "\(Self.singleLine(file)) \(Self.fixed(start, 2))-\(Self.fixed(start + duration, 2))s"
             if result.isGated {
                 line += "  (quiet: \(Self.fixed(Double(result.levelDBFS), 1)) dBFS)"
             }
@@ -67,6 +72,7 @@ public struct AnalysisReportFormatter: Sendable {
         let shares = tally.shares
         switch format {
         case .text:
+            let file = Self.singleLine(file)
             if shares.isEmpty { return ["\(file) summary  no classified windows"] }
             let windows = tally.windowCount == 1 ? "window" : "windows"
             return shares.map { "\(file) summary  \($0.label) \(Self.fixed($0.share * 100, 1))% (\($0.windows) of \(tally.windowCount) \(windows))" }
@@ -117,6 +123,27 @@ public struct AnalysisReportFormatter: Sendable {
             }
         }
         return result + "\""
+    }
+
+    /// `text` on one line for a terminal: control characters (U+0000-U+001F, U+007F-U+009F) become escapes,
+    /// `\n`, `\r`, `\t` or `\xHH` (e.g. ESC is `\x1B`); everything else is unchanged.
+    public static func singleLine(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        var result = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            case _ where isControl(scalar): result += String(format: "\\x%02X", scalar.value)
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
     }
 
     /// A CSV field, quoted when it holds a comma, a quote or a line break (AudioSet labels hold commas).
