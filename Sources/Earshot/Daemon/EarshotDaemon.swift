@@ -38,6 +38,13 @@ public final class EarshotDaemon: @unchecked Sendable {
     private let heartbeat = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
     private let deviceHasWorked = Atomic<Bool>(false)
     private let printLock = NSLock()
+    /// Finished events to the SQLite history (`[history]`; nil when disabled). Its settings need a restart.
+    private var history: HistoryRecorder?
+    private let historySettings: DaemonConfiguration.History
+    /// Sleep sessions and snore reports (`[sleep]`).
+    private var sleep: SleepService!
+    /// The custom models running (`[models] files`); replaced on reload (control queue).
+    private var heads = HeadModelSet()
 
     struct StatusSnapshot {
         var capture = "opening"
@@ -61,10 +68,14 @@ public final class EarshotDaemon: @unchecked Sendable {
         configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
         capture = configuration.capture
         output = configuration.output
+        historySettings = configuration.history
         BLASThreads.set(1)
         let model = try BuiltInClassifier.shared()
-        let groups = try configuration.resolvedGroups(classLabels: model.classLabels)
-        let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: model.classLabels)
+        let heads = try HeadModelSet.load(paths: configuration.models.files).set
+        self.heads = heads
+        let classLabels = model.classLabels + heads.classLabels
+        let groups = try configuration.resolvedGroups(classLabels: classLabels)
+        let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: classLabels)
         journal = configuration.output.journal && !commandLine.foreground
             ? JournalSink() : JournalSink(journalSocketPath: "/nonexistent")
         // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
@@ -76,14 +87,32 @@ public final class EarshotDaemon: @unchecked Sendable {
                 knownGroups: groups.map(\.name)),
             status: { [unowned self] in statusObject() })
         noteSettings(configuration)
+        if historySettings.enabled {
+            history = HistoryRecorder(settings: historySettings) { [unowned self] report in historyReport(report) }
+        }
+        sleep = SleepService(
+            analysisQueue: analysisQueue, classLabels: model.classLabels, settings: configuration.sleep,
+            publish: { [unowned self] event in emit(.detection(event)) },
+            publishReport: { [unowned self] object in server.publish(object: object, group: nil) },
+            log: { [journal] line, priority in journal.log(line, priority: priority) })
+        server.register(commands: SleepService.commands) { [unowned self] command in sleep.handle(command: command) }
         do {
             pipeline = try AnalysisPipeline(
-                queue: analysisQueue, ring: ring, analysis: configuration.analysis, engine: engine,
-                emit: { [unowned self] output in emit(output) },
+                queue: analysisQueue, ring: ring, analysis: configuration.analysis, engine: engine, heads: heads,
+                emit: { [unowned self] output in
+                    // During a sleep session the snore detector speaks for the plain "snoring" group.
+                    if case .detection(let event) = output, !sleep.admits(event) { return }
+                    emit(output)
+                },
                 onFirstAudio: { [unowned self] in audioStarted() })
         } catch {
             server.stop()
             throw error
+        }
+        for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
+        pipeline.onWindow = { [unowned self] result in
+            history?.observe(result)
+            sleep.observe(result)
         }
         supervisor = CaptureSupervisor(
             ring: ring, callbackQueue: control,
@@ -110,6 +139,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             }
         }
         analysisQueue.async { [self] in pipeline.start() }
+        sleep.startSchedule()
         let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
         heartbeatTimer.schedule(deadline: .now(), repeating: .seconds(1))
         heartbeatTimer.setEventHandler { [unowned self] in
@@ -197,6 +227,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         case .detection(let event):
             server.publish(event)
             journal.record(event)
+            history?.record(event)
             if case .onset = event { status.withLock { $0.detections += 1 } }
             object = EventJSON.object(for: event, time: Date())
         case .health(let health):
@@ -207,6 +238,14 @@ public final class EarshotDaemon: @unchecked Sendable {
         if commandLine.foreground {
             let line = JSONValue.object(object).encoded + "\n"
             printLock.withLock { FileHandle.standardOutput.write(Data(line.utf8)) }
+        }
+    }
+
+    /// The history writer's news: a failure is a health event (once), a recovery a journal line.
+    private func historyReport(_ report: EventHistoryWriter.Report) {
+        switch report {
+        case .failing(let line): emit(.health(HealthEvent(state: .historyUnavailable, message: line)))
+        case .recovered(let line): journal.log(line)
         }
     }
 
@@ -259,21 +298,28 @@ public final class EarshotDaemon: @unchecked Sendable {
         do {
             let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
             let model = try BuiltInClassifier.shared()
-            let groups = try fresh.resolvedGroups(classLabels: model.classLabels)
-            let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: model.classLabels)
+            let loaded = try HeadModelSet.load(paths: fresh.models.files, previous: heads)
+            let classLabels = model.classLabels + loaded.set.classLabels
+            let groups = try fresh.resolvedGroups(classLabels: classLabels)
+            let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: classLabels)
             let failure: EarshotError? = analysisQueue.sync {
                 do throws(EarshotError) {
-                    try pipeline.reconfigure(analysis: fresh.analysis, engine: engine)
+                    try pipeline.reconfigure(analysis: fresh.analysis, engine: engine, heads: loaded.set)
                     return nil
                 } catch {
                     return error
                 }
             }
             if let failure { throw failure }
+            heads = loaded.set
+            for line in loaded.problems { journal.log(line, priority: 4) }
+            for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(groups.map(\.name))
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
             if fresh.output != output { restartNeeded.append("[output]") }
+            if fresh.history != historySettings { restartNeeded.append("[history]") }
+            analysisQueue.async { [sleep] in sleep?.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)
             let note = restartNeeded.isEmpty ? "" : "; changes to \(restartNeeded.joined(separator: " and ")) take effect after a restart"
@@ -288,7 +334,12 @@ public final class EarshotDaemon: @unchecked Sendable {
     private func shutdown(reason: String, status: Int32) {
         _ = try? notifier.stopping(status: "stopping: \(reason)")
         supervisor.stop()
-        analysisQueue.sync { pipeline.stop() }
+        analysisQueue.sync {
+            pipeline.stop()
+            if sleep.isActive { sleep.stop(at: Date()) }
+        }
+        sleep.flushReports()
+        history?.close()
         // Subscribers get the last events before the socket closes.
         Thread.sleep(forTimeInterval: 0.2)
         server.stop()
