@@ -114,6 +114,37 @@ struct HeadModelTests {
         #expect(head.probabilities(embedding: [1, 2, 3]) == [])
     }
 
+    @Test("the similarity gate of an enrolled head: kept in the file, and only windows like a prototype keep the sound's probability")
+    func similarityGate() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let plain = HeadFixtures.head()
+        var parameters = plain.parameters
+        // Two prototypes along the first two axes; the gate passes half at similarity 0.8.
+        parameters.prototypes = HeadParameters.unitRows([3, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0], columns: 8)
+        parameters.gateThreshold = 0.8
+        let gatedHead = ClassifierHead(metadata: plain.metadata, parameters: parameters)
+        let url = directory.appendingPathComponent("gated.earshot")
+        try gatedHead.write(to: url)
+        let loaded = try ClassifierHead(contentsOf: url, backbone: HeadFixtures.fakeBackbone)
+        #expect(loaded.parameters == parameters)
+        #expect(loaded.parameters.prototypeCount == 2)
+        #expect(loaded.parameters.prototypes[9] == 1)
+
+        let near: [Float] = [5, 0.1, 0, 0, 0, 0, 0, 0]      // similarity 0.9998 to the first prototype
+        let far: [Float] = [0, 0, 1, 1, 0, 0, 0, 0]         // similarity 0 to both
+        let edge: [Float] = [0.8, 0.6, 0, 0, 0, 0, 0, 0]    // similarity exactly 0.8 to the first
+        let similarities = loaded.parameters.similarities(embeddings: near + far + edge, rows: 3)
+        #expect(abs(similarities[0] - 0.9998) < 1e-4)
+        #expect(similarities[1] == 0)
+        #expect(abs(similarities[2] - 0.8) < 1e-6)
+        for (embedding, gate) in [(near, Float(1 / (1 + exp(-(0.9998 - 0.8) / 0.03)))), (far, Float(1 / (1 + exp(0.8 / 0.03)))), (edge, Float(0.5))] {
+            let before = plain.probabilities(embedding: embedding), after = loaded.probabilities(embedding: embedding)
+            #expect(abs(after[1] - before[1] * gate) < 1e-5)
+            #expect(abs(after[0] + after[1] - 1) < 1e-6)
+        }
+    }
+
     @Test("damaged, foreign and mismatched files are refused with exact one-line errors")
     func refusals() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()

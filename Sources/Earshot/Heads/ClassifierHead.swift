@@ -6,7 +6,9 @@ import Foundation
 /// File format (`.earshot`, any name works): safetensors (an 8-byte little-endian header length, a JSON header,
 /// then float32 little-endian tensors). Tensors, row-major `[inputs, outputs]`: `input.mean` and `input.scale`
 /// `[1024]` (standardisation `(e - mean) * scale`), for an MLP `hidden.weight` `[1024, H]` and `hidden.bias` `[H]`,
-/// then `output.weight` `[H or 1024, classes]` and `output.bias` `[classes]`. The header's `__metadata__` holds
+/// then `output.weight` `[H or 1024, classes]` and `output.bias` `[classes]`; for heads made by `earshot enroll`
+/// also the similarity gate, `prototype.embeddings` `[N, 1024]` and `prototype.gate` `[2]` (threshold, width; see
+/// `HeadParameters`). The header's `__metadata__` holds
 /// `format` = `earshot-head`, `earshot_head` = the ``HeadMetadata`` as JSON, and `weights_sha256` = the SHA-256 of
 /// every byte after the header, so that a damaged or cut file is refused rather than giving wrong scores.
 ///
@@ -48,7 +50,8 @@ public final class ClassifierHead: Sendable {
     ///   Earshot head model, when it has a newer format version, or when it was trained on another backbone (another
     ///   name or other weights: its embeddings would mean nothing to this head).
     public init(contentsOf url: URL, backbone: BackboneIdentity) throws(EarshotError) {
-        let path = url.path
+        // Messages name the file as the caller gave it (`relativePath`), as the decoder's do.
+        let path = url.relativePath
         let bytes = try Self.readFile(path)
         let (metadata, parameters) = try HeadFileCodec.decode(bytes, path: path)
         guard metadata.backbone == backbone else {
@@ -59,7 +62,7 @@ public final class ClassifierHead: Sendable {
         }
         self.metadata = metadata
         self.parameters = parameters
-        self.path = path
+        self.path = url.path
     }
 
     /// Writes the head to `url` (a temporary file in the same directory, then renamed over `url`, so a reader never
@@ -74,12 +77,12 @@ public final class ClassifierHead: Sendable {
         } catch {
             let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { ($0 as? NSError)?.localizedDescription ?? "\($0)" }
                 ?? error.localizedDescription
-            throw EarshotError(.cannotCreate, "cannot write head model \(url.path): \(reason) (check that the directory exists and is writable)")
+            throw EarshotError(.cannotCreate, "cannot write head model \(url.relativePath): \(reason) (check that the directory exists and is writable)")
         }
         guard rename(temporary.path, url.path) == 0 else {
             let code = errno
             unlink(temporary.path)
-            throw .posix(.cannotCreate, "cannot write head model \(url.path)", errno: code)
+            throw .posix(.cannotCreate, "cannot write head model \(url.relativePath)", errno: code)
         }
     }
 
@@ -256,6 +259,19 @@ enum HeadFileCodec {
         }
         parameters.outputWeights = try tensor("output.weight", shape: [parameters.outputInputs, classes])
         parameters.outputBias = try tensor("output.bias", shape: [classes])
+        if let entry = header["prototype.embeddings"] as? [String: Any] {
+            let shape = entry["shape"] as? [Int] ?? []
+            guard shape.count == 2, shape[0] >= 1, shape[0] <= 100_000, shape[1] == inputs else {
+                throw EarshotError(.data, "\(damaged): tensor \"prototype.embeddings\" has shape \(shape), expected [N, \(inputs)] \(fix)")
+            }
+            parameters.prototypes = try tensor("prototype.embeddings", shape: shape)
+            let gate = try tensor("prototype.gate", shape: [2])
+            guard gate[1] > 0 else {
+                throw EarshotError(.data, "\(damaged): tensor \"prototype.gate\" has a width of \(gate[1]), expected > 0 \(fix)")
+            }
+            parameters.gateThreshold = gate[0]
+            parameters.gateWidth = gate[1]
+        }
         return (metadata, parameters)
     }
 

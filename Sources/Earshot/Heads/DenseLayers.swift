@@ -42,6 +42,12 @@ enum DenseMath {
 /// Shapes (row-major, `[inputs, outputs]` for weights): `inputMean`, `inputScale` `[inputSize]`;
 /// `hiddenWeights` `[inputSize, hiddenUnits]`, `hiddenBias` `[hiddenUnits]` (empty for logistic regression);
 /// `outputWeights` `[hiddenUnits or inputSize, classCount]`, `outputBias` `[classCount]`.
+///
+/// Optionally (heads made by `earshot enroll`) a similarity gate: `prototypes` `[prototypeCount, inputSize]` are
+/// unit-length raw embeddings of the enrolled sound; a window whose embedding's highest cosine similarity `s` to them
+/// is low cannot be that sound, whatever the dense layers say: every class but the first (the background) is scaled by
+/// `1 / (1 + exp(-(s - gateThreshold) / gateWidth))` and the first takes the rest. This keeps sounds unlike any
+/// take, which the few recorded negatives cannot cover, from scoring high.
 struct HeadParameters: Sendable, Equatable {
     var inputSize: Int
     /// 0 for logistic regression.
@@ -53,6 +59,16 @@ struct HeadParameters: Sendable, Equatable {
     var hiddenBias: [Float]
     var outputWeights: [Float]
     var outputBias: [Float]
+    /// `[prototypeCount, inputSize]` unit rows; empty when there is no similarity gate.
+    var prototypes: [Float] = []
+    /// Cosine similarity at which the gate passes half of the probability.
+    var gateThreshold: Float = 0
+    /// Width of the gate's logistic ramp in similarity units (> 0).
+    var gateWidth: Float = Self.defaultGateWidth
+    /// 0.03: the gate goes from 5% to 95% over 0.18 of cosine similarity.
+    static let defaultGateWidth: Float = 0.03
+
+    var prototypeCount: Int { inputSize == 0 ? 0 : prototypes.count / inputSize }
 
     /// Inputs of the output layer: the hidden units, or the standardised embedding for logistic regression.
     var outputInputs: Int { hiddenUnits > 0 ? hiddenUnits : inputSize }
@@ -82,6 +98,10 @@ struct HeadParameters: Sendable, Equatable {
         }
         list.append(("output.weight", [outputInputs, classCount], outputWeights))
         list.append(("output.bias", [classCount], outputBias))
+        if prototypeCount > 0 {
+            list.append(("prototype.embeddings", [prototypeCount, inputSize], prototypes))
+            list.append(("prototype.gate", [2], [gateThreshold, gateWidth]))
+        }
         return list
     }
 
@@ -101,10 +121,57 @@ struct HeadParameters: Sendable, Equatable {
     func probabilities(embeddings: UnsafePointer<Float>, rows: Int) -> [Float] {
         guard rows > 0 else { return [] }
         var standardized = [Float](repeating: 0, count: rows * inputSize)
-        return standardized.withUnsafeMutableBufferPointer { x in
+        var result = standardized.withUnsafeMutableBufferPointer { x in
             standardize(embeddings, rows: rows, into: x.baseAddress!)
             return probabilities(standardized: x.baseAddress!, rows: rows)
         }
+        if prototypeCount > 0 {
+            let similarity = similarities(embeddings: embeddings, rows: rows)
+            for row in 0..<rows {
+                let gate = 1 / (1 + expf(-(similarity[row] - gateThreshold) / gateWidth))
+                var moved: Float = 0
+                for column in 1..<classCount {
+                    let kept = result[row * classCount + column] * gate
+                    moved += result[row * classCount + column] - kept
+                    result[row * classCount + column] = kept
+                }
+                result[row * classCount] += moved
+            }
+        }
+        return result
+    }
+
+    /// Per row of `embeddings` (`[rows, inputSize]`, raw), the highest cosine similarity to the prototypes
+    /// (0 for an all-zero embedding).
+    func similarities(embeddings: UnsafePointer<Float>, rows: Int) -> [Float] {
+        let count = prototypeCount
+        guard rows > 0, count > 0 else { return [Float](repeating: 0, count: rows) }
+        var dots = [Float](repeating: 0, count: rows * count)
+        prototypes.withUnsafeBufferPointer { prototypes in
+            dots.withUnsafeMutableBufferPointer { dots in
+                DenseMath.multiply(embeddings, prototypes.baseAddress!, transposeB: true, into: dots.baseAddress!,
+                                   m: rows, n: count, k: inputSize)
+            }
+        }
+        return (0..<rows).map { row in
+            var norm: Float = 0
+            for index in 0..<inputSize { norm += embeddings[row * inputSize + index] * embeddings[row * inputSize + index] }
+            guard norm > 0 else { return 0 }
+            var best = -Float.infinity
+            for column in 0..<count { best = max(best, dots[row * count + column]) }
+            return best / norm.squareRoot()
+        }
+    }
+
+    /// Unit-length copies of `rows` embeddings `[rows, inputSize]` (all-zero rows are dropped).
+    static func unitRows(_ embeddings: [Float], columns: Int) -> [Float] {
+        var result: [Float] = []
+        for start in stride(from: 0, to: embeddings.count, by: columns) {
+            let row = embeddings[start..<(start + columns)]
+            let norm = row.reduce(Float(0)) { $0 + $1 * $1 }.squareRoot()
+            if norm > 0 { result += row.map { $0 / norm } }
+        }
+        return result
     }
 
     /// Class probabilities `[rows, classCount]` of rows already standardised (see ``standardize(_:rows:into:)``).

@@ -56,6 +56,14 @@ public struct EnrollmentReport: Sendable {
     public let backgroundAboveThreshold: Int
     /// The suggested detection threshold (also in the head's metadata).
     public let threshold: Double
+    /// The lowest, over takes, of a held-out take's best cosine similarity to the other takes (raw embeddings).
+    public let takeSimilarity: Float
+    /// The tenth percentile of the same for takes mixed with background (0 to 10 dB SNR).
+    public let noisyTakeSimilarity: Float
+    /// The highest similarity of a held-out background window to the takes.
+    public let backgroundSimilarity: Float
+    /// The similarity gate's threshold (see the head's `prototype.gate`).
+    public let gateThreshold: Float
 
     /// True when every held-out take scores above every held-out background window.
     public var isSeparated: Bool { (takeScores.min() ?? 0) > backgroundHighest }
@@ -69,6 +77,10 @@ public struct EnrollmentReport: Sendable {
         }
         lines.append("  background: \(backgroundWindowCount) windows, highest " + String(format: "%.3f", backgroundHighest)
                      + ", \(backgroundAboveThreshold) at or above the threshold")
+        lines.append("  similarity to the other takes: takes at least " + String(format: "%.3f", takeSimilarity)
+                     + " (in noise " + String(format: "%.3f", noisyTakeSimilarity) + "), background at most "
+                     + String(format: "%.3f", backgroundSimilarity) + "; windows below about "
+                     + String(format: "%.3f", gateThreshold) + " are not the sound")
         let lowest = takeScores.min() ?? 0
         if isSeparated {
             lines.append("  separated: lowest take " + String(format: "%.3f", lowest) + " > highest background "
@@ -103,6 +115,11 @@ public enum Enrollment {
     /// Training epochs (fixed, with the default L2 of ``HeadTrainingOptions``: with a handful of takes there is no
     /// validation set to stop on; logistic regression on a few hundred windows has settled by then).
     static let epochs = 100
+    /// How far below the least similar positive the similarity gate sits (cosine similarity of raw YAMNet
+    /// embeddings). Chosen on `scripts/eval-heads`: an alarm take mixed into speech and household noise kept a
+    /// similarity of 0.69-0.76 to the clean takes while the mix's other windows stayed below 0.58, against 0.79 for
+    /// the least similar clean take.
+    static let gateMargin: Float = 0.15
     /// Levels (dBFS) of the synthetic white and pink noise among the negatives: from dither to a loud fan.
     static let syntheticNoiseLevels: [Double] = [-90, -70, -55, -45, -35]
 
@@ -213,27 +230,78 @@ public enum Enrollment {
             return result
         }
 
-        // Leave one take (and one part of the background) out.
-        var takeScores: [Float] = []
-        var backgroundScores: [Float] = []
-        var windows = ConfusionMatrix(labels: labels), files = ConfusionMatrix(labels: labels)
+        // Leave one take (and one part of the background) out: per held-out window, the head's probability of the
+        // sound and the embedding's similarity to the other takes.
+        struct HeldOutWindow {
+            var item: Int
+            var label: Int
+            var probability: Float
+            var similarity: Float
+        }
+        var heldOutWindows: [HeldOutWindow] = []
+        var noisySimilarities: [Float] = []
+        func takeWindows(_ include: (Int, Item) -> Bool) -> [Float] {
+            var rows: [Float] = []
+            for (index, item) in items.enumerated() where item.reference != nil && include(index, item) {
+                for (window, windowLabel) in windowLabels[index].enumerated() where windowLabel == 1 {
+                    rows += embeddings[index][(window * backbone.embeddingSize)..<((window + 1) * backbone.embeddingSize)]
+                }
+            }
+            return rows
+        }
         for fold in 0..<folds {
             progress("leave-one-out \(fold + 1)/\(folds)")
             let training = matrix { _, item in item.fold != fold }
             let heldOut = matrix { _, item in item.fold == fold && item.isHeldOut }
             // A fixed number of epochs: the held-out take must not choose when to stop.
-            let outcome = trainer.train(training, validation: nil, fixedEpochs: epochs)
-            let evaluation = HeadTraining.evaluate(outcome.parameters, heldOut, labels: labels)
-            windows.merge(evaluation.summary.windows)
-            files.merge(evaluation.summary.files)
-            var takeBest: Float = 0
+            var parameters = trainer.train(training, validation: nil, fixedEpochs: epochs).parameters
+            parameters.prototypes = HeadParameters.unitRows(
+                takeWindows { _, item in item.fold != fold && item.isHeldOut }, columns: backbone.embeddingSize)
+            let standardized = HeadTrainer.standardized(heldOut, parameters)
+            let probabilities = parameters.probabilities(standardized: standardized, rows: heldOut.rows)
+            let similarities = heldOut.values.withUnsafeBufferPointer { parameters.similarities(embeddings: $0.baseAddress!, rows: heldOut.rows) }
             for row in 0..<heldOut.rows {
-                let score = evaluation.probabilities[row * 2 + 1]
-                if heldOut.labels[row] == 1 { takeBest = max(takeBest, score) } else if items[heldOut.files[row]].reference == nil {
-                    backgroundScores.append(score)
-                }
+                heldOutWindows.append(HeldOutWindow(item: heldOut.files[row], label: heldOut.labels[row],
+                                                    probability: probabilities[row * 2 + 1], similarity: similarities[row]))
             }
-            takeScores.append(takeBest)
+            // The held-out take mixed with background: how similar a take in noise stays.
+            for (index, item) in items.enumerated() where item.fold == fold && !item.isHeldOut && item.reference != nil {
+                let rows = takeWindows { candidate, _ in candidate == index }
+                let best = rows.withUnsafeBufferPointer { parameters.similarities(embeddings: $0.baseAddress!, rows: rows.count / backbone.embeddingSize) }.max()
+                if let best { noisySimilarities.append(best) }
+            }
+        }
+
+        // The similarity gate: a margin below the least similar positives (a take's best window, or the tenth
+        // percentile of takes in noise). It only removes windows clearly unlike every take; telling the sound from
+        // similar background is the dense layer's work.
+        let cleanTakes = (0..<folds).map { fold in
+            heldOutWindows.filter { $0.label == 1 && items[$0.item].fold == fold }.map(\.similarity).max() ?? 0
+        }
+        let backgroundSimilarity = heldOutWindows.filter { items[$0.item].reference == nil }.map(\.similarity).max() ?? 0
+        let noisyLow = noisySimilarities.sorted().dropFirst(noisySimilarities.count / 10).first ?? (cleanTakes.min() ?? 0)
+        let lowPositive = min(cleanTakes.min() ?? 0, noisyLow)
+        let gateThreshold = lowPositive - Self.gateMargin
+        func gated(_ window: HeldOutWindow) -> Float {
+            window.probability / (1 + expf(-(window.similarity - gateThreshold) / HeadParameters.defaultGateWidth))
+        }
+
+        var takeScores: [Float] = []
+        var backgroundScores: [Float] = []
+        var windows = ConfusionMatrix(labels: labels), files = ConfusionMatrix(labels: labels)
+        var fileSums: [Int: (sum: Float, count: Int, label: Int)] = [:]
+        for window in heldOutWindows {
+            let score = gated(window)
+            windows.add(truth: window.label, predicted: score >= 0.5 ? 1 : 0)
+            let entry = fileSums[window.item] ?? (0, 0, items[window.item].reference == nil ? 0 : 1)
+            fileSums[window.item] = (entry.sum + score, entry.count + 1, entry.label)
+            if items[window.item].reference == nil { backgroundScores.append(score) }
+        }
+        for (_, entry) in fileSums.sorted(by: { $0.key < $1.key }) {
+            files.add(truth: entry.label, predicted: entry.sum / Float(entry.count) >= 0.5 ? 1 : 0)
+        }
+        for fold in 0..<folds {
+            takeScores.append(heldOutWindows.filter { $0.label == 1 && items[$0.item].fold == fold }.map(gated).max() ?? 0)
         }
         let highest = backgroundScores.max() ?? 0
         let lowestTake = takeScores.min() ?? 0
@@ -241,6 +309,9 @@ public enum Enrollment {
 
         progress("training on every take")
         let outcome = trainer.train(matrix { _, _ in true }, validation: nil, fixedEpochs: epochs)
+        var parameters = outcome.parameters
+        parameters.prototypes = HeadParameters.unitRows(takeWindows { _, item in item.isHeldOut }, columns: backbone.embeddingSize)
+        parameters.gateThreshold = gateThreshold
         let all = matrix { _, _ in true }
         let record = TrainingRecord(
             method: "enroll",
@@ -256,9 +327,11 @@ public enum Enrollment {
             metrics: HeadMetrics(crossValidation: EvaluationSummary(windows: windows, files: files, folds: folds)),
             suggestedThresholds: [label: threshold])
         return EnrollmentReport(
-            head: ClassifierHead(metadata: metadata, parameters: outcome.parameters), takeScores: takeScores,
+            head: ClassifierHead(metadata: metadata, parameters: parameters), takeScores: takeScores,
             backgroundWindowCount: backgroundScores.count, backgroundHighest: highest,
-            backgroundAboveThreshold: backgroundScores.filter { Double($0) >= threshold }.count, threshold: threshold)
+            backgroundAboveThreshold: backgroundScores.filter { Double($0) >= threshold }.count, threshold: threshold,
+            takeSimilarity: cleanTakes.min() ?? 0, noisyTakeSimilarity: noisyLow, backgroundSimilarity: backgroundSimilarity,
+            gateThreshold: gateThreshold)
     }
 
     /// One recording to embed: `reference` is the take alone, aligned with `waveform` (nil for background).

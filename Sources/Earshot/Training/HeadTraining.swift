@@ -102,7 +102,7 @@ public enum HeadTraining {
             }
         }
         for (index, label) in folders.labels.enumerated() where !perFile.contains(where: { $0.label == index }) {
-            throw EarshotError(.data, "label \"\(label)\" has no recording that could be decoded (see the lines above); add readable audio files to \(folder.appendingPathComponent(label).path)")
+            throw EarshotError(.data, "label \"\(label)\" has no recording that could be decoded (see the lines above); add readable audio files to \(folder.appendingPathComponent(label).relativePath)")
         }
         return try train(
             perFile: perFile, labels: folders.labels, backbone: backbone, configuration: configuration,

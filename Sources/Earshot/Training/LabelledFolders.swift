@@ -26,7 +26,7 @@ public struct LabelledFolders: Sendable {
     ///   label folders, a label folder holds no files, or a folder name cannot be a label (it contains `:` or `|`,
     ///   which the daemon's configuration uses as separators, or a control character).
     public static func scan(_ directory: URL) throws(EarshotError) -> LabelledFolders {
-        let path = directory.path
+        let path = directory.relativePath
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw .posix(.noInput, "cannot read training folder \(path)", errno: ENOENT)
@@ -46,7 +46,7 @@ public struct LabelledFolders: Sendable {
             guard FileManager.default.fileExists(atPath: directory.appendingPathComponent(name).path, isDirectory: &entryIsDirectory),
                   entryIsDirectory.boolValue else { continue }
             if let problem = labelProblem(name) {
-                throw EarshotError(.data, "label folder \(directory.appendingPathComponent(name).path): \(problem) (rename the folder)")
+                throw EarshotError(.data, "label folder \(directory.appendingPathComponent(name).relativePath): \(problem) (rename the folder)")
             }
             labels.append(name)
         }
@@ -60,7 +60,7 @@ public struct LabelledFolders: Sendable {
             let folder = directory.appendingPathComponent(label)
             let found = regularFiles(under: folder).sorted { $0.path < $1.path }
             guard !found.isEmpty else {
-                throw EarshotError(.data, "label folder \(folder.path) holds no files (add recordings of \"\(label)\" or remove the folder)")
+                throw EarshotError(.data, "label folder \(folder.relativePath) holds no files (add recordings of \"\(label)\" or remove the folder)")
             }
             files += found.map { File(url: $0, label: index) }
         }

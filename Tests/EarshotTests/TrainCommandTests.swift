@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+@testable import Earshot
+
+/// `earshot train`, `earshot enroll` and `earshot analyze --model` as users run them: the built executable.
+@Suite("TrainCommand")
+struct TrainCommandTests {
+    @Test("usage errors and unusable inputs give one line and the sysexits status")
+    func errors() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try AnalysisTestSupport.writeFloatWAV([Float](repeating: 0, count: 16_000), sampleRate: 16_000,
+                                              to: directory.appendingPathComponent("silent.wav"))
+        try AnalysisTestSupport.writeFloatWAV(AnalysisTestSupport.sine(frequency: 800, dbfs: -20, sampleRate: 16_000, count: 16_000),
+                                              sampleRate: 16_000, to: directory.appendingPathComponent("tone.wav"))
+        let trainUsage = "usage: earshot train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]"
+        let enrollUsage = "usage: earshot enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE"
+        let cases: [([String], Int32, String)] = [
+            (["train"], 64, "earshot: train needs a DATA_DIR (\(trainUsage))"),
+            (["train", "data"], 64, "earshot: train needs --output FILE for the model (\(trainUsage))"),
+            (["train", "a", "b", "--output", "x"], 64, "earshot: train takes one DATA_DIR, got \"a\" and \"b\" (\(trainUsage))"),
+            (["train", "data", "-o", "x", "--classifier", "svm"], 64, "earshot: --classifier \"svm\" is not a classifier (allowed: logistic or mlp)"),
+            (["train", "data", "-o", "x", "--folds", "1"], 64, "earshot: --folds \"1\" is out of range (allowed: 2 to 50)"),
+            (["train", "data", "-o", "x", "--validation=0.95"], 64, "earshot: --validation \"0.95\" is out of range (allowed: 0 to 0.9)"),
+            (["train", "data", "-o", "x", "--seed"], 64, "earshot: --seed needs a value (an integer >= 0)"),
+            (["train", "data", "-o", "x", "--bogus"], 64, "earshot: unknown option \"--bogus\" for train (allowed: --output, --classifier, --validation, --seed, --folds, --hidden, --l2, --epochs, --window, --overlap)"),
+            (["train", "missing", "--output", "x.earshot"], 66, "earshot: cannot read training folder missing: No such file or directory"),
+            (["enroll", "--output", "x"], 64, "earshot: enroll needs --label NAME (\(enrollUsage))"),
+            (["enroll", "--label", "bell"], 64, "earshot: enroll needs --output FILE for the model (\(enrollUsage))"),
+            (["enroll", "--label", "bell", "-o", "x", "--device", "hw:0", "--from", "a.wav", "b.wav"], 64,
+             "earshot: --device and --from exclude each other (record from the device, or read the takes from files)"),
+            (["enroll", "--label", "bell", "-o", "x", "--from", "a.wav"], 64, "earshot: --from needs at least 2 recordings of the sound, got 1"),
+            (["enroll", "--label", "bell", "-o", "x", "--count", "1"], 64, "earshot: --count \"1\" is out of range (allowed: 2 to 20)"),
+            (["enroll", "--label", "bell", "-o", "x", "--from"], 64, "earshot: --from needs at least one FILE"),
+            (["enroll", "--label", "bell", "-o", "x", "--from", "tone.wav", "silent.wav"], 65,
+             "earshot: take silent.wav is too quiet (peak -120.0 dBFS, below -45 dBFS; make the sound closer to the microphone or raise the capture level in alsamixer)"),
+            (["enroll", "--label", "bell", "-o", "x", "--from", "tone.wav", "gone.wav"], 66, "earshot: gone.wav: no such file (check the path)"),
+            (["analyze", "--model", "missing.earshot", "tone.wav"], 66, "earshot: cannot open head model missing.earshot: No such file or directory"),
+        ]
+        for (arguments, status, line) in cases {
+            guard let outcome = try EarshotCLI.run(arguments, in: directory) else {
+                print(EarshotCLI.missingMessage)
+                return
+            }
+            #expect(outcome.status == status, "\(arguments)")
+            #expect(outcome.errorLines.last == line, "\(arguments)")
+        }
+    }
+
+    @Test("help lists train and enroll, and their own help prints")
+    func help() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        guard let outcome = try EarshotCLI.run(["help"], in: directory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.outputLines.contains("  train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]"))
+        #expect(outcome.outputLines.contains("  enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE"))
+        let train = try #require(try EarshotCLI.run(["train", "--help"], in: directory))
+        #expect(train.status == 0)
+        #expect(train.outputLines.first == "usage: earshot train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]")
+        let enroll = try #require(try EarshotCLI.run(["enroll", "--help"], in: directory))
+        #expect(enroll.status == 0)
+        #expect(enroll.outputLines.first == "usage: earshot enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE")
+    }
+}
