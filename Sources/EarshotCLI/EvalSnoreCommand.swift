@@ -55,10 +55,10 @@ enum EvalSnoreCommand {
             total == 0 ? "-" : JSONValue.format(100 * Double(count) / Double(total), decimals: 1) + " %"
         }
         let threshold = JSONValue.format(Double(configuration.strongThreshold), decimals: 2)
-        print("set                      clips  Snoring>=\(threshold)  evidence>=\(threshold)  detector alone  detector in sequence  events/h in sequence")
+        print("set                      clips  Snoring>=\(threshold)  evidence>=\(threshold)  detector in sequence  events/h in sequence")
         for (name, value) in zip(["snoring: " + directories[0], "non-snoring: " + directories[1]], figures) {
             let perHour = value.sequenceSeconds > 0 ? Double(value.sequenceEvents) * 3600 / value.sequenceSeconds : 0
-            print("\(name)\n                         \(value.clips)    \(percent(value.snoringClassFlagged, value.clips))       \(percent(value.evidenceFlagged, value.clips))        \(percent(value.detectorFlagged, value.clips))         \(percent(value.sequenceFlagged, value.clips))               \(JSONValue.format(perHour, decimals: 1)) (\(value.sequenceEvents) events, \(JSONValue.format(value.sequenceSnoringSeconds / 60, decimals: 1)) of \(JSONValue.format(value.sequenceSeconds / 60, decimals: 1)) min snoring)")
+            print("\(name)\n                         \(value.clips)    \(percent(value.snoringClassFlagged, value.clips))       \(percent(value.evidenceFlagged, value.clips))        \(percent(value.sequenceFlagged, value.clips))               \(JSONValue.format(perHour, decimals: 1)) (\(value.sequenceEvents) events, \(JSONValue.format(value.sequenceSnoringSeconds / 60, decimals: 1)) of \(JSONValue.format(value.sequenceSeconds / 60, decimals: 1)) min snoring)")
         }
         return 0
     }

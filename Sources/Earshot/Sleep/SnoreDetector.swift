@@ -53,10 +53,14 @@ public struct SnoreEvent: Sendable, Equatable {
 /// when its highest evidence reaches ``Configuration/strongThreshold`` (0.3), or when it lasts at most
 /// ``Configuration/maximumRhythmBurstSeconds`` (4 s) and another such burst peaks 2 to 6 s before or after it
 /// (``Configuration/rhythmSeconds``: a sleeper breathes every 2-6 s, so snores recur at that period while isolated
-/// weak sounds do not). Deciding that needs up to 6 s of the future, so windows are released with a delay of at
-/// most about 7 s (the rhythm range plus one window).
+/// weak sounds do not).
 ///
-/// **Events**: the windows of accepted bursts are positive; an event starts at the first positive window and ends
+/// **Snoring** is repeated: a snore counts when at least one other snore lies within ``Configuration/holdSeconds``
+/// of it (``Configuration/minimumSnores``, default 2), so one snort or one sound that happens to score high in the
+/// night raises nothing. Waiting for that takes up to the hold time, so windows are released with a delay of at
+/// most about 9 s (hold plus one window).
+///
+/// **Events**: the windows of counted snores are positive; an event starts at the first positive window and ends
 /// when a window ends ``Configuration/holdSeconds`` (8 s, two missed breaths) after the last positive window
 /// (``Debouncer`` with a 1-of-1 onset). Stream gaps end events as ``Debouncer`` does.
 ///
@@ -79,6 +83,9 @@ public struct SnoreDetector: Sendable {
         public var maximumRhythmBurstSeconds: Double = 4
         /// Seconds without a positive window before an event ends (default 8: two missed breaths).
         public var holdSeconds: Double = 8
+        /// Snores an event needs: a snore counts only when at least `minimumSnores - 1` other snores lie within
+        /// `holdSeconds` of it (default 2: one snort in the night is not snoring; 1 counts every snore).
+        public var minimumSnores = 2
 
         public init() {}
     }
@@ -133,6 +140,9 @@ public struct SnoreDetector: Sendable {
         var peakTime: Double
         var peakEvidence: Float
         var closed = false
+        /// A snore by its own evidence: strong, or weak in a breathing rhythm (nil: not known yet).
+        var qualified: Bool?
+        /// Qualified and with enough other snores near it (``Configuration/minimumSnores``); nil: not known yet.
         var accepted: Bool?
         var duration: Double { end - start }
     }
@@ -166,6 +176,7 @@ public struct SnoreDetector: Sendable {
         settings.strongThreshold = min(1, max(0, settings.strongThreshold.isNaN ? 0.3 : settings.strongThreshold))
         settings.weakThreshold = min(settings.strongThreshold, max(0, settings.weakThreshold.isNaN ? 0.1 : settings.weakThreshold))
         settings.holdSeconds = settings.holdSeconds.isFinite ? max(0, settings.holdSeconds) : 8
+        settings.minimumSnores = max(1, settings.minimumSnores)
         settings.maximumRhythmBurstSeconds = settings.maximumRhythmBurstSeconds.isFinite
             ? max(0, settings.maximumRhythmBurstSeconds) : 4
         self.configuration = settings
@@ -250,7 +261,8 @@ public struct SnoreDetector: Sendable {
         pending.append(window)
         decideBursts(now: windowStart, final: false)
         decisions += release()
-        let horizon = windowStart - 2 * configuration.rhythmSeconds.upperBound - configuration.maximumRhythmBurstSeconds
+        let horizon = windowStart - 2 * max(configuration.rhythmSeconds.upperBound, configuration.holdSeconds)
+            - configuration.maximumRhythmBurstSeconds
         let held = Set(pending.compactMap(\.burst))
         bursts.removeAll { $0.accepted != nil && $0.end < horizon && !held.contains($0.id) }
         return decisions
@@ -286,16 +298,43 @@ public struct SnoreDetector: Sendable {
     /// Accepts or rejects bursts whose fate is known. `now` is the start of the latest window: no burst that starts
     /// later can peak within the rhythm range of a burst that peaked more than `rhythm.upperBound` before it.
     private mutating func decideBursts(now: Double, final: Bool) {
-        let rhythm = configuration.rhythmSeconds
+        qualifyBursts(now: now, final: final)
+        // A snore needs `minimumSnores - 1` other snores within the hold time (gap between the bursts' spans);
+        // no burst that starts after `now` can be within the hold of a burst that ended more than that before.
+        let others = max(0, configuration.minimumSnores - 1)
+        let hold = configuration.holdSeconds + Self.epsilon
         for index in bursts.indices where bursts[index].accepted == nil {
             let burst = bursts[index]
-            if burst.peakEvidence >= configuration.strongThreshold {
+            guard let qualified = burst.qualified else { continue }
+            guard qualified else {
+                bursts[index].accepted = false
+                continue
+            }
+            let near = bursts.filter { other in
+                other.id != burst.id && other.qualified == true
+                    && max(other.start - burst.end, burst.start - other.end, 0) <= hold
+            }.count
+            if near >= others {
                 bursts[index].accepted = true
+            } else if final || (burst.closed && now > burst.end + hold) {
+                bursts[index].accepted = false
+            }
+        }
+    }
+
+    /// Decides which bursts are snores by their own evidence: strong ones at once, weak ones once their rhythm
+    /// neighbours are known.
+    private mutating func qualifyBursts(now: Double, final: Bool) {
+        let rhythm = configuration.rhythmSeconds
+        for index in bursts.indices where bursts[index].qualified == nil {
+            let burst = bursts[index]
+            if burst.peakEvidence >= configuration.strongThreshold {
+                bursts[index].qualified = true
                 continue
             }
             guard burst.closed else { continue }
             if burst.duration > configuration.maximumRhythmBurstSeconds + Self.epsilon {
-                bursts[index].accepted = false
+                bursts[index].qualified = false
                 continue
             }
             let hasNeighbour = bursts.contains { other in
@@ -307,9 +346,9 @@ public struct SnoreDetector: Sendable {
                 return distance >= rhythm.lowerBound - Self.epsilon && distance <= rhythm.upperBound + Self.epsilon
             }
             if hasNeighbour {
-                bursts[index].accepted = true
+                bursts[index].qualified = true
             } else if final || now > burst.peakTime + rhythm.upperBound + Self.epsilon {
-                bursts[index].accepted = false
+                bursts[index].qualified = false
             }
         }
     }

@@ -3,8 +3,8 @@ import Foundation
 /// Measures the snore detector on labelled clips (`earshot eval-snore`), two ways:
 ///
 /// - **Isolated clips**: each file analysed alone. A clip counts as flagged when any of its windows reaches the
-///   threshold: the "Snoring" class alone (the baseline the issue quotes), the snore evidence, and the detector's
-///   own decision (which, on a 1 s clip with no neighbours, is the evidence at the strong threshold).
+///   strong threshold: by the "Snoring" class alone (the baseline the issue quotes), and by the snore evidence.
+///   (The detector itself never calls one isolated sound snoring: it needs two snores within its hold time.)
 /// - **In a breathing sequence**: the clips of a set concatenated in name order, each followed by a pause of
 ///   `pauseSeconds` (seeded uniform draw) of quiet room noise (white noise at -60 dBFS RMS), so that a snore recurs
 ///   every 2-4 s as in sleep; the detector runs over the whole sequence. A clip counts as flagged when a positive
@@ -19,8 +19,6 @@ public enum SnoreEvaluation {
         public var snoringClassFlagged = 0
         /// Clips whose evidence reached `strongThreshold` in some window.
         public var evidenceFlagged = 0
-        /// Clips the detector flagged when analysed alone.
-        public var detectorFlagged = 0
         /// Clips the detector flagged inside the breathing sequence.
         public var sequenceFlagged = 0
         /// Detector events in the sequence.
@@ -54,7 +52,6 @@ public enum SnoreEvaluation {
             figures.clips += 1
             if result.windows.contains(where: { $0.snoring >= configuration.strongThreshold }) { figures.snoringClassFlagged += 1 }
             if result.windows.contains(where: { $0.evidence >= configuration.strongThreshold }) { figures.evidenceFlagged += 1 }
-            if !result.positiveWindowStarts.isEmpty { figures.detectorFlagged += 1 }
 
             let samples = try decodeMono16k(file)
             let start = Double(sequence.count) / rate
