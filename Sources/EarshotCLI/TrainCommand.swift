@@ -10,7 +10,7 @@ enum TrainCommand {
 
     static let help = """
     \(usage)
-                         [--hidden N] [--l2 X] [--epochs N] [--window S] [--overlap F]
+                         [--hidden N] [--l2 X] [--epochs N] [--window S] [--overlap F] [--gate-dbfs X]
 
     Trains a custom sound classifier on the built-in YAMNet's 1024-d embeddings. DATA_DIR holds one sub-folder of
     recordings per label (any audio format earshot reads; long files are cut into windows); a sub-folder named
@@ -27,6 +27,8 @@ enum TrainCommand {
                           has not improved for 20 epochs)
       --window S          window length in seconds, 0.96 to 10 (default 0.96)
       --overlap F         window overlap, 0 <= F < 1 (default 0.5: a 0.48 s hop)
+      --gate-dbfs X       leave out windows quieter than X dBFS, -120 to 0 (default: keep every window; -50 is
+                          the daemon's level gate, which never classifies quieter windows)
     Progress goes to standard error; the report (per-label precision, recall, F1, the confusion matrix and the
     accuracy) to standard output.
     """
@@ -75,7 +77,7 @@ enum TrainCommand {
         var options = Options()
         var scanner = OptionScanner(command: "train", arguments: arguments)
         let flags = ["--output", "--classifier", "--validation", "--seed", "--folds", "--hidden", "--l2", "--epochs",
-                     "--window", "--overlap"]
+                     "--window", "--overlap", "--gate-dbfs"]
         while let item = scanner.next() {
             switch item {
             case .positional(let folder):
@@ -110,6 +112,8 @@ enum TrainCommand {
                 case "--overlap":
                     let overlap: Double = try scanner.number(of: flag, inline, in: 0.0...0.99, allowed: "a fraction, 0 <= F < 1")
                     options.configuration.overlapFactor = overlap
+                case "--gate-dbfs":
+                    options.configuration.minimumLevelDBFS = try scanner.number(of: flag, inline, in: -120.0...0, allowed: "dBFS, -120 to 0")
                 default:
                     throw scanner.unknown(flag, allowed: flags)
                 }

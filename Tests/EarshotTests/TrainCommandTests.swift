@@ -23,7 +23,7 @@ struct TrainCommandTests {
             (["train", "data", "-o", "x", "--folds", "1"], 64, "earshot: --folds \"1\" is out of range (allowed: 2 to 50)"),
             (["train", "data", "-o", "x", "--validation=0.95"], 64, "earshot: --validation \"0.95\" is out of range (allowed: 0 to 0.9)"),
             (["train", "data", "-o", "x", "--seed"], 64, "earshot: --seed needs a value (an integer >= 0)"),
-            (["train", "data", "-o", "x", "--bogus"], 64, "earshot: unknown option \"--bogus\" for train (allowed: --output, --classifier, --validation, --seed, --folds, --hidden, --l2, --epochs, --window, --overlap)"),
+            (["train", "data", "-o", "x", "--bogus"], 64, "earshot: unknown option \"--bogus\" for train (allowed: --output, --classifier, --validation, --seed, --folds, --hidden, --l2, --epochs, --window, --overlap, --gate-dbfs)"),
             (["train", "missing", "--output", "x.earshot"], 66, "earshot: cannot read training folder missing: No such file or directory"),
             (["enroll", "--output", "x"], 64, "earshot: enroll needs --label NAME (\(enrollUsage))"),
             (["enroll", "--label", "bell"], 64, "earshot: enroll needs --output FILE for the model (\(enrollUsage))"),

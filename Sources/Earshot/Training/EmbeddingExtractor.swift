@@ -59,7 +59,9 @@ public final class EmbeddingExtractor: Sendable {
     }
 
     /// Embeddings `[windows, 1024]` of the training windows of `samples16k` (mono, 16 kHz, full scale ±1).
-    func embeddings(of samples16k: [Float], scorer: WindowScorer) -> [Float] {
+    /// With `minimumLevelDBFS`, windows whose RMS level is below it are left out (the daemon's level gate never
+    /// classifies them either).
+    func embeddings(of samples16k: [Float], scorer: WindowScorer, minimumLevelDBFS: Float? = nil) -> [Float] {
         let starts = Self.windowStarts(sampleCount: samples16k.count, geometry: geometry)
         let length = geometry.windowSamples
         var padded = samples16k
@@ -69,7 +71,9 @@ public final class EmbeddingExtractor: Sendable {
         result.reserveCapacity(starts.count * YAMNet.embeddingSize)
         padded.withUnsafeBufferPointer { samples in
             for start in starts {
-                result += scorer.score(window: UnsafeBufferPointer(rebasing: samples[start..<(start + length)])).embedding
+                let window = UnsafeBufferPointer(rebasing: samples[start..<(start + length)])
+                if let minimumLevelDBFS, ClassificationResult.level(of: window) < minimumLevelDBFS { continue }
+                result += scorer.score(window: window).embedding
             }
         }
         return result
@@ -84,16 +88,18 @@ public final class EmbeddingExtractor: Sendable {
     }
 
     /// Decodes each file (mono, resampled to 16 kHz) and computes its windows' embeddings, on `threads` cores.
-    /// - Parameter progress: called after each file with (files done, files in all), from a worker thread.
+    /// - Parameters:
+    ///   - minimumLevelDBFS: leave out windows whose RMS level is below this (nil: keep every window).
+    ///   - progress: called after each file with (files done, files in all), from a worker thread.
     /// - Returns: per file, `[windows, 1024]` embeddings, or the decoding error (`.noInput`, `.data`).
     public func embeddings(
-        ofFiles urls: [URL], threads: Int = ProcessInfo.processInfo.activeProcessorCount,
+        ofFiles urls: [URL], threads: Int = ProcessInfo.processInfo.activeProcessorCount, minimumLevelDBFS: Float? = nil,
         progress: (@Sendable (Int, Int) -> Void)? = nil
     ) -> [Result<[Float], EarshotError>] {
         concurrentMap(count: urls.count, threads: threads, progress: progress) { index, scorer in
             do throws(EarshotError) {
                 let samples = try decodeMono16k(urls[index])
-                return .success(self.embeddings(of: samples, scorer: scorer))
+                return .success(self.embeddings(of: samples, scorer: scorer, minimumLevelDBFS: minimumLevelDBFS))
             } catch {
                 return .failure(error)
             }
