@@ -5,11 +5,12 @@ import Foundation
 /// detector on folders of labelled clips (e.g. ../shared/audio/snoring-khan/1 and /0) and prints detection and
 /// false rates, alone and in breathing sequences (see `SnoreEvaluation`).
 enum EvalSnoreCommand {
-    static let usage = "usage: earshot eval-snore SNORING_DIR NON_SNORING_DIR [--threshold X] [--rhythm-threshold Y]"
+    static let usage = "usage: earshot eval-snore SNORING_DIR NON_SNORING_DIR [--model HEAD] [--threshold X] [--rhythm-threshold Y]"
 
     static func run(_ arguments: [String]) -> Int32 {
         var directories: [String] = []
         var configuration = SnoreDetector.Configuration()
+        var head: SnoreDetector.HeadEvidence?
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
@@ -23,6 +24,14 @@ enum EvalSnoreCommand {
                     return fail("\(argument) needs a number from 0 to 1 (\(usage))", 64)
                 }
                 if argument == "--threshold" { configuration.strongThreshold = number } else { configuration.weakThreshold = number }
+            case "--model":
+                index += 1
+                guard index < arguments.count else { return fail("--model needs a head model file (\(usage))", 64) }
+                do {
+                    head = try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: arguments[index])))
+                } catch {
+                    return fail(error.message, error.exitStatus)
+                }
             default:
                 guard !argument.hasPrefix("--") else { return fail("unknown option \"\(argument)\" (\(usage))", 64) }
                 directories.append(argument)
@@ -40,7 +49,7 @@ enum EvalSnoreCommand {
             let scratch = NSTemporaryDirectory() + "earshot-eval-snore-\(getpid()).wav"
             do {
                 figures.append(try SnoreEvaluation.measure(
-                    files: files, configuration: configuration, sequencePath: scratch,
+                    files: files, configuration: configuration, head: head, sequencePath: scratch,
                     progress: { done, total in
                         if isatty(STDERR_FILENO) == 1 {
                             FileHandle.standardError.write(Data("\r\(directory): \(done)/\(total) clips\u{1B}[K".utf8))

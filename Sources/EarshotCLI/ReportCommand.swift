@@ -7,7 +7,7 @@ import Foundation
 /// Exit status: 0, 64 usage, 65 bad audio, 66 missing file, 73 an output cannot be written.
 enum ReportCommand {
     static let usage =
-        "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
+        "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
     static let help = """
         \(usage)
 
@@ -15,6 +15,8 @@ enum ReportCommand {
         apart merge), events per hour, loudness per episode and the loudest moments, with a timeline in 5-minute bins.
           --json OUT           write the report as JSON to OUT (- for standard output instead of the summary)
           --svg OUT            write the timeline chart as SVG to OUT
+          --model HEAD         a snore model made with earshot train (folders snoring and background): its
+                               snoring probability adds to the evidence
           --threshold X        snore evidence that counts on its own, 0 to 1 (default 0.3)
           --rhythm-threshold Y lower evidence that counts when snores recur every 2-6 s (default 0.1)
           --progress, --quiet  force or hide the progress bar (default: shown when stderr is a terminal)
@@ -25,6 +27,7 @@ enum ReportCommand {
         var jsonPath: String?
         var svgPath: String?
         var configuration = SnoreDetector.Configuration()
+        var modelPath: String?
         var showProgress = isatty(STDERR_FILENO) == 1
         var index = 0
         func value(_ name: String) -> String? {
@@ -46,6 +49,9 @@ enum ReportCommand {
             case "--svg":
                 guard let path = value(argument) else { return usageError("--svg needs an output path") }
                 svgPath = path
+            case "--model":
+                guard let path = value(argument) else { return usageError("--model needs a head model file") }
+                modelPath = path
             case "--threshold", "--rhythm-threshold":
                 guard let text = value(argument), let number = Float(text), number >= 0, number <= 1 else {
                     return usageError("\(argument) needs a number from 0 to 1")
@@ -70,8 +76,11 @@ enum ReportCommand {
         let bar = ProgressBar(enabled: showProgress)
         let result: SnoreFileAnalysis.Result
         do {
+            let head = try modelPath.map { path throws(EarshotError) in
+                try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: path)))
+            }
             result = try SnoreFileAnalysis.analyze(
-                url: URL(fileURLWithPath: file), configuration: configuration,
+                url: URL(fileURLWithPath: file), configuration: configuration, head: head,
                 progress: { done, total in bar.update(done: done, total: total) })
         } catch {
             bar.finish()

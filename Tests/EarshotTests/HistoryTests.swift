@@ -255,7 +255,7 @@ struct HistoryTests {
     @Test("[history] and [sleep] settings are read and checked; the unit gives the database its state directory")
     func configuration() throws {
         let configuration = try DaemonConfiguration.parse(
-            "[history]\nenabled = no\npath = /srv/e.sqlite3\nretention_days = 7\n[sleep]\nschedule = 22:30-07:00\nreport_dir = /srv/sleep\nthreshold = 0.4\nrhythm_threshold = 0.2\n",
+            "[history]\nenabled = no\npath = /srv/e.sqlite3\nretention_days = 7\n[sleep]\nschedule = 22:30-07:00\nreport_dir = /srv/sleep\nthreshold = 0.4\nrhythm_threshold = 0.2\nmodel = /srv/snoring.earshot\n",
             source: "t.conf")
         var expected = DaemonConfiguration()
         expected.history.enabled = false
@@ -265,6 +265,7 @@ struct HistoryTests {
         expected.sleep.reportDirectory = "/srv/sleep"
         expected.sleep.threshold = 0.4
         expected.sleep.rhythmThreshold = 0.2
+        expected.sleep.modelPath = "/srv/snoring.earshot"
         #expect(configuration == expected)
 
         let bad: [(String, String)] = [

@@ -232,6 +232,29 @@ struct SnoreTests {
         }
     }
 
+    @Test("a custom head adds its snoring probability less 0.6 to the evidence; a head without that label is refused")
+    func headEvidence() throws {
+        let labels = ClassMapFixture.labels
+        let head = HeadFixtures.head(labels: ["background", "snoring"])
+        let detector = try SnoreDetector(classLabels: labels, head: try SnoreDetector.HeadEvidence(head: head))
+        let silence = [Float](repeating: 0, count: labels.count)
+        var snoringScores = silence
+        snoringScores[try #require(labels.firstIndex(of: "Snoring"))] = 0.35
+        for seed in UInt64(1)...20 {
+            let embedding = HeadFixtures.embeddings(rows: 1, columns: 8, seed: seed)
+            let p = head.probabilities(embedding: embedding)[1]
+            #expect(detector.evidence(scores: silence, embedding: embedding) == min(1, max(0, p - 0.6)))
+            #expect(detector.evidence(scores: snoringScores, embedding: embedding) == max(0.35, min(1, max(0, p - 0.6))))
+        }
+        // A gated window has no embedding: the built-in evidence alone.
+        #expect(detector.evidence(scores: snoringScores, embedding: []) == 0.35)
+        #expect(throws: EarshotError(
+            .config,
+            "head model (in memory) has no label \"snoring\" (its labels: background, doorbell); train it from a folder with a snoring sub-folder")) {
+            _ = try SnoreDetector.HeadEvidence(head: HeadFixtures.head())
+        }
+    }
+
     @Test("a sleep session reports its snoring in session time")
     func session() throws {
         let labels = ClassMapFixture.labels

@@ -28,6 +28,10 @@ extension DaemonConfiguration {
         /// Lower snore evidence that counts when snores recur in a breathing rhythm (every 2-6 s). Key
         /// `rhythm_threshold`, default 0.1, allowed 0...1 and at most `threshold`.
         public var rhythmThreshold: Float = SnoreDetector.Configuration().weakThreshold
+        /// A custom head (`earshot train` on folders `snoring` and `background`) whose snoring probability adds to
+        /// the evidence. Key `model`, default none. Read at start and on reload; one that fails to load is reported
+        /// and sessions use the built-in scores.
+        public var modelPath: String? = nil
 
         public init() {}
 
@@ -42,7 +46,7 @@ extension DaemonConfiguration {
 
     /// The keys of `[history]` and `[sleep]`, in the order `config/earshotd.conf` documents them.
     static let historyKeys = ["enabled", "path", "retention_days"]
-    static let sleepKeys = ["schedule", "report_dir", "threshold", "rhythm_threshold"]
+    static let sleepKeys = ["schedule", "report_dir", "threshold", "rhythm_threshold", "model"]
 
     /// Sets one `[history]` or `[sleep]` key; returns what is allowed ("must be ...") when `value` is bad.
     mutating func setHomeKey(section: String, key: String, value: String) -> String? {
@@ -72,6 +76,8 @@ extension DaemonConfiguration {
         case ("sleep", "threshold"):
             guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement }
             sleep.threshold = threshold
+        case ("sleep", "model"):
+            sleep.modelPath = value.isEmpty ? nil : value
         case ("sleep", "rhythm_threshold"):
             guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement }
             sleep.rhythmThreshold = threshold

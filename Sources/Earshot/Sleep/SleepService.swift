@@ -34,6 +34,8 @@ public final class SleepService: @unchecked Sendable {
     private let log: @Sendable (String, Int) -> Void
     private let timeZone: TimeZone
     private var session: SleepSession?
+    /// The `[sleep] model` head, loaded at init and reload (nil: none, or it failed to load and the log says why).
+    private var head: SnoreDetector.HeadEvidence?
     private var startedBySchedule = false
     /// Set when a scheduled window's session was stopped by hand: no restart until the window closes.
     private var scheduleSkipped = false
@@ -61,6 +63,20 @@ public final class SleepService: @unchecked Sendable {
         self.publish = publish
         self.publishReport = publishReport
         self.log = log
+        head = Self.loadHead(settings.modelPath, log: log)
+    }
+
+    /// Reads `[sleep] model`; a failure is logged and sessions run on the built-in scores.
+    static func loadHead(_ path: String?, log: (String, Int) -> Void) -> SnoreDetector.HeadEvidence? {
+        guard let path else { return nil }
+        do throws(EarshotError) {
+            let evidence = try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: path)))
+            log("sleep sessions add the snoring probability of \(path) to the snore evidence", 6)
+            return evidence
+        } catch {
+            log("\(error.message); sleep sessions use the built-in classifier's scores only", 3)
+            return nil
+        }
     }
 
     deinit {
@@ -86,7 +102,7 @@ public final class SleepService: @unchecked Sendable {
         guard var running = session else { return }
         let events = running.observe(
             windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-            levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores)
+            levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores, embedding: result.embedding)
         session = running
         for event in events { publish(event) }
     }
@@ -113,6 +129,7 @@ public final class SleepService: @unchecked Sendable {
 
     /// Applies a reloaded `[sleep]` (analysis queue): the schedule at once, thresholds from the next session.
     public func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
+        if fresh.modelPath != settings.modelPath { head = Self.loadHead(fresh.modelPath, log: log) }
         settings = fresh
     }
 
@@ -135,7 +152,8 @@ public final class SleepService: @unchecked Sendable {
             return ["type": "sleep", "state": "already_running", "start": .string(EventJSON.timestamp(session.startDate))]
         }
         do {
-            session = try SleepSession(startDate: date, classLabels: classLabels, configuration: settings.detectorConfiguration)
+            session = try SleepSession(
+                startDate: date, classLabels: classLabels, configuration: settings.detectorConfiguration, head: head)
         } catch {
             return ["type": "error", "message": .string(error.message)]
         }

@@ -19,20 +19,25 @@ public struct SleepSession: Sendable {
     private var streamStart: Double?
     private var streamEnd: Double?
 
+    /// - Parameter head: a custom head adding to the snore evidence (see ``SnoreDetector``), or nil.
     /// - Throws: `EarshotError(.config)` when `classLabels` lacks "Snoring" (see ``SnoreDetector``).
-    public init(startDate: Date, classLabels: [String], configuration: SnoreDetector.Configuration) throws(EarshotError) {
+    public init(
+        startDate: Date, classLabels: [String], configuration: SnoreDetector.Configuration,
+        head: SnoreDetector.HeadEvidence? = nil
+    ) throws(EarshotError) {
         self.startDate = startDate
-        detector = try SnoreDetector(classLabels: classLabels, configuration: configuration)
+        detector = try SnoreDetector(classLabels: classLabels, configuration: configuration, head: head)
     }
 
     /// Feeds one window; returns the snoring events to publish (group "snoring"), in order.
     public mutating func observe(
-        windowStart: Double, windowDuration: Double, levelDBFS: Float, scores: [Float]?
+        windowStart: Double, windowDuration: Double, levelDBFS: Float, scores: [Float]?, embedding: [Float] = []
     ) -> [DetectionEvent] {
         if streamStart == nil { streamStart = windowStart }
         streamEnd = max(streamEnd ?? windowStart, windowStart + windowDuration)
         let decisions = detector.process(
-            windowStart: windowStart, windowDuration: windowDuration, levelDBFS: levelDBFS, scores: scores)
+            windowStart: windowStart, windowDuration: windowDuration, levelDBFS: levelDBFS, scores: scores,
+            embedding: embedding)
         return take(decisions)
     }
 

@@ -39,7 +39,7 @@ public enum SnoreEvaluation {
     /// - Throws: ``EarshotError`` when a clip cannot be decoded or the sequence cannot be written.
     public static func measure(
         files: [URL], configuration: SnoreDetector.Configuration = SnoreDetector.Configuration(),
-        pauseSeconds: ClosedRange<Double> = 1...3, seed: UInt64 = 1, sequencePath: String,
+        head: SnoreDetector.HeadEvidence? = nil, pauseSeconds: ClosedRange<Double> = 1...3, seed: UInt64 = 1, sequencePath: String,
         progress: ((Int, Int) -> Void)? = nil
     ) throws(EarshotError) -> Figures {
         var figures = Figures()
@@ -48,7 +48,7 @@ public enum SnoreEvaluation {
         var random = EvaluationRandom(seed: seed)
         let rate = Double(YAMNet.sampleRate)
         for (index, file) in files.enumerated() {
-            let result = try SnoreFileAnalysis.analyze(url: file, configuration: configuration, maximumThreads: 1)
+            let result = try SnoreFileAnalysis.analyze(url: file, configuration: configuration, head: head, maximumThreads: 1)
             figures.clips += 1
             if result.windows.contains(where: { $0.snoring >= configuration.strongThreshold }) { figures.snoringClassFlagged += 1 }
             if result.windows.contains(where: { $0.evidence >= configuration.strongThreshold }) { figures.evidenceFlagged += 1 }
@@ -66,7 +66,8 @@ public enum SnoreEvaluation {
         guard !sequence.isEmpty else { return figures }
         try FloatWAV.write(sequence, sampleRate: YAMNet.sampleRate, to: sequencePath)
         defer { unlink(sequencePath) }
-        let result = try SnoreFileAnalysis.analyze(url: URL(fileURLWithPath: sequencePath), configuration: configuration)
+        let result = try SnoreFileAnalysis.analyze(
+            url: URL(fileURLWithPath: sequencePath), configuration: configuration, head: head)
         let starts = result.positiveWindowStarts
         let window = 0.96, needed = 0.48
         var cursor = 0

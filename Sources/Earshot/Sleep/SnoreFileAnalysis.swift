@@ -19,6 +19,7 @@ public enum SnoreFileAnalysis {
     ///
     /// - Parameters:
     ///   - configuration: the detector's thresholds and times.
+    ///   - head: a custom head whose snoring probability adds to the evidence (see ``SnoreDetector``).
     ///   - maximumThreads: cores used for inference (default: all).
     ///   - progress: called on the calling thread after each round of windows with the seconds analysed so far
     ///     and the file's length in seconds (nil when the container does not say).
@@ -26,7 +27,7 @@ public enum SnoreFileAnalysis {
     ///   decoding failure mid-file (`.data`/`.io`), or a model that cannot be loaded.
     public static func analyze(
         url: URL, configuration: SnoreDetector.Configuration = SnoreDetector.Configuration(),
-        maximumThreads: Int = ProcessInfo.processInfo.activeProcessorCount,
+        head: SnoreDetector.HeadEvidence? = nil, maximumThreads: Int = ProcessInfo.processInfo.activeProcessorCount,
         progress: ((_ seconds: Double, _ total: Double?) -> Void)? = nil
     ) throws(EarshotError) -> Result {
         let header = try AudioFileDecoder(url: url)
@@ -35,7 +36,7 @@ public enum SnoreFileAnalysis {
         let analyzer = try AudioFileAnalyzer(url: url)
         analyzer.maximumThreads = maximumThreads
         let request = try ClassifySoundRequest()
-        var detector = try SnoreDetector(classLabels: model.classLabels, configuration: configuration)
+        var detector = try SnoreDetector(classLabels: model.classLabels, configuration: configuration, head: head)
         detector.recordsPositiveWindows = true
         let observer = Observer(detector: detector, snoringIndex: model.classLabels.firstIndex(of: SnoreDetector.classLabel) ?? 0,
                                 total: total, progress: progress)
@@ -75,7 +76,7 @@ public enum SnoreFileAnalysis {
         func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult) {
             let start = result.timeRange.start
             lastWindowStart = start
-            let value = detector.evidence(scores: result.scores)
+            let value = detector.evidence(scores: result.scores, embedding: result.embedding)
             windows.append((start, snoringIndex < result.scores.count ? result.scores[snoringIndex] : 0, value))
             decisions += detector.process(
                 windowStart: start, windowDuration: result.timeRange.duration, levelDBFS: result.levelDBFS,

@@ -112,8 +112,8 @@ extension SnoreReport {
     /// Geometry of the SVG chart, in SVG user units (pixels).
     public struct ChartLayout: Sendable, Equatable {
         public var width = 960.0
-        public var height = 340.0
-        public var left = 56.0
+        public var height = 350.0
+        public var left = 72.0
         public var right = 16.0
         public var top = 56.0
         /// Height of the bar area.
@@ -199,8 +199,12 @@ extension SnoreReport {
             let width = max(1.5, x(episode.end) - x0)
             let tip = "\(timeText(episode.start, timeZone: timeZone))-\(timeText(episode.end, timeZone: timeZone)): \(JSONValue.format(episode.snoringSeconds / 60, decimals: 1)) min snoring, \(episode.snores) snores, \(JSONValue.format(Double(episode.levelDBFS), decimals: 1)) dBFS"
             out += "<rect class=\"episode\" x=\"\(n(x0))\" y=\"\(n(stripY))\" width=\"\(n(width))\" height=\"14\"><title>\(escape(tip))</title></rect>\n"
+            if width >= 44 {
+                // Loudness under the episodes wide enough to carry it.
+                out += "<text x=\"\(n(x0 + width / 2))\" y=\"\(n(stripY + 27))\" text-anchor=\"middle\" font-size=\"10\" fill=\"#555\">\(JSONValue.format(Double(episode.levelDBFS), decimals: 1)) dBFS</text>\n"
+            }
         }
-        let legendY = stripY + 40
+        let legendY = stripY + 50
         out += "<rect class=\"bar\" x=\"\(n(layout.left))\" y=\"\(n(legendY - 10))\" width=\"12\" height=\"12\"/><text x=\"\(n(layout.left + 18))\" y=\"\(n(legendY))\">share of each bin spent snoring</text>\n"
         out += "<rect class=\"episode\" x=\"\(n(layout.left + 230))\" y=\"\(n(legendY - 10))\" width=\"12\" height=\"12\"/><text x=\"\(n(layout.left + 248))\" y=\"\(n(legendY))\">episode</text>\n"
         out += "<circle class=\"loudest\" cx=\"\(n(layout.left + 326))\" cy=\"\(n(legendY - 4))\" r=\"4\"/><text x=\"\(n(layout.left + 336))\" y=\"\(n(legendY))\">loudest moments</text>\n"
