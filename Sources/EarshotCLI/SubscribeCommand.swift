@@ -2,16 +2,23 @@ import Earshot
 import Foundation
 
 /// `earshot subscribe [--socket PATH] [--group G]... [--format json|text]`: prints the daemon's events as they arrive.
+///
+/// Ends with status 0 after the daemon's `{"type":"shutdown"}` line (a clean stop); a connection that ends without
+/// it was dropped (earshotd crashed or was killed): one stderr line and status 69 (EX_UNAVAILABLE).
 enum SubscribeCommand {
     static let help = """
         usage: earshot subscribe [--socket PATH] [--group G]... [--format json|text]
 
-        Prints the daemon's events as they arrive, one line each, until the daemon closes the connection.
+        Prints the daemon's events as they arrive, one line each, until the daemon stops.
 
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
           --group G       only detections of label group G (repeat, or separate with commas); health lines
                           always come
           --format F      json: the daemon's JSON lines as they are (default); text: one readable line per event
+
+        Exit status: 0 when the daemon stopped cleanly (its last line is {"type":"shutdown"}); 69 when the
+        connection cannot be made or ends without that notice (earshotd crashed or was killed); 77 permission
+        denied; 64 bad usage.
         """
 
     struct Options {
@@ -41,11 +48,21 @@ enum SubscribeCommand {
             return error.exitStatus
         }
         var awaitingReply = !options.groups.isEmpty
+        var lastWasError = false
         do {
             if awaitingReply { try subscriber.subscribe(groups: options.groups) }
             while true {
-                guard case .line(let line) = try subscriber.readLine() else { return 0 }
+                guard case .line(let line) = try subscriber.readLine() else {
+                    // No shutdown notice: the daemon died (or refused us with the error line just printed).
+                    if !lastWasError { printError(droppedMessage(path: options.socket)) }
+                    return 69
+                }
                 let kind = lineType(line)
+                lastWasError = kind == "error"
+                if kind == "shutdown" {
+                    if let output = options.text ? EventTextFormat.format(line: line) : line { writeOut(output + "\n") }
+                    return 0
+                }
                 if kind == "subscribed" {
                     awaitingReply = false
                     continue
@@ -110,6 +127,11 @@ enum SubscribeCommand {
             index += 1
         }
         return .success(options)
+    }
+
+    /// The line for a connection that ended without the daemon's shutdown notice.
+    static func droppedMessage(path: String) -> String {
+        "connection to \(path) closed without a shutdown notice (did earshotd stop or crash? see systemctl status earshotd)"
     }
 
     /// The `"type"` of a line the daemon sent (its encoder writes `type` first).

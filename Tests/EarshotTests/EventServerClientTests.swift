@@ -104,7 +104,77 @@ struct EventServerClientTests {
         let client = try S.subscriber(path)
         #expect(try client.readLine(timeoutSeconds: 0.05) == .timedOut)
         server.stop()
+        #expect(try client.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"shutdown"}"#))
         #expect(try client.readLine(timeoutSeconds: S.timeout) == .endOfStream)
+    }
+
+    @Test("earshot subscribe exits 0 after the daemon's shutdown notice")
+    func subscribeEndsCleanlyOnShutdown() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        let run = Self.runInBackground(["subscribe", "--socket", path])
+        guard run.started else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(S.eventually { server.statistics.subscribers == 1 })
+        server.publish(HealthEvent(state: .captureLive, message: "capturing"), time: S.wallClock)
+        server.stop()
+        let outcome = try #require(run.wait())
+        #expect(outcome.status == 0)
+        #expect(outcome.errorLines.isEmpty)
+        #expect(outcome.outputLines.count == 2)
+        #expect(outcome.outputLines.first?.hasPrefix(#"{"type":"health","state":"capture_live""#) == true)
+        #expect(outcome.outputLines.last == #"{"type":"shutdown"}"#)
+    }
+
+    @Test("earshot subscribe: a connection that ends without the shutdown notice is one stderr line and status 69")
+    func subscribeReportsADroppedConnection() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        // A listener that sends one event and closes, as a daemon killed with SIGKILL would.
+        let address = try UnixSocketAddress(path: path)
+        let listener = SocketCall.makeStreamSocket(nonBlocking: false)
+        defer { SocketCall.close(listener) }
+        #expect(address.withSockaddr { bind(listener, $0, $1) } == 0)
+        #expect(listen(listener, 1) == 0)
+        let run = Self.runInBackground(["subscribe", "--socket", path, "--format", "text"])
+        guard run.started else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&poller, 1, Int32(S.timeout * 1000)) == 1)
+        let connection = accept(listener, nil, nil)
+        #expect(connection >= 0)
+        let line = Array(#"{"type":"dropped","count":2}"#.utf8) + [0x0A]
+        #expect(line.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == line.count)
+        SocketCall.close(connection)
+        let outcome = try #require(run.wait())
+        #expect(outcome.status == 69)
+        #expect(outcome.outputLines == ["(2 events dropped: this subscriber fell behind)"])
+        #expect(outcome.errorLines == ["earshot: connection to \(path) closed without a shutdown notice (did earshotd stop or crash? see systemctl status earshotd)"])
+    }
+
+    /// `earshot ARGUMENTS` running on another thread; `wait()` returns its outcome (nil when not built).
+    static func runInBackground(_ arguments: [String]) -> (started: Bool, wait: () -> EarshotCLI.Outcome?) {
+        guard EarshotCLI.executable != nil else { return (false, { nil }) }
+        let box = OutcomeBox()
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            box.outcome = try? EarshotCLI.run(arguments, in: FileManager.default.temporaryDirectory, timeout: 20)
+            done.signal()
+        }
+        return (true, {
+            _ = done.wait(timeout: .now() + 30)
+            return box.outcome
+        })
+    }
+
+    private final class OutcomeBox: @unchecked Sendable {
+        var outcome: EarshotCLI.Outcome?
     }
 
     @Test("The text form of each line kind")
@@ -124,6 +194,7 @@ struct EventServerClientTests {
             == "(12 events dropped: this subscriber fell behind)")
         #expect(EventTextFormat.format(line: #"{"type":"error","message":"bad"}"#, timeZone: utc) == "daemon error: bad")
         #expect(EventTextFormat.format(line: #"{"type":"subscribed","groups":"all"}"#, timeZone: utc) == nil)
+        #expect(EventTextFormat.format(line: #"{"type":"shutdown"}"#, timeZone: utc) == "earshotd stopped (shutdown notice)")
         #expect(EventTextFormat.format(line: "garbage", timeZone: utc) == "garbage")
         let berlin = try #require(TimeZone(identifier: "Europe/Berlin"))
         #expect(EventTextFormat.format(line: onset, timeZone: berlin)?.hasPrefix("2026-11-30 17:45:12  ") == true)

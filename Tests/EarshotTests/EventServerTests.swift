@@ -266,10 +266,35 @@ struct EventServerTests {
         let client = try S.subscriber(path)
         server.stop()
         #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(try client.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"shutdown"}"#))
         #expect(try client.readLine(timeoutSeconds: S.timeout) == .endOfStream)
         server.publish(S.onset("speech", "Speech", 0.9, 0))  // ignored after stop
         server.stop()
         #expect(server.statistics.subscribers == 0)
+    }
+
+    @Test("stop() sends {\"type\":\"shutdown\"} after the queued events as every client's last line")
+    func shutdownNoticeIsTheLastLine() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        let smoke = try S.subscriber(path, groups: ["smoke_alarm"])
+        let all = try S.subscriber(path)
+        // A client that shut down its sending side still gets the notice.
+        #expect(Glibc.shutdown(all.fd, Int32(SHUT_WR)) == 0)
+        server.publish(S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.9, 1.44), time: S.wallClock)
+        server.publish(S.onset("speech", "Speech", 0.8, 2), time: S.wallClock)
+        server.stop()
+        server.publish(S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.9, 9), time: S.wallClock)  // ignored
+
+        let smokeLines = try S.lines(smoke, 2)
+        #expect(smokeLines.first?.hasPrefix(#"{"type":"detection","group":"smoke_alarm""#) == true)
+        #expect(smokeLines.last == #"{"type":"shutdown"}"#)
+        #expect(try smoke.readLine(timeoutSeconds: S.timeout) == .endOfStream)
+        let allLines = try S.lines(all, 3)
+        #expect(allLines.map { $0.hasPrefix(#"{"type":"detection""#) } == [true, true, false])
+        #expect(allLines.last == #"{"type":"shutdown"}"#)
+        #expect(try all.readLine(timeoutSeconds: S.timeout) == .endOfStream)
     }
 
     @Test("A stale socket file is replaced; a live one is refused with an exact error")

@@ -9,7 +9,10 @@ import Foundation
 /// - `{"type":"health",...}` to every client, whatever its filter;
 /// - `{"type":"dropped","count":N}` once a client that fell behind has caught up: N lines were dropped for it;
 /// - replies to requests: `{"type":"subscribed","groups":[...]}` (or `"groups":"all"`), `{"type":"status",...}`,
-///   `{"type":"error","message":"..."}`.
+///   `{"type":"error","message":"..."}`;
+/// - `{"type":"shutdown"}` to every client, as its last line, when the server stops (``stop()``: the daemon exits
+///   or restarts). A connection that ends without it was dropped: the daemon crashed or was killed. (A client
+///   that stops reading may miss it: ``stop()`` waits at most ``shutdownGraceSeconds`` for queued lines.)
 ///
 /// Client to server, one JSON object per line:
 /// - `{"subscribe":["smoke_alarm","baby_cry"]}` sets the client's group filter (an empty list, or `"*"` in it, means
@@ -37,6 +40,10 @@ public final class EventServer: @unchecked Sendable {
 
     /// Where the daemon listens by default (systemd's `RuntimeDirectory=earshot`).
     public static let defaultPath = "/run/earshot/earshot.sock"
+
+    /// The most ``stop()`` waits, in seconds, for the clients' queued lines (ending with the shutdown notice) to be
+    /// sent before it closes the connections: 0.5 s, so that a stuck subscriber cannot hold up the daemon's exit.
+    public static let shutdownGraceSeconds = 0.5
 
     /// The server's settings.
     public struct Configuration: Sendable {
@@ -102,6 +109,8 @@ public final class EventServer: @unchecked Sendable {
     private var clients: [Int: Client] = [:]
     private var nextClientID = 1
     private var stopped = false
+    /// The shutdown notice is queued for every client: nothing is sent after it.
+    private var shutdownAnnounced = false
     private var stats = Statistics(subscribers: 0, subscribersAccepted: 0, eventsPublished: 0, droppedLines: 0)
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
     /// Extra `{"cmd":NAME}` commands and who answers them (`register(commands:handler:)`).
@@ -239,9 +248,20 @@ public final class EventServer: @unchecked Sendable {
         }
     }
 
-    /// Disconnects every client, stops listening and removes the socket file (only if it is still the one this
-    /// server created). Idempotent; waits for the server queue. Events published afterwards are ignored.
+    /// Sends every client `{"type":"shutdown"}` after its queued lines, waits up to ``shutdownGraceSeconds`` for
+    /// them to go out, then disconnects every client, stops listening and removes the socket file (only if it is
+    /// still the one this server created). Idempotent; waits for the server queue. Events published afterwards are
+    /// ignored.
     public func stop() {
+        var pending = onQueue { stopped ? false : announceShutdown() }
+        // The write sources run on the server queue, so wait outside it (from inside it there is no waiting).
+        if DispatchQueue.getSpecific(key: queueKey) != true {
+            let deadline = DispatchTime.now() + Self.shutdownGraceSeconds
+            while pending && DispatchTime.now() < deadline {
+                usleep(5_000)
+                pending = onQueue { clients.values.contains { !$0.isClosed && $0.queuedBytes > 0 } }
+            }
+        }
         onQueue { teardown() }
     }
 
@@ -254,6 +274,7 @@ public final class EventServer: @unchecked Sendable {
 
     private func teardown() {
         guard !stopped else { return }
+        _ = announceShutdown()  // without stop() (deinit): best effort, what the sockets take at once
         stopped = true
         var info = stat()
         if lstat(configuration.path, &info) == 0, UInt64(info.st_dev) == socketDevice, UInt64(info.st_ino) == socketInode {
@@ -324,12 +345,33 @@ public final class EventServer: @unchecked Sendable {
         }
     }
 
+    /// Queues `{"type":"shutdown"}` for every client, past the queue limit (it must be the last line; a pending
+    /// `dropped` notice goes first), and sends what the sockets take now. Returns whether some client still has
+    /// bytes queued. Only the first call does anything.
+    private func announceShutdown() -> Bool {
+        guard !shutdownAnnounced else { return false }
+        shutdownAnnounced = true
+        let notice: JSONObject = ["type": "shutdown"]
+        let line = Array((notice.encoded + "\n").utf8)
+        for client in clients.values where !client.isClosed {
+            if client.droppedPending > 0 {
+                let dropped: JSONObject = ["type": "dropped", "count": .int(client.droppedPending)]
+                client.droppedPending = 0
+                client.append(Array((dropped.encoded + "\n").utf8))
+            }
+            client.append(line)
+            if !client.waitingForWritable { flush(client) }
+        }
+        return clients.values.contains { !$0.isClosed && $0.queuedBytes > 0 }
+    }
+
     private func drop(_ client: Client) {
         client.close()
         clients[client.id] = nil
     }
 
     private func broadcast(_ object: JSONObject, group: String?) {
+        guard !shutdownAnnounced else { return }
         stats.eventsPublished += 1
         guard !clients.isEmpty else { return }
         let line = Array((object.encoded + "\n").utf8)
@@ -340,7 +382,7 @@ public final class EventServer: @unchecked Sendable {
     }
 
     private func enqueue(_ line: [UInt8], to client: Client) {
-        guard !client.isClosed else { return }
+        guard !client.isClosed, !shutdownAnnounced else { return }
         if client.queuedBytes + line.count > max(4096, configuration.clientQueueLimitBytes) {
             client.droppedPending += 1
             client.droppedTotal += 1

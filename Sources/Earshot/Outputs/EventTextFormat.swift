@@ -39,6 +39,8 @@ public enum EventTextFormat {
             return "(\(count) event\(count == 1 ? "" : "s") dropped: this subscriber fell behind)"
         case "error":
             return "daemon error: \(object["message"] as? String ?? line)"
+        case "shutdown":
+            return "earshotd stopped (shutdown notice)"
         case "subscribed":
             return nil
         default:
