@@ -119,6 +119,7 @@ struct ConfigFileTests {
             socket = /tmp/e.sock
             socket_mode = 0600
             client_queue_kib = 64
+            max_clients = 8
             journal = off
             [daemon]
             watchdog = no
@@ -136,6 +137,7 @@ struct ConfigFileTests {
         expected.output.socketPath = "/tmp/e.sock"
         expected.output.socketMode = 0o600
         expected.output.clientQueueKiB = 64
+        expected.output.maxClients = 8
         expected.output.journal = false
         expected.daemon.watchdog = false
         #expect(configuration == expected)
@@ -171,6 +173,10 @@ struct ConfigFileTests {
               message: "test.conf:2: [output] socket_mode = 1777: must be an octal mode from 0000 to 0777, e.g. 0660"),
         .init(text: "[output]\nclient_queue_kib = 8",
               message: "test.conf:2: [output] client_queue_kib = 8: must be a whole number in [16, 65536] KiB"),
+        .init(text: "[output]\nmax_clients = 0",
+              message: "test.conf:2: [output] max_clients = 0: must be a whole number in [1, 4096]"),
+        .init(text: "[output]\nmax_clients = 4097",
+              message: "test.conf:2: [output] max_clients = 4097: must be a whole number in [1, 4096]"),
         .init(text: "[output]\njournal = maybe",
               message: "test.conf:2: [output] journal = maybe: must be true or false (or yes/no, on/off, 1/0)"),
         .init(text: "[output]\nsocket = /run/" + String(repeating: "x", count: 103),
@@ -200,7 +206,7 @@ struct ConfigFileTests {
         .init(text: "[analysis]\nwindw = 1",
               message: "test.conf:2: [analysis] windw: unknown key (did you mean window? keys: window, overlap, gate_dbfs, silence_minutes)"),
         .init(text: "[output]\ncolour = red",
-              message: "test.conf:2: [output] colour: unknown key (keys: socket, socket_mode, client_queue_kib, journal)"),
+              message: "test.conf:2: [output] colour: unknown key (keys: socket, socket_mode, client_queue_kib, max_clients, journal)"),
         .init(text: "[analysys]\nwindow = 1",
               message: "test.conf:2: [analysys]: unknown section (did you mean [analysis]? sections: capture, analysis, models, detection, output, daemon, history, sleep, group.NAME)"),
         .init(text: "[groups.kettle]\nthreshold = 1",

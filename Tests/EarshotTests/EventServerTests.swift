@@ -253,6 +253,31 @@ struct EventServerTests {
         #expect(try S.lines(first, 1).first?.hasPrefix(#"{"type":"status""#) == true)
     }
 
+    @Test("Closed connections free their slot at once: after 300 quick connect/close cycles a subscriber gets in")
+    func closedClientsFreeTheirSlots() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path, maxClients: 4)
+        defer { server.stop() }
+        let address = try UnixSocketAddress(path: path)
+        for _ in 0..<300 {
+            let fd = SocketCall.makeStreamSocket(nonBlocking: false)
+            #expect(SocketCall.connect(fd, to: address) == 0)
+            SocketCall.close(fd)
+        }
+        // Clients that shut down their sending side (as `nc -U` does at the end of its input), then close: once the
+        // server has seen the half-close it no longer reads from them, so only the hang-up check frees their slots.
+        for _ in 0..<4 {
+            let client = try S.subscriber(path)
+            #expect(Glibc.shutdown(client.fd, Int32(SHUT_WR)) == 0)
+        }
+        // Every slot is free again: this subscriber is accepted (S.subscriber throws on "too many subscribers").
+        let subscriber = try S.subscriber(path)
+        try subscriber.send(line: #"{"status":true}"#)
+        #expect(try S.lines(subscriber, 1).first?.contains(#""subscribers":1,"#) == true)
+        #expect(server.statistics.subscribers == 1)
+    }
+
     @Test("The socket file has mode 0660 and stop() removes it and disconnects clients")
     func socketFileModeAndStop() throws {
         let directory = try TemporarySocketDirectory()

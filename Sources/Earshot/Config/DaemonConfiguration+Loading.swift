@@ -7,7 +7,7 @@ extension DaemonConfiguration {
         "analysis": ["window", "overlap", "gate_dbfs", "silence_minutes"],
         "models": ["files"],
         "detection": ["watch"],
-        "output": ["socket", "socket_mode", "client_queue_kib", "journal"],
+        "output": ["socket", "socket_mode", "client_queue_kib", "max_clients", "journal"],
         "daemon": ["watchdog"],
         "history": historyKeys,
         "sleep": sleepKeys,
@@ -239,6 +239,8 @@ struct ConfigurationParser {
             configuration.output.socketMode = try value(SettingRules.socketMode, entry)
         case ("output", "client_queue_kib"):
             configuration.output.clientQueueKiB = try value(SettingRules.clientQueueKiB, entry)
+        case ("output", "max_clients"):
+            configuration.output.maxClients = try value(SettingRules.maxClients, entry)
         case ("output", "journal"):
             configuration.output.journal = try value(SettingRules.flag, entry)
         case ("models", "files"):

@@ -113,6 +113,10 @@ public struct DaemonConfiguration: Sendable, Equatable {
         /// Bound of each subscriber's queue of unsent event lines in KiB; a client that falls this far behind loses
         /// lines (counted) instead of slowing the analysis. Key `client_queue_kib`, default 256, allowed 16...65536.
         public var clientQueueKiB: Int = 256
+        /// The most subscribers connected at once; one more gets an error line (`too many subscribers`) and is
+        /// disconnected. Key `max_clients`, default 64, allowed 1...4096 (each costs a descriptor and up to
+        /// ``clientQueueKiB`` of memory).
+        public var maxClients: Int = 64
         /// Whether each detection is also written to the systemd journal (structured fields `EARSHOT_*`); when false,
         /// or when there is no journal, the same line goes to standard error. Key `journal`, default true.
         public var journal: Bool = true

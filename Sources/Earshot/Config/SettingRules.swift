@@ -71,6 +71,7 @@ enum SettingRules {
         },
         isValid: { $0 <= 0o777 })
     static let clientQueueKiB = wholeNumber(in: 16...65_536, unit: "KiB")
+    static let maxClients = wholeNumber(in: 1...4_096)
 
     // booleans
     static let flag = SettingRule<Bool>(

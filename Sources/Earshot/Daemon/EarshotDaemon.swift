@@ -84,6 +84,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
+                maxClients: output.maxClients,
                 knownGroups: groups.map(\.name)),
             status: { [unowned self] in statusObject() })
         noteSettings(configuration)

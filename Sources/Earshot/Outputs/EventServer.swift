@@ -59,7 +59,9 @@ public final class EventServer: @unchecked Sendable {
         public var clientQueueLimitBytes: Int
         /// The longest request line a client may send (64 KiB); a longer one gets an error reply and is ignored.
         public var maxRequestLineBytes: Int
-        /// The most clients connected at once; a client beyond it gets an error line and is disconnected.
+        /// The most clients connected at once (default 64; the daemon's `[output] max_clients`); a client beyond it
+        /// gets an error line and is disconnected. Clients that have hung up are released before a newcomer is
+        /// refused, so short-lived connections do not keep slots busy.
         public var maxClients: Int
         /// The group names a client may subscribe to (the watch list), or nil to accept any name.
         public var knownGroups: [String]?
@@ -242,6 +244,7 @@ public final class EventServer: @unchecked Sendable {
     /// The counters now. Waits for the server queue.
     public var statistics: Statistics {
         onQueue { () -> Statistics in
+            dropHungUpClients()
             var current = stats
             current.subscribers = clients.count
             return current
@@ -319,6 +322,9 @@ public final class EventServer: @unchecked Sendable {
                 SocketCall.close(fd)
                 continue
             }
+            // Slots held by clients that have hung up (whose close the read handler has not seen yet, or that shut
+            // down their sending side first and are no longer read) are freed before anyone is refused.
+            if clients.count >= configuration.maxClients { dropHungUpClients() }
             if clients.count >= configuration.maxClients {
                 let notice: JSONObject = [
                     "type": "error",
@@ -363,6 +369,20 @@ public final class EventServer: @unchecked Sendable {
             if !client.waitingForWritable { flush(client) }
         }
         return clients.values.contains { !$0.isClosed && $0.queuedBytes > 0 }
+    }
+
+    /// Drops every client whose peer has closed the connection (`POLLHUP`: both directions shut) but whose close
+    /// was not handled yet: a client that shut down its sending side and then closed (its read source is gone, so
+    /// only a failed write would notice), or, in a burst of connections, one whose read event has not run yet.
+    /// One `poll(2)` over the clients, without waiting. The corresponding C function is `poll`.
+    private func dropHungUpClients() {
+        let open = clients.values.filter { !$0.isClosed }
+        guard !open.isEmpty else { return }
+        var entries = open.map { pollfd(fd: $0.fd, events: 0, revents: 0) }
+        guard poll(&entries, nfds_t(entries.count), 0) > 0 else { return }  // 0: none; -1 (EINTR...): next time
+        for (client, entry) in zip(open, entries) where entry.revents & Int16(POLLHUP | POLLNVAL) != 0 {
+            drop(client)
+        }
     }
 
     private func drop(_ client: Client) {
@@ -511,6 +531,7 @@ public final class EventServer: @unchecked Sendable {
         case .command(let name):
             if let commandHandler { reply(commandHandler(name), to: client) }
         case .status:
+            dropHungUpClients()
             var object: JSONObject = ["type": "status"]
             for entry in statusProvider().entries where entry.key != "type" { object[entry.key] = entry.value }
             object["subscribers"] = .int(clients.count)
