@@ -92,6 +92,21 @@ struct HeadTrainingTests {
         #expect(first.filesPerLabel == [60, 60])
     }
 
+    @Test("more folds than recordings is a usage error; a fold may hold no file of a label")
+    func tooManyFolds() throws {
+        var configuration = Self.configuration(validation: 0.2)
+        configuration.folds = 7
+        let files = Self.gaussianFiles(perClass: 3, columns: 16, distance: 8, seed: 4)
+        let error = AudioTestFiles.error { () throws(EarshotError) in
+            _ = try HeadTraining.train(perFile: files, labels: ["a", "b"], backbone: Self.backbone16, configuration: configuration, method: "train")
+        }
+        #expect(error?.message == "--folds 7 needs at least 7 recordings, there are 6 (use fewer folds)")
+        configuration.folds = 6
+        let report = try HeadTraining.train(perFile: files, labels: ["a", "b"], backbone: Self.backbone16,
+                                            configuration: configuration, method: "train")
+        #expect(report.head.metadata.metrics.crossValidation?.windowCount == 6)
+    }
+
     @Test("file splits are stratified, disjoint and reproducible")
     func splits() {
         let labels = Array(repeating: 0, count: 10) + Array(repeating: 1, count: 5) + [2]
@@ -138,6 +153,9 @@ struct HeadTrainingTests {
         #expect(folders.labels == ["background", "tone"])
         #expect(folders.files.map(\.url.lastPathComponent) == ["a.wav", "b.wav"])
         #expect(folders.files.map(\.label) == [0, 1])
+        // A link back to the label folder itself is followed once, not forever.
+        try FileManager.default.createSymbolicLink(atPath: directory.appendingPathComponent("tone/loop").path, withDestinationPath: "\(d)/tone")
+        #expect(try LabelledFolders.scan(directory).files.count == 2)
         try FileManager.default.createDirectory(at: directory.appendingPathComponent("door:bell"), withIntermediateDirectories: false)
         #expect(scan() == "label folder \(d)/door:bell: \"door:bell\" cannot be a label: ':' and '|' separate model and class names in the daemon's configuration (rename the folder)")
     }

@@ -186,6 +186,7 @@ struct HeadTrainer {
     }
 
     static func standardized(_ data: FeatureMatrix, _ parameters: HeadParameters) -> [Float] {
+        guard data.rows > 0 else { return [] }
         var result = [Float](repeating: 0, count: data.values.count)
         data.values.withUnsafeBufferPointer { input in
             result.withUnsafeMutableBufferPointer { output in
@@ -197,6 +198,7 @@ struct HeadTrainer {
 
     /// Class-weighted mean cross-entropy and accuracy of `parameters` on standardised rows.
     static func evaluate(_ parameters: HeadParameters, x: [Float], labels: [Int], classWeights: [Float]) -> (loss: Double, accuracy: Double) {
+        guard !labels.isEmpty else { return (0, 0) }
         let probabilities = x.withUnsafeBufferPointer { parameters.probabilities(standardized: $0.baseAddress!, rows: labels.count) }
         var loss = 0.0, weightSum = 0.0, correct = 0
         let classes = parameters.classCount

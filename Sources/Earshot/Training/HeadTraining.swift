@@ -135,6 +135,9 @@ public enum HeadTraining {
         for (index, file) in perFile.enumerated() { all.append(file.embeddings, label: file.label, file: index) }
         let fileLabels = perFile.map(\.label)
         let options = configuration.options
+        if let folds = configuration.folds, folds > perFile.count {
+            throw EarshotError(.usage, "--folds \(folds) needs at least \(folds) recordings, there are \(perFile.count) (use fewer folds)")
+        }
         let trainer = HeadTrainer(options: options, classCount: labels.count)
 
         var crossValidation: EvaluationSummary?
@@ -212,6 +215,9 @@ public enum HeadTraining {
         -> (summary: EvaluationSummary, probabilities: [Float])
     {
         let classes = labels.count
+        guard data.rows > 0 else {
+            return (EvaluationSummary(windows: ConfusionMatrix(labels: labels), files: ConfusionMatrix(labels: labels)), [])
+        }
         let probabilities = data.values.withUnsafeBufferPointer {
             parameters.probabilities(embeddings: $0.baseAddress!, rows: data.rows)
         }

@@ -81,16 +81,24 @@ public struct LabelledFolders: Sendable {
         return nil
     }
 
-    /// Regular files (following symbolic links) under `folder`, at any depth, skipping names that start with `.`.
+    /// Regular files (following symbolic links) under `folder`, at any depth, skipping names that start with `.`;
+    /// a folder reached twice (a symbolic link to a parent) is read once.
     static func regularFiles(under folder: URL) -> [URL] {
+        var visited: Set<String> = []
+        return regularFiles(under: folder, visited: &visited)
+    }
+
+    private static func regularFiles(under folder: URL, visited: inout Set<String>) -> [URL] {
+        guard visited.insert(folder.resolvingSymlinksInPath().path).inserted,
+              let names = try? FileManager.default.contentsOfDirectory(atPath: folder.path)
+        else { return [] }
         var result: [URL] = []
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder.path) else { return [] }
         for name in names where !name.hasPrefix(".") {
             let url = folder.appendingPathComponent(name)
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) else { continue }
             if isDirectory.boolValue {
-                result += regularFiles(under: url)
+                result += regularFiles(under: url, visited: &visited)
             } else {
                 result.append(url)
             }
