@@ -17,9 +17,7 @@ do {
         print(DaemonCommandLine.helpText)
         exit(0)
     case .checkConfig:
-        let configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
-        let models = try HeadModelSet.load(paths: configuration.models.files).set
-        _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
+        print("earshotd: \(try DaemonConfiguration.check(commandLine: commandLine))")
         exit(0)
     case .run:
         try EarshotDaemon(commandLine: commandLine).run()

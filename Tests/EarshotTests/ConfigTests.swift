@@ -394,4 +394,73 @@ struct ConfigFileTests {
             try file.applying(.init(windowDuration: 0.5))
         }
     }
+
+    @Test("--check-config: one OK line naming the watched groups; an input file that cannot be used names its key")
+    func checkConfiguration() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let config = directory.appendingPathComponent("earshotd.conf").path
+        func check(_ text: String, _ arguments: [String] = []) throws(EarshotError) -> String {
+            try? text.write(toFile: config, atomically: true, encoding: .utf8)
+            return try DaemonConfiguration.check(commandLine: DaemonCommandLine.parse(["--config", config] + arguments))
+        }
+        #expect(try check("[detection]\nwatch = smoke_alarm | baby_cry\n") == "configuration OK (watching smoke_alarm, baby_cry)")
+
+        let missing = AudioTestFiles.error { () throws(EarshotError) in try check("[capture]\ninput = /nonexistent/a.wav\n") }
+        #expect(missing == EarshotError(.noInput, "\(config):2: [capture] input: /nonexistent/a.wav: no such file (check the path)", cause: "No such file or directory"))
+        #expect(missing?.exitStatus == 66)
+        let flag = AudioTestFiles.error { () throws(EarshotError) in try check("", ["--input", "/nonexistent/b.wav"]) }
+        #expect(flag?.message == "--input: /nonexistent/b.wav: no such file (check the path)")
+        #expect(flag?.exitStatus == 66)
+
+        let notes = directory.appendingPathComponent("notes.wav").path
+        try "not audio\n".write(toFile: notes, atomically: true, encoding: .utf8)
+        let notAudio = AudioTestFiles.error { () throws(EarshotError) in try check("\n[capture]\ninput = \(notes)\n") }
+        #expect(notAudio?.message == "\(config):3: [capture] input: \(notes): not an audio file libsndfile can read (Format not recognised; use WAV, FLAC, Ogg or MP3)")
+        #expect(notAudio?.exitStatus == 65)
+
+        let tone = directory.appendingPathComponent("tone.wav")
+        try AnalysisTestSupport.writeFloatWAV([0, 0.5, -0.5, 0], sampleRate: 16_000, to: tone)
+        #expect(try check("[capture]\ninput = \(tone.path)\n[detection]\nwatch = glass_break\n")
+                == "configuration OK (watching glass_break)")
+        #expect(try check("[capture]\ninput = -\n[detection]\nwatch = glass_break\n") == "configuration OK (watching glass_break)")
+    }
+
+    @Test("earshotd --check-config prints one line on standard output, or the error on standard error")
+    func checkConfigCommand() throws {
+        let earshotd = URL(fileURLWithPath: ModelLocatorTestSupport.executablePath()).deletingLastPathComponent()
+            .appendingPathComponent("earshotd")
+        guard FileManager.default.isExecutableFile(atPath: earshotd.path) else {
+            print("earshotd is not built beside the test bundle: skipping")
+            return
+        }
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let config = directory.appendingPathComponent("earshotd.conf").path
+        try "[detection]\nwatch = smoke_alarm, co_alarm\n".write(toFile: config, atomically: true, encoding: .utf8)
+        func run(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+            let process = Process()
+            process.executableURL = earshotd
+            process.arguments = arguments
+            let output = Pipe(), error = Pipe()
+            process.standardOutput = output
+            process.standardError = error
+            try process.run()
+            let watchdog = DispatchWorkItem { if process.isRunning { process.terminate() } }
+            DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: watchdog)
+            let errorText = String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let outputText = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            watchdog.cancel()
+            return (process.terminationStatus, outputText, errorText)
+        }
+        let ok = try run(["--check-config", "--config", config])
+        #expect(ok.status == 0)
+        #expect(ok.output == "earshotd: configuration OK (watching smoke_alarm, co_alarm)\n")
+        #expect(ok.error.isEmpty)
+        let missing = try run(["--check-config", "--config", config, "--input", "/nonexistent/x.flac"])
+        #expect(missing.status == 66)
+        #expect(missing.output.isEmpty)
+        #expect(missing.error == "earshotd: --input: /nonexistent/x.flac: no such file (check the path)\n")
+    }
 }

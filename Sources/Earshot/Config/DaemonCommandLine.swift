@@ -12,8 +12,8 @@ public struct DaemonCommandLine: Sendable, Equatable {
         case run
         /// Print ``helpText`` on standard output and exit 0.
         case help
-        /// Load the configuration, resolve the groups against the classifier's labels, report the first error or
-        /// print nothing, and exit (0 or the error's status).
+        /// Check the configuration as ``DaemonConfiguration/check(commandLine:)`` does (settings, class names, the
+        /// input file), print its one-line result or the first error, and exit (0 or the error's status).
         case checkConfig
     }
 
@@ -65,11 +65,13 @@ public struct DaemonCommandLine: Sendable, Equatable {
               --foreground        running in a terminal: log to standard error, print events on standard output
               --fallback-input FILE
                                   if the capture device cannot be opened at start, stream FILE instead
-              --check-config      check the configuration and its class names, then exit
+              --check-config      check the configuration, its class names and the input file, print one
+                                  line, then exit
               -h, --help          show this text
 
             SIGTERM or SIGINT stops the daemon; SIGHUP reloads the configuration file.
-            Exit status: 0 done, 64 bad option, 66 input file missing, 69 device unavailable, 78 bad configuration.
+            Exit status: 0 done, 64 bad option, 65 input file not audio, 66 input file missing, 69 device
+            unavailable, 78 bad configuration.
             """
     }()
 

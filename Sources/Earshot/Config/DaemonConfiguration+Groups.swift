@@ -64,6 +64,7 @@ extension DaemonConfiguration {
                 throw EarshotError(.usage, "--input : must be a sound file or - for raw S16_LE on standard input")
             }
             result.capture.input = input
+            result.locations["capture.input"] = "--input"
         }
         if let rate = try checked(overrides.inputSampleRate, SettingRules.inputSampleRate, flag: "--input-rate",
                                   shown: { String($0) }) {

@@ -220,6 +220,7 @@ struct ConfigurationParser {
         case ("capture", "input"):
             configuration.capture.input =
                 entry.value.isEmpty ? nil : entry.value == "-" ? .standardInput : .file(path: entry.value)
+            configuration.locations["capture.input"] = "\(source):\(entry.line)"
         case ("capture", "input_rate"):
             configuration.capture.inputSampleRate = try value(SettingRules.inputSampleRate, entry)
         case ("analysis", "window"):
