@@ -10,7 +10,7 @@ enum EnrollCommand {
 
     static let help = """
     \(usage)
-                          [--background FILE...] [--seconds S] [--background-seconds S] [--seed N]
+                          [--background FILE...] [--seconds S] [--background-seconds S] [--countdown N] [--seed N]
 
     Teaches earshot one sound (your doorbell, the washing machine's tune) by recording it a few times, then
     trains a custom classifier that tells it from the room's usual sounds.
@@ -19,6 +19,7 @@ enum EnrollCommand {
       --device PCM             ALSA capture device to record from (default: default); `earshot devices` lists them
       --seconds S              length of each take, 1 to 30 seconds (default 4)
       --background-seconds S   length of the room recording taken after the takes, 0 to 120 (default 10)
+      --countdown N            seconds counted down before each recording, 0 to 10 (default 3)
       --from FILE...           use these recordings of the sound as the takes instead of the microphone
       --background FILE...     recordings of the room without the sound (with --from, or in addition to the
                                microphone's); without any, the model only learns to tell the sound from quiet
@@ -38,6 +39,7 @@ enum EnrollCommand {
         var background: [String] = []
         var output: String?
         var seed: UInt64 = 1
+        var countdown = 3
         var helpRequested = false
     }
 
@@ -67,7 +69,7 @@ enum EnrollCommand {
                 takeNames = takes.indices.map { "take \($0 + 1)" }
                 if options.backgroundSeconds > 0 {
                     writeError("now the room as it usually sounds, without the \(label): \(format(options.backgroundSeconds)) s")
-                    countdown()
+                    countdown(options.countdown)
                     background.append(try recorder.record(seconds: options.backgroundSeconds, meter: meter))
                     endMeter()
                 }
@@ -105,6 +107,7 @@ enum EnrollCommand {
 
     /// Records `options.count` good takes (a refused take is recorded again, up to three times the count in all).
     static func recordTakes(_ recorder: MicrophoneRecorder, label: String, options: Options) throws(EarshotError) -> [[Float]] {
+        try recorder.probe()
         writeError("recording \(label) \(options.count) times from \"\(recorder.configuration.device)\", \(format(options.seconds)) s each: make the sound once after each countdown")
         var takes: [[Float]] = []
         var attempts = 0
@@ -114,7 +117,7 @@ enum EnrollCommand {
                 throw EarshotError(.data, "too many refused takes (\(attempts - 1)); check the microphone and its level in alsamixer, then run enroll again")
             }
             writeError("take \(takes.count + 1)/\(options.count):")
-            countdown()
+            countdown(options.countdown)
             let take = try recorder.record(seconds: options.seconds, meter: meter)
             endMeter()
             let quality = Enrollment.check(take)
@@ -124,8 +127,8 @@ enum EnrollCommand {
         return takes
     }
 
-    static func countdown() {
-        for second in [3, 2, 1] {
+    static func countdown(_ seconds: Int) {
+        for second in stride(from: seconds, to: 0, by: -1) {
             FileHandle.standardError.write(Data("  \(second)...".utf8))
             sleep(1)
         }
@@ -152,7 +155,7 @@ enum EnrollCommand {
         var options = Options()
         var scanner = OptionScanner(command: "enroll", arguments: arguments)
         let flags = ["--label", "--count", "--device", "--seconds", "--background-seconds", "--from", "--background",
-                     "--output", "--seed"]
+                     "--output", "--countdown", "--seed"]
         while let item = scanner.next() {
             switch item {
             case .positional(let text):
@@ -173,6 +176,7 @@ enum EnrollCommand {
                     guard !files.isEmpty else { throw EarshotError(.usage, "\(flag) needs at least one FILE") }
                     if flag == "--from" { options.from += files } else { options.background += files }
                 case "--output", "-o": options.output = try scanner.value(of: flag, inline, allowed: "a file name")
+                case "--countdown": options.countdown = try scanner.number(of: flag, inline, in: 0...10, allowed: "0 to 10 seconds")
                 case "--seed": options.seed = try scanner.number(of: flag, inline, in: 0...UInt64.max, allowed: "an integer >= 0")
                 default: throw scanner.unknown(flag, allowed: flags)
                 }

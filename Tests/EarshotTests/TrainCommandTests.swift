@@ -36,6 +36,8 @@ struct TrainCommandTests {
              "earshot: take silent.wav is too quiet (peak -120.0 dBFS, below -45 dBFS; make the sound closer to the microphone or raise the capture level in alsamixer)"),
             (["enroll", "--label", "bell", "-o", "x", "--from", "tone.wav", "gone.wav"], 66, "earshot: gone.wav: no such file (check the path)"),
             (["analyze", "--model", "missing.earshot", "tone.wav"], 66, "earshot: cannot open head model missing.earshot: No such file or directory"),
+            (["enroll", "--label", "bell", "-o", "x", "--device", "hw:99,0"], 69,
+             "earshot: cannot open capture device \"hw:99,0\": No such file or directory (no such device; list devices with `earshot devices` or `arecord -L`)"),
         ]
         for (arguments, status, line) in cases {
             guard let outcome = try EarshotCLI.run(arguments, in: directory) else {
@@ -45,6 +47,46 @@ struct TrainCommandTests {
             #expect(outcome.status == status, "\(arguments)")
             #expect(outcome.errorLines.last == line, "\(arguments)")
         }
+    }
+
+    @Test("enroll from a capture device: takes counted down, checked and recorded, the room after them, a model written")
+    func enrollFromDevice() throws {
+        guard let executable = EarshotCLI.executable else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        // The sandbox's ~/.asoundrc defines the PCM earshot_e2e: the ALSA file plugin reading raw S16_LE from
+        // `infile` (here 16 kHz mono: 3.2 kHz beeps over faint noise, 3 s), the "microphone".
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let beeps = EnrollmentTests.beeps(seconds: 3, offset: 0, seed: 4)
+        try Data(CaptureFixtures.bytes(of: beeps.map { Int16(clamping: Int(($0 * 32_768).rounded())) })).write(to: URL(fileURLWithPath: sandbox.infile))
+        let model = sandbox.directory.appendingPathComponent("beeper.earshot")
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = ["enroll", "--label", "beeper", "--device", "earshot_e2e", "--count", "2", "--seconds", "1",
+                             "--background-seconds", "2", "--countdown", "0", "--output", model.path]
+        process.environment = DaemonEndToEndTests.environment(home: sandbox.home)
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let watchdog = DispatchWorkItem { if process.isRunning { process.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 120, execute: watchdog)
+        let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        watchdog.cancel()
+        #expect(process.terminationStatus == 0, "\(log)")
+        let lines = log.split(separator: "\n").map(String.init)
+        #expect(lines.first == "recording beeper 2 times from \"earshot_e2e\", 1.0 s each: make the sound once after each countdown")
+        #expect(lines.filter { $0.hasPrefix("take 1/2: ok (peak ") }.count == 1)
+        #expect(lines.filter { $0.hasPrefix("take 2/2: ok (peak ") }.count == 1)
+        #expect(lines.contains("now the room as it usually sounds, without the beeper: 2.0 s"))
+        #expect(output.contains("wrote \(model.path)\n"))
+        let head = try ClassifierHead(contentsOf: model)
+        #expect(head.labels == ["background", "beeper"])
+        #expect(head.metadata.training.filesPerLabel == ["background": 1, "beeper": 2])
     }
 
     @Test("help lists train and enroll, and their own help prints")

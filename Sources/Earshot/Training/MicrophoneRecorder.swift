@@ -11,6 +11,22 @@ public final class MicrophoneRecorder {
         self.configuration = configuration
     }
 
+    /// Opens and closes the device, so that a missing or busy device is reported before any countdown.
+    /// - Throws: as ``PCMCapture/init(configuration:)``.
+    public func probe() throws(EarshotError) {
+        _ = try open()
+    }
+
+    private func open() throws(EarshotError) -> PCMCapture {
+        do {
+            return try PCMCapture(configuration: configuration)
+        } catch let error as EarshotError {
+            throw error
+        } catch {
+            throw EarshotError(.unavailable, "cannot open capture device \"\(configuration.device)\": \(error)")
+        }
+    }
+
     /// Records `seconds` of audio.
     ///
     /// - Parameters:
@@ -22,14 +38,7 @@ public final class MicrophoneRecorder {
     ///   permission); `.unavailable` when the device stops delivering audio (unplugged), or delivers nothing for
     ///   5 seconds.
     public func record(seconds: Double, meter: (Float, Double) -> Void = { _, _ in }) throws(EarshotError) -> [Float] {
-        let capture: PCMCapture
-        do {
-            capture = try PCMCapture(configuration: configuration)
-        } catch let error as EarshotError {
-            throw error
-        } catch {
-            throw EarshotError(.unavailable, "cannot open capture device \"\(configuration.device)\": \(error)")
-        }
+        let capture = try open()
         let rate = capture.format.sampleRate
         let wanted = Int((seconds * Double(rate)).rounded())
         let ring = SampleRingBuffer(minimumCapacity: max(rate * 4, 65_536), sampleRate: rate)
