@@ -205,6 +205,38 @@ struct HistoryTests {
             levelDBFS: Float(10 * log10(energy)), peakLevelDBFS: -20, windows: 3, endReason: "hold_elapsed")])
     }
 
+    @Test("the recorder stores a finished event with its loudness and wall-clock times")
+    func recorder() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        var settings = DaemonConfiguration.History()
+        settings.path = scratch.database
+        let reports = ReportLog()
+        let recorder = HistoryRecorder(settings: settings) { reports.append($0) }
+        for index in 0..<10 {
+            let result = ClassificationResult(
+                timeRange: TimeRange(start: 0.48 * Double(index), duration: 0.96), classifications: [], scores: [],
+                levelDBFS: index == 3 ? -12 : -40, isGated: false)
+            recorder.observe(result)
+        }
+        // The latest window ends at 0.48 * 9 + 0.96 = 5.28 s of stream time, at `now`.
+        let now = Self.night
+        recorder.recordFinished(group: "smoke_alarm", classLabel: "Smoke detector, smoke alarm", start: 0.96, end: 2.88,
+                                peakConfidence: 0.9, meanConfidence: 0.7, windows: 3, endReason: .holdElapsed, now: now)
+        recorder.close()
+        #expect(reports.all == [])
+        let stored = try EventHistory(path: scratch.database, access: .readOnly).events()
+        // Windows 2, 3 and 4 lie inside [0.96, 2.88]: -40, -12, -40 dBFS.
+        let level = Float(10 * log10((2 * pow(10, -4.0) + pow(10, -1.2)) / 3))
+        #expect(stored.count == 1)
+        // Stored to the millisecond: 4.32 s and 2.40 s before `now`.
+        #expect(stored.first.map { HistoryEvent.milliseconds($0.start) } == HistoryEvent.milliseconds(now) - 4_320)
+        #expect(stored.first.map { HistoryEvent.milliseconds($0.end) } == HistoryEvent.milliseconds(now) - 2_400)
+        #expect(stored.first.map { abs($0.levelDBFS - level) < 1e-5 } == true)
+        #expect(stored.first?.peakLevelDBFS == -12)
+        #expect(stored.first?.windows == 3)
+    }
+
     @Test("history command line: options, times and exact errors")
     func commandLine() throws {
         let now = Self.night

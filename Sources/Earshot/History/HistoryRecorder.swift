@@ -28,6 +28,18 @@ public final class HistoryRecorder: @unchecked Sendable {
         if let finished = meter.finish(event, now: now) { writer.append(finished) }
     }
 
+    /// A finished event that does not come as a `DetectionEvent` (e.g. a smoke/CO pattern alarm's end): times in
+    /// stream seconds, stored like an offset (levels from the windows inside `[start, end]` still held: the last
+    /// ``EventLevelMeter/recentWindowLimit`` windows, about a minute). Analysis queue, right after the window that
+    /// ended it.
+    public func recordFinished(
+        group: String, classLabel: String, start: Double, end: Double, peakConfidence: Float, meanConfidence: Float,
+        windows: Int, endReason: DetectionEvent.EndReason, now: Date = Date()
+    ) {
+        record(.offset(.init(group: group, classLabel: classLabel, start: start, end: end, peakConfidence: peakConfidence,
+                             meanConfidence: meanConfidence, positiveWindows: windows, reason: endReason)), now: now)
+    }
+
     /// Stores what is pending and closes the database.
     public func close() {
         writer.close()
