@@ -197,4 +197,56 @@ struct AlarmPatternTests {
             classifier: true)
         #expect(outcome.falseEvents.isEmpty)
     }
+
+    @Test("earshotd publishes a T3 alarm heard through a real ALSA PCM as a pattern smoke_alarm with its evidence")
+    func daemonPublishesPatternEvent() throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let daemon = Process()
+        daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--device", "earshot_e2e", "--socket", sandbox.socket, "--watch", "smoke_alarm,co_alarm", "--no-journal"]
+        daemon.environment = DaemonEndToEndTests.environment(home: sandbox.home)
+        daemon.standardError = FileHandle.nullDevice
+        try daemon.run()
+        defer { if daemon.isRunning { daemon.terminate() } }
+        var subscriber: EventSubscriber?
+        for _ in 0..<100 where subscriber == nil {
+            subscriber = try? EventSubscriber(path: sandbox.socket)
+            if subscriber == nil { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        let client = try #require(subscriber, "earshotd did not create its socket")
+        try client.subscribe(groups: ["smoke_alarm", "co_alarm"])
+
+        // 6 s at 16 kHz (the file PCM's negotiated rate), S16_LE: a 3.1 kHz T3 from 0.5 s.
+        let samples = AlarmSignals.render(AlarmSignals.t3(frequencyHz: 3100, cycles: 2, start: 0.5), seconds: 6,
+                                          sampleRate: 16_000, amplitude: 0.3)
+        var raw = Data(capacity: samples.count * 2)
+        for value in samples {
+            let sample = Int16(max(-32768, min(32767, (value * 32768).rounded())))
+            withUnsafeBytes(of: sample.littleEndian) { raw.append(contentsOf: $0) }
+        }
+        let staging = sandbox.directory.appendingPathComponent("staging.raw")
+        try raw.write(to: staging)
+        #expect(rename(staging.path, sandbox.infile) == 0)
+
+        var onset: [String: Any]?
+        while onset == nil {
+            guard case .line(let line) = try client.readLine(timeoutSeconds: 20) else { break }
+            let object = DaemonEndToEndTests.parse(line)
+            if object["type"] as? String == "detection" { onset = object }
+        }
+        let event = try #require(onset)
+        #expect(event["group"] as? String == "smoke_alarm")
+        #expect(event["source"] as? String == "pattern")
+        #expect(event["pattern"] as? String == "T3")
+        #expect(event["cycles"] as? Int == 1)
+        #expect((event["tone_hz"] as? Int).map { abs($0 - 3100) <= 5 } == true)
+        let start = try #require(event["stream_time"] as? Double)
+        let decision = try #require(event["decision_time"] as? Double)
+        #expect(abs(start - 0.5) <= 0.03)
+        // The second cycle's first tone starts at 4.5 s; confirmed within 3 frames and one 40 ms block.
+        #expect(decision >= 4.5 && decision <= 4.6, "decision_time \(decision)")
+        daemon.terminate()
+        daemon.waitUntilExit()
+    }
 }

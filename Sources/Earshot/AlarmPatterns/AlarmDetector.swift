@@ -80,7 +80,8 @@ public final class AlarmDetector {
     ///
     /// - Parameters:
     ///   - samples: mono, full scale -1...1.
-    ///   - sampleRate: Hz (8000...384000, above 8.4 kHz for the 4 kHz band; other rates are ignored: no events).
+    ///   - sampleRate: Hz, 8000...384000 (below 8.9 kHz the band ends at 0.45 x the rate; other rates give no
+    ///     events).
     ///   - framePosition: absolute frame of `samples[0]`; a jump (or a new rate) is a gap: open events end and
     ///     patterns start again.
     /// - Returns: the events decided in this audio, in time order.
@@ -88,14 +89,32 @@ public final class AlarmDetector {
         var events: [AlarmEvent] = []
         if tracker?.sampleRate != sampleRate {
             if tracker != nil { events += reset(at: streamTime) }
-            tracker = try? ToneTracker(sampleRate: sampleRate)
+            // At 8 kHz (a telephone-rate input) the band stops at 3.6 kHz, still above the usual 3.0-3.5 kHz piezo.
+            var parameters = ToneTracker.Parameters()
+            parameters.maximumHz = min(parameters.maximumHz, Double(sampleRate) * 0.45)
+            tracker = try? ToneTracker(sampleRate: sampleRate, parameters: parameters)
         }
         guard let tracker else { return events }
         if let expected = expectedPosition, expected != framePosition {
             events += reset(at: streamTime)
         }
         expectedPosition = framePosition + Int64(samples.count)
-        // Segments come out in order; a chunk may hold several, so each is handed over with the time it was known.
+        // A long chunk (the daemon catching up after a stall) is taken in 40 ms blocks, so that every decision
+        // carries the stream time at which its evidence was complete, not the end of the chunk.
+        let block = max(1, sampleRate / 25)
+        var offset = 0
+        while offset < samples.count {
+            let count = min(block, samples.count - offset)
+            let slice = UnsafeBufferPointer(rebasing: samples[offset..<(offset + count)])
+            events += processBlock(slice, tracker: tracker, framePosition: framePosition + Int64(offset))
+            offset += count
+        }
+        return events
+    }
+
+    private func processBlock(_ samples: UnsafeBufferPointer<Float>, tracker: ToneTracker, framePosition: Int64) -> [AlarmEvent] {
+        var events: [AlarmEvent] = []
+        // Segments come out in order; a block may hold several, so each is handed over with the time it was known.
         let segments = tracker.process(samples, framePosition: framePosition)
         streamTime = tracker.analysedTime
         var matches: [PatternMatch] = []
@@ -174,6 +193,28 @@ public final class AlarmDetector {
         tracker = nil
         expectedPosition = nil
         return events
+    }
+
+    /// The groups the classifier-only `DetectionEngine` watches when the pattern detector runs: `watch` without
+    /// smoke_alarm and co_alarm (the detector decides those, with the classifier's scores as evidence), or `watch`
+    /// unchanged when `patternDetection` is false.
+    public static func engineWatchList(_ watch: [String], patternDetection: Bool) -> [String] {
+        patternDetection ? watch.filter { $0 != AlarmEvent.smokeAlarm && $0 != AlarmEvent.coAlarm } : watch
+    }
+
+    /// The alarm groups to publish for a watch list: smoke_alarm and co_alarm when watched, alarm_chirp when either
+    /// is (a chirp is a smoke or CO alarm asking for a battery).
+    public static func emittedGroups(watch: [String]) -> Set<String> {
+        var groups = Set(watch).intersection([AlarmEvent.smokeAlarm, AlarmEvent.coAlarm])
+        if !groups.isEmpty { groups.insert(AlarmEvent.alarmChirp) }
+        return groups
+    }
+
+    /// The alarm groups that are not in the watch list but are published (and may be subscribed to): alarm_chirp
+    /// when the pattern detector runs and smoke_alarm or co_alarm is watched; otherwise none.
+    public static func extraGroups(watch: [String], patternDetection: Bool) -> [String] {
+        guard patternDetection else { return [] }
+        return emittedGroups(watch: watch).subtracting(watch).sorted()
     }
 
     /// The groups with an open event.
@@ -268,8 +309,9 @@ public final class AlarmDetector {
         let (score, label) = classifierEvidence(from: match.cycleStart, to: match.decisionTime, co: isCO)
         let agrees = (score ?? 0) >= configuration.classifierThreshold
         if var active = isCO ? co : smoke {
-            active.lastEvidence = match.decisionTime
-            active.cycles += 1
+            // A harmonic of the same sounder completes the same cycle at about the same time: count it once.
+            if match.decisionTime - active.lastEvidence >= 1.5 { active.cycles += 1 }
+            active.lastEvidence = max(active.lastEvidence, match.decisionTime)
             if active.pattern == nil {
                 active.pattern = match.pattern
                 active.toneHz = match.frequencyHz

@@ -103,6 +103,46 @@ public struct AlarmEvent: Sendable, Equatable {
         return object
     }
 
+    /// The journal fields, in the order they are sent: `MESSAGE`, `PRIORITY` (5 onset, 6 end), `SYSLOG_IDENTIFIER`,
+    /// `EARSHOT_EVENT` (`onset` or `end`), `EARSHOT_GROUP`, `EARSHOT_SOURCE`, `EARSHOT_PATTERN` (when one),
+    /// `EARSHOT_CYCLES`, `EARSHOT_TONE_HZ`, `EARSHOT_CONFIDENCE` (the classifier score, when one),
+    /// `EARSHOT_STREAM_TIME` (start) and, for an end, `EARSHOT_END_TIME`.
+    public func journalFields(identifier: String) -> [JournalSink.Field] {
+        var fields: [JournalSink.Field] = [
+            .init("MESSAGE", message),
+            .init("PRIORITY", kind == .onset ? "5" : "6"),
+            .init("SYSLOG_IDENTIFIER", identifier),
+            .init("EARSHOT_EVENT", kind == .onset ? "onset" : "end"),
+            .init("EARSHOT_GROUP", group),
+            .init("EARSHOT_SOURCE", source.rawValue),
+        ]
+        if let pattern { fields.append(.init("EARSHOT_PATTERN", pattern.rawValue)) }
+        fields.append(.init("EARSHOT_CYCLES", String(cycles)))
+        fields.append(.init("EARSHOT_TONE_HZ", String(Int(toneHz.rounded()))))
+        if let classifierScore {
+            fields.append(.init("EARSHOT_CONFIDENCE", JSONValue.format(Double(classifierScore), decimals: EventJSON.confidenceDecimals)))
+        }
+        fields.append(.init("EARSHOT_STREAM_TIME", JSONValue.format(start, decimals: EventJSON.timeDecimals)))
+        if kind == .end { fields.append(.init("EARSHOT_END_TIME", JSONValue.format(time, decimals: EventJSON.timeDecimals))) }
+        return fields
+    }
+
+    /// The same event as a plain ``DetectionEvent`` (for consumers that only know those, such as an event store):
+    /// class label `"T3 pattern"`, `"T4 pattern"`, `"chirp pattern"` or the classifier's class; confidence the
+    /// classifier score, or 1 for a pattern the classifier did not score.
+    public var detectionEvent: DetectionEvent {
+        let label = pattern.map { "\($0.rawValue) pattern" } ?? classifierClass ?? "alarm"
+        let confidence = classifierScore ?? 1
+        switch kind {
+        case .onset:
+            return .onset(.init(group: group, classLabel: label, confidence: confidence, start: start, decisionTime: time))
+        case .end:
+            return .offset(.init(
+                group: group, classLabel: label, start: start, end: time, peakConfidence: confidence,
+                meanConfidence: confidence, positiveWindows: cycles, reason: .holdElapsed))
+        }
+    }
+
     /// The journal `MESSAGE`, e.g. `smoke_alarm detected: T3 pattern at 3150 Hz (1 cycle, classifier 0.81) at
     /// stream time 12.01 s` or `smoke_alarm ended: T3 pattern at 3150 Hz from 12.01 s to 40.02 s (7 cycles)`.
     public var message: String {

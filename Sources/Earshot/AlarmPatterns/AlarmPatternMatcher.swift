@@ -31,28 +31,27 @@ public struct PatternMatch: Sendable, Equatable {
 ///
 /// Only the onsets of the tones carry the decision (reverberation lengthens tones and fills gaps; a phone's automatic
 /// gain control chops them), so the tolerances are on onset intervals:
-/// - T3: three tones whose onsets are d apart (0.6 s <= d <= 1.5 s, the two intervals within 20 %), each 0.12 to
-///   1.2 s long, then the next tone of the same frequency 1.45 d to 3.2 d after the third (and at least 0.4 s more
+/// - T3: three tones whose onsets are d apart (0.6 s <= d <= 1.5 s, the two intervals within 20 %), each 0.08 to
+///   1.2 s long (a decaying tone is cut early), frequencies within 4 % and peak levels within 8 dB, then the next tone of the same frequency 1.45 d to 3.2 d after the third (and at least 0.4 s more
 ///   than d): the long pause of the pattern. The tone before the first (if any within 5 s) must also be a long pause
 ///   away, so that a steady 1 s beeper (a reversing truck) that loses one beep in noise is not a T3.
 /// - T4: a burst of exactly four tones, onsets 0.12 to 0.45 s apart (within 35 % of each other), each at most
 ///   0.3 s, closed by 0.9 s without another tone of that frequency; a cycle is two such bursts 3 to 9 s apart.
 /// - Chirp: a tone of at most 0.35 s with no other tone of its frequency within 2.5 s on either side; a match when
 ///   the previous such chirp, of the same frequency, was 15 to 120 s before.
-/// "Same frequency" is within 8 %. Tones more than 20 dB below the loudest tone of their frequency in the last 10 s
+/// "Same frequency" is within 5 %. Tones more than 20 dB below the loudest tone of their frequency in the last 10 s
 /// (echoes, tails) are ignored.
 ///
 /// - Important: A value type; feed it on one queue, segments in order of their start.
 public struct AlarmPatternMatcher: Sendable {
     /// Relative frequency tolerance between tones of one pattern.
-    public static let frequencyTolerance = 0.08
+    public static let frequencyTolerance = 0.05
 
     private var tones: [ToneSegment] = []
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
     private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
     private var pendingBursts: [Burst] = []
-    private var lastT4Burst: Burst?
-    private var t4Run = 0
+    private var t4Bursts: [(burst: Burst, run: Int)] = []
     private var chirpCandidates: [ToneSegment] = []
     private var lastChirp: (tone: ToneSegment, count: Int)?
 
@@ -149,7 +148,7 @@ public struct AlarmPatternMatcher: Sendable {
     private mutating func matchT3(nextStart: Double, frequencyHz: Double, now: Double) -> [PatternMatch] {
         // Fragments (short bits of a tail or of a second component) are not T3 tones and must not split them.
         let sameTones = tones.filter {
-            nextStart - $0.start <= 12 && $0.start < nextStart && $0.duration >= 0.12
+            nextStart - $0.start <= 12 && $0.start < nextStart && $0.duration >= 0.08
                 && Self.same($0.frequencyHz, frequencyHz) && isStrong($0, withinDB: 12)
         }
         guard sameTones.count >= 3 else { return [] }
@@ -158,21 +157,22 @@ public struct AlarmPatternMatcher: Sendable {
         let d = (i1 + i2) / 2
         guard (0.6...1.5).contains(i1), (0.6...1.5).contains(i2), abs(i1 - i2) <= 0.2 * max(i1, i2) + 0.03,
               i3 >= 1.45 * d, i3 <= 3.2 * d, i3 - d >= 0.4,
-              [a, b, c].allSatisfy({ (0.2...1.2).contains($0.duration) }),
+              [a, b, c].allSatisfy({ (0.08...1.2).contains($0.duration) }),
               nextStart - c.end >= 0.5,
-              Self.consistent([a, b, c], frequency: 0.04)
+              Self.consistent([a, b, c], frequency: 0.04, durations: false)
         else { return [] }
         // The off phases are quiet at this frequency (a noisy band of short tonal bits is not a pattern).
         let offPhases = [(a.end, b.start), (b.end, c.start), (c.end, nextStart)]
         let loudest = max(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
-        for tone in tones where Self.same(tone.frequencyHz, frequencyHz) && tone.peakLevelDBFS >= loudest - 12 {
+        let cycleFrequency = (a.frequencyHz + b.frequencyHz + c.frequencyHz) / 3
+        for tone in tones where abs(tone.frequencyHz - cycleFrequency) <= 0.04 * cycleFrequency && tone.peakLevelDBFS >= loudest - 12 {
             if offPhases.contains(where: { tone.start > $0.0 + 0.02 && tone.start < $0.1 - 0.02 }) { return [] }
         }
         if sameTones.count >= 4 {
             let before = sameTones[sameTones.count - 4]
             if a.start - before.start < 1.45 * d, a.start - before.start <= 5 { return [] }
         }
-        let frequency = (a.frequencyHz + b.frequencyHz + c.frequencyHz) / 3
+        let frequency = cycleFrequency
         let count: Int
         if let run = t3Run, Self.same(run.frequencyHz, frequency), a.start - run.last <= 3.5 * d + 1 {
             count = run.count + 1
@@ -186,13 +186,14 @@ public struct AlarmPatternMatcher: Sendable {
     }
 
     /// Whether the tones of one cycle agree: frequencies within `frequency` (relative), durations within a factor
-    /// of 2, peak levels within 8 dB (a sounder repeats itself; noise does not).
-    private static func consistent(_ tones: [ToneSegment], frequency: Double) -> Bool {
+    /// of 2 (when `durations`; a T3 tone that decays in a room may be cut early), peak levels within 8 dB (a
+    /// sounder repeats itself; noise does not).
+    private static func consistent(_ tones: [ToneSegment], frequency: Double, durations checkDurations: Bool = true) -> Bool {
         let frequencies = tones.map(\.frequencyHz), durations = tones.map(\.duration), levels = tones.map(\.peakLevelDBFS)
         guard let fLow = frequencies.min(), let fHigh = frequencies.max(), let dLow = durations.min(),
               let dHigh = durations.max(), let lLow = levels.min(), let lHigh = levels.max()
         else { return false }
-        return fHigh - fLow <= frequency * fHigh && dHigh <= 2 * max(dLow, 0.03) && lHigh - lLow <= 8
+        return fHigh - fLow <= frequency * fHigh && (!checkDurations || dHigh <= 2 * max(dLow, 0.03)) && lHigh - lLow <= 8
     }
 
     private mutating func addToBursts(_ tone: ToneSegment) {
@@ -218,26 +219,25 @@ public struct AlarmPatternMatcher: Sendable {
             let low = intervals.min() ?? 0, high = intervals.max() ?? 0
             isT4 = low >= 0.12 && high <= 0.45 && high - low <= 0.35 * high + 0.03
         }
-        // A burst of this frequency that is not T4, and about as loud as the last T4 burst, breaks the run.
+        // T4 bursts are remembered per frequency (a square wave's harmonics, or two alarms, make bursts of their own).
+        t4Bursts.removeAll { time - $0.burst.start > 10 }
+        // A burst of this frequency that is not T4, and about as loud as a remembered T4 burst, breaks its run.
         guard isT4 else {
-            if let last = lastT4Burst, Self.same(last.frequencyHz, burst.frequencyHz),
-               loudest >= (last.tones.map(\.peakLevelDBFS).max() ?? 0) - 12 {
-                lastT4Burst = nil
-                t4Run = 0
+            t4Bursts.removeAll {
+                Self.same($0.burst.frequencyHz, burst.frequencyHz)
+                    && loudest >= ($0.burst.tones.map(\.peakLevelDBFS).max() ?? 0) - 6
             }
             return nil
         }
-        defer { lastT4Burst = burst }
-        guard let previous = lastT4Burst, Self.same(previous.frequencyHz, burst.frequencyHz),
-              (3.0...9.0).contains(burst.start - previous.start)
-        else {
-            t4Run = 1
-            return nil
+        let previous = t4Bursts.last {
+            Self.same($0.burst.frequencyHz, burst.frequencyHz) && (3.0...9.0).contains(burst.start - $0.burst.start)
         }
-        t4Run += 1
+        let run = (previous?.run ?? 0) + 1
+        t4Bursts.append((burst, run))
+        guard let previous else { return nil }
         let levels = burst.tones.map(\.levelDBFS)
         return PatternMatch(
-            pattern: .t4, cycleStart: previous.start, decisionTime: time, frequencyHz: burst.frequencyHz,
-            levelDBFS: levels.reduce(0, +) / Double(levels.count), count: t4Run - 1, intervalSeconds: 0)
+            pattern: .t4, cycleStart: previous.burst.start, decisionTime: time, frequencyHz: burst.frequencyHz,
+            levelDBFS: levels.reduce(0, +) / Double(levels.count), count: run - 1, intervalSeconds: 0)
     }
 }

@@ -9,6 +9,7 @@ extension DaemonConfiguration {
         "detection": ["watch"],
         "output": ["socket", "socket_mode", "client_queue_kib", "max_clients", "journal"],
         "daemon": ["watchdog"],
+        "alarms": alarmKeys,
         "history": historyKeys,
         "sleep": sleepKeys,
     ]
@@ -248,6 +249,8 @@ struct ConfigurationParser {
             configuration.models.files = try modelFiles(entry, adding: [])
         case ("daemon", "watchdog"):
             configuration.daemon.watchdog = try value(SettingRules.flag, entry)
+        case ("alarms", "pattern_detection"):
+            configuration.alarms.patternDetection = try value(SettingRules.flag, entry)
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)

@@ -151,6 +151,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var detection = Detection()
     public var output = Output()
     public var daemon = Daemon()
+    /// `[alarms]`: see ``Alarms``.
+    public var alarms = Alarms()
     /// `[history]`: see ``History``.
     public var history = History()
     /// `[sleep]`: see ``Sleep``.

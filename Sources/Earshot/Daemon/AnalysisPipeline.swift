@@ -21,6 +21,8 @@ final class AnalysisPipeline {
     enum PipelineOutput {
         case detection(DetectionEvent)
         case health(HealthEvent)
+        /// A smoke or CO alarm (or low-battery chirp) from the pattern detector, see `AlarmDetector`.
+        case alarm(AlarmEvent)
     }
 
     /// Counters for the status reply (read on the analysis queue).
@@ -54,6 +56,9 @@ final class AnalysisPipeline {
     private var lastGapReport: UInt64 = 0
     static let gapReportInterval: UInt64 = 10_000_000_000
     private lazy var observer = Observer(pipeline: self)
+    /// The smoke/CO pattern detector (`[alarms] pattern_detection`), or nil; and the alarm groups it may emit.
+    private var alarms: AlarmDetector?
+    private var alarmGroups: Set<String> = []
     /// Called with every window's result (gated ones too) before the detection engine sees it, on `queue`; must
     /// return at once (the event history's level meter and sleep sessions use it).
     var onWindow: ((ClassificationResult) -> Void)?
@@ -102,6 +107,7 @@ final class AnalysisPipeline {
         timer?.cancel()
         timer = nil
         pump()
+        emitAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { emit(.detection(event)) }
     }
 
@@ -110,6 +116,7 @@ final class AnalysisPipeline {
     func finishInput() {
         pump()
         analyzer?.completeAnalysis()
+        emitAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { emit(.detection(event)) }
     }
 
@@ -156,6 +163,9 @@ final class AnalysisPipeline {
             scratch.withUnsafeBufferPointer { samples in
                 let chunkSamples = UnsafeBufferPointer(rebasing: samples[0..<chunk.count])
                 trackSilence(chunkSamples, sampleRate: chunk.sampleRate)
+                if let alarms {
+                    emitAlarms(alarms.process(samples: chunkSamples, sampleRate: chunk.sampleRate, framePosition: chunk.framePosition))
+                }
                 analyzer?.analyze(chunkSamples, atAudioFramePosition: chunk.framePosition)
             }
         }
@@ -201,6 +211,20 @@ final class AnalysisPipeline {
             windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
             scores: result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding))
         for event in events { emit(.detection(event)) }
+        if let alarms { emitAlarms(alarms.observe(classification: result)) }
+    }
+
+    /// Turns the smoke/CO pattern detector on (a fresh one: open alarm events end) or off. `watch` is the watch
+    /// list: smoke_alarm and co_alarm events go out when watched, alarm_chirp when either is. With the detector on,
+    /// the daemon leaves those two groups out of the classifier-only engine (`AlarmDetector.engineWatchList`).
+    func configureAlarms(enabled: Bool, watch: [String]) {
+        emitAlarms(alarms?.finish() ?? [])
+        alarms = enabled ? AlarmDetector() : nil
+        alarmGroups = AlarmDetector.emittedGroups(watch: watch)
+    }
+
+    private func emitAlarms(_ events: [AlarmEvent]) {
+        for event in events where alarmGroups.contains(event.group) { emit(.alarm(event)) }
     }
 
     private func trackSilence(_ samples: UnsafeBufferPointer<Float>, sampleRate: Int) {

@@ -75,7 +75,10 @@ public final class EarshotDaemon: @unchecked Sendable {
         self.heads = heads
         let classLabels = model.classLabels + heads.classLabels
         let groups = try configuration.resolvedGroups(classLabels: classLabels)
-        let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: classLabels)
+        let engine = try DetectionEngine(
+            groups: groups,
+            watchList: AlarmDetector.engineWatchList(groups.map(\.name), patternDetection: configuration.alarms.patternDetection),
+            classLabels: classLabels)
         journal = configuration.output.journal && !commandLine.foreground
             ? JournalSink() : JournalSink(journalSocketPath: "/nonexistent")
         // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
@@ -85,7 +88,8 @@ public final class EarshotDaemon: @unchecked Sendable {
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
                 maxClients: output.maxClients,
-                knownGroups: groups.map(\.name)),
+                knownGroups: groups.map(\.name)
+                    + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: configuration.alarms.patternDetection)),
             status: { [unowned self] in statusObject() })
         noteSettings(configuration)
         if historySettings.enabled {
@@ -110,6 +114,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             server.stop()
             throw error
         }
+        pipeline.configureAlarms(enabled: configuration.alarms.patternDetection, watch: configuration.detection.watch)
         for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
         pipeline.onWindow = { [unowned self] result in
             history?.observe(result)
@@ -231,6 +236,11 @@ public final class EarshotDaemon: @unchecked Sendable {
             history?.record(event)
             if case .onset = event { status.withLock { $0.detections += 1 } }
             object = EventJSON.object(for: event, time: Date())
+        case .alarm(let alarm):
+            object = alarm.object(wallClock: Date())
+            server.publish(object: object, group: alarm.group)
+            journal.record(fields: alarm.journalFields(identifier: journal.identifier))
+            if alarm.kind == .onset { status.withLock { $0.detections += 1 } }
         case .health(let health):
             server.publish(health)
             journal.record(health)
@@ -302,10 +312,14 @@ public final class EarshotDaemon: @unchecked Sendable {
             let loaded = try HeadModelSet.load(paths: fresh.models.files, previous: heads)
             let classLabels = model.classLabels + loaded.set.classLabels
             let groups = try fresh.resolvedGroups(classLabels: classLabels)
-            let engine = try DetectionEngine(groups: groups, watchList: groups.map(\.name), classLabels: classLabels)
+            let engine = try DetectionEngine(
+                groups: groups,
+                watchList: AlarmDetector.engineWatchList(groups.map(\.name), patternDetection: fresh.alarms.patternDetection),
+                classLabels: classLabels)
             let failure: EarshotError? = analysisQueue.sync {
                 do throws(EarshotError) {
                     try pipeline.reconfigure(analysis: fresh.analysis, engine: engine, heads: loaded.set)
+                    pipeline.configureAlarms(enabled: fresh.alarms.patternDetection, watch: fresh.detection.watch)
                     return nil
                 } catch {
                     return error
@@ -315,7 +329,8 @@ public final class EarshotDaemon: @unchecked Sendable {
             heads = loaded.set
             for line in loaded.problems { journal.log(line, priority: 4) }
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
-            server.setKnownGroups(groups.map(\.name))
+            server.setKnownGroups(
+                groups.map(\.name) + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: fresh.alarms.patternDetection))
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
             if fresh.output != output { restartNeeded.append("[output]") }

@@ -71,6 +71,11 @@ public final class JournalSink: Sendable {
         write(Self.fields(for: health, identifier: identifier))
     }
 
+    /// Logs an entry whose fields were made elsewhere (e.g. `AlarmEvent.journalFields(identifier:)`), in order.
+    public func record(fields: [Field]) {
+        write(fields)
+    }
+
     /// Logs a daemon message that is neither a detection nor a health change (start, reload, stop).
     /// - Parameter priority: syslog priority, 0 (emerg) to 7 (debug); default 6 (info).
     public func log(_ message: String, priority: Int = 6) {
