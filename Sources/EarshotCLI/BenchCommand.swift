@@ -4,7 +4,7 @@ import Foundation
 /// `earshot bench [--quick] [--no-daemon] [--layers] [--json] [--audio FILE] [--daemon PATH]`: performance figures
 /// for this machine (see `Benchmark` and `DaemonBenchmark`). Prints figures; asserts nothing.
 enum BenchCommand {
-    static let usage = "usage: earshot bench [--quick] [--no-daemon] [--layers] [--json] [--audio FILE] [--daemon PATH]"
+    static let usage = "usage: earshot bench [--quick] [--no-daemon | --daemon-only] [--layers] [--json] [--audio FILE] [--daemon PATH]"
 
     static let help = """
     \(usage)
@@ -20,6 +20,7 @@ enum BenchCommand {
                         gate open (loud input) and closed (noise at -60 dBFS), and the time to READY=1
       --quick           fewer runs: 200 latency runs, a 2-minute file, 20 s per daemon run
       --no-daemon       skip the daemon runs
+      --daemon-only     only the daemon runs
       --layers          add each layer's share of one patch (thread CPU time)
       --json            print the figures as one JSON object instead of text
       --audio FILE      the recording to loop (default: samples/demo.flac beside the Models directory)
@@ -29,6 +30,7 @@ enum BenchCommand {
     struct Options {
         var quick = false
         var daemon = true
+        var daemonOnly = false
         var layers = false
         var json = false
         var audio: String?
@@ -50,6 +52,7 @@ enum BenchCommand {
             switch arguments[index] {
             case "--quick": options.quick = true
             case "--no-daemon": options.daemon = false
+            case "--daemon-only": options.daemonOnly = true
             case "--layers": options.layers = true
             case "--json": options.json = true
             case "--audio": guard let path = value("--audio") else { return 64 }; options.audio = path
@@ -80,6 +83,28 @@ enum BenchCommand {
         report.note("kernel", Benchmark.kernelDescription)
 
         let modelDirectory = try ModelLocator.builtInDirectory()
+        let source = options.audio.map { URL(fileURLWithPath: $0) }
+            ?? modelDirectory.deletingLastPathComponent().appendingPathComponent("samples/demo.flac")
+        let temporary = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-bench-\(getpid())")
+        do {
+            try FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
+        } catch {
+            throw EarshotError(.cannotCreate, "cannot create \(temporary.path): \(error.localizedDescription) (set TMPDIR to a writable directory)")
+        }
+        defer { try? FileManager.default.removeItem(at: temporary) }
+        if !options.daemonOnly {
+            try measureInference(options, modelDirectory: modelDirectory, source: source, temporary: temporary, report: &report)
+        }
+        if options.daemon || options.daemonOnly {
+            try measureDaemon(options, source: source, temporary: temporary, report: &report)
+        }
+        report.finish()
+    }
+
+    private static func measureInference(
+        _ options: Options, modelDirectory: URL, source: URL, temporary: URL, report: inout Report
+    ) throws(EarshotError) {
+        let cores = ProcessInfo.processInfo.activeProcessorCount
         let loadMillis = try Benchmark.modelLoadMillis(directory: modelDirectory)
         report.figure("model_load_ms", loadMillis, "model load (file to first result)", unit: "ms")
         let model = try YAMNet(directory: modelDirectory)
@@ -107,16 +132,6 @@ enum BenchCommand {
             }
         }
 
-        let temporary = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-bench-\(getpid())")
-        do {
-            try FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
-        } catch {
-            throw EarshotError(.cannotCreate, "cannot create \(temporary.path): \(error.localizedDescription) (set TMPDIR to a writable directory)")
-        }
-        defer { try? FileManager.default.removeItem(at: temporary) }
-        let source = options.audio.map { URL(fileURLWithPath: $0) }
-            ?? modelDirectory.deletingLastPathComponent().appendingPathComponent("samples/demo.flac")
-
         let minutes = options.quick ? 2.0 : 10.0
         let recording = temporary.appendingPathComponent("recording.flac")
         try BenchmarkRecording.writeLooped(
@@ -140,7 +155,10 @@ enum BenchCommand {
             }
         }
 
-        if options.daemon {
+    }
+
+    private static func measureDaemon(_ options: Options, source: URL, temporary: URL, report: inout Report) throws(EarshotError) {
+        do {
             let daemon = options.daemonPath.map { URL(fileURLWithPath: $0) } ?? siblingDaemon()
             let seconds = options.quick ? 20.0 : 60.0
             let loud = temporary.appendingPathComponent("loud.wav")
@@ -156,7 +174,6 @@ enum BenchCommand {
             report.figure("daemon_gated_peak_rss_mb", gated.peakRSSMegabytes, "daemon, gate closed: peak RSS", unit: "MB")
             report.figure("daemon_gated_ready_ms", gated.readyMillis, "daemon: start to READY=1 (second run)", unit: "ms")
         }
-        report.finish()
     }
 
     /// `earshotd` in the directory of this executable.

@@ -24,9 +24,12 @@ let packedKernelAvailable = false
 #if arch(arm64) || arch(arm)
 /// One SIMD register on NEON (128 bits).
 typealias KernelVector = SIMD4<Float>
-#else
-/// One AVX-512 register; two with AVX2, four with SSE.
+#elseif EARSHOT_NATIVE_CPU
+/// One AVX-512 register (two with AVX2).
 typealias KernelVector = SIMD16<Float>
+#else
+/// One SSE register: the x86-64 baseline has 16 of them, too few for wider vectors in the depthwise loops.
+typealias KernelVector = SIMD4<Float>
 #endif
 
 /// `acc + a * b`, fused into one rounding where the target has FMA (compiled for it); separate otherwise, because
@@ -128,6 +131,11 @@ struct PackedWeights: Sendable {
         for n in 0..<outputs { self.bias.pointer[n] = bias[n] }
     }
 
+    /// Floats `multiply` needs in `scratch` for `rows` rows.
+    func scratchCount(rows: Int) -> Int {
+        packedKernelAvailable ? Self.tileRows * Self.panelWidth : rows * outputs
+    }
+
     /// Bytes of packed weights and bias.
     var byteCount: Int { (storage.count + bias.count) * MemoryLayout<Float>.stride }
 
@@ -136,7 +144,8 @@ struct PackedWeights: Sendable {
     ///   - input: `[rows, inputs]`, rows `inputStride` floats apart.
     ///   - output: where row `m` goes (`[outputs]` floats from `output.row(m)`); with the SIMD kernel and `outputs`
     ///     not a multiple of `panelWidth`, the last panel is stored through `scratch`.
-    ///   - scratch: `tileRows * panelWidth` floats, used only for a partial last panel.
+    ///   - scratch: `scratchCount(rows:)` floats: one tile with the SIMD kernel (for a partial last panel); with
+    ///     OpenBLAS, `rows * outputs` for a bordered output (the product lands there before it is scattered).
     func multiply(
         _ input: UnsafePointer<Float>, rows: Int, inputStride: Int, into output: GEMMOutput,
         activation: GEMMActivation, scratch: UnsafeMutablePointer<Float>
@@ -174,25 +183,26 @@ struct PackedWeights: Sendable {
             }
         }
         #else
-        // Rows that are contiguous in the output (a dense matrix, or one image row of a bordered layout) go in one call.
-        var row = 0
-        while row < rows {
-            var run = rows - row
-            if case .bordered(let height, let width, _) = output.layout {
-                run = min(run, width - (row % (height * width)) % width)
-            }
-            let stride = run > 1 ? output.row(row + 1) - output.row(row) : outputs
-            cblas_sgemm(
-                CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(run), Int32(outputs), Int32(inputs), 1,
-                input + row * inputStride, Int32(inputStride), storage.pointer, Int32(outputs), 0,
-                output.row(row), Int32(max(stride, outputs)))
-            row += run
+        // One call for all rows (OpenBLAS packs the weights again on every call), then bias, activation and, for a
+        // bordered output, the scatter into place.
+        let dense: UnsafeMutablePointer<Float>
+        let denseStride: Int
+        if case .dense(let stride) = output.layout {
+            dense = output.base
+            denseStride = stride
+        } else {
+            dense = scratch
+            denseStride = outputs
         }
+        cblas_sgemm(
+            CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(rows), Int32(outputs), Int32(inputs), 1,
+            input, Int32(inputStride), storage.pointer, Int32(outputs), 0, dense, Int32(denseStride))
         for r in 0..<rows {
+            let source = dense + r * denseStride
             let line = output.row(r)
             switch activation {
-            case .none: for n in 0..<outputs { line[n] += bias.pointer[n] }
-            case .relu: for n in 0..<outputs { line[n] = max(line[n] + bias.pointer[n], 0) }
+            case .none: for n in 0..<outputs { line[n] = source[n] + bias.pointer[n] }
+            case .relu: for n in 0..<outputs { line[n] = max(source[n] + bias.pointer[n], 0) }
             }
         }
         #endif

@@ -169,8 +169,9 @@ public final class YAMNetSession {
     private var batchCapacity = 0
     /// The first layer's zero-padded patch, `97 * 65`.
     private let paddedPatch = AlignedFloats(count: 97 * 65)
-    /// One GEMM tile, for the dense layer's partial last panel.
-    private let tileScratch = AlignedFloats(count: PackedWeights.tileRows * PackedWeights.panelWidth)
+    /// `PackedWeights.multiply`'s scratch: one tile with the SIMD kernel; with OpenBLAS the largest product of the
+    /// batch (`[batch * 1536, 64]`), grown on demand.
+    private var gemmScratch = AlignedFloats(count: PackedWeights.tileRows * PackedWeights.panelWidth)
     private lazy var frontEnd = LogMelSpectrogram()
     /// When set, `runBatch` adds each stage's thread CPU time to it (for `earshot bench --layers`).
     var profile: StageProfile?
@@ -183,6 +184,13 @@ public final class YAMNetSession {
         guard batch > batchCapacity else { return }
         bordered = AlignedFloats(count: Self.borderedCapacity * batch)
         dense = AlignedFloats(count: Self.denseCapacity * batch)
+        var height = YAMNet.patchFrames / 2, width = YAMNet.melBands / 2, scratch = 0
+        for block in model.blocks {
+            height = (height + block.stride - 1) / block.stride
+            width = (width + block.stride - 1) / block.stride
+            scratch = max(scratch, block.pointwise.scratchCount(rows: batch * height * width))
+        }
+        if scratch > gemmScratch.count { gemmScratch = AlignedFloats(count: scratch) }
         batchCapacity = batch
     }
 
@@ -285,7 +293,7 @@ public final class YAMNetSession {
             block.pointwise.multiply(
                 dense, rows: batch * height * width, inputStride: channels,
                 into: GEMMOutput(base: bordered, layout: .bordered(height: height, width: width, channels: block.outputChannels)),
-                activation: .relu, scratch: tileScratch.pointer)
+                activation: .relu, scratch: gemmScratch.pointer)
             profile?.mark("pointwise \(channels)->\(block.outputChannels) x\(batch * height * width)")
             channels = block.outputChannels
         }
@@ -306,7 +314,7 @@ public final class YAMNetSession {
         model.logits.multiply(
             embeddings, rows: batch, inputStride: YAMNet.embeddingSize,
             into: GEMMOutput(base: scores, layout: .dense(stride: YAMNet.classCount)),
-            activation: .none, scratch: tileScratch.pointer)
+            activation: .none, scratch: gemmScratch.pointer)
         for index in 0..<(batch * YAMNet.classCount) {
             scores[index] = 1 / (1 + expf(-scores[index]))
         }
