@@ -143,6 +143,17 @@ public struct AlarmEvent: Sendable, Equatable {
         }
     }
 
+    /// The event as a finished ``DetectionEvent/offset(_:)`` for an event store: an end as itself, an onset as a
+    /// point event (start = end = its start; how a chirp, which has no end, is stored). Class label, confidence and
+    /// window count as in ``detectionEvent`` (`positiveWindows` = cycles); reason `hold_elapsed`.
+    public var finishedEvent: DetectionEvent {
+        guard kind == .onset else { return detectionEvent }
+        var point = self
+        point.kind = .end
+        point.time = start
+        return point.detectionEvent
+    }
+
     /// The journal `MESSAGE`, e.g. `smoke_alarm detected: T3 pattern at 3150 Hz (1 cycle, classifier 0.81) at
     /// stream time 12.01 s` or `smoke_alarm ended: T3 pattern at 3150 Hz from 12.01 s to 40.02 s (7 cycles)`.
     public var message: String {

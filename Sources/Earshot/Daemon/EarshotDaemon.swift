@@ -241,6 +241,13 @@ public final class EarshotDaemon: @unchecked Sendable {
             server.publish(object: object, group: alarm.group)
             journal.record(fields: alarm.journalFields(identifier: journal.identifier))
             if alarm.kind == .onset { status.withLock { $0.detections += 1 } }
+            // The history stores finished events: an alarm's end, or a chirp (a point event with no end).
+            if alarm.kind == .end || alarm.group == AlarmEvent.alarmChirp, case .offset(let finished) = alarm.finishedEvent {
+                history?.recordFinished(
+                    group: finished.group, classLabel: finished.classLabel, start: finished.start, end: finished.end,
+                    peakConfidence: finished.peakConfidence, meanConfidence: finished.meanConfidence,
+                    windows: finished.positiveWindows, endReason: finished.reason)
+            }
         case .health(let health):
             server.publish(health)
             journal.record(health)
