@@ -162,10 +162,11 @@ public final class YAMNetSession {
     static let denseCapacity = 48 * 32 * 32
 
     public let model: YAMNet
-    /// Activations inside a zero border, `borderedCapacity * batchCapacity` floats, grown on demand.
-    private var bordered = AlignedFloats(count: 0)
-    /// Dense activations, `denseCapacity * batchCapacity` floats, grown on demand.
-    private var dense = AlignedFloats(count: 0)
+    /// Activations of the batch, grown on demand: inside a zero border (`borderedCapacity * batchCapacity`) and
+    /// dense (`denseCapacity * batchCapacity`).
+    private var batchBuffers = ActivationBuffers(images: 0)
+    /// Activations of one patch, for the blocks before `firstBatchedBlock` (allocated with the first batch > 1).
+    private var single = ActivationBuffers(images: 0)
     private var batchCapacity = 0
     /// The first layer's zero-padded patch, `97 * 65`.
     private let paddedPatch = AlignedFloats(count: 97 * 65)
@@ -182,8 +183,8 @@ public final class YAMNetSession {
 
     private func reserve(batch: Int) {
         guard batch > batchCapacity else { return }
-        bordered = AlignedFloats(count: Self.borderedCapacity * batch)
-        dense = AlignedFloats(count: Self.denseCapacity * batch)
+        batchBuffers = ActivationBuffers(images: batch)
+        if batch > 1 && single.capacity == 0 { single = ActivationBuffers(images: 1) }
         var height = YAMNet.patchFrames / 2, width = YAMNet.melBands / 2, scratch = 0
         for block in model.blocks {
             height = (height + block.stride - 1) / block.stride
@@ -260,43 +261,41 @@ public final class YAMNetSession {
         }
     }
 
+    /// The first block run for the whole batch at once. Blocks before it have large activations (up to 435 KB
+    /// per patch) and small weights, so they run one patch at a time, keeping each patch's activations in L2; from
+    /// this block on (12 x 8 x 256 in, 2 MB of the 12.6 MB of pointwise weights before it), activations are small
+    /// and weights large, so one pass over each weight matrix serves the whole batch.
+    static let firstBatchedBlock = 5
+
     private func runBatch(
         patches: UnsafePointer<Float>, patchStride: Int, batch: Int,
         scores: UnsafeMutablePointer<Float>, embeddings: UnsafeMutablePointer<Float>
     ) {
         reserve(batch: batch)
-        var height = YAMNet.patchFrames / 2, width = YAMNet.melBands / 2, channels = 32
-        let bordered = bordered.pointer, dense = dense.pointer
-        @inline(__always) func borderedSize() -> Int { (height + 2) * (width + 2) * channels }
         profile?.start()
-        ConvolutionKernels.zeroBorder(bordered, images: batch, height: height, width: width, channels: channels)
+        let split = batch > 1 ? Self.firstBatchedBlock : 0
+        let first = Geometry(height: YAMNet.patchFrames / 2, width: YAMNet.melBands / 2, channels: 32)
+        let splitInput = Self.geometry(before: split)
         for n in 0..<batch {
+            // Before the split, patch n runs alone in the one-patch buffers; the last early block writes its output
+            // into image n of the batch buffer.
+            let target = split > 0 ? single : batchBuffers
+            let image = split > 0 ? 0 : n
+            ConvolutionKernels.zeroBorder(
+                target.bordered.pointer + image * first.borderedSize, images: 1, height: first.height,
+                width: first.width, channels: first.channels)
             ConvolutionKernels.firstLayer(
                 input: patches + n * patchStride, weights: model.firstWeights.pointer, bias: model.firstBias.pointer,
-                padded: paddedPatch.pointer, output: bordered + n * borderedSize())
-        }
-        profile?.mark("layer1 conv 3x3")
-        for block in model.blocks {
-            let outHeight = (height + block.stride - 1) / block.stride
-            let outWidth = (width + block.stride - 1) / block.stride
-            for n in 0..<batch {
-                ConvolutionKernels.depthwise(
-                    input: bordered + n * borderedSize(), height: height, width: width,
-                    channels: channels, stride: block.stride, weights: block.depthwiseWeights.pointer,
-                    bias: block.depthwiseBias.pointer,
-                    output: dense + n * outHeight * outWidth * channels, outHeight: outHeight, outWidth: outWidth)
+                padded: paddedPatch.pointer, output: target.bordered.pointer + image * first.borderedSize)
+            profile?.mark("layer1 conv 3x3")
+            if split > 0 {
+                runBlocks(0..<split, from: first, in: single, image: 0, images: 1,
+                          lastOutput: batchBuffers.bordered.pointer + n * splitInput.borderedSize)
             }
-            profile?.mark("depthwise")
-            height = outHeight
-            width = outWidth
-            ConvolutionKernels.zeroBorder(bordered, images: batch, height: height, width: width, channels: block.outputChannels)
-            block.pointwise.multiply(
-                dense, rows: batch * height * width, inputStride: channels,
-                into: GEMMOutput(base: bordered, layout: .bordered(height: height, width: width, channels: block.outputChannels)),
-                activation: .relu, scratch: gemmScratch.pointer)
-            profile?.mark("pointwise \(channels)->\(block.outputChannels) x\(batch * height * width)")
-            channels = block.outputChannels
         }
+        let last = runBlocks(split..<model.blocks.count, from: splitInput, in: batchBuffers, image: 0, images: batch)
+        let bordered = batchBuffers.bordered.pointer
+        let height = last.height, width = last.width, channels = last.channels
         // Global average pool over the final 3 x 2 positions (inside their border).
         let scale = 1 / Float(height * width)
         for n in 0..<batch {
@@ -304,7 +303,7 @@ public final class YAMNetSession {
             destination.update(repeating: 0, count: channels)
             for y in 0..<height {
                 for x in 0..<width {
-                    let source = bordered + n * borderedSize() + ((y + 1) * (width + 2) + x + 1) * channels
+                    let source = bordered + n * last.borderedSize + ((y + 1) * (width + 2) + x + 1) * channels
                     for c in 0..<channels { destination[c] += source[c] }
                 }
             }
@@ -319,6 +318,80 @@ public final class YAMNetSession {
             scores[index] = 1 / (1 + expf(-scores[index]))
         }
         profile?.mark("logits + sigmoid")
+    }
+
+    /// One layer's activation shape (per image).
+    struct Geometry {
+        var height: Int
+        var width: Int
+        var channels: Int
+        /// Floats of one image inside its one-position border.
+        var borderedSize: Int { (height + 2) * (width + 2) * channels }
+    }
+
+    /// The input shape of block `index` (the first layer's output for block 0).
+    static func geometry(before index: Int) -> Geometry {
+        var geometry = Geometry(height: YAMNet.patchFrames / 2, width: YAMNet.melBands / 2, channels: 32)
+        for (stride, channels) in YAMNet.separableBlocks.prefix(index) {
+            geometry = Geometry(
+                height: (geometry.height + stride - 1) / stride, width: (geometry.width + stride - 1) / stride,
+                channels: channels)
+        }
+        return geometry
+    }
+
+    /// Runs blocks `range` on images `image ..< image + images` of `buffers` (bordered input, image `i` at
+    /// `i * input.borderedSize`), leaving their output in `buffers.bordered` the same way, or for the last block at
+    /// `lastOutput` when given. Returns the output shape.
+    @discardableResult
+    private func runBlocks(
+        _ range: Range<Int>, from input: Geometry, in buffers: ActivationBuffers, image: Int, images: Int,
+        lastOutput: UnsafeMutablePointer<Float>? = nil
+    ) -> Geometry {
+        var geometry = input
+        let bordered = buffers.bordered.pointer, dense = buffers.dense.pointer
+        for index in range {
+            let block = model.blocks[index]
+            let outHeight = (geometry.height + block.stride - 1) / block.stride
+            let outWidth = (geometry.width + block.stride - 1) / block.stride
+            let denseSize = outHeight * outWidth * geometry.channels
+            for n in image..<(image + images) {
+                ConvolutionKernels.depthwise(
+                    input: bordered + n * geometry.borderedSize, height: geometry.height, width: geometry.width,
+                    channels: geometry.channels, stride: block.stride, weights: block.depthwiseWeights.pointer,
+                    bias: block.depthwiseBias.pointer,
+                    output: dense + n * denseSize, outHeight: outHeight, outWidth: outWidth)
+            }
+            profile?.mark("depthwise")
+            let output = Geometry(height: outHeight, width: outWidth, channels: block.outputChannels)
+            let destination = index == range.upperBound - 1 ? lastOutput ?? bordered + image * output.borderedSize
+                : bordered + image * output.borderedSize
+            ConvolutionKernels.zeroBorder(
+                destination, images: images, height: outHeight, width: outWidth, channels: block.outputChannels)
+            block.pointwise.multiply(
+                dense + image * denseSize, rows: images * outHeight * outWidth, inputStride: geometry.channels,
+                into: GEMMOutput(
+                    base: destination, layout: .bordered(height: outHeight, width: outWidth, channels: block.outputChannels)),
+                activation: .relu, scratch: gemmScratch.pointer)
+            profile?.mark("pointwise \(geometry.channels)->\(block.outputChannels)")
+            geometry = output
+        }
+        return geometry
+    }
+}
+
+/// A pair of activation buffers for `capacity` images.
+struct ActivationBuffers {
+    let capacity: Int
+    /// `YAMNetSession.borderedCapacity * capacity` floats.
+    let bordered: AlignedFloats
+    /// `YAMNetSession.denseCapacity * capacity` floats.
+    let dense: AlignedFloats
+
+    init(images: Int) {
+        capacity = images
+        bordered = AlignedFloats(count: YAMNetSession.borderedCapacity * images)
+        dense = AlignedFloats(count: YAMNetSession.denseCapacity * images)
     }
 }
 
