@@ -64,8 +64,12 @@ public struct SnoreEvent: Sendable, Equatable {
 /// when a window ends ``Configuration/holdSeconds`` (8 s, two missed breaths) after the last positive window
 /// (``Debouncer`` with a 1-of-1 onset). Stream gaps end events as ``Debouncer`` does.
 ///
-/// Measured on `../shared/audio/snoring-khan` (1 s clips, see `earshot eval-snore`): the "Snoring" score >= 0.3
-/// alone flags 63 % of the snoring clips; the evidence >= 0.3 flags 74 %, with no non-snoring clip flagged either way.
+/// Measured on `../shared/audio/snoring-khan` (1 s clips, `earshot eval-snore`): the "Snoring" score >= 0.3 alone
+/// flags 63.3 % of the 392 snoring clips, the evidence >= 0.3 flags 74.2 %, and the detector finds 83.7 % of them
+/// when they recur every 2-4 s as in sleep; of the 388 non-snoring clips none is flagged either way (clips in such
+/// a sequence give 5 false events in 19 minutes, mostly animal sounds). With a head (``HeadEvidence``) trained on
+/// the other half of the clips, 99.5 % of the held-out snoring clips are found in sequence and 1.6 % of the held-out
+/// non-snoring ones.
 ///
 /// - Important: A value type without locks: feed it from one queue, windows in stream order.
 public struct SnoreDetector: Sendable {

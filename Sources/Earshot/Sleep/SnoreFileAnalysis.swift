@@ -3,8 +3,9 @@ import Foundation
 /// Snoring in a recording: runs the built-in classifier over a whole file (``AudioFileAnalyzer``, all cores), the
 /// ``SnoreDetector`` over its windows, and builds a ``SnoreReport``.
 ///
-/// Speed: the analyzer scores every 0.48 s window; an 8-hour recording (60 000 windows) takes about 3 minutes on
-/// two cores of a 2020s x86 machine (see the final report of the home issue for the measurement).
+/// Speed: the analyzer scores every 0.48 s window; an 8-hour 16 kHz recording (60 000 windows) took 273-297 s of
+/// CPU time on a 2-core x86 VM (about 2.5 minutes of wall-clock time when both cores are free; 11-18 minutes
+/// while other builds shared them).
 public enum SnoreFileAnalysis {
     /// What one analysis found: the report and every window's evidence (for evaluation).
     public struct Result: Sendable {

@@ -194,13 +194,16 @@ extension SnoreReport {
         let stripY = baseline + 30
         out += "<text x=\"\(n(layout.left - 6))\" y=\"\(n(stripY + 10))\" text-anchor=\"end\">episodes</text>\n"
         out += "<rect x=\"\(n(layout.left))\" y=\"\(n(stripY))\" width=\"\(n(plotWidth))\" height=\"14\" fill=\"#f3f3f3\"/>\n"
-        for episode in episodes {
+        let centers = episodes.map { (x($0.start) + x($0.end)) / 2 }
+        for (index, episode) in episodes.enumerated() {
             let x0 = x(episode.start)
             let width = max(1.5, x(episode.end) - x0)
+            // Room for a loudness label: no other episode's centre within 60 units.
+            let roomy = centers.enumerated().allSatisfy { $0.offset == index || abs($0.element - centers[index]) >= 60 }
             let tip = "\(timeText(episode.start, timeZone: timeZone))-\(timeText(episode.end, timeZone: timeZone)): \(JSONValue.format(episode.snoringSeconds / 60, decimals: 1)) min snoring, \(episode.snores) snores, \(JSONValue.format(Double(episode.levelDBFS), decimals: 1)) dBFS"
             out += "<rect class=\"episode\" x=\"\(n(x0))\" y=\"\(n(stripY))\" width=\"\(n(width))\" height=\"14\"><title>\(escape(tip))</title></rect>\n"
-            if width >= 44 {
-                // Loudness under the episodes wide enough to carry it.
+            if roomy {
+                // Loudness under each episode that has room for it.
                 out += "<text x=\"\(n(x0 + width / 2))\" y=\"\(n(stripY + 27))\" text-anchor=\"middle\" font-size=\"10\" fill=\"#555\">\(JSONValue.format(Double(episode.levelDBFS), decimals: 1)) dBFS</text>\n"
             }
         }
