@@ -3,9 +3,9 @@ import Foundation
 /// Snoring in a recording: runs the built-in classifier over a whole file (``AudioFileAnalyzer``, all cores), the
 /// ``SnoreDetector`` over its windows, and builds a ``SnoreReport``.
 ///
-/// Speed: the analyzer scores every 0.48 s window; an 8-hour 16 kHz recording (60 000 windows) took 273-297 s of
-/// CPU time on a 2-core x86 VM (about 2.5 minutes of wall-clock time when both cores are free; 11-18 minutes
-/// while other builds shared them).
+/// Speed: the analyzer scores every 0.48 s window; an 8-hour 16 kHz recording (60 000 windows) took 142 s of CPU
+/// time on a 2-core x86 VM with the model kernels of b3b4877 (273-297 s before them): about 1.2 minutes of
+/// wall-clock time when both cores are free, 104 MB resident.
 public enum SnoreFileAnalysis {
     /// What one analysis found: the report and every window's evidence (for evaluation).
     public struct Result: Sendable {
