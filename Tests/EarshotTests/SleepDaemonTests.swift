@@ -46,9 +46,8 @@ struct SleepDaemonTests {
         #expect(written == ["snore-20260301-2200.json", "snore-20260301-2200.svg"])
     }
 
-    @Test("earshotd: sleep start, snoring from a real recording through ALSA capture, sleep stop writes the report and the history")
+    @Test("earshotd: sleep start, snoring from a real recording through ALSA capture, sleep stop writes the report and the history", .needsShared)
     func daemonSession() throws {
-        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
         let sandbox = try DaemonEndToEndTests.Sandbox()
         defer { sandbox.remove() }
         let historyPath = sandbox.directory.appendingPathComponent("history.sqlite3").path
@@ -91,6 +90,10 @@ struct SleepDaemonTests {
             }
             return nil
         }
+        // Sleep sessions publish group "snoring" even when the watch list leaves it out.
+        try client.subscribe(groups: ["snoring"])
+        let subscribed = try #require(try next(type: "subscribed"))
+        #expect(subscribed["groups"] as? [String] == ["snoring"])
         try client.send(line: #"{"cmd":"sleep_start"}"#)
         let started = try #require(try next(type: "sleep"))
         #expect(started["state"] as? String == "started")

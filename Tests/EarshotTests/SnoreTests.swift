@@ -286,9 +286,8 @@ struct SnoreTests {
 
     // MARK: Real recordings
 
-    @Test("on real clips: snoring in a breathing sequence is found, non-snoring clips raise nothing")
+    @Test("on real clips: snoring in a breathing sequence is found, non-snoring clips raise nothing", .needsShared)
     func realClips() throws {
-        try #require(TestPaths.sharedAvailable, Comment(rawValue: TestPaths.sharedMissingMessage))
         func clips(_ folder: String) throws -> [URL] {
             let directory = TestPaths.sharedFile("audio/snoring-khan/\(folder)")
             return try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
