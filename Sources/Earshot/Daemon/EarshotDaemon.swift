@@ -88,7 +88,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
                 maxClients: output.maxClients,
-                knownGroups: groups.map(\.name)
+                knownGroups: groups.map(\.name) + [SnoreDetector.groupName]
                     + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: configuration.alarms.patternDetection)),
             status: { [unowned self] in statusObject() })
         noteSettings(configuration)
@@ -337,7 +337,8 @@ public final class EarshotDaemon: @unchecked Sendable {
             for line in loaded.problems { journal.log(line, priority: 4) }
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(
-                groups.map(\.name) + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: fresh.alarms.patternDetection))
+                groups.map(\.name) + [SnoreDetector.groupName]
+                    + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: fresh.alarms.patternDetection))
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
             if fresh.output != output { restartNeeded.append("[output]") }
