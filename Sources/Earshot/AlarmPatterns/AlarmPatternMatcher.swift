@@ -35,8 +35,10 @@ public struct PatternMatch: Sendable, Equatable {
 ///   1.2 s long (a decaying tone is cut early), frequencies within 4 % and peak levels within 8 dB, then the next tone of the same frequency 1.45 d to 3.2 d after the third (and at least 0.4 s more
 ///   than d): the long pause of the pattern. The tone before the first (if any within 5 s) must also be a long pause
 ///   away, so that a steady 1 s beeper (a reversing truck) that loses one beep in noise is not a T3.
-/// - T4: a burst of exactly four tones, onsets 0.12 to 0.45 s apart (within 35 % of each other), each at most
-///   0.3 s, closed by 0.9 s without another tone of that frequency; a cycle is two such bursts 3 to 9 s apart.
+/// - T4: a burst of four tones, onsets 0.12 to 0.45 s apart (within 35 % of each other), each at most 0.3 s,
+///   closed by 0.9 s without another tone of that frequency (an echo of the last tone 6 dB down is dropped; three
+///   tones on the grid of four count when one beep was lost); a cycle is two such bursts 3 to 9 s apart, at least
+///   one of them with all four tones.
 /// - Chirp: a tone of at most 0.35 s with no other tone of its frequency within 2.5 s on either side; a match when
 ///   the previous such chirp, of the same frequency, was 15 to 120 s before.
 /// "Same frequency" is within 5 %. Tones more than 20 dB below the loudest tone of their frequency in the last 10 s
@@ -196,6 +198,25 @@ public struct AlarmPatternMatcher: Sendable {
         return fHigh - fLow <= frequency * fHigh && (!checkDurations || dHigh <= 2 * max(dLow, 0.03)) && lHigh - lLow <= 8
     }
 
+    /// Whether `tones` are a T4 burst: four tones of at most 0.3 s, consistent, onsets 0.12 to 0.45 s apart within
+    /// 35 % of each other; with `missingOne`, three tones whose onsets sit on such a grid of four with one slot empty.
+    private func isT4Burst(_ tones: [ToneSegment], missingOne: Bool = false) -> Bool {
+        guard tones.count == (missingOne ? 3 : 4), tones.allSatisfy({ $0.duration <= 0.3 }),
+              Self.consistent(tones, frequency: 0.04)
+        else { return false }
+        let starts = tones.map(\.start)
+        let intervals = zip(starts.dropFirst(), starts).map { $0 - $1 }
+        guard let low = intervals.min(), let high = intervals.max() else { return false }
+        if !missingOne {
+            return low >= 0.12 && high <= 0.45 && high - low <= 0.35 * high + 0.03
+        }
+        // Three onsets on a grid of step d: intervals (d, d), (2d, d) or (d, 2d); the step from the short ones.
+        guard low >= 0.12, low <= 0.45 else { return false }
+        let steps = intervals.map { ($0 / low).rounded() }
+        guard steps.reduce(0, +) <= 3, steps.allSatisfy({ $0 >= 1 }) else { return false }
+        return zip(intervals, steps).allSatisfy { abs($0 - $1 * low) <= 0.2 * low + 0.03 }
+    }
+
     private mutating func addToBursts(_ tone: ToneSegment) {
         if let index = pendingBursts.firstIndex(where: { Self.same($0.frequencyHz, tone.frequencyHz) }) {
             if tone.start - pendingBursts[index].lastStart <= 0.45 {
@@ -208,17 +229,18 @@ public struct AlarmPatternMatcher: Sendable {
 
     /// A burst is complete: is it a T4 burst, and does it complete a cycle with the previous one?
     private mutating func closeBurst(_ heard: Burst, at time: Double) -> PatternMatch? {
-        // Echoes and tails well below the burst's loudest tone are not tones of the burst.
+        // Echoes and tails well below the burst's loudest tone are not tones of the burst, nor is a last tone 6 dB
+        // below the others (a room's echo of the fourth beep).
         let loudest = heard.tones.map(\.peakLevelDBFS).max() ?? 0
-        let burst = Burst(tones: heard.tones.filter { $0.peakLevelDBFS >= loudest - 12 })
-        let starts = burst.tones.map(\.start)
-        var isT4 = burst.tones.count == 4 && burst.tones.allSatisfy { $0.duration <= 0.3 }
-            && Self.consistent(burst.tones, frequency: 0.04)
-        if isT4 {
-            let intervals = zip(starts.dropFirst(), starts).map { $0 - $1 }
-            let low = intervals.min() ?? 0, high = intervals.max() ?? 0
-            isT4 = low >= 0.12 && high <= 0.45 && high - low <= 0.35 * high + 0.03
+        var kept = heard.tones.filter { $0.peakLevelDBFS >= loudest - 12 }
+        if kept.count == 5, let last = kept.last,
+           last.peakLevelDBFS <= (kept.dropLast().map(\.peakLevelDBFS).min() ?? 0) - 6 {
+            kept.removeLast()
         }
+        let burst = Burst(tones: kept)
+        let complete = isT4Burst(burst.tones)
+        // A burst that lost one beep in noise still fits the grid of four (checked with the three it kept).
+        let isT4 = complete || (burst.tones.count == 3 && isT4Burst(burst.tones, missingOne: true))
         // T4 bursts are remembered per frequency (a square wave's harmonics, or two alarms, make bursts of their own).
         t4Bursts.removeAll { time - $0.burst.start > 10 }
         // A burst of this frequency that is not T4, and about as loud as a remembered T4 burst, breaks its run.
@@ -229,8 +251,10 @@ public struct AlarmPatternMatcher: Sendable {
             }
             return nil
         }
+        // A cycle needs two bursts 3 to 9 s apart, at least one of them with all four beeps.
         let previous = t4Bursts.last {
             Self.same($0.burst.frequencyHz, burst.frequencyHz) && (3.0...9.0).contains(burst.start - $0.burst.start)
+                && (complete || $0.burst.tones.count == 4)
         }
         let run = (previous?.run ?? 0) + 1
         t4Bursts.append((burst, run))
