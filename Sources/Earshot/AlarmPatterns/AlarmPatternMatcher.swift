@@ -39,7 +39,8 @@ public struct PatternMatch: Sendable, Equatable {
 ///   closed by 0.9 s without another tone of that frequency (an echo of the last tone 6 dB down is dropped; three
 ///   tones on the grid of four count when one beep was lost); a cycle is two such bursts 3 to 9 s apart, at least
 ///   one of them with all four tones.
-/// - Chirp: a tone of at most 0.35 s with no other tone of its frequency within 2.5 s on either side; a match when
+/// - Chirp: a tone of at most 0.35 s with no other tone of its frequency (other than echoes 20 dB down) within 2.5 s
+///   on either side; a match when
 ///   the previous such chirp, of the same frequency, was 15 to 120 s before.
 /// "Same frequency" is within 5 %. Tones more than 20 dB below the loudest tone of their frequency in the last 10 s
 /// (echoes, tails) are ignored.
@@ -119,8 +120,10 @@ public struct AlarmPatternMatcher: Sendable {
                 waiting.append(chirp)
                 continue
             }
+            // Echoes (20 dB or more below the chirp) do not count as neighbours.
             let isolated = !tones.contains {
                 $0.start != chirp.start && abs($0.start - chirp.start) < 2.5 && Self.same($0.frequencyHz, chirp.frequencyHz)
+                    && $0.peakLevelDBFS > chirp.peakLevelDBFS - 20
             }
             guard isolated else { continue }
             if let previous = lastChirp, Self.same(previous.tone.frequencyHz, chirp.frequencyHz),
