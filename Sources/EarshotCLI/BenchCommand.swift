@@ -118,8 +118,8 @@ enum BenchCommand {
         let waveform = Benchmark.waveformPatchLatency(model: model, runs: runs)
         report.figure("waveform_patch_ms_median", waveform.median, "waveform patch (15600 samples: front end + network): median", unit: "ms")
         report.figure("waveform_patch_ms_p95", waveform.p95, "waveform patch: p95", unit: "ms")
-        let batched = Benchmark.batchedPatchMillis(model: model, count: 64, runs: options.quick ? 3 : 10)
-        report.figure("batched_patch_ms", batched, "patch latency in batches of \(YAMNetSession.maximumBatch), 1 thread, per patch", unit: "ms")
+        let batched = Benchmark.batchedPatchMillis(model: model, count: 64, runs: options.quick ? 5 : 20)
+        report.figure("batched_patch_ms", batched, "patch latency in batches of \(YAMNetSession.maximumBatch), 1 thread, per patch (best run)", unit: "ms")
         report.figure("front_end_ms_per_s", Benchmark.frontEndMillisPerSecond(seconds: 60, runs: options.quick ? 3 : 10),
                       "front end (log-mel)", unit: "ms per s of audio")
         if options.layers {

@@ -1,4 +1,5 @@
 internal import CBLAS
+import Foundation
 
 // Matrix products of the pointwise (1x1) convolutions and the dense layer: C[M, N] = act(A[M, K] x W[K, N] + bias).
 //
@@ -49,16 +50,26 @@ func relu(_ v: KernelVector) -> KernelVector {
     v.replacing(with: 0, where: v .< 0)
 }
 
-/// Float storage aligned to 64 bytes (one cache line, one AVX-512 register), owned by this object.
+/// Float storage aligned to 64 bytes (one cache line, one AVX-512 register): its own allocation, or a slice of a
+/// `WeightArena` that it keeps alive.
 final class AlignedFloats: @unchecked Sendable {
     let pointer: UnsafeMutablePointer<Float>
     let count: Int
+    private let arena: WeightArena?
 
     /// `count` zeros.
     init(count: Int) {
         self.count = count
         let raw = UnsafeMutableRawPointer.allocate(byteCount: max(1, count) * MemoryLayout<Float>.stride, alignment: 64)
         pointer = raw.initializeMemory(as: Float.self, repeating: 0, count: max(1, count))
+        arena = nil
+    }
+
+    /// `count` zeros taken from `arena`.
+    init(count: Int, arena: WeightArena) {
+        self.count = count
+        pointer = arena.take(count)
+        self.arena = arena
     }
 
     /// A copy of `values`.
@@ -68,7 +79,42 @@ final class AlignedFloats: @unchecked Sendable {
     }
 
     deinit {
-        UnsafeMutableRawPointer(pointer).deallocate()
+        if arena == nil { UnsafeMutableRawPointer(pointer).deallocate() }
+    }
+}
+
+/// One allocation for all the packed weights (about 15 MB), aligned to 2 MB and offered to the kernel for
+/// transparent huge pages (`madvise(MADV_HUGEPAGE)`). A patch streams every weight once, mostly from DRAM (they do
+/// not stay in a shared L3 between patches), and with 4 KB pages that means about 3,700 TLB misses and a hardware
+/// prefetcher that stops at every page boundary; measured on an AMD EPYC (Zen 4): 1.44-1.65 ms per patch with 4 KB
+/// pages, 1.41-1.44 ms with huge pages. One arena rather than one per layer keeps the rounding to whole 2 MB pages
+/// (resident once touched) under 2 MB in all. Best effort: without THP the memory works the same.
+final class WeightArena: @unchecked Sendable {
+    static let hugePage = 2 << 20
+    private let base: UnsafeMutableRawPointer
+    private let byteCount: Int
+    private var used = 0
+
+    /// Room for `floats` floats in slices of 64-byte-aligned blocks. The corresponding C function is `madvise`.
+    init(floats: Int) {
+        byteCount = max(Self.hugePage, (floats * MemoryLayout<Float>.stride + Self.hugePage - 1) / Self.hugePage * Self.hugePage)
+        base = UnsafeMutableRawPointer.allocate(byteCount: byteCount, alignment: Self.hugePage)
+        #if os(Linux)
+        _ = madvise(base, byteCount, Int32(MADV_HUGEPAGE))
+        #endif
+    }
+
+    /// The next `count` floats, zeroed, 64-byte aligned.
+    /// - Precondition: the arena has room (sized by `PackedWeights.arenaFloats`).
+    func take(_ count: Int) -> UnsafeMutablePointer<Float> {
+        let start = (used + 63) / 64 * 64
+        precondition(start + max(1, count) * MemoryLayout<Float>.stride <= byteCount, "weight arena too small")
+        used = start + max(1, count) * MemoryLayout<Float>.stride
+        return (base + start).initializeMemory(as: Float.self, repeating: 0, count: max(1, count))
+    }
+
+    deinit {
+        base.deallocate()
     }
 }
 
@@ -102,7 +148,7 @@ struct PackedWeights: Sendable {
     /// Packs `weights` (`[inputs, outputs]` row-major) and `bias` (`[outputs]`); `transform(k, n, value)` may change each
     /// weight on the way (batch-norm folding).
     init(
-        inputs: Int, outputs: Int, weights: UnsafeBufferPointer<Float>, bias: [Float],
+        inputs: Int, outputs: Int, weights: UnsafeBufferPointer<Float>, bias: [Float], arena: WeightArena,
         transform: (_ k: Int, _ n: Int, _ value: Float) -> Float = { $2 }
     ) {
         precondition(weights.count == inputs * outputs && bias.count == outputs)
@@ -112,7 +158,7 @@ struct PackedWeights: Sendable {
             let width = Self.panelWidth
             let panels = (outputs + width - 1) / width
             paddedOutputs = panels * width
-            storage = AlignedFloats(count: panels * inputs * width)
+            storage = AlignedFloats(count: panels * inputs * width, arena: arena)
             let packed = storage.pointer
             for k in 0..<inputs {
                 for n in 0..<outputs {
@@ -122,13 +168,19 @@ struct PackedWeights: Sendable {
             }
         } else {
             paddedOutputs = outputs
-            storage = AlignedFloats(count: inputs * outputs)
+            storage = AlignedFloats(count: inputs * outputs, arena: arena)
             for k in 0..<inputs {
                 for n in 0..<outputs { storage.pointer[k * outputs + n] = transform(k, n, weights[k * outputs + n]) }
             }
         }
-        self.bias = AlignedFloats(count: paddedOutputs)
+        self.bias = AlignedFloats(count: paddedOutputs, arena: arena)
         for n in 0..<outputs { self.bias.pointer[n] = bias[n] }
+    }
+
+    /// Floats (with alignment padding) a `[inputs, outputs]` matrix and its bias take in a `WeightArena`.
+    static func arenaFloats(inputs: Int, outputs: Int) -> Int {
+        let padded = packedKernelAvailable ? (outputs + panelWidth - 1) / panelWidth * panelWidth : outputs
+        return inputs * padded + padded + 32
     }
 
     /// Floats `multiply` needs in `scratch` for `rows` rows.

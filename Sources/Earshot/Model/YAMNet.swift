@@ -103,6 +103,13 @@ public final class YAMNet: Sendable {
         let (first, firstBias) = try folded3x3("layer1/conv", kernelName: "kernel", shape: [3, 3, 1, 32], channels: 32)
         firstWeights = AlignedFloats(first)
         self.firstBias = firstBias
+        var arenaFloats = PackedWeights.arenaFloats(inputs: Self.embeddingSize, outputs: Self.classCount)
+        var inputs = 32
+        for block in Self.separableBlocks {
+            arenaFloats += PackedWeights.arenaFloats(inputs: inputs, outputs: block.channels)
+            inputs = block.channels
+        }
+        let arena = WeightArena(floats: arenaFloats)
         var blocks: [SeparableBlock] = []
         var channels = 32
         for (index, block) in Self.separableBlocks.enumerated() {
@@ -112,7 +119,7 @@ public final class YAMNet: Sendable {
             let norm = try batchNorm("\(layer)/pointwise_conv", channels: block.channels)
             let kernel = try file.tensor("\(layer)/pointwise_conv/kernel", shape: [1, 1, channels, block.channels])
             let pointwise = PackedWeights(
-                inputs: channels, outputs: block.channels, weights: kernel, bias: norm.bias,
+                inputs: channels, outputs: block.channels, weights: kernel, bias: norm.bias, arena: arena,
                 transform: { _, n, value in value * norm.scale[n] })
             file.release(kernel)
             blocks.append(SeparableBlock(
@@ -124,7 +131,8 @@ public final class YAMNet: Sendable {
         let logitsKernel = try file.tensor("logits/kernel", shape: [Self.embeddingSize, Self.classCount])
         let logitsBias = try file.tensor("logits/bias", shape: [Self.classCount])
         logits = PackedWeights(
-            inputs: Self.embeddingSize, outputs: Self.classCount, weights: logitsKernel, bias: Array(logitsBias))
+            inputs: Self.embeddingSize, outputs: Self.classCount, weights: logitsKernel, bias: Array(logitsBias),
+            arena: arena)
         file.release(logitsKernel, logitsBias)
     }
 
