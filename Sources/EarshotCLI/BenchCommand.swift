@@ -14,8 +14,10 @@ enum BenchCommand {
       patch latency     one 96x64 log-mel patch to 521 scores, 1 thread (median and p95)
       waveform patch    15600 samples to 521 scores (front end + network), as one TFLite invoke
       front end         log-mel spectrogram, ms per second of audio
+      inference only    front end + network on 5 minutes of audio in memory, 1 thread and all cores
       file analysis     a 10-minute 44.1 kHz stereo FLAC made by looping FILE: decode + resample + front end +
-                        network, as `earshot analyze` runs it, on 1 thread and on all cores
+                        network, on 1 thread and on all cores: as `earshot analyze` runs it (AudioFileAnalyzer),
+                        decoded whole then YAMNet.analyzeConcurrently, and with decoding overlapped (YAMNetPipeline)
       daemon            earshotd --input on 60 s of real-time audio: CPU share of one core and peak RSS with the
                         gate open (loud input) and closed (noise at -60 dBFS), and the time to READY=1
       --quick           fewer runs: 200 latency runs, a 2-minute file, 20 s per daemon run
@@ -132,6 +134,11 @@ enum BenchCommand {
             }
         }
 
+        for threads in Set([1, cores]).sorted() {
+            let factor = Benchmark.inferenceRealtimeFactor(model: model, seconds: options.quick ? 60 : 300, threads: threads)
+            report.figure("inference_x_realtime_\(threads)t", factor,
+                          "inference only (audio in memory: front end + network), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
+        }
         let minutes = options.quick ? 2.0 : 10.0
         let recording = temporary.appendingPathComponent("recording.flac")
         try BenchmarkRecording.writeLooped(
@@ -148,7 +155,7 @@ enum BenchCommand {
                           "file analysis (decode, then analyzeConcurrently), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
             let pipelined = try Benchmark.analyzePipelined(url: recording, model: model, threads: threads)
             report.figure("pipelined_x_realtime_\(threads)t", pipelined.figures.realtimeFactor,
-                          "file analysis (decoding overlapped: YAMNetPipeline), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
+                          "file analysis (YAMNetPipeline: decoding thread + \(threads) inference thread\(threads == 1 ? "" : "s"))", unit: "x realtime")
             let difference = zip(whole.scores, pipelined.scores).reduce(Float(0)) { max($0, abs($1.0 - $1.1)) }
             guard whole.scores.count == pipelined.scores.count, difference == 0 else {
                 throw EarshotError(.data, "the pipelined analysis differs from the whole-waveform one (\(pipelined.scores.count / 521) vs \(whole.scores.count / 521) patches, max |diff| \(difference)): a bug, please report it")

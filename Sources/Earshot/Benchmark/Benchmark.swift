@@ -185,6 +185,17 @@ public enum Benchmark {
         return best
     }
 
+    /// Seconds of audio per second of wall time for `YAMNet.analyzeConcurrently` on `seconds` of synthetic 16 kHz
+    /// audio already in memory (front end + network, no decoding), on `threads` threads.
+    public static func inferenceRealtimeFactor(model: YAMNet, seconds: Double, threads: Int) -> Double {
+        var generator = SplitMix64(seed: 7)
+        let samples = (0..<Int(seconds * 16_000)).map { _ in Float(generator.next() >> 40) / Float(1 << 24) * 0.2 - 0.1 }
+        _ = model.analyzeConcurrently(waveform: Array(samples[0..<32_000]), threads: threads)
+        let start = now()
+        _ = model.analyzeConcurrently(waveform: samples, threads: threads)
+        return seconds / (now() - start)
+    }
+
     // MARK: - File analysis
 
     /// Wall time of one file analysis and what it produced.
