@@ -35,7 +35,7 @@ public enum Benchmark {
     /// How the matrix products were compiled: the packed SIMD kernel (and its vector width) or OpenBLAS.
     public static var kernelDescription: String {
         if packedKernelAvailable {
-            return "packed SIMD GEMM, \(KernelVector.scalarCount)-float vectors, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth) tile"
+            return "packed SIMD GEMM, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth) register tile; \(KernelVector.scalarCount)-float vectors in the convolutions"
         }
         return "OpenBLAS sgemm (x86-64 baseline build: build with -target-cpu and -D EARSHOT_NATIVE_CPU for the SIMD kernel)"
     }

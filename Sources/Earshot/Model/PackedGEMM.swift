@@ -134,10 +134,15 @@ enum GEMMActivation {
 struct PackedWeights: Sendable {
     /// Rows of the tile the kernel computes at once.
     static let tileRows = 6
-    /// Vectors across one tile row.
-    static let tileVectors = 4
-    /// Columns of one panel: 64 on x86-64, 16 on ARM.
-    static let panelWidth = tileVectors * KernelVector.scalarCount
+    /// Columns of one panel: 64 on x86-64 (four AVX-512 vectors), 16 with `narrowTile` (two AVX2 vectors) and on
+    /// ARM (four NEON vectors).
+    static var panelWidth: Int {
+        #if !(arch(arm64) || arch(arm)) && EARSHOT_NATIVE_CPU
+        narrowTile ? 16 : 4 * KernelVector.scalarCount
+        #else
+        4 * KernelVector.scalarCount
+        #endif
+    }
 
     let inputs: Int
     let outputs: Int
@@ -216,19 +221,28 @@ struct PackedWeights: Sendable {
             var row = 0
             if columns == width {
                 while row + Self.tileRows <= rows {
+                    let o0 = output.row(row) + column, o1 = output.row(row + 1) + column
+                    let o2 = output.row(row + 2) + column, o3 = output.row(row + 3) + column
+                    let o4 = output.row(row + 4) + column, o5 = output.row(row + 5) + column
+                    #if !(arch(arm64) || arch(arm))
+                    if Self.narrowTile {
+                        Self.kernel6Narrow(
+                            input + row * inputStride, inputStride, inputs, weights, panelBias, o0, o1, o2, o3, o4, o5, relu)
+                        row += Self.tileRows
+                        continue
+                    }
+                    #endif
                     Self.kernel6(
-                        input + row * inputStride, inputStride, inputs, weights, panelBias,
-                        output.row(row) + column, output.row(row + 1) + column, output.row(row + 2) + column,
-                        output.row(row + 3) + column, output.row(row + 4) + column, output.row(row + 5) + column, relu)
+                        input + row * inputStride, inputStride, inputs, weights, panelBias, o0, o1, o2, o3, o4, o5, relu)
                     row += Self.tileRows
                 }
                 while row < rows {
-                    Self.kernel1(input + row * inputStride, inputs, weights, panelBias, output.row(row) + column, relu)
+                    Self.row(input + row * inputStride, inputs, weights, panelBias, output.row(row) + column, relu)
                     row += 1
                 }
             } else {
                 while row < rows {
-                    Self.kernel1(input + row * inputStride, inputs, weights, panelBias, scratch, relu)
+                    Self.row(input + row * inputStride, inputs, weights, panelBias, scratch, relu)
                     (output.row(row) + column).update(from: scratch, count: columns)
                     row += 1
                 }
@@ -315,6 +329,121 @@ struct PackedWeights: Sendable {
         store(o4, c40 + z0, c41 + z1, c42 + z2, c43 + z3, applyReLU)
         store(o5, c50 + z0, c51 + z1, c52 + z2, c53 + z3, applyReLU)
     }
+
+    #if !(arch(arm64) || arch(arm))
+    /// Whether the 6 x 16 tile beats the 6 x 64 one here. The wide tile needs 28 vector registers: right for AVX-512
+    /// (32), but code built for AVX2 (16 registers, e.g. `-target-cpu native` on an AVX2-only CPU, or
+    /// `EARSHOT_TARGET_CPU=haswell`) spills and runs at half speed. Swift cannot test the target's features at
+    /// compile time, so both are timed once, on the first product of the process (about 1 ms); they compute the same
+    /// sums in the same order, so the choice changes no result.
+    static let narrowTile: Bool = {
+        let m = 24, k = 256, columns = 128
+        let a = AlignedFloats(count: m * k), b = AlignedFloats(count: k * columns), bias = AlignedFloats(count: columns)
+        let c = AlignedFloats(count: m * columns)
+        for index in 0..<a.count { a.pointer[index] = Float(index % 13) * 0.01 }
+        for index in 0..<b.count { b.pointer[index] = Float(index % 7) * 0.01 }
+        func time(width: Int, _ tile: (UnsafePointer<Float>, UnsafePointer<Float>, UnsafePointer<Float>, [UnsafeMutablePointer<Float>]) -> Void) -> Double {
+            var best = Double.infinity
+            for _ in 0..<5 {
+                let start = DispatchTime.now().uptimeNanoseconds
+                for panel in 0..<(columns / width) {
+                    for row in stride(from: 0, to: m, by: 6) {
+                        let rows = (0..<6).map { c.pointer + (row + $0) * columns + panel * width }
+                        tile(a.pointer + row * k, b.pointer + panel * k * width, bias.pointer + panel * width, rows)
+                    }
+                }
+                best = min(best, Double(DispatchTime.now().uptimeNanoseconds - start))
+            }
+            return best
+        }
+        let wide = { time(width: 64) { kernel6($0, k, k, $1, $2, $3[0], $3[1], $3[2], $3[3], $3[4], $3[5], true) } }
+        let narrow = { time(width: 16) { kernel6Narrow($0, k, k, $1, $2, $3[0], $3[1], $3[2], $3[3], $3[4], $3[5], true) } }
+        _ = wide()
+        return narrow() < 0.9 * wide()
+    }()
+
+    /// The 6 x 16 tile over a 16-wide panel (two 8-float vectors per row, one AVX2 register each): 12
+    /// accumulators, each summed in the same order as `kernel6`'s.
+    @inline(never)
+    private static func kernel6Narrow(
+        _ a: UnsafePointer<Float>, _ lda: Int, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ o0: UnsafeMutablePointer<Float>, _ o1: UnsafeMutablePointer<Float>, _ o2: UnsafeMutablePointer<Float>,
+        _ o3: UnsafeMutablePointer<Float>, _ o4: UnsafeMutablePointer<Float>, _ o5: UnsafeMutablePointer<Float>,
+        _ applyReLU: Bool
+    ) {
+        typealias V = SIMD8<Float>
+        @inline(__always) func fma(_ acc: V, _ x: V, _ w: V) -> V { acc.addingProduct(x, w) }
+        let r0 = a, r1 = a + lda, r2 = a + 2 * lda, r3 = a + 3 * lda, r4 = a + 4 * lda, r5 = a + 5 * lda
+        var c00 = V(), c01 = V(), c10 = V(), c11 = V(), c20 = V(), c21 = V()
+        var c30 = V(), c31 = V(), c40 = V(), c41 = V(), c50 = V(), c51 = V()
+        var b = UnsafeRawPointer(panel)
+        for index in 0..<k {
+            let b0 = b.loadUnaligned(as: V.self), b1 = b.loadUnaligned(fromByteOffset: 32, as: V.self)
+            b += 16 * MemoryLayout<Float>.stride
+            var x = V(repeating: r0[index])
+            c00 = fma(c00, x, b0); c01 = fma(c01, x, b1)
+            x = V(repeating: r1[index])
+            c10 = fma(c10, x, b0); c11 = fma(c11, x, b1)
+            x = V(repeating: r2[index])
+            c20 = fma(c20, x, b0); c21 = fma(c21, x, b1)
+            x = V(repeating: r3[index])
+            c30 = fma(c30, x, b0); c31 = fma(c31, x, b1)
+            x = V(repeating: r4[index])
+            c40 = fma(c40, x, b0); c41 = fma(c41, x, b1)
+            x = V(repeating: r5[index])
+            c50 = fma(c50, x, b0); c51 = fma(c51, x, b1)
+        }
+        let z = UnsafeRawPointer(bias)
+        let z0 = z.loadUnaligned(as: V.self), z1 = z.loadUnaligned(fromByteOffset: 32, as: V.self)
+        @inline(__always) func store(_ out: UnsafeMutablePointer<Float>, _ v0: V, _ v1: V) {
+            let raw = UnsafeMutableRawPointer(out)
+            let s0 = v0 + z0, s1 = v1 + z1
+            raw.storeBytes(of: applyReLU ? s0.replacing(with: 0, where: s0 .< 0) : s0, as: V.self)
+            raw.storeBytes(of: applyReLU ? s1.replacing(with: 0, where: s1 .< 0) : s1, toByteOffset: 32, as: V.self)
+        }
+        store(o0, c00, c01); store(o1, c10, c11); store(o2, c20, c21)
+        store(o3, c30, c31); store(o4, c40, c41); store(o5, c50, c51)
+    }
+    #endif
+
+    /// One row across one panel, with the kernel matching the panel width.
+    @inline(__always)
+    private static func row(
+        _ a: UnsafePointer<Float>, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ out: UnsafeMutablePointer<Float>, _ applyReLU: Bool
+    ) {
+        #if !(arch(arm64) || arch(arm))
+        if narrowTile {
+            kernel1Narrow(a, k, panel, bias, out, applyReLU)
+            return
+        }
+        #endif
+        kernel1(a, k, panel, bias, out, applyReLU)
+    }
+
+    #if !(arch(arm64) || arch(arm))
+    /// One row across a 16-wide panel, summed in the order of the tiles.
+    @inline(never)
+    private static func kernel1Narrow(
+        _ a: UnsafePointer<Float>, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ out: UnsafeMutablePointer<Float>, _ applyReLU: Bool
+    ) {
+        typealias V = SIMD8<Float>
+        var c0 = V(), c1 = V()
+        var b = UnsafeRawPointer(panel)
+        for index in 0..<k {
+            let x = V(repeating: a[index])
+            c0 = c0.addingProduct(x, b.loadUnaligned(as: V.self))
+            c1 = c1.addingProduct(x, b.loadUnaligned(fromByteOffset: 32, as: V.self))
+            b += 16 * MemoryLayout<Float>.stride
+        }
+        let z = UnsafeRawPointer(bias)
+        let s0 = c0 + z.loadUnaligned(as: V.self), s1 = c1 + z.loadUnaligned(fromByteOffset: 32, as: V.self)
+        let raw = UnsafeMutableRawPointer(out)
+        raw.storeBytes(of: applyReLU ? s0.replacing(with: 0, where: s0 .< 0) : s0, as: V.self)
+        raw.storeBytes(of: applyReLU ? s1.replacing(with: 0, where: s1 .< 0) : s1, toByteOffset: 32, as: V.self)
+    }
+    #endif
 
     /// One row across one panel (a matrix-vector product), summed in exactly the order `kernel6` sums each of its
     /// rows, so a row's result does not depend on which kernel computed it (on how patches were batched).
