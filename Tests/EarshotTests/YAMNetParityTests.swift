@@ -1,6 +1,6 @@
-import Earshot
 import Foundation
 import Testing
+@testable import Earshot
 
 /// Parity of the Swift YAMNet with the TensorFlow reference on every recording in `../shared/golden`.
 ///
@@ -76,6 +76,37 @@ import Testing
                     "top-1 class differs on patch \(patch)")
         }
         print("parity \(golden.stem): patches \(result.patches) logmel \(logMelError) scores \(scoreError) embeddings \(embeddingError)")
+    }
+
+    /// Every matrix-product kernel this CPU can run (OpenBLAS always; the AVX2 or wide SIMD tile where present), each
+    /// in its own model, within the same tolerances of the reference on two recordings, and within 2e-5 of each
+    /// other (they sum in different orders: OpenBLAS blocks k, the tiles sum k in order with FMA).
+    @Test(.needsShared) func everyKernelKeepsParity() throws {
+        let directory = try ModelLocator.builtInDirectory()
+        var kernels: [GEMMKernel] = [.openBLAS]
+        if GEMMKernel.current != .openBLAS { kernels.append(GEMMKernel.current) }
+        #if arch(x86_64)
+        if X86Features.hasAVX2AndFMA && !kernels.contains(.avx2) { kernels.append(.avx2) }
+        #endif
+        print("kernels compared: \(kernels)")
+        for stem in ["Alarm_clock", "field-recording"] {
+            let golden = try #require(Self.goldens.first { $0.stem == stem })
+            let waveform = try golden.floats("wave16k")
+            let reference = try golden.floats("scores")
+            let results = try kernels.map { kernel in
+                try YAMNet(directory: directory, kernel: kernel).makeSession().analyze(waveform: waveform)
+            }
+            for (kernel, result) in zip(kernels, results) {
+                let error = Self.maxAbsDifference(result.scores, reference)
+                #expect(error <= 1e-3, "\(kernel) on \(stem): scores max |diff| \(error)")
+                let embeddingError = Self.maxAbsDifference(result.embeddings, try golden.floats("embeddings"))
+                #expect(embeddingError <= 2e-3, "\(kernel) on \(stem): embeddings max |diff| \(embeddingError)")
+            }
+            for result in results.dropFirst() {
+                let apart = Self.maxAbsDifference(result.scores, results[0].scores)
+                #expect(apart <= 2e-5, "kernels differ by \(apart) on \(stem)")
+            }
+        }
     }
 
     @Test(.needsShared) func concurrentAnalysisEqualsOneSession() throws {

@@ -32,12 +32,17 @@ public enum Benchmark {
         return "unknown"
     }
 
-    /// How the matrix products were compiled: the packed SIMD kernel (and its vector width) or OpenBLAS.
+    /// Which code computes the matrix products in this process (`GEMMKernel.current`) and the vector width of the
+    /// convolutions.
     public static var kernelDescription: String {
-        if packedKernelAvailable {
-            return "packed SIMD GEMM, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth) register tile; \(KernelVector.scalarCount)-float vectors in the convolutions"
+        switch GEMMKernel.current {
+        case .avx2:
+            return "packed GEMM, AVX2+FMA 6x16 register tile (EarshotX86Kernels, chosen at run time); \(KernelVector.scalarCount)-float vectors in the convolutions"
+        case .wide:
+            return "packed SIMD GEMM, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth(.wide)) register tile; \(KernelVector.scalarCount)-float vectors in the convolutions"
+        case .openBLAS:
+            return "OpenBLAS sgemm (this CPU lacks AVX2/FMA, or EARSHOT_KERNEL=baseline)"
         }
-        return "OpenBLAS sgemm (x86-64 baseline build: build with -target-cpu and -D EARSHOT_NATIVE_CPU for the SIMD kernel)"
     }
 
     /// Seconds on a monotonic clock.

@@ -1,5 +1,8 @@
 internal import CBLAS
 import Foundation
+#if arch(x86_64)
+internal import EarshotX86Kernels
+#endif
 
 // Matrix products of the pointwise (1x1) convolutions and the dense layer: C[M, N] = act(A[M, K] x W[K, N] + bias).
 //
@@ -9,18 +12,61 @@ import Foundation
 // same core). Here the weights are packed once, when the model loads, into column panels laid out in the order the
 // kernel reads them, and bias + ReLU are applied as the tile is stored.
 //
-// The kernel is written with Swift SIMD types, so it is portable; it only pays off when the compiler may use the
-// CPU's vector and fused multiply-add instructions. On aarch64 (NEON, FMA in the base ISA) it is always used. On
-// x86-64 the default target is the 2003 baseline (SSE2, no FMA), where it would be slower than OpenBLAS's
-// run-time-dispatched kernels, so it is used only in builds made with `-target-cpu` set (e.g. `native`) and
-// `-D EARSHOT_NATIVE_CPU`; other builds call `cblas_sgemm` on the unpacked weights.
+// The kernels are written with Swift SIMD types. They pay off only where the compiler may use the CPU's vector and
+// fused multiply-add instructions:
+// - aarch64 (NEON, FMA in the base ISA): the 6 x (4 vectors) tile below, always.
+// - x86-64: the default target is the 2003 baseline (SSE2, no FMA), where such code is slower than OpenBLAS's
+//   run-time-dispatched kernels. So the 6 x 16 tile lives in its own module, EarshotX86Kernels, which Package.swift
+//   compiles for x86-64-v3 (`-target-cpu haswell`: AVX2, FMA); `GEMMKernel.current` picks it at run time where /proc/cpuinfo lists
+//   those features, and OpenBLAS (`cblas_sgemm` on unpacked weights) elsewhere. One binary thus runs on every x86-64 CPU.
+// - builds made with `-target-cpu` (e.g. `native`) and `-D EARSHOT_NATIVE_CPU` also get the 6 x 64 tile below
+//   (AVX-512 wide) and keep whichever of the two tiles is faster on the machine.
+// `EARSHOT_KERNEL=baseline` in the environment forces OpenBLAS on x86-64 (to compare, or to rule the kernel out).
 
-#if arch(arm64) || EARSHOT_NATIVE_CPU
-/// True when the packed SIMD kernel is compiled in (see the file comment).
-let packedKernelAvailable = true
-#else
-let packedKernelAvailable = false
-#endif
+/// Which code computes the matrix products in this process.
+enum GEMMKernel: Sendable {
+    /// `PackedWeights.kernel6` with `KernelVector` (aarch64, or x86-64 built with EARSHOT_NATIVE_CPU).
+    case wide
+    /// EarshotX86Kernels' AVX2 + FMA 6 x 16 tile over 16-wide panels.
+    case avx2
+    /// `cblas_sgemm` on row-major weights.
+    case openBLAS
+
+    /// Chosen once per process (see the file comment).
+    static let current: GEMMKernel = {
+        #if arch(arm64)
+        return .wide
+        #elseif arch(x86_64)
+        let forced = ProcessInfo.processInfo.environment["EARSHOT_KERNEL"]
+        if forced == "baseline" { return .openBLAS }
+        guard X86Features.hasAVX2AndFMA else { return .openBLAS }
+        #if EARSHOT_NATIVE_CPU
+        return PackedWeights.narrowTileIsFaster ? .avx2 : .wide
+        #else
+        return .avx2
+        #endif
+        #else
+        return .openBLAS
+        #endif
+    }()
+}
+
+/// CPU features of an x86-64 machine, as the kernel reports them (it drops AVX flags where it does not save the
+/// AVX registers, so "listed" also means "usable").
+enum X86Features {
+    /// Whether the first `flags` line of /proc/cpuinfo lists every feature of the x86-64-v3 level EarshotX86Kernels
+    /// is compiled for (`-target-cpu haswell`): AVX, AVX2, FMA, BMI1, BMI2, F16C, MOVBE, LZCNT (`abm`); false when
+    /// it cannot be read.
+    static let hasAVX2AndFMA: Bool = {
+        guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("flags") }) else { return false }
+        let flags = Set(line.split(separator: " ").map(String.init))
+        return ["avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"].allSatisfy(flags.contains)
+    }()
+}
+
+/// True when the matrix products use packed weights and a SIMD kernel of ours (see the file comment).
+var packedKernelAvailable: Bool { GEMMKernel.current != .openBLAS }
 
 #if arch(arm64) || arch(arm)
 /// One SIMD register on NEON (128 bits).
@@ -134,15 +180,20 @@ enum GEMMActivation {
 struct PackedWeights: Sendable {
     /// Rows of the tile the kernel computes at once.
     static let tileRows = 6
-    /// Columns of one panel: 64 on x86-64 (four AVX-512 vectors), 16 with `narrowTile` (two AVX2 vectors) and on
-    /// ARM (four NEON vectors).
-    static var panelWidth: Int {
-        #if !(arch(arm64) || arch(arm)) && EARSHOT_NATIVE_CPU
-        narrowTile ? 16 : 4 * KernelVector.scalarCount
-        #else
-        4 * KernelVector.scalarCount
-        #endif
+    /// Columns of one panel for `kernel`: 16 with the AVX2 kernel (two 8-float vectors), otherwise four
+    /// `KernelVector`s (16 on NEON, 64 with AVX-512 in a native build); 1 (unused) with OpenBLAS.
+    static func panelWidth(_ kernel: GEMMKernel) -> Int {
+        switch kernel {
+        case .avx2: 16
+        case .wide: 4 * KernelVector.scalarCount
+        case .openBLAS: 1
+        }
     }
+
+    /// The code that computes this product.
+    let kernel: GEMMKernel
+    /// `panelWidth(kernel)`.
+    let width: Int
 
     let inputs: Int
     let outputs: Int
@@ -154,13 +205,14 @@ struct PackedWeights: Sendable {
     /// weight on the way (batch-norm folding).
     init(
         inputs: Int, outputs: Int, weights: UnsafeBufferPointer<Float>, bias: [Float], arena: WeightArena,
-        transform: (_ k: Int, _ n: Int, _ value: Float) -> Float = { $2 }
+        kernel: GEMMKernel = .current, transform: (_ k: Int, _ n: Int, _ value: Float) -> Float = { $2 }
     ) {
         precondition(weights.count == inputs * outputs && bias.count == outputs)
         self.inputs = inputs
         self.outputs = outputs
-        if packedKernelAvailable {
-            let width = Self.panelWidth
+        self.kernel = kernel
+        width = Self.panelWidth(kernel)
+        if kernel != .openBLAS {
             let panels = (outputs + width - 1) / width
             paddedOutputs = panels * width
             storage = AlignedFloats(count: panels * inputs * width, arena: arena)
@@ -183,14 +235,15 @@ struct PackedWeights: Sendable {
     }
 
     /// Floats (with alignment padding) a `[inputs, outputs]` matrix and its bias take in a `WeightArena`.
-    static func arenaFloats(inputs: Int, outputs: Int) -> Int {
-        let padded = packedKernelAvailable ? (outputs + panelWidth - 1) / panelWidth * panelWidth : outputs
+    static func arenaFloats(inputs: Int, outputs: Int, kernel: GEMMKernel) -> Int {
+        let width = panelWidth(kernel)
+        let padded = (outputs + width - 1) / width * width
         return inputs * padded + padded + 32
     }
 
     /// Floats `multiply` needs in `scratch` for `rows` rows.
     func scratchCount(rows: Int) -> Int {
-        packedKernelAvailable ? Self.tileRows * Self.panelWidth : rows * outputs
+        kernel != .openBLAS ? Self.tileRows * width : rows * outputs
     }
 
     /// Bytes of packed weights and bias.
@@ -208,11 +261,48 @@ struct PackedWeights: Sendable {
         activation: GEMMActivation, scratch: UnsafeMutablePointer<Float>
     ) {
         guard rows > 0 else { return }
-        #if arch(arm64) || EARSHOT_NATIVE_CPU
-        let width = Self.panelWidth
+        switch kernel {
+        case .wide:
+            #if arch(arm64) || EARSHOT_NATIVE_CPU
+            panels(input, rows: rows, inputStride: inputStride, into: output, activation: activation, scratch: scratch,
+                   tile: Self.kernel6, row: Self.kernel1)
+            #else
+            preconditionFailure("the wide kernel is not compiled into this build")
+            #endif
+        case .avx2:
+            #if arch(x86_64)
+            panels(input, rows: rows, inputStride: inputStride, into: output, activation: activation, scratch: scratch,
+                   tile: gemmTile6x16, row: gemmRow16)
+            #else
+            preconditionFailure("the AVX2 kernel exists on x86-64 only")
+            #endif
+        case .openBLAS:
+            multiplyWithBLAS(input, rows: rows, inputStride: inputStride, into: output, activation: activation, scratch: scratch)
+        }
+    }
+
+    /// A 6-row register tile: rows of `a` are `lda` apart, `k` deep, one panel and its bias, six output rows, ReLU.
+    typealias Tile = (
+        _ a: UnsafePointer<Float>, _ lda: Int, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ o0: UnsafeMutablePointer<Float>, _ o1: UnsafeMutablePointer<Float>, _ o2: UnsafeMutablePointer<Float>,
+        _ o3: UnsafeMutablePointer<Float>, _ o4: UnsafeMutablePointer<Float>, _ o5: UnsafeMutablePointer<Float>,
+        _ applyReLU: Bool
+    ) -> Void
+    /// One row across one panel, summed in the tile's order.
+    typealias Row = (
+        _ a: UnsafePointer<Float>, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ out: UnsafeMutablePointer<Float>, _ applyReLU: Bool
+    ) -> Void
+
+    /// The product over packed panels with the given kernels. Panel-outer: one panel (`[inputs, width]`, at most
+    /// 256 KB) stays in L2 while every row tile passes over it.
+    @inline(__always)
+    private func panels(
+        _ input: UnsafePointer<Float>, rows: Int, inputStride: Int, into output: GEMMOutput,
+        activation: GEMMActivation, scratch: UnsafeMutablePointer<Float>, tile: Tile, row kernelRow: Row
+    ) {
         let panels = paddedOutputs / width
         let relu = activation == .relu
-        // Panel-outer: one panel ([inputs, width], at most 256 KB) stays in L2 while every row tile passes over it.
         for panel in 0..<panels {
             let weights = storage.pointer + panel * inputs * width
             let panelBias = bias.pointer + panel * width
@@ -221,34 +311,31 @@ struct PackedWeights: Sendable {
             var row = 0
             if columns == width {
                 while row + Self.tileRows <= rows {
-                    let o0 = output.row(row) + column, o1 = output.row(row + 1) + column
-                    let o2 = output.row(row + 2) + column, o3 = output.row(row + 3) + column
-                    let o4 = output.row(row + 4) + column, o5 = output.row(row + 5) + column
-                    #if !(arch(arm64) || arch(arm))
-                    if Self.narrowTile {
-                        Self.kernel6Narrow(
-                            input + row * inputStride, inputStride, inputs, weights, panelBias, o0, o1, o2, o3, o4, o5, relu)
-                        row += Self.tileRows
-                        continue
-                    }
-                    #endif
-                    Self.kernel6(
-                        input + row * inputStride, inputStride, inputs, weights, panelBias, o0, o1, o2, o3, o4, o5, relu)
+                    tile(
+                        input + row * inputStride, inputStride, inputs, weights, panelBias,
+                        output.row(row) + column, output.row(row + 1) + column, output.row(row + 2) + column,
+                        output.row(row + 3) + column, output.row(row + 4) + column, output.row(row + 5) + column, relu)
                     row += Self.tileRows
                 }
                 while row < rows {
-                    Self.row(input + row * inputStride, inputs, weights, panelBias, output.row(row) + column, relu)
+                    kernelRow(input + row * inputStride, inputs, weights, panelBias, output.row(row) + column, relu)
                     row += 1
                 }
             } else {
                 while row < rows {
-                    Self.row(input + row * inputStride, inputs, weights, panelBias, scratch, relu)
+                    kernelRow(input + row * inputStride, inputs, weights, panelBias, scratch, relu)
                     (output.row(row) + column).update(from: scratch, count: columns)
                     row += 1
                 }
             }
         }
-        #else
+    }
+
+    /// The product with OpenBLAS on row-major weights.
+    private func multiplyWithBLAS(
+        _ input: UnsafePointer<Float>, rows: Int, inputStride: Int, into output: GEMMOutput,
+        activation: GEMMActivation, scratch: UnsafeMutablePointer<Float>
+    ) {
         // One call for all rows (OpenBLAS packs the weights again on every call), then bias, activation and, for a
         // bordered output, the scatter into place.
         let dense: UnsafeMutablePointer<Float>
@@ -271,7 +358,6 @@ struct PackedWeights: Sendable {
             case .relu: for n in 0..<outputs { line[n] = max(source[n] + bias.pointer[n], 0) }
             }
         }
-        #endif
     }
 
     #if arch(arm64) || EARSHOT_NATIVE_CPU
@@ -330,119 +416,37 @@ struct PackedWeights: Sendable {
         store(o5, c50 + z0, c51 + z1, c52 + z2, c53 + z3, applyReLU)
     }
 
-    #if !(arch(arm64) || arch(arm))
-    /// Whether the 6 x 16 tile beats the 6 x 64 one here. The wide tile needs 28 vector registers: right for AVX-512
-    /// (32), but code built for AVX2 (16 registers, e.g. `-target-cpu native` on an AVX2-only CPU, or
-    /// `EARSHOT_TARGET_CPU=haswell`) spills and runs at half speed. Swift cannot test the target's features at
-    /// compile time, so both are timed once, on the first product of the process (about 1 ms); they compute the same
-    /// sums in the same order, so the choice changes no result.
-    static let narrowTile: Bool = {
+    #if arch(x86_64)
+    /// Whether EarshotX86Kernels' 6 x 16 AVX2 tile beats the 6 x 64 one of a native build here. The wide tile needs
+    /// 28 vector registers: right for AVX-512 (32), but code built for AVX2 only (16 registers) spills and runs at
+    /// half speed. Swift cannot test the target's features at compile time, so both are timed once, on first use
+    /// (about 1 ms); they compute the same sums in the same order, so the choice changes no result.
+    static let narrowTileIsFaster: Bool = {
         let m = 24, k = 256, columns = 128
         let a = AlignedFloats(count: m * k), b = AlignedFloats(count: k * columns), bias = AlignedFloats(count: columns)
         let c = AlignedFloats(count: m * columns)
         for index in 0..<a.count { a.pointer[index] = Float(index % 13) * 0.01 }
         for index in 0..<b.count { b.pointer[index] = Float(index % 7) * 0.01 }
-        func time(width: Int, _ tile: (UnsafePointer<Float>, UnsafePointer<Float>, UnsafePointer<Float>, [UnsafeMutablePointer<Float>]) -> Void) -> Double {
+        func time(width: Int, _ tile: Tile) -> Double {
             var best = Double.infinity
             for _ in 0..<5 {
                 let start = DispatchTime.now().uptimeNanoseconds
                 for panel in 0..<(columns / width) {
                     for row in stride(from: 0, to: m, by: 6) {
-                        let rows = (0..<6).map { c.pointer + (row + $0) * columns + panel * width }
-                        tile(a.pointer + row * k, b.pointer + panel * k * width, bias.pointer + panel * width, rows)
+                        let o = (0..<6).map { c.pointer + (row + $0) * columns + panel * width }
+                        tile(a.pointer + row * k, k, k, b.pointer + panel * k * width, bias.pointer + panel * width,
+                             o[0], o[1], o[2], o[3], o[4], o[5], true)
                     }
                 }
                 best = min(best, Double(DispatchTime.now().uptimeNanoseconds - start))
             }
             return best
         }
-        let wide = { time(width: 64) { kernel6($0, k, k, $1, $2, $3[0], $3[1], $3[2], $3[3], $3[4], $3[5], true) } }
-        let narrow = { time(width: 16) { kernel6Narrow($0, k, k, $1, $2, $3[0], $3[1], $3[2], $3[3], $3[4], $3[5], true) } }
+        let wide = { time(width: 4 * KernelVector.scalarCount, kernel6) }
+        let narrow = { time(width: 16, gemmTile6x16) }
         _ = wide()
         return narrow() < 0.9 * wide()
     }()
-
-    /// The 6 x 16 tile over a 16-wide panel (two 8-float vectors per row, one AVX2 register each): 12
-    /// accumulators, each summed in the same order as `kernel6`'s.
-    @inline(never)
-    private static func kernel6Narrow(
-        _ a: UnsafePointer<Float>, _ lda: Int, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
-        _ o0: UnsafeMutablePointer<Float>, _ o1: UnsafeMutablePointer<Float>, _ o2: UnsafeMutablePointer<Float>,
-        _ o3: UnsafeMutablePointer<Float>, _ o4: UnsafeMutablePointer<Float>, _ o5: UnsafeMutablePointer<Float>,
-        _ applyReLU: Bool
-    ) {
-        typealias V = SIMD8<Float>
-        @inline(__always) func fma(_ acc: V, _ x: V, _ w: V) -> V { acc.addingProduct(x, w) }
-        let r0 = a, r1 = a + lda, r2 = a + 2 * lda, r3 = a + 3 * lda, r4 = a + 4 * lda, r5 = a + 5 * lda
-        var c00 = V(), c01 = V(), c10 = V(), c11 = V(), c20 = V(), c21 = V()
-        var c30 = V(), c31 = V(), c40 = V(), c41 = V(), c50 = V(), c51 = V()
-        var b = UnsafeRawPointer(panel)
-        for index in 0..<k {
-            let b0 = b.loadUnaligned(as: V.self), b1 = b.loadUnaligned(fromByteOffset: 32, as: V.self)
-            b += 16 * MemoryLayout<Float>.stride
-            var x = V(repeating: r0[index])
-            c00 = fma(c00, x, b0); c01 = fma(c01, x, b1)
-            x = V(repeating: r1[index])
-            c10 = fma(c10, x, b0); c11 = fma(c11, x, b1)
-            x = V(repeating: r2[index])
-            c20 = fma(c20, x, b0); c21 = fma(c21, x, b1)
-            x = V(repeating: r3[index])
-            c30 = fma(c30, x, b0); c31 = fma(c31, x, b1)
-            x = V(repeating: r4[index])
-            c40 = fma(c40, x, b0); c41 = fma(c41, x, b1)
-            x = V(repeating: r5[index])
-            c50 = fma(c50, x, b0); c51 = fma(c51, x, b1)
-        }
-        let z = UnsafeRawPointer(bias)
-        let z0 = z.loadUnaligned(as: V.self), z1 = z.loadUnaligned(fromByteOffset: 32, as: V.self)
-        @inline(__always) func store(_ out: UnsafeMutablePointer<Float>, _ v0: V, _ v1: V) {
-            let raw = UnsafeMutableRawPointer(out)
-            let s0 = v0 + z0, s1 = v1 + z1
-            raw.storeBytes(of: applyReLU ? s0.replacing(with: 0, where: s0 .< 0) : s0, as: V.self)
-            raw.storeBytes(of: applyReLU ? s1.replacing(with: 0, where: s1 .< 0) : s1, toByteOffset: 32, as: V.self)
-        }
-        store(o0, c00, c01); store(o1, c10, c11); store(o2, c20, c21)
-        store(o3, c30, c31); store(o4, c40, c41); store(o5, c50, c51)
-    }
-    #endif
-
-    /// One row across one panel, with the kernel matching the panel width.
-    @inline(__always)
-    private static func row(
-        _ a: UnsafePointer<Float>, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
-        _ out: UnsafeMutablePointer<Float>, _ applyReLU: Bool
-    ) {
-        #if !(arch(arm64) || arch(arm))
-        if narrowTile {
-            kernel1Narrow(a, k, panel, bias, out, applyReLU)
-            return
-        }
-        #endif
-        kernel1(a, k, panel, bias, out, applyReLU)
-    }
-
-    #if !(arch(arm64) || arch(arm))
-    /// One row across a 16-wide panel, summed in the order of the tiles.
-    @inline(never)
-    private static func kernel1Narrow(
-        _ a: UnsafePointer<Float>, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
-        _ out: UnsafeMutablePointer<Float>, _ applyReLU: Bool
-    ) {
-        typealias V = SIMD8<Float>
-        var c0 = V(), c1 = V()
-        var b = UnsafeRawPointer(panel)
-        for index in 0..<k {
-            let x = V(repeating: a[index])
-            c0 = c0.addingProduct(x, b.loadUnaligned(as: V.self))
-            c1 = c1.addingProduct(x, b.loadUnaligned(fromByteOffset: 32, as: V.self))
-            b += 16 * MemoryLayout<Float>.stride
-        }
-        let z = UnsafeRawPointer(bias)
-        let s0 = c0 + z.loadUnaligned(as: V.self), s1 = c1 + z.loadUnaligned(fromByteOffset: 32, as: V.self)
-        let raw = UnsafeMutableRawPointer(out)
-        raw.storeBytes(of: applyReLU ? s0.replacing(with: 0, where: s0 .< 0) : s0, as: V.self)
-        raw.storeBytes(of: applyReLU ? s1.replacing(with: 0, where: s1 .< 0) : s1, toByteOffset: 32, as: V.self)
-    }
     #endif
 
     /// One row across one panel (a matrix-vector product), summed in exactly the order `kernel6` sums each of its

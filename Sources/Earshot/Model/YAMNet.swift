@@ -70,7 +70,14 @@ public final class YAMNet: Sendable {
     /// file's mapping is released as each tensor is consumed, so its pages do not stay resident).
     /// - Throws: `EarshotError(.noInput)` when a file is missing or unreadable, `EarshotError(.data)` when the weights
     ///   file is damaged or a tensor is missing or misshapen, or the class map does not hold 521 labels.
-    public init(directory: URL) throws(EarshotError) {
+    public convenience init(directory: URL) throws(EarshotError) {
+        try self.init(directory: directory, kernel: .current)
+    }
+
+    /// As `init(directory:)`, with the matrix products computed by `kernel` (tests compare them; a kernel the CPU
+    /// lacks must not be asked for).
+    init(directory: URL, kernel: GEMMKernel) throws(EarshotError) {
+        let gemmKernel = kernel
         let file = try SafeTensorsFile(path: directory.appendingPathComponent(ModelLocator.weightsFileName).path)
         let labels = try ClassMap.load(path: directory.appendingPathComponent(ModelLocator.classMapFileName).path)
         guard labels.count == Self.classCount else {
@@ -103,10 +110,10 @@ public final class YAMNet: Sendable {
         let (first, firstBias) = try folded3x3("layer1/conv", kernelName: "kernel", shape: [3, 3, 1, 32], channels: 32)
         firstWeights = AlignedFloats(first)
         self.firstBias = firstBias
-        var arenaFloats = PackedWeights.arenaFloats(inputs: Self.embeddingSize, outputs: Self.classCount)
+        var arenaFloats = PackedWeights.arenaFloats(inputs: Self.embeddingSize, outputs: Self.classCount, kernel: kernel)
         var inputs = 32
         for block in Self.separableBlocks {
-            arenaFloats += PackedWeights.arenaFloats(inputs: inputs, outputs: block.channels)
+            arenaFloats += PackedWeights.arenaFloats(inputs: inputs, outputs: block.channels, kernel: kernel)
             inputs = block.channels
         }
         let arena = WeightArena(floats: arenaFloats)
@@ -119,7 +126,7 @@ public final class YAMNet: Sendable {
             let norm = try batchNorm("\(layer)/pointwise_conv", channels: block.channels)
             let kernel = try file.tensor("\(layer)/pointwise_conv/kernel", shape: [1, 1, channels, block.channels])
             let pointwise = PackedWeights(
-                inputs: channels, outputs: block.channels, weights: kernel, bias: norm.bias, arena: arena,
+                inputs: channels, outputs: block.channels, weights: kernel, bias: norm.bias, arena: arena, kernel: gemmKernel,
                 transform: { _, n, value in value * norm.scale[n] })
             file.release(kernel)
             blocks.append(SeparableBlock(
@@ -132,7 +139,7 @@ public final class YAMNet: Sendable {
         let logitsBias = try file.tensor("logits/bias", shape: [Self.classCount])
         logits = PackedWeights(
             inputs: Self.embeddingSize, outputs: Self.classCount, weights: logitsKernel, bias: Array(logitsBias),
-            arena: arena)
+            arena: arena, kernel: kernel)
         file.release(logitsKernel, logitsBias)
     }
 
@@ -180,7 +187,7 @@ public final class YAMNetSession {
     private let paddedPatch = AlignedFloats(count: 97 * 65)
     /// `PackedWeights.multiply`'s scratch: one tile with the SIMD kernel; with OpenBLAS the largest product of the
     /// batch (`[batch * 1536, 64]`), grown on demand.
-    private var gemmScratch = AlignedFloats(count: PackedWeights.tileRows * PackedWeights.panelWidth)
+    private var gemmScratch = AlignedFloats(count: PackedWeights.tileRows * 64)
     private lazy var frontEnd = LogMelSpectrogram()
     /// When set, `runBatch` adds each stage's thread CPU time to it (for `earshot bench --layers`).
     var profile: StageProfile?
