@@ -33,8 +33,8 @@ struct CapturePCMTests {
         #expect(capture.format.sampleFormat == .s16LE)
         #expect(capture.format.channels == 1)
         #expect(capture.format.sampleRate == 48_000)
-        #expect(capture.format.periodFrames == 960)  // 20 ms at 48 kHz
-        #expect(capture.format.bufferFrames == 7_680)  // 8 periods
+        #expect(capture.format.periodFrames == 4_800)  // 0.1 s at 48 kHz (CaptureConfiguration.defaultPeriodDuration)
+        #expect(capture.format.bufferFrames == 38_400)  // 8 periods
 
         // The ring holds 2^19 samples, more than the 294128 of the recording, so nothing of it can be dropped.
         #expect(mono.count == 294_128)

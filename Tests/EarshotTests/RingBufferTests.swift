@@ -26,6 +26,28 @@ struct RingBufferTests {
         #expect(SampleRingBuffer(minimumCapacity: 8, markerCapacity: 5).markerCapacity == 8)
     }
 
+    @Test func didWriteRunsAfterEveryWriteStoredOrDroppedAndNotForAnEmptyOne() {
+        let calls = Atomic<Int>(0)
+        let seenAvailable = Mutex<[Int]>([])
+        let box = RingBox()
+        let ring = SampleRingBuffer(minimumCapacity: 4, didWrite: {
+            calls.add(1, ordering: .relaxed)
+            seenAvailable.withLock { $0.append(box.ring?.availableToRead ?? -1) }
+        })
+        box.ring = ring
+        #expect(write(ring, [1, 2, 3], at: 0) == 3)
+        #expect(write(ring, [4, 5], at: 3) == 1)  // one stored, one dropped
+        #expect(write(ring, [6], at: 5) == 0)  // full: dropped
+        #expect(write(ring, [], at: 6) == 0)  // nothing to write: no call
+        #expect(calls.load(ordering: .relaxed) == 3)
+        // The consumer it wakes already sees the samples.
+        #expect(seenAvailable.withLock { $0 } == [3, 4, 4])
+    }
+
+    private final class RingBox: @unchecked Sendable {
+        var ring: SampleRingBuffer?
+    }
+
     @Test func contiguousWritesReadBackWithPositionsAcrossTheWrap() {
         let ring = SampleRingBuffer(minimumCapacity: 8)
         #expect(write(ring, [1, 2, 3, 4, 5, 6], at: 0) == 6)

@@ -11,7 +11,7 @@ import Foundation
 ///   frame, little-endian, e.g. `arecord -f S16_LE -r 16000 -c 1 -t raw | earshotd --input -` or
 ///   `sox in.wav -t raw -e signed -b 16 -c 1 -r 16000 - | earshotd --input -`. End of input ends capture.
 ///
-/// Pacing defaults to real time: chunks of 20 ms are written no faster than the clock, so the daemon behaves as
+/// Pacing defaults to real time: chunks of 0.1 s (an ALSA capture's default period) are written no faster than the clock, so the daemon behaves as
 /// with a microphone. Input that arrives slower than real time (a live pipe) is simply written as it comes.
 public final class RealtimeFileSource: CaptureSource {
     /// The name that selects standard input.
@@ -27,11 +27,13 @@ public final class RealtimeFileSource: CaptureSource {
     ///   - path: the file, or `-`.
     ///   - rawSampleRate: for `-`: the sample rate of the raw S16_LE mono input, in Hz (8000-192000).
     ///   - pacing: default ``CapturePacing/realTime``; `.clock(speed:)` > 1 replays faster (tests).
-    ///   - chunkDuration: seconds per chunk written to the ring (default 0.02).
+    ///   - chunkDuration: seconds per chunk written to the ring (default
+    ///     ``CaptureConfiguration/defaultPeriodDuration``, 0.1).
     /// - Throws: ``EarshotError``: those of ``AudioFileDecoder/init(url:)`` (`.noInput` for a missing file, `.data`
     ///   for one that is not audio); `.usage` for a sample rate out of range.
     public convenience init(
-        path: String, rawSampleRate: Int = 16_000, pacing: CapturePacing = .realTime, chunkDuration: Double = 0.02
+        path: String, rawSampleRate: Int = 16_000, pacing: CapturePacing = .realTime,
+        chunkDuration: Double = CaptureConfiguration.defaultPeriodDuration
     ) throws {
         if path == Self.standardInputName {
             try self.init(
@@ -56,7 +58,7 @@ public final class RealtimeFileSource: CaptureSource {
     /// - Throws: ``EarshotError`` `.usage` when `sampleRate` is outside 8000-192000 Hz.
     public convenience init(
         rawDescriptor: Int32, sampleRate: Int, name: String = "-", pacing: CapturePacing = .realTime,
-        chunkDuration: Double = 0.02
+        chunkDuration: Double = CaptureConfiguration.defaultPeriodDuration
     ) throws {
         guard (8_000...192_000).contains(sampleRate) else {
             throw EarshotError(

@@ -24,6 +24,7 @@ public final class EarshotDaemon: @unchecked Sendable {
     private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
     private let analysisQueue = DispatchQueue(label: "earshot.analysis", qos: .userInitiated)
+    private let audioArrived: DispatchSourceUserDataAdd
     private let notifier = ServiceNotifier()
     private let journal: JournalSink
     private let ring: SampleRingBuffer
@@ -83,7 +84,11 @@ public final class EarshotDaemon: @unchecked Sendable {
             ? JournalSink() : JournalSink(journalSocketPath: "/nonexistent")
         // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
         // machine) before the capture thread has to drop audio.
-        ring = SampleRingBuffer(minimumCapacity: 8 * 48_000)
+        // Each write wakes the analysis queue (see AnalysisPipeline).
+        let audioArrived = DispatchSource.makeUserDataAddSource(queue: analysisQueue)
+        self.audioArrived = audioArrived
+        let signal = AudioArrivedSignal(audioArrived)
+        ring = SampleRingBuffer(minimumCapacity: 8 * 48_000, didWrite: { signal.raise() })
         server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
@@ -144,7 +149,7 @@ public final class EarshotDaemon: @unchecked Sendable {
                 journal.log("watchdog disabled: \(error.message)")
             }
         }
-        analysisQueue.async { [self] in pipeline.start() }
+        analysisQueue.async { [self] in pipeline.start(audioArrived: audioArrived) }
         sleep.startSchedule()
         let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
         heartbeatTimer.schedule(deadline: .now(), repeating: .seconds(1))

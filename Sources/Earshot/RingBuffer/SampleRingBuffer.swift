@@ -91,6 +91,8 @@ public final class SampleRingBuffer: @unchecked Sendable {
     private let consumerSampleRate: Atomic<Int>
     private let consumerHasRead = Atomic<Bool>(false)
 
+    private let didWrite: (@Sendable () -> Void)?
+
     /// Creates an empty ring.
     ///
     /// - Parameters:
@@ -100,7 +102,13 @@ public final class SampleRingBuffer: @unchecked Sendable {
     ///   - sampleRate: the rate, in Hz, assumed for samples written without a rate (``write(from:)``), and the rate
     ///     a consumer reports before the first marker.
     /// - Precondition: `minimumCapacity > 0`, `markerCapacity > 0`, `sampleRate > 0` (programming errors, not input).
-    public init(minimumCapacity: Int, markerCapacity: Int = 64, sampleRate: Int = 16_000) {
+    ///   - didWrite: called on the producer thread after every write (stored or dropped), to wake the consumer, e.g.
+    ///     `{ source.add(data: 1) }` on a Dispatch user-data source (lock-free, coalescing); it must not block,
+    ///     allocate or lock.
+    public init(
+        minimumCapacity: Int, markerCapacity: Int = 64, sampleRate: Int = 16_000,
+        didWrite: (@Sendable () -> Void)? = nil
+    ) {
         precondition(minimumCapacity > 0 && minimumCapacity <= 1 << 40, "ring capacity must be in 1...2^40")
         precondition(markerCapacity > 0 && markerCapacity <= 1 << 20, "marker capacity must be in 1...2^20")
         precondition(sampleRate > 0, "sample rate must be positive")
@@ -118,6 +126,7 @@ public final class SampleRingBuffer: @unchecked Sendable {
         markerSampleRate.initialize(repeating: 0, count: self.markerCapacity)
         producerSampleRate = Atomic(sampleRate)
         consumerSampleRate = Atomic(sampleRate)
+        self.didWrite = didWrite
     }
 
     deinit {
@@ -146,6 +155,7 @@ public final class SampleRingBuffer: @unchecked Sendable {
     public func write(from samples: UnsafeBufferPointer<Float>, framePosition: Int64, sampleRate: Int) -> Int {
         let count = samples.count
         guard count > 0, let source = samples.baseAddress else { return 0 }
+        defer { didWrite?() }
         let write = writeIndex.load(ordering: .relaxed)  // only this thread stores it
         let read = readIndex.load(ordering: .acquiring)
         let free = capacity - (write - read)
