@@ -297,7 +297,8 @@ public final class ClipWriter: @unchecked Sendable {
         case ENOSPC, EDQUOT: "the disk is full: free space, or lower [clips] max_clips or retention_days"
         case EROFS: "a read-only file system: set [clips] directory to a writable place"
         case EACCES, EPERM: "not writable by the daemon's user: under systemd keep it under StateDirectory, /var/lib/earshot"
-        case ENOENT, ENOTDIR: "its parent directory does not exist: create it, or set [clips] directory"
+        case ENOENT: "its parent directory does not exist: create it, or set [clips] directory"
+        case ENOTDIR: "a part of the path is not a directory: set [clips] directory"
         default: "check the disk and [clips] directory"
         }
         return EarshotError(code == ENOSPC || code == EIO ? .io : .cannotCreate, "\(what): \(text) (\(hint))", cause: text)
