@@ -420,6 +420,18 @@ struct ClipTests {
         #expect(log.saved.first.map { JSONValue.object($0.object(time: ClipTests.evening)).encoded }
             == #"{"type":"clip_saved","group":"smoke_alarm","path":"\#(path)","start":1.0,"end":13.5,"duration":12.5,"frames":200000,"sample_rate":16000,"event_start":2.0,"event_end":3.0,"capped":false,"time":"2026-11-30T21:15:03.000Z"}"#)
         #expect(log.saved.first?.message == "clip saved: \(path) (smoke_alarm, 12.50 s: stream time 1.00 s to 13.50 s)")
+        #expect(log.saved.first?.journalFields(identifier: "earshotd") == [
+            .init("MESSAGE", "clip saved: \(path) (smoke_alarm, 12.50 s: stream time 1.00 s to 13.50 s)"),
+            .init("PRIORITY", "6"), .init("SYSLOG_IDENTIFIER", "earshotd"), .init("EARSHOT_EVENT", "clip"),
+            .init("EARSHOT_GROUP", "smoke_alarm"), .init("EARSHOT_CLIP", path), .init("EARSHOT_STREAM_TIME", "2.0"),
+        ])
+
+        // An event longer than the cap, still going when its clip was cut: no event_end, and the line says so.
+        let capped = SavedClip(path: "/c/x.wav", group: "smoke_alarm", start: 7, end: 77.5, frames: 1_128_000,
+                               eventStart: 12, eventEnd: nil, capped: true, bytes: 2_256_044, writeSeconds: 0)
+        #expect(JSONValue.object(capped.object(time: ClipTests.evening)).encoded
+            == #"{"type":"clip_saved","group":"smoke_alarm","path":"/c/x.wav","start":7.0,"end":77.5,"duration":70.5,"frames":1128000,"sample_rate":16000,"event_start":12.0,"capped":true,"time":"2026-11-30T21:15:03.000Z"}"#)
+        #expect(capped.message == "clip saved: /c/x.wav (smoke_alarm, 70.50 s: stream time 7.00 s to 77.50 s; event longer than 60 s, cut there)")
 
         let decoder = try AudioFileDecoder(url: URL(fileURLWithPath: path))
         #expect(decoder.sampleRate == 16_000 && decoder.channelCount == 1)

@@ -52,6 +52,21 @@ public struct SavedClip: Sendable, Equatable {
         let cap = capped ? "; event longer than \(Int(ClipRecorder.maximumEventSeconds)) s, cut there" : ""
         return "clip saved: \(path) (\(group), \(fixed(duration)) s: stream time \(fixed(start)) s to \(fixed(end)) s\(cap))"
     }
+
+    /// The journal entry: ``message`` (priority 6), `EARSHOT_EVENT=clip`, `EARSHOT_GROUP`, `EARSHOT_CLIP` (the
+    /// path) and `EARSHOT_STREAM_TIME` (the event's start, as in its detection entries), so that
+    /// `journalctl EARSHOT_EVENT=clip` lists the clips.
+    public func journalFields(identifier: String) -> [JournalSink.Field] {
+        [
+            .init("MESSAGE", message),
+            .init("PRIORITY", "6"),
+            .init("SYSLOG_IDENTIFIER", identifier),
+            .init("EARSHOT_EVENT", "clip"),
+            .init("EARSHOT_GROUP", group),
+            .init("EARSHOT_CLIP", path),
+            .init("EARSHOT_STREAM_TIME", JSONValue.format(eventStart, decimals: EventJSON.timeDecimals)),
+        ]
+    }
 }
 
 /// Writes clips on its own serial queue, so that the analysis never waits for the disk, and applies retention.

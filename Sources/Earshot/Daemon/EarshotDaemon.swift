@@ -300,7 +300,7 @@ public final class EarshotDaemon: @unchecked Sendable {
     private func clipSaved(_ clip: SavedClip) {
         let object = clip.object(time: Date())
         server.publish(object: object, group: clip.group)
-        journal.log(clip.message)
+        journal.record(fields: clip.journalFields(identifier: journal.identifier))
         if commandLine.foreground {
             let line = JSONValue.object(object).encoded + "\n"
             printLock.withLock { FileHandle.standardOutput.write(Data(line.utf8)) }
