@@ -266,9 +266,12 @@ public final class ClipWriter: @unchecked Sendable {
             try clip.samples.withUnsafeBufferPointer { (samples) throws(EarshotError) in try writer.write(samples) }
             try writer.finish()
         } catch {
+            // libsndfile lets go of the descriptor before the `defer` above closes it (its number could be reused).
+            let code = writer.failureErrno
+            try? writer.finish()
             // A full disk says ENOSPC here: the same hint as for open and fsync.
-            guard writer.failureErrno != 0 else { throw error }
-            throw failure("cannot write \(partial)", writer.failureErrno)
+            guard code != 0 else { throw error }
+            throw failure("cannot write \(partial)", code)
         }
         guard fsync(descriptor) == 0 else { throw failure("cannot flush \(partial)", errno) }
         closed = true
