@@ -432,6 +432,12 @@ struct ClipTests {
         #expect(JSONValue.object(capped.object(time: ClipTests.evening)).encoded
             == #"{"type":"clip_saved","group":"smoke_alarm","path":"/c/x.wav","start":7.0,"end":77.5,"duration":70.5,"frames":1128000,"sample_rate":16000,"event_start":12.0,"capped":true,"time":"2026-11-30T21:15:03.000Z"}"#)
         #expect(capped.message == "clip saved: /c/x.wav (smoke_alarm, 70.50 s: stream time 7.00 s to 77.50 s; event longer than 60 s, cut there)")
+        // `earshot subscribe --format text`.
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        #expect(EventTextFormat.format(line: JSONValue.object(capped.object(time: ClipTests.evening)).encoded, timeZone: utc)
+            == "2026-11-30 21:15:03  smoke_alarm clip saved: /c/x.wav (70.50 s, stream 7.00-77.50 s, event cut at 60 s)")
+        #expect(log.saved.first.map { EventTextFormat.format(line: JSONValue.object($0.object(time: ClipTests.evening)).encoded, timeZone: utc) }
+            == "2026-11-30 21:15:03  smoke_alarm clip saved: \(path) (12.50 s, stream 1.00-13.50 s)")
 
         let decoder = try AudioFileDecoder(url: URL(fileURLWithPath: path))
         #expect(decoder.sampleRate == 16_000 && decoder.channelCount == 1)
