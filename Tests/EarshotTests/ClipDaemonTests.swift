@@ -171,13 +171,13 @@ struct ClipDaemonTests {
         let problems = run.of(type: "health").filter { $0["state"] as? String == "clips_unavailable" }
         #expect(problems.count == 1, "\(run.lines)")
         #expect(problems.first?["message"] as? String
-            == "clip of glass_break not saved: cannot use the clips directory \(blocker)/clips: Not a directory (a part of the path is not a directory: set [clips] directory); detection goes on without clips, and later clips are tried as they come")
+            == "clips cannot be saved: cannot use the clips directory \(blocker)/clips: Not a directory (a part of the path is not a directory: set [clips] directory); detection goes on without clips, and clips are tried as they come")
         #expect(run.of(type: "clip_saved").isEmpty)
-        // The health event came while the daemon went on: the knock's end follows it.
+        // The health event came at start (before any clip was due), and the daemon went on: the events follow it.
         let order = run.lines.map { ($0["type"] as? String ?? "") + ":" + ($0["state"] as? String ?? $0["group"] as? String ?? "") }
         let problemAt = try #require(order.firstIndex(of: "health:clips_unavailable"))
-        let knockEndAt = try #require(order.firstIndex(of: "detection_end:doorbell_knock"))
-        #expect(problemAt < knockEndAt, "\(order)")
+        let firstDetectionAt = try #require(order.firstIndex(of: "detection:glass_break"))
+        #expect(problemAt < firstDetectionAt, "\(order)")
         #expect(run.stderr.contains("earshotd: stopped (end of input)\n"))
     }
 

@@ -470,8 +470,9 @@ struct ClipTests {
         writer.save(Self.clip("baby_cry", seconds: 1))
         writer.save(Self.clip("baby_cry", seconds: 1, at: Self.evening.addingTimeInterval(10)))
         writer.flush()
+        // Said once, at start, before any clip is lost.
         #expect(log.reports == [.failing(
-            "clip of baby_cry not saved: cannot use the clips directory \(blocker)/clips: Not a directory (a part of the path is not a directory: set [clips] directory); detection goes on without clips, and later clips are tried as they come")])
+            "clips cannot be saved: cannot use the clips directory \(blocker)/clips: Not a directory (a part of the path is not a directory: set [clips] directory); detection goes on without clips, and clips are tried as they come")])
         #expect(log.saved.isEmpty)
         #expect(writer.statistics.lost == 2 && writer.statistics.failing)
 
@@ -491,6 +492,16 @@ struct ClipTests {
         second.save(Self.clip("baby_cry", seconds: 1))
         second.close()
         #expect(missingLog.reports == [.failing(
-            "clip of baby_cry not saved: cannot create the clips directory \(scratch.path)/no/clips: No such file or directory (its parent directory does not exist: create it, or set [clips] directory); detection goes on without clips, and later clips are tried as they come")])
+            "clips cannot be saved: cannot create the clips directory \(scratch.path)/no/clips: No such file or directory (its parent directory does not exist: create it, or set [clips] directory); detection goes on without clips, and clips are tried as they come")])
+
+        // A directory that appears after a failure at start: the first clip is saved and that is said.
+        let late = ClipWriterLog()
+        let third = ClipWriter(settings: missing, report: late.report, saved: late.save)
+        third.flush()
+        try FileManager.default.createDirectory(atPath: scratch.path + "/no", withIntermediateDirectories: false)
+        third.save(Self.clip("baby_cry", seconds: 1))
+        third.close()
+        #expect(late.reports.last == .recovered("clips are saved to \(scratch.path)/no/clips again (no clip was lost)"))
+        #expect(late.saved.count == 1)
     }
 }

@@ -80,6 +80,9 @@ public struct SavedClip: Sendable, Equatable {
 /// and when one is written again `report` says so with the number lost. At most ``maximumBacklog`` clips wait in
 /// memory (a stalled disk); more are dropped and counted.
 ///
+/// At start the writer makes the directory and checks that a file can be created in it, so that a wrong directory is
+/// reported before the first event rather than when a smoke alarm's clip is lost.
+///
 /// Retention (``ClipFiles/prune(directory:maxClips:retentionDays:now:)``) runs at start, after each clip and every
 /// ``pruneInterval``.
 ///
@@ -145,6 +148,7 @@ public final class ClipWriter: @unchecked Sendable {
         self.report = report
         self.saved = saved
         queue.async { [self] in
+            probe()
             prune()
             startPruneTimer()
         }
@@ -211,7 +215,7 @@ public final class ClipWriter: @unchecked Sendable {
             }
             if wasFailing {
                 let lost = lostSinceFailure
-                let note = lost == 1 ? "1 clip was lost" : "\(lost) clips were lost"
+                let note = lost == 0 ? "no clip was lost" : lost == 1 ? "1 clip was lost" : "\(lost) clips were lost"
                 report(.recovered("clips are saved to \(directory) again (\(note))"))
             }
             lostSinceFailure = 0
@@ -230,6 +234,27 @@ public final class ClipWriter: @unchecked Sendable {
             if firstFailure {
                 report(.failing("clip of \(clip.group) not saved: \(error.message); detection goes on without clips, and later clips are tried as they come"))
             }
+        }
+    }
+
+    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` on x86-64 and arm64), a macro Swift does not import.
+    private static let openUnnamedFile: Int32 = 0o20_200_000
+
+    /// Makes the directory and creates an unnamed file in it (`O_TMPFILE`: nothing is left behind), reporting a
+    /// failure as for a clip.
+    private func probe() {
+        do throws(EarshotError) {
+            try ensureDirectory()
+            let descriptor = open(directory, Self.openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
+            let code = errno
+            if descriptor >= 0 {
+                Glibc.close(descriptor)
+            } else if code != EOPNOTSUPP && code != EISDIR && code != EINVAL {  // else no O_TMPFILE there: no check
+                throw failure("cannot create files in \(directory)", code)
+            }
+        } catch {
+            counters.withLock { $0.failing = true }
+            report(.failing("clips cannot be saved: \(error.message); detection goes on without clips, and clips are tried as they come"))
         }
     }
 
