@@ -89,33 +89,61 @@ public final class AudioFileAnalyzer {
         if workers > 1 { BLASThreads.set(1) }
 
         var stream = WaveformBuffer()
+        let opened: AudioFileDecoder
         do {
-            let opened: AudioFileDecoder
             if let decoder {
                 opened = decoder
             } else {
                 opened = try AudioFileDecoder(url: url)
             }
-            decoder = nil
-            let resampler = try Resampler(inputRate: Double(opened.sampleRate), outputRate: Double(YAMNet.sampleRate))
-            var mono: [Float] = []
-            // A fixed chunk (about 1.4 s at 48 kHz): memory must not follow the rate a header claims.
-            let chunk = 65_536
-            mono.reserveCapacity(chunk)
-            while true {
-                mono.removeAll(keepingCapacity: true)
-                guard try opened.readMono(maxFrames: chunk, appendingTo: &mono) > 0 else { break }
-                try resampler.process(mono, appendingTo: &stream.samples)
-                for state in requests {
-                    scoreReadyRounds(state, stream: stream, onlyFullRounds: true)
+        } catch {
+            for state in requests { state.observer.request(state.request, didFailWithError: error) }
+            return
+        }
+        decoder = nil
+        // With more than one core, a thread decodes and resamples ahead (at most one round of audio) while this
+        // one scores: decoding no longer waits for inference, nor inference for decoding. With one, inline.
+        let ahead = workers > 1
+            ? DecodedAudio(limit: windowsPerRound * 7_680 + 15_600) : nil
+        if let ahead {
+            let box = UncheckedBox(opened)
+            let thread = Thread {
+                do {
+                    let expected = try Self.decode(box.value) { chunk in ahead.put(.samples(chunk)) }
+                    ahead.put(.end(expectedLength: expected))
+                } catch let error as EarshotError {
+                    ahead.put(.failure(error))
+                } catch {
+                    ahead.put(.failure(EarshotError(.data, "\(error)")))
                 }
-                stream.discard(before: requests.map(\.nextWindowStart).min() ?? stream.end)
+                ahead.finished()
             }
-            try resampler.flush(appendingTo: &stream.samples)
-            // The reference's length: round(frames * 16000 / rate), as decodeMono16k.
-            let expected = resampler.isPassthrough ? Int(opened.framesRead)
-                : Int((Double(opened.framesRead) * Double(YAMNet.sampleRate) / Double(opened.sampleRate)).rounded(.toNearestOrAwayFromZero))
-            stream.setEnd(expected)
+            thread.name = "earshot-decode"
+            thread.start()
+        }
+        defer { ahead?.waitUntilFinished() }
+        /// Takes decoded 16 kHz audio: scores every round it completes.
+        func consume(_ chunk: [Float]) {
+            stream.samples.append(contentsOf: chunk)
+            for state in requests {
+                scoreReadyRounds(state, stream: stream, onlyFullRounds: true)
+            }
+            stream.discard(before: requests.map(\.nextWindowStart).min() ?? stream.end)
+        }
+        do throws(EarshotError) {
+            if let ahead {
+                loop: while true {
+                    switch ahead.take() {
+                    case .samples(let chunk): consume(chunk)
+                    case .end(let expected):
+                        stream.setEnd(expected)
+                        break loop
+                    case .failure(let error): throw error
+                    }
+                }
+            } else {
+                stream.setEnd(try Self.decode(opened, deliver: consume))
+            }
         } catch {
             for state in requests { state.observer.request(state.request, didFailWithError: error) }
             return
@@ -129,6 +157,30 @@ public final class AudioFileAnalyzer {
             scoreReadyRounds(state, stream: stream, onlyFullRounds: false)
             state.observer.requestDidComplete(state.request)
         }
+    }
+
+    /// Decodes `opened` to 16 kHz mono in chunks handed to `deliver` (about 1.4 s of input each: memory must not
+    /// follow the rate a header claims) and returns the waveform's length as the reference computes it,
+    /// `round(frames * 16000 / rate)` (as `decodeMono16k`; soxr's flush may give one sample more or fewer).
+    /// - Throws: the decoder's and the resampler's ``EarshotError``s.
+    private static func decode(_ opened: AudioFileDecoder, deliver: ([Float]) -> Void) throws(EarshotError) -> Int {
+        let resampler = try Resampler(inputRate: Double(opened.sampleRate), outputRate: Double(YAMNet.sampleRate))
+        var mono: [Float] = []
+        let chunk = 65_536
+        mono.reserveCapacity(chunk)
+        var output: [Float] = []
+        while true {
+            mono.removeAll(keepingCapacity: true)
+            guard try opened.readMono(maxFrames: chunk, appendingTo: &mono) > 0 else { break }
+            output.removeAll(keepingCapacity: true)
+            try resampler.process(mono, appendingTo: &output)
+            if !output.isEmpty { deliver(output) }
+        }
+        output.removeAll(keepingCapacity: true)
+        try resampler.flush(appendingTo: &output)
+        if !output.isEmpty { deliver(output) }
+        return resampler.isPassthrough ? Int(opened.framesRead)
+            : Int((Double(opened.framesRead) * Double(YAMNet.sampleRate) / Double(opened.sampleRate)).rounded(.toNearestOrAwayFromZero))
     }
 
     /// One request during ``analyze()``: its next window and its sessions.
@@ -303,4 +355,75 @@ private struct SharedRound: @unchecked Sendable {
     let embeddings: UnsafeMutableBufferPointer<Float>
     let starts: [Int]
     let sessions: [YAMNetSession]
+}
+
+/// Decoded 16 kHz audio on its way from the decoding thread to ``AudioFileAnalyzer/analyze()``: a FIFO bounded
+/// by samples (the decoder waits while `limit` samples are queued), then the end or a failure.
+private final class DecodedAudio: @unchecked Sendable {
+    enum Item {
+        case samples([Float])
+        case end(expectedLength: Int)
+        case failure(EarshotError)
+    }
+
+    private let condition = NSCondition()
+    private var items: [Item] = []
+    private var head = 0
+    private var queuedSamples = 0
+    private var done = false
+    private let limit: Int
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Appends `item`; waits while the queue holds `limit` samples or more.
+    func put(_ item: Item) {
+        condition.lock()
+        defer { condition.unlock() }
+        if case .samples(let chunk) = item {
+            while queuedSamples >= limit { condition.wait() }
+            queuedSamples += chunk.count
+        }
+        items.append(item)
+        condition.broadcast()
+    }
+
+    /// The oldest item; waits for one.
+    func take() -> Item {
+        condition.lock()
+        defer { condition.unlock() }
+        while head == items.count { condition.wait() }
+        let item = items[head]
+        head += 1
+        if head == items.count {
+            items.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        if case .samples(let chunk) = item { queuedSamples -= chunk.count }
+        condition.broadcast()
+        return item
+    }
+
+    /// Called by the decoding thread as it ends.
+    func finished() {
+        condition.lock()
+        done = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits until the decoding thread has ended (it always puts `.end` or `.failure` last, and `take` has taken it,
+    /// so this returns at once unless the consumer stopped early).
+    func waitUntilFinished() {
+        condition.lock()
+        while !done { condition.wait() }
+        condition.unlock()
+    }
+}
+
+/// Hands a non-Sendable value to one other thread, which alone uses it from then on.
+private struct UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }
