@@ -89,11 +89,14 @@ public struct PNGRenderer: Sendable {
             throw failure("the SVG has no width and height in pixels",
                           fix: "give its <svg> element width and height attributes in px")
         }
-        let width = Int((svgWidth * scale).rounded()), height = Int((svgHeight * scale).rounded())
-        guard width >= 1, height >= 1, width <= Self.maximumSide, height <= Self.maximumSide else {
-            throw failure("\(width) x \(height) pixels is outside cairo's 1 to \(Self.maximumSide) pixels a side",
+        let scaledWidth = (svgWidth * scale).rounded(), scaledHeight = (svgHeight * scale).rounded()
+        let side = 1...Double(Self.maximumSide)
+        guard side.contains(scaledWidth), side.contains(scaledHeight) else {
+            func text(_ value: Double) -> String { value.isFinite && abs(value) < 1e15 ? "\(Int(value))" : "\(value)" }
+            throw failure("\(text(scaledWidth)) x \(text(scaledHeight)) pixels is outside cairo's 1 to \(Self.maximumSide) pixels a side",
                           fix: "use a scale that fits, e.g. --png-scale 1")
         }
+        let width = Int(scaledWidth), height = Int(scaledHeight)
 
         let surface = try CairoSurface(width: width, height: height, failure: { detail in failure("cairo: \(detail)", cause: detail) })
         let context = try CairoContext(surface: surface, failure: { detail in failure("cairo: \(detail)", cause: detail) })

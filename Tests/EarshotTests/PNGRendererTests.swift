@@ -194,6 +194,8 @@ struct PNGRendererTests {
         #expect(throws: EarshotError(.data, "cannot render the chart as PNG: 38400 x 14000 pixels is outside cairo's 1 to 32767 pixels a side (use a scale that fits, e.g. --png-scale 1)")) {
             try PNGRenderer(scale: 40).render(svg: huge)
         }
+        // A scale too large for an Int is refused the same way, not trapped on.
+        #expect(throws: EarshotError.self) { try PNGRenderer(scale: 1e300).render(svg: huge) }
     }
 
     @Test("an unwritable PNG path or unreadable SVG gives one line with the system's reason; nothing is left behind")
