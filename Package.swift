@@ -4,14 +4,15 @@
 // renders the report charts as PNG for the command line only, so that the daemon never loads those libraries.
 import PackageDescription
 
-// EarshotX86Kernels holds only the inner loops of the matrix products, compiled for Haswell (x86-64-v3: AVX2, FMA, BMI1/2, F16C, MOVBE, LZCNT) while
-// everything else keeps the baseline target; Earshot calls them only on CPUs that have those instructions (checked
-// at run time, see Sources/Earshot/Model/PackedGEMM.swift), so one build runs on every x86-64 CPU. On other hosts
-// the module is empty and built normally.
+// EarshotKernels holds the inner loops of the network (matrix products, convolutions). On x86-64 it is compiled
+// for Haswell (x86-64-v3: AVX2, FMA, BMI1/2, F16C, MOVBE, LZCNT) while everything else keeps the baseline target;
+// Earshot calls its x86 entry points only on CPUs that have those instructions (checked at run time, see
+// Sources/Earshot/Model/PackedGEMM.swift), so one build runs on every x86-64 CPU. Its generic loops are compiled
+// into each caller (`@_alwaysEmitIntoClient`), with the caller's flags. On other hosts it is built normally.
 #if arch(x86_64)
-let x86KernelSettings: [SwiftSetting] = [.unsafeFlags(["-target-cpu", "haswell"])]
+let kernelSettings: [SwiftSetting] = [.unsafeFlags(["-target-cpu", "haswell"])]
 #else
-let x86KernelSettings: [SwiftSetting] = []
+let kernelSettings: [SwiftSetting] = []
 #endif
 
 let package = Package(
@@ -32,10 +33,10 @@ let package = Package(
         .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
-        .target(name: "EarshotX86Kernels", swiftSettings: x86KernelSettings),
+        .target(name: "EarshotKernels", swiftSettings: kernelSettings),
         .target(
             name: "Earshot",
-            dependencies: ["EarshotX86Kernels", "CALSA", "CFFTW", "CBLAS", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
+            dependencies: ["EarshotKernels", "CALSA", "CFFTW", "CBLAS", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
         ),
         .target(name: "EarshotPNG", dependencies: ["Earshot", "CRSVG"]),
         .executableTarget(name: "EarshotDaemon", dependencies: ["Earshot"]),

@@ -42,6 +42,16 @@ public final class AudioStreamAnalyzer {
     public let format: AudioStreamFormat
     /// Windows whose RMS level in dBFS is below this get a gated result without inference; nil (default) = no gate.
     public var gateThresholdDBFS: Float?
+    /// Called with the 16 kHz mono samples the windows are cut from, as soon as the resampler produces them (before
+    /// the windows they complete are scored), with the index of the first one on the stream's 16 kHz timeline:
+    /// `round(segmentStart * 16000 / sampleRate)` plus its offset in the segment, so sample `i` is at stream time
+    /// `i / 16000` s, within half a sample of the results' `timeRange`. Consecutive calls continue each other
+    /// except after a discontinuity (a new segment). At ``completeAnalysis()`` the resampler's tail comes too, cut to
+    /// the file analyzer's length. Nil (default): nothing is called.
+    ///
+    /// The buffer is valid only during the call; called on the analyzer's thread, it must return at once. (The
+    /// daemon's clip saving keeps these samples: they are exactly what the classifier hears.)
+    public var onResampledAudio: ((_ samples: UnsafeBufferPointer<Float>, _ firstSampleIndex: Int64) -> Void)?
 
     private final class Entry {
         let request: ClassifySoundRequest
@@ -73,6 +83,8 @@ public final class AudioStreamAnalyzer {
     private var segmentInputFrames: Int64 = 0
     /// Zero-padded window for the end of the stream (reused).
     private var paddedWindow: [Float] = []
+    /// Index (in 16 kHz samples from the segment start) of the first sample not yet given to ``onResampledAudio``.
+    private var deliveredSamples = 0
 
     /// Creates an analyzer for buffers in `format`.
     /// - Throws: ``EarshotError`` `.usage` when the sample rate is not in (0, 10000000) Hz (the bound keeps buffers
@@ -172,6 +184,7 @@ public final class AudioStreamAnalyzer {
             startSegment(at: position + Int64(frames))
             return
         }
+        deliverResampledAudio()
         emitFullWindows()
         discardConsumedSamples()
     }
@@ -191,6 +204,7 @@ public final class AudioStreamAnalyzer {
             if have > expected {
                 samples.removeLast(min(samples.count, have - expected))
             }
+            deliverResampledAudio()
             let total = expected
             for entry in entries {
                 let geometry = entry.request.geometry
@@ -216,12 +230,27 @@ public final class AudioStreamAnalyzer {
         segmentInputFrames = 0
         samples.removeAll(keepingCapacity: true)
         bufferStart = 0
+        deliveredSamples = 0
         for entry in entries { entry.nextWindowStart = 0 }
         do {
             try resampler.reset()
         } catch {
             fail(error)
         }
+    }
+
+    /// Gives ``onResampledAudio`` the samples it has not had yet.
+    private func deliverResampledAudio() {
+        guard let onResampledAudio else { return }
+        let end = bufferStart + samples.count
+        guard end > deliveredSamples, let segmentStart = segmentStartPosition else { return }
+        let first = max(deliveredSamples, bufferStart)
+        let segmentIndex = Int64((Double(segmentStart) * Double(YAMNet.sampleRate) / format.sampleRate)
+            .rounded(.toNearestOrAwayFromZero))
+        samples.withUnsafeBufferPointer { all in
+            onResampledAudio(UnsafeBufferPointer(rebasing: all[(first - bufferStart)...]), segmentIndex + Int64(first))
+        }
+        deliveredSamples = end
     }
 
     private func emitFullWindows() {

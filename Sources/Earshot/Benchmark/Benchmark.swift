@@ -37,7 +37,7 @@ public enum Benchmark {
     public static var kernelDescription: String {
         switch GEMMKernel.current {
         case .avx2:
-            return "packed GEMM, AVX2+FMA 6x16 register tile (EarshotX86Kernels, chosen at run time); \(KernelVector.scalarCount)-float vectors in the convolutions"
+            return "packed GEMM, AVX2+FMA 6x16 register tile (EarshotKernels, chosen at run time); \(KernelVector.scalarCount)-float vectors in the convolutions"
         case .wide:
             return "packed SIMD GEMM, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth(.wide)) register tile; \(KernelVector.scalarCount)-float vectors in the convolutions"
         case .openBLAS:

@@ -11,6 +11,7 @@ extension DaemonConfiguration {
         "daemon": ["watchdog"],
         "alarms": alarmKeys,
         "history": historyKeys,
+        "clips": clipsKeys,
         "sleep": sleepKeys,
     ]
     /// The keys of a `[group.NAME]` section.
@@ -251,6 +252,10 @@ struct ConfigurationParser {
             configuration.daemon.watchdog = try value(SettingRules.flag, entry)
         case ("alarms", "pattern_detection"):
             configuration.alarms.patternDetection = try value(SettingRules.flag, entry)
+        case ("clips", _):
+            if let requirement = configuration.setClipsKey(key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
@@ -326,6 +331,9 @@ struct ConfigurationParser {
         configuration.detection.watch = uniqued(configuration.detection.watch)
         if let unknown = configuration.unknownWatchedGroup() {
             throw EarshotError(.config, "\(source):\(watchLine): [detection] watch: \(unknown)")
+        }
+        if let unknown = configuration.unknownClipGroup() {
+            throw EarshotError(.config, "\(source):\(keyLine(section: "clips", key: "groups")): [clips] groups: \(unknown)")
         }
     }
 

@@ -3,7 +3,7 @@ import Foundation
 /// Every setting of the daemon `earshotd`, with its built-in default.
 ///
 /// The properties mirror the INI file `config/earshotd.conf` section by section (`[capture]`, `[analysis]`,
-/// `[detection]` with `[group.NAME]` sections, `[output]`, `[daemon]`, `[history]`, `[sleep]`).
+/// `[detection]` with `[group.NAME]` sections, `[output]`, `[daemon]`, `[alarms]`, `[history]`, `[clips]`, `[sleep]`).
 /// `DaemonConfiguration()` is the configuration with no file at all; ``load(path:overrides:)`` reads a file and
 /// applies command-line overrides;
 /// ``resolvedGroups(classLabels:)`` turns the detection settings into the label groups to watch.
@@ -155,6 +155,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var alarms = Alarms()
     /// `[history]`: see ``History``.
     public var history = History()
+    /// `[clips]`: see ``Clips``.
+    public var clips = Clips()
     /// `[sleep]`: see ``Sleep``.
     public var sleep = Sleep()
     /// `[models]`: see ``Models``.

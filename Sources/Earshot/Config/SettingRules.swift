@@ -73,6 +73,11 @@ enum SettingRules {
     static let clientQueueKiB = wholeNumber(in: 16...65_536, unit: "KiB")
     static let maxClients = wholeNumber(in: 1...4_096)
 
+    // [clips]
+    static let clipSeconds = number(in: 0...30, "in [0, 30] seconds")
+    static let maxClips = wholeNumber(in: 1...100_000)
+    static let clipRetentionDays = wholeNumber(in: 1...3_650, unit: "days")
+
     // booleans
     static let flag = SettingRule<Bool>(
         allowed: "true or false (or yes/no, on/off, 1/0)",

@@ -66,6 +66,10 @@ final class AnalysisPipeline {
     /// Called with every window's result (gated ones too) before the detection engine sees it, on `queue`; must
     /// return at once (the event history's level meter and sleep sessions use it).
     var onWindow: ((ClassificationResult) -> Void)?
+    /// Called with the 16 kHz samples the classifier hears and the timeline index of the first
+    /// (`AudioStreamAnalyzer.onResampledAudio`), on `queue`; must return at once (clip saving keeps them). Set it
+    /// before ``start()``.
+    var onResampledAudio: ((UnsafeBufferPointer<Float>, Int64) -> Void)?
 
     private final class Observer: ResultsObserving {
         unowned let pipeline: AnalysisPipeline
@@ -205,6 +209,7 @@ final class AnalysisPipeline {
         do {
             let analyzer = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(sampleRate), channelCount: 1))
             analyzer.gateThresholdDBFS = Float(analysis.gateThresholdDBFS)
+            analyzer.onResampledAudio = onResampledAudio
             try analyzer.add(request, withObserver: observer)
             self.analyzer = analyzer
         } catch {

@@ -42,6 +42,11 @@ public final class EarshotDaemon: @unchecked Sendable {
     /// Finished events to the SQLite history (`[history]`; nil when disabled). Its settings need a restart.
     private var history: HistoryRecorder?
     private let historySettings: DaemonConfiguration.History
+    /// Audio around each detection (`[clips]`; nil when disabled): cut on the analysis queue, written on the
+    /// writer's. Its settings need a restart.
+    private var clips: ClipRecorder?
+    private var clipWriter: ClipWriter?
+    private let clipSettings: DaemonConfiguration.Clips
     /// Sleep sessions and snore reports (`[sleep]`).
     private var sleep: SleepService!
     /// The custom models running (`[models] files`); replaced on reload (control queue).
@@ -70,6 +75,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         capture = configuration.capture
         output = configuration.output
         historySettings = configuration.history
+        clipSettings = configuration.clips
         BLASThreads.set(1)
         let model = try BuiltInClassifier.shared()
         let heads = try HeadModelSet.load(paths: configuration.models.files).set
@@ -124,6 +130,18 @@ public final class EarshotDaemon: @unchecked Sendable {
         pipeline.onWindow = { [unowned self] result in
             history?.observe(result)
             sleep.observe(result)
+        }
+        if clipSettings.enabled {
+            let writer = ClipWriter(
+                settings: clipSettings,
+                report: { [unowned self] report in clipReport(report) },
+                saved: { [unowned self] clip in clipSaved(clip) })
+            let recorder = ClipRecorder(settings: clipSettings) { clip in writer.save(clip) }
+            clipWriter = writer
+            clips = recorder
+            pipeline.onResampledAudio = { samples, index in recorder.append(samples, at: index) }
+            let groups = clipSettings.groups.isEmpty ? "every group" : clipSettings.groups.joined(separator: ", ")
+            journal.log("saving clips of \(groups) to \(clipSettings.directory): \(SettingRules.format(clipSettings.preSeconds)) s before each event to \(SettingRules.format(clipSettings.postSeconds)) s after its end, keeping at most \(clipSettings.maxClips) for \(clipSettings.retentionDays) days")
         }
         supervisor = CaptureSupervisor(
             ring: ring, callbackQueue: control,
@@ -239,12 +257,14 @@ public final class EarshotDaemon: @unchecked Sendable {
             server.publish(event)
             journal.record(event)
             history?.record(event)
+            clips?.observe(event)
             if case .onset = event { status.withLock { $0.detections += 1 } }
             object = EventJSON.object(for: event, time: Date())
         case .alarm(let alarm):
             object = alarm.object(wallClock: Date())
             server.publish(object: object, group: alarm.group)
             journal.record(fields: alarm.journalFields(identifier: journal.identifier))
+            clips?.observe(alarm)
             if alarm.kind == .onset { status.withLock { $0.detections += 1 } }
             // The history stores finished events: an alarm's end, or a chirp (a point event with no end).
             if alarm.kind == .end || alarm.group == AlarmEvent.alarmChirp, case .offset(let finished) = alarm.finishedEvent {
@@ -269,6 +289,26 @@ public final class EarshotDaemon: @unchecked Sendable {
         switch report {
         case .failing(let line): emit(.health(HealthEvent(state: .historyUnavailable, message: line)))
         case .recovered(let line): journal.log(line)
+        }
+    }
+
+    /// The clip writer's news: a failure is a health event (once), a recovery or a warning a journal line.
+    private func clipReport(_ report: ClipWriter.Report) {
+        switch report {
+        case .failing(let line): emit(.health(HealthEvent(state: .clipsUnavailable, message: line)))
+        case .recovered(let line): journal.log(line)
+        case .warning(let line): journal.log(line, priority: 4)
+        }
+    }
+
+    /// A clip is on disk: a `clip_saved` line for the group's subscribers (and stdout), and a journal line.
+    private func clipSaved(_ clip: SavedClip) {
+        let object = clip.object(time: Date())
+        server.publish(object: object, group: clip.group)
+        journal.record(fields: clip.journalFields(identifier: journal.identifier))
+        if commandLine.foreground {
+            let line = JSONValue.object(object).encoded + "\n"
+            printLock.withLock { FileHandle.standardOutput.write(Data(line.utf8)) }
         }
     }
 
@@ -348,6 +388,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             if fresh.capture != capture { restartNeeded.append("[capture]") }
             if fresh.output != output { restartNeeded.append("[output]") }
             if fresh.history != historySettings { restartNeeded.append("[history]") }
+            if fresh.clips != clipSettings { restartNeeded.append("[clips]") }
             analysisQueue.async { [sleep] in sleep?.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)
@@ -366,9 +407,12 @@ public final class EarshotDaemon: @unchecked Sendable {
         analysisQueue.sync {
             pipeline.stop()
             if sleep.isActive { sleep.stop(at: Date()) }
+            // Clips still waiting for their post-roll end with the audio there is.
+            clips?.finish()
         }
         sleep.flushReports()
         history?.close()
+        clipWriter?.close()
         // Subscribers get the last events before the socket closes.
         Thread.sleep(forTimeInterval: 0.2)
         server.stop()

@@ -1,8 +1,6 @@
 internal import CBLAS
 import Foundation
-#if arch(x86_64)
-internal import EarshotX86Kernels
-#endif
+internal import EarshotKernels
 
 // Matrix products of the pointwise (1x1) convolutions and the dense layer: C[M, N] = act(A[M, K] x W[K, N] + bias).
 //
@@ -16,9 +14,10 @@ internal import EarshotX86Kernels
 // fused multiply-add instructions:
 // - aarch64 (NEON, FMA in the base ISA): the 6 x (4 vectors) tile below, always.
 // - x86-64: the default target is the 2003 baseline (SSE2, no FMA), where such code is slower than OpenBLAS's
-//   run-time-dispatched kernels. So the 6 x 16 tile lives in its own module, EarshotX86Kernels, which Package.swift
-//   compiles for x86-64-v3 (`-target-cpu haswell`: AVX2, FMA); `GEMMKernel.current` picks it at run time where /proc/cpuinfo lists
-//   those features, and OpenBLAS (`cblas_sgemm` on unpacked weights) elsewhere. One binary thus runs on every x86-64 CPU.
+//   run-time-dispatched kernels. So the 6 x 16 tile (and AVX2 copies of the convolutions) live in their own
+//   module, EarshotKernels, which Package.swift compiles for x86-64-v3 (`-target-cpu haswell`: AVX2, FMA);
+//   `GEMMKernel.current` picks it at run time where /proc/cpuinfo lists those features, and OpenBLAS
+//   (`cblas_sgemm` on unpacked weights, convolutions with SSE) elsewhere. One binary runs on every x86-64 CPU.
 // - builds made with `-target-cpu` (e.g. `native`) and `-D EARSHOT_NATIVE_CPU` also get the 6 x 64 tile below
 //   (AVX-512 wide) and keep whichever of the two tiles is faster on the machine.
 // `EARSHOT_KERNEL=baseline` in the environment forces OpenBLAS on x86-64 (to compare, or to rule the kernel out).
@@ -27,7 +26,7 @@ internal import EarshotX86Kernels
 enum GEMMKernel: Sendable {
     /// `PackedWeights.kernel6` with `KernelVector` (aarch64, or x86-64 built with EARSHOT_NATIVE_CPU).
     case wide
-    /// EarshotX86Kernels' AVX2 + FMA 6 x 16 tile over 16-wide panels.
+    /// EarshotKernels' AVX2 + FMA 6 x 16 tile over 16-wide panels.
     case avx2
     /// `cblas_sgemm` on row-major weights.
     case openBLAS
@@ -54,7 +53,7 @@ enum GEMMKernel: Sendable {
 /// CPU features of an x86-64 machine, as the kernel reports them (it drops AVX flags where it does not save the
 /// AVX registers, so "listed" also means "usable").
 enum X86Features {
-    /// Whether the first `flags` line of /proc/cpuinfo lists every feature of the x86-64-v3 level EarshotX86Kernels
+    /// Whether the first `flags` line of /proc/cpuinfo lists every feature of the x86-64-v3 level EarshotKernels
     /// is compiled for (`-target-cpu haswell`): AVX, AVX2, FMA, BMI1, BMI2, F16C, MOVBE, LZCNT (`abm`); false when
     /// it cannot be read.
     static let hasAVX2AndFMA: Bool = {
@@ -417,7 +416,7 @@ struct PackedWeights: Sendable {
     }
 
     #if arch(x86_64)
-    /// Whether EarshotX86Kernels' 6 x 16 AVX2 tile beats the 6 x 64 one of a native build here. The wide tile needs
+    /// Whether EarshotKernels' 6 x 16 AVX2 tile beats the 6 x 64 one of a native build here. The wide tile needs
     /// 28 vector registers: right for AVX-512 (32), but code built for AVX2 only (16 registers) spills and runs at
     /// half speed. Swift cannot test the target's features at compile time, so both are timed once, on first use
     /// (about 1 ms); they compute the same sums in the same order, so the choice changes no result.

@@ -64,6 +64,8 @@ public final class YAMNet: Sendable {
     let blocks: [SeparableBlock]
     /// [1024, 521] dense layer with its bias, packed.
     let logits: PackedWeights
+    /// The code that runs the products and convolutions (`GEMMKernel.current` unless a test chose one).
+    let computeKernel: GEMMKernel
 
     /// Loads `directory/yamnet.safetensors` and `directory/yamnet_class_map.csv`, folds batch norm into the
     /// convolution weights and packs the pointwise and dense weights for the GEMM kernel (about 15 MB in all; the
@@ -78,6 +80,7 @@ public final class YAMNet: Sendable {
     /// lacks must not be asked for).
     init(directory: URL, kernel: GEMMKernel) throws(EarshotError) {
         let gemmKernel = kernel
+        computeKernel = kernel
         let file = try SafeTensorsFile(path: directory.appendingPathComponent(ModelLocator.weightsFileName).path)
         let labels = try ClassMap.load(path: directory.appendingPathComponent(ModelLocator.classMapFileName).path)
         guard labels.count == Self.classCount else {
@@ -131,7 +134,7 @@ public final class YAMNet: Sendable {
             file.release(kernel)
             blocks.append(SeparableBlock(
                 stride: block.stride, inputChannels: channels, outputChannels: block.channels,
-                depthwiseWeights: ConvolutionKernels.vectorMajor(depthwise, channels: channels), depthwiseBias: depthwiseBias, pointwise: pointwise))
+                depthwiseWeights: ConvolutionKernels.vectorMajor(depthwise, channels: channels, lanes: ConvolutionKernels.lanes(gemmKernel)), depthwiseBias: depthwiseBias, pointwise: pointwise))
             channels = block.channels
         }
         self.blocks = blocks
@@ -300,7 +303,7 @@ public final class YAMNetSession {
                 target.bordered.pointer + image * first.borderedSize, images: 1, height: first.height,
                 width: first.width, channels: first.channels)
             ConvolutionKernels.firstLayer(
-                input: patches + n * patchStride, weights: model.firstWeights.pointer, bias: model.firstBias.pointer,
+                kernel: model.computeKernel, input: patches + n * patchStride, weights: model.firstWeights.pointer, bias: model.firstBias.pointer,
                 padded: paddedPatch.pointer, output: target.bordered.pointer + image * first.borderedSize)
             profile?.mark("layer1 conv 3x3")
             if split > 0 {
@@ -372,7 +375,7 @@ public final class YAMNetSession {
             let denseSize = outHeight * outWidth * geometry.channels
             for n in image..<(image + images) {
                 ConvolutionKernels.depthwise(
-                    input: bordered + n * geometry.borderedSize, height: geometry.height, width: geometry.width,
+                    kernel: model.computeKernel, input: bordered + n * geometry.borderedSize, height: geometry.height, width: geometry.width,
                     channels: geometry.channels, stride: block.stride, weights: block.depthwiseWeights.pointer,
                     bias: block.depthwiseBias.pointer,
                     output: dense + n * denseSize, outHeight: outHeight, outWidth: outWidth)

@@ -6,6 +6,7 @@ import Foundation
 /// 2026-11-30 17:45:12  smoke_alarm started: "Smoke detector, smoke alarm" 81% (stream 12.48 s)
 /// 2026-11-30 17:45:20  smoke_alarm ended after 5.76 s: "Smoke detector, smoke alarm" peak 91%, mean 72% (stream 12.48-18.24 s)
 /// 2026-11-30 17:45:20  health overrun: capture buffer overran; 3 xruns so far
+/// 2026-11-30 17:45:25  smoke_alarm clip saved: /var/lib/earshot/clips/2026-11-30T16-45-12Z_smoke_alarm.wav (16.76 s, stream 7.48-24.24 s)
 /// ```
 public enum EventTextFormat {
     /// Formats one line received from the daemon.
@@ -34,6 +35,10 @@ public enum EventTextFormat {
             let state = object["state"] as? String ?? "?"
             let message = object["message"] as? String ?? ""
             return message.isEmpty ? "\(when)health \(state)" : "\(when)health \(state): \(message)"
+        case "clip_saved":
+            let capped = object["capped"] as? Bool == true ? ", event cut at 60 s" : ""
+            return "\(when)\(group) clip saved: \(object["path"] as? String ?? "?") (\(seconds(object["duration"])) s,"
+                + " stream \(seconds(object["start"]))-\(seconds(object["end"])) s\(capped))"
         case "dropped":
             let count = (object["count"] as? NSNumber)?.intValue ?? 0
             return "(\(count) event\(count == 1 ? "" : "s") dropped: this subscriber fell behind)"

@@ -12,6 +12,8 @@ public struct HealthEvent: Sendable, Equatable {
         case overrun = "overrun"
         /// The event history database cannot be written (locked, full disk, read-only); events wait in memory.
         case historyUnavailable = "history_unavailable"
+        /// Clips cannot be saved (missing or read-only directory, full disk); events go on without clips.
+        case clipsUnavailable = "clips_unavailable"
 
         /// The syslog priority the journal entry gets: 6 (info) for `captureLive`, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
@@ -19,7 +21,7 @@ public struct HealthEvent: Sendable, Equatable {
             switch self {
             case .captureLive: 6
             case .captureUnavailable: 3
-            case .inputSilent, .overrun, .historyUnavailable: 4
+            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable: 4
             }
         }
     }
