@@ -1,6 +1,7 @@
 // swift-tools-version:6.0
 // Earshot: sound-event detection daemon for Linux. One system-library target per C library (Debian -dev packages),
-// the `Earshot` library with the whole pipeline, and two thin executables.
+// the `Earshot` library with the whole pipeline, and two thin executables. `EarshotPNG` (librsvg + cairo: glib, pango)
+// renders the report charts as PNG for the command line only, so that the daemon never loads those libraries.
 import PackageDescription
 
 // EarshotKernels holds the inner loops of the network (matrix products, convolutions). On x86-64 it is compiled
@@ -18,6 +19,7 @@ let package = Package(
     name: "Earshot",
     products: [
         .library(name: "Earshot", targets: ["Earshot"]),
+        .library(name: "EarshotPNG", targets: ["EarshotPNG"]),
         .executable(name: "earshotd", targets: ["EarshotDaemon"]),
         .executable(name: "earshot", targets: ["EarshotCLI"]),
     ],
@@ -30,13 +32,15 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
         .target(name: "EarshotKernels", swiftSettings: kernelSettings),
         .target(
             name: "Earshot",
             dependencies: ["EarshotKernels", "CALSA", "CFFTW", "CBLAS", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
         ),
+        .target(name: "EarshotPNG", dependencies: ["Earshot", "CRSVG"]),
         .executableTarget(name: "EarshotDaemon", dependencies: ["Earshot"]),
-        .executableTarget(name: "EarshotCLI", dependencies: ["Earshot"]),
-        .testTarget(name: "EarshotTests", dependencies: ["Earshot"]),
+        .executableTarget(name: "EarshotCLI", dependencies: ["Earshot", "EarshotPNG"]),
+        .testTarget(name: "EarshotTests", dependencies: ["Earshot", "EarshotPNG", "CRSVG"]),
     ]
 )

@@ -9,7 +9,8 @@ enum SleepCommand {
         \(usage)
 
         Controls earshotd's sleep session: while it runs, snoring is detected and aggregated; `stop` writes the
-        snore report (JSON and SVG) to the daemon's [sleep] report_dir and prints where.
+        snore report (JSON and SVG) to the daemon's [sleep] report_dir and prints where (make a PNG of the chart with
+        earshot report --from-svg SVG --png OUT).
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
           --json          print the daemon's reply as JSON
         """

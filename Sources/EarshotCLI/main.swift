@@ -23,8 +23,9 @@ commands:
                                   measure inference, file analysis and the daemon on this machine
   history [--since 8h] [--group G]... [--format text|jsonl|csv] [--db PATH]
                                   list the detections earshotd stored
-  report --snore FILE [--json OUT] [--svg OUT]
+  report --snore FILE [--json OUT] [--svg OUT] [--png OUT]
                                   snore report of a recording (minutes, episodes, loudness, 5-minute timeline)
+  report --from-svg SVG --png OUT render a snore report's SVG chart (e.g. the daemon's) as PNG
   sleep start|stop|status [--socket PATH]
                                   control the daemon's sleep session (snore monitoring and report)
   eval-snore SNORING_DIR NON_SNORING_DIR
