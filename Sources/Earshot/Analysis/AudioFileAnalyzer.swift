@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// Classifies the sounds in an audio file (Sound Analysis' `SNAudioFileAnalyzer`).
 ///
@@ -262,22 +263,30 @@ public final class AudioFileAnalyzer {
                 embeddings.withUnsafeMutableBufferPointer { embeddings in
                     let shared = SharedRound(logMel: logMel, scores: scores, embeddings: embeddings, starts: starts,
                                              sessions: state.sessions)
+                    // Workers take batches of `batch` patches in turn (rather than one fixed share each): a worker
+                    // whose core is also running the decoding thread then does less, and the round does not wait
+                    // for it. 16 patches keep the products wide (batched 1.44 ms per patch against 1.91 alone).
+                    let batch = 16
+                    let next = Atomic<Int>(0)
                     let work: @Sendable (Int) -> Void = { worker in
                         let count = shared.starts.count
-                        let range = (count * worker / workers)..<(count * (worker + 1) / workers)
-                        guard !range.isEmpty else { return }
-                        var patches = [Float](repeating: 0, count: range.count * patchValues)
-                        patches.withUnsafeMutableBufferPointer { patches in
-                            for (slot, index) in range.enumerated() {
-                                let source = shared.logMel.baseAddress! + shared.starts[index] * bands
-                                (patches.baseAddress! + slot * patchValues).update(from: source, count: patchValues)
+                        var patches = [Float](repeating: 0, count: batch * patchValues)
+                        while true {
+                            let first = next.wrappingAdd(batch, ordering: .relaxed).oldValue
+                            guard first < count else { return }
+                            let range = first..<min(count, first + batch)
+                            patches.withUnsafeMutableBufferPointer { patches in
+                                for (slot, index) in range.enumerated() {
+                                    let source = shared.logMel.baseAddress! + shared.starts[index] * bands
+                                    (patches.baseAddress! + slot * patchValues).update(from: source, count: patchValues)
+                                }
                             }
-                        }
-                        patches.withUnsafeBufferPointer { patches in
-                            shared.sessions[worker].classify(
-                                patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
-                                scores: shared.scores.baseAddress! + range.lowerBound * YAMNet.classCount,
-                                embeddings: shared.embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize)
+                            patches.withUnsafeBufferPointer { patches in
+                                shared.sessions[worker].classify(
+                                    patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
+                                    scores: shared.scores.baseAddress! + range.lowerBound * YAMNet.classCount,
+                                    embeddings: shared.embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize)
+                            }
                         }
                     }
                     if workers == 1 || starts.count < 2 {
