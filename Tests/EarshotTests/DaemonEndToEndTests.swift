@@ -1,6 +1,6 @@
-import Earshot
 import Foundation
 import Testing
+@testable import Earshot
 
 /// `earshotd` as users run it: the real executable, capturing from a real ALSA PCM (the `file` plugin reading a raw
 /// recording as its `infile`), publishing on a real Unix socket, notifying a real sd_notify datagram socket, and
@@ -345,8 +345,6 @@ import Testing
 enum ModelLocatorTestSupport {
     /// This test process's executable (the test bundle), from `/proc/self/exe`.
     static func executablePath() -> String {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        return count > 0 ? String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
+        ModelLocator.executablePath() ?? ""
     }
 }

@@ -108,21 +108,11 @@ public struct AnalysisReportFormatter: Sendable {
         value.isFinite ? number(value, decimals) : ""
     }
 
-    /// A JSON string literal (quotes, backslashes and control characters escaped).
+    /// A JSON string literal (quotes, backslashes and control characters escaped as `JSONValue` escapes them).
     static func jsonString(_ text: String) -> String {
-        var result = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": result += "\\\""
-            case "\\": result += "\\\\"
-            case "\n": result += "\\n"
-            case "\r": result += "\\r"
-            case "\t": result += "\\t"
-            case _ where scalar.value < 0x20: result += String(format: "\\u%04x", scalar.value)
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result + "\""
+        var result = ""
+        JSONValue.appendQuoted(text, to: &result)
+        return result
     }
 
     /// `text` on one line for a terminal: control characters (U+0000-U+001F, U+007F-U+009F) become escapes,
