@@ -168,6 +168,12 @@ import Testing
         #expect(DaemonEndToEndTests.waitForLine(kept, in: err.fileHandleForReading, seconds: 30, collected: &log), "\(log)")
         #expect(DaemonEndToEndTests.waitForLine("earshotd: configuration reloaded: watching whistle\n", in: err.fileHandleForReading, seconds: 10, collected: &log), "\(log)")
         #expect(daemon.isRunning)
+        // The status reply lists the model still running, with its file.
+        let status = try #require(DaemonBenchmark.statusReply(socketPath: sandbox.socket))
+        let models = try #require(status["models"] as? [[String: Any]])
+        #expect(models.count == 1)
+        #expect(models.first?["name"] as? String == "tone")
+        #expect(models.first?["path"] as? String == model.path)
         daemon.terminate()
         daemon.waitUntilExit()
         #expect(daemon.terminationStatus == 0)

@@ -64,6 +64,8 @@ public final class EarshotDaemon: @unchecked Sendable {
         var detections = 0
         var gateDBFS: Double = 0
         var watch: [String] = []
+        /// The custom models running: name and file.
+        var models: [(name: String, path: String)] = []
     }
 
     /// Loads the configuration and the model, checks the groups, and opens the socket.
@@ -103,6 +105,7 @@ public final class EarshotDaemon: @unchecked Sendable {
                     + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: configuration.alarms.patternDetection)),
             status: { [unowned self] in statusObject() })
         noteSettings(configuration)
+        noteModels(heads)
         if historySettings.enabled {
             history = HistoryRecorder(settings: historySettings) { [unowned self] report in historyReport(report) }
         }
@@ -351,7 +354,14 @@ public final class EarshotDaemon: @unchecked Sendable {
             "watch": .array(snapshot.watch.map { .string($0) }),
             "active": .array(snapshot.activeGroups.map { .string($0) }),
             "detections": .int(snapshot.detections),
+            "models": .array(snapshot.models.map { .object(["name": .string($0.name), "path": .string($0.path)]) }),
         ]
+    }
+
+    /// Copies the running custom models' names and files for the status reply.
+    private func noteModels(_ set: HeadModelSet) {
+        let models = set.models.map { (name: $0.name, path: $0.path) }
+        status.withLock { $0.models = models }
     }
 
     // MARK: Lifecycle
@@ -379,6 +389,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             }
             if let failure { throw failure }
             heads = loaded.set
+            noteModels(loaded.set)
             for line in loaded.problems { journal.log(line, priority: 4) }
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(
