@@ -323,6 +323,34 @@ import Testing
     static func le32(_ value: UInt32) -> Data { withUnsafeBytes(of: value.littleEndian) { Data($0) } }
     static func le16(_ value: UInt16) -> Data { withUnsafeBytes(of: value.littleEndian) { Data($0) } }
 
+    /// A socket that cannot be made ends the daemon with one line and its status (it once trapped here: the
+    /// wake-up source of the analysis queue was released while still inactive).
+    @Test func aSocketThatCannotBeCreatedOrIsTakenExitsWithOneLine() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let input = sandbox.directory.appendingPathComponent("silence.wav")
+        var wav = Data("RIFF".utf8) + Self.le32(36 + 32_000) + Data("WAVEfmt ".utf8) + Self.le32(16)
+        wav += Self.le16(1) + Self.le16(1) + Self.le32(16_000) + Self.le32(32_000) + Self.le16(2) + Self.le16(16)
+        wav += Data("data".utf8) + Self.le32(32_000) + Data(count: 32_000)
+        try wav.write(to: input)
+        let missing = sandbox.directory.appendingPathComponent("no-such-dir/earshot.sock").path
+        let noDirectory = try Self.runToExit(["--input", input.path, "--socket", missing, "--no-journal"], home: sandbox.home)
+        #expect(noDirectory.status == 73)
+        #expect(noDirectory.stderr == "earshotd: cannot create socket \(missing): No such file or directory (create the directory, run under systemd with RuntimeDirectory=earshot, or choose another --socket)\n")
+
+        // Another listener on the path.
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = try #require(DaemonBenchmark.unixAddress(sandbox.socket))
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0 && listen(listener, 1) == 0)
+        let taken = try Self.runToExit(["--input", input.path, "--socket", sandbox.socket, "--no-journal"], home: sandbox.home)
+        #expect(taken.status == 69)
+        #expect(taken.stderr == "earshotd: cannot listen on \(sandbox.socket): another process is already listening there (is earshotd already running? stop it or choose another --socket)\n")
+    }
+
     @Test func badConfigurationValueExits78NamingTheKey() throws {
         let sandbox = try Sandbox()
         defer { sandbox.remove() }

@@ -52,7 +52,7 @@ final class AnalysisPipeline {
     private var sawAudio = false
     private var scratch: [Float]
     private var timer: DispatchSourceTimer?
-    private var wakeUp: DispatchSourceUserDataAdd?
+    private var wakeUp: AudioArrivedSignal?
     private var silentSeconds: Double = 0
     private var silenceReported = false
     private var unreportedGaps = 0
@@ -103,10 +103,9 @@ final class AnalysisPipeline {
 
     /// Starts analysing: on every event of `audioArrived` (a source on `queue` the ring's producer adds to), or, when
     /// it is nil, every `pollInterval`.
-    func start(audioArrived: DispatchSourceUserDataAdd? = nil) {
+    func start(audioArrived: AudioArrivedSignal? = nil) {
         if let audioArrived {
-            audioArrived.setEventHandler { [unowned self] in pump() }
-            audioArrived.resume()
+            audioArrived.setHandler { [unowned self] in pump() }
             wakeUp = audioArrived
             return
         }
@@ -121,7 +120,7 @@ final class AnalysisPipeline {
     func stop() {
         timer?.cancel()
         timer = nil
-        wakeUp?.setEventHandler(handler: nil)
+        wakeUp?.setHandler(nil)
         pump()
         emitAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { emit(.detection(event)) }
@@ -143,12 +142,20 @@ final class AnalysisPipeline {
     {
         let request = try ClassifySoundRequest(
             windowDuration: analysis.windowDuration, overlapFactor: analysis.overlapFactor)
-        for event in self.engine.finish() { emit(.detection(event)) }
+        for event in self.engine.finish(reason: .reload) { emit(.detection(event)) }
         self.engine = engine
         self.heads = heads
         self.analysis = analysis
         self.request = request
         analyzer = nil  // rebuilt with the new window at the next chunk; the next window starts there
+    }
+
+    /// Swaps in custom models with the same class labels (a reloaded file): they score from the next window on;
+    /// open events go on.
+    /// - Precondition: `heads.classLabels` equals the current models' labels.
+    func replaceHeads(_ heads: HeadModelSet) {
+        precondition(heads.classLabels == self.heads.classLabels, "replaceHeads needs the same class labels")
+        self.heads = heads
     }
 
     /// Custom models: each scores every window's embedding after YAMNet (one backbone pass for all of them).
@@ -266,16 +273,33 @@ final class AnalysisPipeline {
     }
 }
 
-/// Raises a Dispatch user-data-add source from the capture thread. `dispatch_source_merge_data` may be called from
-/// any thread (an atomic add, and a wake-up of the source's queue when it was idle): it neither locks nor allocates.
+/// Wakes the analysis queue from the capture thread: a Dispatch user-data-add source on that queue, activated at
+/// once (a Dispatch object released while still inactive traps, e.g. when the daemon's init fails after making it).
+/// `raise()` (`dispatch_source_merge_data`) may be called from any thread: an atomic add, and a wake-up of the
+/// queue when the source was idle; it neither locks nor allocates. Raises before a handler is set are dropped (the
+/// next one drains the ring anyway).
 final class AudioArrivedSignal: @unchecked Sendable {
     private let source: DispatchSourceUserDataAdd
 
-    init(_ source: DispatchSourceUserDataAdd) {
-        self.source = source
+    init(queue: DispatchQueue) {
+        source = DispatchSource.makeUserDataAddSource(queue: queue)
+        source.activate()
+    }
+
+    /// Sets what runs on the queue after raises (nil: nothing). Call on the source's queue or before raises start.
+    func setHandler(_ handler: (() -> Void)?) {
+        if let handler {
+            source.setEventHandler { handler() }
+        } else {
+            source.setEventHandler(handler: nil)
+        }
     }
 
     func raise() {
         source.add(data: 1)
+    }
+
+    deinit {
+        source.cancel()
     }
 }

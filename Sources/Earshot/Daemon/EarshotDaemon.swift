@@ -24,7 +24,7 @@ public final class EarshotDaemon: @unchecked Sendable {
     private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
     private let analysisQueue = DispatchQueue(label: "earshot.analysis", qos: .userInitiated)
-    private let audioArrived: DispatchSourceUserDataAdd
+    private let audioArrived: AudioArrivedSignal
     private let notifier = ServiceNotifier()
     private let journal: JournalSink
     private let ring: SampleRingBuffer
@@ -93,9 +93,8 @@ public final class EarshotDaemon: @unchecked Sendable {
         // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
         // machine) before the capture thread has to drop audio.
         // Each write wakes the analysis queue (see AnalysisPipeline).
-        let audioArrived = DispatchSource.makeUserDataAddSource(queue: analysisQueue)
-        self.audioArrived = audioArrived
-        let signal = AudioArrivedSignal(audioArrived)
+        let signal = AudioArrivedSignal(queue: analysisQueue)
+        audioArrived = signal
         ring = SampleRingBuffer(minimumCapacity: 8 * 48_000, didWrite: { signal.raise() })
         server = try EventServer(
             configuration: EventServer.Configuration(
@@ -378,8 +377,16 @@ public final class EarshotDaemon: @unchecked Sendable {
                 groups: groups,
                 watchList: AlarmDetector.engineWatchList(groups.map(\.name), patternDetection: fresh.alarms.patternDetection),
                 classLabels: classLabels)
+            // What shapes events unchanged (window, gate, groups, alarms, the models' labels): open events go on
+            // and the window grid stays; only reloaded model weights are swapped in.
+            let eventsUnchanged = fresh.analysis == configuration.analysis && fresh.detection == configuration.detection
+                && fresh.alarms == configuration.alarms && loaded.set.classLabels == heads.classLabels
             let failure: EarshotError? = analysisQueue.sync {
                 do throws(EarshotError) {
+                    if eventsUnchanged {
+                        pipeline.replaceHeads(loaded.set)
+                        return nil
+                    }
                     try pipeline.reconfigure(analysis: fresh.analysis, engine: engine, heads: loaded.set)
                     pipeline.configureAlarms(enabled: fresh.alarms.patternDetection, watch: fresh.detection.watch)
                     return nil

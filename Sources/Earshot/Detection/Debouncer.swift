@@ -165,9 +165,10 @@ public struct Debouncer: Sendable {
         return events
     }
 
-    /// The stream ended: ends an open event at its last positive window (reason `.streamEnd`) and clears the history.
-    public mutating func finish() -> [DetectionEvent] {
-        let events = close(reason: .streamEnd).map { [$0] } ?? []
+    /// The stream ended (or, with `reason` `.reload`, the analysis changed): ends an open event at its last
+    /// positive window (reason `reason`, default `.streamEnd`) and clears the history.
+    public mutating func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [DetectionEvent] {
+        let events = close(reason: reason).map { [$0] } ?? []
         history.removeAll()
         previousWindow = nil
         resetTime = nil

@@ -108,10 +108,11 @@ public struct DetectionEngine: Sendable {
         return events
     }
 
-    /// The stream ended: closes every open event (see `Debouncer.finish()`).
-    public mutating func finish() -> [DetectionEvent] {
+    /// The stream ended (or the analysis changed, `reason` `.reload`): closes every open event (see
+    /// `Debouncer.finish(reason:)`).
+    public mutating func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [DetectionEvent] {
         var events: [DetectionEvent] = []
-        for index in debouncers.indices { events += debouncers[index].finish() }
+        for index in debouncers.indices { events += debouncers[index].finish(reason: reason) }
         return events
     }
 

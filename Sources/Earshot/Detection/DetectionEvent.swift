@@ -41,6 +41,8 @@ public enum DetectionEvent: Sendable, Equatable {
         case streamGap = "stream_gap"
         /// The stream ended (end of an input file, daemon shutdown).
         case streamEnd = "stream_end"
+        /// The daemon reloaded a configuration that changes the window, the gate, the groups or the models.
+        case reload = "reload"
     }
 
     /// The end of a sound event, with its summary.

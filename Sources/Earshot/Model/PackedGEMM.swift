@@ -20,7 +20,8 @@ internal import EarshotKernels
 //   (`cblas_sgemm` on unpacked weights, convolutions with SSE) elsewhere. One binary runs on every x86-64 CPU.
 // - builds made with `-target-cpu` (e.g. `native`) and `-D EARSHOT_NATIVE_CPU` also get the 6 x 64 tile below
 //   (AVX-512 wide) and keep whichever of the two tiles is faster on the machine.
-// `EARSHOT_KERNEL=baseline` in the environment forces OpenBLAS on x86-64 (to compare, or to rule the kernel out).
+// `EARSHOT_KERNEL=baseline` in the environment forces OpenBLAS on x86-64 (to compare, or to rule the kernel out);
+// `auto` or nothing chooses as above; another value is reported on stderr and ignored.
 
 /// Which code computes the matrix products in this process.
 enum GEMMKernel: Sendable {
@@ -38,6 +39,10 @@ enum GEMMKernel: Sendable {
         #elseif arch(x86_64)
         let forced = ProcessInfo.processInfo.environment["EARSHOT_KERNEL"]
         if forced == "baseline" { return .openBLAS }
+        if let forced, !forced.isEmpty, forced != "auto" {
+            let line = "earshot: EARSHOT_KERNEL=\(forced) is not recognised (use baseline or auto); using auto\n"
+            _ = line.withCString { write(STDERR_FILENO, $0, strlen($0)) }
+        }
         guard X86Features.hasAVX2AndFMA else { return .openBLAS }
         #if EARSHOT_NATIVE_CPU
         return PackedWeights.narrowTileIsFaster ? .avx2 : .wide
