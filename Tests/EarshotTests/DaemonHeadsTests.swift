@@ -142,6 +142,52 @@ import Testing
         #expect(end["windows"] as? Int == 5)
     }
 
+    @Test("SIGHUP during an event: an unchanged configuration leaves it whole; a new gate ends it with reason reload",
+          arguments: [false, true])
+    func reloadDuringAnEvent(changeGate: Bool) throws {
+        let model = try Self.toneModel.get()
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let recording = try Self.writeRecording(beside: model)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf")
+        try Self.configuration(model: model.path).write(to: config, atomically: true, encoding: .utf8)
+        let daemon = Process()
+        daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--config", config.path, "--input", recording.path, "--socket", sandbox.socket, "--foreground"]
+        daemon.environment = DaemonEndToEndTests.environment(home: sandbox.home)
+        let out = Pipe(), err = Pipe()
+        daemon.standardOutput = out
+        daemon.standardError = err
+        try daemon.run()
+        let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        var collected = ""
+        #expect(DaemonEndToEndTests.waitForLine("\"type\":\"detection\"", in: out.fileHandleForReading, seconds: 30, collected: &collected))
+        if changeGate {
+            try (Self.configuration(model: model.path) + "\n[analysis]\ngate_dbfs = -60\n").write(to: config, atomically: true, encoding: .utf8)
+        }
+        kill(daemon.processIdentifier, SIGHUP)
+        daemon.waitUntilExit()
+        watchdog.cancel()
+        #expect(daemon.terminationStatus == 0)
+        collected += String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log.contains("earshotd: configuration reloaded: watching whistle"), "\(log)")
+        let ends = collected.split(separator: "\n").map { DaemonEndToEndTests.parse(String($0)) }
+            .filter { $0["type"] as? String == "detection_end" }
+        let first = try #require(ends.first, "\(collected)")
+        #expect(first["start"] as? Double == 0.48)
+        if changeGate {
+            #expect(first["reason"] as? String == "reload")
+        } else {
+            // The same event as without the reload (detectionFromHead).
+            #expect(ends.count == 1, "\(collected)")
+            #expect(first["end"] as? Double == 3.36)
+            #expect(first["windows"] as? Int == 5)
+            #expect(first["reason"] as? String != "reload")
+        }
+    }
+
     @Test("SIGHUP: a model whose file went bad keeps running and the journal says why; a bad model at start stops the daemon")
     func reloadKeepsModel() throws {
         let trained = try Self.toneModel.get()
@@ -165,7 +211,7 @@ import Testing
         try Data([1, 2, 3]).write(to: model)
         kill(daemon.processIdentifier, SIGHUP)
         let kept = "earshotd: model tone not reloaded, the previous one keeps running: head model \(model.path) is damaged: 3 bytes is too short for a safetensors file (copy it again, or train it again)\n"
-        #expect(DaemonEndToEndTests.waitForLine(kept, in: err.fileHandleForReading, seconds: 30, collected: &log), "\(log)")
+        #expect(DaemonEndToEndTests.waitForLine(kept, in: err.fileHandleForReading, seconds: 30, collected: &log), "\(log) (running: \(daemon.isRunning))")
         #expect(DaemonEndToEndTests.waitForLine("earshotd: configuration reloaded: watching whistle\n", in: err.fileHandleForReading, seconds: 10, collected: &log), "\(log)")
         #expect(daemon.isRunning)
         // The status reply lists the model still running, with its file.

@@ -151,11 +151,11 @@ final class AnalysisPipeline {
     }
 
     /// Swaps in custom models with the same class labels (a reloaded file): they score from the next window on;
-    /// open events go on.
-    /// - Precondition: `heads.classLabels` equals the current models' labels.
-    func replaceHeads(_ heads: HeadModelSet) {
-        precondition(heads.classLabels == self.heads.classLabels, "replaceHeads needs the same class labels")
+    /// open events go on. Returns false, changing nothing, when the labels differ (then `reconfigure`).
+    func replaceHeads(_ heads: HeadModelSet) -> Bool {
+        guard heads.classLabels == self.heads.classLabels else { return false }
         self.heads = heads
+        return true
     }
 
     /// Custom models: each scores every window's embedding after YAMNet (one backbone pass for all of them).

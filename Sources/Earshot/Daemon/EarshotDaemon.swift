@@ -157,6 +157,11 @@ public final class EarshotDaemon: @unchecked Sendable {
             queue: control,
             onTerminate: { [unowned self] signal in shutdown(reason: "signal \(signal)", status: 0) },
             onReload: { [unowned self] in reload() })
+        // Until Dispatch has installed its handlers, a signal landing on a thread that does not block it (OpenBLAS's,
+        // started before main) takes its default action: nothing below may announce the daemon before that.
+        if signals?.waitUntilRegistered(timeout: .now() + 5) == false {
+            journal.log("signal handlers not registered within 5 s: an early SIGHUP or SIGTERM may end the daemon", priority: 4)
+        }
         if configuration.daemon.watchdog {
             do {
                 watchdog = try ServiceWatchdog(
@@ -383,10 +388,7 @@ public final class EarshotDaemon: @unchecked Sendable {
                 && fresh.alarms == configuration.alarms && loaded.set.classLabels == heads.classLabels
             let failure: EarshotError? = analysisQueue.sync {
                 do throws(EarshotError) {
-                    if eventsUnchanged {
-                        pipeline.replaceHeads(loaded.set)
-                        return nil
-                    }
+                    if eventsUnchanged, pipeline.replaceHeads(loaded.set) { return nil }
                     try pipeline.reconfigure(analysis: fresh.analysis, engine: engine, heads: loaded.set)
                     pipeline.configureAlarms(enabled: fresh.alarms.patternDetection, watch: fresh.detection.watch)
                     return nil

@@ -97,9 +97,9 @@ public final class SignalSources: @unchecked Sendable {
 
     /// Waits until Dispatch has registered every source (it does so asynchronously after `install`).
     ///
-    /// In the daemon this is not needed: with the signals blocked in every thread, a signal sent before the
-    /// registration stays pending and is delivered by it. A process whose threads do not all block the signals
-    /// (a test runner) must wait, or an early signal takes its default action.
+    /// A process whose threads do not all block the signals must wait, or an early signal takes its default action
+    /// (SIGHUP ends the process). The daemon is such a process: OpenBLAS starts its worker threads in a library
+    /// constructor, before `main` can block anything (seen as a SIGHUP right after start killing earshotd).
     ///
     /// - Returns: false on timeout.
     /// - Important: Do not call on the `queue` given to `install` (the registration handlers run there).
