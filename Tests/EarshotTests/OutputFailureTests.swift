@@ -67,6 +67,12 @@ struct OutputFailureTests {
         guard let null = try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "/dev/null", "--png", "/dev/null", "--quiet"], in: directory)
         else { return }
         #expect(null.status == 0)
+        // /dev/stdout (a link to /proc/self/fd/1, itself a link to "pipe:[N]" here): the JSON arrives on the pipe.
+        guard let stdoutPath = try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "/dev/stdout", "--quiet"], in: directory)
+        else { return }
+        #expect(stdoutPath.status == 0)
+        #expect(stdoutPath.standardError.isEmpty)
+        #expect(stdoutPath.standardOutput.hasPrefix("{"))
         #expect(try FileManager.default.attributesOfItem(atPath: "/dev/null")[.type] as? FileAttributeType == .typeCharacterSpecial)
     }
 

@@ -32,12 +32,14 @@ public enum OutputFile {
     /// Writes `data` to `path` (see ``OutputFile``), reporting a failure as its stage and `errno`.
     /// - Throws: ``Failure`` with the stage and `errno`.
     public static func attemptWrite(_ data: Data, to path: String) throws(Failure) {
-        let target = resolvingSymbolicLinks(path)
+        // stat follows links the way open does, /proc magic links included (/dev/stdout into a pipe names
+        // "pipe:[N]", which no path lookup would find): a device or FIFO is opened through the path as given.
         var status = stat()
-        if stat(target, &status) == 0, status.st_mode & S_IFMT != S_IFREG, status.st_mode & S_IFMT != S_IFDIR {
-            try writeInPlace(data, to: target)
+        if stat(path, &status) == 0, status.st_mode & S_IFMT != S_IFREG, status.st_mode & S_IFMT != S_IFDIR {
+            try writeInPlace(data, to: path)
             return
         }
+        let target = resolvingSymbolicLinks(path)
         let url = URL(fileURLWithPath: target)
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).tmp-\(getpid())").path
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
