@@ -155,7 +155,10 @@ enum AnalyzeCommand {
             case "--top":
                 let allowed = "an integer from 1 to \(YAMNet.classCount)"
                 let text = try value(flag, inline, allowed: allowed)
-                guard let top = Int(text), top >= 1, top <= YAMNet.classCount else {
+                guard let top = Int(text) else {
+                    throw EarshotError(.usage, "--top \"\(text)\" is not an integer (allowed: \(allowed))")
+                }
+                guard top >= 1, top <= YAMNet.classCount else {
                     throw EarshotError(.usage, "--top \"\(text)\" is out of range (allowed: \(allowed))")
                 }
                 options.top = top
@@ -211,7 +214,11 @@ private final class PrintingObserver: ResultsObserving {
 
     func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult) {
         tally.add(result)
-        for line in formatter.lines(file: file, result: result) { print(line) }
+        for line in formatter.lines(file: file, result: result) {
+            print(line)
+            // Standard output failed (a full disk, > /dev/full): stop now rather than analyse the rest for nothing.
+            if StandardOutput.hasFailed { StandardOutput.finish(earlier: errno) }
+        }
     }
 
     func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError) {

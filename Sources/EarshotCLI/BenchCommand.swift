@@ -212,7 +212,7 @@ enum BenchCommand {
 
         /// Unbuffered, so each figure shows as soon as it is measured.
         private func write(_ line: String) {
-            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+            StandardOutput.write(line + "\n")
         }
 
         func finish() {

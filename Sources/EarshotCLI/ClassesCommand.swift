@@ -23,7 +23,7 @@ enum ClassesCommand {
         }
         var output = ""
         for (index, label) in labels.enumerated() { output += "\(index)\t\(label)\n" }
-        FileHandle.standardOutput.write(Data(output.utf8))
+        StandardOutput.write(output)
         return 0
     }
 }

@@ -16,7 +16,7 @@ enum DevicesCommand {
         }
         do {
             let text = CaptureDeviceReport.text(pcms: try CaptureDevice.capturePCMs(), cards: SoundCard.all())
-            FileHandle.standardOutput.write(Data(text.utf8))
+            StandardOutput.write(text)
             return 0
         } catch let error as EarshotError {
             FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))

@@ -16,7 +16,7 @@ enum HistoryCommand {
             let events = try history.events(matching: listing.query)
             var out = listing.format == .csv ? HistoryListing.csvHeader + "\n" : ""
             for event in events { out += HistoryListing.line(for: event, format: listing.format) + "\n" }
-            FileHandle.standardOutput.write(Data(out.utf8))
+            StandardOutput.write(out)
             if events.isEmpty, listing.format == .text {
                 FileHandle.standardError.write(Data("earshot: no events in \(listing.databasePath) match\n".utf8))
             }

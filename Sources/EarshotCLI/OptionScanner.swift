@@ -55,7 +55,11 @@ struct OptionScanner {
         of flag: String, _ inline: String?, in range: ClosedRange<T>, allowed: String
     ) throws(EarshotError) -> T {
         let text = try value(of: flag, inline, allowed: allowed)
-        guard let number = T(text), range.contains(number) else {
+        guard let number = T(text) else {
+            let kind = T.self is any BinaryInteger.Type ? "an integer" : "a number"
+            throw EarshotError(.usage, "\(flag) \"\(text)\" is not \(kind) (allowed: \(allowed))")
+        }
+        guard range.contains(number) else {
             throw EarshotError(.usage, "\(flag) \"\(text)\" is out of range (allowed: \(allowed))")
         }
         return number

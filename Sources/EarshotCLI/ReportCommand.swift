@@ -7,7 +7,8 @@ import Foundation
 /// writes the JSON, the SVG timeline and its PNG rendering where asked, and shows a progress bar on stderr when it is
 /// a terminal. `earshot report --from-svg SVG --png OUT [--png-scale N]` renders a chart written earlier (e.g. the
 /// daemon's `snore-*.svg`, which stays SVG: the daemon does not link librsvg) as PNG.
-/// Exit status: 0, 64 usage, 65 bad audio or SVG, 66 missing file, 73 an output cannot be written.
+/// Exit status: 0, 64 usage, 65 bad audio or SVG, 66 missing file, 73 an output cannot be written, 74 writing into an
+/// existing device or FIFO (or standard output) failed.
 enum ReportCommand {
     static let usage =
         "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
@@ -135,7 +136,7 @@ enum ReportCommand {
             if let jsonPath {
                 let json = JSONValue.object(report.json).encoded + "\n"
                 if jsonPath == "-" {
-                    FileHandle.standardOutput.write(Data(json.utf8))
+                    StandardOutput.write(json)
                 } else {
                     try write(json, to: jsonPath)
                 }
@@ -144,16 +145,12 @@ enum ReportCommand {
             printError(error.message)
             return error.exitStatus
         }
-        if jsonPath != "-" { FileHandle.standardOutput.write(Data(report.text().utf8)) }
+        if jsonPath != "-" { StandardOutput.write(report.text()) }
         return 0
     }
 
     static func write(_ text: String, to path: String) throws(EarshotError) {
-        do {
-            try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
-        } catch {
-            throw EarshotError(.cannotCreate, "cannot write \(path): \(error.localizedDescription) (check the directory and free space)")
-        }
+        try OutputFile.write(Data(text.utf8), to: path)
     }
 
     /// `--from-svg SVG --png OUT`: reads the SVG file and writes its PNG rendering.

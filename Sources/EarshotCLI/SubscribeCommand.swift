@@ -6,8 +6,9 @@ import Foundation
 /// Ends with status 0 after the daemon's `{"type":"shutdown"}` line (a clean stop); a connection that ends without
 /// it was dropped (earshotd crashed or was killed): one stderr line and status 69 (EX_UNAVAILABLE).
 enum SubscribeCommand {
+    static let usage = "usage: earshot subscribe [--socket PATH] [--group G]... [--format json|text]"
     static let help = """
-        usage: earshot subscribe [--socket PATH] [--group G]... [--format json|text]
+        \(usage)
 
         Prints the daemon's events as they arrive, one line each, until the daemon stops.
 
@@ -146,6 +147,6 @@ enum SubscribeCommand {
 
     /// One write(2) per line so that a pipe reader sees each event at once (stdout is not line-buffered into pipes).
     static func writeOut(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
+        StandardOutput.write(text)
     }
 }

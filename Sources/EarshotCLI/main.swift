@@ -3,35 +3,41 @@ import Foundation
 
 // `earshot`: the command line. Argument parsing and wiring only; the work lives in the Earshot library.
 
-let usage = """
-usage: earshot <command> [options]
+/// The `earshot help` list: each command's own usage line (without `usage: earshot `), so the two cannot drift,
+/// and what it does.
+let commandList: [(usage: String, summary: String)] = [
+    (AnalyzeCommand.usage, "classify sound files, one result per window"),
+    (TrainCommand.usage, "train a custom classifier from one folder of recordings per label"),
+    (EnrollCommand.usage, "teach earshot one sound by recording it a few times (or from files)"),
+    (SubscribeCommand.usage, "print the daemon's detection events as they arrive"),
+    (ClassesCommand.usage, "list the built-in classifier's AudioSet class labels"),
+    (DevicesCommand.usage, "list ALSA capture devices"),
+    (EvalCommand.usage, "measure the smoke/CO alarm detector: recall, false events, time to detection"),
+    (BenchCommand.usage, "measure inference, file analysis and the daemon on this machine"),
+    (HistoryListing.usage, "list the detections earshotd stored"),
+    (ReportCommand.usage, "snore report of a recording (minutes, episodes, loudness, 5-minute timeline)"),
+    (ReportCommand.fromSVGUsage, "render a snore report's SVG chart (e.g. the daemon's) as PNG"),
+    (SleepCommand.usage, "control the daemon's sleep session (snore monitoring and report)"),
+    (EvalSnoreCommand.usage, "measure the snore detector on labelled clips"),
+    ("usage: earshot help", "show this text"),
+]
 
-commands:
-  analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]
-                                  classify sound files, one result per window
-  train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]
-                                  train a custom classifier from one folder of recordings per label
-  enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE
-                                  teach earshot one sound by recording it a few times (or from files)
-  subscribe [--socket PATH] [--group G]...
-                                  print the daemon's detection events as they arrive
-  classes                         list the built-in classifier's AudioSet class labels
-  devices                         list ALSA capture devices
-  eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT]
-                                  measure the smoke/CO alarm detector: recall, false events, time to detection
-  bench [--quick] [--no-daemon] [--layers] [--json]
-                                  measure inference, file analysis and the daemon on this machine
-  history [--since 8h] [--group G]... [--format text|jsonl|csv] [--db PATH]
-                                  list the detections earshotd stored
-  report --snore FILE [--json OUT] [--svg OUT] [--png OUT]
-                                  snore report of a recording (minutes, episodes, loudness, 5-minute timeline)
-  report --from-svg SVG --png OUT render a snore report's SVG chart (e.g. the daemon's) as PNG
-  sleep start|stop|status [--socket PATH]
-                                  control the daemon's sleep session (snore monitoring and report)
-  eval-snore SNORING_DIR NON_SNORING_DIR
-                                  measure the snore detector on labelled clips
-  help                            show this text
-"""
+/// One entry of the list: the command on its own line with the summary below it when it is wider than 31 columns.
+func listEntry(_ usage: String, _ summary: String) -> String {
+    let command = usage.hasPrefix("usage: earshot ") ? String(usage.dropFirst("usage: earshot ".count)) : usage
+    let column = 32
+    if command.count < column {
+        return "  " + command + String(repeating: " ", count: column - command.count) + summary
+    }
+    return "  " + command + "\n" + String(repeating: " ", count: column + 2) + summary
+}
+
+let usage = """
+    usage: earshot <command> [options]
+
+    commands:
+
+    """ + commandList.map { listEntry($0.usage, $0.summary) }.joined(separator: "\n")
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 guard let command = arguments.first else {
@@ -61,4 +67,6 @@ default:
     FileHandle.standardError.write(Data("earshot: unknown command \"\(command)\" (run `earshot help` for the list)\n".utf8))
     status = 64
 }
+// Output written with print is buffered: a failure to write it (a full disk, > /dev/full) shows only here.
+StandardOutput.finish()
 exit(status)

@@ -162,44 +162,17 @@ public struct PNGImage: Sendable, Equatable {
         self.height = height
     }
 
-    /// Writes the file to `path`, atomically: into `PATH.tmp-PID` beside it, then renamed over `path`, so that no
-    /// reader sees half a PNG.
+    /// Writes the file to `path` with ``OutputFile``: a new path or a regular file atomically (into `.NAME.tmp-PID`
+    /// beside it, then renamed over it, so that no reader sees half a PNG); a symbolic link's target, keeping the link;
+    /// an existing device or FIFO in place, never replacing it.
     ///
     /// - Throws: `EarshotError(.cannotCreate)` naming `path`, the system's reason and the fix, e.g.
-    ///   `cannot write /nonexistent/night.png: No such file or directory (check the directory and free space)`.
+    ///   `cannot write /nonexistent/night.png: No such file or directory (check the directory and free space)`;
+    ///   `EarshotError(.io)` when writing into a device or FIFO fails, e.g. `cannot write /dev/full: No space left on device`.
     ///
     /// The corresponding C functions are `open`, `write` and `rename`.
     public func write(to path: String) throws(EarshotError) {
-        func failure(_ code: Int32) -> EarshotError {
-            let text = String(cString: strerror(code))
-            return EarshotError(.cannotCreate, "cannot write \(path): \(text) (check the directory and free space)", cause: text)
-        }
-        let temporary = "\(path).tmp-\(getpid())"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else { throw failure(errno) }
-        let writeError: Int32? = data.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let count = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    return errno
-                }
-                offset += count
-            }
-            return nil
-        }
-        // close can report a delayed write error (NFS, a full disk): it counts as a failure too.
-        let closeError: Int32? = close(descriptor) == 0 ? nil : errno
-        if let code = writeError ?? closeError {
-            unlink(temporary)
-            throw failure(code)
-        }
-        guard rename(temporary, path) == 0 else {
-            let code = errno
-            unlink(temporary)
-            throw failure(code)
-        }
+        try OutputFile.write(data, to: path)
     }
 }
 

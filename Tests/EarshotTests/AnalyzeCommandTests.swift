@@ -195,7 +195,9 @@ struct AnalyzeCommandTests {
     @Test("usage errors name the flag and the allowed values, status 64",
           arguments: [
             (["analyze", "x.wav", "--top", "0"], "earshot: --top \"0\" is out of range (allowed: an integer from 1 to 521)"),
-            (["analyze", "x.wav", "--top", "many"], "earshot: --top \"many\" is out of range (allowed: an integer from 1 to 521)"),
+            (["analyze", "x.wav", "--top", "many"], "earshot: --top \"many\" is not an integer (allowed: an integer from 1 to 521)"),
+            (["analyze", "x.wav", "--top", "1e3"], "earshot: --top \"1e3\" is not an integer (allowed: an integer from 1 to 521)"),
+            (["analyze", "x.wav", "--top", "1000"], "earshot: --top \"1000\" is out of range (allowed: an integer from 1 to 521)"),
             (["analyze", "x.wav", "--overlap", "1.2"], "earshot: --overlap \"1.2\" is out of range (allowed: a fraction, 0 <= F < 1)"),
             (["analyze", "x.wav", "--window=0.5"], "earshot: --window \"0.5\" is out of range (allowed: seconds, 0.96 to 3600)"),
             (["analyze", "x.wav", "--format", "xml"], "earshot: --format \"xml\" is not a format (allowed: text, jsonl or csv)"),

@@ -364,6 +364,28 @@ struct DecodingTests {
         #expect(denied?.code == .noInput)
     }
 
+    @Test("a truncated Ogg Vorbis (cut inside its headers): damaged or truncated, not \"use WAV, FLAC, Ogg or MP3\"")
+    func truncatedOgg() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let whole = directory.appendingPathComponent("whole.ogg")
+        let tone = (0..<16_000).map { Float(0.3 * sin(Double($0) * 2 * Double.pi * 440 / 16_000)) }
+        try LibsndfileWriter.write(tone, channels: 1, sampleRate: 16_000, format: Int32(SF_FORMAT_OGG | SF_FORMAT_VORBIS), to: whole)
+        let cut = directory.appendingPathComponent("trunc.ogg")
+        try AudioTestFiles.write(Array(try Data(contentsOf: whole).prefix(1_000)), to: cut)
+        let error = AudioTestFiles.error { () throws(EarshotError) in try AudioFileDecoder(url: cut) }
+        #expect(error?.message == "\(directory.path)/trunc.ogg: damaged or truncated audio file (libsndfile: Supported file format but file is malformed; re-export or re-copy it)")
+        #expect(error?.code == .data)
+        #expect(error?.cause == "Supported file format but file is malformed")
+
+        guard let outcome = try EarshotCLI.run(["analyze", "trunc.ogg"], in: directory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(outcome.status == 65)
+        #expect(outcome.errorLines == ["earshot: trunc.ogg: damaged or truncated audio file (libsndfile: Supported file format but file is malformed; re-export or re-copy it)"])
+    }
+
     @Test("not audio, header only, no frames: exact lines")
     func notAudio() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
@@ -383,7 +405,7 @@ struct DecodingTests {
         let headerURL = directory.appendingPathComponent("header.wav")
         try AudioTestFiles.write(Array(full.prefix(30)), to: headerURL)
         let header = AudioTestFiles.error { () throws(EarshotError) in try AudioFileDecoder(url: headerURL) }
-        #expect(header?.message == "\(d)/header.wav: not an audio file libsndfile can read (Error in WAV file. No 'data' chunk marker; use WAV, FLAC, Ogg or MP3)")
+        #expect(header?.message == "\(d)/header.wav: damaged or truncated audio file (libsndfile: Error in WAV file. No 'data' chunk marker; re-export or re-copy it)")
         #expect(header?.code == .data)
 
         let noFramesURL = directory.appendingPathComponent("silent-header.wav")

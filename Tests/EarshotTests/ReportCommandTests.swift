@@ -93,7 +93,8 @@ struct ReportCommandTests {
         #expect(outcome.outputLines.contains("  --png OUT            write the timeline chart as PNG to OUT (rendered from the SVG with librsvg)"))
         #expect(outcome.outputLines.contains("  --png-scale N        PNG pixels per SVG pixel, 1 to 4 (default 2: 1920 x 700 pixels)"))
         let list = try #require(try EarshotCLI.run(["help"], in: directory))
-        #expect(list.outputLines.contains("  report --snore FILE [--json OUT] [--svg OUT] [--png OUT]"))
-        #expect(list.outputLines.contains("  report --from-svg SVG --png OUT render a snore report's SVG chart (e.g. the daemon's) as PNG"))
+        #expect(list.outputLines.contains("  " + Self.usage.dropFirst("usage: earshot ".count)))
+        #expect(list.outputLines.contains("  " + Self.fromSVGUsage.dropFirst("usage: earshot ".count)))
+        #expect(list.outputLines.contains("                                  render a snore report's SVG chart (e.g. the daemon's) as PNG"))
     }
 }

@@ -109,8 +109,15 @@ public final class AudioFileDecoder {
         var info = SF_INFO()
         // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
         guard let opened = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0) else {
+            let code = sf_error(nil)
             let text = Self.trimmed(String(cString: sf_strerror(nil)))
             close(descriptor)
+            // libsndfile knew the format but the file is damaged or cut short (SF_ERR_MALFORMED_FILE, or one of its
+            // format-specific errors such as "Error in WAV file. No 'data' chunk marker"): converting it to another
+            // format is not the fix, getting an intact copy is.
+            if Self.isDamaged(code: code, text: text) {
+                throw EarshotError(.data, "\(name): damaged or truncated audio file (libsndfile: \(text); re-export or re-copy it)", cause: text)
+            }
             throw EarshotError(.data, "\(name): not an audio file libsndfile can read (\(text); use WAV, FLAC, Ogg or MP3)", cause: text)
         }
         fileDescriptor = descriptor
@@ -216,6 +223,17 @@ public final class AudioFileDecoder {
         }
         while try readMono(maxFrames: 65_536, appendingTo: &samples) > 0 {}
         return samples
+    }
+
+    /// True when `sf_open`'s failure means a recognised format in a damaged or truncated file: SF_ERR_MALFORMED_FILE,
+    /// or one of libsndfile's internal format errors (codes above SF_ERR_UNSUPPORTED_ENCODING) whose text says so
+    /// ("Error in WAV file...", "...malformed...", "...truncated..."). Unrecognised formats and unsupported encodings
+    /// are not.
+    static func isDamaged(code: Int32, text: String) -> Bool {
+        if code == Int32(SF_ERR_MALFORMED_FILE) { return true }
+        guard code > Int32(SF_ERR_UNSUPPORTED_ENCODING) else { return false }
+        let lower = text.lowercased()
+        return lower.hasPrefix("error in ") || lower.contains("malformed") || lower.contains("truncated")
     }
 
     /// Bookkeeping after `sf_readf_float` returned `got`: errors, the end of the file and truncation.

@@ -65,25 +65,14 @@ public final class ClassifierHead: Sendable {
         self.path = url.path
     }
 
-    /// Writes the head to `url` (a temporary file in the same directory, then renamed over `url`, so a reader never
-    /// sees half a file).
-    /// - Throws: `EarshotError(.cannotCreate)` naming the file when it cannot be written.
+    /// Writes the head to `url` with ``OutputFile``: a new path or a regular file through a temporary file in the same
+    /// directory renamed over it (a reader never sees half a file); a symbolic link's target, keeping the link; an
+    /// existing device or FIFO in place, never replacing it.
+    /// - Throws: `EarshotError(.cannotCreate)` naming the file when it cannot be written (`.io` when writing into a
+    ///   device or FIFO fails).
     public func write(to url: URL) throws(EarshotError) {
         let bytes = try HeadFileCodec.encode(metadata: metadata, parameters: parameters)
-        let temporary = url.deletingLastPathComponent()
-            .appendingPathComponent(".\(url.lastPathComponent).tmp-\(getpid())")
-        do {
-            try Data(bytes).write(to: temporary)
-        } catch {
-            let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { ($0 as? NSError)?.localizedDescription ?? "\($0)" }
-                ?? error.localizedDescription
-            throw EarshotError(.cannotCreate, "cannot write head model \(url.relativePath): \(reason) (check that the directory exists and is writable)")
-        }
-        guard rename(temporary.path, url.path) == 0 else {
-            let code = errno
-            unlink(temporary.path)
-            throw .posix(.cannotCreate, "cannot write head model \(url.relativePath)", errno: code)
-        }
+        try OutputFile.write(Data(bytes), to: url.relativePath, what: "head model", hint: "check that the directory exists and is writable")
     }
 
     /// Class probabilities of embeddings.

@@ -255,13 +255,8 @@ public final class SleepService: @unchecked Sendable {
                 "cannot create the sleep report directory \(directory): \(error.localizedDescription) (set [sleep] report_dir to a writable directory)")
         }
         for (path, text) in [(paths.json, JSONValue.object(json).encoded + "\n"), (paths.svg, svg)] {
-            do {
-                try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
-            } catch {
-                throw EarshotError(
-                    .cannotCreate,
-                    "cannot write the sleep report \(path): \(error.localizedDescription) (check free space and that [sleep] report_dir is writable)")
-            }
+            try OutputFile.write(
+                Data(text.utf8), to: path, what: "the sleep report", hint: "check free space and that [sleep] report_dir is writable")
         }
     }
 }
