@@ -4,7 +4,7 @@ import Foundation
 /// `earshot eval`: runs the smoke/CO alarm detector over labelled recordings and synthetic alarms and prints recall,
 /// false events per file class, time to detection and CPU cost.
 enum EvalCommand {
-    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT]"
+    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments]"
 
     static let help = """
     \(usage)
@@ -17,7 +17,9 @@ enum EvalCommand {
                         speech at 0, +10 and +20 dB SNR
       --no-classifier   pattern detector alone (no fusion; much faster)
       --only TEXT       only cases whose name or label contains TEXT
-      --segments        also print the tone segments the tracker found in each case (for tuning)
+      --cases           also print one line per alarm case: latency against its deadline, or missed
+      --segments        also print the tone segments the tracker found in each case (for tuning); for a synthetic
+                        alarm only those within 5 % of its tone, up to 20 s after it starts
     """
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -27,6 +29,7 @@ enum EvalCommand {
         var classifier = true
         var only: String?
         var printSegments = false
+        var printCases = false
         var index = 0
         func fail(_ message: String) -> Int32 {
             FileHandle.standardError.write(Data("earshot: \(message) (\(usage))\n".utf8))
@@ -49,6 +52,7 @@ enum EvalCommand {
             case "--no-synthetic": synthetic = false
             case "--no-classifier": classifier = false
             case "--segments": printSegments = true
+            case "--cases": printCases = true
             default: return fail("eval: unknown option \"\(argument)\"")
             }
             index += 1
@@ -70,12 +74,17 @@ enum EvalCommand {
                 outcomes.append(try AlarmEvaluation.run(item, classifier: classifier))
                 if printSegments {
                     print("== \(item.name)")
-                    for segment in try AlarmEvaluation.toneSegments(item) {
+                    var segments = try AlarmEvaluation.toneSegments(item)
+                    if let hz = item.toneHz, let start = item.alarmStart {
+                        segments = segments.filter { abs($0.frequencyHz - hz) <= 0.05 * hz && $0.start <= start + 20 }
+                    }
+                    for segment in segments {
                         print(String(format: "  %7.2f  %5.2f s  %6.0f Hz  %6.1f dBFS", segment.start, segment.duration + 0.01,
                                      segment.frequencyHz, segment.levelDBFS))
                     }
                 }
             }
+            if printCases { print(AlarmEvaluation.caseLines(outcomes) + "\n") }
             print(AlarmEvaluation.report(outcomes))
             if !skipped.isEmpty {
                 print("\nSkipped (cannot decode): \(skipped.count)")
