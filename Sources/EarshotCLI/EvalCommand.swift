@@ -4,7 +4,7 @@ import Foundation
 /// `earshot eval`: runs the smoke/CO alarm detector over labelled recordings and synthetic alarms and prints recall,
 /// false events per file class, time to detection and CPU cost.
 enum EvalCommand {
-    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments]"
+    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]]"
 
     static let help = """
     \(usage)
@@ -20,6 +20,7 @@ enum EvalCommand {
       --cases           also print one line per alarm case: latency against its deadline, or missed
       --segments        also print the tone segments the tracker found in each case (for tuning); for a synthetic
                         alarm only those within 5 % of its tone, up to 20 s after it starts
+      --segment-hz HZ   with --segments: only the segments within 5 % of HZ, in every case
     """
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -30,6 +31,7 @@ enum EvalCommand {
         var only: String?
         var printSegments = false
         var printCases = false
+        var segmentHz: Double?
         var index = 0
         func fail(_ message: String) -> Int32 {
             FileHandle.standardError.write(Data("earshot: \(message) (\(usage))\n".utf8))
@@ -41,6 +43,12 @@ enum EvalCommand {
             case "--help", "-h":
                 print(help)
                 return 0
+            case "--segment-hz":
+                guard index + 1 < arguments.count, let hz = Double(arguments[index + 1]), hz > 0 else {
+                    return fail("--segment-hz needs a frequency in Hz")
+                }
+                segmentHz = hz
+                index += 1
             case "--manifest", "--only":
                 guard index + 1 < arguments.count else { return fail("\(argument) needs a value") }
                 if argument == "--manifest" {
@@ -75,12 +83,15 @@ enum EvalCommand {
                 if printSegments {
                     print("== \(item.name)")
                     var segments = try AlarmEvaluation.toneSegments(item)
-                    if let hz = item.toneHz, let start = item.alarmStart {
+                    if segmentHz == nil, let hz = item.toneHz, let start = item.alarmStart {
                         segments = segments.filter { abs($0.frequencyHz - hz) <= 0.05 * hz && $0.start <= start + 20 }
                     }
+                    if let hz = segmentHz {
+                        segments = segments.filter { abs($0.frequencyHz - hz) <= 0.05 * hz }
+                    }
                     for segment in segments {
-                        print(String(format: "  %7.2f  %5.2f s  %6.0f Hz  %6.1f dBFS", segment.start, segment.duration + 0.01,
-                                     segment.frequencyHz, segment.levelDBFS))
+                        print(String(format: "  %7.2f  %5.2f s  %6.0f Hz  %6.1f dBFS  peak %6.1f", segment.start, segment.duration + 0.01,
+                                     segment.frequencyHz, segment.levelDBFS, segment.peakLevelDBFS))
                     }
                 }
             }

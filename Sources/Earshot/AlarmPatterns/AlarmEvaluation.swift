@@ -156,7 +156,8 @@ public enum AlarmEvaluation {
     /// The tone segments a ``ToneTracker`` finds in a case (for tuning and `earshot eval --segments`).
     /// - Throws: `EarshotError(.usage)` when the case's sample rate cannot hold the tracker's band.
     public static func toneSegments(_ testCase: Case) throws(EarshotError) -> [ToneSegment] {
-        let tracker = try ToneTracker(sampleRate: testCase.sampleRate)
+        let tracker = try ToneTracker(
+            sampleRate: testCase.sampleRate, parameters: AlarmDetector.trackerParameters(sampleRate: testCase.sampleRate))
         return tracker.process(testCase.samples, framePosition: 0) + tracker.finish()
     }
 
@@ -374,6 +375,11 @@ public enum AlarmEvaluation {
         for outcome in negatives where !outcome.falseEvents.isEmpty {
             for event in outcome.falseEvents {
                 lines.append("  false \(event.group) (\(event.source.rawValue)\(event.pattern.map { " " + $0.rawValue } ?? "")) at \(fixed(event.time)) s, \(Int(event.toneHz.rounded())) Hz: \(outcome.testCase.name)")
+            }
+        }
+        for outcome in outcomes where outcome.testCase.expectedGroup != nil {
+            for event in outcome.falseEvents {
+                lines.append("  wrong-group \(event.group) (\(event.source.rawValue)\(event.pattern.map { " " + $0.rawValue } ?? "")) at \(fixed(event.time)) s, \(Int(event.toneHz.rounded())) Hz: \(outcome.testCase.name)")
             }
         }
         let positivesFalse = outcomes.filter { $0.testCase.expectedGroup != nil }.reduce(0) { $0 + $1.falseEvents.count }

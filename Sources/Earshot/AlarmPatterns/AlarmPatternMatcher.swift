@@ -74,24 +74,29 @@ public struct AlarmPatternMatcher: Sendable {
         abs(a - b) <= frequencyTolerance * max(a, b)
     }
 
-    /// A tone has started (its segment is still open) at `start` with `frequencyHz`, and the tracker has analysed
-    /// audio up to `now`: decides T3 cycles, whose last interval ends at the next cycle's first onset. Call once per
-    /// new open segment.
-    public mutating func toneStarted(at start: Double, frequencyHz: Double, now: Double) -> [PatternMatch] {
-        if openOnsets.contains(where: { $0.start == start }) { return [] }
-        openOnsets.append((start, frequencyHz))
-        return matchT3(nextStart: start, frequencyHz: frequencyHz, now: now)
+    /// A tone has started: `tone` is its segment, still open, as it stands (its level so far), and the tracker has
+    /// analysed audio up to `now`. Decides T3 cycles, whose last interval ends at the next cycle's first onset.
+    /// Call once per new open segment.
+    public mutating func toneStarted(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
+        if openOnsets.contains(where: { $0.start == tone.start && Self.same($0.frequencyHz, tone.frequencyHz) }) { return [] }
+        openOnsets.append((tone.start, tone.frequencyHz))
+        return matchT3(next: tone, now: now)
     }
 
     /// A tone segment has ended (the tracker has analysed audio up to `now`). Returns matches it completes (T4
     /// bursts are decided later, in ``advance(to:)``).
     public mutating func add(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
         var matches: [PatternMatch] = []
-        if !openOnsets.contains(where: { $0.start == tone.start }) {
-            matches += matchT3(nextStart: tone.start, frequencyHz: tone.frequencyHz, now: now)
+        let announced = { (onset: (start: Double, frequencyHz: Double)) in
+            onset.start == tone.start && Self.same(onset.frequencyHz, tone.frequencyHz)
         }
-        openOnsets.removeAll { $0.start <= tone.start }
-        tones.append(tone)
+        if !openOnsets.contains(where: announced) {
+            matches += matchT3(next: tone, now: now)
+        }
+        openOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
+        // Tones of different frequencies end in any order; keep them in order of their start.
+        let position = tones.lastIndex { $0.start <= tone.start }.map { $0 + 1 } ?? 0
+        tones.insert(tone, at: position)
         tones.removeAll { $0.start < tone.start - 30 }
         if isStrong(tone) {
             addToBursts(tone)
@@ -150,7 +155,8 @@ public struct AlarmPatternMatcher: Sendable {
         return tone.peakLevelDBFS >= loudest - withinDB
     }
 
-    private mutating func matchT3(nextStart: Double, frequencyHz: Double, now: Double) -> [PatternMatch] {
+    private mutating func matchT3(next: ToneSegment, now: Double) -> [PatternMatch] {
+        let nextStart = next.start, frequencyHz = next.frequencyHz
         // Fragments (short bits of a tail or of a second component) are not T3 tones and must not split them.
         let sameTones = tones.filter {
             nextStart - $0.start <= 12 && $0.start < nextStart && $0.duration >= 0.08
@@ -163,13 +169,22 @@ public struct AlarmPatternMatcher: Sendable {
         guard (0.6...1.5).contains(i1), (0.6...1.5).contains(i2), abs(i1 - i2) <= 0.2 * max(i1, i2) + 0.03,
               i3 >= 1.45 * d, i3 <= 3.2 * d, i3 - d >= 0.4,
               [a, b, c].allSatisfy({ (0.08...1.2).contains($0.duration) }),
+              // A T3 beep lasts half the period: two of the three must last at least a quarter of it (noise cuts
+              // one at most; tonal bits of voices, cries and noise are shorter).
+              [a, b, c].filter({ $0.duration >= 0.25 * d }).count >= 2,
               nextStart - c.end >= 0.5,
-              Self.consistent([a, b, c], frequency: 0.04, durations: false)
+              Self.consistent([a, b, c], frequency: 0.02, durations: false)
         else { return [] }
         // The off phases are quiet at this frequency (a noisy band of short tonal bits is not a pattern).
         let offPhases = [(a.end, b.start), (b.end, c.start), (c.end, nextStart)]
         let loudest = max(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
         let cycleFrequency = (a.frequencyHz + b.frequencyHz + c.frequencyHz) / 3
+        // The tone that closes the long pause is the sounder's next beep: its frequency and level (so far) agree with
+        // the cycle's (a blip of noise near the frequency does not close it).
+        let quietest = min(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
+        guard abs(next.frequencyHz - cycleFrequency) <= 0.02 * cycleFrequency,
+              next.peakLevelDBFS >= quietest - 20, next.peakLevelDBFS <= loudest + 12
+        else { return [] }
         for tone in tones where abs(tone.frequencyHz - cycleFrequency) <= 0.04 * cycleFrequency && tone.peakLevelDBFS >= loudest - 12 {
             if offPhases.contains(where: { tone.start > $0.0 + 0.02 && tone.start < $0.1 - 0.02 }) { return [] }
         }
