@@ -54,12 +54,15 @@ public struct AlarmPatternMatcher: Sendable {
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
     private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
     private var pendingBursts: [Burst] = []
-    private var t4Bursts: [(burst: Burst, run: Int)] = []
+    private var t4Bursts: [(burst: Burst, run: Int, complete: Bool)] = []
     private var chirpCandidates: [ToneSegment] = []
     private var lastChirp: (tone: ToneSegment, count: Int)?
 
     private struct Burst: Sendable {
         var tones: [ToneSegment]
+        /// Another tone of the burst's frequency came 0.45 to 0.9 s after its last onset: not a T4 burst, which is
+        /// followed by a long pause.
+        var interrupted = false
         var frequencyHz: Double { tones.map(\.frequencyHz).reduce(0, +) / Double(tones.count) }
         var start: Double { tones[0].start }
         var lastStart: Double { tones[tones.count - 1].start }
@@ -216,31 +219,94 @@ public struct AlarmPatternMatcher: Sendable {
         return fHigh - fLow <= frequency * fHigh && (!checkDurations || dHigh <= 2 * max(dLow, 0.03)) && lHigh - lLow <= 8
     }
 
-    /// Whether `tones` are a T4 burst: four tones of at most 0.3 s, consistent, onsets 0.12 to 0.45 s apart within
-    /// 35 % of each other; with `missingOne`, three tones whose onsets sit on such a grid of four with one slot empty.
-    private func isT4Burst(_ tones: [ToneSegment], missingOne: Bool = false) -> Bool {
-        guard tones.count == (missingOne ? 3 : 4), tones.allSatisfy({ $0.duration <= 0.3 }),
-              Self.consistent(tones, frequency: 0.04)
-        else { return false }
-        let starts = tones.map(\.start)
-        let intervals = zip(starts.dropFirst(), starts).map { $0 - $1 }
-        guard let low = intervals.min(), let high = intervals.max() else { return false }
-        if !missingOne {
-            return low >= 0.12 && high <= 0.45 && high - low <= 0.35 * high + 0.03
+    /// How many slots of a T4 grid `tones` cover: 4 for a full burst, 3 when one beep was lost, 0 when they do not
+    /// fit. The grid has four slots of step d (0.12 to 0.45 s); a beep of length `on` (at most 0.85 d) starts at
+    /// each. Noise and rooms change single tones in three ways, all allowed: a beep's start or end is cut (it still
+    /// has the other on the grid: starts on the start grid within 0.2 d + 0.03 s, ends on the end grid), and the
+    /// gap between two beeps is filled (one tone covers two or three slots: its length is `on` plus whole steps).
+    /// The tones must be consistent (frequencies within 4 %, peak levels within 8 dB) and cover distinct slots.
+    private static func t4Slots(_ tones: [ToneSegment]) -> Int {
+        guard (2...5).contains(tones.count), consistent(tones, frequency: 0.02, durations: false) else { return 0 }
+        let starts = tones.map(\.start), ends = tones.map(\.end)
+        // Candidate steps: differences between two starts or two ends over 1, 2 or 3 steps.
+        var steps: [Double] = []
+        for anchors in [starts, ends] {
+            for i in anchors.indices {
+                for j in anchors.indices where j > i {
+                    for k in 1...3 {
+                        let d = (anchors[j] - anchors[i]) / Double(k)
+                        if d >= 0.12, d <= 0.45 { steps.append(d) }
+                    }
+                }
+            }
         }
-        // Three onsets on a grid of step d: intervals (d, d), (2d, d) or (d, 2d); the step from the short ones.
-        guard low >= 0.12, low <= 0.45 else { return false }
-        let steps = intervals.map { ($0 / low).rounded() }
-        guard steps.reduce(0, +) <= 3, steps.allSatisfy({ $0 >= 1 }) else { return false }
-        return zip(intervals, steps).allSatisfy { abs($0 - $1 * low) <= 0.2 * low + 0.03 }
+        var best = 0
+        for d in steps {
+            let tolerance = 0.2 * d + 0.03
+            func slot(_ time: Double, from origin: Double) -> Int? {
+                let position = (time - origin) / d
+                let nearest = position.rounded()
+                return abs(position - nearest) * d <= tolerance ? Int(nearest) : nil
+            }
+            // The start grid's origin is one of the starts, the end grid's one of the ends; the beep length `on`
+            // ties them: a beep in slot k ends at startOrigin + k d + on.
+            for startOrigin in starts {
+                for endOrigin in ends {
+                    var on = (endOrigin - startOrigin).truncatingRemainder(dividingBy: d)
+                    if on < 0 { on += d }
+                    guard on >= 0.02, on <= 0.85 * d else { continue }
+                    let endShift = Int(((endOrigin - startOrigin - on) / d).rounded())
+                    var covered = Set<Int>()
+                    var fits = true
+                    for index in tones.indices {
+                        let first = slot(starts[index], from: startOrigin)
+                        let last = slot(ends[index], from: endOrigin).map { $0 + endShift }
+                        let range: ClosedRange<Int>
+                        // A tone covering slots first...last lasts (last - first) steps plus one beep.
+                        var spanFits = false
+                        if let first, let last {
+                            spanFits = abs(tones[index].duration - (Double(last - first) * d + on)) <= tolerance
+                        }
+                        switch (first, last) {
+                        case let (first?, last?) where last >= first && spanFits: range = first...last
+                        case let (first?, _?):
+                            // Both ends on the grid, but not whole steps plus one beep apart: only the start counts.
+                            range = first...first
+                        case let (first?, nil):
+                            // The end was cut: the tone covers the slots its length reaches.
+                            range = first...(first + max(0, Int((tones[index].duration / d - 0.5).rounded())))
+                        case let (nil, last?):
+                            range = (last - max(0, Int((tones[index].duration / d - 0.5).rounded())))...last
+                        default:
+                            fits = false
+                            range = 0...0
+                        }
+                        guard fits, covered.isDisjoint(with: range) else {
+                            fits = false
+                            break
+                        }
+                        covered.formUnion(range)
+                    }
+                    guard fits, let low = covered.min(), let high = covered.max(), high - low <= 3 else { continue }
+                    // All four slots need three tones at least (one merged pair); three slots, two.
+                    let count = covered.count == 4 && tones.count < 3 ? 3 : covered.count
+                    best = max(best, count)
+                    if best == 4 { return 4 }
+                }
+            }
+        }
+        return best >= 3 ? best : 0
     }
 
     private mutating func addToBursts(_ tone: ToneSegment) {
-        if let index = pendingBursts.firstIndex(where: { Self.same($0.frequencyHz, tone.frequencyHz) }) {
-            if tone.start - pendingBursts[index].lastStart <= 0.45 {
+        if let index = pendingBursts.lastIndex(where: { Self.same($0.frequencyHz, tone.frequencyHz) }) {
+            // The next beep, or the one after a lost beep (its start perhaps cut too).
+            let burst = pendingBursts[index]
+            if tone.start - burst.lastStart <= 0.45 || tone.start - burst.tones[burst.tones.count - 1].end <= 0.35 {
                 pendingBursts[index].tones.append(tone)
                 return
             }
+            if tone.start - pendingBursts[index].lastStart < 0.9 { pendingBursts[index].interrupted = true }
         }
         pendingBursts.append(Burst(tones: [tone]))
     }
@@ -256,13 +322,16 @@ public struct AlarmPatternMatcher: Sendable {
             kept.removeLast()
         }
         let burst = Burst(tones: kept)
-        let complete = isT4Burst(burst.tones)
-        // A burst that lost one beep in noise still fits the grid of four (checked with the three it kept).
-        let isT4 = complete || (burst.tones.count == 3 && isT4Burst(burst.tones, missingOne: true))
+        // A burst that lost one beep in noise still fits the grid of four (3 slots).
+        let slots = heard.interrupted ? 0 : Self.t4Slots(burst.tones)
+        let complete = slots == 4
+        let isT4 = slots >= 3
         // T4 bursts are remembered per frequency (a square wave's harmonics, or two alarms, make bursts of their own).
         t4Bursts.removeAll { time - $0.burst.start > 10 }
-        // A burst of this frequency that is not T4, and about as loud as a remembered T4 burst, breaks its run.
+        // A burst of this frequency that is not T4, and about as loud as a remembered T4 burst, breaks its run
+        // (a single tone does not: a bit of noise or speech at the frequency).
         guard isT4 else {
+            guard heard.tones.count >= 2 else { return nil }
             t4Bursts.removeAll {
                 Self.same($0.burst.frequencyHz, burst.frequencyHz)
                     && loudest >= ($0.burst.tones.map(\.peakLevelDBFS).max() ?? 0) - 6
@@ -272,10 +341,10 @@ public struct AlarmPatternMatcher: Sendable {
         // A cycle needs two bursts 3 to 9 s apart, at least one of them with all four beeps.
         let previous = t4Bursts.last {
             Self.same($0.burst.frequencyHz, burst.frequencyHz) && (3.0...9.0).contains(burst.start - $0.burst.start)
-                && (complete || $0.burst.tones.count == 4)
+                && (complete || $0.complete)
         }
         let run = (previous?.run ?? 0) + 1
-        t4Bursts.append((burst, run))
+        t4Bursts.append((burst, run, complete))
         guard let previous else { return nil }
         let levels = burst.tones.map(\.levelDBFS)
         return PatternMatch(
