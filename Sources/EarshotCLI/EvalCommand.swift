@@ -90,8 +90,9 @@ enum EvalCommand {
                         segments = segments.filter { abs($0.frequencyHz - hz) <= 0.05 * hz }
                     }
                     for segment in segments {
-                        print(String(format: "  %7.2f  %5.2f s  %6.0f Hz  %6.1f dBFS  peak %6.1f", segment.start, segment.duration + 0.01,
-                                     segment.frequencyHz, segment.levelDBFS, segment.peakLevelDBFS))
+                        print(String(format: "  %7.2f  %5.2f s  %6.0f Hz +- %4.1f  %6.1f dBFS  peak %6.1f dBFS  %4.1f dB above the floor",
+                                     segment.start, segment.duration + 0.01, segment.frequencyHz, segment.frequencySpreadHz,
+                                     segment.levelDBFS, segment.peakLevelDBFS, segment.peakSNRDB))
                     }
                 }
             }

@@ -228,7 +228,8 @@ public enum AlarmEvaluation {
     /// household noise and in speech at 0, +10 and +20 dB SNR (tone power while on, as heard after the room, over
     /// the mean power of the noise excerpt mixed into the case), 40 s long
     /// with the alarm from 5 s; plus confusers (truck beeper, chirps, microwave, oven timer, alarm clock, phone
-    /// ring), clean and in household noise at +10 dB.
+    /// ring, patient monitor medium- and high-priority alarms) in a room, clean and in household noise at +10 dB
+    /// (class `synthetic_confuser`), and in household noise and in speech at 0 dB (`synthetic_confuser_0db`).
     public static func syntheticCases(household: [Float], speech: [Float]) -> [Case] {
         let rate = 16_000
         var cases: [Case] = []
@@ -276,16 +277,28 @@ public enum AlarmEvaluation {
             ("oven timer", AlarmSignals.ovenTimer(seconds: 30, start: 2), 35),
             ("alarm clock", AlarmSignals.alarmClock(seconds: 30, start: 2), 35),
             ("phone ring", AlarmSignals.phoneRing(seconds: 30, start: 2), 35),
+            ("monitor, medium priority", AlarmSignals.monitorMedium(seconds: 40, start: 2), 45),
+            ("monitor, high priority", AlarmSignals.monitorHigh(seconds: 40, start: 2), 45),
+        ]
+        // Clean, in household noise at +10 dB, and (a harder set, its own class) in household noise and in speech
+        // at 0 dB.
+        let mixes: [(String, [Float], Double?, String)] = [
+            ("", [], nil, "synthetic_confuser"), (", household 10 dB", household, 10, "synthetic_confuser"),
+            (", household 0 dB", household, 0, "synthetic_confuser_0db"), (", speech 0 dB", speech, 0, "synthetic_confuser_0db"),
         ]
         for (name, tones, seconds) in confusers {
-            for noisy in [false, true] {
+            for (suffix, bed, snr, fileClass) in mixes {
                 index += 1
                 var samples = AlarmSignals.render(tones, seconds: seconds, sampleRate: rate, amplitude: 0.3)
                 AlarmSignals.reverberate(&samples, sampleRate: rate, rt60: 0.4, wet: 0.3)
-                if noisy { AlarmSignals.mix(&samples, tones: tones, noise: noise(household, offset: index, count: samples.count), snrDB: 10, sampleRate: rate) }
+                if let snr {
+                    guard !bed.isEmpty else { continue }
+                    AlarmSignals.mix(&samples, tones: tones, noise: noise(bed, offset: index, count: samples.count),
+                                     snrDB: snr, sampleRate: rate)
+                }
                 cases.append(Case(
-                    name: "\(name)\(noisy ? ", household 10 dB" : "")", fileClass: "synthetic_confuser",
-                    expectedGroup: nil, samples: samples, sampleRate: rate))
+                    name: name + suffix, fileClass: fileClass, expectedGroup: nil, snrDB: snr, noise: snr == nil ? nil : suffix,
+                    samples: samples, sampleRate: rate))
             }
         }
         return cases
@@ -380,6 +393,20 @@ public enum AlarmEvaluation {
         for outcome in outcomes where outcome.testCase.expectedGroup != nil {
             for event in outcome.falseEvents {
                 lines.append("  wrong-group \(event.group) (\(event.source.rawValue)\(event.pattern.map { " " + $0.rawValue } ?? "")) at \(fixed(event.time)) s, \(Int(event.toneHz.rounded())) Hz: \(outcome.testCase.name)")
+            }
+        }
+        for outcome in negatives where !outcome.testCase.name.hasPrefix("low-battery chirps") {
+            for event in outcome.onsets where event.group == AlarmEvent.alarmChirp {
+                lines.append("  alarm_chirp at \(fixed(event.time)) s, \(Int(event.toneHz.rounded())) Hz, \(fixed(event.toneLevelDBFS, 1)) dBFS: \(outcome.testCase.name)")
+            }
+        }
+        let chirpCases = negatives.filter { $0.testCase.name.hasPrefix("low-battery chirps") }
+        if !chirpCases.isEmpty {
+            lines.append("  low-battery chirps (4 chirps 40 s apart; one alarm_chirp expected, at the second chirp, 45.5 s):")
+            for outcome in chirpCases {
+                let chirps = outcome.onsets.filter { $0.group == AlarmEvent.alarmChirp }
+                let times = chirps.map { "at \(fixed($0.time)) s (\(Int($0.toneHz.rounded())) Hz)" }.joined(separator: ", ")
+                lines.append("    \(outcome.testCase.name): \(chirps.isEmpty ? "no alarm_chirp" : times)")
             }
         }
         let positivesFalse = outcomes.filter { $0.testCase.expectedGroup != nil }.reduce(0) { $0 + $1.falseEvents.count }

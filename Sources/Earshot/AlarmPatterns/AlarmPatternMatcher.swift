@@ -50,13 +50,18 @@ public struct AlarmPatternMatcher: Sendable {
     /// Relative frequency tolerance between tones of one pattern.
     public static let frequencyTolerance = 0.05
 
+    /// dB above its noise floor a chirp must rise (``ToneSegment/peakSNRDB``).
+    public static let chirpMinimumSNRDB = 20.0
+    /// Lowest chirp frequency, Hz: low-battery chirps come from the detector's piezo (2-4 kHz).
+    public static let chirpMinimumHz = 2000.0
+
     private var tones: [ToneSegment] = []
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
     private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
     private var pendingBursts: [Burst] = []
     private var t4Bursts: [(burst: Burst, run: Int, complete: Bool)] = []
     private var chirpCandidates: [ToneSegment] = []
-    private var lastChirp: (tone: ToneSegment, count: Int)?
+    private var recentChirps: [(tone: ToneSegment, count: Int)] = []
 
     private struct Burst: Sendable {
         var tones: [ToneSegment]
@@ -103,7 +108,13 @@ public struct AlarmPatternMatcher: Sendable {
         tones.removeAll { $0.start < tone.start - 30 }
         if isStrong(tone) {
             addToBursts(tone)
-            if tone.duration <= 0.35 { chirpCandidates.append(tone) }
+            // A chirp is a detector's piezo sounding 20 dB or more above the noise of its band (a bit of noise is
+            // not, usually), at 2 kHz or more,
+            // steady in frequency (a voice's harmonics glide).
+            if tone.duration <= 0.35, tone.peakSNRDB >= Self.chirpMinimumSNRDB, tone.frequencyHz >= Self.chirpMinimumHz,
+               tone.frequencySpreadHz <= 10 {
+                chirpCandidates.append(tone)
+            }
         }
         return matches
     }
@@ -128,22 +139,32 @@ public struct AlarmPatternMatcher: Sendable {
                 waiting.append(chirp)
                 continue
             }
-            // Echoes (20 dB or more below the chirp) do not count as neighbours.
+            // A neighbour is a beep of the same sounder: within 2 % and 10 dB of the chirp (echoes and bits of noise
+            // near the frequency are weaker or off it).
             let isolated = !tones.contains {
-                $0.start != chirp.start && abs($0.start - chirp.start) < 2.5 && Self.same($0.frequencyHz, chirp.frequencyHz)
-                    && $0.peakLevelDBFS > chirp.peakLevelDBFS - 20
+                $0.start != chirp.start && abs($0.start - chirp.start) < 2.5
+                    && abs($0.frequencyHz - chirp.frequencyHz) <= 0.02 * chirp.frequencyHz
+                    && $0.peakLevelDBFS > chirp.peakLevelDBFS - 10
             }
             guard isolated else { continue }
-            if let previous = lastChirp, Self.same(previous.tone.frequencyHz, chirp.frequencyHz),
-               (15...120).contains(chirp.start - previous.tone.start) {
+            // The previous chirp of this detector: the last isolated tone like it (a piezo repeats itself: frequency
+            // within 0.5 %, peak level within 4 dB, length within 0.05 s) 15 to 120 s before. Isolated bits of noise
+            // at other frequencies come in between and do not break the series.
+            recentChirps.removeAll { chirp.start - $0.tone.start > 120 }
+            let previous = recentChirps.last {
+                abs($0.tone.frequencyHz - chirp.frequencyHz) <= 0.005 * chirp.frequencyHz
+                    && abs($0.tone.peakLevelDBFS - chirp.peakLevelDBFS) <= 4
+                    && abs($0.tone.duration - chirp.duration) <= 0.05
+            }
+            if let previous, chirp.start - previous.tone.start >= 15 {
                 let count = previous.count + 1
                 matches.append(PatternMatch(
                     pattern: .chirp, cycleStart: chirp.start, decisionTime: chirp.start + 2.5,
                     frequencyHz: chirp.frequencyHz, levelDBFS: chirp.levelDBFS, count: count,
                     intervalSeconds: chirp.start - previous.tone.start))
-                lastChirp = (chirp, count)
+                recentChirps.append((chirp, count))
             } else {
-                lastChirp = (chirp, 1)
+                recentChirps.append((chirp, 1))
             }
         }
         chirpCandidates = waiting
@@ -167,10 +188,32 @@ public struct AlarmPatternMatcher: Sendable {
         }
         guard sameTones.count >= 3 else { return [] }
         let a = sameTones[sameTones.count - 3], b = sameTones[sameTones.count - 2], c = sameTones[sameTones.count - 1]
-        let i1 = b.start - a.start, i2 = c.start - b.start, i3 = nextStart - c.start
-        let d = (i1 + i2) / 2
-        guard (0.6...1.5).contains(i1), (0.6...1.5).contains(i2), abs(i1 - i2) <= 0.2 * max(i1, i2) + 0.03,
-              i3 >= 1.45 * d, i3 <= 3.2 * d, i3 - d >= 0.4,
+        // The beeps of one sounder last the same: noise may cut one short, nothing makes one much longer.
+        let durations = [a.duration, b.duration, c.duration].sorted()
+        guard durations[2] <= 1.5 * durations[1] + 0.1 else { return [] }
+        // A beep whose start was masked by noise keeps its end: the onset of one beep may also be its end less the
+        // longest of the three. The intervals are checked on the onsets taken either way.
+        let longest = durations[2]
+        func onsets(_ tone: ToneSegment) -> [Double] {
+            tone.duration < longest - 0.05 ? [tone.start, tone.end - longest] : [tone.start]
+        }
+        var period: Double?
+        search: for onsetA in onsets(a) {
+            for onsetB in onsets(b) {
+                for onsetC in onsets(c) {
+                    let moved = (onsetA != a.start ? 1 : 0) + (onsetB != b.start ? 1 : 0) + (onsetC != c.start ? 1 : 0)
+                    guard moved <= 1 else { continue }
+                    let i1 = onsetB - onsetA, i2 = onsetC - onsetB, i3 = nextStart - onsetC
+                    let d = (i1 + i2) / 2
+                    if (0.6...1.5).contains(i1), (0.6...1.5).contains(i2), abs(i1 - i2) <= 0.2 * max(i1, i2) + 0.03,
+                       i3 >= 1.45 * d, i3 <= 3.2 * d, i3 - d >= 0.4 {
+                        period = d
+                        break search
+                    }
+                }
+            }
+        }
+        guard let d = period,
               [a, b, c].allSatisfy({ (0.08...1.2).contains($0.duration) }),
               // A T3 beep lasts half the period: two of the three must last at least a quarter of it (noise cuts
               // one at most; tonal bits of voices, cries and noise are shorter).
@@ -188,7 +231,9 @@ public struct AlarmPatternMatcher: Sendable {
         guard abs(next.frequencyHz - cycleFrequency) <= 0.02 * cycleFrequency,
               next.peakLevelDBFS >= quietest - 20, next.peakLevelDBFS <= loudest + 12
         else { return [] }
-        for tone in tones where abs(tone.frequencyHz - cycleFrequency) <= 0.04 * cycleFrequency && tone.peakLevelDBFS >= loudest - 12 {
+        // (Bits shorter than 0.08 s are no beeps: a click or a clatter of noise at the frequency.)
+        for tone in tones where abs(tone.frequencyHz - cycleFrequency) <= 0.04 * cycleFrequency
+            && tone.peakLevelDBFS >= loudest - 12 && tone.duration >= 0.08 {
             if offPhases.contains(where: { tone.start > $0.0 + 0.02 && tone.start < $0.1 - 0.02 }) { return [] }
         }
         if sameTones.count >= 4 {

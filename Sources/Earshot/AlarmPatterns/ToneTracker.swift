@@ -13,16 +13,25 @@ public struct ToneSegment: Sendable, Equatable {
     public var levelDBFS: Double
     /// Highest frame level of the tone component in dBFS.
     public var peakLevelDBFS: Double
+    /// How far the tone rose above the noise floor of its frequency: the highest frame's main-lobe power over that
+    /// floor, dB (0 when no floor was known yet: the stream's first 0.1 s; at most 99).
+    public var peakSNRDB: Double
+    /// Standard deviation of the spectral peak's frequency over the frames where it was seen, Hz: a few Hz for a
+    /// sounder, tens of Hz for a voice's harmonic or a bit of noise.
+    public var frequencySpreadHz: Double
 
     /// `end - start` in seconds. A segment of one frame has duration 0; add one hop for the audible length.
     public var duration: Double { end - start }
 
-    public init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double) {
+    public init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double,
+                peakSNRDB: Double = 0, frequencySpreadHz: Double = 0) {
         self.start = start
         self.end = end
         self.frequencyHz = frequencyHz
         self.levelDBFS = levelDBFS
         self.peakLevelDBFS = peakLevelDBFS
+        self.peakSNRDB = peakSNRDB
+        self.frequencySpreadHz = frequencySpreadHz
     }
 }
 
@@ -152,6 +161,8 @@ public final class ToneTracker {
         var startTime: Double
         var count: Int
         var seen: Bool
+        var peakSum: Double
+        var peakSquares: Double
     }
 
     private struct Running {
@@ -159,10 +170,15 @@ public final class ToneTracker {
         var start: Double
         var lastOn: Double
         var peakPower: Double
+        var peakSNR: Double
         var sumDB: Double = 0
         var sumBin: Double = 0
         var frames = 0
         var misses = 0
+        /// Sum, sum of squares and count of the peak's fractional bin in the frames where it was seen.
+        var peakSum: Double
+        var peakSquares: Double
+        var peaks: Int
     }
 
     /// A segment that ended less than 1 s ago: its bin, peak power and the lowest power seen there since (for the
@@ -333,13 +349,23 @@ public final class ToneTracker {
         let frames = Double(max(running.frames, 1))
         return ToneSegment(
             start: running.start, end: running.lastOn, frequencyHz: running.sumBin / frames * binHz,
-            levelDBFS: running.sumDB / frames, peakLevelDBFS: dbfs(running.peakPower))
+            levelDBFS: running.sumDB / frames, peakLevelDBFS: dbfs(running.peakPower),
+            peakSNRDB: running.peakSNR > 0 ? min(99, 10 * log10(running.peakSNR)) : 0,
+            frequencySpreadHz: binHz * max(0, running.peakSquares / Double(max(running.peaks, 1))
+                - pow(running.peakSum / Double(max(running.peaks, 1)), 2)).squareRoot())
     }
 
     private func dbfs(_ lobePower: Double) -> Double { 10 * log10(max(lobePower * powerScale, 1e-20)) }
 
     /// Noise floor of the main lobe centred on `bin` (+infinity before the first 0.1 s).
     private func floor(at bin: Int) -> Double { floors[min(max(bin, searchLow), searchHigh) - searchLow] }
+
+    /// `level` over the noise floor at `bin` (0 before the first floor; large over a silent floor).
+    private func snr(_ level: Double, at bin: Int) -> Double {
+        let noise = floor(at: bin)
+        guard noise.isFinite else { return 0 }
+        return level / max(noise, 1e-30)
+    }
 
     /// The searched bin nearest to a fractional bin.
     private func nearest(_ bin: Double) -> Int { min(max(Int(bin.rounded()), searchLow), searchHigh) }
@@ -479,12 +505,16 @@ public final class ToneTracker {
                 claimed[near] = true
                 if stillOn, abs(peaks[near].fractional - tone.bin) <= tolerance(bin: tone.bin) {
                     tone.bin += 0.2 * (peaks[near].fractional - tone.bin)
+                    tone.peakSum += peaks[near].fractional
+                    tone.peakSquares += peaks[near].fractional * peaks[near].fractional
+                    tone.peaks += 1
                 }
             }
             if stillOn {
                 tone.misses = 0
                 tone.lastOn = time
                 tone.peakPower = max(tone.peakPower, level)
+                tone.peakSNR = max(tone.peakSNR, snr(level, at: centre))
                 tone.sumDB += dbfs(level)
                 tone.frames += 1
                 tone.sumBin += tone.bin
@@ -518,8 +548,12 @@ public final class ToneTracker {
                 candidates[c].count += 1
                 candidates[c].bin += (peak.fractional - candidates[c].bin) / Double(candidates[c].count)
                 candidates[c].seen = true
+                candidates[c].peakSum += peak.fractional
+                candidates[c].peakSquares += peak.fractional * peak.fractional
             } else {
-                candidates.append(Candidate(bin: peak.fractional, startTime: time, count: 1, seen: true))
+                candidates.append(Candidate(
+                    bin: peak.fractional, startTime: time, count: 1, seen: true, peakSum: peak.fractional,
+                    peakSquares: peak.fractional * peak.fractional))
             }
         }
         candidates.removeAll { !$0.seen }
@@ -533,8 +567,10 @@ public final class ToneTracker {
             let level = lobes[nearest(candidate.bin)]
             running.append(Running(
                 bin: candidate.bin, start: candidate.startTime, lastOn: time, peakPower: level,
+                peakSNR: snr(level, at: nearest(candidate.bin)),
                 sumDB: dbfs(level) * Double(candidate.count), sumBin: candidate.bin * Double(candidate.count),
-                frames: candidate.count))
+                frames: candidate.count, peakSum: candidate.peakSum, peakSquares: candidate.peakSquares,
+                peaks: candidate.count))
             ended.removeAll { abs(candidate.bin - $0.bin) <= tolerance(bin: $0.bin) + Double(lobe) }
             candidates.remove(at: c)
         }
