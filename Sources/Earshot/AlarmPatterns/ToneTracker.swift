@@ -128,19 +128,21 @@ public final class ToneTracker {
     private let input: UnsafeMutablePointer<Float>
     private let output: UnsafeMutablePointer<fftwf_complex>
     private let plan: fftwf_plan
-    private var power: [Double]
+    // Work buffers, allocated once (no copy-on-write or exclusivity checks in the per-bin loops), freed in deinit.
+    private let power: UnsafeMutableBufferPointer<Double>
     /// Main-lobe power centred on each bin (valid from searchLow to searchHigh).
-    private var lobes: [Double]
-    private var side: [Double]
+    private let lobes: UnsafeMutableBufferPointer<Double>
+    private let side: UnsafeMutableBufferPointer<Double>
     private let onsetSNR: Double, offsetSNR: Double, prominence: Double, drop: Double, rise: Double, floorPower: Double
 
-    // Noise floor: per bin, a ring of 0.1 s means of the main-lobe power, and its quantile.
+    // Noise floor: per bin, a ring of 0.1 s means of the main-lobe power, the same values kept sorted, and their
+    // quantile.
     private let blockFrames: Int
     private let blockCount: Int
-    private var blockSums: [Double]
-    private var blockRing: [Double]  // [slot * bins + (k - searchLow)]
-    private var floors: [Double]  // per bin (k - searchLow); +infinity until the first block
-    private var quantileScratch: [Double]
+    private let blockSums: UnsafeMutableBufferPointer<Double>  // per bin (k - searchLow)
+    private let blockRing: UnsafeMutableBufferPointer<Double>  // [slot * bins + (k - searchLow)]
+    private let sortedBlocks: UnsafeMutableBufferPointer<Double>  // [(k - searchLow) * blockCount + rank]
+    private let floors: UnsafeMutableBufferPointer<Double>  // per bin (k - searchLow); +infinity until the first block
     private var framesInBlock = 0
     private var blocksFilled = 0
     private var nextSlot = 0
@@ -229,9 +231,14 @@ public final class ToneTracker {
         searchHigh = high
         bandLow = max(1, min(low - 6 * lobeBins, Int(300 / hzPerBin)))
         bandHigh = min(nyquistBin, max(high + 6 * lobeBins, Int(parameters.maximumHz * 1.15 / hzPerBin)))
-        power = [Double](repeating: 0, count: nyquistBin + 1)
-        lobes = [Double](repeating: 0, count: nyquistBin + 1)
-        side = [Double](repeating: 0, count: 2 * (4 * lobeBins + 2))
+        func buffer(_ count: Int, _ value: Double = 0) -> UnsafeMutableBufferPointer<Double> {
+            let buffer = UnsafeMutableBufferPointer<Double>.allocate(capacity: count)
+            buffer.initialize(repeating: value)
+            return buffer
+        }
+        power = buffer(nyquistBin + 1)
+        lobes = buffer(nyquistBin + 1)
+        side = buffer(2 * (4 * lobeBins + 2))
         onsetSNR = pow(10, parameters.onsetSNRDB / 10)
         offsetSNR = pow(10, parameters.offsetSNRDB / 10)
         prominence = pow(10, parameters.minimumProminenceDB / 10)
@@ -241,11 +248,12 @@ public final class ToneTracker {
         blockFrames = max(1, Int((0.1 / parameters.hopSeconds).rounded()))
         blockCount = max(1, Int((parameters.noiseFloorSeconds / (Double(max(1, Int((0.1 / parameters.hopSeconds).rounded()))) * parameters.hopSeconds)).rounded()))
         let bins = high - low + 1
-        blockSums = [Double](repeating: 0, count: bins)
-        blockRing = [Double](repeating: 0, count: bins * blockCount)
-        floors = [Double](repeating: .infinity, count: bins)
-        quantileScratch = [Double](repeating: 0, count: blockCount)
+        blockSums = buffer(bins)
+        blockRing = buffer(bins * blockCount)
+        sortedBlocks = buffer(bins * blockCount)
+        floors = buffer(bins, .infinity)
         guard let input = fftwf_alloc_real(size), let output = fftwf_alloc_complex(size / 2 + 1) else {
+            for work in [power, lobes, side, blockSums, blockRing, sortedBlocks, floors] { work.deallocate() }
             throw EarshotError(.system, "tone tracker: cannot allocate FFT buffers of \(size) points (out of memory)")
         }
         self.input = input
@@ -256,6 +264,7 @@ public final class ToneTracker {
         guard let plan else {
             fftwf_free(input)
             fftwf_free(UnsafeMutableRawPointer(output))
+            for work in [power, lobes, side, blockSums, blockRing, sortedBlocks, floors] { work.deallocate() }
             throw EarshotError(.system, "tone tracker: FFTW could not plan a \(size)-point FFT (out of memory?)")
         }
         self.plan = plan
@@ -269,6 +278,7 @@ public final class ToneTracker {
         LogMelSpectrogram.planLock.withLock { fftwf_destroy_plan(plan) }
         fftwf_free(input)
         fftwf_free(UnsafeMutableRawPointer(output))
+        for work in [power, lobes, side, blockSums, blockRing, sortedBlocks, floors] { work.deallocate() }
     }
 
     /// Analyses `samples` (mono, full scale -1...1, at ``sampleRate``) whose first frame is at absolute position
@@ -331,8 +341,8 @@ public final class ToneTracker {
         candidates.removeAll(keepingCapacity: true)
         running.removeAll(keepingCapacity: true)
         ended.removeAll(keepingCapacity: true)
-        for index in floors.indices { floors[index] = .infinity }
-        for index in blockSums.indices { blockSums[index] = 0 }
+        floors.update(repeating: .infinity)
+        blockSums.update(repeating: 0)
         framesInBlock = 0
         blocksFilled = 0
         nextSlot = 0
@@ -370,23 +380,41 @@ public final class ToneTracker {
     /// The searched bin nearest to a fractional bin.
     private func nearest(_ bin: Double) -> Int { min(max(Int(bin.rounded()), searchLow), searchHigh) }
 
+    /// The least power per bin beside the main lobe (the bins of ``sidePower(at:)``).
+    private func sideMinimum(at bin: Int) -> Double {
+        var least = Double.infinity
+        for distance in (lobe + lobe / 2 + 1)...(4 * lobe + 2) {
+            if bin - distance >= bandLow { least = min(least, power[bin - distance]) }
+            if bin + distance <= bandHigh { least = min(least, power[bin + distance]) }
+        }
+        return least.isFinite ? least : 0
+    }
+
     /// Median power per bin beside the main lobe (from 1.5 to 4 lobe widths away on both sides): the median, so
     /// that a second tone beside the first (a two-tone or modulated sounder) does not hide it.
     private func sidePower(at bin: Int) -> Double {
         var count = 0
-        for distance in (lobe + lobe / 2 + 1)...(4 * lobe + 2) {
-            for k in [bin - distance, bin + distance] where k >= bandLow && k <= bandHigh {
-                side[count] = power[k]
-                count += 1
+        func add(_ k: Int) {
+            guard k >= bandLow, k <= bandHigh else { return }
+            // Insertion into the sorted list of at most 2 * (2.5 lobes + 1) values.
+            let value = power[k]
+            var position = count
+            while position > 0 && side[position - 1] > value {
+                side[position] = side[position - 1]
+                position -= 1
             }
+            side[position] = value
+            count += 1
         }
-        guard count > 0 else { return 0 }
-        side[0..<count].sort()
-        return side[count / 2]
+        for distance in (lobe + lobe / 2 + 1)...(4 * lobe + 2) {
+            add(bin - distance)
+            add(bin + distance)
+        }
+        return count > 0 ? side[count / 2] : 0
     }
 
     /// Adds this frame's main-lobe powers to the current 0.1 s block; at the end of a block, stores its means and
-    /// recomputes each bin's floor (the quantile of the stored means).
+    /// updates each bin's floor (the quantile of the stored means, kept sorted: the oldest value out, the new one in).
     private func updateNoiseFloor() {
         for k in searchLow...searchHigh { blockSums[k - searchLow] += lobes[k] }
         framesInBlock += 1
@@ -394,31 +422,37 @@ public final class ToneTracker {
         let bins = searchHigh - searchLow + 1
         let base = nextSlot * bins
         let scale = 1 / Double(blockFrames)
+        let full = blocksFilled == blockCount
+        let filled = full ? blockCount : blocksFilled + 1
+        let rank = min(filled - 1, Int((parameters.noiseFloorQuantile * Double(filled - 1)).rounded()))
         for index in 0..<bins {
-            blockRing[base + index] = blockSums[index] * scale
+            let value = blockSums[index] * scale
             blockSums[index] = 0
+            let row = sortedBlocks.baseAddress! + index * blockCount
+            var count = blocksFilled
+            if full {
+                // Remove the value leaving the ring (an exact copy of one in the sorted row).
+                let old = blockRing[base + index]
+                var position = 0
+                while position < count - 1 && row[position] != old { position += 1 }
+                while position < count - 1 {
+                    row[position] = row[position + 1]
+                    position += 1
+                }
+                count -= 1
+            }
+            var position = count
+            while position > 0 && row[position - 1] > value {
+                row[position] = row[position - 1]
+                position -= 1
+            }
+            row[position] = value
+            blockRing[base + index] = value
+            floors[index] = row[rank]
         }
         framesInBlock = 0
         nextSlot = (nextSlot + 1) % blockCount
-        blocksFilled = min(blocksFilled + 1, blockCount)
-        let rank = min(blocksFilled - 1, Int((parameters.noiseFloorQuantile * Double(blocksFilled - 1)).rounded()))
-        quantileScratch.withUnsafeMutableBufferPointer { scratch in
-            blockRing.withUnsafeBufferPointer { ring in
-                for index in 0..<bins {
-                    // Insertion sort of at most 30 values.
-                    for slot in 0..<blocksFilled {
-                        let value = ring[slot * bins + index]
-                        var position = slot
-                        while position > 0 && scratch[position - 1] > value {
-                            scratch[position] = scratch[position - 1]
-                            position -= 1
-                        }
-                        scratch[position] = value
-                    }
-                    floors[index] = scratch[rank]
-                }
-            }
-        }
+        blocksFilled = filled
     }
 
     private func analyseFrame(_ frame: UnsafePointer<Float>, time: Double, finished: inout [ToneSegment]) {
@@ -465,13 +499,16 @@ public final class ToneTracker {
             guard p > power[k - 1], p >= power[k + 1] else { continue }
             let level = lobes[k]
             guard level >= least else { continue }
-            let aboveFloor = level >= onsetSNR * floor(at: k)
+            let aboveFloor = level >= onsetSNR * floors[k - searchLow]
             let dominant = k == strongest && level >= parameters.onsetRatio * bandEnergy
             guard aboveFloor || dominant else { continue }
             // Cheap test before the side median: the peak must beat the weakest kept peak.
             if peaks.count == limit, let weakest = peaks.last, level <= weakest.level { continue }
+            let needed = prominence * Double(2 * lobe + 1)
+            // The median beside the peak is at least their minimum: a cheap test first.
+            guard level >= needed * sideMinimum(at: k) else { continue }
             let sidePerBin = sidePower(at: k)
-            guard sidePerBin <= 0 || level >= prominence * Double(2 * lobe + 1) * sidePerBin else { continue }
+            guard sidePerBin <= 0 || level >= needed * sidePerBin else { continue }
             // Parabolic interpolation on log power for the fractional peak position.
             var fractional = Double(k)
             let a = log(max(power[k - 1], 1e-30)), b = log(max(p, 1e-30)), c = log(max(power[k + 1], 1e-30))
