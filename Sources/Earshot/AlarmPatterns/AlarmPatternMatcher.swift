@@ -29,23 +29,34 @@ public struct PatternMatch: Sendable, Equatable {
 
 /// Recognises T3 and T4 cycles and low-battery chirps in the tone segments of a ``ToneTracker``.
 ///
-/// Only the onsets of the tones carry the decision (reverberation lengthens tones and fills gaps; a phone's automatic
-/// gain control chops them), so the tolerances are on onset intervals:
+/// The decisions rest on where tones start and end on the pattern's grid, not on clean on/off runs: reverberation
+/// lengthens tones and fills gaps, noise masks the start or the end of a beep, a phone's automatic gain control chops
+/// them. The tones of one pattern come from one sounder, so they agree in frequency and level.
 /// - T3: three tones whose onsets are d apart (0.6 s <= d <= 1.5 s, the two intervals within 20 %), each 0.08 to
-///   1.2 s long (a decaying tone is cut early), frequencies within 4 % and peak levels within 8 dB, then the next tone of the same frequency 1.45 d to 3.2 d after the third (and at least 0.4 s more
-///   than d): the long pause of the pattern. The tone before the first (if any within 5 s) must also be a long pause
-///   away, so that a steady 1 s beeper (a reversing truck) that loses one beep in noise is not a T3.
-/// - T4: a burst of four tones, onsets 0.12 to 0.45 s apart (within 35 % of each other), each at most 0.3 s,
-///   closed by 0.9 s without another tone of that frequency (an echo of the last tone 6 dB down is dropped; three
-///   tones on the grid of four count when one beep was lost); a cycle is two such bursts 3 to 9 s apart, at least
-///   one of them with all four tones.
-/// - Chirp: a tone of at most 0.35 s with no other tone of its frequency (other than echoes 20 dB down) within 2.5 s
-///   on either side; a match when
-///   the previous such chirp, of the same frequency, was 15 to 120 s before.
-/// "Same frequency" is within 5 %. Tones more than 20 dB below the loudest tone of their frequency in the last 10 s
-/// (echoes, tails) are ignored.
+///   1.2 s long, two of them at least d / 4 (a beep lasts half the period; noise cuts one at most), none much longer
+///   than the others, frequencies within 2 % and peak levels within 8 dB; then the next tone 1.45 d to 3.2 d after
+///   the third (and at least 0.4 s more than d): the long pause. That next tone is the sounder's next beep: within
+///   2 % of the cycle's frequency and within -20/+12 dB of its levels, so far. One beep whose start noise masked may
+///   count from its end (its onset = its end less the longest beep). The off phases hold no other tone of the
+///   frequency (within 4 %, 12 dB of the loudest, 0.08 s or longer), and the tone before the first (if any within
+///   5 s) is a long pause away, so that a steady 1 s beeper (a reversing truck) that loses one beep is not a T3.
+///   Decided when the next tone opens: about 4 s after the alarm starts.
+/// - T4: a burst of tones (each starting at most 0.45 s after the previous one's start, or 0.35 s after its end)
+///   closed by 0.9 s without another tone of that frequency; its tones must cover the slots of a grid of four
+///   (step 0.12 to 0.45 s): starts on the start grid or ends on the end grid (a beep cut at either side keeps the
+///   other), a tone as long as two or three beeps and their gaps covers two or three slots; frequencies within 2 %,
+///   peak levels within 8 dB. Four slots (from three tones or more) is a full burst, three is a burst that lost a
+///   beep. A cycle is two such bursts 3 to 9 s apart, at least one full; decided when the second closes (about 7.2 s
+///   after the alarm starts). An echo of the fourth beep 6 dB down is dropped; a burst followed by another tone of
+///   its frequency within 0.9 s is not T4.
+/// - Chirp: a tone of at most 0.35 s at 2 kHz or more (the detector's piezo), 20 dB or more above its noise floor,
+///   steady (frequency spread <= 10 Hz), with no other beep of its frequency (within 2 % and 10 dB) within 2.5 s on
+///   either side; a match when the previous such chirp of this detector (within 0.5 %, 4 dB and 0.05 s of it) was 15
+///   to 120 s before.
+/// "Same frequency" (the tones a pattern is looked for in) is within 5 %. Tones more than 20 dB below the loudest tone
+/// of their frequency in the last 10 s (echoes, tails) are ignored.
 ///
-/// - Important: A value type; feed it on one queue, segments in order of their start.
+/// - Important: A value type; feed it on one queue, segments in order of their end (the tracker's order).
 public struct AlarmPatternMatcher: Sendable {
     /// Relative frequency tolerance between tones of one pattern.
     public static let frequencyTolerance = 0.05

@@ -57,7 +57,7 @@ public struct ToneSegment: Sendable, Equatable {
 /// hold the segment open, and within 1 s the same tone only starts a new segment after rising ``Parameters/riseDB``
 /// above the trough that followed the last one, and to within ``Parameters/dropDB`` + 3 dB of its peak).
 ///
-/// Cost: one real FFT per hop (100 per second) and a few operations per bin of the band; about 0.03-0.08 % of one
+/// Cost: one real FFT per hop (100 per second) and a few operations per bin of the band; about 0.03-0.07 % of one
 /// core at 16-48 kHz (see `earshot eval`).
 ///
 /// - Important: Not thread-safe: own an instance on one queue. Creating instances from several threads is safe
