@@ -4,7 +4,7 @@ import Foundation
 /// `earshot eval`: runs the smoke/CO alarm detector over labelled recordings and synthetic alarms and prints recall,
 /// false events per file class, time to detection and CPU cost.
 enum EvalCommand {
-    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]]"
+    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F]"
 
     static let help = """
     \(usage)
@@ -21,6 +21,9 @@ enum EvalCommand {
       --segments        also print the tone segments the tracker found in each case (for tuning); for a synthetic
                         alarm only those within 5 % of its tone, up to 20 s after it starts
       --segment-hz HZ   with --segments: only the segments within 5 % of HZ, in every case
+      --rate-factor F   a stress test: every case is read as if recorded at F times its sample rate (pitch and
+                        tempo scaled by F, e.g. 0.9 or 1.1), so that other tones and rhythms line up; cases that
+                        fall below 8 kHz are left out
     """
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -32,6 +35,7 @@ enum EvalCommand {
         var printSegments = false
         var printCases = false
         var segmentHz: Double?
+        var rateFactor: Double?
         var index = 0
         func fail(_ message: String) -> Int32 {
             FileHandle.standardError.write(Data("earshot: \(message) (\(usage))\n".utf8))
@@ -43,6 +47,12 @@ enum EvalCommand {
             case "--help", "-h":
                 print(help)
                 return 0
+            case "--rate-factor":
+                guard index + 1 < arguments.count, let factor = Double(arguments[index + 1]), factor > 0 else {
+                    return fail("--rate-factor needs a positive number")
+                }
+                rateFactor = factor
+                index += 1
             case "--segment-hz":
                 guard index + 1 < arguments.count, let hz = Double(arguments[index + 1]), hz > 0 else {
                     return fail("--segment-hz needs a frequency in Hz")
@@ -74,6 +84,13 @@ enum EvalCommand {
                 cases += AlarmEvaluation.syntheticCases(household: beds.household, speech: beds.speech)
             }
             if let only { cases = cases.filter { $0.name.contains(only) || $0.fileClass.contains(only) } }
+            if let factor = rateFactor {
+                cases = cases.compactMap { item in
+                    var item = item
+                    item.sampleRate = Int(Double(item.sampleRate) * factor)
+                    return item.sampleRate >= 8000 ? item : nil
+                }
+            }
             var outcomes: [AlarmEvaluation.Outcome] = []
             for (number, item) in cases.enumerated() {
                 if number % 50 == 0 {

@@ -34,19 +34,20 @@ public struct PatternMatch: Sendable, Equatable {
 /// them. The tones of one pattern come from one sounder, so they agree in frequency and level.
 /// - T3: three tones whose onsets are d apart (0.6 s <= d <= 1.5 s, the two intervals within 20 %), each 0.08 to
 ///   1.2 s long, two of them at least d / 4 (a beep lasts half the period; noise cuts one at most), none much longer
-///   than the others, frequencies within 2 % and peak levels within 8 dB; then the next tone 1.45 d to 3.2 d after
-///   the third (and at least 0.4 s more than d): the long pause. That next tone is the sounder's next beep: within
-///   2 % of the cycle's frequency and within -20/+12 dB of its levels, so far. One beep whose start noise masked may
+///   than the others, frequencies within 2 % and peak levels within 8 dB; then the next tone 1.7 d to 2.6 d after
+///   the third (the standard's 2 d; and at least 0.4 s more than d): the long pause. That next tone is the sounder's
+///   next beep: within 2 % of the cycle's frequency, within -20/+12 dB of its levels and 6 dB above its noise floor,
+///   so far. One beep whose start noise masked may
 ///   count from its end (its onset = its end less the longest beep). The off phases hold no other tone of the
 ///   frequency (within 4 %, 12 dB of the loudest, 0.08 s or longer), and the tone before the first (if any within
 ///   5 s) is a long pause away, so that a steady 1 s beeper (a reversing truck) that loses one beep is not a T3.
 ///   Decided when the next tone opens: about 4 s after the alarm starts.
 /// - T4: a burst of tones (each starting at most 0.45 s after the previous one's start, or 0.35 s after its end)
 ///   closed by 0.9 s without another tone of that frequency; its tones must cover the slots of a grid of four
-///   (step 0.12 to 0.45 s): starts on the start grid or ends on the end grid (a beep cut at either side keeps the
-///   other), a tone as long as two or three beeps and their gaps covers two or three slots; frequencies within 2 %,
-///   peak levels within 8 dB. Four slots (from three tones or more) is a full burst, three is a burst that lost a
-///   beep. A cycle is two such bursts 3 to 9 s apart, at least one full; decided when the second closes (about 7.2 s
+///   (step 0.15 to 0.3 s; the standard is 0.2 s, beeps of half a step): starts on the start grid or ends on the end
+///   grid (a beep cut at either side keeps the other), a tone as long as two or three beeps and their gaps covers
+///   two or three slots, two tones at least are single beeps; frequencies within 2 %, peak levels within 8 dB. Four
+///   slots (from three tones or more) is a full burst, three is a burst that lost a beep. A cycle is two such bursts 3 to 9 s apart, at least one full; decided when the second closes (about 7.2 s
 ///   after the alarm starts). An echo of the fourth beep 6 dB down is dropped; a burst followed by another tone of
 ///   its frequency within 0.9 s is not T4.
 /// - Chirp: a tone of at most 0.35 s at 2 kHz or more (the detector's piezo), 20 dB or more above its noise floor,
@@ -217,7 +218,7 @@ public struct AlarmPatternMatcher: Sendable {
                     let i1 = onsetB - onsetA, i2 = onsetC - onsetB, i3 = nextStart - onsetC
                     let d = (i1 + i2) / 2
                     if (0.6...1.5).contains(i1), (0.6...1.5).contains(i2), abs(i1 - i2) <= 0.2 * max(i1, i2) + 0.03,
-                       i3 >= 1.45 * d, i3 <= 3.2 * d, i3 - d >= 0.4 {
+                       i3 >= 1.7 * d, i3 <= 2.6 * d, i3 - d >= 0.4 {
                         period = d
                         break search
                     }
@@ -237,9 +238,10 @@ public struct AlarmPatternMatcher: Sendable {
         let loudest = max(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
         let cycleFrequency = (a.frequencyHz + b.frequencyHz + c.frequencyHz) / 3
         // The tone that closes the long pause is the sounder's next beep: its frequency and level (so far) agree with
-        // the cycle's (a blip of noise near the frequency does not close it).
+        // the cycle's, and it rises 6 dB above the noise floor of its band (a blip of noise near the frequency, or a
+        // sound that has filled the band for seconds, does not close it).
         let quietest = min(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
-        guard abs(next.frequencyHz - cycleFrequency) <= 0.02 * cycleFrequency,
+        guard abs(next.frequencyHz - cycleFrequency) <= 0.02 * cycleFrequency, next.peakSNRDB >= 6,
               next.peakLevelDBFS >= quietest - 20, next.peakLevelDBFS <= loudest + 12
         else { return [] }
         // (Bits shorter than 0.08 s are no beeps: a click or a clatter of noise at the frequency.)
@@ -276,11 +278,13 @@ public struct AlarmPatternMatcher: Sendable {
     }
 
     /// How many slots of a T4 grid `tones` cover: 4 for a full burst, 3 when one beep was lost, 0 when they do not
-    /// fit. The grid has four slots of step d (0.12 to 0.45 s); a beep of length `on` (at most 0.85 d) starts at
-    /// each. Noise and rooms change single tones in three ways, all allowed: a beep's start or end is cut (it still
-    /// has the other on the grid: starts on the start grid within 0.2 d + 0.03 s, ends on the end grid), and the
-    /// gap between two beeps is filled (one tone covers two or three slots: its length is `on` plus whole steps).
-    /// The tones must be consistent (frequencies within 4 %, peak levels within 8 dB) and cover distinct slots.
+    /// fit. The grid has four slots of step d (0.15 to 0.3 s; 0.2 s in the standard); a beep of length `on` (at most
+    /// 0.75 d) starts at each. Noise and rooms change single tones in three ways, all allowed: a beep's start or end
+    /// is cut (it still has the other on the grid: starts on the start grid within 0.2 d + 0.03 s, ends on the end
+    /// grid; it covers one slot), and the gap between beeps is filled (one tone covers two or three slots: its length
+    /// is `on` plus whole steps, and both its ends are on the grid).
+    /// The tones must be consistent (frequencies within 2 %, peak levels within 8 dB), cover distinct slots, and two
+    /// of them at least must be single beeps.
     private static func t4Slots(_ tones: [ToneSegment]) -> Int {
         guard (2...5).contains(tones.count), consistent(tones, frequency: 0.02, durations: false) else { return 0 }
         let starts = tones.map(\.start), ends = tones.map(\.end)
@@ -291,7 +295,7 @@ public struct AlarmPatternMatcher: Sendable {
                 for j in anchors.indices where j > i {
                     for k in 1...3 {
                         let d = (anchors[j] - anchors[i]) / Double(k)
-                        if d >= 0.12, d <= 0.45 { steps.append(d) }
+                        if d >= 0.15, d <= 0.3 { steps.append(d) }
                     }
                 }
             }
@@ -310,9 +314,10 @@ public struct AlarmPatternMatcher: Sendable {
                 for endOrigin in ends {
                     var on = (endOrigin - startOrigin).truncatingRemainder(dividingBy: d)
                     if on < 0 { on += d }
-                    guard on >= 0.02, on <= 0.85 * d else { continue }
+                    guard on >= 0.02, on <= 0.75 * d else { continue }
                     let endShift = Int(((endOrigin - startOrigin - on) / d).rounded())
                     var covered = Set<Int>()
+                    var singles = 0
                     var fits = true
                     for index in tones.indices {
                         let first = slot(starts[index], from: startOrigin)
@@ -329,10 +334,10 @@ public struct AlarmPatternMatcher: Sendable {
                             // Both ends on the grid, but not whole steps plus one beep apart: only the start counts.
                             range = first...first
                         case let (first?, nil):
-                            // The end was cut: the tone covers the slots its length reaches.
-                            range = first...(first + max(0, Int((tones[index].duration / d - 0.5).rounded())))
+                            // A beep whose end was cut (only its start is on the grid): one slot.
+                            range = first...first
                         case let (nil, last?):
-                            range = (last - max(0, Int((tones[index].duration / d - 0.5).rounded())))...last
+                            range = last...last
                         default:
                             fits = false
                             range = 0...0
@@ -342,8 +347,12 @@ public struct AlarmPatternMatcher: Sendable {
                             break
                         }
                         covered.formUnion(range)
+                        if range.count == 1 { singles += 1 }
                     }
-                    guard fits, let low = covered.min(), let high = covered.max(), high - low <= 3 else { continue }
+                    // Filled gaps are the exception: two tones at least are single beeps (a bell's rings, a
+                    // note's, are long).
+                    guard fits, singles >= 2, let low = covered.min(), let high = covered.max(), high - low <= 3
+                    else { continue }
                     // All four slots need three tones at least (one merged pair); three slots, two.
                     let count = covered.count == 4 && tones.count < 3 ? 3 : covered.count
                     best = max(best, count)
