@@ -22,8 +22,8 @@ enum EvalCommand {
                         alarm only those within 5 % of its tone, up to 20 s after it starts
       --segment-hz HZ   with --segments: only the segments within 5 % of HZ, in every case
       --rate-factor F   a stress test: every case is read as if recorded at F times its sample rate (pitch and
-                        tempo scaled by F, e.g. 0.9 or 1.1), so that other tones and rhythms line up; cases that
-                        fall below 8 kHz are left out
+                        tempo scaled by F, e.g. 0.9 or 1.1), so that other tones and rhythms line up (alarm start
+                        and deadline scale by 1/F); cases that fall below 8 kHz are left out
     """
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -88,6 +88,10 @@ enum EvalCommand {
                 cases = cases.compactMap { item in
                     var item = item
                     item.sampleRate = Int(Double(item.sampleRate) * factor)
+                    // Times stretch by 1 / F: the alarm starts later and its cycle (hence the deadline) is longer.
+                    item.alarmStart = item.alarmStart.map { $0 / factor }
+                    item.deadlineSeconds = item.deadlineSeconds.map { $0 / factor }
+                    item.toneHz = item.toneHz.map { $0 * factor }
                     return item.sampleRate >= 8000 ? item : nil
                 }
             }

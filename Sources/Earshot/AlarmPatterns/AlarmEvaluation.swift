@@ -317,7 +317,11 @@ public enum AlarmEvaluation {
 
         let synthetic = outcomes.filter { $0.testCase.fileClass.hasPrefix("synthetic_t") }
         if !synthetic.isEmpty {
-            lines.append("Synthetic T3/T4 (alarm from 5 s; latency = decision - first tone; deadline = first cycle + 4 s: T3 8 s, T4 9.7 s)")
+            func deadline(_ prefix: String) -> String {
+                synthetic.first { $0.testCase.fileClass.hasPrefix(prefix) }?.testCase.deadlineSeconds.map { fixed($0, 1) + " s" } ?? "-"
+            }
+            let start = synthetic.first?.testCase.alarmStart.map { fixed($0, 2) + " s" } ?? "-"
+            lines.append("Synthetic T3/T4 (alarm from \(start); latency = decision - first tone; deadline = first cycle + 4 s: T3 \(deadline("synthetic_t3")), T4 \(deadline("synthetic_t4")))")
             lines.append(pad("class", 22) + pad("detected", 10) + pad("in time", 9) + pad("latency median", 16) + "max")
             var classes: [String] = []
             for outcome in synthetic where !classes.contains(outcome.testCase.fileClass) { classes.append(outcome.testCase.fileClass) }
