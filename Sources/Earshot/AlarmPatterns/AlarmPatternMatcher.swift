@@ -45,7 +45,7 @@ public struct PatternMatch: Sendable, Equatable {
 /// - T4: a burst of tones (each starting at most 0.45 s after the previous one's start, or 0.35 s after its end)
 ///   closed by 0.9 s without another tone of that frequency; its tones must cover the slots of a grid of four
 ///   (step 0.15 to 0.3 s; the standard is 0.2 s, beeps of half a step): starts on the start grid or ends on the end
-///   grid (a beep cut at either side keeps the other), a tone as long as two or three beeps and their gaps covers
+///   grid (one beep cut at either side keeps the other), a tone as long as two or three beeps and their gaps covers
 ///   two or three slots, two tones at least are single beeps; frequencies within 2 %, peak levels within 8 dB. Four
 ///   slots (from three tones or more) is a full burst, three is a burst that lost a beep. A cycle is two such bursts 3 to 9 s apart, at least one full; decided when the second closes (about 7.2 s
 ///   after the alarm starts). An echo of the fourth beep 6 dB down is dropped; a burst followed by another tone of
@@ -278,11 +278,12 @@ public struct AlarmPatternMatcher: Sendable {
     }
 
     /// How many slots of a T4 grid `tones` cover: 4 for a full burst, 3 when one beep was lost, 0 when they do not
-    /// fit. The grid has four slots of step d (0.15 to 0.3 s; 0.2 s in the standard); a beep of length `on` (at most
-    /// 0.75 d) starts at each. Noise and rooms change single tones in three ways, all allowed: a beep's start or end
-    /// is cut (it still has the other on the grid: starts on the start grid within 0.2 d + 0.03 s, ends on the end
-    /// grid; it covers one slot), and the gap between beeps is filled (one tone covers two or three slots: its length
-    /// is `on` plus whole steps, and both its ends are on the grid).
+    /// fit. The grid has four slots of step d (0.15 to 0.3 s; 0.2 s in the standard); a beep of length `on` (0.25 d
+    /// to 0.75 d) starts at each. Noise and rooms change single tones in three ways, all allowed: a beep's start or
+    /// end is cut (it still has the other on the grid: starts on the start grid within 0.1 d + 0.02 s, ends on the
+    /// end grid; it covers one slot and is no longer than `on`), and the gap between beeps is filled (one tone covers
+    /// two or three slots: its length is `on` plus whole steps, and both its ends are on the grid). One tone of a
+    /// burst at most may be cut.
     /// The tones must be consistent (frequencies within 2 %, peak levels within 8 dB), cover distinct slots, and two
     /// of them at least must be single beeps.
     private static func t4Slots(_ tones: [ToneSegment]) -> Int {
@@ -302,7 +303,9 @@ public struct AlarmPatternMatcher: Sendable {
         }
         var best = 0
         for d in steps {
-            let tolerance = 0.2 * d + 0.03
+            // Tight: a beep's edges sit on the grid within 0.04 s at the standard step (a start that noise delays
+            // more is taken from the beep's end).
+            let tolerance = 0.1 * d + 0.02
             func slot(_ time: Double, from origin: Double) -> Int? {
                 let position = (time - origin) / d
                 let nearest = position.rounded()
@@ -314,10 +317,11 @@ public struct AlarmPatternMatcher: Sendable {
                 for endOrigin in ends {
                     var on = (endOrigin - startOrigin).truncatingRemainder(dividingBy: d)
                     if on < 0 { on += d }
-                    guard on >= 0.02, on <= 0.75 * d else { continue }
+                    guard on >= 0.25 * d, on <= 0.75 * d else { continue }
                     let endShift = Int(((endOrigin - startOrigin - on) / d).rounded())
                     var covered = Set<Int>()
                     var singles = 0
+                    var cut = 0
                     var fits = true
                     for index in tones.indices {
                         let first = slot(starts[index], from: startOrigin)
@@ -330,14 +334,18 @@ public struct AlarmPatternMatcher: Sendable {
                         }
                         switch (first, last) {
                         case let (first?, last?) where last >= first && spanFits: range = first...last
-                        case let (first?, _?):
+                        case let (first?, _?) where tones[index].duration <= on + tolerance:
                             // Both ends on the grid, but not whole steps plus one beep apart: only the start counts.
                             range = first...first
-                        case let (first?, nil):
-                            // A beep whose end was cut (only its start is on the grid): one slot.
+                            cut += 1
+                        case let (first?, nil) where tones[index].duration <= on + tolerance:
+                            // A beep whose end was cut (only its start is on the grid): one slot. A cut beep is
+                            // not longer than a whole one.
                             range = first...first
-                        case let (nil, last?):
+                            cut += 1
+                        case let (nil, last?) where tones[index].duration <= on + tolerance:
                             range = last...last
+                            cut += 1
                         default:
                             fits = false
                             range = 0...0
@@ -351,7 +359,8 @@ public struct AlarmPatternMatcher: Sendable {
                     }
                     // Filled gaps are the exception: two tones at least are single beeps (a bell's rings, a
                     // note's, are long).
-                    guard fits, singles >= 2, let low = covered.min(), let high = covered.max(), high - low <= 3
+                    // And noise cuts one beep of a burst, not more.
+                    guard fits, singles >= 2, cut <= 1, let low = covered.min(), let high = covered.max(), high - low <= 3
                     else { continue }
                     // All four slots need three tones at least (one merged pair); three slots, two.
                     let count = covered.count == 4 && tones.count < 3 ? 3 : covered.count
