@@ -32,6 +32,29 @@ private func smokeOrCO(_ events: [AlarmEvent]) -> [AlarmEvent] {
     events.filter { $0.group == AlarmEvent.smokeAlarm || $0.group == AlarmEvent.coAlarm }
 }
 
+/// Gaussian white noise from a fixed seed (SplitMix64, Box-Muller), RMS `rms`: the same samples on every run.
+private func whiteNoise(count: Int, rms: Float, seed: UInt64) -> [Float] {
+    var state = seed
+    func next() -> Double {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return (Double((z ^ (z >> 31)) >> 11) + 0.5) / 9_007_199_254_740_992
+    }
+    return (0..<count).map { _ in Float((-2 * log(next())).squareRoot() * cos(2 * Double.pi * next())) * rms }
+}
+
+/// The eval's synthetic cases, built from the pool's noise beds (as `earshot eval` does), loaded once.
+private let poolSyntheticCases: [AlarmEvaluation.Case] = {
+    guard TestPaths.sharedAvailable else { return [] }
+    var skipped: [String] = []
+    guard let recordings = try? AlarmEvaluation.manifestCases(manifest: TestPaths.sharedFile("audio/MANIFEST.tsv"), skipped: &skipped)
+    else { return [] }
+    let beds = AlarmEvaluation.noiseBeds(from: recordings)
+    return AlarmEvaluation.syntheticCases(household: beds.household, speech: beds.speech)
+}()
+
 @Suite("Alarm patterns")
 struct AlarmPatternTests {
     @Test("the tone tracker measures a 0.5 s 1 kHz sine: start, end, frequency and level")
@@ -49,6 +72,44 @@ struct AlarmPatternTests {
         // A sine of amplitude 0.5 has RMS 0.3536: -9.03 dBFS (the ramps and edge frames pull the mean down a little).
         #expect(abs(segment.peakLevelDBFS - (-9.03)) <= 0.3)
         #expect(abs(segment.levelDBFS - (-9.03)) <= 1.0)
+    }
+
+    @Test("the tone tracker follows two tones that overlap, each in its own segment")
+    func twoTones() throws {
+        let samples = AlarmSignals.render(
+            [AlarmSignals.Tone(start: 1.0, duration: 1.0, frequencyHz: 1000),
+             AlarmSignals.Tone(start: 1.5, duration: 1.0, frequencyHz: 2500)],
+            seconds: 4, sampleRate: 16_000, amplitude: 0.3)
+        let tracker = try ToneTracker(sampleRate: 16_000)
+        let segments = tracker.process(samples, framePosition: 0) + tracker.finish()
+        #expect(segments.count == 2)
+        let low = try #require(segments.first), high = try #require(segments.last)
+        #expect(abs(low.frequencyHz - 1000) <= 2 && abs(high.frequencyHz - 2500) <= 2)
+        #expect(abs(low.start - 1.0) <= 0.02 && abs(low.end - 2.0) <= 0.02)
+        #expect(abs(high.start - 1.5) <= 0.02 && abs(high.end - 2.5) <= 0.02)
+        // Steady sines: the peak's frequency moves by less than 1 Hz.
+        #expect(low.frequencySpreadHz < 1 && high.frequencySpreadHz < 1)
+    }
+
+    @Test("a tone 0 dB below white noise stands 15-19 dB above its bins' noise floor and is tracked whole")
+    func toneInNoise() throws {
+        let rate = 16_000
+        var samples = AlarmSignals.render(
+            [AlarmSignals.Tone(start: 3.0, duration: 0.5, frequencyHz: 3100)], seconds: 5, sampleRate: rate, amplitude: 0.1)
+        // Noise power equal to the tone's while it sounds (0 dB SNR): RMS 0.1 / sqrt(2).
+        let noise = whiteNoise(count: samples.count, rms: 0.0707, seed: 5)
+        for n in samples.indices { samples[n] += noise[n] }
+        let tracker = try ToneTracker(sampleRate: rate)
+        let segments = (tracker.process(samples, framePosition: 0) + tracker.finish())
+            .filter { abs($0.frequencyHz - 3100) <= 31 }
+        #expect(segments.count == 1)
+        let tone = try #require(segments.first)
+        #expect(abs(tone.start - 3.0) <= 0.03)
+        #expect(abs(tone.end - 3.5) <= 0.03)
+        // In one frame the tone's main lobe (5 bins of 31 Hz) holds 1/51 of the white noise, and the Hann window's
+        // 1.5-bin noise bandwidth takes 1.8 dB of that: 15.3 dB above the floor on average; 18.8 dB at its loudest
+        // frame with this noise (fixed seed).
+        #expect(abs(tone.peakSNRDB - 18.77) <= 0.1, "\(tone.peakSNRDB) dB")
     }
 
     @Test("a sample rate that cannot hold the band is a usage error naming the rate")
@@ -104,7 +165,25 @@ struct AlarmPatternTests {
         #expect(abs(onset.toneHz - 3100) <= 5)
     }
 
-    @Test("confusers raise no smoke or CO event", arguments: ["truck", "microwave", "oven", "clock", "phone"])
+    @Test("T4 whose beeps noise merged or cut: a burst still covers its four slots")
+    func t4MergedBeeps() throws {
+        // Each burst: beep 1, beeps 2 and 3 joined by a filled gap (0.3 s), beep 4 with its first 40 ms lost.
+        let tones = [0.0, 5.7, 11.4].flatMap { cycle in
+            [AlarmSignals.Tone(start: 1 + cycle, duration: 0.1, frequencyHz: 3100),
+             AlarmSignals.Tone(start: 1.2 + cycle, duration: 0.3, frequencyHz: 3100),
+             AlarmSignals.Tone(start: 1.64 + cycle, duration: 0.06, frequencyHz: 3100)]
+        }
+        let samples = AlarmSignals.render(tones, seconds: 15, sampleRate: 16_000, amplitude: 0.3)
+        let events = detect(samples, sampleRate: 16_000)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).isEmpty)
+        let onset = try #require(onsets(events, AlarmEvent.coAlarm).first)
+        #expect(abs(onset.start - 1.0) <= 0.03)
+        // Second burst: onsets 6.7, 6.9, 7.34; closed 0.9 s after its last onset.
+        #expect(abs(onset.time - 8.24) <= 0.05, "decided at \(onset.time)")
+    }
+
+    @Test("confusers raise no smoke or CO event",
+          arguments: ["truck", "microwave", "oven", "clock", "phone", "monitor medium", "monitor high"])
     func confusers(name: String) {
         let tones: [AlarmSignals.Tone]
         switch name {
@@ -112,6 +191,8 @@ struct AlarmPatternTests {
         case "microwave": tones = AlarmSignals.microwave(start: 1)
         case "oven": tones = AlarmSignals.ovenTimer(seconds: 30, start: 1)
         case "clock": tones = AlarmSignals.alarmClock(seconds: 30, start: 1)
+        case "monitor medium": tones = AlarmSignals.monitorMedium(seconds: 40, start: 1)
+        case "monitor high": tones = AlarmSignals.monitorHigh(seconds: 40, start: 1)
         default: tones = AlarmSignals.phoneRing(seconds: 30, start: 1)
         }
         var samples = AlarmSignals.render(tones, seconds: (tones.last?.start ?? 0) + 3, sampleRate: 16_000, amplitude: 0.3)
@@ -133,6 +214,39 @@ struct AlarmPatternTests {
         #expect(abs(chirp.time - 44.5) <= 0.03)
         #expect(chirp.cycles == 2)
         #expect(abs(chirp.intervalSeconds - 40) <= 0.03)
+    }
+
+    @Test("cases that were decided late at 0 dB SNR (issue 5) are decided within the deadline: first cycle + 4 s",
+          .needsShared,
+          arguments: [
+              // name, pattern, decision time (s; the alarm starts at 5 s), tone Hz of the event
+              ("T3 3100 Hz, phone, household 0 dB", "T3", 9.06, 3098.0),
+              ("T3 520 Hz square, room, household 0 dB", "T3", 9.02, 1560.0),
+              ("T4 520 Hz square, dry, speech 0 dB", "T4", 12.01, 521.0),
+              ("T4 520 Hz square, room, household 0 dB", "T4", 12.21, 522.0),
+          ])
+    func lateCasesInTime(name: String, pattern: String, decision: Double, toneHz: Double) throws {
+        let testCase = try #require(poolSyntheticCases.first { $0.name == name })
+        let outcome = try AlarmEvaluation.run(testCase, classifier: false)
+        let event = try #require(outcome.detection)
+        #expect(event.pattern?.rawValue == pattern)
+        #expect(abs(event.time - decision) <= 0.03, "decided at \(event.time)")
+        #expect(abs(event.toneHz - toneHz) <= 5, "\(event.toneHz) Hz")
+        #expect(outcome.metTarget)
+        #expect(outcome.falseEvents.isEmpty)
+    }
+
+    @Test("low-battery chirps in household noise at +10 dB: one alarm_chirp at the second chirp", .needsShared)
+    func chirpsInNoise() throws {
+        let testCase = try #require(poolSyntheticCases.first { $0.name == "low-battery chirps, household 10 dB" })
+        let outcome = try AlarmEvaluation.run(testCase, classifier: false)
+        let chirps = outcome.onsets.filter { $0.group == AlarmEvent.alarmChirp }
+        #expect(chirps.count == 1)
+        let chirp = try #require(chirps.first)
+        #expect(abs(chirp.start - 43) <= 0.03 && abs(chirp.time - 45.5) <= 0.03)
+        #expect(abs(chirp.intervalSeconds - 40) <= 0.03)
+        #expect(abs(chirp.toneHz - 3200) <= 5)
+        #expect(outcome.falseEvents.isEmpty)
     }
 
     @Test("a gap in the stream ends the event and patterns do not join across it")

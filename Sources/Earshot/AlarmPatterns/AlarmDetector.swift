@@ -50,7 +50,7 @@ public final class AlarmDetector {
     public let configuration: Configuration
     private var tracker: ToneTracker?
     private var matcher = AlarmPatternMatcher()
-    private var announcedOnset: Double?
+    private var announcedOnsets: [(start: Double, frequencyHz: Double)] = []
     private var windows: [(range: TimeRange, smoke: Float, smokeClass: String?, co: Float, coClass: String?)] = []
     private var classifierRun = 0
     private var classifierRunStart = 0.0
@@ -89,10 +89,7 @@ public final class AlarmDetector {
         var events: [AlarmEvent] = []
         if tracker?.sampleRate != sampleRate {
             if tracker != nil { events += reset(at: streamTime) }
-            // At 8 kHz (a telephone-rate input) the band stops at 3.6 kHz, still above the usual 3.0-3.5 kHz piezo.
-            var parameters = ToneTracker.Parameters()
-            parameters.maximumHz = min(parameters.maximumHz, Double(sampleRate) * 0.45)
-            tracker = try? ToneTracker(sampleRate: sampleRate, parameters: parameters)
+            tracker = try? ToneTracker(sampleRate: sampleRate, parameters: Self.trackerParameters(sampleRate: sampleRate))
         }
         guard let tracker else { return events }
         if let expected = expectedPosition, expected != framePosition {
@@ -122,9 +119,16 @@ public final class AlarmDetector {
             recentTones.append(segment)
             matches += matcher.add(segment, now: min(streamTime, segment.end + 0.03))
         }
-        if let open = tracker.openSegment, announcedOnset != open.start {
-            announcedOnset = open.start
-            matches += matcher.toneStarted(at: open.start, frequencyHz: open.frequencyHz, now: streamTime)
+        let open = tracker.openSegments
+        // Open segments are told to the matcher once, when they appear (keyed by start and frequency: a square
+        // wave's harmonics start together).
+        func same(_ a: ToneSegment, _ b: (start: Double, frequencyHz: Double)) -> Bool {
+            a.start == b.start && abs(a.frequencyHz - b.frequencyHz) <= AlarmPatternMatcher.frequencyTolerance * a.frequencyHz
+        }
+        announcedOnsets.removeAll { onset in !open.contains { same($0, onset) } }
+        for segment in open where !announcedOnsets.contains(where: { same(segment, $0) }) {
+            announcedOnsets.append((segment.start, segment.frequencyHz))
+            matches += matcher.toneStarted(segment, now: streamTime)
         }
         matches += matcher.advance(to: streamTime)
         recentTones.removeAll { $0.end < streamTime - 30 }
@@ -134,6 +138,15 @@ public final class AlarmDetector {
     }
 
     private var expectedPosition: Int64?
+
+    /// The tone tracker's settings at `sampleRate` (Hz): the defaults, with the band ending at 0.45 x the rate
+    /// when the rate is below 8.9 kHz (at 8 kHz, a telephone-rate input, it stops at 3.6 kHz, still above the
+    /// usual 3.0-3.5 kHz piezo).
+    public static func trackerParameters(sampleRate: Int) -> ToneTracker.Parameters {
+        var parameters = ToneTracker.Parameters()
+        parameters.maximumHz = min(parameters.maximumHz, Double(sampleRate) * 0.45)
+        return parameters
+    }
 
     /// Convenience for arrays; see ``process(samples:sampleRate:framePosition:)``.
     public func process(samples: [Float], sampleRate: Int, framePosition: Int64) -> [AlarmEvent] {
@@ -233,7 +246,7 @@ public final class AlarmDetector {
         recentTones.removeAll()
         windows.removeAll()
         classifierRun = 0
-        announcedOnset = nil
+        announcedOnsets.removeAll()
         return events
     }
 
@@ -255,7 +268,7 @@ public final class AlarmDetector {
         guard end > start else { return 0 }
         var covered = 0.0
         var tones = recentTones
-        if let open = tracker?.openSegment { tones.append(open) }
+        tones += tracker?.openSegments ?? []
         for tone in tones {
             let overlap = min(end, tone.end + 0.01) - max(start, tone.start)
             if overlap > 0 { covered += overlap }
@@ -266,7 +279,7 @@ public final class AlarmDetector {
     /// The loudest-in-total tone frequency over [start, end], with its mean level.
     private func dominantTone(from start: Double, to end: Double) -> (frequencyHz: Double, levelDBFS: Double) {
         var tones = recentTones.filter { $0.end >= start && $0.start <= end }
-        if let open = tracker?.openSegment { tones.append(open) }
+        tones += tracker?.openSegments ?? []
         guard let longest = tones.max(by: { $0.duration < $1.duration }) else { return (0, -120) }
         return (longest.frequencyHz, longest.levelDBFS)
     }

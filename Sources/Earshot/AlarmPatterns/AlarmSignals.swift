@@ -82,6 +82,22 @@ public enum AlarmSignals {
         }
     }
 
+    /// A patient monitor's medium-priority alarm (IEC 60601-1-8): three 0.2 s pulses 0.4 s apart at 1 kHz, every
+    /// `interval` s, for `seconds`.
+    public static func monitorMedium(seconds: Double, interval: Double = 5, start: Double = 0) -> [Tone] {
+        stride(from: start, to: start + seconds, by: interval).flatMap { burst in
+            (0..<3).map { Tone(start: burst + 0.4 * Double($0), duration: 0.2, frequencyHz: 1000) }
+        }
+    }
+
+    /// A patient monitor's high-priority alarm (IEC 60601-1-8): pulses of 0.15 s every 0.25 s, three, then two after
+    /// a 0.5 s pause, at 1 kHz, every `interval` s, for `seconds`.
+    public static func monitorHigh(seconds: Double, interval: Double = 6, start: Double = 0) -> [Tone] {
+        stride(from: start, to: start + seconds, by: interval).flatMap { burst in
+            [0.0, 0.25, 0.5, 1.15, 1.4].map { Tone(start: burst + $0, duration: 0.15, frequencyHz: 1000) }
+        }
+    }
+
     /// Renders `tones` into `seconds` of audio at `sampleRate`, peak amplitude `amplitude`, with 5 ms raised-cosine
     /// ramps (a real sounder's attack and release).
     public static func render(_ tones: [Tone], seconds: Double, sampleRate: Int, waveform: Waveform = .sine,
