@@ -113,7 +113,12 @@ struct SleepDaemonTests {
         cli.standardOutput = out
         try cli.run()
         cli.waitUntilExit()
-        #expect(cli.terminationStatus == 0)
+        if cli.terminationStatus != 0 {
+            daemon.terminate()
+            daemon.waitUntilExit()
+            let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            Issue.record("earshot sleep stop exited \(cli.terminationStatus); earshotd status \(daemon.terminationStatus) reason \(daemon.terminationReason.rawValue), its log: \(log)")
+        }
         let printed = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(printed.contains("report: \(reportDirectory)/snore-"), "\(printed)")
         let report = try #require(try next(type: "snore_report"))

@@ -121,7 +121,7 @@ final class AnalysisPipeline {
         timer?.cancel()
         timer = nil
         wakeUp?.setHandler(nil)
-        pump()
+        pump(drain: true)
         emitAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { emit(.detection(event)) }
     }
@@ -129,7 +129,7 @@ final class AnalysisPipeline {
     /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
     /// then ends open events.
     func finishInput() {
-        pump()
+        pump(drain: true)
         analyzer?.completeAnalysis()
         emitAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { emit(.detection(event)) }
@@ -164,12 +164,18 @@ final class AnalysisPipeline {
     /// Names of the groups with an open event.
     var activeGroups: [String] { engine.activeGroups }
 
-    /// Reads everything the capture thread has written and analyses it.
-    func pump() {
+    /// Reads what the capture thread has written and analyses it.
+    ///
+    /// Without `drain`, at most what the ring held on entry is analysed, and the rest in a block queued behind
+    /// whatever else waits on the queue (status replies, sleep commands, reloads): a source that delivers faster
+    /// than analysis keeps up with (a PCM without a clock, such as ALSA's `null`) must not starve them.
+    func pump(drain: Bool = false) {
         lastPump = DispatchTime.now()
-        while true {
+        var budget = ring.availableToRead
+        while drain || budget > 0 {
             let chunk = scratch.withUnsafeMutableBufferPointer { ring.readChunk(into: $0) }
             if chunk.count == 0 { break }
+            budget -= chunk.count
             if !sawAudio {
                 sawAudio = true
                 onFirstAudio()
@@ -191,6 +197,9 @@ final class AnalysisPipeline {
                 }
                 analyzer?.analyze(chunkSamples, atAudioFramePosition: chunk.framePosition)
             }
+        }
+        if !drain, ring.availableToRead > 0 {
+            wakeUp?.raise()  // the rest after the blocks already queued (with the timer, at its next tick)
         }
     }
 
