@@ -102,14 +102,14 @@ import Testing
         """
     }
 
-    @Test("a custom model's class raises a detection in the real daemon, at the whistle's stream time")
-    func detectionFromHead() throws {
-        let model = try Self.toneModel.get()
-        let sandbox = try DaemonEndToEndTests.Sandbox()
-        defer { sandbox.remove() }
-        let recording = try Self.writeRecording(beside: model)
+    /// Starts the real earshotd in the foreground on the whistle recording with the tone model watched; a watchdog
+    /// terminates it after 60 s.
+    static func startOnWhistle(model: URL, sandbox: DaemonEndToEndTests.Sandbox) throws
+        -> (daemon: Process, config: URL, out: Pipe, err: Pipe, watchdog: DispatchWorkItem)
+    {
+        let recording = try writeRecording(beside: model)
         let config = sandbox.directory.appendingPathComponent("earshotd.conf")
-        try Self.configuration(model: model.path).write(to: config, atomically: true, encoding: .utf8)
+        try configuration(model: model.path).write(to: config, atomically: true, encoding: .utf8)
         let daemon = Process()
         daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")
         daemon.arguments = ["--config", config.path, "--input", recording.path, "--socket", sandbox.socket, "--foreground"]
@@ -120,6 +120,15 @@ import Testing
         try daemon.run()
         let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
         DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        return (daemon, config, out, err, watchdog)
+    }
+
+    @Test("a custom model's class raises a detection in the real daemon, at the whistle's stream time")
+    func detectionFromHead() throws {
+        let model = try Self.toneModel.get()
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let (daemon, _, out, err, watchdog) = try Self.startOnWhistle(model: model, sandbox: sandbox)
         daemon.waitUntilExit()  // 3.5 s streamed in real time, then the daemon exits
         watchdog.cancel()
         #expect(daemon.terminationStatus == 0)
@@ -148,19 +157,7 @@ import Testing
         let model = try Self.toneModel.get()
         let sandbox = try DaemonEndToEndTests.Sandbox()
         defer { sandbox.remove() }
-        let recording = try Self.writeRecording(beside: model)
-        let config = sandbox.directory.appendingPathComponent("earshotd.conf")
-        try Self.configuration(model: model.path).write(to: config, atomically: true, encoding: .utf8)
-        let daemon = Process()
-        daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")
-        daemon.arguments = ["--config", config.path, "--input", recording.path, "--socket", sandbox.socket, "--foreground"]
-        daemon.environment = DaemonEndToEndTests.environment(home: sandbox.home)
-        let out = Pipe(), err = Pipe()
-        daemon.standardOutput = out
-        daemon.standardError = err
-        try daemon.run()
-        let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        let (daemon, config, out, err, watchdog) = try Self.startOnWhistle(model: model, sandbox: sandbox)
         var collected = ""
         #expect(DaemonEndToEndTests.waitForLine("\"type\":\"detection\"", in: out.fileHandleForReading, seconds: 30, collected: &collected))
         if changeGate {
