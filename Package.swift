@@ -15,6 +15,15 @@ let kernelSettings: [SwiftSetting] = [.unsafeFlags(["-target-cpu", "haswell"])]
 let kernelSettings: [SwiftSetting] = []
 #endif
 
+// Linker flags for the daemon's own copy of the Swift runtime and Foundation. `-static-stdlib` alone links
+// libFoundation.a but not the C libraries under it (CoreFoundation, ICU, the shims); they are named here, in one
+// group so their order does not matter.
+let staticRuntimeFlags = [
+    "-static-stdlib", "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--icf=all", "-Xlinker", "-z", "-Xlinker", "keep-text-section-prefix", "-Xlinker", "--start-group", "-Xlinker", "-lFoundation", "-Xlinker", "-lCoreFoundation",
+    "-Xlinker", "-l_FoundationICU", "-Xlinker", "-lFoundationEssentials", "-Xlinker", "-lFoundationInternationalization",
+    "-Xlinker", "-l_FoundationCShims", "-Xlinker", "-l_FoundationCollections", "-Xlinker", "--end-group",
+]
+
 let package = Package(
     name: "Earshot",
     products: [
@@ -26,7 +35,6 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .systemLibrary(name: "CFFTW", pkgConfig: "fftw3f", providers: [.apt(["libfftw3-dev"])]),
-        .systemLibrary(name: "CBLAS", pkgConfig: "openblas", providers: [.apt(["libopenblas-dev"])]),
         .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
@@ -36,10 +44,15 @@ let package = Package(
         .target(name: "EarshotKernels", swiftSettings: kernelSettings),
         .target(
             name: "Earshot",
-            dependencies: ["EarshotKernels", "CALSA", "CFFTW", "CBLAS", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
+            dependencies: ["EarshotKernels", "CALSA", "CFFTW", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
         ),
         .target(name: "EarshotPNG", dependencies: ["Earshot", "CRSVG"]),
-        .executableTarget(name: "EarshotDaemon", dependencies: ["Earshot"]),
+        // The daemon carries its own copy of the Swift runtime and Foundation (`-static-stdlib`): the linker keeps
+        // only the code it uses, so far fewer pages of code become resident than with the shared libraries
+        // (peak RSS measured 54.3 -> 48.8 MB on its own; see README, Performance).
+        .executableTarget(
+            name: "EarshotDaemon", dependencies: ["Earshot"], linkerSettings: [.unsafeFlags(staticRuntimeFlags)]
+        ),
         .executableTarget(name: "EarshotCLI", dependencies: ["Earshot", "EarshotPNG"]),
         .testTarget(name: "EarshotTests", dependencies: ["Earshot", "EarshotPNG", "CRSVG"]),
     ]

@@ -13,6 +13,12 @@ import Synchronization
 /// - Important: Create it on the main thread after `SignalHandling.blockSignals()`, then call `run()`, which never
 ///   returns.
 public final class EarshotDaemon: @unchecked Sendable {
+    /// Audio the capture ring holds at least, in seconds at 48 kHz mono (rounded up to a power of two: 2^18 samples,
+    /// 1 MB, 5.46 s at 48 kHz, 16.4 s at 16 kHz): how long the analysis queue may stall (a slow first inference, a
+    /// reload, a busy machine) before the capture thread drops audio and says so. One inference takes about 2 ms,
+    /// and the queue is woken every capture period (0.1 s); the ring was 8 s (2 MB resident) before peak RSS mattered.
+    static let ringSeconds = 4
+
     private let commandLine: DaemonCommandLine
     private var configuration: DaemonConfiguration
     /// The capture settings at start; they never change while running (a reload that changes them says a restart
@@ -90,12 +96,10 @@ public final class EarshotDaemon: @unchecked Sendable {
             classLabels: classLabels)
         journal = configuration.output.journal && !commandLine.foreground
             ? JournalSink() : JournalSink(journalSocketPath: "/nonexistent")
-        // Eight seconds at 48 kHz mono: the analysis queue may stall that long (a slow first inference, a busy
-        // machine) before the capture thread has to drop audio.
-        // Each write wakes the analysis queue (see AnalysisPipeline).
+        // See `ringSeconds`. Each write wakes the analysis queue (see AnalysisPipeline).
         let signal = AudioArrivedSignal(queue: analysisQueue)
         audioArrived = signal
-        ring = SampleRingBuffer(minimumCapacity: 8 * 48_000, didWrite: { signal.raise() })
+        ring = SampleRingBuffer(minimumCapacity: Self.ringSeconds * 48_000, didWrite: { signal.raise() })
         server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,

@@ -1,20 +1,19 @@
-internal import CBLAS
 import Foundation
 
 /// Row-major matrix products for classifier heads, through OpenBLAS.
 enum DenseMath {
     /// `C[m, n] = beta * C + op(A) x op(B)`, row-major, where `op(A)` is `[m, k]` (`A` stored `[k, m]` when
     /// `transposeA`) and `op(B)` is `[k, n]` (`B` stored `[n, k]` when `transposeB`).
-    /// The corresponding C function is `cblas_sgemm`.
+    /// The corresponding C function is `cblas_sgemm` (OpenBLAS, loaded on first use).
+    /// - Precondition: `OpenBLAS.require(for:)` succeeded (heads call it when they load).
     static func multiply(
         _ a: UnsafePointer<Float>, transposeA: Bool = false, _ b: UnsafePointer<Float>, transposeB: Bool = false,
         into c: UnsafeMutablePointer<Float>, m: Int, n: Int, k: Int, accumulate: Bool = false
     ) {
         guard m > 0, n > 0, k > 0 else { return }
-        cblas_sgemm(
-            CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans,
-            Int32(m), Int32(n), Int32(k), 1,
-            a, Int32(transposeA ? m : k), b, Int32(transposeB ? k : n), accumulate ? 1 : 0, c, Int32(n))
+        OpenBLAS.sgemm(
+            transposeA: transposeA, transposeB: transposeB, m: m, n: n, k: k, alpha: 1, a: a, lda: transposeA ? m : k,
+            b: b, ldb: transposeB ? k : n, beta: accumulate ? 1 : 0, c: c, ldc: n)
     }
 
     /// Replaces each row of `values` (`[rows, columns]`) by its softmax, computed stably (the row maximum is

@@ -1,4 +1,3 @@
-internal import CBLAS
 import Foundation
 internal import EarshotKernels
 
@@ -137,8 +136,9 @@ final class AlignedFloats: @unchecked Sendable {
 /// transparent huge pages (`madvise(MADV_HUGEPAGE)`). A patch streams every weight once, mostly from DRAM (they do
 /// not stay in a shared L3 between patches), and with 4 KB pages that means about 3,700 TLB misses and a hardware
 /// prefetcher that stops at every page boundary; measured on an AMD EPYC (Zen 4): 1.44-1.65 ms per patch with 4 KB
-/// pages, 1.41-1.44 ms with huge pages. One arena rather than one per layer keeps the rounding to whole 2 MB pages
-/// (resident once touched) under 2 MB in all. Best effort: without THP the memory works the same.
+/// pages, 1.41-1.44 ms with huge pages. Only the whole 2 MB pages inside the weights are offered (a huge page is
+/// resident whole once touched); the tail past the last one, under 2 MB, stays in 4 KB pages, so the weights take
+/// their own size in memory (about 14.9 MB rather than 16). Best effort: without THP the memory works the same.
 final class WeightArena: @unchecked Sendable {
     static let hugePage = 2 << 20
     private let base: UnsafeMutableRawPointer
@@ -147,10 +147,12 @@ final class WeightArena: @unchecked Sendable {
 
     /// Room for `floats` floats in slices of 64-byte-aligned blocks. The corresponding C function is `madvise`.
     init(floats: Int) {
-        byteCount = max(Self.hugePage, (floats * MemoryLayout<Float>.stride + Self.hugePage - 1) / Self.hugePage * Self.hugePage)
+        let page = 4096
+        byteCount = max(page, (floats * MemoryLayout<Float>.stride + page - 1) / page * page)
         base = UnsafeMutableRawPointer.allocate(byteCount: byteCount, alignment: Self.hugePage)
         #if os(Linux)
-        _ = madvise(base, byteCount, Int32(MADV_HUGEPAGE))
+        let hugeBytes = byteCount / Self.hugePage * Self.hugePage
+        if hugeBytes > 0 { _ = madvise(base, hugeBytes, Int32(MADV_HUGEPAGE)) }
         #endif
     }
 
@@ -351,9 +353,9 @@ struct PackedWeights: Sendable {
             dense = scratch
             denseStride = outputs
         }
-        cblas_sgemm(
-            CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(rows), Int32(outputs), Int32(inputs), 1,
-            input, Int32(inputStride), storage.pointer, Int32(outputs), 0, dense, Int32(denseStride))
+        OpenBLAS.sgemm(
+            transposeA: false, transposeB: false, m: rows, n: outputs, k: inputs, alpha: 1, a: input, lda: inputStride,
+            b: storage.pointer, ldb: outputs, beta: 0, c: dense, ldc: denseStride)
         for r in 0..<rows {
             let source = dense + r * denseStride
             let line = output.row(r)

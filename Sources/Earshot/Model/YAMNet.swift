@@ -1,4 +1,3 @@
-internal import CBLAS
 import Foundation
 
 /// YAMNet, the built-in sound classifier: a MobileNet-v1 over 0.96 s log-mel patches giving scores for the 521
@@ -81,6 +80,7 @@ public final class YAMNet: Sendable {
     init(directory: URL, kernel: GEMMKernel) throws(EarshotError) {
         let gemmKernel = kernel
         computeKernel = kernel
+        if kernel == .openBLAS { try OpenBLAS.require(for: "the model in \(directory.path)") }
         let file = try SafeTensorsFile(path: directory.appendingPathComponent(ModelLocator.weightsFileName).path)
         let labels = try ClassMap.load(path: directory.appendingPathComponent(ModelLocator.classMapFileName).path)
         guard labels.count == Self.classCount else {
@@ -415,12 +415,11 @@ struct ActivationBuffers {
 
 /// Threads the BLAS library (OpenBLAS) may use for one GEMM.
 public enum BLASThreads {
-    /// Sets the OpenBLAS thread count. The daemon uses 1 (one window every 0.48 s needs no more, and extra threads
-    /// spin and cost CPU); parallel file analysis runs one single-threaded session per core instead.
+    /// Sets the OpenBLAS thread count, now if OpenBLAS is loaded, else when it loads (it is loaded only where it is
+    /// used, see `OpenBLAS`). The daemon uses 1 (one window every 0.48 s needs no more, and extra threads spin and
+    /// cost CPU); parallel file analysis runs one single-threaded session per core instead.
     /// The corresponding C function is `openblas_set_num_threads`.
-    public static func set(_ count: Int) { openblas_set_num_threads(Int32(max(1, count))) }
-    /// The current OpenBLAS thread count. The corresponding C function is `openblas_get_num_threads`.
-    public static var current: Int { Int(openblas_get_num_threads()) }
+    public static func set(_ count: Int) { OpenBLAS.setThreads(count) }
 }
 
 /// Thread CPU time per inference stage, summed over runs (stages with the same name add up).

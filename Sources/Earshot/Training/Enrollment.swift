@@ -218,6 +218,7 @@ public enum Enrollment {
         var options = HeadTrainingOptions()
         options.seed = configuration.seed
         let epochs = Self.epochs
+        try OpenBLAS.require(for: "enrolling a sound")
         let trainer = HeadTrainer(options: options, classCount: 2)
         func matrix(_ include: (Int, Item) -> Bool) -> FeatureMatrix {
             var result = FeatureMatrix(columns: backbone.embeddingSize)

@@ -138,6 +138,7 @@ public enum HeadTraining {
         if let folds = configuration.folds, folds > perFile.count {
             throw EarshotError(.usage, "--folds \(folds) needs at least \(folds) recordings, there are \(perFile.count) (use fewer folds)")
         }
+        try OpenBLAS.require(for: "training a head")
         let trainer = HeadTrainer(options: options, classCount: labels.count)
 
         var crossValidation: EvaluationSummary?
