@@ -7,7 +7,7 @@ import Foundation
 enum HistoryCommand {
     static func run(_ arguments: [String]) -> Int32 {
         do {
-            let listing = try HistoryListing.parse(arguments)
+            let listing = try HistoryListing.parse(arguments, timeZone: .current)
             if listing.helpRequested {
                 print(HistoryListing.help)
                 return 0
@@ -15,7 +15,7 @@ enum HistoryCommand {
             let history = try EventHistory(path: listing.databasePath, access: .readOnly)
             let events = try history.events(matching: listing.query)
             var out = listing.format == .csv ? HistoryListing.csvHeader + "\n" : ""
-            for event in events { out += HistoryListing.line(for: event, format: listing.format) + "\n" }
+            for event in events { out += HistoryListing.line(for: event, format: listing.format, timeZone: .current) + "\n" }
             StandardOutput.write(out)
             if events.isEmpty, listing.format == .text {
                 FileHandle.standardError.write(Data("earshot: no events in \(listing.databasePath) match\n".utf8))

@@ -131,7 +131,7 @@ enum ReportCommand {
         bar.finish()
         let report = result.report
         do {
-            if let svgPath { try write(report.svg(), to: svgPath) }
+            if let svgPath { try write(report.svg(timeZone: .current), to: svgPath) }
             if let pngPath { try report.png(scale: pngScale ?? PNGRenderer.defaultScale).write(to: pngPath) }
             if let jsonPath {
                 let json = JSONValue.object(report.json).encoded + "\n"
@@ -145,7 +145,7 @@ enum ReportCommand {
             printError(error.message)
             return error.exitStatus
         }
-        if jsonPath != "-" { StandardOutput.write(report.text()) }
+        if jsonPath != "-" { StandardOutput.write(report.text(timeZone: .current)) }
         return 0
     }
 

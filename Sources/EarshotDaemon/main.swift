@@ -1,10 +1,11 @@
 import Earshot
-import Foundation
+import Glibc
 
 // `earshotd`: argument parsing and wiring only; the daemon lives in `EarshotDaemon` (Sources/Earshot/Daemon).
 
 func fail(_ error: EarshotError) -> Never {
-    FileHandle.standardError.write(Data("earshotd: \(error.message)\n".utf8))
+    let line = Array("earshotd: \(error.message)\n".utf8)
+    _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
     exit(error.exitStatus)
 }
 

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Smoke and CO alarm detection from the temporal pattern of their tones, fused with the classifier's scores.
 ///

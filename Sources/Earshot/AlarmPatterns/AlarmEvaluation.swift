@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Runs ``AlarmDetector`` (and, optionally, the built-in classifier for fusion) over labelled audio the way the
 /// daemon does, and tabulates recall, false events per file class, time to detection and CPU cost. Used by

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A smoke alarm, CO alarm or low-battery chirp decided by ``AlarmDetector``, with its evidence.
 public struct AlarmEvent: Sendable, Equatable {

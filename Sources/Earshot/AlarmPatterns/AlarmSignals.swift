@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Synthetic alarm and confuser signals for tests and `earshot eval`: exact on/off timings, a sine (piezo) or a
 /// square wave (low-frequency sounder), plus room reverberation, a phone line's band limit and companding, and

@@ -1,5 +1,7 @@
 internal import CFFTW
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A persistent narrow-band tone heard by ``ToneTracker``: one "on" segment of a beep, from its onset to its offset.
 public struct ToneSegment: Sendable, Equatable {

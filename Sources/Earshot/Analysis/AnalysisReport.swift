@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// How `earshot analyze` prints results.
 public enum AnalysisOutputFormat: String, CaseIterable, Sendable {
@@ -88,7 +90,7 @@ public struct AnalysisReportFormatter: Sendable {
 
     /// `value` with exactly `decimals` decimals (`%.*f`); `n/a` when it is not finite.
     static func fixed(_ value: Double, _ decimals: Int) -> String {
-        value.isFinite ? String(format: "%.\(decimals)f", value) : "n/a"
+        value.isFinite ? String(cFormat: "%.\(decimals)f", value) : "n/a"
     }
 
     /// `value` rounded to `decimals` decimals, trailing zeros (and a bare point) dropped: `0.93`, `1`, `0`; JSON's
@@ -125,7 +127,7 @@ public struct AnalysisReportFormatter: Sendable {
             case "\n": result += "\\n"
             case "\r": result += "\\r"
             case "\t": result += "\\t"
-            case _ where isControl(scalar): result += String(format: "\\x%02X", scalar.value)
+            case _ where isControl(scalar): result += String(cFormat: "\\x%02X", scalar.value)
             default: result.unicodeScalars.append(scalar)
             }
         }
@@ -139,7 +141,7 @@ public struct AnalysisReportFormatter: Sendable {
     /// A CSV field, quoted when it holds a comma, a quote or a line break (AudioSet labels hold commas).
     static func csvField(_ text: String) -> String {
         guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
-        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        return "\"" + text.replacing("\"", with: "\"\"") + "\""
     }
 }
 

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// Classifies the sounds in an audio file (Sound Analysis' `SNAudioFileAnalyzer`).
@@ -104,24 +106,27 @@ public final class AudioFileAnalyzer {
         decoder = nil
         // With more than one core, a thread decodes and resamples ahead (at most one round of audio) while this
         // one scores: decoding no longer waits for inference, nor inference for decoding. With one, inline.
-        let ahead = workers > 1
+        var decodingThread = workers > 1
             ? DecodedAudio(limit: windowsPerRound * 7_680 + 15_600) : nil
-        if let ahead {
+        if let ahead = decodingThread {
             let box = UncheckedBox(opened)
-            let thread = Thread {
-                do {
-                    let expected = try Self.decode(box.value) { chunk in ahead.put(.samples(chunk)) }
-                    ahead.put(.end(expectedLength: expected))
-                } catch let error as EarshotError {
-                    ahead.put(.failure(error))
-                } catch {
-                    ahead.put(.failure(EarshotError(.data, "\(error)")))
+            do {
+                try startThread(named: "earshot-decode") {
+                    do {
+                        let expected = try Self.decode(box.value) { chunk in ahead.put(.samples(chunk)) }
+                        ahead.put(.end(expectedLength: expected))
+                    } catch let error as EarshotError {
+                        ahead.put(.failure(error))
+                    } catch {
+                        ahead.put(.failure(EarshotError(.data, "\(error)")))
+                    }
+                    ahead.finished()
                 }
-                ahead.finished()
+            } catch {
+                decodingThread = nil  // no thread to spare: decode inline, as with one core
             }
-            thread.name = "earshot-decode"
-            thread.start()
         }
+        let ahead = decodingThread
         defer { ahead?.waitUntilFinished() }
         /// Takes decoded 16 kHz audio: scores every round it completes.
         func consume(_ chunk: [Float]) {
@@ -375,7 +380,7 @@ private final class DecodedAudio: @unchecked Sendable {
         case failure(EarshotError)
     }
 
-    private let condition = NSCondition()
+    private let condition = Condition()
     private var items: [Item] = []
     private var head = 0
     private var queuedSamples = 0

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The sample format of the buffers an ``AudioStreamAnalyzer`` receives (Sound Analysis takes an `AVAudioFormat`).
 public struct AudioStreamFormat: Sendable, Equatable, Hashable {

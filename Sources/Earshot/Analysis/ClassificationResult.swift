@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A span of audio in seconds, from the start of the file or stream (Sound Analysis' `CMTimeRange`, in seconds).
 public struct TimeRange: Sendable, Equatable, Hashable {

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// A request to classify sounds in windows of audio (Sound Analysis' `SNClassifySoundRequest`).

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Scores one analysis window of 16 kHz samples: log-mel frames, YAMNet on each 0.96 s patch, mean over patches.
 ///

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Figures for `earshot bench`: measured on this machine, printed, never asserted by tests.
 public enum Benchmark {
@@ -25,7 +27,7 @@ public enum Benchmark {
         for key in ["model name", "Model", "Hardware"] {
             for line in text.split(separator: "\n") where line.hasPrefix(key) {
                 if let colon = line.firstIndex(of: ":") {
-                    return line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                    return line[line.index(after: colon)...].trimmingSpaces()
                 }
             }
         }

@@ -1,5 +1,7 @@
 internal import CSndFile
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The inputs `earshot bench` measures with, written to temporary files: real recordings looped to length (so
 /// decoding, resampling and the gate see real audio), or quiet noise.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Measures a running `earshotd` from outside, as a user would see it in `top`: the daemon is started on a file
 /// streamed in real time (`--input FILE`), its READY notification is timed on our own `NOTIFY_SOCKET`, and its CPU
@@ -38,35 +40,27 @@ public enum DaemonBenchmark {
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {
-            throw EarshotError(.cannotCreate, "cannot create \(directory.path) for the daemon benchmark: \(error.localizedDescription)")
+            throw EarshotError(.cannotCreate, "cannot create \(directory.path) for the daemon benchmark: \(errorText(error))")
         }
         defer { try? FileManager.default.removeItem(at: directory) }
         let notify = try NotifySocket(path: directory.appendingPathComponent("notify").path)
         let socketPath = directory.appendingPathComponent("earshot.sock").path
         let stderrURL = directory.appendingPathComponent("stderr.txt")
-        FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
 
-        let process = Process()
-        process.executableURL = daemon
-        process.arguments = ["--input", input.path, "--socket", socketPath, "--no-journal"] + extraArguments
         var environment = ProcessInfo.processInfo.environment
         environment["NOTIFY_SOCKET"] = notify.path
         environment.removeValue(forKey: "WATCHDOG_USEC")
         environment.removeValue(forKey: "WATCHDOG_PID")
-        process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = try? FileHandle(forWritingTo: stderrURL)
         func lastErrorLine() -> String {
-            let text = (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? ""
+            let text = (try? String(contentsOfFile: stderrURL.path, encoding: .utf8)) ?? ""
             return text.split(separator: "\n").last.map(String.init) ?? "no message"
         }
 
         let started = Benchmark.now()
-        do {
-            try process.run()
-        } catch {
-            throw EarshotError(.unavailable, "cannot start \(daemon.path): \(error.localizedDescription) (build it with swift build -c release, or pass --daemon PATH)")
-        }
+        let process = try ChildProcess(
+            executable: daemon.path,
+            arguments: ["--input", input.path, "--socket", socketPath, "--no-journal"] + extraArguments,
+            environment: environment, standardErrorPath: stderrURL.path)
         let pid = process.processIdentifier
         defer {
             if process.isRunning {
@@ -92,10 +86,10 @@ public enum DaemonBenchmark {
         }
         let readyMillis = ((readyAt ?? started) - started) * 1000
 
-        Thread.sleep(forTimeInterval: warmUp)
+        sleepSeconds(warmUp)
         let before = ProcessSample(pid: pid)
         let from = Benchmark.now()
-        Thread.sleep(forTimeInterval: seconds)
+        sleepSeconds(seconds)
         let after = ProcessSample(pid: pid)
         let span = Benchmark.now() - from
         guard process.isRunning, let before, let after else {
@@ -109,12 +103,12 @@ public enum DaemonBenchmark {
             seconds: span,
             peakRSSMegabytes: after.peakRSSKilobytes * 1024 / 1e6,
             rssMegabytes: after.rssKilobytes * 1024 / 1e6,
-            windows: status?["windows"] as? Int,
-            gatedWindows: status?["gated_windows"] as? Int)
+            windows: status?["windows"]?.intValue,
+            gatedWindows: status?["gated_windows"]?.intValue)
     }
 
     /// The daemon's `{"type":"status",...}` reply, or nil when it does not answer within 2 s.
-    static func statusReply(socketPath: String) -> [String: Any]? {
+    static func statusReply(socketPath: String) -> JSONValue? {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -136,10 +130,9 @@ public enum DaemonBenchmark {
             received.append(contentsOf: buffer[0..<count])
             // Events may arrive before the reply: take the first line that is a status object.
             while let newline = received.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = Data(received[..<newline])
+                let line = Array(received[..<newline])
                 received.removeSubrange(...newline)
-                if let object = (try? JSONSerialization.jsonObject(with: line)) as? [String: Any],
-                   object["type"] as? String == "status" {
+                if let object = try? JSONValue.parse(line), object["type"]?.stringValue == "status" {
                     return object
                 }
             }
@@ -238,5 +231,60 @@ final class NotifySocket {
     deinit {
         Glibc.close(fd)
         unlink(path)
+    }
+}
+
+
+/// A child process started with `posix_spawn`: standard input and output on /dev/null, standard error into a file.
+final class ChildProcess {
+    let processIdentifier: pid_t
+    private var exitStatus: Int32?
+
+    /// Starts `executable`.
+    /// - Throws: ``EarshotError`` `.unavailable` with `strerror` text when it cannot be started.
+    init(executable: String, arguments: [String], environment: [String: String], standardErrorPath: String) throws(EarshotError) {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, standardErrorPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for pointer in argv { free(pointer) }
+            for pointer in envp { free(pointer) }
+        }
+        var pid = pid_t()
+        let status = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        guard status == 0 else {
+            throw EarshotError(.unavailable, "cannot start \(executable): \(String(cString: strerror(status))) (build it with swift build -c release, or pass --daemon PATH)")
+        }
+        processIdentifier = pid
+    }
+
+    /// Whether the child has not exited yet (reaps it when it has).
+    var isRunning: Bool {
+        guard exitStatus == nil else { return false }
+        var status: Int32 = 0
+        let result = waitpid(processIdentifier, &status, WNOHANG)
+        guard result == processIdentifier else { return result == 0 }
+        exitStatus = status
+        return false
+    }
+
+    /// The exit status (128 + signal number when a signal ended it); 0 while it runs.
+    var terminationStatus: Int32 {
+        guard let status = exitStatus else { return 0 }
+        return status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+    }
+
+    /// Waits for the child to exit.
+    func waitUntilExit() {
+        while exitStatus == nil {
+            var status: Int32 = 0
+            let result = waitpid(processIdentifier, &status, 0)
+            if result == processIdentifier { exitStatus = status } else if errno != EINTR { return }
+        }
     }
 }

@@ -1,5 +1,7 @@
 internal import CALSA
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A failed ALSA call: the C function, the negative error code it returned, and what that code means.
 ///
@@ -137,7 +139,7 @@ enum ALSADiagnostics {
         let result = body()
         snd_lib_error_set_local(previousHandler)
         _ = pthread_setspecific(bufferKey, previousBuffer)
-        let message = String(cString: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
+        let message = String(cString: buffer).trimmingWhitespace()
         return (result, message.isEmpty ? nil : message)
     }
 

@@ -1,5 +1,7 @@
 internal import CALSA
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// An ALSA PCM that can capture, as listed by the ALSA configuration's name hints (what `arecord -L` shows).
 public struct CaptureDevice: Sendable, Equatable {

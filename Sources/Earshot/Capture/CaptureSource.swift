@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// What a capture source delivers, after negotiation with the device (or from the file's header).
@@ -184,19 +186,13 @@ final class ProducerLoop: @unchecked Sendable {
         }
         nextPosition.store(framePosition, ordering: .relaxed)
         running.store(true, ordering: .releasing)
-        let thread = Thread { [self] in
-            // Named from inside: swift-corelibs-foundation applies a name set before start() only to the object,
-            // not to the kernel thread that `top -H` and `ps -L` show.
-            Thread.current.name = "earshot-capture"
+        try startThread(named: "earshot-capture", stackSize: 1 << 20) { [self] in
             let end = self.run(ring: ring, startPosition: framePosition)
             self.endReason.withLock { $0 = end }  // after the loop: locking is fine here
             self.running.store(false, ordering: .releasing)
             self.exited.signal()
             queue.async { onEnd(end) }
         }
-        thread.qualityOfService = .userInteractive
-        thread.stackSize = 1 << 20
-        thread.start()
     }
 
     @discardableResult

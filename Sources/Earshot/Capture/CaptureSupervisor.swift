@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// Keeps a capture source running for the daemon: opens it, reopens it with back-off when it fails or is

@@ -1,6 +1,8 @@
 internal import CALSA
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Settings for opening an ALSA capture device. Every field has a working default.
 public struct CaptureConfiguration: Sendable, Equatable {
@@ -453,7 +455,7 @@ final class PCMReader: SourceReader, @unchecked Sendable {
     }
 
     func error(for failure: SourceFailure) -> EarshotError {
-        let message = String(cString: logBuffer).trimmingCharacters(in: .whitespacesAndNewlines)
+        let message = String(cString: logBuffer).trimmingWhitespace()
         let error = ALSAError(
             function: "\(failure.function)", code: failure.code, detail: message.isEmpty ? nil : message)
         return EarshotError(

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Replays an audio file, or raw samples from standard input, through the same producer loop and ring buffer as
 /// live capture, paced by the monotonic clock at the input's sample rate (`earshotd --input FILE|-`).

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The names of clip files, and retention: which of them to delete.
 ///
@@ -98,7 +100,7 @@ public enum ClipFiles {
             names = try FileManager.default.contentsOfDirectory(atPath: directory)
         } catch {
             if !FileManager.default.fileExists(atPath: directory) { return Pruned() }
-            throw EarshotError(.io, "cannot list clips in \(directory): \(error.localizedDescription)")
+            throw EarshotError(.io, "cannot list clips in \(directory): \(errorText(error))")
         }
         struct Clip {
             var name: String

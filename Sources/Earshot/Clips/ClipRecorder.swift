@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// One clip cut from the analysis audio, ready to be written: 16 kHz mono 16-bit samples around one event.
 public struct ClipAudio: Sendable, Equatable {

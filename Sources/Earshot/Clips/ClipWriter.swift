@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// A clip written to disk: what the `clip_saved` line and the journal say.
@@ -48,7 +50,7 @@ public struct SavedClip: Sendable, Equatable {
     /// The journal line, e.g. `clip saved: /var/lib/earshot/clips/2026-11-30T21-15-03Z_baby_cry.wav (baby_cry,
     /// 14.60 s: stream time 0.00 s to 14.60 s)`, with `; event longer than 60 s, cut there` when capped.
     public var message: String {
-        func fixed(_ value: Double) -> String { String(format: "%.2f", value) }
+        func fixed(_ value: Double) -> String { String(cFormat: "%.2f", value) }
         let cap = capped ? "; event longer than \(Int(ClipRecorder.maximumEventSeconds)) s, cut there" : ""
         return "clip saved: \(path) (\(group), \(fixed(duration)) s: stream time \(fixed(start)) s to \(fixed(end)) s\(cap))"
     }
@@ -171,7 +173,7 @@ public final class ClipWriter: @unchecked Sendable {
         guard accepted else {
             queue.async { [self] in
                 lostSinceFailure += 1
-                report(.warning("clip of \(clip.group) at stream time \(String(format: "%.2f", clip.eventStart)) s dropped: \(Self.maximumBacklog) clips are still waiting for the disk"))
+                report(.warning("clip of \(clip.group) at stream time \(String(cFormat: "%.2f", clip.eventStart)) s dropped: \(Self.maximumBacklog) clips are still waiting for the disk"))
             }
             return
         }

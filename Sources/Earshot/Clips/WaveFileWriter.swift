@@ -1,5 +1,7 @@
 internal import CSndFile
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Writes 16-bit PCM mono WAV to an open file descriptor with libsndfile.
 ///
@@ -73,6 +75,6 @@ final class WaveFileWriter {
     /// The system's words when `errno` says what happened (ENOSPC, EROFS, EIO), else libsndfile's.
     private static func systemText(library: String, errno code: Int32) -> String {
         if code != 0 { return String(cString: strerror(code)) }
-        return library.trimmingCharacters(in: .whitespacesAndNewlines)
+        return library.trimmingWhitespace()
     }
 }

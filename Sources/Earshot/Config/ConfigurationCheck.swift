@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension DaemonConfiguration {
     /// What `earshotd --check-config` does: loads the configuration as the daemon would start with it, resolves the

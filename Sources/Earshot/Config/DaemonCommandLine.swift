@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The command line of `earshotd`, parsed: what to do, which configuration file, and the flags that override it.
 ///

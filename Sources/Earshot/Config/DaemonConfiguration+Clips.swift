@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension DaemonConfiguration {
     /// Saving the audio around each detection: `[clips]`. Off by default: clips are recordings of the home.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension DaemonConfiguration {
     /// Settings given on the command line; each non-nil value replaces the file's.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension DaemonConfiguration {
     /// The event history: `[history]`.
@@ -105,7 +107,7 @@ public struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
 
     /// Parses `HH:MM-HH:MM` (24-hour clock); nil for anything else or an empty window (start equal to end).
     public init?(_ text: String) {
-        let parts = text.split(separator: "-").map { $0.trimmingCharacters(in: .whitespaces) }
+        let parts = text.split(separator: "-").map { $0.trimmingSpaces() }
         guard parts.count == 2, let start = Self.minute(parts[0]), let end = Self.minute(parts[1]), start != end else {
             return nil
         }
@@ -127,7 +129,8 @@ public struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Whether `date` (in `timeZone`) falls inside the window.
-    public func contains(_ date: Date, timeZone: TimeZone = .current) -> Bool {
+    public func contains(_ date: Date, timeZone: TimeZone? = nil) -> Bool {
+        let timeZone = timeZone ?? LocalTime.zone(at: date)
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         let parts = calendar.dateComponents([.hour, .minute], from: date)

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension DaemonConfiguration {
     /// The keys of each fixed section, in the order `config/earshotd.conf` documents them.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Every setting of the daemon `earshotd`, with its built-in default.
 ///

@@ -1,5 +1,7 @@
 internal import CINIH
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// One `key = value` line of an INI file, as libinih reports it, with its line number.
 struct INIEntry: Equatable, Sendable {
@@ -136,7 +138,7 @@ private final class INIParseContext {
         // it here too, so that comments work the same on every line.
         var value = value
         if isContinuation, let comment = value.firstRange(of: #/[ \t];/#) {
-            value = String(value[..<comment.lowerBound]).trimmingCharacters(in: .whitespaces)
+            value = String(value[..<comment.lowerBound]).trimmingSpaces()
         }
         entries.append(INIEntry(section: section, key: key, value: value, line: currentLine,
                                 isContinuation: isContinuation))

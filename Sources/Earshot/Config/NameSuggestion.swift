@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// "Did you mean" hints for misspelt keys, sections, group names and class labels.
 enum NameSuggestion {
@@ -16,7 +18,7 @@ enum NameSuggestion {
     static func nearestLabel(to name: String, in labels: [String]) -> String? {
         var best: (label: String, distance: Int)?
         for label in labels {
-            let parts = [label] + label.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            let parts = [label] + label.split(separator: ",").map { $0.trimmingSpaces() }
             for part in parts {
                 let distance = editDistance(name.lowercased(), part.lowercased())
                 if let current = best, current.distance <= distance { continue }

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// How one setting's text becomes a value, and what is allowed, shared by the configuration file and the command
 /// line so that both say the same thing about the same value.
@@ -100,7 +102,7 @@ enum SettingRules {
     /// either, so `watch` and `--watch` accept `|` and `,`. Items are trimmed; empty items are dropped.
     static func listItems(_ text: String, separators: Set<Character>) -> [String] {
         text.split(whereSeparator: { separators.contains($0) })
-            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .map { $0.trimmingSpaces() }
             .filter { !$0.isEmpty }
     }
 

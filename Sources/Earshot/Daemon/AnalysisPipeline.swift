@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The daemon's analysis queue: drains the capture ring, runs the RMS gate and the sliding-window classifier
 /// (`AudioStreamAnalyzer`), turns window scores into detection events (`DetectionEngine`) and hands every event and

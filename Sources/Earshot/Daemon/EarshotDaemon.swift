@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// `earshotd` wired together: capture (ALSA or a real-time input) -> lock-free ring -> analysis queue (gate,
@@ -44,7 +46,7 @@ public final class EarshotDaemon: @unchecked Sendable {
     /// Monotonic nanoseconds of the analysis queue's last poll, for the watchdog.
     private let heartbeat = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
     private let deviceHasWorked = Atomic<Bool>(false)
-    private let printLock = NSLock()
+    private let printLock = Lock()
     /// Finished events to the SQLite history (`[history]`; nil when disabled). Its settings need a restart.
     private var history: HistoryRecorder?
     private let historySettings: DaemonConfiguration.History
@@ -291,7 +293,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         }
         if commandLine.foreground {
             let line = JSONValue.object(object).encoded + "\n"
-            printLock.withLock { FileHandle.standardOutput.write(Data(line.utf8)) }
+            _ = printLock.withLock { writeAll(STDOUT_FILENO, line) }
         }
     }
 
@@ -319,7 +321,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         journal.record(fields: clip.journalFields(identifier: journal.identifier))
         if commandLine.foreground {
             let line = JSONValue.object(object).encoded + "\n"
-            printLock.withLock { FileHandle.standardOutput.write(Data(line.utf8)) }
+            _ = printLock.withLock { writeAll(STDOUT_FILENO, line) }
         }
     }
 
@@ -438,7 +440,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         history?.close()
         clipWriter?.close()
         // Subscribers get the last events before the socket closes.
-        Thread.sleep(forTimeInterval: 0.2)
+        sleepSeconds(0.2)
         server.stop()
         watchdog?.cancel()
         journal.log("stopped (\(reason))")

@@ -1,5 +1,7 @@
 internal import CSndFile
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Reads an audio file with libsndfile as 32-bit float frames at the file's own sample rate.
 ///
@@ -289,12 +291,12 @@ public final class AudioFileDecoder {
     /// 0xFFFFFFFF and >= 0x7FFF0000 are the placeholders streaming writers leave, not truncation.
     static func shortDataChunk(log: String) -> (declared: Int64, present: Int64)? {
         for line in log.split(separator: "\n") {
-            let trimmedLine = line.trimmingCharacters(in: .whitespaces)
+            let trimmedLine = line.trimmingSpaces()
             guard trimmedLine.hasPrefix("data") || trimmedLine.hasPrefix("SSND"),
                   let colon = trimmedLine.firstIndex(of: ":"),
-                  let open = trimmedLine.range(of: "(should be ") else { continue }
+                  let open = trimmedLine.firstRange(of: "(should be ") else { continue }
             let declaredText = trimmedLine[trimmedLine.index(after: colon)..<open.lowerBound]
-                .trimmingCharacters(in: .whitespaces)
+                .trimmingSpaces()
             let presentText = trimmedLine[open.upperBound...].prefix { $0.isNumber }
             guard let declared = Int64(declaredText), let present = Int64(presentText) else { continue }
             if present < declared && declared < 0x7FFF_0000 {
@@ -310,14 +312,14 @@ public final class AudioFileDecoder {
         info.format = Int32(format)
         let size = Int32(MemoryLayout<SF_FORMAT_INFO>.size)
         guard sf_command(nil, Int32(SFC_GET_FORMAT_INFO), &info, size) == 0, let name = info.name else {
-            return String(format: "format 0x%x", format)
+            return String(cFormat: "format 0x%x", format)
         }
         return String(cString: name)
     }
 
     /// A libsndfile message without its `Error : ` prefix and trailing period, to sit inside parentheses.
     private static func trimmed(_ text: String) -> String {
-        var result = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        var result = text.trimmingWhitespace()
         if result.hasPrefix("Error : ") { result.removeFirst("Error : ".count) }
         while result.hasSuffix(".") { result.removeLast() }
         return result

@@ -1,5 +1,7 @@
 internal import CSoxr
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A streaming sample-rate converter for mono float32 audio (libsoxr, "HQ" quality).
 ///

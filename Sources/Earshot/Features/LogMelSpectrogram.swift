@@ -1,5 +1,7 @@
 internal import CFFTW
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The YAMNet reference front end: 16 kHz mono samples to a log-mel spectrogram.
 ///
@@ -36,7 +38,7 @@ public final class LogMelSpectrogram {
     private static let bins = fftSize / 2 + 1
     /// FFTW's planner is not thread-safe; plan creation and destruction are serialised, here and by every other
     /// FFTW user in the module (`ToneTracker`).
-    static let planLock = NSLock()
+    static let planLock = Lock()
 
     private let window: [Float]
     /// Per mel band: the first FFT bin with a non-zero weight and the weights from there on.

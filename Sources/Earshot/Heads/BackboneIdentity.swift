@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// Which feature extractor a classifier head was trained on: the backbone's name, the SHA-256 of its weights file

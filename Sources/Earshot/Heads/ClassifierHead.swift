@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A custom sound classifier: a small head (logistic regression or an MLP) on the built-in backbone's 1024-d
 /// embeddings, trained by `earshot train` or `earshot enroll`, with its own class labels.
@@ -132,7 +134,7 @@ enum HeadFileCodec {
     /// - Throws: `EarshotError(.cannotCreate)` when the metadata cannot be encoded as JSON.
     static func encode(metadata: HeadMetadata, parameters: HeadParameters) throws(EarshotError) -> [UInt8] {
         var data: [UInt8] = []
-        var entries: [String: Any] = [:]
+        var entries: [String: JSONValue] = [:]
         for tensor in parameters.tensors {
             let start = data.count
             for value in tensor.values {
@@ -140,7 +142,10 @@ enum HeadFileCodec {
                 data += [UInt8(truncatingIfNeeded: bits), UInt8(truncatingIfNeeded: bits >> 8),
                          UInt8(truncatingIfNeeded: bits >> 16), UInt8(truncatingIfNeeded: bits >> 24)]
             }
-            entries[tensor.name] = ["dtype": "F32", "shape": tensor.shape, "data_offsets": [start, data.count]]
+            entries[tensor.name] = .object([
+                "data_offsets": .array([.int(start), .int(data.count)]), "dtype": .string("F32"),
+                "shape": .array(tensor.shape.map { .int($0) }),
+            ])
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
@@ -150,15 +155,13 @@ enum HeadFileCodec {
         } catch {
             throw EarshotError(.cannotCreate, "cannot encode the head model's metadata: \(error)")
         }
-        entries["__metadata__"] = [
-            "format": ClassifierHead.formatName, metadataKey: metadataJSON, hashKey: SHA256.hex(of: data),
-        ]
-        var header: [UInt8]
-        do {
-            header = Array(try JSONSerialization.data(withJSONObject: entries, options: [.sortedKeys]))
-        } catch {
-            throw EarshotError(.cannotCreate, "cannot encode the head model's header: \(error)")
-        }
+        entries["__metadata__"] = .object(JSONObject([
+            ("format", .string(ClassifierHead.formatName)), (metadataKey, .string(metadataJSON)),
+            (hashKey, .string(SHA256.hex(of: data))),
+        ].sorted { $0.0 < $1.0 }))
+        // Keys sorted, as before (the file's bytes do not depend on dictionary order).
+        let sorted = entries.keys.sorted().map { ($0, entries[$0]!) }
+        var header = Array(JSONValue.object(JSONObject(uniqueEntries: sorted)).encoded.utf8)
         // Tensor data starts on an 8-byte boundary (safetensors pads the header with spaces).
         while (8 + header.count) % 8 != 0 { header.append(0x20) }
         var bytes: [UInt8] = []
@@ -182,12 +185,14 @@ enum HeadFileCodec {
             throw EarshotError(.data, "\(damaged): its header length (\(headerLength) bytes) does not fit the file's \(bytes.count) bytes \(fix)")
         }
         let dataStart = 8 + Int(headerLength)
-        let headerBytes = Data(bytes[8..<dataStart])
-        guard let header = (try? JSONSerialization.jsonObject(with: headerBytes)) as? [String: Any] else {
+        guard let header = try? JSONValue.parse(bytes[8..<dataStart]), header.objectValue != nil else {
             throw EarshotError(.data, "\(damaged): its header is not safetensors JSON \(fix)")
         }
-        guard let fileMetadata = header["__metadata__"] as? [String: String],
-              fileMetadata["format"] == ClassifierHead.formatName
+        var fileMetadata: [String: String] = [:]
+        for entry in header["__metadata__"]?.objectValue?.entries ?? [] {
+            if let text = entry.value.stringValue { fileMetadata[entry.key] = text }
+        }
+        guard fileMetadata["format"] == ClassifierHead.formatName
         else {
             throw EarshotError(
                 .data,
@@ -219,12 +224,12 @@ enum HeadFileCodec {
         }
         var parameters = HeadParameters(inputSize: inputs, hiddenUnits: hidden, classCount: classes)
         func tensor(_ name: String, shape: [Int]) throws(EarshotError) -> [Float] {
-            guard let entry = header[name] as? [String: Any] else {
+            guard let entry = header[name], entry.objectValue != nil else {
                 throw EarshotError(.data, "\(damaged): tensor \"\(name)\" is missing \(fix)")
             }
             let count = shape.reduce(1, *)
-            guard entry["dtype"] as? String == "F32", entry["shape"] as? [Int] == shape,
-                  let offsets = entry["data_offsets"] as? [Int], offsets.count == 2, offsets[0] >= 0,
+            guard entry["dtype"]?.stringValue == "F32", entry["shape"]?.intArrayValue == shape,
+                  let offsets = entry["data_offsets"]?.intArrayValue, offsets.count == 2, offsets[0] >= 0,
                   offsets[1] - offsets[0] == count * 4, offsets[1] <= data.count
             else {
                 throw EarshotError(.data, "\(damaged): tensor \"\(name)\" is not F32 \(shape) inside the file \(fix)")
@@ -249,8 +254,8 @@ enum HeadFileCodec {
         }
         parameters.outputWeights = try tensor("output.weight", shape: [parameters.outputInputs, classes])
         parameters.outputBias = try tensor("output.bias", shape: [classes])
-        if let entry = header["prototype.embeddings"] as? [String: Any] {
-            let shape = entry["shape"] as? [Int] ?? []
+        if let entry = header["prototype.embeddings"], entry.objectValue != nil {
+            let shape = entry["shape"]?.intArrayValue ?? []
             guard shape.count == 2, shape[0] >= 1, shape[0] <= 100_000, shape[1] == inputs else {
                 throw EarshotError(.data, "\(damaged): tensor \"prototype.embeddings\" has shape \(shape), expected [N, \(inputs)] \(fix)")
             }
@@ -273,8 +278,8 @@ enum HeadFileCodec {
 
     /// The `format_version` field of metadata JSON that does not decode as a whole.
     private static func formatVersion(_ json: String?) -> Int? {
-        guard let json, let object = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] else { return nil }
-        return object["format_version"] as? Int
+        guard let json, let object = try? JSONValue.parse(json) else { return nil }
+        return object["format_version"]?.intValue
     }
 
     /// A decoding error in a few words.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Row-major matrix products for classifier heads, through OpenBLAS.
 enum DenseMath {

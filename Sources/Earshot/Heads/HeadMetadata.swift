@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The kind of classifier head.
 public enum HeadClassifierKind: String, Sendable, Codable, CaseIterable {
@@ -78,10 +80,7 @@ public struct HeadMetadata: Sendable, Equatable, Codable {
 
     /// `2024-05-01T12:00:00Z`
     static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter.string(from: date)
+        date.formatted(Date.ISO8601FormatStyle())
     }
 }
 

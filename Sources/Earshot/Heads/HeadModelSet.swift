@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The custom models (``ClassifierHead`` files) the daemon runs beside the built-in classifier, each under a name:
 /// its file name without the extension (`/var/lib/earshot/doorbell.earshot` is `doorbell`).
@@ -142,7 +144,7 @@ public struct HeadModelSet: Sendable {
                 name += "_"
             }
         }
-        name = String(name.trimmingCharacters(in: CharacterSet(charactersIn: "_")).prefix(57))
+        name = String(name.trimming { $0 == "_" }.prefix(57))
         if name.isEmpty { return "custom" }
         return LabelGroup.presets[name] == nil ? name : name + "_custom"
     }

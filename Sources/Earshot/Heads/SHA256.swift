@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// SHA-256 (FIPS 180-4), for the identity of model weights: a head model records the digest of the backbone's
 /// weights file it was trained on, and the digest of its own tensor bytes to notice a damaged file.

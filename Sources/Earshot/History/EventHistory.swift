@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 internal import CSQLite
 
 /// One detection as the event history stores it: a finished event of a label group, in wall-clock time.
@@ -294,7 +296,7 @@ public final class EventHistory {
                 cause: error.message)
         }
         if error.isCannotOpen {
-            let directory = (path as NSString).deletingLastPathComponent
+            let directory = parentDirectory(of: path)
             return EarshotError(
                 .cannotCreate,
                 "\(what) (check that \(directory.isEmpty ? "." : directory) exists and is writable by the daemon's user; under systemd use StateDirectory=earshot, or set [history] path)",

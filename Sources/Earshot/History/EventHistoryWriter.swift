@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// The daemon's writer of the event history: stores finished events on its own serial queue so that the analysis

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Measures the loudness of detection events from the analysis windows' RMS levels, and turns finished events
 /// (stream time) into ``HistoryEvent``s (wall-clock time).

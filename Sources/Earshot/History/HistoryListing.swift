@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// `earshot history`: its options, parsed, and the formats it prints stored events in.
 public struct HistoryListing: Sendable, Equatable {
@@ -46,7 +48,7 @@ public struct HistoryListing: Sendable, Equatable {
     /// - Parameter now: the time durations count back from.
     /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.
     ///   `--since "yesterday": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30`.
-    public static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = .current)
+    public static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = LocalTime.zone())
         throws(EarshotError) -> HistoryListing
     {
         var listing = HistoryListing()
@@ -79,7 +81,7 @@ public struct HistoryListing: Sendable, Equatable {
                 }
                 if name == "--since" { listing.since = date } else { listing.until = date }
             case "--group":
-                let names = try value(name, inline).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                let names = try value(name, inline).split(separator: ",").map { $0.trimmingSpaces() }
                     .filter { !$0.isEmpty }
                 guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a group name, e.g. --group snoring") }
                 listing.groups += names
@@ -120,19 +122,47 @@ public struct HistoryListing: Sendable, Equatable {
         {
             return now.addingTimeInterval(-amount * scale)
         }
-        let iso = ISO8601DateFormatter()
-        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
-            iso.formatOptions = options
-            if let date = iso.date(from: text) { return date }
+        for fractional in [true, false] {
+            if let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: fractional)) {
+                return date
+            }
         }
-        let local = DateFormatter()
-        local.locale = Locale(identifier: "en_US_POSIX")
-        local.timeZone = timeZone
-        for pattern in ["yyyy-MM-dd'T'HH:mm:ss", "yyyy-MM-dd'T'HH:mm", "yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd HH:mm", "yyyy-MM-dd"] {
-            local.dateFormat = pattern
-            if let date = local.date(from: text) { return date }
+        return localDate(text, timeZone: timeZone)
+    }
+
+    /// `YYYY-MM-DD`, optionally followed by `T` or a space and `HH:MM` or `HH:MM:SS`, as wall-clock time in
+    /// `timeZone`; nil for anything else or an impossible date.
+    static func localDate(_ text: String, timeZone: TimeZone) -> Date? {
+        let bytes = Array(text.utf8)
+        func number(_ from: Int, _ count: Int) -> Int? {
+            guard from + count <= bytes.count else { return nil }
+            var value = 0
+            for byte in bytes[from..<(from + count)] {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+                value = value * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            return value
         }
-        return nil
+        guard [10, 16, 19].contains(bytes.count), let year = number(0, 4), bytes[4] == UInt8(ascii: "-"),
+              let month = number(5, 2), bytes[7] == UInt8(ascii: "-"), let day = number(8, 2) else { return nil }
+        var components = DateComponents(year: year, month: month, day: day, hour: 0, minute: 0, second: 0)
+        if bytes.count > 10 {
+            guard bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: " "), let hour = number(11, 2),
+                  bytes[13] == UInt8(ascii: ":"), let minute = number(14, 2) else { return nil }
+            components.hour = hour
+            components.minute = minute
+            if bytes.count == 19 {
+                guard bytes[16] == UInt8(ascii: ":"), let second = number(17, 2) else { return nil }
+                components.second = second
+            }
+        }
+        guard (1...12).contains(month), (1...31).contains(day), (0...23).contains(components.hour ?? 0),
+              (0...59).contains(components.minute ?? 0), (0...59).contains(components.second ?? 0) else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        guard let date = calendar.date(from: components),
+              calendar.dateComponents([.day], from: date).day == day else { return nil }  // no 31 April
+        return date
     }
 
     // MARK: Formats
@@ -144,7 +174,7 @@ public struct HistoryListing: Sendable, Equatable {
     /// One event in `format`, without a newline. Text uses `timeZone`; JSONL and CSV use UTC ISO 8601.
     ///
     /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`.
-    public static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = .current) -> String {
+    public static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = LocalTime.zone()) -> String {
         let duration = JSONValue.format(event.duration, decimals: 1)
         let peak = JSONValue.format(Double(event.peakConfidence), decimals: 2)
         let mean = JSONValue.format(Double(event.meanConfidence), decimals: 2)
@@ -184,7 +214,7 @@ public struct HistoryListing: Sendable, Equatable {
     /// A CSV field, quoted when it holds a comma, a quote or a line break (AudioSet labels hold commas).
     static func csvField(_ text: String) -> String {
         guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
-        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        return "\"" + text.replacing("\"", with: "\"\"") + "\""
     }
 
     /// `YYYY-MM-DD HH:MM:SS` in `timeZone`.

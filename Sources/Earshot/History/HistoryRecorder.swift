@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The daemon's link to the event history: measures each event's loudness from the analysis windows
 /// (``EventLevelMeter``) and hands finished events to an ``EventHistoryWriter``.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 internal import CSQLite
 
 /// One open SQLite database connection (`sqlite3*`), closed in deinit.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Reads AudioSet class labels from a YAMNet class map CSV (`index,mid,display_name`, display names quoted when they
 /// contain commas, as in the reference `yamnet_class_map.csv`).

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Finds the directory holding the built-in model (`yamnet.safetensors` and `yamnet_class_map.csv`).
 ///

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A read-only, memory-mapped safetensors file (https://github.com/huggingface/safetensors format: an 8-byte
 /// little-endian header length, a JSON header, then the raw tensor bytes). Only `F32` tensors are read.
@@ -46,21 +48,23 @@ final class SafeTensorsFile {
             throw EarshotError(.data, "\(damaged): header length \(headerLength) exceeds the file \(fix)")
         }
         dataStart = 8 + headerLength
-        let headerData = Data(bytes: base + 8, count: headerLength)
-        guard let header = (try? JSONSerialization.jsonObject(with: headerData)) as? [String: Any] else {
+        let headerBytes = UnsafeRawBufferPointer(start: base + 8, count: headerLength)
+        guard let header = (try? JSONValue.parse(headerBytes))?.objectValue else {
             munmap(mapping, size)
             throw EarshotError(.data, "\(damaged): its header is not JSON \(fix)")
         }
         var entries: [String: Entry] = [:]
         var metadata: [String: String] = [:]
-        for (name, value) in header {
+        for entry in header.entries {
+            let name = entry.key, fields = entry.value
             if name == "__metadata__" {
-                metadata = value as? [String: String] ?? [:]
+                for field in fields.objectValue?.entries ?? [] {
+                    if let text = field.value.stringValue { metadata[field.key] = text }
+                }
                 continue
             }
-            guard let fields = value as? [String: Any], let dtype = fields["dtype"] as? String,
-                  let shape = fields["shape"] as? [Int], let offsets = fields["data_offsets"] as? [Int],
-                  offsets.count == 2
+            guard let dtype = fields["dtype"]?.stringValue, let shape = fields["shape"]?.intArrayValue,
+                  let offsets = fields["data_offsets"]?.intArrayValue, offsets.count == 2
             else {
                 munmap(mapping, size)
                 throw EarshotError(.data, "\(damaged): tensor \"\(name)\" has a malformed header entry \(fix)")

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// YAMNet, the built-in sound classifier: a MobileNet-v1 over 0.96 s log-mel patches giving scores for the 521
 /// AudioSet classes and a 1024-d embedding.

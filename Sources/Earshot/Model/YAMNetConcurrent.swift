@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension YAMNet {
     /// `YAMNetSession.analyze(waveform:)` spread over `threads` cores: the log-mel frames and then the patches are

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Scores a long 16 kHz waveform that arrives in pieces, typically a file being decoded, with inference running on
 /// `threads` worker threads while the caller goes on decoding: decoding, resampling and the front end (on the
@@ -148,7 +150,7 @@ public final class YAMNetPipeline {
 
 /// What the pipeline's workers share: idle sessions and finished results, behind a lock.
 private final class WorkerState: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = Lock()
     private var sessions: [YAMNetSession]
     private var results: [Int: (scores: [Float], embeddings: [Float])] = [:]
 

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The JSON objects the event socket sends, one per line. Confidences are rounded to 4 decimals, stream times
 /// and durations to 3 (milliseconds), and `time` is the wall clock in ISO 8601 UTC with milliseconds.

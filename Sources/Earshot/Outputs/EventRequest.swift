@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A request line a client sends to the event socket.
 enum EventRequest: Equatable {
@@ -34,20 +36,20 @@ enum EventRequest: Equatable {
         guard nesting(of: line) <= maxNesting else {
             return .failure("malformed request: nested more than \(maxNesting) levels deep (\(hint))")
         }
-        guard let value = try? JSONSerialization.jsonObject(with: Data(line), options: []) else {
+        guard let object = try? JSONValue.parse(line) else {
             return .failure("malformed request: not valid JSON (\(hint))")
         }
-        guard let object = value as? [String: Any] else {
+        guard object.objectValue != nil else {
             return .failure("malformed request: expected a JSON object (\(hint))")
         }
         if let subscribe = object["subscribe"] {
-            if let name = subscribe as? String { return .request(.subscribe([name])) }
-            guard let list = subscribe as? [Any] else {
+            if let name = subscribe.stringValue { return .request(.subscribe([name])) }
+            guard let list = subscribe.arrayValue else {
                 return .failure("malformed request: \"subscribe\" must be a list of group names")
             }
             var names: [String] = []
             for item in list {
-                guard let name = item as? String else {
+                guard let name = item.stringValue else {
                     return .failure("malformed request: \"subscribe\" must be a list of group names")
                 }
                 names.append(name)
@@ -55,17 +57,17 @@ enum EventRequest: Equatable {
             return .request(.subscribe(names))
         }
         if let command = object["cmd"] {
-            if let name = command as? String, commands.contains(name), name != "status" {
+            if let name = command.stringValue, commands.contains(name), name != "status" {
                 return .request(.command(name))
             }
-            guard let name = command as? String, name == "status" else {
-                let shown = (command as? String).map { "\"\($0)\"" } ?? "\(command)"
+            guard let name = command.stringValue, name == "status" else {
+                let shown = command.stringValue.map { "\"\($0)\"" } ?? command.encoded
                 let supported = (["status"] + commands.filter { $0 != "status" }).map { "\"\($0)\"" }
                 return .failure("unknown command \(shown) (supported: \(supported.joined(separator: ", ")))")
             }
             return .request(.status)
         }
-        if let status = object["status"] as? Bool, status {
+        if object["status"]?.boolValue == true {
             return .request(.status)
         }
         return .failure("unknown request (\(hint))")

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The daemon's event socket: a Unix stream socket that sends JSON lines to any number of subscribers.
 ///

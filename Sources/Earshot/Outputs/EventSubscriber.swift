@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A client of the daemon's event socket (`earshot subscribe`): connects, sends requests, reads JSON lines.
 ///
@@ -54,7 +56,7 @@ public final class EventSubscriber {
         /// The name of the group owning `path`, or else its directory.
         static func owningGroup(of path: String) -> String? {
             var info = stat()
-            let directory = (path as NSString).deletingLastPathComponent
+            let directory = parentDirectory(of: path)
             guard stat(path, &info) == 0 || stat(directory.isEmpty ? "." : directory, &info) == 0 else { return nil }
             var entry = Glibc.group()
             var result: UnsafeMutablePointer<Glibc.group>?

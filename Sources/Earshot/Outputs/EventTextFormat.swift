@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The human form of the event socket's JSON lines (`earshot subscribe --format text`).
 ///
@@ -13,16 +15,16 @@ public enum EventTextFormat {
     ///
     /// - Parameters:
     ///   - line: one JSON line as the socket sends it.
-    ///   - timeZone: the zone the wall-clock `time` is shown in (the local zone by default).
+    ///   - timeZone: the zone the wall-clock `time` is shown in (default: the local offset now, `LocalTime`; the
+    ///     command line passes `TimeZone.current`, which knows the zone's rules).
     /// - Returns: the text line; nil for a `subscribed` acknowledgement (not an event); the line itself when it is
     ///   not a known object.
-    public static func format(line: String, timeZone: TimeZone = .current) -> String? {
-        guard let value = try? JSONSerialization.jsonObject(with: Data(line.utf8)),
-            let object = value as? [String: Any], let type = object["type"] as? String
-        else { return line }
-        let when = (object["time"] as? String).flatMap { localTime($0, timeZone: timeZone) }.map { $0 + "  " } ?? ""
-        let group = object["group"] as? String ?? "?"
-        let label = object["class"] as? String ?? "?"
+    public static func format(line: String, timeZone: TimeZone = LocalTime.zone()) -> String? {
+        guard let object = try? JSONValue.parse(line), let type = object["type"]?.stringValue else { return line }
+        func text(_ key: String) -> String? { object[key]?.stringValue }
+        let when = text("time").flatMap { localTime($0, timeZone: timeZone) }.map { $0 + "  " } ?? ""
+        let group = text("group") ?? "?"
+        let label = text("class") ?? "?"
         switch type {
         case "detection":
             return "\(when)\(group) started: \"\(label)\" \(percent(object["confidence"]))"
@@ -32,18 +34,18 @@ public enum EventTextFormat {
                 + " peak \(percent(object["peak_confidence"])), mean \(percent(object["mean_confidence"]))"
                 + " (stream \(seconds(object["start"]))-\(seconds(object["end"])) s)"
         case "health":
-            let state = object["state"] as? String ?? "?"
-            let message = object["message"] as? String ?? ""
+            let state = text("state") ?? "?"
+            let message = text("message") ?? ""
             return message.isEmpty ? "\(when)health \(state)" : "\(when)health \(state): \(message)"
         case "clip_saved":
-            let capped = object["capped"] as? Bool == true ? ", event cut at 60 s" : ""
-            return "\(when)\(group) clip saved: \(object["path"] as? String ?? "?") (\(seconds(object["duration"])) s,"
+            let capped = object["capped"]?.boolValue == true ? ", event cut at 60 s" : ""
+            return "\(when)\(group) clip saved: \(text("path") ?? "?") (\(seconds(object["duration"])) s,"
                 + " stream \(seconds(object["start"]))-\(seconds(object["end"])) s\(capped))"
         case "dropped":
-            let count = (object["count"] as? NSNumber)?.intValue ?? 0
+            let count = object["count"]?.intValue ?? 0
             return "(\(count) event\(count == 1 ? "" : "s") dropped: this subscriber fell behind)"
         case "error":
-            return "daemon error: \(object["message"] as? String ?? line)"
+            return "daemon error: \(text("message") ?? line)"
         case "shutdown":
             return "earshotd stopped (shutdown notice)"
         case "subscribed":
@@ -53,27 +55,27 @@ public enum EventTextFormat {
         }
     }
 
-    private static func percent(_ value: Any?) -> String {
-        guard let number = value as? NSNumber else { return "?%" }
-        return "\(Int((number.doubleValue * 100).rounded()))%"
+    private static func percent(_ value: JSONValue?) -> String {
+        guard let number = value?.doubleValue, number.isFinite else { return "?%" }
+        return "\(Int((number * 100).rounded()))%"
     }
 
-    private static func seconds(_ value: Any?) -> String {
-        guard let number = value as? NSNumber, number.doubleValue.isFinite else { return "?" }
-        return String(format: "%.2f", number.doubleValue)
+    private static func seconds(_ value: JSONValue?) -> String {
+        guard let number = value?.doubleValue, number.isFinite else { return "?" }
+        return String(cFormat: "%.2f", number)
     }
 
     /// `2026-11-30T16:45:12.345Z` shown as `2026-11-30 17:45:12` in `timeZone`.
     static func localTime(_ text: String, timeZone: TimeZone) -> String? {
-        let parser = ISO8601DateFormatter()
-        parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        guard let date = parser.date(from: text) else { return nil }
+        guard let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) else {
+            return nil
+        }
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
         guard let year = parts.year, let month = parts.month, let day = parts.day, let hour = parts.hour,
             let minute = parts.minute, let second = parts.second
         else { return nil }
-        return String(format: "%04d-%02d-%02d %02d:%02d:%02d", year, month, day, hour, minute, second)
+        return String(cFormat: "%04d-%02d-%02d %02d:%02d:%02d", year, month, day, hour, minute, second)
     }
 }

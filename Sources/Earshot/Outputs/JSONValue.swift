@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A JSON value with ordered object keys and explicit number rounding, encoded to one line of text.
 ///
@@ -56,7 +58,7 @@ public indirect enum JSONValue: Sendable, Equatable {
             if value == value.rounded(), abs(value) < 1e15 { return String(Int64(value)) + ".0" }
             return "\(value)"  // Swift's shortest round-trip form, e.g. 0.1, 1e-05, 1e+20: all valid JSON
         }
-        var text = String(format: "%.\(max(0, min(decimals, 17)))f", value)
+        var text = String(cFormat: "%.\(max(0, min(decimals, 17)))f", value)
         if text.contains(".") {
             while text.hasSuffix("0") { text.removeLast() }
             if text.hasSuffix(".") { text += "0" }
@@ -119,6 +121,11 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral {
 
     public init(dictionaryLiteral elements: (String, JSONValue)...) {
         self.init(elements)
+    }
+
+    /// An object with these entries, in order. - Precondition: the keys are distinct.
+    init(uniqueEntries pairs: [(String, JSONValue)]) {
+        entries = pairs.map { Entry(key: $0.0, value: $0.1) }
     }
 
     /// The value for `key`; setting nil removes the key.

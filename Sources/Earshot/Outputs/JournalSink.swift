@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 internal import CSystemd
 
 /// Logs one structured journal entry per detection event and health change, or the same message line on stderr
@@ -206,7 +208,7 @@ public final class JournalSink: Sendable {
     }
 
     private static func fixed(_ value: Double, _ decimals: Int) -> String {
-        value.isFinite ? String(format: "%.\(decimals)f", value) : "n/a"
+        value.isFinite ? String(cFormat: "%.\(decimals)f", value) : "n/a"
     }
 }
 

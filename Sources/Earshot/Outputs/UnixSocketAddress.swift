@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A filesystem Unix-domain socket address (`struct sockaddr_un`) for a path, shared by the event server and its
 /// clients.

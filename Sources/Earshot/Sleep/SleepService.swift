@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Sleep sessions inside `earshotd`: started and stopped by socket commands (`{"cmd":"sleep_start"}`,
 /// `{"cmd":"sleep_stop"}`, `{"cmd":"sleep_status"}`, sent by `earshot sleep start|stop|status`) or by the daily
@@ -32,7 +34,8 @@ public final class SleepService: @unchecked Sendable {
     private let publish: (DetectionEvent) -> Void
     private let publishReport: @Sendable (JSONObject) -> Void
     private let log: @Sendable (String, Int) -> Void
-    private let timeZone: TimeZone
+    /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
+    private let fixedTimeZone: TimeZone?
     private var session: SleepSession?
     /// The `[sleep] model` head, loaded at init and reload (nil: none, or it failed to load and the log says why).
     private var head: SnoreDetector.HeadEvidence?
@@ -53,13 +56,13 @@ public final class SleepService: @unchecked Sendable {
     ///   - log: a journal line and its priority (report written, or why not).
     public init(
         analysisQueue: DispatchQueue, classLabels: [String], settings: DaemonConfiguration.Sleep,
-        timeZone: TimeZone = .current, publish: @escaping (DetectionEvent) -> Void,
+        timeZone: TimeZone? = nil, publish: @escaping (DetectionEvent) -> Void,
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void
     ) {
         self.analysisQueue = analysisQueue
         self.classLabels = classLabels
         self.settings = settings
-        self.timeZone = timeZone
+        fixedTimeZone = timeZone
         self.publish = publish
         self.publishReport = publishReport
         self.log = log
@@ -170,13 +173,13 @@ public final class SleepService: @unchecked Sendable {
             return ["type": "error", "message": "no sleep session is running (start one with `earshot sleep start`)"]
         }
         session = nil
-        if startedBySchedule, settings.schedule?.contains(date, timeZone: timeZone) == true { scheduleSkipped = true }
+        if startedBySchedule, settings.schedule?.contains(date, timeZone: zone(at: date)) == true { scheduleSkipped = true }
         startedBySchedule = false
         let (report, events) = running.stop()
         for event in events { publish(event) }
-        let paths = Self.reportPaths(directory: settings.reportDirectory, start: report.startDate ?? date, timeZone: timeZone)
+        let paths = Self.reportPaths(directory: settings.reportDirectory, start: report.startDate ?? date, timeZone: zone(at: report.startDate ?? date))
         let reportObject = report.json
-        let svg = report.svg(timeZone: timeZone)
+        let svg = report.svg(timeZone: zone(at: report.startDate ?? date))
         let directory = settings.reportDirectory
         reportQueue.async { [log, publishReport] in
             publishReport(reportObject)
@@ -222,7 +225,7 @@ public final class SleepService: @unchecked Sendable {
             scheduleSkipped = false
             return
         }
-        let inside = schedule.contains(now, timeZone: timeZone)
+        let inside = schedule.contains(now, timeZone: zone(at: now))
         if !inside {
             scheduleSkipped = false
             if session != nil, startedBySchedule { stop(at: now) }
@@ -232,13 +235,16 @@ public final class SleepService: @unchecked Sendable {
     }
 
     /// `DIR/snore-YYYYMMDD-HHMM.json` and `.svg`, local time of `start`.
+    /// The zone for wall-clock times at `date`.
+    private func zone(at date: Date) -> TimeZone { fixedTimeZone ?? LocalTime.zone(at: date) }
+
     static func reportPaths(directory: String, start: Date, timeZone: TimeZone) -> (json: String, svg: String) {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute], from: start)
         func two(_ value: Int?) -> String { let v = value ?? 0; return (v < 10 ? "0" : "") + "\(v)" }
         let stem = "snore-\(parts.year ?? 1970)\(two(parts.month))\(two(parts.day))-\(two(parts.hour))\(two(parts.minute))"
-        let base = (directory as NSString).appendingPathComponent(stem)
+        let base = joinedPath(directory, stem)
         return (base + ".json", base + ".svg")
     }
 
@@ -252,7 +258,7 @@ public final class SleepService: @unchecked Sendable {
         } catch {
             throw EarshotError(
                 .cannotCreate,
-                "cannot create the sleep report directory \(directory): \(error.localizedDescription) (set [sleep] report_dir to a writable directory)")
+                "cannot create the sleep report directory \(directory): \(errorText(error)) (set [sleep] report_dir to a writable directory)")
         }
         for (path, text) in [(paths.json, JSONValue.object(json).encoded + "\n"), (paths.svg, svg)] {
             try OutputFile.write(

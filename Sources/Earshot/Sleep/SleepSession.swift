@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// One sleep session: runs the ``SnoreDetector`` over the daemon's windows from `start` to `stop`, and turns the
 /// snoring it found into a ``SnoreReport``.

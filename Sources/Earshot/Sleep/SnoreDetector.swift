@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// One snoring event found by ``SnoreDetector``: a run of snores with no pause longer than the hold time.
 public struct SnoreEvent: Sendable, Equatable {

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Measures the snore detector on labelled clips (`earshot eval-snore`), two ways:
 ///
@@ -145,7 +147,7 @@ enum FloatWAV {
         do {
             try data.write(to: URL(fileURLWithPath: path), options: .atomic)
         } catch {
-            throw EarshotError(.cannotCreate, "cannot write \(path): \(error.localizedDescription)")
+            throw EarshotError(.cannotCreate, "cannot write \(path): \(errorText(error))")
         }
     }
 }

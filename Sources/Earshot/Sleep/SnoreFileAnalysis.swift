@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Snoring in a recording: runs the built-in classifier over a whole file (``AudioFileAnalyzer``, all cores), the
 /// ``SnoreDetector`` over its windows, and builds a ``SnoreReport``.

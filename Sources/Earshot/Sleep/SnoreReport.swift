@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A night's snoring summarised: how long and how loud, episode by episode, and in 5-minute bins.
 ///

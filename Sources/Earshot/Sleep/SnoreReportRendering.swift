@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension SnoreReport {
     /// The report as one JSON object (`"type":"snore_report"`), for other tools.
@@ -57,7 +59,7 @@ extension SnoreReport {
 
     /// A time in the report: the local clock time (`HH:MM:SS`) when the session has a wall-clock start, else the
     /// offset into the recording (`H:MM:SS`).
-    public func timeText(_ seconds: Double, timeZone: TimeZone = .current) -> String {
+    public func timeText(_ seconds: Double, timeZone: TimeZone = LocalTime.zone()) -> String {
         if let startDate {
             return Self.clock(startDate.addingTimeInterval(seconds), timeZone: timeZone, withSeconds: true)
         }
@@ -65,7 +67,7 @@ extension SnoreReport {
     }
 
     /// A human summary, several lines, ending with a newline.
-    public func text(timeZone: TimeZone = .current) -> String {
+    public func text(timeZone: TimeZone = LocalTime.zone()) -> String {
         var lines: [String] = []
         let span = startDate.map { start in
             "\(Self.clock(start, timeZone: timeZone, withSeconds: false))-\(Self.clock(start.addingTimeInterval(duration), timeZone: timeZone, withSeconds: false)), "
@@ -126,15 +128,15 @@ extension SnoreReport {
     /// of the plot height, zero-height bars included so that bar `i` is bin `i`), the episodes as a strip below
     /// (`<rect class="episode">`), the loudest moments as markers (`<circle class="loudest">`), hour ticks (clock
     /// time or offset), and a title line. Every bar and marker has a `<title>` tooltip.
-    public func svg(timeZone: TimeZone = .current, layout: ChartLayout = ChartLayout()) -> String {
+    public func svg(timeZone: TimeZone = LocalTime.zone(), layout: ChartLayout = ChartLayout()) -> String {
         let plotWidth = layout.width - layout.left - layout.right
         let baseline = layout.top + layout.plotHeight
         let span = max(duration, 1)
         func x(_ seconds: Double) -> Double { layout.left + plotWidth * min(max(seconds, 0), span) / span }
         func n(_ value: Double) -> String { JSONValue.format(value, decimals: 1) }
         func escape(_ text: String) -> String {
-            text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-                .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+            text.replacing("&", with: "&amp;").replacing("<", with: "&lt;")
+                .replacing(">", with: "&gt;").replacing("\"", with: "&quot;")
         }
         var out = """
             <?xml version="1.0" encoding="UTF-8"?>

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// An error a user can act on: what went wrong, with what, and how to fix it, in one line.
 ///

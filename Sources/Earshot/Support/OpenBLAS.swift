@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// OpenBLAS (Debian's libopenblas0), loaded with `dlopen` the first time a matrix product needs it.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Writes a whole output file the user named (a report, a chart, a head model) without ever replacing something that
 /// is not a regular file.

@@ -1,6 +1,8 @@
 internal import CSystemd
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// Tells systemd how the service is doing (`Type=notify`): ready, stopping, a status line, watchdog pings.
@@ -85,7 +87,7 @@ public struct ServiceNotifier: Sendable {
     static func message(_ first: String?, status: String?) -> String {
         var lines: [String] = first.map { [$0] } ?? []
         if let status {
-            lines.append("STATUS=" + status.replacingOccurrences(of: "\n", with: " "))
+            lines.append("STATUS=" + status.replacing("\n", with: " "))
         }
         return lines.joined(separator: "\n")
     }

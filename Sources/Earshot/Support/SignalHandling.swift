@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// The daemon's signals: SIGTERM and SIGINT stop it, SIGHUP reloads its configuration, SIGPIPE is ignored.

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// Turns recordings into training windows: YAMNet embeddings `[1024]` of windows cut from the 16 kHz waveform, the

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Settings of `earshot enroll`.
 public struct EnrollmentConfiguration: Sendable, Equatable {
@@ -27,11 +29,11 @@ public enum TakeQuality: Sendable, Equatable {
     public var description: String {
         switch self {
         case .good(let peak):
-            "ok (peak \(String(format: "%.1f", peak)) dBFS)"
+            "ok (peak \(String(cFormat: "%.1f", peak)) dBFS)"
         case .tooQuiet(let peak):
-            "too quiet (peak \(String(format: "%.1f", peak)) dBFS, below \(Int(Enrollment.quietThresholdDBFS)) dBFS; make the sound closer to the microphone or raise the capture level in alsamixer)"
+            "too quiet (peak \(String(cFormat: "%.1f", peak)) dBFS, below \(Int(Enrollment.quietThresholdDBFS)) dBFS; make the sound closer to the microphone or raise the capture level in alsamixer)"
         case .clipped(let fraction):
-            "clipped (\(String(format: "%.2f", fraction * 100))% of samples at full scale; move the microphone away or lower the capture level in alsamixer)"
+            "clipped (\(String(cFormat: "%.2f", fraction * 100))% of samples at full scale; move the microphone away or lower the capture level in alsamixer)"
         }
     }
 
@@ -73,21 +75,21 @@ public struct EnrollmentReport: Sendable {
         var lines = ["separation (each take left out of training in turn, with a part of the background):"]
         for (index, score) in takeScores.enumerated() {
             let name = index < takeNames.count ? takeNames[index] : "take \(index + 1)"
-            lines.append("  \(name): " + String(format: "%.3f", score) + (Double(score) >= threshold ? "" : "  (below the threshold)"))
+            lines.append("  \(name): " + String(cFormat: "%.3f", score) + (Double(score) >= threshold ? "" : "  (below the threshold)"))
         }
-        lines.append("  background: \(backgroundWindowCount) windows, highest " + String(format: "%.3f", backgroundHighest)
+        lines.append("  background: \(backgroundWindowCount) windows, highest " + String(cFormat: "%.3f", backgroundHighest)
                      + ", \(backgroundAboveThreshold) at or above the threshold")
-        lines.append("  similarity to the other takes: takes at least " + String(format: "%.3f", takeSimilarity)
-                     + " (in noise " + String(format: "%.3f", noisyTakeSimilarity) + "), background at most "
-                     + String(format: "%.3f", backgroundSimilarity) + "; windows below about "
-                     + String(format: "%.3f", gateThreshold) + " are not the sound")
+        lines.append("  similarity to the other takes: takes at least " + String(cFormat: "%.3f", takeSimilarity)
+                     + " (in noise " + String(cFormat: "%.3f", noisyTakeSimilarity) + "), background at most "
+                     + String(cFormat: "%.3f", backgroundSimilarity) + "; windows below about "
+                     + String(cFormat: "%.3f", gateThreshold) + " are not the sound")
         let lowest = takeScores.min() ?? 0
         if isSeparated {
-            lines.append("  separated: lowest take " + String(format: "%.3f", lowest) + " > highest background "
-                         + String(format: "%.3f", backgroundHighest) + "; suggested threshold " + String(format: "%.2f", threshold))
+            lines.append("  separated: lowest take " + String(cFormat: "%.3f", lowest) + " > highest background "
+                         + String(cFormat: "%.3f", backgroundHighest) + "; suggested threshold " + String(cFormat: "%.2f", threshold))
         } else {
-            lines.append("  not separated: lowest take " + String(format: "%.3f", lowest) + " <= highest background "
-                         + String(format: "%.3f", backgroundHighest) + "; record more takes, or the background with the room's usual sounds (threshold " + String(format: "%.2f", threshold) + ")")
+            lines.append("  not separated: lowest take " + String(cFormat: "%.3f", lowest) + " <= highest background "
+                         + String(cFormat: "%.3f", backgroundHighest) + "; record more takes, or the background with the room's usual sounds (threshold " + String(cFormat: "%.2f", threshold) + ")")
         }
         return lines
     }

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Counts of (true label, predicted label) pairs: rows are the true labels, columns the predictions, both in the
 /// order of ``labels``.
@@ -135,7 +137,7 @@ public struct EvaluationSummary: Sendable, Equatable, Codable {
         func pad(_ text: String, _ size: Int) -> String {
             text.count >= size ? text + " " : text + String(repeating: " ", count: size - text.count)
         }
-        func number(_ value: Double) -> String { String(format: "%.3f", value) }
+        func number(_ value: Double) -> String { String(cFormat: "%.3f", value) }
         var lines = ["  " + pad("label", width) + pad("precision", 11) + pad("recall", 8) + pad("f1", 7) + "windows"]
         for metric in perLabel {
             lines.append("  " + pad(metric.label, width) + pad(number(metric.precision), 11) + pad(number(metric.recall), 8)
@@ -149,5 +151,5 @@ public struct EvaluationSummary: Sendable, Equatable, Codable {
     }
 
     /// `97.4%`
-    static func percent(_ fraction: Double) -> String { String(format: "%.1f%%", fraction * 100) }
+    static func percent(_ fraction: Double) -> String { String(cFormat: "%.1f%%", fraction * 100) }
 }

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Hyper-parameters of head training. The defaults train well on YAMNet embeddings of a few hundred clips
 /// (checked on the snoring and multi-class sets in `scripts/eval-heads`).

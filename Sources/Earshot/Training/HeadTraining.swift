@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Settings of `earshot train` beyond the trainer's hyper-parameters.
 public struct TrainingConfiguration: Sendable, Equatable {
@@ -70,7 +72,7 @@ public struct TrainingReport: Sendable {
             lines += cross.formatted()
         }
         let thresholds = metadata.suggestedThresholds.sorted { $0.key < $1.key }
-            .map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", ")
+            .map { "\($0.key) \(String(cFormat: "%.2f", $0.value))" }.joined(separator: ", ")
         if !thresholds.isEmpty { lines.append("suggested thresholds: \(thresholds)") }
         return lines
     }

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A training folder: one sub-folder per label holding that label's recordings (any format the decoder reads; files
 /// in nested folders count too; names starting with `.` are skipped). A sub-folder named `background` is the
@@ -27,11 +29,11 @@ public struct LabelledFolders: Sendable {
     ///   which the daemon's configuration uses as separators, or a control character).
     public static func scan(_ directory: URL) throws(EarshotError) -> LabelledFolders {
         let path = directory.relativePath
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+        let kind = PathKind(path: path)
+        guard kind != .missing else {
             throw .posix(.noInput, "cannot read training folder \(path)", errno: ENOENT)
         }
-        guard isDirectory.boolValue else {
+        guard kind == .directory else {
             throw EarshotError(.noInput, "training folder \(path) is not a folder (give a folder with one sub-folder of recordings per label)")
         }
         let entries: [String]
@@ -42,9 +44,7 @@ public struct LabelledFolders: Sendable {
         }
         var labels: [String] = []
         for name in entries.sorted(by: { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }) where !name.hasPrefix(".") {
-            var entryIsDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: directory.appendingPathComponent(name).path, isDirectory: &entryIsDirectory),
-                  entryIsDirectory.boolValue else { continue }
+            guard PathKind(path: directory.appendingPathComponent(name).path) == .directory else { continue }
             if let problem = labelProblem(name) {
                 throw EarshotError(.data, "label folder \(directory.appendingPathComponent(name).relativePath): \(problem) (rename the folder)")
             }
@@ -75,7 +75,7 @@ public struct LabelledFolders: Sendable {
         if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) {
             return "a label cannot contain control characters"
         }
-        if name.trimmingCharacters(in: .whitespaces) != name || name.isEmpty {
+        if name.trimmingSpaces() != name || name.isEmpty {
             return "\"\(name)\" cannot be a label: it starts or ends with a space"
         }
         return nil
@@ -95,9 +95,9 @@ public struct LabelledFolders: Sendable {
         var result: [URL] = []
         for name in names where !name.hasPrefix(".") {
             let url = folder.appendingPathComponent(name)
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) else { continue }
-            if isDirectory.boolValue {
+            let kind = PathKind(path: url.path)
+            guard kind != .missing else { continue }
+            if kind == .directory {
                 result += regularFiles(under: url, visited: &visited)
             } else {
                 result.append(url)

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Records takes from an ALSA capture device for `earshot enroll`: each take opens the device (``PCMCapture``),
 /// captures a fixed duration through a ring buffer, and returns the audio mixed to mono and resampled to 16 kHz.
@@ -75,7 +77,7 @@ public final class MicrophoneRecorder {
                 case .failed(let error): reason = error.message
                 default: reason = "the capture ended"
                 }
-                throw EarshotError(.unavailable, "capture device \"\(configuration.device)\" stopped after \(String(format: "%.1f", Double(samples.count) / Double(rate))) s: \(reason)")
+                throw EarshotError(.unavailable, "capture device \"\(configuration.device)\" stopped after \(String(cFormat: "%.1f", Double(samples.count) / Double(rate))) s: \(reason)")
             } else if Date().timeIntervalSince(lastAudio) > 5 {
                 throw EarshotError(.unavailable, "capture device \"\(configuration.device)\" delivered no audio for 5 s (is it in use or muted? try another --device)")
             }

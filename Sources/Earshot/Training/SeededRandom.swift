@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A small, fast, seedable random number generator (xoshiro256**, seeded through SplitMix64), so that a training run
 /// with the same `--seed` makes the same splits, batches, initial weights and augmentations.
