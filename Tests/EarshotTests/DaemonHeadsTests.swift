@@ -213,10 +213,10 @@ import Testing
         #expect(daemon.isRunning)
         // The status reply lists the model still running, with its file.
         let status = try #require(DaemonBenchmark.statusReply(socketPath: sandbox.socket))
-        let models = try #require(status["models"] as? [[String: Any]])
+        let models = try #require(status["models"]?.arrayValue)
         #expect(models.count == 1)
-        #expect(models.first?["name"] as? String == "tone")
-        #expect(models.first?["path"] as? String == model.path)
+        #expect(models.first?["name"]?.stringValue == "tone")
+        #expect(models.first?["path"]?.stringValue == model.path)
         daemon.terminate()
         daemon.waitUntilExit()
         #expect(daemon.terminationStatus == 0)
