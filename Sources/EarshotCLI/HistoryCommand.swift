@@ -2,8 +2,8 @@ import Earshot
 import Foundation
 
 /// `earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]`:
-/// prints the detections stored by earshotd. Exit status: 0 (also when nothing matched), 64 usage, 66 no database,
-/// 65 not a history, 69 locked.
+/// prints the detections stored by earshotd. Exit status: 0 (also when nothing matched), 64 usage (also a --db that
+/// is a directory), 66 no database, 65 not a history, 69 locked.
 enum HistoryCommand {
     static func run(_ arguments: [String]) -> Int32 {
         do {
@@ -12,7 +12,7 @@ enum HistoryCommand {
                 print(HistoryListing.help)
                 return 0
             }
-            let history = try EventHistory(path: listing.databasePath, access: .readOnly)
+            let history = try listing.openHistory()
             let events = try history.events(matching: listing.query)
             var out = listing.format == .csv ? HistoryListing.csvHeader + "\n" : ""
             for event in events { out += HistoryListing.line(for: event, format: listing.format, timeZone: .current) + "\n" }

@@ -69,9 +69,12 @@ enum SubscribeCommand {
                     continue
                 }
                 if kind == "error" {
-                    let message = EventTextFormat.format(line: line, timeZone: .current) ?? line
-                    printError(message)
-                    if awaitingReply { return 64 }  // the daemon refused the group filter
+                    if awaitingReply {
+                        // The daemon refused the group filter: its reason is the whole story (which group, the fix).
+                        printError(errorMessage(line) ?? line)
+                        return 64
+                    }
+                    printError(EventTextFormat.format(line: line, timeZone: .current) ?? line)
                     continue
                 }
                 let output = options.text ? EventTextFormat.format(line: line) : line
@@ -139,6 +142,12 @@ enum SubscribeCommand {
     static func lineType(_ line: String) -> String? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
         return object["type"] as? String
+    }
+
+    /// The `"message"` of an error line the daemon sent.
+    static func errorMessage(_ line: String) -> String? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+        return object["message"] as? String
     }
 
     static func printError(_ message: String) {

@@ -351,7 +351,9 @@ struct AlarmPatternTests {
         }
         let event = try #require(onset)
         #expect(event["group"] as? String == "smoke_alarm")
-        #expect(event["source"] as? String == "pattern")
+        // "pattern", or "pattern+classifier" when the classifier had already scored the cycle's windows at the
+        // decision (the pump's chunking decides which, under load; a known nondeterminism of the source field).
+        #expect(["pattern", "pattern+classifier"].contains(event["source"] as? String ?? ""), "\(event)")
         #expect(event["pattern"] as? String == "T3")
         #expect(event["cycles"] as? Int == 1)
         #expect((event["tone_hz"] as? Int).map { abs($0 - 3100) <= 5 } == true)

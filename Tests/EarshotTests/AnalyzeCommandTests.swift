@@ -192,6 +192,44 @@ struct AnalyzeCommandTests {
         #expect(outcome.errorLines == ["earshot: doorbell.wav: MP3 data in a WAV (RIFF) container, which libsndfile cannot decode reliably (convert it to PCM: ffmpeg -i IN.wav -c:a pcm_s16le OUT.wav)"])
     }
 
+    @Test("a truncated MP3 (Xing/Info header): results for what decoded and one warning line, status 0")
+    func truncatedMP3() throws {
+        guard TestPaths.sharedAvailable else {
+            print(TestPaths.sharedMissingMessage)
+            return
+        }
+        // The first MP3 of the manifest: babycry-esc10/.../1-60997-B.mp3, 44.1 kHz mono, an Info header that states
+        // 221504 frames (5.02 s).
+        let manifest = try String(contentsOf: TestPaths.sharedFile("audio/MANIFEST.tsv"), encoding: .utf8)
+        let relative = try #require(manifest.split(separator: "\n").lazy
+            .map { String($0.split(separator: "\t", omittingEmptySubsequences: false).first ?? "") }
+            .first { $0.hasSuffix(".mp3") })
+        #expect(relative == "babycry-esc10/testing-data/004-Baby_cry/1-60997-B.mp3")
+        let original = try Data(contentsOf: TestPaths.sharedFile("audio/" + relative))
+        #expect(AudioFileDecoder.statesMP3Length(Array(original.prefix(16_384))))
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try original.write(to: directory.appendingPathComponent("whole.mp3"))
+        try original.prefix(original.count / 2).write(to: directory.appendingPathComponent("cut.mp3"))
+
+        guard let cut = try EarshotCLI.run(["analyze", "cut.mp3", "--top", "1"], in: directory) else {
+            print(EarshotCLI.missingMessage)
+            return
+        }
+        #expect(cut.status == 0)
+        // 109487 of 221504 frames decoded: 2.48 s, five windows.
+        #expect(cut.outputLines.count == 5)
+        #expect(cut.outputLines.last?.hasPrefix("cut.mp3 1.92-2.88s  ") == true)
+        // libmpg123 prints its own "Xing stream size off" warning on stderr as well; ours is the one line of earshot.
+        #expect(cut.errorLines.filter { $0.hasPrefix("earshot:") } == [
+            "earshot: cut.mp3: the MP3 ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded",
+        ])
+        guard let whole = try EarshotCLI.run(["analyze", "whole.mp3", "--top", "1"], in: directory) else { return }
+        #expect(whole.status == 0)
+        #expect(whole.errorLines.isEmpty)
+        #expect(whole.outputLines.last?.hasPrefix("whole.mp3 4.32-5.28s  ") == true)
+    }
+
     @Test("usage errors name the flag and the allowed values, status 64",
           arguments: [
             (["analyze", "x.wav", "--top", "0"], "earshot: --top \"0\" is out of range (allowed: an integer from 1 to 521)"),

@@ -158,6 +158,47 @@ struct EventServerClientTests {
         #expect(outcome.errorLines == ["earshot: connection to \(path) closed without a shutdown notice (did earshotd stop or crash? see systemctl status earshotd)"])
     }
 
+    @Test("earshot subscribe --group: a preset the daemon does not watch says how to watch it; an unknown name gets a suggestion; status 64")
+    func subscribeToUnwatchedGroup() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        // As the daemon with the default configuration: the default watch list, plus snoring (sleep sessions).
+        let subscribable = LabelGroup.defaultWatchList + [SnoreDetector.groupName]
+        let unwatched = DaemonConfiguration().unwatchedGroups(subscribable: subscribable, configPath: nil)
+        #expect(unwatched == EventServer.UnwatchedGroups(
+            names: ["dog_bark", "doorbell_knock", "speech"],
+            advice: "[detection] watch in /etc/earshot/earshotd.conf, then reload earshotd (systemctl reload earshotd)"))
+        let server = try EventServer(
+            configuration: .init(path: path, knownGroups: subscribable, unwatchedGroups: unwatched), status: S.status)
+        defer { server.stop() }
+        let watched = "baby_cry, co_alarm, fire_alarm, glass_break, smoke_alarm, snoring"
+        let cases: [(String, String)] = [
+            ("dog_bark", #"earshot: the daemon does not watch group "dog_bark": add it to [detection] watch in /etc/earshot/earshotd.conf, then reload earshotd (systemctl reload earshotd)"#),
+            ("dgo_bark", #"earshot: unknown group "dgo_bark" in subscribe (did you mean dog_bark? watched groups: "# + watched + ")"),
+            ("kettle", #"earshot: unknown group "kettle" in subscribe (watched groups: "# + watched + ")"),
+        ]
+        for (group, line) in cases {
+            let run = Self.runInBackground(["subscribe", "--socket", path, "--group", group])
+            guard run.started else {
+                print(EarshotCLI.missingMessage)
+                return
+            }
+            let outcome = try #require(run.wait())
+            #expect(outcome.status == 64, "\(group)")
+            #expect(outcome.standardOutput.isEmpty, "\(group)")
+            #expect(outcome.errorLines == [line], "\(group)")
+        }
+        // A watch list from --watch: a reload keeps the command line, so the advice is a restart.
+        var overrides = DaemonConfiguration.Overrides()
+        overrides.watch = ["smoke_alarm"]
+        let flagged = try DaemonConfiguration().applying(overrides)
+        #expect(flagged.unwatchedGroups(subscribable: ["smoke_alarm"], configPath: "/srv/e.conf").advice
+            == "earshotd's --watch list, then restart earshotd")
+        #expect(try DaemonConfiguration.parse("[detection]\nwatch = speech\n", source: "/srv/e.conf")
+            .unwatchedGroups(subscribable: ["speech"], configPath: "/srv/e.conf").advice
+            == "[detection] watch in /srv/e.conf, then reload earshotd (systemctl reload earshotd)")
+    }
+
     /// `earshot ARGUMENTS` running on another thread; `wait()` returns its outcome (nil when not built).
     static func runInBackground(_ arguments: [String]) -> (started: Bool, wait: () -> EarshotCLI.Outcome?) {
         guard EarshotCLI.executable != nil else { return (false, { nil }) }

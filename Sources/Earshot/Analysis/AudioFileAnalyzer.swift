@@ -37,6 +37,10 @@ public final class AudioFileAnalyzer {
     /// together.
     public var windowsPerRound = 256
 
+    /// After ``analyze()``: what the decoder warned of without failing, e.g. an MP3 that ends before the length its
+    /// header states (``AudioFileDecoder/truncationWarning``); nil when nothing.
+    public private(set) var decodingWarning: String?
+
     private var decoder: AudioFileDecoder?
     private var entries: [(request: ClassifySoundRequest, observer: any ResultsObserving)] = []
 
@@ -75,6 +79,7 @@ public final class AudioFileAnalyzer {
     /// read again).
     public func analyze() {
         guard !entries.isEmpty else { return }
+        decodingWarning = nil
         var requests: [RequestState] = []
         var sessionsByModel: [ObjectIdentifier: [YAMNetSession]] = [:]
         let workers = max(1, min(maximumThreads, 64))
@@ -154,6 +159,8 @@ public final class AudioFileAnalyzer {
             for state in requests { state.observer.request(state.request, didFailWithError: error) }
             return
         }
+        // The decoding thread (if any) has delivered `.end`, through the handoff's lock: its writes are visible.
+        decodingWarning = opened.truncationWarning
         let total = stream.end
         for state in requests {
             let geometry = state.request.geometry

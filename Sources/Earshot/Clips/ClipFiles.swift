@@ -90,18 +90,13 @@ public enum ClipFiles {
     ///
     /// - Returns: the names deleted, each list oldest first.
     /// - Throws: ``EarshotError`` `.io` when the directory cannot be listed (not an error for a missing directory:
-    ///   nothing to prune) or a clip cannot be deleted.
+    ///   nothing to prune), e.g. `cannot list clips in /srv/clips: Not a directory (set [clips] directory to a
+    ///   directory)`, or a clip cannot be deleted.
     @discardableResult
     public static func prune(directory: String, maxClips: Int, retentionDays: Int, now: Date = Date())
         throws(EarshotError) -> Pruned
     {
-        let names: [String]
-        do {
-            names = try FileManager.default.contentsOfDirectory(atPath: directory)
-        } catch {
-            if !FileManager.default.fileExists(atPath: directory) { return Pruned() }
-            throw EarshotError(.io, "cannot list clips in \(directory): \(errorText(error))")
-        }
+        guard let names = try entries(of: directory) else { return Pruned() }
         struct Clip {
             var name: String
             var modified: Double
@@ -133,5 +128,42 @@ public enum ClipFiles {
             }
         }
         return pruned
+    }
+
+    /// The names in `directory` (without `.` and `..`), or nil when it does not exist (nor can: a part of its path
+    /// is a file).
+    /// - Throws: ``EarshotError`` `.io` with errno's text and the fix when it cannot be read.
+    /// The corresponding C functions are `opendir`, `readdir` and `closedir`.
+    static func entries(of directory: String) throws(EarshotError) -> [String]? {
+        guard let stream = opendir(directory) else {
+            let code = errno
+            // Missing, or under a parent that is not a directory (the writer reports that): nothing to prune.
+            var status = stat()
+            if code == ENOENT || (code == ENOTDIR && stat(directory, &status) != 0) { return nil }
+            throw listingFailure(directory, code)
+        }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while true {
+            errno = 0
+            guard let entry = readdir(stream) else {
+                if errno != 0 { throw listingFailure(directory, errno) }
+                return names
+            }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
+                String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+    }
+
+    private static func listingFailure(_ directory: String, _ code: Int32) -> EarshotError {
+        let text = String(cString: strerror(code))
+        let hint: String = switch code {
+        case ENOTDIR: "set [clips] directory to a directory"
+        case EACCES, EPERM: "make it readable by the daemon's user"
+        default: "check the disk and [clips] directory"
+        }
+        return EarshotError(.io, "cannot list clips in \(directory): \(text) (\(hint))", cause: text)
     }
 }

@@ -13,11 +13,13 @@ extension DaemonConfiguration {
     ///   the model files and of ``resolvedGroups(classLabels:)`` (78 unknown class); for an input file that cannot be
     ///   used, the decoder's error (``AudioFileDecoder/init(url:)``) after where the input was set, with the status
     ///   the daemon would exit with at start: 66 when the file is missing or unreadable, 65 when it is not usable
-    ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`.
+    ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
+    ///   those of ``checkStoragePaths()`` (78).
     public static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
         let configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         let models = try HeadModelSet.load(paths: configuration.models.files).set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
+        try configuration.checkStoragePaths()
         try configuration.checkInputFile()
         return "configuration OK (watching \(configuration.detection.watch.joined(separator: ", ")))"
     }
@@ -35,6 +37,36 @@ extension DaemonConfiguration {
             let origin = locations["capture.input"]
             let prefix = origin == "--input" ? "--input" : origin.map { "\($0): [capture] input" } ?? "[capture] input"
             throw EarshotError(error.code, "\(prefix): \(error.message)", cause: error.cause)
+        }
+    }
+
+    /// Checks that the places the daemon stores to are of the right kind, so that a mistake is one line at start
+    /// rather than a failure at the first event: with `[history] enabled`, `[history] path` must not be a
+    /// directory; with `[clips] enabled`, `[clips] directory` must be a directory when it exists. Paths that do not
+    /// exist yet pass (the writers create them and report what stops them).
+    ///
+    /// - Throws: `EarshotError(.config)` (78) naming where the key was set, the path and the fix, e.g.
+    ///   `/etc/earshot/earshotd.conf:3: [clips] directory = /srv/clips: is a regular file, not a directory (move
+    ///   the file aside, or set [clips] directory to a directory, e.g. /var/lib/earshot/clips)`.
+    ///   The corresponding C function is `stat`.
+    public func checkStoragePaths() throws(EarshotError) {
+        func kind(_ path: String) -> mode_t? {
+            var status = stat()
+            return stat(path, &status) == 0 ? status.st_mode & S_IFMT : nil
+        }
+        func origin(_ key: String) -> String {
+            locations[key].map { "\($0): " } ?? ""
+        }
+        if history.enabled, kind(history.path) == S_IFDIR {
+            throw EarshotError(
+                .config,
+                "\(origin("history.path"))[history] path = \(history.path): is a directory, not a database file (set [history] path to a file, e.g. \(EventHistory.defaultPath))")
+        }
+        if clips.enabled, let found = kind(clips.directory), found != S_IFDIR {
+            let what = found == S_IFREG ? "is a regular file, not a directory" : "is not a directory"
+            throw EarshotError(
+                .config,
+                "\(origin("clips.directory"))[clips] directory = \(clips.directory): \(what) (move the file aside, or set [clips] directory to a directory, e.g. \(Clips().directory))")
         }
     }
 }

@@ -258,9 +258,13 @@ struct ConfigurationParser {
             if let requirement = configuration.setClipsKey(key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
             }
+            if entry.key == "directory" { configuration.locations["clips.directory"] = "\(source):\(entry.line)" }
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
+            }
+            if entry.section == "history", entry.key == "path" {
+                configuration.locations["history.path"] = "\(source):\(entry.line)"
             }
         default:
             // sectionKeys and this switch list the same keys; a key in one but not the other is a programming error
@@ -353,6 +357,24 @@ extension DaemonConfiguration {
     /// Names of every group this configuration knows: the presets and the `[group.NAME]` sections, sorted.
     public var groupNames: [String] {
         Set(LabelGroup.presets.keys).union(detection.groups.keys).sorted()
+    }
+
+    /// The groups a subscriber may not pick because the daemon does not watch them, and how to watch one, for
+    /// ``EventServer/Configuration/unwatchedGroups``: ``groupNames`` less `subscribable` (the watched groups and
+    /// the ones the daemon adds: snoring, the alarm patterns' groups).
+    ///
+    /// - Parameters:
+    ///   - subscribable: the names the daemon's socket accepts.
+    ///   - configPath: the file given with `--config`, or nil for ``defaultPath``.
+    /// - Returns: advice such as `[detection] watch in /etc/earshot/earshotd.conf, then reload earshotd (systemctl
+    ///   reload earshotd)`, or `earshotd's --watch list, then restart earshotd` when `--watch` set the list (a
+    ///   reload keeps the command line).
+    public func unwatchedGroups(subscribable: [String], configPath: String?) -> EventServer.UnwatchedGroups {
+        let names = groupNames.filter { !subscribable.contains($0) }
+        let advice = locations["detection.watch"] == "--watch"
+            ? "earshotd's --watch list, then restart earshotd"
+            : "[detection] watch in \(configPath ?? Self.defaultPath), then reload earshotd (systemctl reload earshotd)"
+        return EventServer.UnwatchedGroups(names: names, advice: advice)
     }
 
     /// A description of the first watched name that is not a group, or nil when all are groups.

@@ -165,8 +165,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var models = Models()
 
     /// Where each file-set list came from ("path:line"), for error messages that are raised after parsing
-    /// (unknown class names, an input file that cannot be opened). Keys: `group.NAME.classes`, `detection.watch`,
-    /// `capture.input` (`--input` when the flag set it). Not part of equality.
+    /// (unknown class names, an input file that cannot be opened, a storage path of the wrong kind). Keys:
+    /// `group.NAME.classes`, `detection.watch`, `capture.input` (`--input` when the flag set it), `history.path`,
+    /// `clips.directory`. Not part of equality.
     var locations = SourceLocations()
 
     /// The built-in defaults (no configuration file).

@@ -77,11 +77,13 @@ public final class EarshotDaemon: @unchecked Sendable {
     }
 
     /// Loads the configuration and the model, checks the groups, and opens the socket.
-    /// - Throws: `EarshotError` `.config` (bad file or class names), `.noInput` (model files missing), `.system` or
+    /// - Throws: `EarshotError` `.config` (bad file or class names, a `[history] path` or `[clips] directory` of
+    ///   the wrong kind: ``DaemonConfiguration/checkStoragePaths()``), `.noInput` (model files missing), `.system` or
     ///   `.unavailable` (the socket cannot be created, another daemon listens on it).
     public init(commandLine: DaemonCommandLine) throws(EarshotError) {
         self.commandLine = commandLine
         configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+        try configuration.checkStoragePaths()
         capture = configuration.capture
         output = configuration.output
         historySettings = configuration.history
@@ -102,12 +104,13 @@ public final class EarshotDaemon: @unchecked Sendable {
         let signal = AudioArrivedSignal(queue: analysisQueue)
         audioArrived = signal
         ring = SampleRingBuffer(minimumCapacity: Self.ringSeconds * 48_000, didWrite: { signal.raise() })
+        let subscribable = groups.map(\.name) + [SnoreDetector.groupName]
+            + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: configuration.alarms.patternDetection)
         server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
-                maxClients: output.maxClients,
-                knownGroups: groups.map(\.name) + [SnoreDetector.groupName]
-                    + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: configuration.alarms.patternDetection)),
+                maxClients: output.maxClients, knownGroups: subscribable,
+                unwatchedGroups: configuration.unwatchedGroups(subscribable: subscribable, configPath: commandLine.configPath)),
             status: { [unowned self] in statusObject() })
         noteSettings(configuration)
         noteModels(heads)
@@ -407,9 +410,11 @@ public final class EarshotDaemon: @unchecked Sendable {
             noteModels(loaded.set)
             for line in loaded.problems { journal.log(line, priority: 4) }
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
+            let subscribable = groups.map(\.name) + [SnoreDetector.groupName]
+                + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: fresh.alarms.patternDetection)
             server.setKnownGroups(
-                groups.map(\.name) + [SnoreDetector.groupName]
-                    + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: fresh.alarms.patternDetection))
+                subscribable,
+                unwatched: fresh.unwatchedGroups(subscribable: subscribable, configPath: commandLine.configPath))
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
             if fresh.output != output { restartNeeded.append("[output]") }

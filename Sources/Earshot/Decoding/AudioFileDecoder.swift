@@ -23,7 +23,10 @@ import Dispatch
 ///
 /// Truncation of Ogg and MP3 streams is not an error: those containers do not state an exact length (MP3 frame
 /// counts without a Xing header are estimates; many real Ogg files end without the end-of-stream flag), so what
-/// decodes is used, as players do.
+/// decodes is used, as players do. An MP3 whose first frame holds a Xing/Info or VBRI header does state its length:
+/// when it decodes more than one MPEG frame (1152 samples) short of it, ``truncationWarning`` says so once the end
+/// is reached (libsndfile itself reports no error: libmpg123 only prints "Xing stream size off by more than 1%" on
+/// stderr). A cut MP3 without such a header cannot be told from a short one.
 ///
 /// - Important: Not thread-safe; use one decoder from one thread at a time. The class owns the file descriptor and
 ///   the `SNDFILE*`; both are closed in `deinit`.
@@ -45,11 +48,17 @@ public final class AudioFileDecoder {
     public private(set) var framesRead: Int64 = 0
     /// True once the end of the file was reached (further reads return 0).
     public private(set) var isAtEnd = false
+    /// Set at the end of an MP3 that decoded short of the length its Xing/Info or VBRI header states (more than one
+    /// MPEG frame short): one line without a program prefix, e.g. `cut.mp3: the MP3 ends early (decoded 2.48 of
+    /// 5.02 s); the analysis covers what was decoded`. Nil otherwise.
+    public private(set) var truncationWarning: String?
 
     private let fileDescriptor: Int32
     private let handle: OpaquePointer
     /// Whether `declaredFrameCount` is exact, so that decoding fewer frames means the file was cut short.
     private let frameCountIsExact: Bool
+    /// Whether this is an MP3 whose header states its length (``truncationWarning``).
+    private let mp3LengthIsStated: Bool
     /// Interleaved scratch for `readMono` (grows to the largest request, at most ``scratchSampleLimit``, then reused).
     private var interleavedScratch: [Float] = []
 
@@ -134,6 +143,7 @@ public final class AudioFileDecoder {
         declaredFrameCount = frames > 0 && frames < Int64.max ? frames : nil
         frameCountIsExact = major != Int(SF_FORMAT_OGG) && major != Int(SF_FORMAT_MPEG)
             && subtype != Int(SF_FORMAT_MPEG_LAYER_III)
+        mp3LengthIsStated = major == Int(SF_FORMAT_MPEG) && Self.statesMP3Length(Self.leadingBytes(of: descriptor))
 
         // Past this point the stored properties are set, so deinit closes the handle and descriptor when we throw.
         let riffMajors = [Int(SF_FORMAT_WAV), Int(SF_FORMAT_WAVEX), Int(SF_FORMAT_RF64)]
@@ -260,6 +270,11 @@ public final class AudioFileDecoder {
             if frameCountIsExact, let declared = declaredFrameCount, framesRead < declared {
                 throw EarshotError(.data, "\(displayPath): truncated: the header declares \(declared) frames but the data ends after \(framesRead) (the copy or recording was cut short; copy it again)")
             }
+            if mp3LengthIsStated, let declared = declaredFrameCount, declared - framesRead > Self.mpegFrameSamples {
+                let decoded = String(cFormat: "%.2f", Double(framesRead) / Double(sampleRate))
+                let stated = String(cFormat: "%.2f", Double(declared) / Double(sampleRate))
+                truncationWarning = "\(displayPath): the MP3 ends early (decoded \(decoded) of \(stated) s); the analysis covers what was decoded"
+            }
             return 0
         }
         return got
@@ -272,6 +287,52 @@ public final class AudioFileDecoder {
         let position = lseek(fileDescriptor, 0, SEEK_CUR)
         guard position >= 0, fstat(fileDescriptor, &status) == 0 else { return false }
         return position >= status.st_size
+    }
+
+    /// Samples per MPEG-1 Layer III frame: the shortfall tolerated before ``truncationWarning`` (an encoder may
+    /// count the last, partly filled frame differently).
+    static let mpegFrameSamples: Int64 = 1152
+
+    /// The first 16 KiB of the file (fewer when it is shorter; empty on a read error), read without moving the
+    /// offset libsndfile reads from. The corresponding C function is `pread`.
+    private static func leadingBytes(of descriptor: Int32) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: 16_384)
+        var count = 0
+        while count < bytes.count {
+            let got = bytes.withUnsafeMutableBytes { buffer in
+                pread(descriptor, buffer.baseAddress! + count, buffer.count - count, off_t(count))
+            }
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else { break }
+            count += got
+        }
+        return Array(bytes.prefix(count))
+    }
+
+    /// Whether an MP3's first frame is a Xing/Info header with a frame count or a VBRI header: then libmpg123's
+    /// length is the encoder's count, not an estimate from the file size. `bytes` is the start of the file; an
+    /// ID3v2 tag (10-byte header, syncsafe size, optional 10-byte footer) is skipped. The Xing tag sits after the
+    /// side information (4 + 9 to 32 bytes into the frame, by MPEG version and channel mode); VBRI 36 bytes in.
+    static func statesMP3Length(_ bytes: [UInt8]) -> Bool {
+        var start = 0
+        if bytes.count >= 10, bytes[0] == 0x49, bytes[1] == 0x44, bytes[2] == 0x33 {  // "ID3"
+            let size = bytes[6...9].reduce(0) { $0 << 7 | Int($1 & 0x7F) }
+            start = 10 + size + (bytes[5] & 0x10 != 0 ? 10 : 0)
+        }
+        // The first frame sync (11 set bits), a little past the tag at most.
+        guard let sync = (start..<max(start, min(bytes.count - 1, start + 4096))).first(where: {
+            bytes[$0] == 0xFF && bytes[$0 + 1] & 0xE0 == 0xE0
+        }) else { return false }
+        func tag(at offset: Int) -> String? {
+            guard offset + 8 <= bytes.count else { return nil }
+            return String(decoding: bytes[offset..<offset + 4], as: UTF8.self)
+        }
+        for offset in [13, 21, 36] {  // 4 + side information: 9 (MPEG-2 mono), 17 (MPEG-1 mono, MPEG-2 stereo), 32
+            let position = sync + offset
+            guard let name = tag(at: position), name == "Xing" || name == "Info" else { continue }
+            return bytes[position + 7] & 0x01 != 0  // the frames field is present
+        }
+        return tag(at: sync + 36) == "VBRI"
     }
 
     /// libsndfile's header log (what it parsed, with its complaints). The corresponding C function is

@@ -116,11 +116,17 @@ public final class EventHistory {
     /// - Parameters:
     ///   - busyTimeoutMilliseconds: how long a statement waits for another process's lock (default 2000 ms).
     /// - Throws: `EarshotError`: `.noInput` when `.readOnly` finds no file (`no event history at PATH (...)`);
+    ///   `.cannotCreate` when `path` is a directory (SQLite alone would say "disk I/O error");
     ///   `.cannotCreate` when the file or its directory cannot be created or written; `.data` when the file is not
     ///   an event history or has a newer schema; `.unavailable` when it stays locked past the timeout; `.io` for a
     ///   full disk or another I/O failure.
     public init(path: String, access: Access = .readWrite, busyTimeoutMilliseconds: Int32 = 2000) throws(EarshotError) {
         self.path = path
+        if Self.isDirectory(path) {
+            throw EarshotError(
+                .cannotCreate,
+                "event history \(path) is a directory, not a database file (set [history] path to a file, e.g. \(Self.defaultPath))")
+        }
         if access == .readOnly, !FileManager.default.fileExists(atPath: path) {
             throw EarshotError(
                 .noInput,
@@ -276,6 +282,12 @@ public final class EventHistory {
         } catch {
             throw Self.error(error, path: path, doing: "cannot prune")
         }
+    }
+
+    /// Whether `path` names a directory (following symbolic links). The corresponding C function is `stat`.
+    static func isDirectory(_ path: String) -> Bool {
+        var status = stat()
+        return stat(path, &status) == 0 && (status.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// The one-line error for a failed SQLite call on `path`, with the fix.

@@ -44,6 +44,21 @@ public struct HistoryListing: Sendable, Equatable {
                          sudo earshot history)
         """
 
+    /// Opens the event history to list: ``databasePath``, read only.
+    /// - Throws: `EarshotError(.usage)` when the path is a directory, naming it and the fix, e.g.
+    ///   `--db /tmp/x is a directory: give the history database file (e.g. /var/lib/earshot/history.sqlite3)`;
+    ///   otherwise the errors of ``EventHistory/init(path:access:busyTimeoutMilliseconds:)`` (66 no file, 65 not
+    ///   a history, 69 locked).
+    public func openHistory() throws(EarshotError) -> EventHistory {
+        if EventHistory.isDirectory(databasePath) {
+            let fix = databasePath == EventHistory.defaultPath
+                ? "\(databasePath) is a directory: name the history database file with --db"
+                : "--db \(databasePath) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
+            throw EarshotError(.usage, fix)
+        }
+        return try EventHistory(path: databasePath, access: .readOnly)
+    }
+
     /// Parses the arguments after `history`.
     /// - Parameter now: the time durations count back from.
     /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.

@@ -19,6 +19,7 @@ import Dispatch
 /// Client to server, one JSON object per line:
 /// - `{"subscribe":["smoke_alarm","baby_cry"]}` sets the client's group filter (an empty list, or `"*"` in it, means
 ///   every group; a new filter replaces the old). With `Configuration.knownGroups` set, an unknown name is an error
+///   (a group that exists but is not watched, listed in `Configuration.unwatchedGroups`, gets how to watch it)
 ///   and the filter is left as it was. Before any subscribe request a client receives every group.
 /// - `{"cmd":NAME}` for a command registered with ``register(commands:handler:)`` (the daemon's `sleep_start`,
 ///   `sleep_stop`, `sleep_status`) gets the handler's reply object.
@@ -67,11 +68,14 @@ public final class EventServer: @unchecked Sendable {
         public var maxClients: Int
         /// The group names a client may subscribe to (the watch list), or nil to accept any name.
         public var knownGroups: [String]?
+        /// Groups that exist but are not watched (presets and `[group.NAME]` sections left out of the watch list),
+        /// with ``watchAdvice``: a subscribe request naming one is told how to watch it rather than "unknown group".
+        public var unwatchedGroups: UnwatchedGroups
 
         public init(
             path: String = EventServer.defaultPath, mode: UInt32 = 0o660, groupID: UInt32? = nil,
             clientQueueLimitBytes: Int = 256 * 1024, maxRequestLineBytes: Int = 64 * 1024, maxClients: Int = 64,
-            knownGroups: [String]? = nil
+            knownGroups: [String]? = nil, unwatchedGroups: UnwatchedGroups = UnwatchedGroups()
         ) {
             self.path = path
             self.mode = mode
@@ -80,6 +84,21 @@ public final class EventServer: @unchecked Sendable {
             self.maxRequestLineBytes = maxRequestLineBytes
             self.maxClients = maxClients
             self.knownGroups = knownGroups
+            self.unwatchedGroups = unwatchedGroups
+        }
+    }
+
+    /// Group names that exist but are not watched, and how to watch one.
+    public struct UnwatchedGroups: Sendable, Equatable {
+        /// The names (e.g. the presets `dog_bark`, `speech` when the watch list leaves them out).
+        public var names: [String]
+        /// What to do, after "add it to": e.g. `[detection] watch in /etc/earshot/earshotd.conf, then systemctl
+        /// reload earshotd` (``DaemonConfiguration/watchAdvice(configPath:)``).
+        public var advice: String
+
+        public init(names: [String] = [], advice: String = "") {
+            self.names = names
+            self.advice = advice
         }
     }
 
@@ -110,6 +129,7 @@ public final class EventServer: @unchecked Sendable {
     private var listenSource: DispatchSourceRead?
     private var acceptPaused = false
     private var knownGroups: Set<String>?
+    private var unwatchedGroups: UnwatchedGroups
     private var clients: [Int: Client] = [:]
     private var nextClientID = 1
     private var stopped = false
@@ -134,6 +154,7 @@ public final class EventServer: @unchecked Sendable {
         self.configuration = configuration
         statusProvider = status
         knownGroups = configuration.knownGroups.map(Set.init)
+        unwatchedGroups = configuration.unwatchedGroups
         let path = configuration.path
         let address = try UnixSocketAddress(path: path)
         try Self.removeStaleSocket(at: path, address: address)
@@ -239,8 +260,11 @@ public final class EventServer: @unchecked Sendable {
 
     /// Replaces the group names clients may subscribe to (after a configuration reload); nil accepts any name.
     /// Existing filters are kept.
-    public func setKnownGroups(_ groups: [String]?) {
-        queue.async { [self] in knownGroups = groups.map(Set.init) }
+    public func setKnownGroups(_ groups: [String]?, unwatched: UnwatchedGroups = UnwatchedGroups()) {
+        queue.async { [self] in
+            knownGroups = groups.map(Set.init)
+            unwatchedGroups = unwatched
+        }
     }
 
     /// The counters now. Waits for the server queue.
@@ -522,8 +546,7 @@ public final class EventServer: @unchecked Sendable {
                 return
             }
             if let knownGroups, let unknown = names.first(where: { !knownGroups.contains($0) }) {
-                let list = knownGroups.sorted().joined(separator: ", ")
-                reply(Self.error("unknown group \"\(unknown)\" in subscribe (watched groups: \(list))"), to: client)
+                reply(Self.error(subscribeRefusal(unknown, knownGroups: knownGroups)), to: client)
                 return
             }
             var unique: [String] = []
@@ -543,6 +566,20 @@ public final class EventServer: @unchecked Sendable {
             object["time"] = .string(EventJSON.timestamp(Date()))
             reply(object, to: client)
         }
+    }
+
+    /// Why a subscribe request naming `name`, which is not in `knownGroups`, is refused: a group that exists but is
+    /// not watched (`the daemon does not watch group "dog_bark": add it to ...`), or an unknown name with the
+    /// nearest watched or existing name when it looks like a typo (`unknown group "smok" in subscribe (did you mean
+    /// smoke_alarm? watched groups: ...)`).
+    private func subscribeRefusal(_ name: String, knownGroups: Set<String>) -> String {
+        if unwatchedGroups.names.contains(name) {
+            return "the daemon does not watch group \"\(name)\": add it to \(unwatchedGroups.advice)"
+        }
+        let watched = knownGroups.sorted()
+        let guess = NameSuggestion.likelyTypo(of: name, among: watched + unwatchedGroups.names.sorted())
+            .map { "did you mean \($0)? " } ?? ""
+        return "unknown group \"\(name)\" in subscribe (\(guess)watched groups: \(watched.joined(separator: ", ")))"
     }
 
     /// Raises `EarshotError` for a socket file in the way: removes a stale socket (nobody accepts on it), refuses
