@@ -156,7 +156,11 @@ public final class AudioFileAnalyzer {
                 stream.setEnd(try Self.decode(opened, deliver: consume))
             }
         } catch {
-            for state in requests { state.observer.request(state.request, didFailWithError: error) }
+            for state in requests {
+                state.pending?.wait()  // its workers hold the sessions; its results are not delivered
+                state.pending = nil
+                state.observer.request(state.request, didFailWithError: error)
+            }
             return
         }
         // The decoding thread (if any) has delivered `.end`, through the handoff's lock: its writes are visible.
@@ -168,6 +172,7 @@ public final class AudioFileAnalyzer {
             stream.padWithZeros(to: (windows - 1) * geometry.hopSamples + geometry.windowSamples)
             state.windowLimit = windows
             scoreReadyRounds(state, stream: stream, onlyFullRounds: false)
+            deliverPending(state)
             state.observer.requestDidComplete(state.request)
         }
     }
@@ -207,6 +212,8 @@ public final class AudioFileAnalyzer {
         var nextWindow = 0
         /// Windows in the file, once known (at the end of decoding).
         var windowLimit = Int.max
+        /// The round whose inference is running (or done) and whose results are not delivered yet.
+        var pending: Round?
         var nextWindowStart: Int { nextWindow * request.geometry.hopSamples }
 
         init(request: ClassifySoundRequest, observer: any ResultsObserving, model: YAMNet, sessions: [YAMNetSession]) {
@@ -228,26 +235,63 @@ public final class AudioFileAnalyzer {
             let last = min(available, state.windowLimit, state.nextWindow + roundSize)
             guard last > state.nextWindow else { return }
             if onlyFullRounds && last - state.nextWindow < roundSize { return }
-            stream.samples.withUnsafeBufferPointer { samples in
-                Self.scoreRound(windows: state.nextWindow..<last, samples: samples, firstSample: stream.start,
-                                state: state) { result in
-                    state.observer.request(state.request, didProduce: result)
-                }
+            // Two stages: this round's front end is computed while the previous round's inference runs; then its
+            // inference starts and the previous round's results are delivered meanwhile. The workers never wait
+            // for the front end or for the observers (with one thread everything runs here, in order).
+            let round = stream.samples.withUnsafeBufferPointer { samples in
+                Self.prepareRound(windows: state.nextWindow..<last, samples: samples, firstSample: stream.start, state: state)
             }
+            let previous = state.pending
+            previous?.wait()
+            round.start(sessions: state.sessions)
+            state.pending = round
+            if let previous { deliver(previous, state: state) }
             state.nextWindow = last
         }
     }
 
-    /// Scores windows `windows` from `samples` (16 kHz; `samples[0]` is sample `firstSample` of the file) and hands
-    /// the results to `deliver` in time order. The round's log-mel frames are computed once; its distinct patches
-    /// are split across the state's sessions.
-    private static func scoreRound(
-        windows: Range<Int>, samples: UnsafeBufferPointer<Float>, firstSample: Int, state: RequestState,
-        deliver: (ClassificationResult) -> Void
-    ) {
+    /// Delivers the results of `state`'s pending round, if any, in time order (waiting for its inference).
+    private func deliverPending(_ state: RequestState) {
+        guard let round = state.pending else { return }
+        state.pending = nil
+        round.wait()
+        deliver(round, state: state)
+    }
+
+    /// Averages the patches of each window of `round` (finished) and hands the results to the observer.
+    private func deliver(_ round: Round, state: RequestState) {
+        let geometry = state.request.geometry
+        let labels = state.model.classLabels
+        for (index, window) in round.windows.enumerated() {
+            var windowScores = [Float](repeating: 0, count: YAMNet.classCount)
+            var windowEmbedding = [Float](repeating: 0, count: YAMNet.embeddingSize)
+            for patch in 0..<geometry.patchesPerWindow {
+                let patchRow = round.row[window * geometry.hopFrames + patch * YAMNet.patchHopFrames - round.firstFrame] ?? 0
+                let base = patchRow * YAMNet.classCount
+                for index in 0..<YAMNet.classCount { windowScores[index] += round.scores[base + index] }
+                let embeddingBase = patchRow * YAMNet.embeddingSize
+                for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] += round.embeddings[embeddingBase + index] }
+            }
+            if geometry.patchesPerWindow > 1 {
+                let divisor = Float(geometry.patchesPerWindow)
+                for index in 0..<YAMNet.classCount { windowScores[index] /= divisor }
+                for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] /= divisor }
+            }
+            let range = TimeRange(start: Double(window * geometry.hopSamples) / Double(YAMNet.sampleRate),
+                                  duration: state.request.windowDuration)
+            state.observer.request(state.request, didProduce: .scored(
+                by: state.request, timeRange: range, yamnetScores: windowScores, embedding: windowEmbedding,
+                yamnetLabels: labels, levelDBFS: round.levels[index]))
+        }
+    }
+
+    /// The part of a round that needs the samples: the round's log-mel frames (computed once), its distinct patch
+    /// start frames, and each window's level (`samples[0]` is sample `firstSample` of the file).
+    private static func prepareRound(
+        windows: Range<Int>, samples: UnsafeBufferPointer<Float>, firstSample: Int, state: RequestState
+    ) -> Round {
         let geometry = state.request.geometry
         let bands = YAMNet.melBands
-        let patchValues = YAMNet.patchFrames * bands
         let firstFrame = windows.lowerBound * geometry.hopFrames
         let frameCount = (windows.upperBound - 1) * geometry.hopFrames + geometry.windowFrames - firstFrame
         var logMel = [Float](repeating: 0, count: frameCount * bands)
@@ -255,7 +299,6 @@ public final class AudioFileAnalyzer {
         logMel.withUnsafeMutableBufferPointer { logMel in
             state.frontEnd.compute(UnsafeBufferPointer(rebasing: samples[offset...]), frames: frameCount, into: logMel.baseAddress!)
         }
-
         // The distinct patch start frames (relative to firstFrame), in order.
         var candidates: [Int] = []
         for window in windows {
@@ -264,75 +307,11 @@ public final class AudioFileAnalyzer {
             }
         }
         let starts = Array(Set(candidates)).sorted()
-        var row: [Int: Int] = [:]
-        for (index, start) in starts.enumerated() { row[start] = index }
-
-        var scores = [Float](repeating: 0, count: starts.count * YAMNet.classCount)
-        var embeddings = [Float](repeating: 0, count: starts.count * YAMNet.embeddingSize)
-        let workers = state.sessions.count
-        logMel.withUnsafeBufferPointer { logMel in
-            scores.withUnsafeMutableBufferPointer { scores in
-                embeddings.withUnsafeMutableBufferPointer { embeddings in
-                    let shared = SharedRound(logMel: logMel, scores: scores, embeddings: embeddings, starts: starts,
-                                             sessions: state.sessions)
-                    // Workers take batches of `batch` patches in turn (rather than one fixed share each): a worker
-                    // whose core is also running the decoding thread then does less, and the round does not wait
-                    // for it. 16 patches keep the products wide (batched 1.44 ms per patch against 1.91 alone).
-                    let batch = 16
-                    let next = Atomic<Int>(0)
-                    let work: @Sendable (Int) -> Void = { worker in
-                        let count = shared.starts.count
-                        var patches = [Float](repeating: 0, count: batch * patchValues)
-                        while true {
-                            let first = next.wrappingAdd(batch, ordering: .relaxed).oldValue
-                            guard first < count else { return }
-                            let range = first..<min(count, first + batch)
-                            patches.withUnsafeMutableBufferPointer { patches in
-                                for (slot, index) in range.enumerated() {
-                                    let source = shared.logMel.baseAddress! + shared.starts[index] * bands
-                                    (patches.baseAddress! + slot * patchValues).update(from: source, count: patchValues)
-                                }
-                            }
-                            patches.withUnsafeBufferPointer { patches in
-                                shared.sessions[worker].classify(
-                                    patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
-                                    scores: shared.scores.baseAddress! + range.lowerBound * YAMNet.classCount,
-                                    embeddings: shared.embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize)
-                            }
-                        }
-                    }
-                    if workers == 1 || starts.count < 2 {
-                        for worker in 0..<workers { work(worker) }
-                    } else {
-                        DispatchQueue.concurrentPerform(iterations: workers, execute: work)
-                    }
-                }
-            }
-        }
-
-        let labels = state.model.classLabels
-        for window in windows {
-            var windowScores = [Float](repeating: 0, count: YAMNet.classCount)
-            var windowEmbedding = [Float](repeating: 0, count: YAMNet.embeddingSize)
-            for patch in 0..<geometry.patchesPerWindow {
-                let patchRow = row[window * geometry.hopFrames + patch * YAMNet.patchHopFrames - firstFrame] ?? 0
-                let base = patchRow * YAMNet.classCount
-                for index in 0..<YAMNet.classCount { windowScores[index] += scores[base + index] }
-                let embeddingBase = patchRow * YAMNet.embeddingSize
-                for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] += embeddings[embeddingBase + index] }
-            }
-            if geometry.patchesPerWindow > 1 {
-                let divisor = Float(geometry.patchesPerWindow)
-                for index in 0..<YAMNet.classCount { windowScores[index] /= divisor }
-                for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] /= divisor }
-            }
+        let levels = windows.map { window in
             let first = window * geometry.hopSamples - firstSample
-            let level = ClassificationResult.level(of: UnsafeBufferPointer(rebasing: samples[first..<(first + geometry.windowSamples)]))
-            let range = TimeRange(start: Double(window * geometry.hopSamples) / Double(YAMNet.sampleRate),
-                                  duration: state.request.windowDuration)
-            deliver(.scored(by: state.request, timeRange: range, yamnetScores: windowScores, embedding: windowEmbedding,
-                            yamnetLabels: labels, levelDBFS: level))
+            return ClassificationResult.level(of: UnsafeBufferPointer(rebasing: samples[first..<(first + geometry.windowSamples)]))
         }
+        return Round(windows: windows, firstFrame: firstFrame, logMel: logMel, starts: starts, levels: levels)
     }
 }
 
@@ -367,15 +346,84 @@ private struct WaveformBuffer {
     }
 }
 
-/// What the inference workers of one round share: read-only log-mel and starts, disjoint score and embedding rows,
-/// one session per worker. The pointers live only during the round (`concurrentPerform` returns before they are
-/// released).
-private struct SharedRound: @unchecked Sendable {
-    let logMel: UnsafeBufferPointer<Float>
+/// One round of windows between ``AudioFileAnalyzer``'s two stages: its log-mel frames and patch starts (read-only
+/// once prepared), the score and embedding rows the workers fill (disjoint batches), and the windows' levels.
+/// Workers take batches of 16 patches in turn (rather than one fixed share each): a worker whose core also runs the
+/// decoding thread or the delivery then does less, and the round does not wait for it; 16 patches keep the products
+/// wide (batched 1.44 ms per patch against 1.91 alone).
+private final class Round: @unchecked Sendable {
+    static let batch = 16
+    let windows: Range<Int>
+    let firstFrame: Int
+    let logMel: [Float]
+    let starts: [Int]
+    let levels: [Float]
+    /// Row of each patch start in `scores` / `embeddings`.
+    let row: [Int: Int]
     let scores: UnsafeMutableBufferPointer<Float>
     let embeddings: UnsafeMutableBufferPointer<Float>
-    let starts: [Int]
-    let sessions: [YAMNetSession]
+    private let group = DispatchGroup()
+    private let next = Atomic<Int>(0)
+
+    init(windows: Range<Int>, firstFrame: Int, logMel: [Float], starts: [Int], levels: [Float]) {
+        self.windows = windows
+        self.firstFrame = firstFrame
+        self.logMel = logMel
+        self.starts = starts
+        self.levels = levels
+        var row: [Int: Int] = [:]
+        for (index, start) in starts.enumerated() { row[start] = index }
+        self.row = row
+        scores = .allocate(capacity: starts.count * YAMNet.classCount)
+        scores.initialize(repeating: 0)
+        embeddings = .allocate(capacity: starts.count * YAMNet.embeddingSize)
+        embeddings.initialize(repeating: 0)
+    }
+
+    deinit {
+        scores.deallocate()
+        embeddings.deallocate()
+    }
+
+    /// Runs the round's inference: on the calling thread with one session, else one task per session on a
+    /// concurrent queue (``wait()`` for them).
+    func start(sessions: [YAMNetSession]) {
+        if sessions.count == 1 || starts.count < 2 {
+            for session in sessions { work(session) }
+            return
+        }
+        for session in sessions {
+            let box = UncheckedBox(session)  // each session is used by this one task only
+            DispatchQueue.global(qos: .userInitiated).async(group: group) { [self] in work(box.value) }
+        }
+    }
+
+    /// Waits until the inference has filled every row.
+    func wait() { group.wait() }
+
+    private func work(_ session: YAMNetSession) {
+        let patchValues = YAMNet.patchFrames * YAMNet.melBands
+        var patches = [Float](repeating: 0, count: Self.batch * patchValues)
+        while true {
+            let first = next.wrappingAdd(Self.batch, ordering: .relaxed).oldValue
+            guard first < starts.count else { return }
+            let range = first..<min(starts.count, first + Self.batch)
+            logMel.withUnsafeBufferPointer { logMel in
+                patches.withUnsafeMutableBufferPointer { patches in
+                    for (slot, index) in range.enumerated() {
+                        (patches.baseAddress! + slot * patchValues)
+                            .update(from: logMel.baseAddress! + starts[index] * YAMNet.melBands, count: patchValues)
+                    }
+                }
+            }
+            patches.withUnsafeBufferPointer { patches in
+                session.classify(
+                    patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
+                    scores: scores.baseAddress! + range.lowerBound * YAMNet.classCount,
+                    embeddings: embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize)
+            }
+        }
+    }
 }
 
 /// Decoded 16 kHz audio on its way from the decoding thread to ``AudioFileAnalyzer/analyze()``: a FIFO bounded
