@@ -19,7 +19,7 @@ struct CaptureFileSourceTests {
         // 40 times real time: the 6.128 s recording takes about 0.15 s.
         let source = try RealtimeFileSource(path: path, pacing: .clock(speed: 40))
         #expect(source.format == CaptureFormat(
-            sampleFormat: .floatLE, channels: 2, sampleRate: 48_000, periodFrames: 4_800, bufferFrames: 4_800))
+            sampleFormat: .floatLE, channels: 2, sampleRate: 48_000, periodFrames: 9_600, bufferFrames: 9_600))
         let ring = SampleRingBuffer(minimumCapacity: 1 << 19)
         let ends = CaptureRecorder<CaptureEnd>()
         let started = Date()

@@ -33,8 +33,8 @@ struct CapturePCMTests {
         #expect(capture.format.sampleFormat == .s16LE)
         #expect(capture.format.channels == 1)
         #expect(capture.format.sampleRate == 48_000)
-        #expect(capture.format.periodFrames == 4_800)  // 0.1 s at 48 kHz (CaptureConfiguration.defaultPeriodDuration)
-        #expect(capture.format.bufferFrames == 38_400)  // 8 periods
+        #expect(capture.format.periodFrames == 9_600)  // 0.2 s at 48 kHz (CaptureConfiguration.defaultPeriodDuration)
+        #expect(capture.format.bufferFrames == 76_800)  // 8 periods
 
         // The ring holds 2^19 samples, more than the 294128 of the recording, so nothing of it can be dropped.
         #expect(mono.count == 294_128)
@@ -264,12 +264,13 @@ struct CapturePCMTests {
         let started = Date()
         let (capture, ring) = try startCapture(configuration)
         defer { capture.stop() }
-        // 16000 frames are one second of audio: at 8 times real time they cannot arrive in less than 1/8 s.
+        // 16000 frames are one second of audio: at 8 times real time they cannot arrive in less than 1/8 s, less
+        // the first period (0.2 s of audio), written before any wait.
         let (samples, chunks) = CaptureFixtures.read(ring, frames: 16_000)
         let elapsed = Date().timeIntervalSince(started)
         #expect(samples.count == 16_000)
         #expect(chunks.allSatisfy { $0.gapFrames == 0 })
-        #expect(elapsed >= 0.125 - 0.02)  // the first period is written before any wait
+        #expect(elapsed >= (1 - CaptureConfiguration.defaultPeriodDuration) / 8 - 0.01, "\(elapsed) s")
     }
 
     @Test func stopEndsTheThreadAndReportsStopped() throws {

@@ -78,7 +78,7 @@ struct CaptureSupervisorTests {
         #expect(CaptureFixtures.wait(timeout: 2) { states.values.last == .stopped })
         let values = states.values
         let format = CaptureFormat(
-            sampleFormat: .s16LE, channels: 1, sampleRate: 16_000, periodFrames: 1_600, bufferFrames: 12_800)
+            sampleFormat: .s16LE, channels: 1, sampleRate: 16_000, periodFrames: 3_200, bufferFrames: 25_600)
         let failure = EarshotError(
             .unavailable,
             "capture device \"earshot_supervised_eio\" stopped: Input/output error (the device was unplugged or failed; "

@@ -195,6 +195,14 @@ import Testing
         try daemon.run()
         Thread.sleep(forTimeInterval: 1.5)
         #expect(daemon.isRunning, "the daemon keeps running and retries")
+        // Its memory diet (README, Performance): the Swift runtime is linked in statically, Foundation's ICU and
+        // CoreFoundation are not in the process at all, and OpenBLAS is loaded only where a product needs it.
+        let maps = (try? String(contentsOfFile: "/proc/\(daemon.processIdentifier)/maps", encoding: .utf8)) ?? ""
+        #expect(maps.contains("earshotd"), "cannot read the daemon's memory map")
+        for library in ["libswiftCore.so", "libFoundation.so", "lib_FoundationICU.so", "libFoundationEssentials.so"] {
+            #expect(!maps.contains(library), "earshotd maps \(library)")
+        }
+        if GEMMKernel.current != .openBLAS { #expect(!maps.contains("libopenblas"), "earshotd loaded OpenBLAS without using it") }
         daemon.terminate()
         daemon.waitUntilExit()
         #expect(daemon.terminationStatus == 0)

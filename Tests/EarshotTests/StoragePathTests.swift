@@ -55,6 +55,20 @@ struct StoragePathTests {
         }
     }
 
+    /// `earshotd --check-config` and a real start with `config` both print exactly `line` and exit 78 (skipped
+    /// where earshotd is not built beside the test bundle).
+    static func expectRefused(config: String, socket: String, line: String) throws {
+        for arguments in [["--check-config", "--config", config], ["--config", config, "--socket", socket]] {
+            guard let run = try EarshotdRun.run(arguments) else {
+                print("earshotd is not built beside the test bundle: skipping")
+                return
+            }
+            #expect(run.status == 78, "\(arguments)")
+            #expect(run.output.isEmpty, "\(arguments)")
+            #expect(run.error == line, "\(arguments)")
+        }
+    }
+
     @Test("[history] path naming a directory: --check-config and start-up say so with the file and line, status 78")
     func historyPathIsADirectory() throws {
         let scratch = try HistoryScratch()
@@ -70,15 +84,7 @@ struct StoragePathTests {
         let config = scratch.directory.appendingPathComponent("earshotd.conf").path
         try "[detection]\nwatch = smoke_alarm\n[history]\npath = \(directory)\n".write(toFile: config, atomically: true, encoding: .utf8)
         let line = "earshotd: \(config):4: [history] path = \(directory): is a directory, not a database file (set [history] path to a file, e.g. /var/lib/earshot/history.sqlite3)\n"
-        for arguments in [["--check-config", "--config", config], ["--config", config, "--socket", scratch.directory.appendingPathComponent("s.sock").path]] {
-            guard let run = try EarshotdRun.run(arguments) else {
-                print("earshotd is not built beside the test bundle: skipping")
-                return
-            }
-            #expect(run.status == 78, "\(arguments)")
-            #expect(run.output.isEmpty, "\(arguments)")
-            #expect(run.error == line, "\(arguments)")
-        }
+        try Self.expectRefused(config: config, socket: scratch.directory.appendingPathComponent("s.sock").path, line: line)
     }
 
     @Test("[clips] directory naming a regular file: --check-config and start-up say so with the file and line, status 78")
@@ -100,15 +106,7 @@ struct StoragePathTests {
         let config = scratch.directory.appendingPathComponent("earshotd.conf").path
         try "[clips]\nenabled = yes\ndirectory = \(file)\n".write(toFile: config, atomically: true, encoding: .utf8)
         let line = "earshotd: \(config):3: [clips] directory = \(file): is a regular file, not a directory (move the file aside, or set [clips] directory to a directory, e.g. /var/lib/earshot/clips)\n"
-        for arguments in [["--check-config", "--config", config], ["--config", config, "--socket", scratch.directory.appendingPathComponent("s.sock").path]] {
-            guard let run = try EarshotdRun.run(arguments) else {
-                print("earshotd is not built beside the test bundle: skipping")
-                return
-            }
-            #expect(run.status == 78, "\(arguments)")
-            #expect(run.output.isEmpty, "\(arguments)")
-            #expect(run.error == line, "\(arguments)")
-        }
+        try Self.expectRefused(config: config, socket: scratch.directory.appendingPathComponent("s.sock").path, line: line)
     }
 
     @Test("clip retention on a regular file: errno's text and the fix, no Foundation error text")

@@ -93,7 +93,7 @@ public protocol CaptureSource: AnyObject, Sendable {
         onEnd: @escaping @Sendable (CaptureEnd) -> Void) throws
 
     /// Asks the thread to stop and waits up to `timeout` seconds for it to leave its loop (it checks at least
-    /// every 100 ms). Returns true when it has stopped (or never ran). Idempotent.
+    /// every 250 ms). Returns true when it has stopped (or never ran). Idempotent.
     @discardableResult
     func stop(timeout: Double) -> Bool
 }
@@ -255,12 +255,13 @@ final class ProducerLoop: @unchecked Sendable {
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 
-    /// Sleeps until the monotonic clock reaches `due`, in steps of at most 100 ms so a stop request is seen.
+    /// Sleeps until the monotonic clock reaches `due`, in steps of at most 250 ms (longer than a period, so one
+    /// sleep per period) so a stop request is seen.
     static func sleep(until due: UInt64, orStop stop: borrowing Atomic<Bool>) {
         while !stop.load(ordering: .acquiring) {
             let now = monotonicNanoseconds()
             guard now < due else { return }
-            let step = min(due - now, 100_000_000)
+            let step = min(due - now, 250_000_000)
             var interval = timespec(tv_sec: Int(step / 1_000_000_000), tv_nsec: Int(step % 1_000_000_000))
             _ = nanosleep(&interval, nil)
         }

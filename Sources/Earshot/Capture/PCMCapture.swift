@@ -19,11 +19,13 @@ public struct CaptureConfiguration: Sendable, Equatable {
     /// Target period (frames per read) in seconds; ALSA picks the nearest it allows. Default
     /// ``defaultPeriodDuration``.
     public var periodDuration: Double
-    /// 0.1 s (1600 frames at 16 kHz): ten wake-ups a second. The classifier's hop is 0.48 s and the alarm pattern
-    /// detector needs no sooner answer, while each wake-up of a thread costs a few microseconds of the core's time
-    /// in the kernel; with 20 ms periods the capture thread alone took 0.26 % of a core (measured, bench --daemon).
-    public static let defaultPeriodDuration = 0.1
-    /// Periods in the device buffer. Default 8 (0.8 s at 0.1 s periods): the capture thread may be descheduled
+    /// 0.2 s (3200 frames at 16 kHz): five wake-ups a second (of the capture thread, then of the analysis queue).
+    /// The classifier's hop is 0.48 s and the alarm pattern detector needs no sooner answer, while each wake-up
+    /// costs the core time in the kernel (more in a virtual machine); measured with bench --daemon on the 2-core VM:
+    /// 20 ms periods, capture thread alone 0.26 % of a core; 0.1 s, whole daemon gated 0.20-0.22 % (capture
+    /// thread and analysis queue about 0.1 % each, mostly wake-ups); 0.2 s, see README, Performance.
+    public static let defaultPeriodDuration = 0.2
+    /// Periods in the device buffer. Default 8 (1.6 s at 0.2 s periods): the capture thread may be descheduled
     /// that long before an overrun.
     public var periodsPerBuffer: Int
     /// How the capture thread keeps time. Default ``CapturePacing/device`` (the device's clock). Use
@@ -64,7 +66,7 @@ public struct CaptureConfiguration: Sendable, Equatable {
 ///   the rate nearest the preferred one (`snd_pcm_hw_params_set_rate_near`);
 /// - period: nearest to ``CaptureConfiguration/periodDuration``; buffer: nearest to `periodsPerBuffer` periods.
 ///
-/// The capture thread waits for a period (`snd_pcm_wait`, 100 ms timeout so stop requests are seen), reads it with
+/// The capture thread waits for a period (`snd_pcm_wait`, 250 ms timeout so stop requests are seen), reads it with
 /// `snd_pcm_readi` into a preallocated buffer, converts it to mono Float and writes it to the ring at its frame
 /// position. It does not allocate, lock or log. An overrun (`-EPIPE`) or suspend (`-ESTRPIPE`) is recovered with
 /// `snd_pcm_recover` and counted in ``xrunCount``; the frames lost (those left in the buffer at the last read plus
@@ -359,7 +361,7 @@ final class PCMReader: SourceReader, @unchecked Sendable {
     static let maximumErrorsInWindow = 5
     static let errorWindowNanoseconds: UInt64 = 2_000_000_000
     /// Milliseconds `snd_pcm_wait` may block; bounds how long a stop request waits.
-    static let waitMilliseconds: Int32 = 100
+    static let waitMilliseconds: Int32 = 250
 
     init(handle: PCMHandle, device: String, format: CaptureFormat) {
         self.handle = handle

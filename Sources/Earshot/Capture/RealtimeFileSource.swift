@@ -13,7 +13,7 @@ import Dispatch
 ///   frame, little-endian, e.g. `arecord -f S16_LE -r 16000 -c 1 -t raw | earshotd --input -` or
 ///   `sox in.wav -t raw -e signed -b 16 -c 1 -r 16000 - | earshotd --input -`. End of input ends capture.
 ///
-/// Pacing defaults to real time: chunks of 0.1 s (an ALSA capture's default period) are written no faster than the clock, so the daemon behaves as
+/// Pacing defaults to real time: chunks of 0.2 s (an ALSA capture's default period) are written no faster than the clock, so the daemon behaves as
 /// with a microphone. Input that arrives slower than real time (a live pipe) is simply written as it comes.
 public final class RealtimeFileSource: CaptureSource {
     /// The name that selects standard input.

@@ -8,7 +8,7 @@ import Dispatch
 /// health change to its outputs.
 ///
 /// Everything here runs on one serial Dispatch queue, woken when the capture thread has written to the ring (a
-/// user-data source the ring's `didWrite` adds to: one wake-up per capture period, 0.1 s by default, coalesced
+/// user-data source the ring's `didWrite` adds to: one wake-up per capture period, 0.2 s by default, coalesced
 /// when the queue is busy), or, without one, by a timer every `pollInterval`. The ring holds seconds of audio, so
 /// the capture thread never waits for analysis. (A 40 ms timer cost 0.3 % of a core in wake-ups alone: Dispatch
 /// fires timers from its manager thread, which then wakes a worker.)

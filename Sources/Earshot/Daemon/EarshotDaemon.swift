@@ -18,7 +18,7 @@ public final class EarshotDaemon: @unchecked Sendable {
     /// Audio the capture ring holds at least, in seconds at 48 kHz mono (rounded up to a power of two: 2^18 samples,
     /// 1 MB, 5.46 s at 48 kHz, 16.4 s at 16 kHz): how long the analysis queue may stall (a slow first inference, a
     /// reload, a busy machine) before the capture thread drops audio and says so. One inference takes about 2 ms,
-    /// and the queue is woken every capture period (0.1 s); the ring was 8 s (2 MB resident) before peak RSS mattered.
+    /// and the queue is woken every capture period (0.2 s); the ring was 8 s (2 MB resident) before peak RSS mattered.
     static let ringSeconds = 4
 
     private let commandLine: DaemonCommandLine

@@ -76,12 +76,14 @@ public enum LocalTime {
 // MARK: Errors
 
 /// One line describing `error` for a message: an ``EarshotError``'s message, `strerror` for a POSIX error, the
-/// underlying POSIX error of a FoundationEssentials `CocoaError` (file operations), else Swift's description.
+/// underlying POSIX error of a FoundationEssentials `CocoaError` (file operations) or its code when it has none,
+/// else Swift's description.
 func errorText(_ error: any Error) -> String {
     if let error = error as? EarshotError { return error.message }
     if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)) }
-    if let error = error as? CocoaError, let underlying = error.underlying as? POSIXError {
-        return String(cString: strerror(underlying.code.rawValue))
+    if let error = error as? CocoaError {
+        if let underlying = error.underlying as? POSIXError { return String(cString: strerror(underlying.code.rawValue)) }
+        return "file operation failed (Foundation error \(error.code.rawValue))"
     }
     return String(describing: error)
 }
