@@ -98,6 +98,10 @@ import Testing
         var environment = ProcessInfo.processInfo.environment
         for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
         environment["HOME"] = home.path
+        // The daemon's history, clips and reports go to the sandbox, never into the machine's /var/lib/earshot.
+        let state = home.appendingPathComponent("state")
+        try? FileManager.default.createDirectory(at: state, withIntermediateDirectories: true)
+        environment["STATE_DIRECTORY"] = state.path
         return environment
     }
 
@@ -289,6 +293,10 @@ import Testing
         #expect(onset["group"] as? String == "glass_break")
         #expect(onset["class"] as? String == "Glass")
         #expect(onset["stream_time"] as? Double == 0)
+        // The finished event went to the history under $STATE_DIRECTORY (the sandbox), not /var/lib/earshot.
+        let history = try EventHistory(path: sandbox.home.appendingPathComponent("state/history.sqlite3").path, access: .readOnly)
+        let stored = try history.events()
+        #expect(stored.map(\.group) == ["glass_break"], "\(log)")
     }
 
     /// Runs `earshotd` with `arguments` to its exit (killed after `seconds`: a hang fails the test, not CI).

@@ -49,6 +49,7 @@ public enum DaemonBenchmark {
 
         var environment = ProcessInfo.processInfo.environment
         environment["NOTIFY_SOCKET"] = notify.path
+        environment["STATE_DIRECTORY"] = directory.path  // its history goes to the scratch directory, removed after
         environment.removeValue(forKey: "WATCHDOG_USEC")
         environment.removeValue(forKey: "WATCHDOG_PID")
         func lastErrorLine() -> String {

@@ -8,9 +8,10 @@ extension DaemonConfiguration {
         /// Whether a clip is saved for each detection event. Key `enabled`, default false.
         public var enabled: Bool = false
         /// Where clips are written (`2026-11-30T21-15-03Z_smoke_alarm.wav`). Key `directory`, default
-        /// `/var/lib/earshot/clips` (under systemd's `StateDirectory=earshot`, beside the event history); an absolute
-        /// path. The directory itself is created (mode 0700) when missing; its parent must exist.
-        public var directory: String = "/var/lib/earshot/clips"
+        /// `clips` in ``StateDirectory`` (/var/lib/earshot/clips under systemd's `StateDirectory=earshot`, beside the
+        /// event history); an absolute path. The directory itself is created (mode 0700) when missing; its parent
+        /// must exist.
+        public var directory: String = StateDirectory.path + "/clips"
         /// Seconds of audio kept before an event's start. Key `pre_seconds`, default 5, allowed 0...30.
         public var preSeconds: Double = 5
         /// Seconds of audio kept after an event's end. Key `post_seconds`, default 5, allowed 0...30.

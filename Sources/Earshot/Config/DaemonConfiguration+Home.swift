@@ -7,9 +7,10 @@ extension DaemonConfiguration {
     public struct History: Sendable, Equatable {
         /// Whether finished detections are stored. Key `enabled`, default true.
         public var enabled: Bool = true
-        /// The SQLite database file. Key `path`, default `/var/lib/earshot/history.sqlite3` (systemd's
-        /// `StateDirectory=earshot`); its directory must exist and be writable by the daemon's user.
-        public var path: String = EventHistory.defaultPath
+        /// The SQLite database file. Key `path`, default `history.sqlite3` in ``StateDirectory`` (systemd's
+        /// `StateDirectory=earshot`: /var/lib/earshot/history.sqlite3); its directory must exist and be writable by
+        /// the daemon's user.
+        public var path: String = StateDirectory.path + "/history.sqlite3"
         /// Days a finished event is kept. Key `retention_days`, default 30, allowed 0...36500; 0 keeps everything.
         public var retentionDays: Int = 30
 
@@ -22,8 +23,9 @@ extension DaemonConfiguration {
         /// default none (sessions start and stop with `earshot sleep start|stop`).
         public var schedule: SleepSchedule? = nil
         /// Directory where each session's report is written (`snore-YYYYMMDD-HHMM.json` and `.svg`). Key
-        /// `report_dir`, default `/var/lib/earshot/sleep` (systemd's `StateDirectory=earshot`, created when missing).
-        public var reportDirectory: String = "/var/lib/earshot/sleep"
+        /// `report_dir`, default `sleep` in ``StateDirectory`` (/var/lib/earshot/sleep under systemd's
+        /// `StateDirectory=earshot`), created when missing.
+        public var reportDirectory: String = StateDirectory.path + "/sleep"
         /// Snore evidence (0...1) at which one window counts as a snore on its own. Key `threshold`, default 0.3
         /// (see `SnoreDetector.Configuration`), allowed 0...1.
         public var threshold: Float = SnoreDetector.Configuration().strongThreshold
