@@ -299,6 +299,28 @@ import Testing
         #expect(stored.map(\.group) == ["glass_break"], "\(log)")
     }
 
+    @Test(.needsShared) func eventsTheHistoryCouldNotTakeAreCountedAtStop() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let source = TestPaths.sharedFile("audio/debian-brainparty-data/games/brainparty/glass_break.wav")
+        let daemon = Process()
+        daemon.executableURL = Self.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--input", source.path, "--socket", sandbox.socket, "--foreground", "--watch", "glass_break"]
+        var environment = Self.environment(home: sandbox.home)
+        let missing = sandbox.home.appendingPathComponent("no-such-state").path
+        environment["STATE_DIRECTORY"] = missing
+        daemon.environment = environment
+        let err = Pipe()
+        daemon.standardOutput = FileHandle.nullDevice
+        daemon.standardError = err
+        try daemon.run()
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0)
+        #expect(log.contains("earshotd: health history_unavailable: event history \(missing)/history.sqlite3: cannot open"), "\(log)")
+        #expect(log.hasSuffix("earshotd: 1 finished event was not stored: the history \(missing)/history.sqlite3 could not be written (see the history_unavailable message)\nearshotd: stopped (end of input)\n"), "\(log)")
+    }
+
     /// Runs `earshotd` with `arguments` to its exit (killed after `seconds`: a hang fails the test, not CI).
     static func runToExit(_ arguments: [String], home: URL, seconds: Double = 20) throws -> (status: Int32, stderr: String) {
         let daemon = Process()

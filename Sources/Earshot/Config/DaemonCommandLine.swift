@@ -73,7 +73,7 @@ public struct DaemonCommandLine: Sendable, Equatable {
 
             SIGTERM or SIGINT stops the daemon; SIGHUP reloads the configuration file.
             Exit status: 0 done, 64 bad option, 65 input file not audio, 66 input file missing, 69 device
-            unavailable, 78 bad configuration.
+            unavailable, 71 system failure, 73 socket cannot be created, 78 bad configuration.
             """
     }()
 

@@ -443,6 +443,10 @@ public final class EarshotDaemon: @unchecked Sendable {
         }
         sleep.flushReports()
         history?.close()
+        if let writer = history?.writer, writer.statistics.backlog > 0 {
+            let count = writer.statistics.backlog
+            journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
+        }
         clipWriter?.close()
         // Subscribers get the last events before the socket closes.
         sleepSeconds(0.2)

@@ -14,7 +14,9 @@ public struct HistoryListing: Sendable, Equatable {
         case csv
     }
 
-    public var databasePath = EventHistory.defaultPath
+    /// Default: `history.sqlite3` in ``StateDirectory`` (where earshotd writes it: `$STATE_DIRECTORY`, else
+    /// /var/lib/earshot).
+    public var databasePath = StateDirectory.path + "/history.sqlite3"
     /// `--since`: a duration back from now (`90s`, `30m`, `8h`, `2d`, `1w`) or a date (`2026-05-01`,
     /// `2026-05-01T22:00`, local time, or ISO 8601 with `Z`/offset).
     public var since: Date?
@@ -40,7 +42,8 @@ public struct HistoryListing: Sendable, Equatable {
           --group G      only label group G (repeat, or separate with commas), e.g. snoring
           --format F     text (default), jsonl, or csv
           --limit N      only the newest N events
-          --db PATH      the database (default \(EventHistory.defaultPath); under systemd it is readable by root:
+          --db PATH      the database (default \(EventHistory.defaultPath), or history.sqlite3 in $STATE_DIRECTORY
+                         when that is set, as for earshotd; under systemd it is readable by root:
                          sudo earshot history)
         """
 
@@ -51,7 +54,7 @@ public struct HistoryListing: Sendable, Equatable {
     ///   a history, 69 locked).
     public func openHistory() throws(EarshotError) -> EventHistory {
         if EventHistory.isDirectory(databasePath) {
-            let fix = databasePath == EventHistory.defaultPath
+            let fix = databasePath == StateDirectory.path + "/history.sqlite3"
                 ? "\(databasePath) is a directory: name the history database file with --db"
                 : "--db \(databasePath) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
             throw EarshotError(.usage, fix)
