@@ -219,6 +219,8 @@ struct ConfigFileTests {
               message: "test.conf:2: expected \"key = value\", \"[section]\" or a comment, found \"window 1\""),
         .init(text: "[analysis\nwindow = 1",
               message: "test.conf:1: expected \"key = value\", \"[section]\" or a comment, found \"[analysis\""),
+        .init(text: "fLaC\u{01}\u{02}\u{FFFD}\u{FFFD}" + String(repeating: "x", count: 70),
+              message: "test.conf:1: expected \"key = value\", \"[section]\" or a comment, found \"fLaC\\x01\\x02??" + String(repeating: "x", count: 52) + "...\" (is it a text file?)"),
         .init(text: "[analysis]\nwindow = 1\n  overlap 0.2",
               message: "test.conf:3: [analysis] window: the indented line \"overlap 0.2\" continues the value of window, which takes one line; remove the indentation"),
         .init(text: "[group.kettle]\nclasses = Whistle\n  threshold = 0.4",

@@ -40,6 +40,21 @@ extension DaemonConfiguration {
         return try configuration.applying(overrides)
     }
 
+    /// A problem line as it is quoted in an error: control characters as `\xNN`, undecodable bytes as `?`, at most
+    /// 60 characters (then `...`), so that a binary file does not fill the terminal with garbage.
+    static func shown(_ text: String) -> String {
+        var out = ""
+        for (count, scalar) in text.unicodeScalars.enumerated() {
+            if count == 60 { return out + "..." }
+            switch scalar {
+            case "\u{FFFD}": out += "?"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F: out += String(cFormat: "\\x%02X", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
     /// Reads one configuration file.
     ///
     /// - Parameters:
@@ -81,7 +96,9 @@ extension DaemonConfiguration {
             case .syntax(let line, let text):
                 throw EarshotError(
                     .config,
-                    "\(source):\(line): expected \"key = value\", \"[section]\" or a comment, found \"\(text)\"")
+                    "\(source):\(line): expected \"key = value\", \"[section]\" or a comment, found \"\(Self.shown(text))\""
+                        + (text.unicodeScalars.contains { $0 == "\u{FFFD}" || ($0.value < 0x20 && $0 != "\t") }
+                            ? " (is it a text file?)" : ""))
             case .tooLong(let line, let limit):
                 throw EarshotError(
                     .config,
