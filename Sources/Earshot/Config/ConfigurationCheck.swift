@@ -48,22 +48,18 @@ extension DaemonConfiguration {
     /// - Throws: `EarshotError(.config)` (78) naming where the key was set, the path and the fix, e.g.
     ///   `/etc/earshot/earshotd.conf:3: [clips] directory = /srv/clips: is a regular file, not a directory (move
     ///   the file aside, or set [clips] directory to a directory, e.g. /var/lib/earshot/clips)`.
-    ///   The corresponding C function is `stat`.
     public func checkStoragePaths() throws(EarshotError) {
-        func kind(_ path: String) -> mode_t? {
-            var status = stat()
-            return stat(path, &status) == 0 ? status.st_mode & S_IFMT : nil
-        }
         func origin(_ key: String) -> String {
             locations[key].map { "\($0): " } ?? ""
         }
-        if history.enabled, kind(history.path) == S_IFDIR {
+        if history.enabled, PathKind(path: history.path) == .directory {
             throw EarshotError(
                 .config,
                 "\(origin("history.path"))[history] path = \(history.path): is a directory, not a database file (set [history] path to a file, e.g. \(EventHistory.defaultPath))")
         }
-        if clips.enabled, let found = kind(clips.directory), found != S_IFDIR {
-            let what = found == S_IFREG ? "is a regular file, not a directory" : "is not a directory"
+        let clipsKind = PathKind(path: clips.directory)
+        if clips.enabled, clipsKind != .missing, clipsKind != .directory {
+            let what = clipsKind == .regularFile ? "is a regular file, not a directory" : "is not a directory"
             throw EarshotError(
                 .config,
                 "\(origin("clips.directory"))[clips] directory = \(clips.directory): \(what) (move the file aside, or set [clips] directory to a directory, e.g. \(Clips().directory))")

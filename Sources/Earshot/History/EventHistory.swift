@@ -122,7 +122,7 @@ public final class EventHistory {
     ///   full disk or another I/O failure.
     public init(path: String, access: Access = .readWrite, busyTimeoutMilliseconds: Int32 = 2000) throws(EarshotError) {
         self.path = path
-        if Self.isDirectory(path) {
+        if PathKind(path: path) == .directory {
             throw EarshotError(
                 .cannotCreate,
                 "event history \(path) is a directory, not a database file (set [history] path to a file, e.g. \(Self.defaultPath))")
@@ -282,12 +282,6 @@ public final class EventHistory {
         } catch {
             throw Self.error(error, path: path, doing: "cannot prune")
         }
-    }
-
-    /// Whether `path` names a directory (following symbolic links). The corresponding C function is `stat`.
-    static func isDirectory(_ path: String) -> Bool {
-        var status = stat()
-        return stat(path, &status) == 0 && (status.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// The one-line error for a failed SQLite call on `path`, with the fix.

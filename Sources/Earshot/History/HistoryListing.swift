@@ -53,7 +53,7 @@ public struct HistoryListing: Sendable, Equatable {
     ///   otherwise the errors of ``EventHistory/init(path:access:busyTimeoutMilliseconds:)`` (66 no file, 65 not
     ///   a history, 69 locked).
     public func openHistory() throws(EarshotError) -> EventHistory {
-        if EventHistory.isDirectory(databasePath) {
+        if PathKind(path: databasePath) == .directory {
             let fix = databasePath == StateDirectory.path + "/history.sqlite3"
                 ? "\(databasePath) is a directory: name the history database file with --db"
                 : "--db \(databasePath) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
@@ -237,10 +237,6 @@ public struct HistoryListing: Sendable, Equatable {
 
     /// `YYYY-MM-DD HH:MM:SS` in `timeZone`.
     static func localTime(_ date: Date, timeZone: TimeZone) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = timeZone
-        let p = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func two(_ value: Int?) -> String { let v = value ?? 0; return (v < 10 ? "0" : "") + "\(v)" }
-        return "\(p.year ?? 1970)-\(two(p.month))-\(two(p.day)) \(two(p.hour)):\(two(p.minute)):\(two(p.second))"
+        LocalTime.dateTimeText(date, timeZone: timeZone)
     }
 }

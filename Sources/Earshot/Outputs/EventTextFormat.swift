@@ -70,12 +70,6 @@ public enum EventTextFormat {
         guard let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) else {
             return nil
         }
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = timeZone
-        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        guard let year = parts.year, let month = parts.month, let day = parts.day, let hour = parts.hour,
-            let minute = parts.minute, let second = parts.second
-        else { return nil }
-        return String(cFormat: "%04d-%02d-%02d %02d:%02d:%02d", year, month, day, hour, minute, second)
+        return LocalTime.dateTimeText(date, timeZone: timeZone)
     }
 }

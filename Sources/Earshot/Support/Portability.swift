@@ -71,6 +71,15 @@ public enum LocalTime {
         guard localtime_r(&seconds, &parts) != nil else { return TimeZone(secondsFromGMT: 0)! }
         return TimeZone(secondsFromGMT: parts.tm_gmtoff) ?? TimeZone(secondsFromGMT: 0)!
     }
+
+    /// `date` as wall-clock `YYYY-MM-DD HH:MM:SS` in `timeZone` (the history's and `subscribe`'s text lines).
+    static func dateTimeText(_ date: Date, timeZone: TimeZone) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        let p = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        return String(cFormat: "%04d-%02d-%02d %02d:%02d:%02d", p.year ?? 1970, p.month ?? 1, p.day ?? 1, p.hour ?? 0,
+                      p.minute ?? 0, p.second ?? 0)
+    }
 }
 
 // MARK: Errors
@@ -104,10 +113,12 @@ func joinedPath(_ directory: String, _ name: String) -> String {
     directory.isEmpty ? name : directory.hasSuffix("/") ? directory + name : directory + "/" + name
 }
 
-/// What is at a path: nothing, a directory, or something else (a file, a device, a socket). Follows symbolic links.
+/// What is at a path: nothing (or nothing `stat` may see), a directory, a regular file, or something else (a
+/// device, a FIFO, a socket). Follows symbolic links. The corresponding C function is `stat`.
 enum PathKind {
     case missing
     case directory
+    case regularFile
     case other
 
     init(path: String) {
@@ -116,7 +127,11 @@ enum PathKind {
             self = .missing
             return
         }
-        self = (info.st_mode & S_IFMT) == S_IFDIR ? .directory : .other
+        switch info.st_mode & S_IFMT {
+        case S_IFDIR: self = .directory
+        case S_IFREG: self = .regularFile
+        default: self = .other
+        }
     }
 }
 
