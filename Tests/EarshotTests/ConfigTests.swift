@@ -430,9 +430,7 @@ struct ConfigFileTests {
 
     @Test("earshotd --check-config prints one line on standard output, or the error on standard error")
     func checkConfigCommand() throws {
-        let earshotd = URL(fileURLWithPath: ModelLocatorTestSupport.executablePath()).deletingLastPathComponent()
-            .appendingPathComponent("earshotd")
-        guard FileManager.default.isExecutableFile(atPath: earshotd.path) else {
+        guard EarshotdRun.executable != nil else {
             print("earshotd is not built beside the test bundle: skipping")
             return
         }
@@ -441,20 +439,7 @@ struct ConfigFileTests {
         let config = directory.appendingPathComponent("earshotd.conf").path
         try "[detection]\nwatch = smoke_alarm, co_alarm\n".write(toFile: config, atomically: true, encoding: .utf8)
         func run(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
-            let process = Process()
-            process.executableURL = earshotd
-            process.arguments = arguments
-            let output = Pipe(), error = Pipe()
-            process.standardOutput = output
-            process.standardError = error
-            try process.run()
-            let watchdog = DispatchWorkItem { if process.isRunning { process.terminate() } }
-            DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: watchdog)
-            let errorText = String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            let outputText = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            watchdog.cancel()
-            return (process.terminationStatus, outputText, errorText)
+            try #require(try EarshotdRun.run(arguments))
         }
         let ok = try run(["--check-config", "--config", config])
         #expect(ok.status == 0)
