@@ -111,6 +111,14 @@ enum BenchCommand {
         report.figure("model_load_ms", loadMillis, "model load (file to first result)", unit: "ms")
         let model = try YAMNet(directory: modelDirectory)
 
+        if ProcessInfo.processInfo.environment["EARSHOT_AB"] != nil {
+            for _ in 0..<8 {
+                let a = Benchmark.batchedPatchMillis(model: model, count: 64, runs: 10)
+                let b = Benchmark.batchedPatchMillis(model: model, count: 64, runs: 10, overlapping: true)
+                print(String(format: "separate %.3f  windows %.3f  ratio %.3f", a, b, b / a))
+            }
+            return
+        }
         let runs = options.quick ? 200 : 1000
         let latency = Benchmark.patchLatency(model: model, runs: runs)
         report.figure("patch_ms_median", latency.wall.median, "patch latency, 1 thread: median", unit: "ms")
@@ -122,6 +130,8 @@ enum BenchCommand {
         report.figure("waveform_patch_ms_p95", waveform.p95, "waveform patch: p95", unit: "ms")
         let batched = Benchmark.batchedPatchMillis(model: model, count: 64, runs: options.quick ? 5 : 20)
         report.figure("batched_patch_ms", batched, "patch latency in batches of \(YAMNetSession.maximumBatch), 1 thread, per patch (best run)", unit: "ms")
+        let windows = Benchmark.batchedPatchMillis(model: model, count: 64, runs: options.quick ? 5 : 20, overlapping: true)
+        report.figure("batched_window_patch_ms", windows, "  the same, patches 0.48 s apart in one spectrogram (rows shared)", unit: "ms")
         report.figure("front_end_ms_per_s", Benchmark.frontEndMillisPerSecond(seconds: 60, runs: options.quick ? 3 : 10),
                       "front end (log-mel)", unit: "ms per s of audio")
         if options.layers {
@@ -131,6 +141,9 @@ enum BenchCommand {
             let batch = YAMNetSession.maximumBatch
             for (stage, millis, minimum) in Benchmark.stageProfile(model: model, runs: max(10, runs / batch), batch: batch) {
                 report.figure("stage \(stage) batch", millis * 1000, "  batch of \(batch), per patch: \(stage) (minimum \(Int(minimum * 1000)) us), median", unit: "us")
+            }
+            for (stage, millis, minimum) in Benchmark.stageProfile(model: model, runs: max(10, runs / batch), batch: batch, overlapping: true) {
+                report.figure("stage \(stage) windows", millis * 1000, "  batch of \(batch) patches 0.48 s apart, per patch: \(stage) (minimum \(Int(minimum * 1000)) us), median", unit: "us")
             }
         }
 

@@ -32,10 +32,13 @@ public enum ConvolutionArithmetic {
 ///   - weights: `[3, 3, 32]` (tap-major, filter fastest), batch norm folded; `bias`: `[32]`.
 ///   - padded: scratch of `97 * 65` floats (the patch with the zero row and column "same" padding adds).
 ///   - output: `[50, 34, 32]`: the `[48, 32, 32]` NHWC result inside a one-position border (left untouched).
+///   - rows: the output rows to compute (a subrange of 0..<48); the others are left untouched. Each row's values do
+///     not depend on which other rows are computed.
 @_alwaysEmitIntoClient
 public func firstLayerConvolution<V: SIMD>(
     _ vector: V.Type, fused: Bool, relu: (V) -> V, input: UnsafePointer<Float>, weights: UnsafePointer<Float>,
-    bias: UnsafePointer<Float>, padded: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<Float>
+    bias: UnsafePointer<Float>, padded: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<Float>,
+    rows: Range<Int>
 ) where V.Scalar == Float {
     typealias Math = ConvolutionArithmetic
     let inHeight = 96, inWidth = 64, outHeight = 48, outWidth = 32, filters = 32
@@ -55,7 +58,7 @@ public func firstLayerConvolution<V: SIMD>(
         }
         let w0 = w(0), w1 = w(1), w2 = w(2), w3 = w(3), w4 = w(4), w5 = w(5), w6 = w(6), w7 = w(7), w8 = w(8)
         let b = UnsafeRawPointer(bias).loadUnaligned(fromByteOffset: block * lanes * 4, as: V.self)
-        for oy in 0..<outHeight {
+        for oy in rows.clamped(to: 0..<outHeight) {
             let row0 = padded + 2 * oy * paddedWidth
             let row1 = row0 + paddedWidth
             let row2 = row1 + paddedWidth
@@ -84,12 +87,14 @@ public func firstLayerConvolution<V: SIMD>(
 ///     `channels` a multiple of `V.scalarCount`; 32-byte aligned rows of pixels (every pixel starts a vector).
 ///   - weights: `[channels / L, 3, 3, L]` with L = `V.scalarCount`, batch norm folded; `bias`: `[channels]`.
 ///   - output: `[outHeight, outWidth, channels]` dense, `outHeight = ceil(height / stride)` (likewise the width).
+///   - rows: the output rows to compute (a subrange of `0..<outHeight`); the others are left untouched. Each row's
+///     values do not depend on which other rows are computed.
 @_alwaysEmitIntoClient
 public func depthwiseConvolution<V: SIMD>(
     _ vector: V.Type, fused: Bool, relu: (V) -> V,
     input: UnsafePointer<Float>, height: Int, width: Int, channels: Int, stride: Int,
     weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
-    output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int
+    output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int, rows: Range<Int>
 ) where V.Scalar == Float {
     // YAMNet's (channels, stride) pairs get copies with both constant, so every tap is a constant offset from one
     // pointer per input row (with them at run time, the offsets of four pixels' 27 taps need more registers than
@@ -97,7 +102,7 @@ public func depthwiseConvolution<V: SIMD>(
     @inline(__always) func run<C: StaticValue, S: StaticValue>(_ shape: DepthwiseShape<C, S>.Type) {
         depthwiseImage(
             V.self, shape, fused, relu, input, height, width, channels, stride, weights, bias, output, outHeight,
-            outWidth)
+            outWidth, rows)
     }
     switch (channels, stride) {
     case (32, 1): run(DepthwiseShape<Constant32, Constant1>.self)
@@ -138,7 +143,8 @@ public func depthwiseImage<V: SIMD, C: StaticValue, S: StaticValue>(
     _ vector: V.Type, _ shape: DepthwiseShape<C, S>.Type, _ fused: Bool, _ relu: (V) -> V,
     _ source: UnsafePointer<Float>,
     _ height: Int, _ width: Int, _ runtimeChannels: Int, _ runtimeStride: Int, _ weights: UnsafePointer<Float>,
-    _ bias: UnsafePointer<Float>, _ output: UnsafeMutablePointer<Float>, _ outHeight: Int, _ outWidth: Int
+    _ bias: UnsafePointer<Float>, _ output: UnsafeMutablePointer<Float>, _ outHeight: Int, _ outWidth: Int,
+    _ rows: Range<Int>
 ) where V.Scalar == Float {
     typealias Math = ConvolutionArithmetic
     let channels = C.value ?? runtimeChannels, stride = S.value ?? runtimeStride
@@ -154,7 +160,7 @@ public func depthwiseImage<V: SIMD, C: StaticValue, S: StaticValue>(
     let weightBase = UnsafeRawPointer(weights), biasBase = UnsafeRawPointer(bias)
     // Pixel-outer, channel-inner: input and output are read and written in address order (the prefetchers
     // follow, and no store lands 4 KB from the next loads); the 9 weight vectors come from L1 each time.
-    for oy in 0..<outHeight {
+    for oy in rows.clamped(to: 0..<outHeight) {
         var row0 = input + (oy * stride + top) * rowBytes + left * pixel
         var out = UnsafeMutableRawPointer(output + oy * outWidth * channels)
         var remaining = outWidth
@@ -219,11 +225,11 @@ private func reluAVX2(_ v: SIMD8<Float>) -> SIMD8<Float> {
 @inline(never)
 public func firstLayerConvolutionAVX2(
     input: UnsafePointer<Float>, weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
-    padded: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<Float>
+    padded: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<Float>, rows: Range<Int>
 ) {
     firstLayerConvolution(
         SIMD8<Float>.self, fused: true, relu: reluAVX2, input: input, weights: weights, bias: bias, padded: padded,
-        output: output)
+        output: output, rows: rows)
 }
 
 /// `depthwiseConvolution` with 8-float vectors and FMA (AVX2); `weights` as `[channels / 8, 3, 3, 8]`. Only on
@@ -232,10 +238,11 @@ public func firstLayerConvolutionAVX2(
 public func depthwiseConvolutionAVX2(
     input: UnsafePointer<Float>, height: Int, width: Int, channels: Int, stride: Int,
     weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
-    output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int
+    output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int, rows: Range<Int>
 ) {
     depthwiseConvolution(
         SIMD8<Float>.self, fused: true, relu: reluAVX2, input: input, height: height, width: width, channels: channels,
-        stride: stride, weights: weights, bias: bias, output: output, outHeight: outHeight, outWidth: outWidth)
+        stride: stride, weights: weights, bias: bias, output: output, outHeight: outHeight, outWidth: outWidth,
+        rows: rows)
 }
 #endif

@@ -403,24 +403,34 @@ private final class Round: @unchecked Sendable {
 
     private func work(_ session: YAMNetSession) {
         let patchValues = YAMNet.patchFrames * YAMNet.melBands
-        var patches = [Float](repeating: 0, count: Self.batch * patchValues)
+        var patches: [Float] = []
         while true {
             let first = next.wrappingAdd(Self.batch, ordering: .relaxed).oldValue
             guard first < starts.count else { return }
             let range = first..<min(starts.count, first + Self.batch)
+            let scores = scores.baseAddress! + range.lowerBound * YAMNet.classCount
+            let embeddings = embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize
             logMel.withUnsafeBufferPointer { logMel in
+                // Patches evenly spaced in the spectrogram (the usual case: one every 48 frames) are read in place,
+                // so the session sees them as windows of one spectrogram and shares their common rows
+                // (`EarlyLayers`); others are copied side by side first.
+                let hop = range.count > 1 ? starts[range.lowerBound + 1] - starts[range.lowerBound] : 0
+                if hop > 0, range.dropFirst().allSatisfy({ starts[$0] - starts[$0 - 1] == hop }) {
+                    session.classify(
+                        patches: logMel.baseAddress! + starts[range.lowerBound] * YAMNet.melBands,
+                        patchStride: hop * YAMNet.melBands, count: range.count, scores: scores, embeddings: embeddings)
+                    return
+                }
+                if patches.isEmpty { patches = [Float](repeating: 0, count: Self.batch * patchValues) }
                 patches.withUnsafeMutableBufferPointer { patches in
                     for (slot, index) in range.enumerated() {
                         (patches.baseAddress! + slot * patchValues)
                             .update(from: logMel.baseAddress! + starts[index] * YAMNet.melBands, count: patchValues)
                     }
+                    session.classify(
+                        patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
+                        scores: scores, embeddings: embeddings)
                 }
-            }
-            patches.withUnsafeBufferPointer { patches in
-                session.classify(
-                    patches: patches.baseAddress!, patchStride: patchValues, count: range.count,
-                    scores: scores.baseAddress! + range.lowerBound * YAMNet.classCount,
-                    embeddings: embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize)
             }
         }
     }

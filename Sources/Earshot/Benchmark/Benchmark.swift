@@ -147,22 +147,53 @@ public enum Benchmark {
         return (now() - start) * 1000
     }
 
+    /// `count` synthetic patches for the batched figures: separate `[96, 64]` patches side by side (`patchStride`
+    /// 96 * 64), or, when `overlapping`, windows of one synthetic spectrogram 48 frames (0.48 s) apart, the way file
+    /// analysis runs them (consecutive patches then share rows of the early layers, see `EarlyLayers`).
+    static func syntheticBatch(count: Int, overlapping: Bool) -> (values: [Float], patchStride: Int) {
+        let one = syntheticPatch()
+        var values: [Float] = []
+        if overlapping {
+            let frames = (count - 1) * YAMNet.patchHopFrames + YAMNet.patchFrames
+            for frame in 0..<frames {
+                let offset = Float(frame / YAMNet.patchFrames) * 0.01
+                values += one[(frame % YAMNet.patchFrames) * YAMNet.melBands..<(frame % YAMNet.patchFrames + 1) * YAMNet.melBands]
+                    .map { $0 + offset }
+            }
+            return (values, YAMNet.patchHopFrames * YAMNet.melBands)
+        }
+        for index in 0..<count { values += one.map { $0 + Float(index) * 0.01 } }
+        return (values, one.count)
+    }
+
+    /// Runs `count` patches of `batch` through `session`, results dropped.
+    static func classify(_ batch: (values: [Float], patchStride: Int), count: Int, session: YAMNetSession) {
+        var scores = [Float](repeating: 0, count: count * YAMNet.classCount)
+        var embeddings = [Float](repeating: 0, count: count * YAMNet.embeddingSize)
+        batch.values.withUnsafeBufferPointer { input in
+            scores.withUnsafeMutableBufferPointer { s in
+                embeddings.withUnsafeMutableBufferPointer { e in
+                    session.classify(patches: input.baseAddress!, patchStride: batch.patchStride, count: count,
+                                     scores: s.baseAddress!, embeddings: e.baseAddress!)
+                }
+            }
+        }
+    }
+
     /// Thread CPU time per stage and per patch when `batch` patches run together (1 thread), over `runs` runs after
     /// 10 warm-up runs: `(stage name, median ms, minimum ms)` in execution order. The minimum is the figure least
-    /// disturbed by other processes on a shared machine.
-    public static func stageProfile(model: YAMNet, runs: Int, batch: Int = 1) -> [(stage: String, millis: Double, minimum: Double)] {
+    /// disturbed by other processes on a shared machine. `overlapping`: as `syntheticBatch`.
+    public static func stageProfile(model: YAMNet, runs: Int, batch: Int = 1, overlapping: Bool = false) -> [(stage: String, millis: Double, minimum: Double)] {
         BLASThreads.set(1)
         let session = model.makeSession()
-        let one = syntheticPatch()
-        var patches: [Float] = []
-        for index in 0..<batch { patches += one.map { $0 + Float(index) * 0.01 } }
-        for _ in 0..<10 { _ = session.classify(patches: patches, count: batch) }
+        let patches = syntheticBatch(count: batch, overlapping: overlapping)
+        for _ in 0..<10 { classify(patches, count: batch, session: session) }
         var names: [String] = []
         var samples: [String: [Double]] = [:]
         for _ in 0..<runs {
             let profile = StageProfile()
             session.profile = profile
-            _ = session.classify(patches: patches, count: batch)
+            classify(patches, count: batch, session: session)
             if names.isEmpty { names = profile.names }
             for name in profile.names { samples[name, default: []].append((profile.seconds[name] ?? 0) * 1000 / Double(batch)) }
         }
@@ -176,17 +207,16 @@ public enum Benchmark {
     /// Per-patch time of batched inference: `count` patches through one session (batches of
     /// `YAMNetSession.maximumBatch`), on one thread, in milliseconds per patch: the best of `runs` runs (a run takes
     /// long enough that other processes on a shared machine often interrupt it; the best run is the one they did not).
-    public static func batchedPatchMillis(model: YAMNet, count: Int, runs: Int) -> Double {
+    /// `overlapping`: as `syntheticBatch`.
+    public static func batchedPatchMillis(model: YAMNet, count: Int, runs: Int, overlapping: Bool = false) -> Double {
         BLASThreads.set(1)
         let session = model.makeSession()
-        let one = syntheticPatch()
-        var patches: [Float] = []
-        for index in 0..<count { patches += one.map { $0 + Float(index) * 0.01 } }
-        _ = session.classify(patches: patches, count: count)
+        let patches = syntheticBatch(count: count, overlapping: overlapping)
+        classify(patches, count: count, session: session)
         var best = Double.infinity
         for _ in 0..<max(1, runs) {
             let start = now()
-            _ = session.classify(patches: patches, count: count)
+            classify(patches, count: count, session: session)
             best = min(best, (now() - start) * 1000 / Double(count))
         }
         return best

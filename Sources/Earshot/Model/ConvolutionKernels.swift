@@ -21,40 +21,43 @@ enum ConvolutionKernels {
     }
 
     /// YAMNet's first layer: a 3x3 stride-2 convolution of one `[96, 64]` log-mel patch to `[48, 32, 32]`, plus bias
-    /// and ReLU; see `firstLayerConvolution` in EarshotKernels for the shapes.
+    /// and ReLU; see `firstLayerConvolution` in EarshotKernels for the shapes. Only the output `rows` are computed.
     static func firstLayer(
         kernel: GEMMKernel, input: UnsafePointer<Float>, weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
-        padded: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<Float>
+        padded: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<Float>, rows: Range<Int> = 0..<48
     ) {
         #if arch(x86_64)
         if kernel == .avx2 {
-            firstLayerConvolutionAVX2(input: input, weights: weights, bias: bias, padded: padded, output: output)
+            firstLayerConvolutionAVX2(input: input, weights: weights, bias: bias, padded: padded, output: output, rows: rows)
             return
         }
         #endif
         firstLayerConvolution(
             KernelVector.self, fused: fused, relu: relu, input: input, weights: weights, bias: bias, padded: padded,
-            output: output)
+            output: output, rows: rows)
     }
 
     /// A 3x3 depthwise convolution with "same" padding, plus bias and ReLU; see `depthwiseConvolution` in
-    /// EarshotKernels for the shapes. `weights` must be laid out with `lanes(kernel)` (`vectorMajor`).
+    /// EarshotKernels for the shapes. `weights` must be laid out with `lanes(kernel)` (`vectorMajor`). Only the
+    /// output `rows` are computed (all of them when nil).
     static func depthwise(
         kernel: GEMMKernel, input: UnsafePointer<Float>, height: Int, width: Int, channels: Int, stride: Int,
         weights: UnsafePointer<Float>, bias: UnsafePointer<Float>,
-        output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int
+        output: UnsafeMutablePointer<Float>, outHeight: Int, outWidth: Int, rows: Range<Int>? = nil
     ) {
+        let rows = rows ?? 0..<outHeight
         #if arch(x86_64)
         if kernel == .avx2 {
             depthwiseConvolutionAVX2(
                 input: input, height: height, width: width, channels: channels, stride: stride, weights: weights,
-                bias: bias, output: output, outHeight: outHeight, outWidth: outWidth)
+                bias: bias, output: output, outHeight: outHeight, outWidth: outWidth, rows: rows)
             return
         }
         #endif
         depthwiseConvolution(
             KernelVector.self, fused: fused, relu: relu, input: input, height: height, width: width, channels: channels,
-            stride: stride, weights: weights, bias: bias, output: output, outHeight: outHeight, outWidth: outWidth)
+            stride: stride, weights: weights, bias: bias, output: output, outHeight: outHeight, outWidth: outWidth,
+            rows: rows)
     }
 
     /// Reorders a depthwise kernel from `[3, 3, channels]` to `[channels / L, 3, 3, L]` (L = `lanes`), so the nine

@@ -185,8 +185,11 @@ public final class YAMNetSession {
     /// Activations of the batch, grown on demand: inside a zero border (`borderedCapacity * batchCapacity`) and
     /// dense (`denseCapacity * batchCapacity`).
     private var batchBuffers = ActivationBuffers(images: 0)
-    /// Activations of one patch, for the blocks before `firstBatchedBlock` (allocated with the first batch > 1).
-    private var single = ActivationBuffers(images: 0)
+    /// Each early layer's output for one patch, for the layers before `firstBatchedBlock` (`EarlyLayers`, allocated
+    /// with the first batch > 1). Kept per layer so that the next patch can take the rows it shares with this one.
+    private var early: EarlyLayers?
+    /// `EarlyLayers.reusePlan` for the last hop asked for.
+    private var reusePlan: (hopFrames: Int, plan: [EarlyLayers.RowReuse])?
     private var batchCapacity = 0
     /// The first layer's zero-padded patch, `97 * 65`.
     private let paddedPatch = AlignedFloats(count: 97 * 65)
@@ -204,7 +207,7 @@ public final class YAMNetSession {
     private func reserve(batch: Int) {
         guard batch > batchCapacity else { return }
         batchBuffers = ActivationBuffers(images: batch)
-        if batch > 1 && single.capacity == 0 { single = ActivationBuffers(images: 1) }
+        if batch > 1 && early == nil { early = EarlyLayers(blocks: Self.firstBatchedBlock) }
         var height = YAMNet.patchFrames / 2, width = YAMNet.melBands / 2, scratch = 0
         for block in model.blocks {
             height = (height + block.stride - 1) / block.stride
@@ -265,6 +268,12 @@ public final class YAMNetSession {
 
     /// Classifies `count` patches whose first values lie `patchStride` floats apart (patches may overlap, as
     /// consecutive patches of one spectrogram do with a stride of 48 * 64).
+    ///
+    /// When `patchStride` is a whole number of frames (a multiple of 64) smaller than a patch, consecutive patches
+    /// are windows of one spectrogram `patchStride / 64` frames apart, and within a batch each patch takes from the
+    /// previous one the rows of the early layers that are the same in both (`EarlyLayers.reusePlan`: at the
+    /// reference hop of 48 frames, 23 of the first layer's 48 output rows, 21 of the first block's, ...). Those rows
+    /// are copied, not recomputed; every value is bit for bit what the patch computed alone gives.
     /// - Parameters:
     ///   - scores: room for `[count, 521]`; `embeddings`: room for `[count, 1024]`.
     func classify(
@@ -296,21 +305,30 @@ public final class YAMNetSession {
         let split = batch > 1 ? Self.firstBatchedBlock : 0
         let first = Geometry(height: YAMNet.patchFrames / 2, width: YAMNet.melBands / 2, channels: 32)
         let splitInput = Self.geometry(before: split)
-        for n in 0..<batch {
-            // Before the split, patch n runs alone in the one-patch buffers; the last early block writes its output
-            // into image n of the batch buffer.
-            let target = split > 0 ? single : batchBuffers
-            let image = split > 0 ? 0 : n
-            ConvolutionKernels.zeroBorder(
-                target.bordered.pointer + image * first.borderedSize, images: 1, height: first.height,
-                width: first.width, channels: first.channels)
-            ConvolutionKernels.firstLayer(
-                kernel: model.computeKernel, input: patches + n * patchStride, weights: model.firstWeights.pointer, bias: model.firstBias.pointer,
-                padded: paddedPatch.pointer, output: target.bordered.pointer + image * first.borderedSize)
-            profile?.mark("layer1 conv 3x3")
-            if split > 0 {
-                runBlocks(0..<split, from: first, in: single, image: 0, images: 1,
-                          lastOutput: batchBuffers.bordered.pointer + n * splitInput.borderedSize)
+        if split > 0, let early {
+            // Before the split, patch n runs alone through the early layers' own buffers (taking the rows it shares
+            // with patch n - 1 where the patches overlap); the last early block writes its output into image n of
+            // the batch buffer.
+            let plan = rowReuse(patchStride: patchStride)
+            for n in 0..<batch {
+                let output = batchBuffers.bordered.pointer + n * splitInput.borderedSize
+                ConvolutionKernels.zeroBorder(
+                    output, images: 1, height: splitInput.height, width: splitInput.width, channels: splitInput.channels)
+                early.run(
+                    patch: patches + n * patchStride, model: model, reuse: n > 0 ? plan : nil, output: output,
+                    previousOutput: output - splitInput.borderedSize, padded: paddedPatch.pointer,
+                    scratch: gemmScratch.pointer, profile: profile)
+            }
+        } else {
+            for n in 0..<batch {
+                ConvolutionKernels.zeroBorder(
+                    batchBuffers.bordered.pointer + n * first.borderedSize, images: 1, height: first.height,
+                    width: first.width, channels: first.channels)
+                ConvolutionKernels.firstLayer(
+                    kernel: model.computeKernel, input: patches + n * patchStride, weights: model.firstWeights.pointer,
+                    bias: model.firstBias.pointer, padded: paddedPatch.pointer,
+                    output: batchBuffers.bordered.pointer + n * first.borderedSize)
+                profile?.mark("layer1 conv 3x3")
             }
         }
         let last = runBlocks(split..<model.blocks.count, from: splitInput, in: batchBuffers, image: 0, images: batch)
@@ -340,6 +358,19 @@ public final class YAMNetSession {
         profile?.mark("logits + sigmoid")
     }
 
+    /// The rows patch n may take from patch n - 1 when patches lie `patchStride` floats apart (nil when they are not
+    /// windows of one spectrogram less than a patch apart, or when OpenBLAS computes the products: its sums may
+    /// depend on how many rows one call has, so a copied row could differ from a computed one in the last bit).
+    private func rowReuse(patchStride: Int) -> [EarlyLayers.RowReuse]? {
+        guard model.computeKernel != .openBLAS, patchStride > 0, patchStride % YAMNet.melBands == 0 else { return nil }
+        let hop = patchStride / YAMNet.melBands
+        guard hop < YAMNet.patchFrames else { return nil }
+        if let reusePlan, reusePlan.hopFrames == hop { return reusePlan.plan }
+        let plan = EarlyLayers.reusePlan(hopFrames: hop, blocks: Self.firstBatchedBlock)
+        reusePlan = (hop, plan)
+        return plan
+    }
+
     /// One layer's activation shape (per image).
     struct Geometry {
         var height: Int
@@ -361,12 +392,10 @@ public final class YAMNetSession {
     }
 
     /// Runs blocks `range` on images `image ..< image + images` of `buffers` (bordered input, image `i` at
-    /// `i * input.borderedSize`), leaving their output in `buffers.bordered` the same way, or for the last block at
-    /// `lastOutput` when given. Returns the output shape.
+    /// `i * input.borderedSize`), leaving their output in `buffers.bordered` the same way. Returns the output shape.
     @discardableResult
     private func runBlocks(
-        _ range: Range<Int>, from input: Geometry, in buffers: ActivationBuffers, image: Int, images: Int,
-        lastOutput: UnsafeMutablePointer<Float>? = nil
+        _ range: Range<Int>, from input: Geometry, in buffers: ActivationBuffers, image: Int, images: Int
     ) -> Geometry {
         var geometry = input
         let bordered = buffers.bordered.pointer, dense = buffers.dense.pointer
@@ -384,8 +413,7 @@ public final class YAMNetSession {
             }
             profile?.mark("depthwise")
             let output = Geometry(height: outHeight, width: outWidth, channels: block.outputChannels)
-            let destination = index == range.upperBound - 1 ? lastOutput ?? bordered + image * output.borderedSize
-                : bordered + image * output.borderedSize
+            let destination = bordered + image * output.borderedSize
             ConvolutionKernels.zeroBorder(
                 destination, images: images, height: outHeight, width: outWidth, channels: block.outputChannels)
             block.pointwise.multiply(

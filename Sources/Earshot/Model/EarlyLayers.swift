@@ -1,0 +1,172 @@
+import Glibc
+
+/// YAMNet's early layers (the first convolution and the separable blocks before `YAMNetSession.firstBatchedBlock`)
+/// run one patch at a time, each layer into its own buffer, so that a patch can take from the previous patch the
+/// output rows the two have in common instead of computing them again.
+///
+/// Why rows repeat: consecutive patches of one spectrogram are the same frames shifted by the hop (48 frames, 0.48 s,
+/// in the reference). A convolution output row that reads no padding depends only on frames both patches hold, so
+/// patch n's row r equals patch n-1's row r + hop / (the layer's total stride). Rows that read "same" padding (near
+/// the patch's top and bottom edges, more of them the deeper the layer) differ and are computed. `reusePlan` works
+/// the rows out from the layer shapes; at the reference hop the first layer shares 23 of 48 output rows, the first
+/// block 21 of 48, the second 9 of 24, the third 7 of 24, the fourth 3 of 12 and the fifth 1 of 12; from the
+/// sixth block on (stride 32 in all, 6 rows or fewer) no row is free of padding effects for both patches, so those
+/// layers run batched and whole.
+///
+/// Every value is bit for bit what the patch computed alone gives: a row's arithmetic does not depend on which other
+/// rows are computed (the depthwise and first-layer loops compute rows independently; the packed matrix product sums
+/// each row in the same order whatever the tile, see `gemmRow16`).
+///
+/// Memory: the per-layer buffers of one patch, about 1.9 MB (the layer outputs up to `[48, 32, 64]` and their
+/// depthwise inputs), allocated by a session the first time it runs a batch of more than one patch.
+///
+/// - Important: Not thread-safe: owned by one `YAMNetSession`.
+final class EarlyLayers {
+    /// Rows of one layer output that patch n copies from patch n - 1: patch n's rows `rows` are patch n - 1's rows
+    /// `rows` shifted by `offset`.
+    struct RowReuse: Equatable {
+        var rows: Range<Int>
+        var offset: Int
+    }
+
+    /// One layer output of a patch: `[height, width, channels]`, dense or inside a one-position zero border.
+    struct Stage {
+        let height: Int
+        let width: Int
+        let channels: Int
+        let bordered: Bool
+        /// Floats from one row to the next (with the border columns when bordered).
+        var rowFloats: Int { (bordered ? width + 2 : width) * channels }
+        /// Floats of the whole image (with the border rows when bordered).
+        var floats: Int { (bordered ? height + 2 : height) * rowFloats }
+        /// Where row `y` starts.
+        func row(_ y: Int, in base: UnsafeMutablePointer<Float>) -> UnsafeMutablePointer<Float> {
+            base + (bordered ? y + 1 : y) * rowFloats
+        }
+    }
+
+    /// The layer outputs in order: the first convolution's (bordered), then per block its depthwise output (dense)
+    /// and pointwise output (bordered). The last one lives in the caller's batch buffer.
+    let stages: [Stage]
+    /// One buffer per stage but the last; zero-filled, and the borders are never written.
+    private let buffers: [AlignedFloats]
+    let blocks: Int
+
+    /// Buffers for the first convolution and separable blocks `0..<blocks`.
+    init(blocks: Int) {
+        self.blocks = blocks
+        var stages = [Stage(height: YAMNet.patchFrames / 2, width: YAMNet.melBands / 2, channels: 32, bordered: true)]
+        var channels = 32
+        for block in YAMNet.separableBlocks.prefix(blocks) {
+            let previous = stages[stages.count - 1]
+            let height = (previous.height + block.stride - 1) / block.stride
+            let width = (previous.width + block.stride - 1) / block.stride
+            stages.append(Stage(height: height, width: width, channels: channels, bordered: false))
+            stages.append(Stage(height: height, width: width, channels: block.channels, bordered: true))
+            channels = block.channels
+        }
+        self.stages = stages
+        buffers = stages.dropLast().map { AlignedFloats(count: $0.floats) }
+    }
+
+    /// The rows each stage (as in `stages`) of a patch shares with the patch `hopFrames` frames before it in the same
+    /// spectrogram.
+    ///
+    /// For each layer it follows the interval of output rows that read no padding: with TensorFlow's "same" padding a
+    /// 3x3 convolution of stride s over H rows has `ceil(H / s)` output rows and pads `max((out - 1) s + 3 - H, 0) / 2`
+    /// rows before the first, so output row r reads input rows `r s - before ... r s - before + 2`; the row is free of
+    /// padding when all three are. The shift between the two patches is `hopFrames` divided by the strides so far,
+    /// while it divides exactly (otherwise nothing more is shared). Patch n's row r is then patch n - 1's row
+    /// r + shift whenever both rows are free of padding.
+    /// - Parameters:
+    ///   - hopFrames: frames between the two patches' first frames, 1...95 (anything else shares nothing).
+    ///   - blocks: the separable blocks covered (as in `init(blocks:)`).
+    /// - Returns: one `RowReuse` per stage (empty `rows` where nothing is shared).
+    static func reusePlan(hopFrames: Int, blocks: Int) -> [RowReuse] {
+        var height = YAMNet.patchFrames
+        var first = 0, last = YAMNet.patchFrames - 1  // rows free of padding (all the input frames are)
+        var shift: Int? = (1..<YAMNet.patchFrames).contains(hopFrames) ? hopFrames : nil
+        var plan: [RowReuse] = []
+        func convolve(stride: Int) {
+            let outHeight = (height + stride - 1) / stride
+            let before = max((outHeight - 1) * stride + 3 - height, 0) / 2
+            first = (first + before + stride - 1) / stride
+            let top = last + before - 2
+            last = top >= 0 ? top / stride : -1
+            shift = shift.flatMap { $0 % stride == 0 ? $0 / stride : nil }
+            height = outHeight
+        }
+        func record() {
+            if let shift, last - shift >= first {
+                plan.append(RowReuse(rows: first..<(last - shift + 1), offset: shift))
+            } else {
+                plan.append(RowReuse(rows: 0..<0, offset: 0))
+            }
+        }
+        convolve(stride: 2)
+        record()
+        for block in YAMNet.separableBlocks.prefix(blocks) {
+            convolve(stride: block.stride)
+            record()  // depthwise
+            record()  // pointwise: same rows
+        }
+        return plan
+    }
+
+    /// Runs one patch through the early layers into `output` (the last stage, bordered, border already zero).
+    /// - Parameters:
+    ///   - patch: `[96, 64]` log-mel values.
+    ///   - reuse: `reusePlan` for this patch and the previous one run through this object (whose values the
+    ///     buffers, and `previousOutput`, still hold), or nil to compute every row.
+    ///   - previousOutput: the previous patch's last-stage output (read only when `reuse` is given).
+    ///   - padded: the first layer's scratch (`97 * 65` floats); `scratch`: `PackedWeights.multiply`'s.
+    func run(
+        patch: UnsafePointer<Float>, model: YAMNet, reuse: [RowReuse]?, output: UnsafeMutablePointer<Float>,
+        previousOutput: UnsafeMutablePointer<Float>, padded: UnsafeMutablePointer<Float>,
+        scratch: UnsafeMutablePointer<Float>, profile: StageProfile?
+    ) {
+        let kernel = model.computeKernel
+        /// Copies the shared rows of stage `index` (into `base`, from `source`) and returns the rows left to compute.
+        func share(_ index: Int, into base: UnsafeMutablePointer<Float>, from source: UnsafeMutablePointer<Float>) -> [Range<Int>] {
+            let stage = stages[index]
+            guard let reuse, !reuse[index].rows.isEmpty else { return [0..<stage.height] }
+            let rows = reuse[index].rows
+            // memmove: within one buffer the two row ranges may overlap (short hops).
+            memmove(stage.row(rows.lowerBound, in: base), stage.row(rows.lowerBound + reuse[index].offset, in: source),
+                    rows.count * stage.rowFloats * MemoryLayout<Float>.stride)
+            return [0..<rows.lowerBound, rows.upperBound..<stage.height].filter { !$0.isEmpty }
+        }
+        let firstBuffer = buffers[0].pointer
+        for rows in share(0, into: firstBuffer, from: firstBuffer) {
+            ConvolutionKernels.firstLayer(
+                kernel: kernel, input: patch, weights: model.firstWeights.pointer, bias: model.firstBias.pointer,
+                padded: padded, output: firstBuffer, rows: rows)
+        }
+        profile?.mark("layer1 conv 3x3")
+        for index in 0..<blocks {
+            let block = model.blocks[index]
+            let input = stages[2 * index], middle = stages[2 * index + 1], result = stages[2 * index + 2]
+            let inputBase = buffers[2 * index].pointer, middleBase = buffers[2 * index + 1].pointer
+            for rows in share(2 * index + 1, into: middleBase, from: middleBase) {
+                ConvolutionKernels.depthwise(
+                    kernel: kernel, input: inputBase, height: input.height, width: input.width,
+                    channels: input.channels, stride: block.stride, weights: block.depthwiseWeights.pointer,
+                    bias: block.depthwiseBias.pointer, output: middleBase, outHeight: middle.height,
+                    outWidth: middle.width, rows: rows)
+            }
+            profile?.mark("depthwise")
+            let isLast = index == blocks - 1
+            let resultBase = isLast ? output : buffers[2 * index + 2].pointer
+            for rows in share(2 * index + 2, into: resultBase, from: isLast ? previousOutput : resultBase) {
+                block.pointwise.multiply(
+                    middle.row(rows.lowerBound, in: middleBase), rows: rows.count * middle.width,
+                    inputStride: middle.channels,
+                    into: GEMMOutput(
+                        base: result.row(rows.lowerBound, in: resultBase) - result.rowFloats,
+                        layout: .bordered(height: rows.count, width: result.width, channels: result.channels)),
+                    activation: .relu, scratch: scratch)
+            }
+            profile?.mark("pointwise \(input.channels)->\(result.channels)")
+        }
+    }
+}
