@@ -13,6 +13,11 @@ import Testing
         // shifted by 24, rows 0...22 of patch n are rows 24...46 of patch n - 1.
         #expect(plan.map(\.rows) == [0..<23, 1..<22, 1..<22, 1..<10, 1..<10, 2..<9, 2..<9, 1..<4, 1..<4, 2..<3, 2..<3])
         #expect(plan.map(\.offset) == [24, 24, 24, 12, 12, 12, 12, 6, 6, 6, 6])
+        // Copied: only the rows the next layer's computed rows read (none after a depthwise layer: the pointwise
+        // layer computes the same rows), and every shared row of the last output (the batched layers read them all).
+        #expect(plan.map(\.copies) == [
+            [0..<2, 21..<23], [], [1..<3, 20..<22], [], [1..<3, 8..<10], [], [2..<3, 8..<9], [], [1..<4], [], [2..<3],
+        ])
     }
 
     @Test func reusePlanAtOtherHops() {
@@ -26,6 +31,12 @@ import Testing
         let two = EarlyLayers.reusePlan(hopFrames: 2, blocks: blocks)
         #expect(two.map(\.rows) == [0..<46, 1..<45, 1..<45] + Array(repeating: 0..<0, count: 8))
         #expect(two.prefix(3).map(\.offset) == [1, 1, 1])
+        // The first block's depthwise layer recomputes rows 0 and 45...47, reading first-layer rows 0, 1, 44, 45;
+        // with a shift of 1, row 0 of patch n is row 1 of patch n - 1, itself shared (row 2 of patch n - 2), and so
+        // on up to the first row computed (46): the copies chain over every shared row.
+        #expect(two[0].copies == [0..<46])
+        // The second block's depthwise layer shares nothing (stride 2 does not divide a shift of 1): it reads all.
+        #expect(two[2].copies == [1..<45])
         // 24 frames: the shift halves at each stride-2 layer (12, 6, 3), and the rows shared grow.
         let quarter = EarlyLayers.reusePlan(hopFrames: 24, blocks: blocks)
         #expect(quarter.map(\.rows) == [0..<35, 1..<34, 1..<34, 1..<16, 1..<16, 2..<15, 2..<15, 1..<7, 1..<7, 2..<6, 2..<6])

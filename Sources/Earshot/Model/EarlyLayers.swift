@@ -13,6 +13,9 @@ import Glibc
 /// sixth block on (stride 32 in all, 6 rows or fewer) no row is free of padding effects for both patches, so those
 /// layers run batched and whole.
 ///
+/// Of the rows a patch does not compute, only those the next layer reads are copied from the previous patch: at the
+/// reference hop 18 rows in all (about 150 KB), the rest stay stale and are never read (see `RowReuse`).
+///
 /// Every value is bit for bit what the patch computed alone gives: a row's arithmetic does not depend on which other
 /// rows are computed (the depthwise and first-layer loops compute rows independently; the packed matrix product sums
 /// each row in the same order whatever the tile, see `gemmRow16`).
@@ -22,11 +25,14 @@ import Glibc
 ///
 /// - Important: Not thread-safe: owned by one `YAMNetSession`.
 final class EarlyLayers {
-    /// Rows of one layer output that patch n copies from patch n - 1: patch n's rows `rows` are patch n - 1's rows
-    /// `rows` shifted by `offset`.
+    /// Rows of one layer output that patch n takes from patch n - 1 instead of computing them: patch n's rows
+    /// `rows` equal patch n - 1's rows `rows` shifted by `offset`. Only `copies` (ascending, disjoint subranges of
+    /// `rows`) are copied: the rows the next layer reads when it computes its own rows (or that a later patch copies
+    /// from these); the other rows of `rows` are never read and keep stale values.
     struct RowReuse: Equatable {
         var rows: Range<Int>
         var offset: Int
+        var copies: [Range<Int>]
     }
 
     /// One layer output of a patch: `[height, width, channels]`, dense or inside a one-position zero border.
@@ -87,6 +93,8 @@ final class EarlyLayers {
         var first = 0, last = YAMNet.patchFrames - 1  // rows free of padding (all the input frames are)
         var shift: Int? = (1..<YAMNet.patchFrames).contains(hopFrames) ? hopFrames : nil
         var plan: [RowReuse] = []
+        /// (output height, stride, rows of padding before) of each 3x3 convolution, in order.
+        var convolutions: [(height: Int, stride: Int, before: Int)] = []
         func convolve(stride: Int) {
             let outHeight = (height + stride - 1) / stride
             let before = max((outHeight - 1) * stride + 3 - height, 0) / 2
@@ -95,12 +103,13 @@ final class EarlyLayers {
             last = top >= 0 ? top / stride : -1
             shift = shift.flatMap { $0 % stride == 0 ? $0 / stride : nil }
             height = outHeight
+            convolutions.append((outHeight, stride, before))
         }
         func record() {
             if let shift, last - shift >= first {
-                plan.append(RowReuse(rows: first..<(last - shift + 1), offset: shift))
+                plan.append(RowReuse(rows: first..<(last - shift + 1), offset: shift, copies: []))
             } else {
-                plan.append(RowReuse(rows: 0..<0, offset: 0))
+                plan.append(RowReuse(rows: 0..<0, offset: 0, copies: []))
             }
         }
         convolve(stride: 2)
@@ -109,6 +118,40 @@ final class EarlyLayers {
             convolve(stride: block.stride)
             record()  // depthwise
             record()  // pointwise: same rows
+        }
+        // What to copy. A depthwise output feeds a pointwise (1x1) layer, which computes exactly the rows the
+        // depthwise layer computes: its shared rows are never read. The first layer's and a pointwise output feed
+        // the next depthwise layer, whose computed rows read their neighbours; the last output feeds the batched
+        // layers, which read every row. A row copied from patch n - 1 must hold patch n - 1's value there: when that
+        // row was itself shared (hops shorter than the patch's padding-free part), it is copied too.
+        for index in plan.indices where !plan[index].rows.isEmpty {
+            let reuse = plan[index]
+            var needed: [Int] = []
+            if index == plan.count - 1 {
+                needed = Array(reuse.rows)
+            } else if index % 2 == 0 {
+                let next = convolutions[index / 2 + 1]
+                let skipped = plan[index + 1].rows
+                for row in 0..<next.height where !skipped.contains(row) {
+                    for tap in 0..<3 where reuse.rows.contains(row * next.stride - next.before + tap) {
+                        needed.append(row * next.stride - next.before + tap)
+                    }
+                }
+            }
+            var copied = Set<Int>()
+            for row in needed {
+                var source = row
+                while reuse.rows.contains(source) && copied.insert(source).inserted { source += reuse.offset }
+            }
+            var ranges: [Range<Int>] = []
+            for row in copied.sorted() {
+                if let end = ranges.last?.upperBound, end == row {
+                    ranges[ranges.count - 1] = ranges[ranges.count - 1].lowerBound..<(row + 1)
+                } else {
+                    ranges.append(row..<(row + 1))
+                }
+            }
+            plan[index].copies = ranges
         }
         return plan
     }
@@ -126,15 +169,19 @@ final class EarlyLayers {
         scratch: UnsafeMutablePointer<Float>, profile: StageProfile?
     ) {
         let kernel = model.computeKernel
-        /// Copies the shared rows of stage `index` (into `base`, from `source`) and returns the rows left to compute.
+        /// Copies what stage `index` takes from the previous patch (into `base`, from `source`) and returns the rows
+        /// left to compute.
         func share(_ index: Int, into base: UnsafeMutablePointer<Float>, from source: UnsafeMutablePointer<Float>) -> [Range<Int>] {
             let stage = stages[index]
             guard let reuse, !reuse[index].rows.isEmpty else { return [0..<stage.height] }
-            let rows = reuse[index].rows
-            // memmove: within one buffer the two row ranges may overlap (short hops).
-            memmove(stage.row(rows.lowerBound, in: base), stage.row(rows.lowerBound + reuse[index].offset, in: source),
-                    rows.count * stage.rowFloats * MemoryLayout<Float>.stride)
-            return [0..<rows.lowerBound, rows.upperBound..<stage.height].filter { !$0.isEmpty }
+            let shared = reuse[index]
+            // Ascending, and memmove: within one buffer a range may overlap its source (short hops), and a later
+            // range's rows are read by an earlier one before they are overwritten.
+            for rows in shared.copies {
+                memmove(stage.row(rows.lowerBound, in: base), stage.row(rows.lowerBound + shared.offset, in: source),
+                        rows.count * stage.rowFloats * MemoryLayout<Float>.stride)
+            }
+            return [0..<shared.rows.lowerBound, shared.rows.upperBound..<stage.height].filter { !$0.isEmpty }
         }
         let firstBuffer = buffers[0].pointer
         for rows in share(0, into: firstBuffer, from: firstBuffer) {
