@@ -8,7 +8,7 @@
 //
 // Layout the callers must provide (see `PackedWeights` in the Earshot module): weights packed into panels of 16
 // columns, `[k, 16]` row-major per panel, 32-byte aligned or not (unaligned loads are used); the panel's bias as 16
-// floats; input rows `lda` floats apart; each output row 16 writable floats.
+// floats; six input rows of `k` floats anywhere; each output row 16 writable floats.
 
 #if arch(x86_64)
 /// Columns of one packed weight panel used by `gemmTile6x16` and `gemmRow16`.
@@ -17,23 +17,24 @@ public let avx2PanelWidth = 16
 /// Rows of the register tile of `gemmTile6x16`.
 public let avx2TileRows = 6
 
-/// `o_r[n] = act(sum_k a[r * lda + k] * panel[k * 16 + n] + bias[n])` for rows r = 0...5 and n = 0..<16: a 6 x 16
+/// `o_r[n] = act(sum_k a_r[k] * panel[k * 16 + n] + bias[n])` for rows r = 0...5 and n = 0..<16: a 6 x 16
 /// register tile (12 accumulators of 8 floats, one AVX2 register each), every sum taken over k in order with one
 /// fused multiply-add per step, then the bias, then ReLU when `applyReLU`.
 /// - Parameters:
-///   - a: six rows of `k` floats, `lda` floats apart.
+///   - r0...r5: the six input rows, `k` floats each (anywhere: a tile may span two blocks of rows).
 ///   - panel: `[k, 16]` weights; `bias`: 16 floats.
 ///   - o0...o5: the six output rows, 16 floats each.
 @inline(never)
 public func gemmTile6x16(
-    _ a: UnsafePointer<Float>, _ lda: Int, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+    _ r0: UnsafePointer<Float>, _ r1: UnsafePointer<Float>, _ r2: UnsafePointer<Float>, _ r3: UnsafePointer<Float>,
+    _ r4: UnsafePointer<Float>, _ r5: UnsafePointer<Float>, _ k: Int, _ panel: UnsafePointer<Float>,
+    _ bias: UnsafePointer<Float>,
     _ o0: UnsafeMutablePointer<Float>, _ o1: UnsafeMutablePointer<Float>, _ o2: UnsafeMutablePointer<Float>,
     _ o3: UnsafeMutablePointer<Float>, _ o4: UnsafeMutablePointer<Float>, _ o5: UnsafeMutablePointer<Float>,
     _ applyReLU: Bool
 ) {
     typealias V = SIMD8<Float>
     @inline(__always) func fma(_ acc: V, _ x: V, _ w: V) -> V { acc.addingProduct(x, w) }
-    let r0 = a, r1 = a + lda, r2 = a + 2 * lda, r3 = a + 3 * lda, r4 = a + 4 * lda, r5 = a + 5 * lda
     var c00 = V(), c01 = V(), c10 = V(), c11 = V(), c20 = V(), c21 = V()
     var c30 = V(), c31 = V(), c40 = V(), c41 = V(), c50 = V(), c51 = V()
     var b = UnsafeRawPointer(panel)

@@ -170,10 +170,12 @@ final class EarlyLayers {
     ) {
         let kernel = model.computeKernel
         /// Copies what stage `index` takes from the previous patch (into `base`, from `source`) and returns the rows
-        /// left to compute.
-        func share(_ index: Int, into base: UnsafeMutablePointer<Float>, from source: UnsafeMutablePointer<Float>) -> [Range<Int>] {
+        /// left to compute: the rows before the shared ones and the rows after them (either may be empty).
+        func share(_ index: Int, into base: UnsafeMutablePointer<Float>, from source: UnsafeMutablePointer<Float>)
+            -> (Range<Int>, Range<Int>)
+        {
             let stage = stages[index]
-            guard let reuse, !reuse[index].rows.isEmpty else { return [0..<stage.height] }
+            guard let reuse, !reuse[index].rows.isEmpty else { return (0..<stage.height, 0..<0) }
             let shared = reuse[index]
             // Ascending, and memmove: within one buffer a range may overlap its source (short hops), and a later
             // range's rows are read by an earlier one before they are overwritten.
@@ -181,38 +183,51 @@ final class EarlyLayers {
                 memmove(stage.row(rows.lowerBound, in: base), stage.row(rows.lowerBound + shared.offset, in: source),
                         rows.count * stage.rowFloats * MemoryLayout<Float>.stride)
             }
-            return [0..<shared.rows.lowerBound, shared.rows.upperBound..<stage.height].filter { !$0.isEmpty }
+            return (0..<shared.rows.lowerBound, shared.rows.upperBound..<stage.height)
         }
         let firstBuffer = buffers[0].pointer
-        for rows in share(0, into: firstBuffer, from: firstBuffer) {
+        func firstLayer(_ rows: Range<Int>) {
+            guard !rows.isEmpty else { return }
             ConvolutionKernels.firstLayer(
                 kernel: kernel, input: patch, weights: model.firstWeights.pointer, bias: model.firstBias.pointer,
                 padded: padded, output: firstBuffer, rows: rows)
         }
+        let firstComputed = share(0, into: firstBuffer, from: firstBuffer)
+        firstLayer(firstComputed.0)
+        firstLayer(firstComputed.1)
         profile?.mark("layer1 conv 3x3")
         for index in 0..<blocks {
             let block = model.blocks[index]
             let input = stages[2 * index], middle = stages[2 * index + 1], result = stages[2 * index + 2]
             let inputBase = buffers[2 * index].pointer, middleBase = buffers[2 * index + 1].pointer
-            for rows in share(2 * index + 1, into: middleBase, from: middleBase) {
+            func depthwise(_ rows: Range<Int>) {
+                guard !rows.isEmpty else { return }
                 ConvolutionKernels.depthwise(
                     kernel: kernel, input: inputBase, height: input.height, width: input.width,
                     channels: input.channels, stride: block.stride, weights: block.depthwiseWeights.pointer,
                     bias: block.depthwiseBias.pointer, output: middleBase, outHeight: middle.height,
                     outWidth: middle.width, rows: rows)
             }
+            let depthwiseComputed = share(2 * index + 1, into: middleBase, from: middleBase)
+            depthwise(depthwiseComputed.0)
+            depthwise(depthwiseComputed.1)
             profile?.mark("depthwise")
             let isLast = index == blocks - 1
             let resultBase = isLast ? output : buffers[2 * index + 2].pointer
-            for rows in share(2 * index + 2, into: resultBase, from: isLast ? previousOutput : resultBase) {
-                block.pointwise.multiply(
-                    middle.row(rows.lowerBound, in: middleBase), rows: rows.count * middle.width,
-                    inputStride: middle.channels,
-                    into: GEMMOutput(
+            let computed = share(2 * index + 2, into: resultBase, from: isLast ? previousOutput : resultBase)
+            /// Rows `rows` of the product (`GEMMRows()` when empty).
+            func product(_ rows: Range<Int>) -> GEMMRows {
+                guard !rows.isEmpty else { return GEMMRows() }
+                return GEMMRows(
+                    input: middle.row(rows.lowerBound, in: middleBase), count: rows.count * middle.width,
+                    output: GEMMOutput(
                         base: result.row(rows.lowerBound, in: resultBase) - result.rowFloats,
-                        layout: .bordered(height: rows.count, width: result.width, channels: result.channels)),
-                    activation: .relu, scratch: scratch)
+                        layout: .bordered(height: rows.count, width: result.width, channels: result.channels)))
             }
+            // Both blocks of rows in one product, so that a register tile may span the two.
+            block.pointwise.multiply(
+                product(computed.0), product(computed.1), inputStride: middle.channels, activation: .relu,
+                scratch: scratch)
             profile?.mark("pointwise \(input.channels)->\(result.channels)")
         }
     }

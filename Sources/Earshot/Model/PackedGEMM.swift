@@ -268,30 +268,47 @@ struct PackedWeights: Sendable {
         _ input: UnsafePointer<Float>, rows: Int, inputStride: Int, into output: GEMMOutput,
         activation: GEMMActivation, scratch: UnsafeMutablePointer<Float>
     ) {
-        guard rows > 0 else { return }
+        multiply(GEMMRows(input: input, count: rows, output: output), inputStride: inputStride, activation: activation,
+                 scratch: scratch)
+    }
+
+    /// The product for two blocks of rows at once (`first`, then `second`), as if they were one: with the SIMD
+    /// kernel, a register tile may take its rows from both, so two short blocks cost what one block of their total
+    /// size does (a block's last rows alone would each take a pass over the weights of their own). Each row's sums
+    /// are the same whichever tile computes it.
+    func multiply(
+        _ first: GEMMRows, _ second: GEMMRows = GEMMRows(), inputStride: Int, activation: GEMMActivation,
+        scratch: UnsafeMutablePointer<Float>
+    ) {
+        guard first.count + second.count > 0 else { return }
         switch kernel {
         case .wide:
             #if arch(arm64) || EARSHOT_NATIVE_CPU
-            panels(input, rows: rows, inputStride: inputStride, into: output, activation: activation, scratch: scratch,
+            panels(first, second, inputStride: inputStride, activation: activation, scratch: scratch,
                    tile: Self.kernel6, row: Self.kernel1)
             #else
             preconditionFailure("the wide kernel is not compiled into this build")
             #endif
         case .avx2:
             #if arch(x86_64)
-            panels(input, rows: rows, inputStride: inputStride, into: output, activation: activation, scratch: scratch,
+            panels(first, second, inputStride: inputStride, activation: activation, scratch: scratch,
                    tile: gemmTile6x16, row: gemmRow16)
             #else
             preconditionFailure("the AVX2 kernel exists on x86-64 only")
             #endif
         case .openBLAS:
-            multiplyWithBLAS(input, rows: rows, inputStride: inputStride, into: output, activation: activation, scratch: scratch)
+            for block in [first, second] where block.count > 0 {
+                multiplyWithBLAS(block.input, rows: block.count, inputStride: inputStride, into: block.output,
+                                 activation: activation, scratch: scratch)
+            }
         }
     }
 
-    /// A 6-row register tile: rows of `a` are `lda` apart, `k` deep, one panel and its bias, six output rows, ReLU.
+    /// A 6-row register tile: six input rows `k` deep, one panel and its bias, six output rows, ReLU.
     typealias Tile = (
-        _ a: UnsafePointer<Float>, _ lda: Int, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ r0: UnsafePointer<Float>, _ r1: UnsafePointer<Float>, _ r2: UnsafePointer<Float>,
+        _ r3: UnsafePointer<Float>, _ r4: UnsafePointer<Float>, _ r5: UnsafePointer<Float>, _ k: Int,
+        _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
         _ o0: UnsafeMutablePointer<Float>, _ o1: UnsafeMutablePointer<Float>, _ o2: UnsafeMutablePointer<Float>,
         _ o3: UnsafeMutablePointer<Float>, _ o4: UnsafeMutablePointer<Float>, _ o5: UnsafeMutablePointer<Float>,
         _ applyReLU: Bool
@@ -303,14 +320,21 @@ struct PackedWeights: Sendable {
     ) -> Void
 
     /// The product over packed panels with the given kernels. Panel-outer: one panel (`[inputs, width]`, at most
-    /// 256 KB) stays in L2 while every row tile passes over it.
+    /// 256 KB) stays in L2 while every row tile passes over it. Rows are numbered through `first`, then `second`.
     @inline(__always)
     private func panels(
-        _ input: UnsafePointer<Float>, rows: Int, inputStride: Int, into output: GEMMOutput,
-        activation: GEMMActivation, scratch: UnsafeMutablePointer<Float>, tile: Tile, row kernelRow: Row
+        _ first: GEMMRows, _ second: GEMMRows, inputStride: Int, activation: GEMMActivation,
+        scratch: UnsafeMutablePointer<Float>, tile: Tile, row kernelRow: Row
     ) {
         let panels = paddedOutputs / width
         let relu = activation == .relu
+        let rows = first.count + second.count
+        @inline(__always) func input(_ m: Int) -> UnsafePointer<Float> {
+            m < first.count ? first.input + m * inputStride : second.input + (m - first.count) * inputStride
+        }
+        @inline(__always) func output(_ m: Int) -> UnsafeMutablePointer<Float> {
+            m < first.count ? first.output.row(m) : second.output.row(m - first.count)
+        }
         for panel in 0..<panels {
             let weights = storage.pointer + panel * inputs * width
             let panelBias = bias.pointer + panel * width
@@ -320,19 +344,35 @@ struct PackedWeights: Sendable {
             if columns == width {
                 while row + Self.tileRows <= rows {
                     tile(
-                        input + row * inputStride, inputStride, inputs, weights, panelBias,
-                        output.row(row) + column, output.row(row + 1) + column, output.row(row + 2) + column,
-                        output.row(row + 3) + column, output.row(row + 4) + column, output.row(row + 5) + column, relu)
+                        input(row), input(row + 1), input(row + 2), input(row + 3), input(row + 4), input(row + 5),
+                        inputs, weights, panelBias,
+                        output(row) + column, output(row + 1) + column, output(row + 2) + column,
+                        output(row + 3) + column, output(row + 4) + column, output(row + 5) + column, relu)
                     row += Self.tileRows
                 }
+                if rows - row >= 2 {
+                    // Two to five rows left: one more tile, its missing rows repeating the last real one into
+                    // `scratch` (discarded). A row alone costs about two thirds of a tile (its two accumulator
+                    // chains wait on the multiply-add latency), so this is cheaper from two rows on; the real
+                    // rows' sums are the same either way.
+                    let last = rows - 1
+                    @inline(__always) func padded(_ i: Int) -> UnsafePointer<Float> { input(min(row + i, last)) }
+                    @inline(__always) func target(_ i: Int) -> UnsafeMutablePointer<Float> {
+                        row + i <= last ? output(row + i) + column : scratch
+                    }
+                    tile(
+                        padded(0), padded(1), padded(2), padded(3), padded(4), padded(5), inputs, weights, panelBias,
+                        target(0), target(1), target(2), target(3), target(4), target(5), relu)
+                    row = rows
+                }
                 while row < rows {
-                    kernelRow(input + row * inputStride, inputs, weights, panelBias, output.row(row) + column, relu)
+                    kernelRow(input(row), inputs, weights, panelBias, output(row) + column, relu)
                     row += 1
                 }
             } else {
                 while row < rows {
-                    kernelRow(input + row * inputStride, inputs, weights, panelBias, scratch, relu)
-                    (output.row(row) + column).update(from: scratch, count: columns)
+                    kernelRow(input(row), inputs, weights, panelBias, scratch, relu)
+                    (output(row) + column).update(from: scratch, count: columns)
                     row += 1
                 }
             }
@@ -370,17 +410,18 @@ struct PackedWeights: Sendable {
 
     #if arch(arm64) || EARSHOT_NATIVE_CPU
     /// The 6 x (4 vectors) register tile: 24 accumulators, 4 weight vectors loaded and 6 input values broadcast per
-    /// step of k (rows of `a` are `lda` floats apart), then bias (+ ReLU) and one store per output row.
+    /// step of k (from the six input rows), then bias (+ ReLU) and one store per output row.
     @inline(never)
     private static func kernel6(
-        _ a: UnsafePointer<Float>, _ lda: Int, _ k: Int, _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
+        _ r0: UnsafePointer<Float>, _ r1: UnsafePointer<Float>, _ r2: UnsafePointer<Float>,
+        _ r3: UnsafePointer<Float>, _ r4: UnsafePointer<Float>, _ r5: UnsafePointer<Float>, _ k: Int,
+        _ panel: UnsafePointer<Float>, _ bias: UnsafePointer<Float>,
         _ o0: UnsafeMutablePointer<Float>, _ o1: UnsafeMutablePointer<Float>, _ o2: UnsafeMutablePointer<Float>,
         _ o3: UnsafeMutablePointer<Float>, _ o4: UnsafeMutablePointer<Float>, _ o5: UnsafeMutablePointer<Float>,
         _ applyReLU: Bool
     ) {
         typealias V = KernelVector
         let step = MemoryLayout<V>.stride
-        let r0 = a, r1 = a + lda, r2 = a + 2 * lda, r3 = a + 3 * lda, r4 = a + 4 * lda, r5 = a + 5 * lda
         var c00 = V(), c01 = V(), c02 = V(), c03 = V()
         var c10 = V(), c11 = V(), c12 = V(), c13 = V()
         var c20 = V(), c21 = V(), c22 = V(), c23 = V()
@@ -442,8 +483,9 @@ struct PackedWeights: Sendable {
                 for panel in 0..<(columns / width) {
                     for row in stride(from: 0, to: m, by: 6) {
                         let o = (0..<6).map { c.pointer + (row + $0) * columns + panel * width }
-                        tile(a.pointer + row * k, k, k, b.pointer + panel * k * width, bias.pointer + panel * width,
-                             o[0], o[1], o[2], o[3], o[4], o[5], true)
+                        let r = (0..<6).map { UnsafePointer(a.pointer + (row + $0) * k) }
+                        tile(r[0], r[1], r[2], r[3], r[4], r[5], k, b.pointer + panel * k * width,
+                             bias.pointer + panel * width, o[0], o[1], o[2], o[3], o[4], o[5], true)
                     }
                 }
                 best = min(best, Double(DispatchTime.now().uptimeNanoseconds - start))
@@ -502,6 +544,26 @@ struct PackedWeights: Sendable {
         }
     }
     #endif
+}
+
+/// A block of rows of a product: `count` input rows from `input` (rows `inputStride` apart, as the call says), and
+/// where their results go.
+struct GEMMRows {
+    var input: UnsafePointer<Float>
+    var count: Int
+    var output: GEMMOutput
+
+    init(input: UnsafePointer<Float>, count: Int, output: GEMMOutput) {
+        self.input = input
+        self.count = count
+        self.output = output
+    }
+
+    /// No rows.
+    init() {
+        let none = UnsafeMutablePointer<Float>(bitPattern: MemoryLayout<Float>.alignment)!
+        self.init(input: none, count: 0, output: GEMMOutput(base: none, layout: .dense(stride: 0)))
+    }
 }
 
 /// Where the rows of a product go: a dense matrix, or the interior of zero-bordered NHWC images (the layout the

@@ -168,8 +168,9 @@ public final class YAMNet: Sendable {
 
 /// Scratch buffers for running `YAMNet`; reused across calls so inference allocates nothing once warm.
 ///
-/// Activations are NHWC, one patch after another; each layer runs over the whole batch (the pointwise convolutions
-/// as one `[batch * positions, C_in] x [C_in, C_out]` product).
+/// Activations are NHWC, one patch after another. In a batch of more than one patch, the first layers run patch by
+/// patch (`EarlyLayers`) and the later ones over the whole batch (the pointwise convolutions as one
+/// `[batch * positions, C_in] x [C_in, C_out]` product); a batch of one runs every layer in `ActivationBuffers`.
 ///
 /// - Important: Not thread-safe: use one session per thread or serial queue.
 public final class YAMNetSession {
@@ -291,9 +292,9 @@ public final class YAMNetSession {
     }
 
     /// The first block run for the whole batch at once. Blocks before it have large activations (up to 435 KB
-    /// per patch) and small weights, so they run one patch at a time, keeping each patch's activations in L2; from
-    /// this block on (12 x 8 x 256 in, 2 MB of the 12.6 MB of pointwise weights before it), activations are small
-    /// and weights large, so one pass over each weight matrix serves the whole batch.
+    /// per patch) and small weights, so they run one patch at a time (`EarlyLayers`, where consecutive windows of one
+    /// spectrogram share rows); from this block on (12 x 8 x 256 in, 2 MB of the 12.6 MB of pointwise weights before
+    /// it), activations are small and weights large, so one pass over each weight matrix serves the whole batch.
     static let firstBatchedBlock = 5
 
     private func runBatch(
