@@ -9,10 +9,14 @@ import PackageDescription
 // Earshot calls its x86 entry points only on CPUs that have those instructions (checked at run time, see
 // Sources/Earshot/Model/PackedGEMM.swift), so one build runs on every x86-64 CPU. Its generic loops are compiled
 // into each caller (`@_alwaysEmitIntoClient`), with the caller's flags. On other hosts it is built normally.
+// EarshotKernelsAVX512 holds the 6 x 64 matrix-product tile for CPUs with AVX-512 (F, CD, BW, DQ, VL), compiled
+// for `skylake-avx512` and likewise called only where the CPU has those features.
 #if arch(x86_64)
 let kernelSettings: [SwiftSetting] = [.unsafeFlags(["-target-cpu", "haswell"])]
+let avx512KernelSettings: [SwiftSetting] = [.unsafeFlags(["-target-cpu", "skylake-avx512"])]
 #else
 let kernelSettings: [SwiftSetting] = []
+let avx512KernelSettings: [SwiftSetting] = []
 #endif
 
 // Linker flags for earshotd's own copy of the Swift runtime and FoundationEssentials (`-static-stdlib`): the linker
@@ -45,9 +49,10 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
         .target(name: "EarshotKernels", swiftSettings: kernelSettings),
+        .target(name: "EarshotKernelsAVX512", swiftSettings: avx512KernelSettings),
         .target(
             name: "Earshot",
-            dependencies: ["EarshotKernels", "CALSA", "CFFTW", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
+            dependencies: ["EarshotKernels", "EarshotKernelsAVX512", "CALSA", "CFFTW", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
         ),
         .target(name: "EarshotPNG", dependencies: ["Earshot", "CRSVG"]),
         // See `staticRuntimeFlags`. The daemon's code imports FoundationEssentials, never Foundation (ICU).

@@ -111,14 +111,6 @@ enum BenchCommand {
         report.figure("model_load_ms", loadMillis, "model load (file to first result)", unit: "ms")
         let model = try YAMNet(directory: modelDirectory)
 
-        if ProcessInfo.processInfo.environment["EARSHOT_AB"] != nil {
-            for _ in 0..<8 {
-                let a = Benchmark.batchedPatchMillis(model: model, count: 64, runs: 10)
-                let b = Benchmark.batchedPatchMillis(model: model, count: 64, runs: 10, overlapping: true)
-                print(String(format: "separate %.3f  windows %.3f  ratio %.3f", a, b, b / a))
-            }
-            return
-        }
         let runs = options.quick ? 200 : 1000
         let latency = Benchmark.patchLatency(model: model, runs: runs)
         report.figure("patch_ms_median", latency.wall.median, "patch latency, 1 thread: median", unit: "ms")

@@ -87,6 +87,7 @@ import Testing
         if GEMMKernel.current != .openBLAS { kernels.append(GEMMKernel.current) }
         #if arch(x86_64)
         if X86Features.hasAVX2AndFMA && !kernels.contains(.avx2) { kernels.append(.avx2) }
+        if X86Features.hasAVX512 && !kernels.contains(.avx512) { kernels.append(.avx512) }
         #endif
         print("kernels compared: \(kernels)")
         for stem in ["Alarm_clock", "field-recording"] {
@@ -105,6 +106,11 @@ import Testing
             for result in results.dropFirst() {
                 let apart = Self.maxAbsDifference(result.scores, results[0].scores)
                 #expect(apart <= 2e-5, "kernels differ by \(apart) on \(stem)")
+            }
+            // The AVX2 and AVX-512 tiles take the same sums in the same order: identical results, not just close.
+            if let avx2 = kernels.firstIndex(of: .avx2), let avx512 = kernels.firstIndex(of: .avx512) {
+                #expect(results[avx2].scores == results[avx512].scores, "AVX2 and AVX-512 scores differ on \(stem)")
+                #expect(results[avx2].embeddings == results[avx512].embeddings, "AVX2 and AVX-512 embeddings differ on \(stem)")
             }
         }
     }

@@ -37,11 +37,14 @@ public enum Benchmark {
     /// Which code computes the matrix products in this process (`GEMMKernel.current`) and the vector width of the
     /// convolutions.
     public static var kernelDescription: String {
+        let lanes = ConvolutionKernels.lanes(GEMMKernel.current)
         switch GEMMKernel.current {
         case .avx2:
-            return "packed GEMM, AVX2+FMA 6x16 register tile (EarshotKernels, chosen at run time); \(KernelVector.scalarCount)-float vectors in the convolutions"
+            return "packed GEMM, AVX2+FMA 6x16 register tile (EarshotKernels, chosen at run time); \(lanes)-float vectors in the convolutions"
+        case .avx512:
+            return "packed GEMM, AVX-512 6x64 register tile (EarshotKernelsAVX512, chosen at run time; EARSHOT_KERNEL=avx2 for the AVX2 one); \(lanes)-float vectors in the convolutions"
         case .wide:
-            return "packed SIMD GEMM, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth(.wide)) register tile; \(KernelVector.scalarCount)-float vectors in the convolutions"
+            return "packed SIMD GEMM, \(PackedWeights.tileRows)x\(PackedWeights.panelWidth(.wide)) register tile; \(lanes)-float vectors in the convolutions"
         case .openBLAS:
             return "OpenBLAS sgemm (this CPU lacks AVX2/FMA, or EARSHOT_KERNEL=baseline)"
         }

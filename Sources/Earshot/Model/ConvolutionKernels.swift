@@ -1,6 +1,6 @@
 // The two convolutions that are not matrix products: YAMNet's first 3x3 convolution (one input channel) and the
 // 3x3 depthwise convolutions. Their loops live in EarshotKernels (generic over the vector type, compiled into each
-// caller); here they run with `KernelVector`, or, where the model's kernel is `.avx2`, with EarshotKernels' AVX2
+// caller); here they run with `KernelVector`, or, where the model's kernel is `.avx2` or `.avx512`, with EarshotKernels' AVX2
 // instantiations.
 internal import EarshotKernels
 
@@ -15,7 +15,7 @@ enum ConvolutionKernels {
     /// Lanes of the vectors the convolutions use with `kernel`: 8 with AVX2, else `KernelVector.scalarCount`.
     static func lanes(_ kernel: GEMMKernel) -> Int {
         #if arch(x86_64)
-        if kernel == .avx2 { return avx2ConvolutionLanes }
+        if kernel == .avx2 || kernel == .avx512 { return avx2ConvolutionLanes }
         #endif
         return KernelVector.scalarCount
     }
@@ -27,7 +27,7 @@ enum ConvolutionKernels {
         padded: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<Float>, rows: Range<Int> = 0..<48
     ) {
         #if arch(x86_64)
-        if kernel == .avx2 {
+        if kernel == .avx2 || kernel == .avx512 {
             firstLayerConvolutionAVX2(input: input, weights: weights, bias: bias, padded: padded, output: output, rows: rows)
             return
         }
@@ -47,7 +47,7 @@ enum ConvolutionKernels {
     ) {
         let rows = rows ?? 0..<outHeight
         #if arch(x86_64)
-        if kernel == .avx2 {
+        if kernel == .avx2 || kernel == .avx512 {
             depthwiseConvolutionAVX2(
                 input: input, height: height, width: width, channels: channels, stride: stride, weights: weights,
                 bias: bias, output: output, outHeight: outHeight, outWidth: outWidth, rows: rows)

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import Dispatch
 internal import EarshotKernels
+internal import EarshotKernelsAVX512
 
 // Matrix products of the pointwise (1x1) convolutions and the dense layer: C[M, N] = act(A[M, K] x W[K, N] + bias).
 //
@@ -19,10 +20,14 @@ internal import EarshotKernels
 //   module, EarshotKernels, which Package.swift compiles for x86-64-v3 (`-target-cpu haswell`: AVX2, FMA);
 //   `GEMMKernel.current` picks it at run time where /proc/cpuinfo lists those features, and OpenBLAS
 //   (`cblas_sgemm` on unpacked weights, convolutions with SSE) elsewhere. One binary runs on every x86-64 CPU.
+//   Where the CPU also has AVX-512 (F, CD, BW, DQ, VL), the products use the 6 x 64 tile of EarshotKernelsAVX512
+//   (compiled for `skylake-avx512`) instead: the same sums in the same order, so the same results, with fewer
+//   loads and instructions per multiply-add (figures in README, Performance); the convolutions stay AVX2.
 // - builds made with `-target-cpu` (e.g. `native`) and `-D EARSHOT_NATIVE_CPU` also get the 6 x 64 tile below
 //   (AVX-512 wide) and keep whichever of the two tiles is faster on the machine.
-// `EARSHOT_KERNEL=baseline` in the environment forces OpenBLAS on x86-64 (to compare, or to rule the kernel out);
-// `auto` or nothing chooses as above; another value is reported on stderr and ignored.
+// `EARSHOT_KERNEL=baseline` in the environment forces OpenBLAS on x86-64 (to compare, or to rule the kernel out),
+// `EARSHOT_KERNEL=avx2` the AVX2 tile on an AVX-512 CPU; `auto` or nothing chooses as above; another value is
+// reported on stderr and ignored.
 
 /// Which code computes the matrix products in this process.
 enum GEMMKernel: Sendable {
@@ -30,6 +35,8 @@ enum GEMMKernel: Sendable {
     case wide
     /// EarshotKernels' AVX2 + FMA 6 x 16 tile over 16-wide panels.
     case avx2
+    /// EarshotKernelsAVX512's 6 x 64 tile over 64-wide panels (the convolutions as with `avx2`).
+    case avx512
     /// `cblas_sgemm` on row-major weights.
     case openBLAS
 
@@ -40,15 +47,15 @@ enum GEMMKernel: Sendable {
         #elseif arch(x86_64)
         let forced = ProcessInfo.processInfo.environment["EARSHOT_KERNEL"]
         if forced == "baseline" { return .openBLAS }
-        if let forced, !forced.isEmpty, forced != "auto" {
-            let line = "earshot: EARSHOT_KERNEL=\(forced) is not recognised (use baseline or auto); using auto\n"
+        if let forced, !forced.isEmpty, !["auto", "avx2"].contains(forced) {
+            let line = "earshot: EARSHOT_KERNEL=\(forced) is not recognised (use baseline, avx2 or auto); using auto\n"
             _ = line.withCString { write(STDERR_FILENO, $0, strlen($0)) }
         }
         guard X86Features.hasAVX2AndFMA else { return .openBLAS }
         #if EARSHOT_NATIVE_CPU
         return PackedWeights.narrowTileIsFaster ? .avx2 : .wide
         #else
-        return .avx2
+        return X86Features.hasAVX512 && forced != "avx2" ? .avx512 : .avx2
         #endif
         #else
         return .openBLAS
@@ -62,11 +69,18 @@ enum X86Features {
     /// Whether the first `flags` line of /proc/cpuinfo lists every feature of the x86-64-v3 level EarshotKernels
     /// is compiled for (`-target-cpu haswell`): AVX, AVX2, FMA, BMI1, BMI2, F16C, MOVBE, LZCNT (`abm`); false when
     /// it cannot be read.
-    static let hasAVX2AndFMA: Bool = {
+    static let hasAVX2AndFMA: Bool = ["avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"].allSatisfy(flags.contains)
+
+    /// Whether the CPU also has the AVX-512 subsets EarshotKernelsAVX512 is compiled for (`-target-cpu
+    /// skylake-avx512`): F, CD, BW, DQ, VL (with everything `hasAVX2AndFMA` asks for).
+    static let hasAVX512: Bool = hasAVX2AndFMA
+        && ["avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"].allSatisfy(flags.contains)
+
+    /// The first `flags` line of /proc/cpuinfo (empty when it cannot be read).
+    private static let flags: Set<String> = {
         guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("flags") }) else { return false }
-        let flags = Set(line.split(separator: " ").map(String.init))
-        return ["avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"].allSatisfy(flags.contains)
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("flags") }) else { return [] }
+        return Set(line.split(separator: " ").map(String.init))
     }()
 }
 
@@ -193,6 +207,7 @@ struct PackedWeights: Sendable {
     static func panelWidth(_ kernel: GEMMKernel) -> Int {
         switch kernel {
         case .avx2: 16
+        case .avx512: 64
         case .wide: 4 * KernelVector.scalarCount
         case .openBLAS: 1
         }
@@ -295,6 +310,13 @@ struct PackedWeights: Sendable {
                    tile: gemmTile6x16, row: gemmRow16)
             #else
             preconditionFailure("the AVX2 kernel exists on x86-64 only")
+            #endif
+        case .avx512:
+            #if arch(x86_64)
+            panels(first, second, inputStride: inputStride, activation: activation, scratch: scratch,
+                   tile: gemmTile6x64, row: gemmRow64)
+            #else
+            preconditionFailure("the AVX-512 kernel exists on x86-64 only")
             #endif
         case .openBLAS:
             for block in [first, second] where block.count > 0 {
