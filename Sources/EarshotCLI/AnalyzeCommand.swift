@@ -23,7 +23,8 @@ enum AnalyzeCommand {
                     patches inside it. A window reaching past the end of a file is padded with silence, as the
                     reference model pads, and printed with its whole length: --window 100 on a 5 s file gives
                     one window, 0.00-100.00s
-      --overlap F   fraction shared by successive windows, 0 <= F < 1 (default 0.5: a 0.48 s hop)
+      --overlap F   fraction shared by successive windows, 0 <= F < 1 (default 0.5: a 0.48 s hop); windows
+                    start on a 10 ms step, so at most 0.994 for a 0.96 s window
       --summary     after each file, each label's share of the windows where it is the top class
                     (csv: rows with empty start and duration, the share in the confidence column)
 

@@ -20,6 +20,7 @@ let commandList: [(usage: String, summary: String)] = [
     (SleepCommand.usage, "control the daemon's sleep session (snore monitoring and report)"),
     (EvalSnoreCommand.usage, "measure the snore detector on labelled clips"),
     ("usage: earshot help", "show this text"),
+    ("usage: earshot --version", "print the version"),
 ]
 
 /// One entry of the list: the command on its own line with the summary below it when it is wider than 31 columns.
@@ -62,6 +63,9 @@ case "eval": status = EvalCommand.run(arguments)
 case "bench": status = BenchCommand.run(arguments)
 case "help", "--help", "-h":
     print(usage)
+    status = 0
+case "--version", "version":
+    print("earshot \(earshotVersion)")
     status = 0
 default:
     FileHandle.standardError.write(Data("earshot: unknown command \"\(command)\" (run `earshot help` for the list)\n".utf8))

@@ -17,6 +17,9 @@ do {
     case .help:
         print(DaemonCommandLine.helpText)
         exit(0)
+    case .version:
+        print("earshotd \(earshotVersion)")
+        exit(0)
     case .checkConfig:
         print("earshotd: \(try DaemonConfiguration.check(commandLine: commandLine))")
         exit(0)

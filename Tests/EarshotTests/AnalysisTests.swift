@@ -61,6 +61,10 @@ struct AnalysisTests {
         #expect(error?.exitStatus == 64)
         #expect(message(0.96, 0) == nil)
         #expect(message(3_600, 0.99) == nil)
+        // Windows start on the 10 ms log-mel hop: a hop that rounds to no frame is refused (0.994 rounds to one).
+        #expect(message(0.96, 0.994) == nil)
+        #expect(message(0.96, 0.995) == "overlap 0.995 on a 0.96 s window leaves windows 4.8 ms apart, under the 10 ms step windows start on: use an overlap of at most 0.994 for this window")
+        #expect(message(0.96, 0.999) == "overlap 0.999 on a 0.96 s window leaves windows 0.96 ms apart, under the 10 ms step windows start on: use an overlap of at most 0.994 for this window")
     }
 
     @Test("window geometry: patches per window, samples and hop")

@@ -29,6 +29,9 @@ struct ConfigCommandLineTests {
         #expect(try DaemonCommandLine.parse(["--input", "alarm.flac"]).overrides.input == .file(path: "alarm.flac"))
         #expect(try DaemonCommandLine.parse(["--check-config"]).action == .checkConfig)
         #expect(try DaemonCommandLine.parse(["--check-config", "-h"]).action == .help)
+        #expect(try DaemonCommandLine.parse(["--version"]).action == .version)
+        #expect(try DaemonCommandLine.parse(["--version", "--check-config"]).action == .version)
+        #expect(try DaemonCommandLine.parse(["--version", "--help"]).action == .help)
         // One leading dash is a value: a negative number, standard input; `--` only inline.
         #expect(try DaemonCommandLine.parse(["--gate-dbfs", "-40"]).overrides.gateThresholdDBFS == -40)
         #expect(try DaemonCommandLine.parse(["--device=--odd-name"]).overrides.device == "--odd-name")
@@ -82,6 +85,17 @@ struct ConfigCommandLineTests {
         #expect(EarshotError(.usage, message).exitStatus == 64)
     }
 
+    @Test("earshotd --version prints the version on standard output and exits 0")
+    func versionRun() throws {
+        guard let outcome = try EarshotdRun.run(["--version"]) else {
+            print("earshotd is not built beside the test bundle: skipping")
+            return
+        }
+        #expect(outcome.status == 0)
+        #expect(outcome.output == "earshotd \(earshotVersion)\n")
+        #expect(outcome.error == "")
+    }
+
     @Test("--help text")
     func helpText() {
         #expect(DaemonCommandLine.helpText == """
@@ -110,6 +124,7 @@ struct ConfigCommandLineTests {
                                   if the capture device cannot be opened at start, stream FILE instead
               --check-config      check the configuration, its class names and the input file, print one
                                   line, then exit
+              --version           print the version, then exit
               -h, --help          show this text
 
             SIGTERM or SIGINT stops the daemon; SIGHUP reloads the configuration file.

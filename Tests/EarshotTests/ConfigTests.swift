@@ -361,6 +361,17 @@ struct ConfigFileTests {
         #expect(loaded.analysis.overlapFactor == 0.25)
         #expect(loaded.analysis.gateThresholdDBFS == -30)
 
+        // Window and overlap leaving windows under 5 ms apart: refused at load (and so by --check-config), with
+        // the file, or as a usage error when a flag set one of them.
+        try "[analysis]\noverlap = 0.999\n".write(to: file, atomically: true, encoding: .utf8)
+        let tooClose = "overlap 0.999 on a 0.96 s window leaves windows 0.96 ms apart, under the 10 ms step windows start on: use an overlap of at most 0.994 for this window"
+        #expect(throws: EarshotError(.config, "\(file.path): [analysis] window and overlap: \(tooClose)")) {
+            try DaemonConfiguration.load(path: file.path)
+        }
+        #expect(throws: EarshotError(.usage, "--window/--overlap: \(tooClose)")) {
+            try DaemonConfiguration.load(path: file.path, overrides: .init(windowDuration: 0.96))
+        }
+
         if getuid() != 0 {
             try "[analysis]\n".write(to: file, atomically: true, encoding: .utf8)
             chmod(file.path, 0)

@@ -182,4 +182,20 @@ struct HelpListTests {
             #expect(list.outputLines.contains { $0 == entry || $0.hasPrefix(entry + " ") }, "\(command): \(usage)")
         }
     }
+
+    @Test("earshot --version and earshot version print the version on standard output")
+    func version() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        for argument in ["--version", "version"] {
+            guard let outcome = try EarshotCLI.run([argument], in: directory) else {
+                print(EarshotCLI.missingMessage)
+                return
+            }
+            #expect(outcome.status == 0)
+            #expect(outcome.standardOutput == "earshot \(earshotVersion)\n")
+            #expect(outcome.standardError == "")
+        }
+        #expect(earshotVersion == "0.1.0")
+    }
 }

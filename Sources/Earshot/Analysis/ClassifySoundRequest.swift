@@ -8,8 +8,8 @@ import Synchronization
 /// The built-in classifier is YAMNet (521 AudioSet classes). YAMNet scores 0.96 s log-mel patches; a window of
 /// ``windowDuration`` seconds is scored as the mean of the 0.96 s patches that fit inside it at 0.48 s steps
 /// (`1 + floor((windowDuration - 0.96) / 0.48)` patches; one patch for the default 0.96 s, two for 1.44 s).
-/// Windows start every `windowDuration * (1 - overlapFactor)` seconds, rounded to the 10 ms log-mel hop (at least
-/// one hop). The defaults, 0.96 s and 0.5 (a 0.48 s hop), are exactly the reference model's patches.
+/// Windows start every `windowDuration * (1 - overlapFactor)` seconds, rounded to the 10 ms log-mel hop (a hop that
+/// rounds to none is refused). The defaults, 0.96 s and 0.5 (a 0.48 s hop), are exactly the reference model's patches.
 ///
 /// A window needs `(frames - 1) * 160 + 400` samples at 16 kHz, where `frames = 96 + 48 * (patches - 1)` log-mel
 /// frames: 15600 samples (0.975 s) for the default window.
@@ -52,7 +52,8 @@ public final class ClassifySoundRequest: Sendable {
     ///   - classifier: the classifier (default: the built-in YAMNet).
     ///   - windowDuration: window length in seconds, 0.96...3600 (default 0.96).
     ///   - overlapFactor: overlap between successive windows, 0 <= value < 1 (default 0.5, a 0.48 s hop).
-    /// - Throws: ``EarshotError`` `.usage` naming the value and the allowed range.
+    /// - Throws: ``EarshotError`` `.usage` naming the value and the allowed range, also when the two leave windows
+    ///   less than 5 ms apart (they start on the 10 ms log-mel hop; at most 0.994 overlap for a 0.96 s window).
     public init(classifier: Classifier = .builtIn, windowDuration: Double = 0.96, overlapFactor: Double = 0.5) throws(EarshotError) {
         guard windowDuration.isFinite, windowDuration >= Self.minimumWindowDuration - 1e-9,
               windowDuration <= Self.maximumWindowDuration else {
@@ -60,6 +61,13 @@ public final class ClassifySoundRequest: Sendable {
         }
         guard overlapFactor.isFinite, overlapFactor >= 0, overlapFactor < 1 else {
             throw EarshotError(.usage, "overlapFactor \(overlapFactor) is out of range (allowed: 0 <= overlapFactor < 1)")
+        }
+        // Windows start on the 10 ms log-mel hop: a hop under 5 ms would round to none (it used to become 10 ms
+        // silently, 100 windows a second).
+        let hop = windowDuration * (1 - overlapFactor)
+        guard (hop * Double(YAMNet.sampleRate) / Double(LogMelSpectrogram.hopSamples)).rounded() >= 1 else {
+            let largest = ((1 - 0.005 / windowDuration) * 1000).rounded(.down) / 1000
+            throw EarshotError(.usage, "overlap \(SettingRules.format(overlapFactor)) on a \(SettingRules.format(windowDuration)) s window leaves windows \(SettingRules.format((hop * 100_000).rounded() / 100)) ms apart, under the 10 ms step windows start on: use an overlap of at most \(SettingRules.format(largest)) for this window")
         }
         self.classifier = classifier
         self.windowDuration = windowDuration

@@ -14,6 +14,8 @@ public struct DaemonCommandLine: Sendable, Equatable {
         case run
         /// Print ``helpText`` on standard output and exit 0.
         case help
+        /// Print "earshotd VERSION" (``earshotVersion``) on standard output and exit 0.
+        case version
         /// Check the configuration as ``DaemonConfiguration/check(commandLine:)`` does (settings, class names, the
         /// input file), print its one-line result or the first error, and exit (0 or the error's status).
         case checkConfig
@@ -69,6 +71,7 @@ public struct DaemonCommandLine: Sendable, Equatable {
                                   if the capture device cannot be opened at start, stream FILE instead
               --check-config      check the configuration, its class names and the input file, print one
                                   line, then exit
+              --version           print the version, then exit
               -h, --help          show this text
 
             SIGTERM or SIGINT stops the daemon; SIGHUP reloads the configuration file.
@@ -132,7 +135,10 @@ public struct DaemonCommandLine: Sendable, Equatable {
                 result.action = .help
             case "--check-config":
                 try noValue()
-                if result.action != .help { result.action = .checkConfig }
+                if result.action == .run { result.action = .checkConfig }
+            case "--version":
+                try noValue()
+                if result.action != .help { result.action = .version }
             case "--foreground":
                 try noValue()
                 result.foreground = true
@@ -188,6 +194,6 @@ public struct DaemonCommandLine: Sendable, Equatable {
 
     static let knownFlags = [
         "--config", "--device", "--input", "--input-rate", "--socket", "--watch", "--gate-dbfs", "--window",
-        "--overlap", "--no-journal", "--foreground", "--fallback-input", "--check-config", "--help",
+        "--overlap", "--no-journal", "--foreground", "--fallback-input", "--check-config", "--version", "--help",
     ]
 }

@@ -31,13 +31,23 @@ extension DaemonConfiguration {
     ///   - overrides: Values from command-line flags; they win over the file.
     /// - Throws: `EarshotError(.config)` (exit 78) for a file that cannot be read (a missing file only when `path`
     ///   is given), a syntax error, an unknown section or key, a key set twice, a bad value or an inconsistent group;
-    ///   the message starts with `path:line:`. `EarshotError(.usage)` (exit 64) for a bad override, naming its flag.
+    ///   the message starts with `path:line:`, or with `path:` for a window and overlap that leave windows less than
+    ///   5 ms apart. `EarshotError(.usage)` (exit 64) for a bad override, naming its flag.
     ///   Class names are checked later, against the classifier's labels, by ``resolvedGroups(classLabels:)``.
     public static func load(path: String?, overrides: Overrides = Overrides()) throws(EarshotError)
         -> DaemonConfiguration
     {
-        let configuration = try parse(fileAt: path ?? defaultPath, required: path != nil)
-        return try configuration.applying(overrides)
+        let configuration = try parse(fileAt: path ?? defaultPath, required: path != nil).applying(overrides)
+        // Window and overlap together: windows may not start less than 5 ms apart (see ClassifySoundRequest).
+        do {
+            _ = try ClassifySoundRequest(
+                windowDuration: configuration.analysis.windowDuration, overlapFactor: configuration.analysis.overlapFactor)
+        } catch {
+            let given = overrides.overlapFactor != nil || overrides.windowDuration != nil
+            throw given ? EarshotError(.usage, "--window/--overlap: \(error.message)")
+                : EarshotError(.config, "\(path ?? defaultPath): [analysis] window and overlap: \(error.message)")
+        }
+        return configuration
     }
 
     /// A problem line as it is quoted in an error: control characters as `\xNN`, undecodable bytes as `?`, at most
