@@ -232,6 +232,12 @@ import Testing
         start.waitUntilExit()
         #expect(start.terminationStatus == 65)
         let startLog = String(decoding: startErr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(startLog == "earshotd: head model \(model.path) is damaged: 3 bytes is too short for a safetensors file (copy it again, or train it again)\n")
+        #expect(startLog == "earshotd: \(config.path):2: [models] files: head model \(model.path) is damaged: 3 bytes is too short for a safetensors file (copy it again, or train it again)\n")
+
+        // A missing model file: where it is named, and what to do.
+        try FileManager.default.removeItem(at: model)
+        let missing = try #require(try EarshotdRun.run(["--config", config.path, "--check-config"]))
+        #expect(missing.status == 66)
+        #expect(missing.error == "earshotd: \(config.path):2: [models] files: cannot open head model \(model.path): No such file or directory (check the path, or remove it from [models] files)\n")
     }
 }

@@ -17,7 +17,7 @@ extension DaemonConfiguration {
     ///   those of ``checkStoragePaths()`` (78).
     public static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
         let configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
-        let models = try HeadModelSet.load(paths: configuration.models.files).set
+        let models = try HeadModelSet.load(paths: configuration.models.files, locations: configuration.modelLocations).set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()
         try configuration.checkInputFile()

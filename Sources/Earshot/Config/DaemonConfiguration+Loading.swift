@@ -206,14 +206,16 @@ struct ConfigurationParser {
         return failure(entry, "\(entry.key): unknown key (\(guess)keys: \(keys.joined(separator: ", ")))")
     }
 
-    /// `existing` followed by the model files of `entry` (absolute paths separated by `|`, names distinct).
-    private func modelFiles(_ entry: INIEntry, adding existing: [String]) throws(EarshotError) -> [String] {
+    /// `existing` followed by the model files of `entry` (absolute paths separated by `|`, names distinct); records
+    /// where each file was named (`DaemonConfiguration.modelLocations`).
+    private mutating func modelFiles(_ entry: INIEntry, adding existing: [String]) throws(EarshotError) -> [String] {
         let items = SettingRules.listItems(entry.value, separators: ["|"])
         for item in items where !item.hasPrefix("/") {
             throw badValue(entry, "\"\(item)\" must be an absolute path (e.g. /var/lib/earshot/doorbell.earshot)")
         }
         let files = existing + items
         if let problem = HeadModelSet.nameProblem(paths: files) { throw badValue(entry, problem) }
+        for item in items { configuration.locations[DaemonConfiguration.modelLocationKey(item)] = "\(source):\(entry.line)" }
         return files
     }
 

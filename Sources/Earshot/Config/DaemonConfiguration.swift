@@ -176,6 +176,18 @@ public struct DaemonConfiguration: Sendable, Equatable {
 
 /// "path:line" notes kept beside the settings. Always equal, so that two configurations with the same settings
 /// compare equal wherever their values were written.
+extension DaemonConfiguration {
+    /// The `locations` key of a `[models] files` entry.
+    static func modelLocationKey(_ path: String) -> String { "models.files:\(path)" }
+
+    /// Where each `[models] files` entry was named (`FILE:LINE`), by path, for the errors of loading them.
+    public var modelLocations: [String: String] {
+        var result: [String: String] = [:]
+        for path in models.files { result[path] = locations[Self.modelLocationKey(path)] }
+        return result
+    }
+}
+
 struct SourceLocations: Sendable, Equatable {
     var byKey: [String: String] = [:]
 

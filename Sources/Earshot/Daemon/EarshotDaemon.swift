@@ -90,7 +90,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         clipSettings = configuration.clips
         BLASThreads.set(1)
         let model = try BuiltInClassifier.shared()
-        let heads = try HeadModelSet.load(paths: configuration.models.files).set
+        let heads = try HeadModelSet.load(paths: configuration.models.files, locations: configuration.modelLocations).set
         self.heads = heads
         let classLabels = model.classLabels + heads.classLabels
         let groups = try configuration.resolvedGroups(classLabels: classLabels)
@@ -384,7 +384,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         do {
             let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
             let model = try BuiltInClassifier.shared()
-            let loaded = try HeadModelSet.load(paths: fresh.models.files, previous: heads)
+            let loaded = try HeadModelSet.load(paths: fresh.models.files, previous: heads, locations: fresh.modelLocations)
             let classLabels = model.classLabels + loaded.set.classLabels
             let groups = try fresh.resolvedGroups(classLabels: classLabels)
             let engine = try DetectionEngine(

@@ -62,11 +62,15 @@ public struct HeadModelSet: Sendable {
     ///   - paths: model files; their names (``modelName(forPath:)``) must be distinct (the configuration checks).
     ///   - backbone: the running backbone's identity (`BackboneIdentity.builtIn()`).
     ///   - previous: the models running now (a reload), or nil (start-up).
+    ///   - locations: where each path was named (`FILE:LINE`, `DaemonConfiguration.modelLocations`), to start the
+    ///     message of a file that fails with.
     /// - Returns: the models, and one line per file that failed but whose previous model was kept.
-    /// - Throws: the ``ClassifierHead/init(contentsOf:backbone:)`` error of a file that failed with nothing to keep.
-    public static func load(paths: [String], backbone: BackboneIdentity, previous: HeadModelSet? = nil)
-        throws(EarshotError) -> (set: HeadModelSet, problems: [String])
-    {
+    /// - Throws: the ``ClassifierHead/init(contentsOf:backbone:)`` error of a file that failed with nothing to keep,
+    ///   its message after `FILE:LINE: [models] files: ` when `locations` has the path, and for a missing or
+    ///   unreadable file (`.noInput`) ending with what to do.
+    public static func load(
+        paths: [String], backbone: BackboneIdentity, previous: HeadModelSet? = nil, locations: [String: String] = [:]
+    ) throws(EarshotError) -> (set: HeadModelSet, problems: [String]) {
         var models: [Model] = []
         var problems: [String] = []
         for path in paths {
@@ -75,7 +79,11 @@ public struct HeadModelSet: Sendable {
                 let head = try ClassifierHead(contentsOf: URL(fileURLWithPath: path), backbone: backbone)
                 models.append(Model(name: name, path: path, head: head))
             } catch {
-                guard let old = previous?.models.first(where: { $0.path == path }) else { throw error }
+                guard let old = previous?.models.first(where: { $0.path == path }) else {
+                    guard let place = locations[path] else { throw error }
+                    let fix = error.code == .noInput ? " (check the path, or remove it from [models] files)" : ""
+                    throw EarshotError(error.code, "\(place): [models] files: \(error.message)\(fix)", cause: error.cause)
+                }
                 problems.append("model \(name) not reloaded, the previous one keeps running: \(error.message)")
                 models.append(old)
             }
@@ -86,11 +94,11 @@ public struct HeadModelSet: Sendable {
     /// Loads `paths` for the built-in backbone (whose identity, the SHA-256 of its weights, is computed only when
     /// there is a file); see ``load(paths:backbone:previous:)``.
     /// - Throws: as ``load(paths:backbone:previous:)`` and `BackboneIdentity.builtIn()`.
-    public static func load(paths: [String], previous: HeadModelSet? = nil)
+    public static func load(paths: [String], previous: HeadModelSet? = nil, locations: [String: String] = [:])
         throws(EarshotError) -> (set: HeadModelSet, problems: [String])
     {
         guard !paths.isEmpty else { return (HeadModelSet(), []) }
-        return try load(paths: paths, backbone: try BackboneIdentity.builtIn(), previous: previous)
+        return try load(paths: paths, backbone: try BackboneIdentity.builtIn(), previous: previous, locations: locations)
     }
 
     /// One line per model for the journal: its name, file, labels and training window, and a warning when the
