@@ -317,7 +317,7 @@ public final class YAMNetSession {
                     output, images: 1, height: splitInput.height, width: splitInput.width, channels: splitInput.channels)
                 early.run(
                     patch: patches + n * patchStride, model: model, reuse: n > 0 ? plan : nil, output: output,
-                    previousOutput: output - splitInput.borderedSize, padded: paddedPatch.pointer,
+                    previousOutput: n > 0 ? output - splitInput.borderedSize : output, padded: paddedPatch.pointer,
                     scratch: gemmScratch.pointer, profile: profile)
             }
         } else {
