@@ -70,6 +70,25 @@ enum EarshotCLI {
 
 @Suite("AnalyzeCommand")
 struct AnalyzeCommandTests {
+    @Test("the same file analysed in three processes prints the same bytes (no timing-dependent FFT plan)")
+    func deterministicAcrossRuns() throws {
+        let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac").path
+        var outputs: [String] = []
+        for _ in 0..<3 {
+            guard let outcome = try EarshotCLI.run(
+                ["analyze", demo, "--format", "jsonl", "--top", "521", "--overlap", "0.625"], in: TestPaths.packageRoot)
+            else {
+                print(EarshotCLI.missingMessage)
+                return
+            }
+            #expect(outcome.status == 0)
+            outputs.append(outcome.standardOutput)
+        }
+        #expect(outputs[0].split(separator: "\n").count == 87)
+        #expect(outputs[1] == outputs[0])
+        #expect(outputs[2] == outputs[0])
+    }
+
     @Test("bad files get one stderr line each, good files are still analysed; 66 outranks 65 in any order")
     func badFilesAmongGoodOnes() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()

@@ -75,7 +75,7 @@ import Testing
             #expect(ours.indices.max { ours[$0] < ours[$1] } == theirs.indices.max { theirs[$0] < theirs[$1] },
                     "top-1 class differs on patch \(patch)")
         }
-        print("parity \(golden.stem): patches \(result.patches) logmel \(logMelError) scores \(scoreError) embeddings \(embeddingError)")
+        print("parity \(golden.stem): patches \(result.patches) logmel \(logMelError) (beyond 1e-3: \(beyond) of \(logMel.count)) scores \(scoreError) embeddings \(embeddingError)")
     }
 
     /// Every matrix-product kernel this CPU can run (OpenBLAS always; the AVX2 or wide SIMD tile where present), each

@@ -71,13 +71,17 @@ public final class LogMelSpectrogram {
         self.output = OpaquePointer(output)
         magnitude = .allocate(capacity: Self.bins)
         plan = Self.makePlan(input: input, output: output)
-        // FFTW_MEASURE overwrites the buffers while timing; the zero padding past the window must be zero again.
         input.initialize(repeating: 0, count: Self.fftSize)
     }
 
+    /// The 512-point real FFT's plan, chosen by FFTW's estimate (`FFTW_ESTIMATE`), never by timing: with
+    /// `FFTW_MEASURE` the algorithm, and so the last bits of every log-mel value, depended on how fast each candidate
+    /// ran when the process started, and analysing one file twice could print different digits (or order classes
+    /// whose scores tie at the printed precision differently). The FFT is a small part of the front end (0.1 ms per
+    /// second of audio either way, see README, Performance).
     private static func makePlan(input: UnsafeMutablePointer<Float>, output: UnsafeMutablePointer<fftwf_complex>) -> fftwf_plan {
         planLock.withLock {
-            fftwf_plan_dft_r2c_1d(Int32(fftSize), input, output, UInt32(FFTW_MEASURE))!
+            fftwf_plan_dft_r2c_1d(Int32(fftSize), input, output, UInt32(FFTW_ESTIMATE))!
         }
     }
 
