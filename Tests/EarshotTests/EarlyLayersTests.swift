@@ -82,4 +82,24 @@ import Testing
         // The scores are real ones, not zeros left in place.
         #expect(scores.contains { $0 > 0.01 })
     }
+
 }
+
+/// The log-mel FFT plan never depends on timing (see `LogMelSpectrogram.makePlan`).
+@Suite struct FFTPlanTests {
+    @Test func storedWisdomGivesTheMeasuredPlan() throws {
+        #if arch(x86_64)
+        guard X86Features.hasAVX2AndFMA else {
+            print("this CPU has no AVX: the estimated plan is used, nothing to check")
+            return
+        }
+        // Debian 12's FFTW 3.3.10 (the build machine's): the stored plan applies; its 64-point AVX codelet is in it.
+        let plan = LogMelSpectrogram().planDescription
+        #expect(plan.contains("n2fv_64_avx"), "\(plan)")
+        #expect(plan.hasPrefix("(rdft2-ct-dit/8"), "\(plan)")
+        // Forgotten after use: a second front end gets the same plan, from the same stored wisdom.
+        #expect(LogMelSpectrogram().planDescription == plan)
+        #endif
+    }
+}
+
