@@ -35,7 +35,6 @@ let package = Package(
     name: "Earshot",
     products: [
         .library(name: "Earshot", targets: ["Earshot"]),
-        .library(name: "EarshotPNG", targets: ["EarshotPNG"]),
         .executable(name: "earshotd", targets: ["EarshotDaemon"]),
         .executable(name: "earshot", targets: ["EarshotCLI"]),
     ],
@@ -50,16 +49,50 @@ let package = Package(
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
         .target(name: "EarshotKernels", swiftSettings: kernelSettings),
         .target(name: "EarshotKernelsAVX512", swiftSettings: avx512KernelSettings),
+        // The pipeline, one module per stage; each depends only on the ones below it (see README, Layout).
+        .target(name: "EarshotSupport"),
+        .target(name: "EarshotAudio", dependencies: ["EarshotSupport", "CSndFile", "CSoxr"]),
+        .target(name: "EarshotCapture", dependencies: ["EarshotSupport", "EarshotAudio", "CALSA"]),
+        .target(name: "EarshotModel", dependencies: ["EarshotSupport", "EarshotKernels", "EarshotKernelsAVX512", "CFFTW"]),
+        .target(name: "EarshotAnalysis", dependencies: ["EarshotSupport", "EarshotAudio", "EarshotModel"]),
+        .target(name: "EarshotDetection", dependencies: ["EarshotSupport", "EarshotModel", "EarshotAnalysis", "CFFTW"]),
+        .target(
+            name: "EarshotOutputs",
+            dependencies: ["EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection", "CSystemd", "CSQLite", "CSndFile"]
+        ),
+        .target(
+            name: "EarshotService",
+            dependencies: [
+                "EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
+                "EarshotOutputs", "CSystemd", "CINIH",
+            ]
+        ),
+        // Used by the command line only (training, enrollment, benchmarks, evaluations, history listing, the
+        // subscribe client): earshotd never links it (a test checks its symbols).
+        .target(
+            name: "EarshotTools",
+            dependencies: [
+                "EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
+                "EarshotOutputs", "EarshotService", "CSndFile", "CALSA",
+            ]
+        ),
+        // The library product: Sound Analysis for Linux (re-exports Support, Audio, Capture, Model, Analysis).
         .target(
             name: "Earshot",
-            dependencies: ["EarshotKernels", "EarshotKernelsAVX512", "CALSA", "CFFTW", "CSndFile", "CSoxr", "CSystemd", "CINIH", "CSQLite"]
+            dependencies: ["EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis"]
         ),
-        .target(name: "EarshotPNG", dependencies: ["Earshot", "CRSVG"]),
+        .target(name: "EarshotPNG", dependencies: ["EarshotSupport", "EarshotService", "CRSVG"]),
         // See `staticRuntimeFlags`. The daemon's code imports FoundationEssentials, never Foundation (ICU).
         .executableTarget(
-            name: "EarshotDaemon", dependencies: ["Earshot"], linkerSettings: [.unsafeFlags(staticRuntimeFlags)]
+            name: "EarshotDaemon", dependencies: ["EarshotService"], linkerSettings: [.unsafeFlags(staticRuntimeFlags)]
         ),
-        .executableTarget(name: "EarshotCLI", dependencies: ["Earshot", "EarshotPNG"]),
-        .testTarget(name: "EarshotTests", dependencies: ["Earshot", "EarshotPNG", "CRSVG"]),
+        .executableTarget(name: "EarshotCLI", dependencies: ["Earshot", "EarshotTools", "EarshotService", "EarshotPNG"]),
+        .testTarget(
+            name: "EarshotTests",
+            dependencies: [
+                "Earshot", "EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis",
+                "EarshotDetection", "EarshotOutputs", "EarshotService", "EarshotTools", "EarshotPNG", "CRSVG",
+            ]
+        ),
     ]
 )

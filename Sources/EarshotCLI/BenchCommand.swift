@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// `earshot bench [--quick] [--no-daemon] [--layers] [--json] [--audio FILE] [--daemon PATH]`: performance figures
@@ -14,10 +18,10 @@ enum BenchCommand {
       patch latency     one 96x64 log-mel patch to 521 scores, 1 thread (median and p95)
       waveform patch    15600 samples to 521 scores (front end + network), as one TFLite invoke
       front end         log-mel spectrogram, ms per second of audio
-      inference only    front end + network on 5 minutes of audio in memory, 1 thread and all cores
+      inference         front end + network on a 5-minute 16 kHz WAV (no resampling), as `earshot analyze` runs
+                        it (AudioFileAnalyzer), 1 thread and all cores
       file analysis     a 10-minute 44.1 kHz stereo FLAC made by looping FILE: decode + resample + front end +
-                        network, on 1 thread and on all cores: as `earshot analyze` runs it (AudioFileAnalyzer),
-                        decoded whole then YAMNet.analyzeConcurrently, and with decoding overlapped (YAMNetPipeline)
+                        network, on 1 thread and on all cores, as `earshot analyze` runs it (AudioFileAnalyzer)
       daemon            earshotd --input on 60 s of real-time audio: CPU share of one core and peak RSS with the
                         gate open (loud input) and closed (noise at -60 dBFS), and the time to READY=1
       --quick           fewer runs: 200 latency runs, a 2-minute file, 20 s per daemon run
@@ -140,9 +144,9 @@ enum BenchCommand {
         }
 
         for threads in Set([1, cores]).sorted() {
-            let factor = Benchmark.inferenceRealtimeFactor(model: model, seconds: options.quick ? 60 : 300, threads: threads)
+            let factor = try Benchmark.inferenceRealtimeFactor(seconds: options.quick ? 60 : 300, threads: threads, directory: temporary)
             report.figure("inference_x_realtime_\(threads)t", factor,
-                          "inference only (audio in memory: front end + network), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
+                          "inference (16 kHz WAV, no resampling: front end + network), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
         }
         let minutes = options.quick ? 2.0 : 10.0
         let recording = temporary.appendingPathComponent("recording.flac")
@@ -155,18 +159,7 @@ enum BenchCommand {
             let figures = try Benchmark.analyzeFile(url: recording, threads: threads)
             report.figure("analyze_x_realtime_\(threads)t", figures.realtimeFactor,
                           "file analysis (earshot analyze), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
-            let whole = try Benchmark.analyzeWaveform(url: recording, model: model, threads: threads)
-            report.figure("waveform_x_realtime_\(threads)t", whole.figures.realtimeFactor,
-                          "file analysis (decode, then analyzeConcurrently), \(threads) thread\(threads == 1 ? "" : "s")", unit: "x realtime")
-            let pipelined = try Benchmark.analyzePipelined(url: recording, model: model, threads: threads)
-            report.figure("pipelined_x_realtime_\(threads)t", pipelined.figures.realtimeFactor,
-                          "file analysis (YAMNetPipeline: decoding thread + \(threads) inference thread\(threads == 1 ? "" : "s"))", unit: "x realtime")
-            let difference = zip(whole.scores, pipelined.scores).reduce(Float(0)) { max($0, abs($1.0 - $1.1)) }
-            guard whole.scores.count == pipelined.scores.count, difference == 0 else {
-                throw EarshotError(.data, "the pipelined analysis differs from the whole-waveform one (\(pipelined.scores.count / 521) vs \(whole.scores.count / 521) patches, max |diff| \(difference)): a bug, please report it")
-            }
         }
-
     }
 
     private static func measureDaemon(_ options: Options, source: URL, temporary: URL, report: inout Report) throws(EarshotError) {

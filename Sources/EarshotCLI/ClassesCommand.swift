@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// `earshot classes`: the built-in classifier's 521 AudioSet class labels, one `INDEX<TAB>LABEL` line each.

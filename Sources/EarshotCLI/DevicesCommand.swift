@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// `earshot devices`: list ALSA capture PCMs and the sound cards' capture devices.

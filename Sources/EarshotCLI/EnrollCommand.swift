@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// `earshot enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE`: teaches Earshot one sound

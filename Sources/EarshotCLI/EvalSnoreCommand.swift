@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// `earshot eval-snore SNORING_DIR NON_SNORING_DIR [--threshold X] [--rhythm-threshold Y]`: measures the snore

@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// Walks `--flag value`, `--flag=value` and positional arguments for the `train` and `enroll` commands.

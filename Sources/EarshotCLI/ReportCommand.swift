@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import EarshotPNG
 import Foundation
 

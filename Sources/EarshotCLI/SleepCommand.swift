@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// `earshot sleep start|stop|status [--socket PATH] [--json]`: starts, stops or shows the daemon's sleep session

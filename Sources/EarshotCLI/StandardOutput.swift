@@ -1,5 +1,9 @@
 @preconcurrency import Glibc
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// Standard output for the commands. A failed write (a full disk, `> /dev/full`, a closed pipe) is never silent:

@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 /// `earshot subscribe [--socket PATH] [--group G]... [--format json|text]`: prints the daemon's events as they arrive.

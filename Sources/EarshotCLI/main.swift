@@ -1,4 +1,8 @@
 import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 import Foundation
 
 // `earshot`: the command line. Argument parsing and wiring only; the work lives in the Earshot library.

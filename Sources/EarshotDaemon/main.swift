@@ -1,4 +1,5 @@
-import Earshot
+import EarshotSupport
+import EarshotService
 import Glibc
 
 // `earshotd`: argument parsing and wiring only; the daemon lives in `EarshotDaemon` (Sources/Earshot/Daemon).

@@ -1,5 +1,6 @@
 internal import CRSVG
-import Earshot
+import EarshotSupport
+import EarshotService
 import Foundation
 
 /// Renders SVG documents (the report charts) as PNG images, with librsvg and cairo.

@@ -1,7 +1,11 @@
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Feeds `samples` to `detector` in 40 ms chunks (the daemon's poll) from stream position `offset`.
 private func feed(_ detector: AlarmDetector, _ samples: ArraySlice<Float>, sampleRate: Int, offset: Int64 = 0) -> [AlarmEvent] {

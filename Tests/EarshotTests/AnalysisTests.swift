@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Collects what an analyzer reports (a small real observer, as an app would write).
 final class CollectingObserver: ResultsObserving {

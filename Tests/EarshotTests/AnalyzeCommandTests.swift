@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Runs the built `earshot` executable (beside the test bundle in the build directory).
 enum EarshotCLI {

@@ -2,7 +2,11 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 @Suite("RealtimeFileSource", .timeLimit(.minutes(1)))
 struct CaptureFileSourceTests {

@@ -1,7 +1,11 @@
 import Foundation
 import Synchronization
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Real ALSA PCMs for capture tests: the `file` plugin reading a raw file (`infile`) as its capture data, over the
 /// `null` plugin (which has no clock and writes nothing, so the file plugin's data is all there is). Defined in ALSA

@@ -2,7 +2,11 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// PCMCapture against real ALSA PCMs (the `file` plugin with an `infile`; see ``CaptureFixtures``).
 @Suite("PCMCapture", .timeLimit(.minutes(1)))

@@ -3,7 +3,11 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 @Suite("CaptureSupervisor", .timeLimit(.minutes(1)))
 struct CaptureSupervisorTests {

@@ -1,7 +1,11 @@
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// `earshotd` saving clips as users run it: the real executable streaming a real recording (`--input`, in real
 /// time), `[clips]` in a configuration file, clips in a temporary directory; the clips are compared with the

@@ -1,7 +1,11 @@
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// The 521 display names of `Models/yamnet_class_map.csv` (index,mid,display_name; names with commas are quoted).
 enum ClassMapFixture {

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// `earshotd` as users run it: the real executable, capturing from a real ALSA PCM (the `file` plugin reading a raw
 /// recording as its `infile`), publishing on a real Unix socket, notifying a real sd_notify datagram socket, and

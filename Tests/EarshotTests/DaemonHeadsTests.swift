@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Custom models in the daemon: the `[models]` section, groups over `MODEL:LABEL` classes, detections from a head
 /// through the real `earshotd`, and SIGHUP reloads that keep a model whose file went bad.

@@ -1,6 +1,10 @@
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Exact window sequences into one debouncer, exact event times out. Windows are YAMNet's: 0.96 s long, one every
 /// 0.48 s, window i starting at 0.48 * i.

@@ -1,7 +1,11 @@
 import CSndFile
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Helpers shared by the decoding and analysis tests: temp directories, hand-made WAV files, float32 files.
 enum AudioTestFiles {

@@ -1,7 +1,11 @@
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// The engine against YAMNet's real class map (`Models/yamnet_class_map.csv`, part of the package).
 @Suite("DetectionEngine")

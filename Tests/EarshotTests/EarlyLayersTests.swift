@@ -1,5 +1,9 @@
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Consecutive patches of one spectrogram share rows of YAMNet's early layers (`EarlyLayers`): the shared rows must
 /// be exactly the ones free of padding in both patches, and sharing must change no bit of any result.

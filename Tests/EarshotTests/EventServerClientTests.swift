@@ -1,7 +1,11 @@
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// The subscriber side (`earshot subscribe`): connection errors and the text form.
 @Suite("EventServer client")

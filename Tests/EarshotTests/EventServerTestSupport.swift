@@ -1,7 +1,11 @@
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// A fresh directory under /tmp (short, so socket paths stay far below the 107-byte limit), removed on deinit.
 final class TemporarySocketDirectory {

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 @Suite("HeadTraining")
 struct HeadTrainingTests {

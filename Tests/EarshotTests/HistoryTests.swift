@@ -2,7 +2,11 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+@testable import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// A temporary directory removed at the end of a test.
 struct HistoryScratch {

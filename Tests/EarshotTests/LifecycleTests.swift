@@ -3,7 +3,11 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// A real AF_UNIX datagram socket standing in for systemd's notification socket.
 final class NotifySocketFixture {

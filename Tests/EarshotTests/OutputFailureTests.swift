@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Runs the built `earshot` with standard output on a given file (e.g. /dev/full); collects standard error.
 enum EarshotCLIToFile {

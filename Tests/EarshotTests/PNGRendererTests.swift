@@ -2,7 +2,11 @@ import CRSVG
 import EarshotPNG
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Reads PNG files back independently of the renderer: the IHDR chunk by hand, the pixels with cairo's PNG reader.
 enum PNGTestSupport {

@@ -1,7 +1,11 @@
 import EarshotPNG
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 @Suite("ReportCommand: earshot report --png and --from-svg")
 struct ReportCommandTests {

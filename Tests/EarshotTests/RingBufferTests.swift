@@ -2,7 +2,11 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 @Suite("SampleRingBuffer")
 struct RingBufferTests {

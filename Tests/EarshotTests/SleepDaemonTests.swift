@@ -5,7 +5,11 @@ import Testing
 import FoundationXML
 #endif
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 @Suite("Sleep: sessions in the daemon", .serialized)
 struct SleepDaemonTests {

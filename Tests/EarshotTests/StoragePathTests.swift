@@ -1,7 +1,11 @@
 import Foundation
 import Testing
 
-@testable import Earshot
+import Earshot
+import EarshotDetection
+@testable import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Runs the built `earshotd` (beside the test bundle) with a 30 s guard; nil when it is not built.
 enum EarshotdRun {

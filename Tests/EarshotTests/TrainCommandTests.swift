@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// `earshot train`, `earshot enroll` and `earshot analyze --model` as users run them: the built executable.
 @Suite("TrainCommand")

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
-@testable import Earshot
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
 
 /// Parity of the Swift YAMNet with the TensorFlow reference on every recording in `../shared/golden`.
 ///
@@ -113,18 +117,6 @@ import Testing
                 #expect(results[avx2].embeddings == results[avx512].embeddings, "AVX2 and AVX-512 embeddings differ on \(stem)")
             }
         }
-    }
-
-    @Test(.needsShared) func concurrentAnalysisEqualsOneSession() throws {
-        let model = try #require(Self.model)
-        let golden = try #require(Self.goldens.first { $0.stem == "field-recording" })
-        let waveform = try golden.floats("wave16k")
-        let one = model.makeSession().analyze(waveform: waveform)
-        let many = model.analyzeConcurrently(waveform: waveform, threads: 3)
-        #expect(many.patches == one.patches && many.frames == one.frames)
-        #expect(many.logMel == one.logMel)
-        #expect(many.scores == one.scores)
-        #expect(many.embeddings == one.embeddings)
     }
 
     @Test func referencePaddingMatchesTheReference() {

@@ -1,0 +1,137 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+import EarshotModel
+
+/// A span of audio in seconds, from the start of the file or stream (Sound Analysis' `CMTimeRange`, in seconds).
+public struct TimeRange: Sendable, Equatable, Hashable {
+    /// Start in seconds (>= 0 for files; for streams, frame position / sample rate of the first frame).
+    public var start: Double
+    /// Duration in seconds (> 0).
+    public var duration: Double
+    /// `start + duration`, in seconds.
+    public var end: Double { start + duration }
+
+    public init(start: Double, duration: Double) {
+        self.start = start
+        self.duration = duration
+    }
+}
+
+/// One class and the classifier's confidence in it (Sound Analysis' `SNClassification`).
+public struct Classification: Sendable, Equatable, Hashable {
+    /// The class label: for the built-in classifier, the AudioSet display name (e.g. `Speech`,
+    /// `Smoke detector, smoke alarm`), as in YAMNet's `yamnet_class_map.csv`.
+    public let identifier: String
+    /// The score in 0...1 (YAMNet's sigmoid output; classes are independent, so scores do not sum to 1).
+    public let confidence: Double
+
+    public init(identifier: String, confidence: Double) {
+        self.identifier = identifier
+        self.confidence = confidence
+    }
+}
+
+/// The classifier's output for one analysis window (Sound Analysis' `SNClassificationResult`).
+public struct ClassificationResult: Sendable, Equatable {
+    /// The window's time range, in seconds; `duration` is the request's `windowDuration`.
+    public let timeRange: TimeRange
+    /// Every class with its confidence, highest first (ties: lower class index first); empty when ``isGated``.
+    public let classifications: [Classification]
+    /// Scores by class index (`[521]` for the built-in classifier, index order of `YAMNet.classLabels`; for a custom
+    /// model, the head's probabilities in the order of ``ClassifierHead/labels``, summing to 1); empty when
+    /// ``isGated``. The same numbers as ``classifications``, for code that works with class indices.
+    public let scores: [Float]
+    /// The window's level: RMS of its 16 kHz samples in dBFS, `20 * log10(rms)` (a full-scale sine reads
+    /// -3.01 dBFS, digital silence reads the floor, ``ClassificationResult/levelFloorDBFS``).
+    public let levelDBFS: Float
+    /// True when an ``AudioStreamAnalyzer``'s gate was closed (``levelDBFS`` below its threshold): no inference ran
+    /// and ``classifications`` is empty.
+    public let isGated: Bool
+    /// The window's YAMNet embedding `[1024]`: the mean over its 0.96 s patches of the 1024-d output of the last
+    /// block (values >= 0). Classifier heads (``ClassifierHead``) take it, so one backbone pass serves every head.
+    /// Empty when ``isGated``.
+    public let embedding: [Float]
+
+    /// The lowest level reported, in dBFS (for digital silence, where `log10(0)` is minus infinity).
+    public static let levelFloorDBFS: Float = -120
+
+    public init(
+        timeRange: TimeRange, classifications: [Classification], scores: [Float], levelDBFS: Float, isGated: Bool,
+        embedding: [Float] = []
+    ) {
+        self.timeRange = timeRange
+        self.classifications = classifications
+        self.scores = scores
+        self.levelDBFS = levelDBFS
+        self.isGated = isGated
+        self.embedding = embedding
+    }
+
+    /// The classification for a class label, or nil when the label is unknown (or the window was gated).
+    public func classification(forIdentifier identifier: String) -> Classification? {
+        classifications.first { $0.identifier == identifier }
+    }
+
+    /// A result from per-class scores: sorts the classes by confidence.
+    package static func scored(
+        timeRange: TimeRange, scores: [Float], labels: [String], levelDBFS: Float, embedding: [Float] = []
+    ) -> ClassificationResult {
+        let order = scores.indices.sorted { scores[$0] > scores[$1] || (scores[$0] == scores[$1] && $0 < $1) }
+        let classifications = order.map { Classification(identifier: $0 < labels.count ? labels[$0] : "class \($0)", confidence: Double(scores[$0])) }
+        return ClassificationResult(timeRange: timeRange, classifications: classifications, scores: scores,
+                                    levelDBFS: levelDBFS, isGated: false, embedding: embedding)
+    }
+
+    /// The result of a window scored by `request`: YAMNet's scores, or with a custom model the head's probabilities
+    /// of the window's embedding (labels: the head's).
+    package static func scored(
+        by request: ClassifySoundRequest, timeRange: TimeRange, yamnetScores: [Float], embedding: [Float],
+        yamnetLabels: [String], levelDBFS: Float
+    ) -> ClassificationResult {
+        if let head = request.head {
+            return scored(timeRange: timeRange, scores: head.probabilities(embedding: embedding), labels: head.labels,
+                          levelDBFS: levelDBFS, embedding: embedding)
+        }
+        return scored(timeRange: timeRange, scores: yamnetScores, labels: yamnetLabels, levelDBFS: levelDBFS,
+                      embedding: embedding)
+    }
+
+    /// A gated result: no inference, level only.
+    package static func gated(timeRange: TimeRange, levelDBFS: Float) -> ClassificationResult {
+        ClassificationResult(timeRange: timeRange, classifications: [], scores: [], levelDBFS: levelDBFS, isGated: true)
+    }
+
+    /// RMS level in dBFS of `samples`, floored at ``levelFloorDBFS`` (sums in Double).
+    package static func level(of samples: UnsafeBufferPointer<Float>) -> Float {
+        guard !samples.isEmpty else { return levelFloorDBFS }
+        var sum = 0.0
+        for value in samples { sum += Double(value) * Double(value) }
+        let rms = (sum / Double(samples.count)).squareRoot()
+        guard rms > 0 else { return levelFloorDBFS }
+        return max(levelFloorDBFS, Float(20 * log10(rms)))
+    }
+}
+
+/// Receives an analyzer's results (Sound Analysis' `SNResultsObserving`).
+///
+/// Analyzers call these methods on the thread that called `analyze` / `completeAnalysis`, in time order per request.
+/// An analyzer keeps a strong reference to each observer until the request is removed or the analyzer is released
+/// (Apple's analyzers do not; here an observer cannot vanish mid-analysis).
+public protocol ResultsObserving: AnyObject {
+    /// A window's result.
+    func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult)
+    /// The request failed (e.g. the file turned out truncated); no more results or completion follow for it.
+    func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError)
+    /// The request finished: every window has been delivered.
+    func requestDidComplete(_ request: ClassifySoundRequest)
+}
+
+extension ResultsObserving {
+    /// Default: ignore the failure.
+    public func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError) {}
+    /// Default: nothing to do at completion.
+    public func requestDidComplete(_ request: ClassifySoundRequest) {}
+}

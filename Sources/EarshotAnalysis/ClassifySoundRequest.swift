@@ -1,0 +1,162 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotAudio
+import EarshotModel
+
+/// A request to classify sounds in windows of audio (Sound Analysis' `SNClassifySoundRequest`).
+///
+/// The built-in classifier is YAMNet (521 AudioSet classes). YAMNet scores 0.96 s log-mel patches; a window of
+/// ``windowDuration`` seconds is scored as the mean of the 0.96 s patches that fit inside it at 0.48 s steps
+/// (`1 + floor((windowDuration - 0.96) / 0.48)` patches; one patch for the default 0.96 s, two for 1.44 s).
+/// Windows start every `windowDuration * (1 - overlapFactor)` seconds, rounded to the 10 ms log-mel hop (a hop that
+/// rounds to none is refused). The defaults, 0.96 s and 0.5 (a 0.48 s hop), are exactly the reference model's patches.
+///
+/// A window needs `(frames - 1) * 160 + 400` samples at 16 kHz, where `frames = 96 + 48 * (patches - 1)` log-mel
+/// frames: 15600 samples (0.975 s) for the default window.
+///
+/// Requests are immutable; invalid values are refused at creation.
+public final class ClassifySoundRequest: Sendable {
+    /// Which classifier scores the windows.
+    public enum Classifier: Sendable, Equatable {
+        /// YAMNet (TF Hub google/yamnet/1), loaded once per process from the installed `Models/` directory.
+        case builtIn
+        /// A custom classifier head (``ClassifierHead``, made by `earshot train` or `earshot enroll`) on YAMNet's
+        /// embeddings; results carry the head's labels and its probabilities.
+        case custom(ClassifierHead)
+
+        public static func == (lhs: Classifier, rhs: Classifier) -> Bool {
+            switch (lhs, rhs) {
+            case (.builtIn, .builtIn): true
+            case (.custom(let a), .custom(let b)): a === b
+            default: false
+            }
+        }
+    }
+
+    /// The shortest window in seconds: one YAMNet patch (96 frames of 10 ms).
+    public static let minimumWindowDuration = 0.96
+    /// The longest window in seconds (one hour; a bound that keeps buffers and counts finite).
+    public static let maximumWindowDuration = 3_600.0
+
+    /// The classifier.
+    public let classifier: Classifier
+    /// Window length in seconds, 0.96...3600.
+    public let windowDuration: Double
+    /// Fraction of a window shared with the next one, 0 <= overlapFactor < 1.
+    public let overlapFactor: Double
+    /// Patch and hop sizes derived from the two values above.
+    package let geometry: WindowGeometry
+
+    /// Creates a request.
+    /// - Parameters:
+    ///   - classifier: the classifier (default: the built-in YAMNet).
+    ///   - windowDuration: window length in seconds, 0.96...3600 (default 0.96).
+    ///   - overlapFactor: overlap between successive windows, 0 <= value < 1 (default 0.5, a 0.48 s hop).
+    /// - Throws: ``EarshotError`` `.usage` naming the value and the allowed range, also when the two leave windows
+    ///   less than 5 ms apart (they start on the 10 ms log-mel hop; at most 0.994 overlap for a 0.96 s window).
+    public init(classifier: Classifier = .builtIn, windowDuration: Double = 0.96, overlapFactor: Double = 0.5) throws(EarshotError) {
+        guard windowDuration.isFinite, windowDuration >= Self.minimumWindowDuration - 1e-9,
+              windowDuration <= Self.maximumWindowDuration else {
+            throw EarshotError(.usage, "windowDuration \(windowDuration) s is out of range (allowed: 0.96 to 3600 seconds)")
+        }
+        guard overlapFactor.isFinite, overlapFactor >= 0, overlapFactor < 1 else {
+            throw EarshotError(.usage, "overlapFactor \(overlapFactor) is out of range (allowed: 0 <= overlapFactor < 1)")
+        }
+        // Windows start on the 10 ms log-mel hop: a hop under 5 ms would round to none (it used to become 10 ms
+        // silently, 100 windows a second).
+        let hop = windowDuration * (1 - overlapFactor)
+        guard (hop * Double(YAMNet.sampleRate) / Double(LogMelSpectrogram.hopSamples)).rounded() >= 1 else {
+            let largest = ((1 - 0.005 / windowDuration) * 1000).rounded(.down) / 1000
+            throw EarshotError(.usage, "overlap \(SettingRules.format(overlapFactor)) on a \(SettingRules.format(windowDuration)) s window leaves windows \(SettingRules.format((hop * 100_000).rounded() / 100)) ms apart, under the 10 ms step windows start on: use an overlap of at most \(SettingRules.format(largest)) for this window")
+        }
+        self.classifier = classifier
+        self.windowDuration = windowDuration
+        self.overlapFactor = overlapFactor
+        geometry = WindowGeometry(windowDuration: windowDuration, overlapFactor: overlapFactor)
+    }
+
+    /// A request for a custom model file (Sound Analysis' `SNClassifySoundRequest(mlModel:)`): reads the head model
+    /// at `model` and checks it was made for the built-in backbone installed here.
+    /// - Parameters:
+    ///   - model: a head model file written by `earshot train` or `earshot enroll`.
+    ///   - windowDuration: window length in seconds, 0.96...3600; nil (default) = the window the head was trained on.
+    ///   - overlapFactor: 0 <= value < 1; nil (default) = the overlap the head was trained with.
+    /// - Throws: ``EarshotError`` as ``ClassifierHead/init(contentsOf:)`` (missing, damaged, another backbone), or
+    ///   `.usage` for a window or overlap out of range.
+    public convenience init(model: URL, windowDuration: Double? = nil, overlapFactor: Double? = nil) throws(EarshotError) {
+        let head = try ClassifierHead(contentsOf: model)
+        try self.init(
+            classifier: .custom(head), windowDuration: windowDuration ?? head.metadata.windowDuration,
+            overlapFactor: overlapFactor ?? head.metadata.overlapFactor)
+    }
+
+    /// The labels this request can produce, index = class index (521 AudioSet display names for the built-in
+    /// classifier, the head's labels for a custom model).
+    /// - Throws: ``EarshotError`` when the built-in model cannot be loaded (see `YAMNet.builtIn()`).
+    public func knownClassifications() throws(EarshotError) -> [String] {
+        if let head { return head.labels }
+        return try model().classLabels
+    }
+
+    /// The custom head, or nil for the built-in classifier.
+    package var head: ClassifierHead? {
+        if case .custom(let head) = classifier { return head }
+        return nil
+    }
+
+    /// The backbone for ``classifier``: YAMNet in every case (a custom head runs on its embeddings).
+    package func model() throws(EarshotError) -> YAMNet {
+        try BuiltInClassifier.shared()
+    }
+}
+
+/// The built-in YAMNet, loaded once per process and shared (a `YAMNet` is immutable and thread-safe).
+public enum BuiltInClassifier {
+    private static let loaded = Mutex<YAMNet?>(nil)
+
+    /// The process-wide built-in model; the first call loads it (`YAMNet.builtIn()`), later calls return the same
+    /// instance. Thread-safe.
+    /// - Throws: as `YAMNet.builtIn()` (the model files cannot be found or read); a later call tries again.
+    public static func shared() throws(EarshotError) -> YAMNet {
+        try loaded.withLock { (model: inout YAMNet?) throws(EarshotError) -> YAMNet in
+            if let model { return model }
+            let fresh = try YAMNet.builtIn()
+            model = fresh
+            return fresh
+        }
+    }
+}
+
+/// How a request's windows map onto the 16 kHz samples and the 10 ms log-mel frames.
+package struct WindowGeometry: Sendable, Equatable {
+    /// 0.96 s patches averaged per window.
+    package let patchesPerWindow: Int
+    /// Log-mel frames a window covers: 96 + 48 * (patches - 1).
+    package let windowFrames: Int
+    /// 16 kHz samples a window covers: (windowFrames - 1) * 160 + 400.
+    package let windowSamples: Int
+    /// Log-mel frames (10 ms) between window starts, >= 1.
+    package let hopFrames: Int
+    /// 16 kHz samples between window starts: hopFrames * 160.
+    package let hopSamples: Int
+
+    package init(windowDuration: Double, overlapFactor: Double) {
+        let extraPatches = Int(((windowDuration - YAMNet.patchDuration) / YAMNet.patchHopDuration + 1e-9).rounded(.down))
+        patchesPerWindow = 1 + max(0, extraPatches)
+        windowFrames = YAMNet.patchFrames + YAMNet.patchHopFrames * (patchesPerWindow - 1)
+        windowSamples = (windowFrames - 1) * LogMelSpectrogram.hopSamples + LogMelSpectrogram.windowSamples
+        let hopSeconds = windowDuration * (1 - overlapFactor)
+        hopFrames = max(1, Int((hopSeconds * Double(YAMNet.sampleRate) / Double(LogMelSpectrogram.hopSamples)).rounded()))
+        hopSamples = hopFrames * LogMelSpectrogram.hopSamples
+    }
+
+    /// Windows needed to cover `sampleCount` samples, padding the end with zeros as the reference's `pad_waveform`
+    /// does: at least one, then one per hop until the last sample is inside a window.
+    package func windowCount(sampleCount: Int) -> Int {
+        let beyondFirst = max(0, sampleCount - windowSamples)
+        return 1 + (beyondFirst + hopSamples - 1) / hopSamples
+    }
+}

@@ -1,0 +1,75 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+import EarshotModel
+
+/// Scores one analysis window of 16 kHz samples: log-mel frames, YAMNet on each 0.96 s patch, mean over patches.
+///
+/// The log-mel frames of a window are the same numbers as the matching frames of the whole waveform's spectrogram
+/// (each frame depends only on its own 400 samples), so a window scored here equals the file analyzer's.
+///
+/// - Important: Not thread-safe (scratch buffers, the session and the front end are reused).
+package final class WindowScorer {
+    package let geometry: WindowGeometry
+    package let labels: [String]
+    private let session: YAMNetSession
+    private let frontEnd: LogMelSpectrogram
+    /// [windowFrames, 64]
+    private var logMel: [Float]
+    /// [patchesPerWindow, 521]
+    private var patchScores: [Float]
+    /// [patchesPerWindow, 1024]
+    private var patchEmbeddings: [Float]
+
+    package init(geometry: WindowGeometry, session: YAMNetSession, frontEnd: LogMelSpectrogram) {
+        self.geometry = geometry
+        self.session = session
+        self.frontEnd = frontEnd
+        labels = session.model.classLabels
+        logMel = [Float](repeating: 0, count: geometry.windowFrames * YAMNet.melBands)
+        patchScores = [Float](repeating: 0, count: geometry.patchesPerWindow * YAMNet.classCount)
+        patchEmbeddings = [Float](repeating: 0, count: geometry.patchesPerWindow * YAMNet.embeddingSize)
+    }
+
+    /// Mean scores `[521]` over the window's patches.
+    /// - Precondition: `samples.count == geometry.windowSamples`.
+    package func scores(ofWindow samples: UnsafeBufferPointer<Float>) -> [Float] {
+        score(window: samples).scores
+    }
+
+    /// Mean scores `[521]` and mean embedding `[1024]` over the window's patches (the embedding is what classifier
+    /// heads take).
+    /// - Precondition: `samples.count == geometry.windowSamples`.
+    package func score(window samples: UnsafeBufferPointer<Float>) -> (scores: [Float], embedding: [Float]) {
+        precondition(samples.count == geometry.windowSamples)
+        let frames = geometry.windowFrames
+        let patches = geometry.patchesPerWindow
+        logMel.withUnsafeMutableBufferPointer { logMel in
+            frontEnd.compute(samples, frames: frames, into: logMel.baseAddress!)
+        }
+        logMel.withUnsafeBufferPointer { logMel in
+            patchScores.withUnsafeMutableBufferPointer { scores in
+                patchEmbeddings.withUnsafeMutableBufferPointer { embeddings in
+                    session.classify(patches: logMel.baseAddress!, patchStride: YAMNet.patchHopFrames * YAMNet.melBands,
+                                     count: patches, scores: scores.baseAddress!, embeddings: embeddings.baseAddress!)
+                }
+            }
+        }
+        return (Self.mean(patchScores, rows: patches), Self.mean(patchEmbeddings, rows: patches, columns: YAMNet.embeddingSize))
+    }
+
+    /// The mean of `rows` rows of `columns` values (521 scores by default; the row itself when there is one).
+    package static func mean(_ scores: [Float], rows: Int, columns: Int = YAMNet.classCount) -> [Float] {
+        let classes = columns
+        if rows == 1 { return Array(scores[0..<classes]) }
+        var result = [Float](repeating: 0, count: classes)
+        for row in 0..<rows {
+            for index in 0..<classes { result[index] += scores[row * classes + index] }
+        }
+        let divisor = Float(rows)
+        for index in 0..<classes { result[index] /= divisor }
+        return result
+    }
+}

@@ -1,0 +1,389 @@
+internal import CSndFile
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+
+/// Reads an audio file with libsndfile as 32-bit float frames at the file's own sample rate.
+///
+/// Formats: whatever the system libsndfile reads; on Debian 12 (libsndfile 1.2) that is WAV (PCM 8-bit unsigned,
+/// 16/24/32-bit signed, 32/64-bit float, WAVE_FORMAT_EXTENSIBLE, RF64), AIFF, FLAC, Ogg Vorbis, Ogg Opus and MP3.
+/// Samples come out at full scale: integer PCM is divided by 2^(bits-1) (8-bit unsigned is offset first), so the
+/// largest negative integer reads as -1.0. Float files pass through unchanged (they may exceed 1.0), except
+/// non-finite and absurd values, which ``SampleSanitizer`` maps (NaN -> 0, beyond ±1000 including ±inf -> ±1000)
+/// so that one bad sample cannot turn the analysis into NaN.
+///
+/// Bad input is refused with one ``EarshotError`` line that names the file (as given, e.g. `x.wav`) and the cause:
+/// - `.noInput` (66): the file is missing, is a directory, is not a regular file (device, FIFO, socket), or cannot
+///   be opened (no permission). A directory is `.noInput` because, as for `cat dir`, there is no input *file* there.
+/// - `.data` (65): an empty file, a file libsndfile does not recognise as audio, MP3 data inside a WAV (RIFF)
+///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a sample rate outside
+///   ``supportedSampleRates`` (a damaged or hostile header), a truncated file (a WAV
+///   whose data chunk is shorter than its header declares; a FLAC that ends before its STREAMINFO frame count),
+///   a decoding error part-way, or a file with no audio frames.
+///
+/// Truncation of Ogg and MP3 streams is not an error: those containers do not state an exact length (MP3 frame
+/// counts without a Xing header are estimates; many real Ogg files end without the end-of-stream flag), so what
+/// decodes is used, as players do. An MP3 whose first frame holds a Xing/Info or VBRI header does state its length:
+/// when it decodes more than one MPEG frame (1152 samples) short of it, ``truncationWarning`` says so once the end
+/// is reached (libsndfile itself reports no error: libmpg123 only prints "Xing stream size off by more than 1%" on
+/// stderr). A cut MP3 without such a header cannot be told from a short one.
+///
+/// - Important: Not thread-safe; use one decoder from one thread at a time. The class owns the file descriptor and
+///   the `SNDFILE*`; both are closed in `deinit`.
+public final class AudioFileDecoder {
+    /// The file, as passed to ``init(url:)``.
+    public let url: URL
+    /// The file name used in error lines: the path as the caller gave it (`URL.relativePath`).
+    public let displayPath: String
+    /// Frames per second of the file, in Hz (within ``supportedSampleRates``).
+    public let sampleRate: Int
+    /// Interleaved channels per frame (>= 1).
+    public let channelCount: Int
+    /// The frame count the file declares, or nil when its container does not say (e.g. an Ogg stream without a
+    /// final granule position). For MP3 without a Xing/LAME header this is libmpg123's estimate.
+    public let declaredFrameCount: Int64?
+    /// libsndfile's names of the container and the encoding, e.g. `WAV (Microsoft), Signed 16 bit PCM`.
+    public let formatDescription: String
+    /// Frames read so far.
+    public private(set) var framesRead: Int64 = 0
+    /// True once the end of the file was reached (further reads return 0).
+    public private(set) var isAtEnd = false
+    /// Set at the end of an MP3 that decoded short of the length its Xing/Info or VBRI header states (more than one
+    /// MPEG frame short): one line without a program prefix, e.g. `cut.mp3: the MP3 ends early (decoded 2.48 of
+    /// 5.02 s); the analysis covers what was decoded`. Nil otherwise.
+    public private(set) var truncationWarning: String?
+
+    private let fileDescriptor: Int32
+    private let handle: OpaquePointer
+    /// Whether `declaredFrameCount` is exact, so that decoding fewer frames means the file was cut short.
+    private let frameCountIsExact: Bool
+    /// Whether this is an MP3 whose header states its length (``truncationWarning``).
+    private let mp3LengthIsStated: Bool
+    /// Interleaved scratch for `readMono` (grows to the largest request, at most ``scratchSampleLimit``, then reused).
+    private var interleavedScratch: [Float] = []
+
+    /// The sample rates a file may have, in Hz: 1000 (below any audio format in use; 8000 Hz telephony is the
+    /// lowest common one) to 768000 (the highest rate of current converters, 16x 48 kHz). A header outside this
+    /// range is damaged or hostile: a claimed 2147483647 Hz would size buffers in gigabytes, a claimed 1 Hz would
+    /// make a second of audio last hours.
+    public static let supportedSampleRates = 1_000...768_000
+
+    /// The most interleaved samples one `sf_readf_float` call of `readMono` reads (1 Mi samples, 4 MiB), so that
+    /// its scratch stays bounded whatever the channel count (libsndfile allows up to 1024 channels).
+    package static let scratchSampleLimit = 1 << 20
+
+    /// Opens `url` and reads its header.
+    ///
+    /// - Throws: ``EarshotError`` `.noInput` (missing, directory, not a regular file, no permission) or `.data`
+    ///   (empty, not audio, MP3 in a WAV container, WAV data chunk shorter than declared, invalid header values,
+    ///   a sample rate outside ``supportedSampleRates``: `x.wav: sample rate 1 Hz is out of range (...)`).
+    ///   The corresponding C functions are `open`, `fstat`, `sf_open_fd` and `sf_command(SFC_GET_LOG_INFO)`.
+    public init(url: URL) throws(EarshotError) {
+        self.url = url
+        let name = url.relativePath
+        displayPath = name
+
+        // Our own open() so that errno names the cause; O_NONBLOCK so that a FIFO cannot block us (it is refused below).
+        let descriptor = open(url.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard descriptor >= 0 else {
+            let number = errno
+            let text = String(cString: strerror(number))
+            switch number {
+            case ENOENT:
+                throw EarshotError(.noInput, "\(name): no such file (check the path)", cause: text)
+            case EACCES, EPERM:
+                throw EarshotError(.noInput, "\(name): permission denied (make the file readable for this user, e.g. chmod a+r)", cause: text)
+            default:
+                throw EarshotError(.noInput, "\(name): cannot open: \(text) (check the path)", cause: text)
+            }
+        }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            let text = String(cString: strerror(errno))
+            close(descriptor)
+            throw EarshotError(.noInput, "\(name): cannot read its status: \(text)", cause: text)
+        }
+        let fileType = status.st_mode & S_IFMT
+        if fileType == S_IFDIR {
+            close(descriptor)
+            throw EarshotError(.noInput, "\(name): is a directory, not an audio file (name the audio files inside it)")
+        }
+        guard fileType == S_IFREG else {
+            close(descriptor)
+            throw EarshotError(.noInput, "\(name): not a regular file (give an audio file, not a device, pipe or socket)")
+        }
+        guard status.st_size > 0 else {
+            close(descriptor)
+            throw EarshotError(.data, "\(name): empty file (0 bytes; there is no audio in it)")
+        }
+
+        var info = SF_INFO()
+        // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
+        guard let opened = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0) else {
+            let code = sf_error(nil)
+            let text = Self.trimmed(String(cString: sf_strerror(nil)))
+            close(descriptor)
+            // libsndfile knew the format but the file is damaged or cut short (SF_ERR_MALFORMED_FILE, or one of its
+            // format-specific errors such as "Error in WAV file. No 'data' chunk marker"): converting it to another
+            // format is not the fix, getting an intact copy is.
+            if Self.isDamaged(code: code, text: text) {
+                throw EarshotError(.data, "\(name): damaged or truncated audio file (libsndfile: \(text); re-export or re-copy it)", cause: text)
+            }
+            throw EarshotError(.data, "\(name): not an audio file libsndfile can read (\(text); use WAV, FLAC, Ogg or MP3)", cause: text)
+        }
+        fileDescriptor = descriptor
+        handle = opened
+
+        let major = Int(info.format) & Int(SF_FORMAT_TYPEMASK)
+        let subtype = Int(info.format) & Int(SF_FORMAT_SUBMASK)
+        formatDescription = "\(Self.formatName(major)), \(Self.formatName(subtype))"
+        sampleRate = Int(info.samplerate)
+        channelCount = Int(info.channels)
+        let frames = Int64(info.frames)
+        declaredFrameCount = frames > 0 && frames < Int64.max ? frames : nil
+        frameCountIsExact = major != Int(SF_FORMAT_OGG) && major != Int(SF_FORMAT_MPEG)
+            && subtype != Int(SF_FORMAT_MPEG_LAYER_III)
+        mp3LengthIsStated = major == Int(SF_FORMAT_MPEG) && Self.statesMP3Length(Self.leadingBytes(of: descriptor))
+
+        // Past this point the stored properties are set, so deinit closes the handle and descriptor when we throw.
+        let riffMajors = [Int(SF_FORMAT_WAV), Int(SF_FORMAT_WAVEX), Int(SF_FORMAT_RF64)]
+        if riffMajors.contains(major) && subtype == Int(SF_FORMAT_MPEG_LAYER_III) {
+            throw EarshotError(.data, "\(name): MP3 data in a WAV (RIFF) container, which libsndfile cannot decode reliably (convert it to PCM: ffmpeg -i IN.wav -c:a pcm_s16le OUT.wav)")
+        }
+        guard sampleRate > 0, channelCount > 0 else {
+            throw EarshotError(.data, "\(name): invalid audio header (sample rate \(sampleRate) Hz, \(channelCount) channels)")
+        }
+        guard Self.supportedSampleRates.contains(sampleRate) else {
+            let range = Self.supportedSampleRates
+            throw EarshotError(.data, "\(name): sample rate \(sampleRate) Hz is out of range (audio files must be \(range.lowerBound) to \(range.upperBound) Hz; the header is damaged or the file is not really audio)")
+        }
+        if let (declared, present) = Self.shortDataChunk(log: logInfo()) {
+            throw EarshotError(.data, "\(name): truncated: the header declares \(declared) bytes of audio data but the file holds \(present) (the copy or recording was cut short; copy it again)")
+        }
+    }
+
+    deinit {
+        sf_close(handle)
+        close(fileDescriptor)
+    }
+
+    /// Reads up to `maxFrames` frames of interleaved samples (`[frames, channelCount]`, full scale, sanitized by
+    /// ``SampleSanitizer``) and appends them to `output`. Returns the number of frames appended; 0 means the end of
+    /// the file.
+    ///
+    /// - Throws: ``EarshotError`` `.data` when libsndfile reports a decoding error, when the file ends before its
+    ///   declared (exact) frame count, or when the file holds no frames at all. The corresponding C function is
+    ///   `sf_readf_float`.
+    public func read(maxFrames: Int, appendingTo output: inout [Float]) throws(EarshotError) -> Int {
+        guard maxFrames > 0, !isAtEnd else { return 0 }
+        let start = output.count
+        output.append(contentsOf: repeatElement(0, count: maxFrames * channelCount))
+        let channels = channelCount
+        let got = output.withUnsafeMutableBufferPointer { buffer in
+            let got = Int(sf_readf_float(handle, buffer.baseAddress! + start, sf_count_t(maxFrames)))
+            SampleSanitizer.sanitize(buffer.baseAddress! + start, count: max(got, 0) * channels)
+            return got
+        }
+        output.removeLast((maxFrames - max(got, 0)) * channelCount)
+        return try finishRead(got)
+    }
+
+    /// Reads up to `maxFrames` frames, sanitizes them (``SampleSanitizer``), mixes them to mono (the mean of the
+    /// channels, computed as `(c0 + c1 + ...) / channelCount` in Float, as numpy's `mean(axis=1)` does for the
+    /// reference) and appends them to `output`. Returns the number of frames appended; 0 means the end of the file.
+    /// With several channels one call reads at most ``scratchSampleLimit`` / `channelCount` frames (fewer than
+    /// `maxFrames` is not the end).
+    ///
+    /// - Throws: as ``read(maxFrames:appendingTo:)``.
+    public func readMono(maxFrames: Int, appendingTo output: inout [Float]) throws(EarshotError) -> Int {
+        if channelCount == 1 { return try read(maxFrames: maxFrames, appendingTo: &output) }
+        guard maxFrames > 0, !isAtEnd else { return 0 }
+        let frames = min(maxFrames, max(1, Self.scratchSampleLimit / channelCount))
+        let needed = frames * channelCount
+        if interleavedScratch.count < needed {
+            interleavedScratch = [Float](repeating: 0, count: needed)
+        }
+        let channels = channelCount
+        let got = interleavedScratch.withUnsafeMutableBufferPointer { buffer in
+            let got = Int(sf_readf_float(handle, buffer.baseAddress!, sf_count_t(frames)))
+            SampleSanitizer.sanitize(buffer.baseAddress!, count: max(got, 0) * channels)
+            return got
+        }
+        if got > 0 {
+            let divisor = Float(channels)
+            interleavedScratch.withUnsafeBufferPointer { source in
+                for frame in 0..<got {
+                    var sum: Float = 0
+                    let base = frame * channels
+                    for channel in 0..<channels { sum += source[base + channel] }
+                    output.append(sum / divisor)
+                }
+            }
+        }
+        return try finishRead(got)
+    }
+
+    /// Reads the rest of the file, mixed to mono (see ``readMono(maxFrames:appendingTo:)``).
+    ///
+    /// - Returns: `[frames]` samples at ``sampleRate``.
+    /// - Throws: as ``read(maxFrames:appendingTo:)``.
+    public func readAllMono() throws(EarshotError) -> [Float] {
+        var samples: [Float] = []
+        // The declared count is only a hint (a FLAC header may claim billions of frames): reserve at most 16 Mi.
+        if let declared = declaredFrameCount, declared > framesRead {
+            samples.reserveCapacity(Int(min(declared - framesRead, 1 << 24)))
+        }
+        while try readMono(maxFrames: 65_536, appendingTo: &samples) > 0 {}
+        return samples
+    }
+
+    /// True when `sf_open`'s failure means a recognised format in a damaged or truncated file: SF_ERR_MALFORMED_FILE,
+    /// or one of libsndfile's internal format errors (codes above SF_ERR_UNSUPPORTED_ENCODING) whose text says so
+    /// ("Error in WAV file...", "...malformed...", "...truncated..."). Unrecognised formats and unsupported encodings
+    /// are not.
+    package static func isDamaged(code: Int32, text: String) -> Bool {
+        if code == Int32(SF_ERR_MALFORMED_FILE) { return true }
+        guard code > Int32(SF_ERR_UNSUPPORTED_ENCODING) else { return false }
+        let lower = text.lowercased()
+        return lower.hasPrefix("error in ") || lower.contains("malformed") || lower.contains("truncated")
+    }
+
+    /// Bookkeeping after `sf_readf_float` returned `got`: errors, the end of the file and truncation.
+    private func finishRead(_ got: Int) throws(EarshotError) -> Int {
+        if got > 0 { framesRead += Int64(got) }
+        let code = sf_error(handle)
+        if code != 0 {
+            isAtEnd = true
+            let text = Self.trimmed(String(cString: sf_strerror(handle)))
+            if decoderReachedEndOfFile() {
+                let what = declaredFrameCount.map { "the header declares \($0) frames but the data ends after \(framesRead)" }
+                    ?? "the data ends mid-stream after \(framesRead) frames"
+                throw EarshotError(.data, "\(displayPath): truncated: \(what) (\(text); the copy or recording was cut short; copy it again)", cause: text)
+            }
+            throw EarshotError(.data, "\(displayPath): decoding failed after \(framesRead) frames (\(text); the file is damaged)", cause: text)
+        }
+        guard got > 0 else {
+            isAtEnd = true
+            if framesRead == 0 {
+                throw EarshotError(.data, "\(displayPath): no audio frames (the file holds a header but no samples)")
+            }
+            if frameCountIsExact, let declared = declaredFrameCount, framesRead < declared {
+                throw EarshotError(.data, "\(displayPath): truncated: the header declares \(declared) frames but the data ends after \(framesRead) (the copy or recording was cut short; copy it again)")
+            }
+            if mp3LengthIsStated, let declared = declaredFrameCount, declared - framesRead > Self.mpegFrameSamples {
+                let decoded = String(cFormat: "%.2f", Double(framesRead) / Double(sampleRate))
+                let stated = String(cFormat: "%.2f", Double(declared) / Double(sampleRate))
+                truncationWarning = "\(displayPath): the MP3 ends early (decoded \(decoded) of \(stated) s); the analysis covers what was decoded"
+            }
+            return 0
+        }
+        return got
+    }
+
+    /// Whether libsndfile has consumed the whole file, so that a decoding error is the file ending mid-stream
+    /// (truncation) rather than damage inside it. The corresponding C functions are `lseek` and `fstat`.
+    private func decoderReachedEndOfFile() -> Bool {
+        var status = stat()
+        let position = lseek(fileDescriptor, 0, SEEK_CUR)
+        guard position >= 0, fstat(fileDescriptor, &status) == 0 else { return false }
+        return position >= status.st_size
+    }
+
+    /// Samples per MPEG-1 Layer III frame: the shortfall tolerated before ``truncationWarning`` (an encoder may
+    /// count the last, partly filled frame differently).
+    package static let mpegFrameSamples: Int64 = 1152
+
+    /// The first 16 KiB of the file (fewer when it is shorter; empty on a read error), read without moving the
+    /// offset libsndfile reads from. The corresponding C function is `pread`.
+    private static func leadingBytes(of descriptor: Int32) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: 16_384)
+        var count = 0
+        while count < bytes.count {
+            let got = bytes.withUnsafeMutableBytes { buffer in
+                pread(descriptor, buffer.baseAddress! + count, buffer.count - count, off_t(count))
+            }
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else { break }
+            count += got
+        }
+        return Array(bytes.prefix(count))
+    }
+
+    /// Whether an MP3's first frame is a Xing/Info header with a frame count or a VBRI header: then libmpg123's
+    /// length is the encoder's count, not an estimate from the file size. `bytes` is the start of the file; an
+    /// ID3v2 tag (10-byte header, syncsafe size, optional 10-byte footer) is skipped. The Xing tag sits after the
+    /// side information (4 + 9 to 32 bytes into the frame, by MPEG version and channel mode); VBRI 36 bytes in.
+    package static func statesMP3Length(_ bytes: [UInt8]) -> Bool {
+        var start = 0
+        if bytes.count >= 10, bytes[0] == 0x49, bytes[1] == 0x44, bytes[2] == 0x33 {  // "ID3"
+            let size = bytes[6...9].reduce(0) { $0 << 7 | Int($1 & 0x7F) }
+            start = 10 + size + (bytes[5] & 0x10 != 0 ? 10 : 0)
+        }
+        // The first frame sync (11 set bits), a little past the tag at most.
+        guard let sync = (start..<max(start, min(bytes.count - 1, start + 4096))).first(where: {
+            bytes[$0] == 0xFF && bytes[$0 + 1] & 0xE0 == 0xE0
+        }) else { return false }
+        func tag(at offset: Int) -> String? {
+            guard offset + 8 <= bytes.count else { return nil }
+            return String(decoding: bytes[offset..<offset + 4], as: UTF8.self)
+        }
+        for offset in [13, 21, 36] {  // 4 + side information: 9 (MPEG-2 mono), 17 (MPEG-1 mono, MPEG-2 stereo), 32
+            let position = sync + offset
+            guard let name = tag(at: position), name == "Xing" || name == "Info" else { continue }
+            return bytes[position + 7] & 0x01 != 0  // the frames field is present
+        }
+        return tag(at: sync + 36) == "VBRI"
+    }
+
+    /// libsndfile's header log (what it parsed, with its complaints). The corresponding C function is
+    /// `sf_command(SFC_GET_LOG_INFO)`.
+    private func logInfo() -> String {
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        let count = buffer.count
+        _ = buffer.withUnsafeMutableBufferPointer { pointer in
+            sf_command(handle, Int32(SFC_GET_LOG_INFO), pointer.baseAddress, Int32(count))
+        }
+        let bytes = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Finds a data chunk shorter than its header says, from libsndfile's log lines such as
+    /// `data : 137090 (should be 59956)` (WAV/RF64) or `SSND : ... (should be ...)` (AIFF). The header sizes
+    /// 0xFFFFFFFF and >= 0x7FFF0000 are the placeholders streaming writers leave, not truncation.
+    package static func shortDataChunk(log: String) -> (declared: Int64, present: Int64)? {
+        for line in log.split(separator: "\n") {
+            let trimmedLine = line.trimmingSpaces()
+            guard trimmedLine.hasPrefix("data") || trimmedLine.hasPrefix("SSND"),
+                  let colon = trimmedLine.firstIndex(of: ":"),
+                  let open = trimmedLine.firstRange(of: "(should be ") else { continue }
+            let declaredText = trimmedLine[trimmedLine.index(after: colon)..<open.lowerBound]
+                .trimmingSpaces()
+            let presentText = trimmedLine[open.upperBound...].prefix { $0.isNumber }
+            guard let declared = Int64(declaredText), let present = Int64(presentText) else { continue }
+            if present < declared && declared < 0x7FFF_0000 {
+                return (declared, present)
+            }
+        }
+        return nil
+    }
+
+    /// libsndfile's name of a major format or subtype, e.g. `FLAC (Free Lossless Audio Codec)`.
+    private static func formatName(_ format: Int) -> String {
+        var info = SF_FORMAT_INFO()
+        info.format = Int32(format)
+        let size = Int32(MemoryLayout<SF_FORMAT_INFO>.size)
+        guard sf_command(nil, Int32(SFC_GET_FORMAT_INFO), &info, size) == 0, let name = info.name else {
+            return String(cFormat: "format 0x%x", format)
+        }
+        return String(cString: name)
+    }
+
+    /// A libsndfile message without its `Error : ` prefix and trailing period, to sit inside parentheses.
+    private static func trimmed(_ text: String) -> String {
+        var result = text.trimmingWhitespace()
+        if result.hasPrefix("Error : ") { result.removeFirst("Error : ".count) }
+        while result.hasSuffix(".") { result.removeLast() }
+        return result
+    }
+}

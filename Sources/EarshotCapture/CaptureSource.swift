@@ -1,0 +1,271 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotAudio
+
+/// What a capture source delivers, after negotiation with the device (or from the file's header).
+public struct CaptureFormat: Sendable, Equatable, CustomStringConvertible {
+    /// The sample format read from the device (files decoded by libsndfile report `.floatLE`; raw stdin `.s16LE`).
+    public var sampleFormat: SampleFormat
+    /// Interleaved channels read per frame (>= 1); the ring receives their mean (mono).
+    public var channels: Int
+    /// Frames per second, in Hz.
+    public var sampleRate: Int
+    /// Frames per read (one ALSA period; for files, 20 ms).
+    public var periodFrames: Int
+    /// Frames the device buffer holds (several periods; for files, equal to `periodFrames`).
+    public var bufferFrames: Int
+
+    public init(sampleFormat: SampleFormat, channels: Int, sampleRate: Int, periodFrames: Int, bufferFrames: Int) {
+        self.sampleFormat = sampleFormat
+        self.channels = channels
+        self.sampleRate = sampleRate
+        self.periodFrames = periodFrames
+        self.bufferFrames = bufferFrames
+    }
+
+    /// `S16_LE, 1 channel, 16000 Hz, period 320 frames, buffer 2560 frames`.
+    public var description: String {
+        "\(sampleFormat.rawValue), \(channels) channel\(channels == 1 ? "" : "s"), \(sampleRate) Hz, "
+            + "period \(periodFrames) frames, buffer \(bufferFrames) frames"
+    }
+}
+
+/// How a capture thread keeps time.
+public enum CapturePacing: Sendable, Equatable {
+    /// Trust the source: a real device delivers frames at its own clock, so reads block until audio exists.
+    case device
+    /// Never run ahead of the monotonic clock: after each chunk the thread sleeps until `frames / (rate * speed)`
+    /// seconds have passed since start. For sources without a clock (files, stdin, the ALSA `null` and `file`
+    /// plugins). `speed` > 0; 1 is real time, larger values replay faster (tests).
+    case clock(speed: Double)
+
+    /// Real time (`.clock(speed: 1)`).
+    public static let realTime = CapturePacing.clock(speed: 1)
+}
+
+/// Why a capture thread ended.
+public enum CaptureEnd: Sendable, Equatable {
+    /// ``CaptureSource/stop(timeout:)`` was called.
+    case stopped
+    /// The input ended (end of file, stdin closed). Live devices never finish.
+    case finished
+    /// The device failed or vanished (unplugged: `-ENODEV`; repeated `-EIO`), or the input could not be read.
+    case failed(EarshotError)
+}
+
+/// A producer of mono audio into a ``SampleRingBuffer``: a live ALSA device (``PCMCapture``) or a file or stdin
+/// replayed in real time (``RealtimeFileSource``). Both run the same producer loop on their own thread.
+///
+/// Lifecycle: create (opens and negotiates; throws on failure), ``start(into:startingAt:queue:onEnd:)`` once,
+/// ``stop(timeout:)`` when done (also called by `deinit`). `onEnd` runs exactly once, on the given queue, after the
+/// thread has left its loop.
+public protocol CaptureSource: AnyObject, Sendable {
+    /// What the source reads: the ALSA PCM name, the file path, or `-` for stdin.
+    var name: String { get }
+    /// The negotiated format.
+    var format: CaptureFormat { get }
+    /// Frames read from the source so far (excludes frames lost in xruns). Any thread.
+    var framesCaptured: Int64 { get }
+    /// Overruns (`-EPIPE`), suspends (`-ESTRPIPE`) and device errors (`-EIO`) recovered so far; each became a gap
+    /// in the frame positions. Any thread.
+    var xrunCount: Int { get }
+    /// True from ``start(into:startingAt:queue:onEnd:)`` until the thread has left its loop. Any thread.
+    var isRunning: Bool { get }
+    /// Why the thread ended, once it has (nil while running or before start). Any thread.
+    var end: CaptureEnd? { get }
+    /// The frame position the next frame will have (the start position plus frames captured plus frames lost in
+    /// xruns). After the thread ends, where a resumed stream would continue. Any thread.
+    var nextFramePosition: Int64 { get }
+
+    /// Starts the capture thread, which writes mono chunks into `ring` at ``CaptureFormat/sampleRate``, the first
+    /// at `framePosition`.
+    ///
+    /// - Parameters:
+    ///   - ring: the ring the thread writes (it becomes the ring's only producer).
+    ///   - framePosition: absolute position of the first frame (> 0 when resuming a stream after a reopen).
+    ///   - queue: where `onEnd` runs.
+    ///   - onEnd: called once when the thread ends, with the reason.
+    /// - Throws: ``EarshotError`` `.system` when the source was already started or the thread cannot start.
+    func start(
+        into ring: SampleRingBuffer, startingAt framePosition: Int64, queue: DispatchQueue,
+        onEnd: @escaping @Sendable (CaptureEnd) -> Void) throws
+
+    /// Asks the thread to stop and waits up to `timeout` seconds for it to leave its loop (it checks at least
+    /// every 250 ms). Returns true when it has stopped (or never ran). Idempotent.
+    @discardableResult
+    func stop(timeout: Double) -> Bool
+}
+
+// MARK: - The shared producer loop
+
+/// What one read from a source produced. Carries no allocation, so the loop stays allocation-free.
+package enum SourceReadResult {
+    /// `frames` mono samples were written to the destination.
+    case frames(Int)
+    /// Nothing yet (timeout or would-block): check the stop flag and read again.
+    case idle
+    /// An xrun or a recovered error lost `frames` (estimated from the clock): counted in `xrunCount`, and the next
+    /// chunk's position jumps by that much.
+    case lost(frames: Int64)
+    /// The input ended.
+    case end
+    /// The source failed; the message is built after the loop from this value.
+    case failure(SourceFailure)
+}
+
+/// A failure as plain values (no allocation on the capture thread).
+package struct SourceFailure {
+    /// The C function that failed.
+    package var function: StaticString
+    /// Its negative error code (ALSA) or `-errno`.
+    package var code: Int32
+}
+
+/// A source's reading side, used only on the producer thread.
+package protocol SourceReader: AnyObject {
+    /// Reads up to `capacity` mono frames into `destination`. Must return within about 100 ms so stop requests
+    /// are seen; must not allocate, lock or log.
+    func read(into destination: UnsafeMutablePointer<Float>, capacity: Int) -> SourceReadResult
+    /// Builds the end-of-capture error for `failure` (called after the loop, allocation allowed).
+    func error(for failure: SourceFailure) -> EarshotError
+    /// Called on the producer thread before the first read and after the last (e.g. to install a log buffer).
+    func threadWillStart()
+    func threadDidEnd()
+}
+
+/// The thread, stop flag, positions, pacing and counters shared by every ``CaptureSource``.
+///
+/// The loop: read a chunk from the reader into a preallocated mono buffer, write it into the ring at the current
+/// frame position, advance the position (by the frames read, plus the frames an xrun lost), pace. Nothing in the
+/// loop allocates, locks or logs.
+package final class ProducerLoop: @unchecked Sendable {
+    package let sampleRate: Int
+    package let chunkFrames: Int
+    package let pacing: CapturePacing
+
+    private let reader: SourceReader
+    private let mono: UnsafeMutablePointer<Float>
+    private let stopRequested = Atomic<Bool>(false)
+    private let running = Atomic<Bool>(false)
+    private let started = Atomic<Bool>(false)
+    private let captured = Atomic<Int64>(0)
+    private let xruns = Atomic<Int>(0)
+    private let nextPosition = Atomic<Int64>(0)
+    private let exited = DispatchSemaphore(value: 0)
+    private let endReason = Mutex<CaptureEnd?>(nil)
+
+    /// - Parameters:
+    ///   - reader: the source; owned by the loop from now on (touched only by the producer thread once started).
+    ///   - chunkFrames: the most frames one read returns (> 0).
+    package init(reader: SourceReader, sampleRate: Int, chunkFrames: Int, pacing: CapturePacing) {
+        self.reader = reader
+        self.sampleRate = sampleRate
+        self.chunkFrames = chunkFrames
+        self.pacing = pacing
+        mono = .allocate(capacity: chunkFrames)
+        mono.initialize(repeating: 0, count: chunkFrames)
+    }
+
+    deinit { mono.deallocate() }
+
+    package var framesCaptured: Int64 { captured.load(ordering: .relaxed) }
+    package var xrunCount: Int { xruns.load(ordering: .relaxed) }
+    package var isRunning: Bool { running.load(ordering: .acquiring) }
+    package var nextFramePosition: Int64 { nextPosition.load(ordering: .relaxed) }
+    package var end: CaptureEnd? { endReason.withLock { $0 } }
+
+    package func start(
+        into ring: SampleRingBuffer, startingAt framePosition: Int64, name: String, queue: DispatchQueue,
+        onEnd: @escaping @Sendable (CaptureEnd) -> Void
+    ) throws {
+        guard started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else {
+            throw EarshotError(.system, "capture from \"\(name)\" was already started (create a new source to restart)")
+        }
+        nextPosition.store(framePosition, ordering: .relaxed)
+        running.store(true, ordering: .releasing)
+        try startThread(named: "earshot-capture", stackSize: 1 << 20) { [self] in
+            let end = self.run(ring: ring, startPosition: framePosition)
+            self.endReason.withLock { $0 = end }  // after the loop: locking is fine here
+            self.running.store(false, ordering: .releasing)
+            self.exited.signal()
+            queue.async { onEnd(end) }
+        }
+    }
+
+    @discardableResult
+    package func stop(timeout: Double) -> Bool {
+        guard started.load(ordering: .acquiring) else { return true }
+        stopRequested.store(true, ordering: .releasing)
+        guard running.load(ordering: .acquiring) else { return true }
+        let deadline = DispatchTime.now() + .nanoseconds(Int(max(0, timeout) * 1e9))
+        guard exited.wait(timeout: deadline) == .success else { return false }
+        exited.signal()  // leave it signalled for any later stop() call
+        return true
+    }
+
+    /// The loop. Runs on the producer thread; returns why it ended.
+    private func run(ring: SampleRingBuffer, startPosition: Int64) -> CaptureEnd {
+        reader.threadWillStart()
+        defer { reader.threadDidEnd() }
+        var position = startPosition
+        var failure: SourceFailure?
+        let clockStart = Self.monotonicNanoseconds()
+        let nanosecondsPerFrame: Double
+        switch pacing {
+        case .device: nanosecondsPerFrame = 0
+        case .clock(let speed): nanosecondsPerFrame = 1e9 / (Double(sampleRate) * max(speed, 1e-6))
+        }
+        loop: while !stopRequested.load(ordering: .acquiring) {
+            switch reader.read(into: mono, capacity: chunkFrames) {
+            case .frames(let count):
+                guard count > 0 else { continue }
+                ring.write(
+                    from: UnsafeBufferPointer(start: mono, count: count), framePosition: position,
+                    sampleRate: sampleRate)
+                position += Int64(count)
+                nextPosition.store(position, ordering: .relaxed)
+                captured.add(Int64(count), ordering: .relaxed)
+            case .lost(let frames):
+                xruns.add(1, ordering: .relaxed)
+                position += max(1, frames)
+                nextPosition.store(position, ordering: .relaxed)
+            case .idle:
+                continue
+            case .end:
+                break loop
+            case .failure(let value):
+                failure = value
+                break loop
+            }
+            if nanosecondsPerFrame > 0 {
+                let due = clockStart + UInt64(Double(position - startPosition) * nanosecondsPerFrame)
+                Self.sleep(until: due, orStop: stopRequested)
+            }
+        }
+        if let failure { return .failed(reader.error(for: failure)) }
+        return stopRequested.load(ordering: .acquiring) ? .stopped : .finished
+    }
+
+    package static func monotonicNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+
+    /// Sleeps until the monotonic clock reaches `due`, in steps of at most 250 ms (longer than a period, so one
+    /// sleep per period) so a stop request is seen.
+    package static func sleep(until due: UInt64, orStop stop: borrowing Atomic<Bool>) {
+        while !stop.load(ordering: .acquiring) {
+            let now = monotonicNanoseconds()
+            guard now < due else { return }
+            let step = min(due - now, 250_000_000)
+            var interval = timespec(tv_sec: Int(step / 1_000_000_000), tv_nsec: Int(step % 1_000_000_000))
+            _ = nanosleep(&interval, nil)
+        }
+    }
+}

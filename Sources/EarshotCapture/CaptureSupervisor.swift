@@ -1,0 +1,263 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotAudio
+
+/// Keeps a capture source running for the daemon: opens it, reopens it with back-off when it fails or is
+/// unavailable, and reports each change of state once.
+///
+/// All sessions write into one ``SampleRingBuffer``, so the analysis queue keeps reading the same ring across
+/// reopenings. Stream positions continue across a reopening: the new session starts at the position the stream
+/// would have reached by then (time since the stream started, at the new session's rate), so the consumer sees the
+/// outage as a gap (``SampleRingBuffer/Chunk/gapFrames``), never as joined audio.
+///
+/// Back-off: after the n-th failure in a row the next attempt waits `initialDelay * 2^(n-1)` seconds, at most
+/// `maximumDelay` (defaults 1, 2, 4, 8, 16, 30, 30, ... seconds). The count resets once a session has run for
+/// `stableDuration` seconds, so a device that opens but fails at once cannot cause a fast crash loop.
+///
+/// State reports: `onStateChange` runs on `callbackQueue`, in order, only when the state differs from the last one
+/// reported; a device that stays missing is reported once, however many retries fail the same way.
+///
+/// - Important: Thread-safe. The `open` closure runs on the supervisor's private serial queue.
+public final class CaptureSupervisor: Sendable {
+    /// What the supervisor is doing.
+    public enum State: Sendable, Equatable {
+        /// Opening the source for the first time.
+        case opening
+        /// A session is capturing: the source's name and negotiated format.
+        case running(name: String, format: CaptureFormat)
+        /// The source cannot be opened or failed; the supervisor retries after a back-off. The error is the one
+        /// line to show (e.g. `cannot open capture device "hw:2,0": Device or resource busy (...)`).
+        case unavailable(EarshotError)
+        /// The input ended (a file or stdin); no retry.
+        case finished
+        /// ``stop(timeout:)`` was called.
+        case stopped
+
+        /// Equal when the case and its values are; errors compare by code and message (not `cause`, whose ALSA
+        /// detail may vary from one failed attempt to the next without being a new state).
+        public static func == (lhs: State, rhs: State) -> Bool {
+            switch (lhs, rhs) {
+            case (.opening, .opening), (.finished, .finished), (.stopped, .stopped): true
+            case (.running(let a, let f), .running(let b, let g)): a == b && f == g
+            case (.unavailable(let a), .unavailable(let b)): a.code == b.code && a.message == b.message
+            default: false
+            }
+        }
+    }
+
+    /// Retry delays.
+    public struct Backoff: Sendable, Equatable {
+        /// Seconds before the first retry (> 0). Default 1.
+        public var initialDelay: Double
+        /// Longest wait between retries, in seconds. Default 30.
+        public var maximumDelay: Double
+        /// A session that ran this many seconds resets the back-off. Default 30.
+        public var stableDuration: Double
+
+        public init(initialDelay: Double = 1, maximumDelay: Double = 30, stableDuration: Double = 30) {
+            self.initialDelay = initialDelay
+            self.maximumDelay = maximumDelay
+            self.stableDuration = stableDuration
+        }
+
+        /// Seconds to wait after `failures` failures in a row (>= 1): `initialDelay * 2^(failures-1)`, capped.
+        public func delay(afterFailures failures: Int) -> Double {
+            let exponent = Double(min(max(failures, 1) - 1, 62))
+            return min(maximumDelay, initialDelay * pow(2, exponent))
+        }
+    }
+
+    private struct Inner {
+        var state: State = .stopped
+        var lastReported: State?
+        var started = false
+        var stopped = false
+        /// Increases on every session start and on stop, so stale retries and end callbacks are ignored.
+        var generation = 0
+        var source: (any CaptureSource)?
+        var failures = 0
+        var nextRetryDelay: Double?
+        var sessionStart: UInt64 = 0
+        /// Stream time, in seconds, reached when the last session ended, and when (monotonic ns).
+        var streamSecondsAtEnd: Double?
+        var endedAt: UInt64 = 0
+        var finishedXruns = 0
+        var finishedFrames: Int64 = 0
+    }
+
+    /// The ring every session writes.
+    public let ring: SampleRingBuffer
+    /// The retry delays.
+    public let backoff: Backoff
+    private let open: @Sendable () throws -> any CaptureSource
+    private let onStateChange: @Sendable (State) -> Void
+    private let callbackQueue: DispatchQueue
+    private let queue = DispatchQueue(label: "earshot.capture-supervisor")
+    private let inner = Mutex(Inner())
+
+    /// - Parameters:
+    ///   - ring: the ring all sessions write into (the supervisor's sources are its only producer).
+    ///   - backoff: retry delays.
+    ///   - callbackQueue: where `onStateChange` runs (serial queues keep the reports in order).
+    ///   - open: creates and opens a source, e.g. `{ try PCMCapture(configuration: configuration) }`; throw an
+    ///     ``EarshotError`` to report a failure line (other errors are shown with their description).
+    ///   - onStateChange: called once per change of ``State``.
+    public init(
+        ring: SampleRingBuffer, backoff: Backoff = Backoff(), callbackQueue: DispatchQueue,
+        open: @escaping @Sendable () throws -> any CaptureSource,
+        onStateChange: @escaping @Sendable (State) -> Void
+    ) {
+        self.ring = ring
+        self.backoff = backoff
+        self.callbackQueue = callbackQueue
+        self.open = open
+        self.onStateChange = onStateChange
+    }
+
+    deinit {
+        // Sessions hold no reference to the supervisor (their callbacks capture it weakly), so this runs; make sure
+        // no capture thread outlives it.
+        inner.withLock { $0.source }?.stop(timeout: 1)
+    }
+
+    /// The current state.
+    public var state: State { inner.withLock { $0.state } }
+    /// The running session's source, if any.
+    public var currentSource: (any CaptureSource)? { inner.withLock { $0.source } }
+    /// Seconds until the next attempt while ``State/unavailable(_:)``, else nil.
+    public var nextRetryDelay: Double? { inner.withLock { $0.nextRetryDelay } }
+    /// Xruns recovered over all sessions.
+    public var xrunCount: Int { inner.withLock { $0.finishedXruns + ($0.source?.xrunCount ?? 0) } }
+    /// Frames captured over all sessions.
+    public var framesCaptured: Int64 { inner.withLock { $0.finishedFrames + ($0.source?.framesCaptured ?? 0) } }
+
+    /// Starts the first attempt (asynchronously). Calling it again has no effect.
+    public func start() {
+        let begin = inner.withLock { inner -> Bool in
+            guard !inner.started else { return false }
+            inner.started = true
+            return true
+        }
+        guard begin else { return }
+        transition(to: .opening)
+        queue.async { [weak self] in self?.attempt(generation: 0) }
+    }
+
+    /// Stops the running session (waiting up to `timeout` seconds for its thread) and cancels retries. The state
+    /// becomes ``State/stopped``. Idempotent.
+    public func stop(timeout: Double = 2) {
+        let source = inner.withLock { inner -> (any CaptureSource)? in
+            inner.stopped = true
+            inner.generation += 1
+            inner.nextRetryDelay = nil
+            let source = inner.source
+            if let source {
+                inner.finishedXruns += source.xrunCount
+                inner.finishedFrames += source.framesCaptured
+            }
+            inner.source = nil
+            return source
+        }
+        source?.stop(timeout: timeout)
+        transition(to: .stopped)
+    }
+
+    // MARK: Private, on `queue`
+
+    private func attempt(generation: Int) {
+        let proceed = inner.withLock { !$0.stopped && $0.generation == generation }
+        guard proceed else { return }
+        let source: any CaptureSource
+        do {
+            source = try open()
+        } catch {
+            failed(with: Self.earshotError(error), generation: generation)
+            return
+        }
+        let now = ProducerLoop.monotonicNanoseconds()
+        let plan = inner.withLock { inner -> (generation: Int, position: Int64)? in
+            guard !inner.stopped, inner.generation == generation else { return nil }
+            inner.generation += 1
+            var position: Int64 = 0
+            if let seconds = inner.streamSecondsAtEnd {
+                let elapsed = Double(now &- inner.endedAt) / 1e9
+                position = Int64(((seconds + elapsed) * Double(source.format.sampleRate)).rounded(.up))
+            }
+            inner.source = source
+            inner.sessionStart = now
+            inner.nextRetryDelay = nil
+            return (inner.generation, position)
+        }
+        guard let plan else {
+            source.stop(timeout: 1)
+            return
+        }
+        do {
+            try source.start(into: ring, startingAt: plan.position, queue: queue) { [weak self] end in
+                self?.sessionEnded(end, source: source, generation: plan.generation)
+            }
+        } catch {
+            inner.withLock { $0.source = nil }
+            failed(with: Self.earshotError(error), generation: plan.generation)
+            return
+        }
+        transition(to: .running(name: source.name, format: source.format))
+    }
+
+    private func sessionEnded(_ end: CaptureEnd, source: any CaptureSource, generation: Int) {
+        let now = ProducerLoop.monotonicNanoseconds()
+        let current = inner.withLock { inner -> Bool in
+            guard !inner.stopped, inner.generation == generation else { return false }
+            inner.finishedXruns += source.xrunCount
+            inner.finishedFrames += source.framesCaptured
+            inner.source = nil
+            inner.streamSecondsAtEnd = Double(source.nextFramePosition) / Double(source.format.sampleRate)
+            inner.endedAt = now
+            if Double(now &- inner.sessionStart) / 1e9 >= backoff.stableDuration { inner.failures = 0 }
+            return true
+        }
+        guard current else { return }
+        switch end {
+        case .stopped:
+            return
+        case .finished:
+            transition(to: .finished)
+        case .failed(let error):
+            failed(with: error, generation: generation)
+        }
+    }
+
+    private func failed(with error: EarshotError, generation: Int) {
+        let delay = inner.withLock { inner -> Double? in
+            guard !inner.stopped, inner.generation == generation else { return nil }
+            inner.failures += 1
+            let delay = backoff.delay(afterFailures: inner.failures)
+            inner.nextRetryDelay = delay
+            return delay
+        }
+        guard let delay else { return }
+        transition(to: .unavailable(error))
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in self?.attempt(generation: generation) }
+    }
+
+    /// Sets the state and reports it if it differs from the last report.
+    private func transition(to state: State) {
+        let onStateChange = onStateChange
+        inner.withLock { inner in
+            inner.state = state
+            guard inner.lastReported != state else { return }
+            inner.lastReported = state
+            // Enqueued under the lock so reports from different threads keep their order (async: never blocks).
+            callbackQueue.async { onStateChange(state) }
+        }
+    }
+
+    private static func earshotError(_ error: any Error) -> EarshotError {
+        if let error = error as? EarshotError { return error }
+        return EarshotError(.unavailable, "capture failed: \(error)")
+    }
+}

@@ -1,0 +1,198 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+
+/// Replays an audio file, or raw samples from standard input, through the same producer loop and ring buffer as
+/// live capture, paced by the monotonic clock at the input's sample rate (`earshotd --input FILE|-`).
+///
+/// - Files are decoded with ``AudioFileDecoder`` (libsndfile: WAV, FLAC, Ogg Vorbis/Opus, MP3, ...), mixed to mono
+///   (mean of channels) and written at the file's own sample rate (the analysis resamples). The end of the file
+///   ends capture with ``CaptureEnd/finished``.
+/// - `-` (standard input) is raw **S16_LE mono** at `rawSampleRate` Hz (default 16000): no header, 2 bytes per
+///   frame, little-endian, e.g. `arecord -f S16_LE -r 16000 -c 1 -t raw | earshotd --input -` or
+///   `sox in.wav -t raw -e signed -b 16 -c 1 -r 16000 - | earshotd --input -`. End of input ends capture.
+///
+/// Pacing defaults to real time: chunks of 0.2 s (an ALSA capture's default period) are written no faster than the clock, so the daemon behaves as
+/// with a microphone. Input that arrives slower than real time (a live pipe) is simply written as it comes.
+public final class RealtimeFileSource: CaptureSource {
+    /// The name that selects standard input.
+    public static let standardInputName = "-"
+
+    public let name: String
+    public let format: CaptureFormat
+    private let loop: ProducerLoop
+
+    /// Opens `path` (an audio file), or standard input when `path` is `-`.
+    ///
+    /// - Parameters:
+    ///   - path: the file, or `-`.
+    ///   - rawSampleRate: for `-`: the sample rate of the raw S16_LE mono input, in Hz (8000-192000).
+    ///   - pacing: default ``CapturePacing/realTime``; `.clock(speed:)` > 1 replays faster (tests).
+    ///   - chunkDuration: seconds per chunk written to the ring (default
+    ///     ``CaptureConfiguration/defaultPeriodDuration``, 0.1).
+    /// - Throws: ``EarshotError``: those of ``AudioFileDecoder/init(url:)`` (`.noInput` for a missing file, `.data`
+    ///   for one that is not audio); `.usage` for a sample rate out of range.
+    public convenience init(
+        path: String, rawSampleRate: Int = 16_000, pacing: CapturePacing = .realTime,
+        chunkDuration: Double = CaptureConfiguration.defaultPeriodDuration
+    ) throws {
+        if path == Self.standardInputName {
+            try self.init(
+                rawDescriptor: STDIN_FILENO, sampleRate: rawSampleRate, name: Self.standardInputName, pacing: pacing,
+                chunkDuration: chunkDuration)
+            return
+        }
+        let decoder = try AudioFileDecoder(url: URL(fileURLWithPath: path))
+        let chunkFrames = Self.chunkFrames(rate: decoder.sampleRate, duration: chunkDuration)
+        let reader = DecodedFileReader(decoder: decoder, chunkFrames: chunkFrames)
+        self.init(
+            name: path,
+            format: CaptureFormat(
+                sampleFormat: .floatLE, channels: decoder.channelCount, sampleRate: decoder.sampleRate,
+                periodFrames: chunkFrames, bufferFrames: chunkFrames),
+            reader: reader, pacing: pacing)
+    }
+
+    /// Reads raw S16_LE mono samples at `sampleRate` Hz from `rawDescriptor` (e.g. a pipe) until its end.
+    ///
+    /// The descriptor stays the caller's: it is not closed, and must stay open until the source has stopped.
+    /// - Throws: ``EarshotError`` `.usage` when `sampleRate` is outside 8000-192000 Hz.
+    public convenience init(
+        rawDescriptor: Int32, sampleRate: Int, name: String = "-", pacing: CapturePacing = .realTime,
+        chunkDuration: Double = CaptureConfiguration.defaultPeriodDuration
+    ) throws {
+        guard (8_000...192_000).contains(sampleRate) else {
+            throw EarshotError(
+                .usage, "raw input \"\(name)\": sample rate \(sampleRate) Hz is out of range (use 8000-192000, e.g. 16000)")
+        }
+        let chunkFrames = Self.chunkFrames(rate: sampleRate, duration: chunkDuration)
+        self.init(
+            name: name,
+            format: CaptureFormat(
+                sampleFormat: .s16LE, channels: 1, sampleRate: sampleRate, periodFrames: chunkFrames,
+                bufferFrames: chunkFrames),
+            reader: RawS16Reader(descriptor: rawDescriptor, name: name, chunkFrames: chunkFrames), pacing: pacing)
+    }
+
+    private init(name: String, format: CaptureFormat, reader: SourceReader, pacing: CapturePacing) {
+        self.name = name
+        self.format = format
+        loop = ProducerLoop(
+            reader: reader, sampleRate: format.sampleRate, chunkFrames: format.periodFrames, pacing: pacing)
+    }
+
+    deinit { loop.stop(timeout: 1) }
+
+    private static func chunkFrames(rate: Int, duration: Double) -> Int {
+        max(1, min(1 << 16, Int((Double(rate) * max(duration, 0.001)).rounded())))
+    }
+
+    public var framesCaptured: Int64 { loop.framesCaptured }
+    public var xrunCount: Int { loop.xrunCount }
+    public var isRunning: Bool { loop.isRunning }
+    public var nextFramePosition: Int64 { loop.nextFramePosition }
+    public var end: CaptureEnd? { loop.end }
+
+    public func start(
+        into ring: SampleRingBuffer, startingAt framePosition: Int64 = 0, queue: DispatchQueue,
+        onEnd: @escaping @Sendable (CaptureEnd) -> Void
+    ) throws {
+        try loop.start(into: ring, startingAt: framePosition, name: name, queue: queue, onEnd: onEnd)
+    }
+
+    @discardableResult
+    public func stop(timeout: Double = 2) -> Bool { loop.stop(timeout: timeout) }
+}
+
+/// Reads a decoded file chunk by chunk (on the producer thread).
+package final class DecodedFileReader: SourceReader, @unchecked Sendable {
+    private let decoder: AudioFileDecoder
+    private var scratch: [Float]
+    private var pendingError: EarshotError?
+
+    package init(decoder: AudioFileDecoder, chunkFrames: Int) {
+        self.decoder = decoder
+        scratch = []
+        scratch.reserveCapacity(chunkFrames)
+    }
+
+    package func threadWillStart() {}
+    package func threadDidEnd() {}
+
+    package func read(into destination: UnsafeMutablePointer<Float>, capacity: Int) -> SourceReadResult {
+        scratch.removeAll(keepingCapacity: true)
+        let count: Int
+        do {
+            count = try decoder.readMono(maxFrames: capacity, appendingTo: &scratch)
+        } catch {
+            pendingError = error
+            return .failure(SourceFailure(function: "sf_readf_float", code: -EIO))
+        }
+        guard count > 0 else { return .end }
+        scratch.withUnsafeBufferPointer { samples in
+            if let base = samples.baseAddress { destination.update(from: base, count: count) }
+        }
+        return .frames(count)
+    }
+
+    package func error(for failure: SourceFailure) -> EarshotError {
+        pendingError ?? EarshotError(.data, "\(decoder.displayPath): reading failed (\(failure.function))")
+    }
+}
+
+/// Reads raw S16_LE mono from a descriptor, waiting at most 100 ms per call (`poll`) so stop requests are seen.
+package final class RawS16Reader: SourceReader, @unchecked Sendable {
+    private let descriptor: Int32
+    private let name: String
+    private let bytes: UnsafeMutablePointer<UInt8>
+    private let byteCapacity: Int
+    /// A byte left over from an odd-length read (the low byte of the next sample), or -1.
+    private var carry: Int = -1
+
+    package init(descriptor: Int32, name: String, chunkFrames: Int) {
+        self.descriptor = descriptor
+        self.name = name
+        byteCapacity = chunkFrames * 2
+        bytes = .allocate(capacity: byteCapacity)
+        bytes.initialize(repeating: 0, count: byteCapacity)
+    }
+
+    deinit { bytes.deallocate() }
+
+    package func threadWillStart() {}
+    package func threadDidEnd() {}
+
+    package func read(into destination: UnsafeMutablePointer<Float>, capacity: Int) -> SourceReadResult {
+        var request = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&request, 1, 100)
+        if ready == 0 { return .idle }
+        if ready < 0 {
+            return errno == EINTR ? .idle : .failure(SourceFailure(function: "poll", code: -errno))
+        }
+        let offset = carry >= 0 ? 1 : 0
+        if carry >= 0 { bytes[0] = UInt8(carry) }
+        let wanted = min(capacity * 2, byteCapacity) - offset
+        let got = Glibc.read(descriptor, bytes + offset, wanted)
+        if got < 0 {
+            let code = errno
+            return code == EINTR || code == EAGAIN ? .idle : .failure(SourceFailure(function: "read", code: -code))
+        }
+        if got == 0 { return .end }  // a trailing odd byte is dropped: it is half a sample
+        let total = offset + got
+        let frames = total / 2
+        for frame in 0..<frames {
+            let value = Int16(bitPattern: UInt16(bytes[2 * frame]) | UInt16(bytes[2 * frame + 1]) << 8)
+            destination[frame] = Float(value) * (1 / 32_768)
+        }
+        carry = total % 2 == 1 ? Int(bytes[total - 1]) : -1
+        return frames > 0 ? .frames(frames) : .idle
+    }
+
+    package func error(for failure: SourceFailure) -> EarshotError {
+        let text = String(cString: strerror(-failure.code))
+        return EarshotError(.io, "cannot read raw input \"\(name)\": \(text)", cause: "\(failure.function): \(text)")
+    }
+}

@@ -1,0 +1,157 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+
+/// A smoke alarm, CO alarm or low-battery chirp decided by ``AlarmDetector``, with its evidence.
+public struct AlarmEvent: Sendable, Equatable {
+    /// Onset (`"detection"`) or end (`"detection_end"`).
+    public enum Kind: String, Sendable, Equatable {
+        case onset
+        case end
+    }
+
+    /// What the decision rests on.
+    public enum Source: String, Sendable, Equatable {
+        /// A temporal pattern (T3, T4, chirp) of a tone.
+        case pattern
+        /// The classifier's smoke-alarm classes held for several windows while a tone sounded.
+        case classifier
+        /// A pattern, with the classifier agreeing (its alarm score at or above the fusion threshold).
+        case patternAndClassifier = "pattern+classifier"
+    }
+
+    /// Group names of the events.
+    public static let smokeAlarm = "smoke_alarm"
+    public static let coAlarm = "co_alarm"
+    public static let alarmChirp = "alarm_chirp"
+
+    public var kind: Kind
+    /// `smoke_alarm`, `co_alarm` or `alarm_chirp`.
+    public var group: String
+    public var source: Source
+    /// The pattern seen, or nil for a classifier-only decision.
+    public var pattern: AlarmPattern?
+    /// Complete cycles seen (T3, T4; at the end: over the whole event), chirps in a row (chirp), or 0 (classifier).
+    public var cycles: Int
+    /// Mean tone frequency in Hz.
+    public var toneHz: Double
+    /// Mean tone level in dBFS.
+    public var toneLevelDBFS: Double
+    /// The highest classifier alarm score (0...1) over the windows that overlap the evidence, nil when no window
+    /// was classified (gated, classifier off).
+    public var classifierScore: Float?
+    /// The class label of ``classifierScore``.
+    public var classifierClass: String?
+    /// Stream time (s) the alarm started: the first tone of the first cycle.
+    public var start: Double
+    /// Stream time (s) of the decision (onset) or of the last evidence (end).
+    public var time: Double
+    /// For a chirp: seconds between the last two chirps; 0 otherwise.
+    public var intervalSeconds: Double
+
+    public init(
+        kind: Kind, group: String, source: Source, pattern: AlarmPattern?, cycles: Int, toneHz: Double,
+        toneLevelDBFS: Double, classifierScore: Float?, classifierClass: String?, start: Double, time: Double,
+        intervalSeconds: Double = 0
+    ) {
+        self.kind = kind
+        self.group = group
+        self.source = source
+        self.pattern = pattern
+        self.cycles = cycles
+        self.toneHz = toneHz
+        self.toneLevelDBFS = toneLevelDBFS
+        self.classifierScore = classifierScore
+        self.classifierClass = classifierClass
+        self.start = start
+        self.time = time
+        self.intervalSeconds = intervalSeconds
+    }
+
+    /// Latency of an onset: `time - start` (s).
+    public var latency: Double { time - start }
+
+    /// The socket's JSON object, e.g.
+    /// `{"type":"detection","group":"smoke_alarm","source":"pattern","pattern":"T3","cycles":1,"tone_hz":3150,
+    /// "tone_dbfs":-21.3,"classifier_score":0.81,"class":"Smoke detector, smoke alarm","stream_time":12.01,
+    /// "decision_time":16.02,"time":"2026-11-30T16:45:12.345Z"}`; an end is `"detection_end"` with `start`, `end`,
+    /// `duration` and `reason` `"pattern_stopped"`. Frequencies are rounded to 1 Hz, levels to 0.1 dB.
+    public func object(wallClock: Date) -> JSONObject {
+        var object: JSONObject = [
+            "type": .string(kind == .onset ? "detection" : "detection_end"),
+            "group": .string(group),
+            "source": .string(source.rawValue),
+        ]
+        if let pattern { object["pattern"] = .string(pattern.rawValue) }
+        object["cycles"] = .int(cycles)
+        object["tone_hz"] = .int(Int(toneHz.rounded()))
+        object["tone_dbfs"] = .number(toneLevelDBFS, decimals: 1)
+        if pattern == .chirp { object["interval"] = .number(intervalSeconds, decimals: 1) }
+        if let classifierScore {
+            object["classifier_score"] = .number(Double(classifierScore), decimals: EventJSON.confidenceDecimals)
+            if let classifierClass { object["class"] = .string(classifierClass) }
+        }
+        switch kind {
+        case .onset:
+            object["stream_time"] = .number(start, decimals: EventJSON.timeDecimals)
+            object["decision_time"] = .number(time, decimals: EventJSON.timeDecimals)
+        case .end:
+            object["start"] = .number(start, decimals: EventJSON.timeDecimals)
+            object["end"] = .number(time, decimals: EventJSON.timeDecimals)
+            object["duration"] = .number(time - start, decimals: EventJSON.timeDecimals)
+            object["reason"] = "pattern_stopped"
+        }
+        object["time"] = .string(EventJSON.timestamp(wallClock))
+        return object
+    }
+
+
+    /// The same event as a plain ``DetectionEvent`` (for consumers that only know those, such as an event store):
+    /// class label `"T3 pattern"`, `"T4 pattern"`, `"chirp pattern"` or the classifier's class; confidence the
+    /// classifier score, or 1 for a pattern the classifier did not score.
+    public var detectionEvent: DetectionEvent {
+        let label = pattern.map { "\($0.rawValue) pattern" } ?? classifierClass ?? "alarm"
+        let confidence = classifierScore ?? 1
+        switch kind {
+        case .onset:
+            return .onset(.init(group: group, classLabel: label, confidence: confidence, start: start, decisionTime: time))
+        case .end:
+            return .offset(.init(
+                group: group, classLabel: label, start: start, end: time, peakConfidence: confidence,
+                meanConfidence: confidence, positiveWindows: cycles, reason: .holdElapsed))
+        }
+    }
+
+    /// The event as a finished ``DetectionEvent/offset(_:)`` for an event store: an end as itself, an onset as a
+    /// point event (start = end = its start; how a chirp, which has no end, is stored). Class label, confidence and
+    /// window count as in ``detectionEvent`` (`positiveWindows` = cycles); reason `hold_elapsed`.
+    public var finishedEvent: DetectionEvent {
+        guard kind == .onset else { return detectionEvent }
+        var point = self
+        point.kind = .end
+        point.time = start
+        return point.detectionEvent
+    }
+
+    /// The journal `MESSAGE`, e.g. `smoke_alarm detected: T3 pattern at 3150 Hz (1 cycle, classifier 0.81) at
+    /// stream time 12.01 s` or `smoke_alarm ended: T3 pattern at 3150 Hz from 12.01 s to 40.02 s (7 cycles)`.
+    public var message: String {
+        let what: String
+        switch pattern {
+        case .some(let pattern): what = "\(pattern.rawValue) pattern at \(Int(toneHz.rounded())) Hz"
+        case nil: what = "classifier with a tone at \(Int(toneHz.rounded())) Hz"
+        }
+        let unit = pattern == .chirp ? "chirp" : "cycle"
+        let count = "\(cycles) \(unit)\(cycles == 1 ? "" : "s")"
+        switch kind {
+        case .onset:
+            let score = classifierScore.map { ", classifier \(JSONValue.format(Double($0), decimals: 2))" } ?? ""
+            return "\(group) detected: \(what) (\(count)\(score)) at stream time \(JSONValue.format(start, decimals: 2)) s"
+        case .end:
+            return "\(group) ended: \(what) from \(JSONValue.format(start, decimals: 2)) s to \(JSONValue.format(time, decimals: 2)) s (\(count))"
+        }
+    }
+}

@@ -1,0 +1,431 @@
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+/// The temporal patterns of residential alarms that ``AlarmPatternMatcher`` recognises.
+public enum AlarmPattern: String, Sendable, Equatable {
+    /// Temporal-three (ISO 8201, ANSI S3.41, NFPA 72 smoke alarms): three 0.5 s tones 0.5 s apart, 1.5 s off.
+    case t3 = "T3"
+    /// Temporal-four (carbon monoxide alarms, NFPA 720 / UL 2034): four ~0.1 s tones ~0.1 s apart, ~5 s off.
+    case t4 = "T4"
+    /// A smoke or CO alarm's low-battery chirp: one short tone, repeating every ~30-60 s.
+    case chirp = "chirp"
+}
+
+/// One recognised repetition of a pattern.
+public struct PatternMatch: Sendable, Equatable {
+    public var pattern: AlarmPattern
+    /// Stream time (s) of the first tone of the matched cycle (T3, T4) or of the chirp.
+    public var cycleStart: Double
+    /// Stream time (s) the match was decided: when the next cycle's first tone was confirmed (T3, a few frames
+    /// after its onset), at the end of the burst's quiet check (T4), or of the chirp's isolation check.
+    public var decisionTime: Double
+    /// Mean tone frequency of the cycle's tones, Hz.
+    public var frequencyHz: Double
+    /// Mean tone level of the cycle's tones, dBFS.
+    public var levelDBFS: Double
+    /// For T3 and T4: the cycles of this pattern seen in a row so far, this one included (1, 2, ...).
+    /// For a chirp: the chirps in a row at a steady interval, this one included (2, 3, ...).
+    public var count: Int
+    /// For a chirp: seconds since the previous chirp; 0 otherwise.
+    public var intervalSeconds: Double
+}
+
+/// Recognises T3 and T4 cycles and low-battery chirps in the tone segments of a ``ToneTracker``.
+///
+/// The decisions rest on where tones start and end on the pattern's grid, not on clean on/off runs: reverberation
+/// lengthens tones and fills gaps, noise masks the start or the end of a beep, a phone's automatic gain control chops
+/// them. The tones of one pattern come from one sounder, so they agree in frequency and level.
+/// - T3: three tones whose onsets are d apart (0.6 s <= d <= 1.5 s, the two intervals within 20 %), each 0.08 to
+///   1.2 s long, two of them at least d / 4 (a beep lasts half the period; noise cuts one at most), none much longer
+///   than the others, frequencies within 2 % and peak levels within 8 dB; then the next tone 1.7 d to 2.6 d after
+///   the third (the standard's 2 d; and at least 0.4 s more than d): the long pause. That next tone is the sounder's
+///   next beep: within 2 % of the cycle's frequency, within -20/+12 dB of its levels and 6 dB above its noise floor,
+///   so far. One beep whose start noise masked may
+///   count from its end (its onset = its end less the longest beep). The off phases hold no other tone of the
+///   frequency (within 4 %, 12 dB of the loudest, 0.08 s or longer), and the tone before the first (if any within
+///   5 s) is a long pause away, so that a steady 1 s beeper (a reversing truck) that loses one beep is not a T3.
+///   Decided when the next tone opens: about 4 s after the alarm starts.
+/// - T4: a burst of tones (each starting at most 0.45 s after the previous one's start, or 0.35 s after its end)
+///   closed by 0.9 s without another tone of that frequency; its tones must cover the slots of a grid of four
+///   (step 0.15 to 0.3 s; the standard is 0.2 s, beeps of half a step): starts on the start grid or ends on the end
+///   grid (one beep cut at either side keeps the other), a tone as long as two or three beeps and their gaps covers
+///   two or three slots, two tones at least are single beeps; frequencies within 2 %, peak levels within 8 dB. Four
+///   slots (from three tones or more) is a full burst, three is a burst that lost a beep. A cycle is two such bursts 3 to 9 s apart, at least one full; decided when the second closes (about 7.2 s
+///   after the alarm starts). An echo of the fourth beep 6 dB down is dropped; a burst followed by another tone of
+///   its frequency within 0.9 s is not T4.
+/// - Chirp: a tone of at most 0.35 s at 2 kHz or more (the detector's piezo), 20 dB or more above its noise floor,
+///   steady (frequency spread <= 10 Hz), with no other beep of its frequency (within 2 % and 10 dB) within 2.5 s on
+///   either side; a match when the previous such chirp of this detector (within 0.5 %, 4 dB and 0.05 s of it) was 15
+///   to 120 s before.
+/// "Same frequency" (the tones a pattern is looked for in) is within 5 %. Tones more than 20 dB below the loudest tone
+/// of their frequency in the last 10 s (echoes, tails) are ignored.
+///
+/// - Important: A value type; feed it on one queue, segments in order of their end (the tracker's order).
+public struct AlarmPatternMatcher: Sendable {
+    /// Relative frequency tolerance between tones of one pattern.
+    public static let frequencyTolerance = 0.05
+
+    /// dB above its noise floor a chirp must rise (``ToneSegment/peakSNRDB``).
+    public static let chirpMinimumSNRDB = 20.0
+    /// Lowest chirp frequency, Hz: low-battery chirps come from the detector's piezo (2-4 kHz).
+    public static let chirpMinimumHz = 2000.0
+
+    private var tones: [ToneSegment] = []
+    private var openOnsets: [(start: Double, frequencyHz: Double)] = []
+    private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
+    private var pendingBursts: [Burst] = []
+    private var t4Bursts: [(burst: Burst, run: Int, complete: Bool)] = []
+    private var chirpCandidates: [ToneSegment] = []
+    private var recentChirps: [(tone: ToneSegment, count: Int)] = []
+
+    private struct Burst: Sendable {
+        var tones: [ToneSegment]
+        /// Another tone of the burst's frequency came 0.45 to 0.9 s after its last onset: not a T4 burst, which is
+        /// followed by a long pause.
+        var interrupted = false
+        var frequencyHz: Double { tones.map(\.frequencyHz).reduce(0, +) / Double(tones.count) }
+        var start: Double { tones[0].start }
+        var lastStart: Double { tones[tones.count - 1].start }
+    }
+
+    public init() {}
+
+    /// Forgets everything (a gap in the stream: patterns never join across it).
+    public mutating func reset() { self = AlarmPatternMatcher() }
+
+    private static func same(_ a: Double, _ b: Double) -> Bool {
+        abs(a - b) <= frequencyTolerance * max(a, b)
+    }
+
+    /// A tone has started: `tone` is its segment, still open, as it stands (its level so far), and the tracker has
+    /// analysed audio up to `now`. Decides T3 cycles, whose last interval ends at the next cycle's first onset.
+    /// Call once per new open segment.
+    public mutating func toneStarted(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
+        if openOnsets.contains(where: { $0.start == tone.start && Self.same($0.frequencyHz, tone.frequencyHz) }) { return [] }
+        openOnsets.append((tone.start, tone.frequencyHz))
+        return matchT3(next: tone, now: now)
+    }
+
+    /// A tone segment has ended (the tracker has analysed audio up to `now`). Returns matches it completes (T4
+    /// bursts are decided later, in ``advance(to:)``).
+    public mutating func add(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
+        var matches: [PatternMatch] = []
+        let announced = { (onset: (start: Double, frequencyHz: Double)) in
+            onset.start == tone.start && Self.same(onset.frequencyHz, tone.frequencyHz)
+        }
+        if !openOnsets.contains(where: announced) {
+            matches += matchT3(next: tone, now: now)
+        }
+        openOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
+        // Tones of different frequencies end in any order; keep them in order of their start.
+        let position = tones.lastIndex { $0.start <= tone.start }.map { $0 + 1 } ?? 0
+        tones.insert(tone, at: position)
+        tones.removeAll { $0.start < tone.start - 30 }
+        if isStrong(tone) {
+            addToBursts(tone)
+            // A chirp is a detector's piezo sounding 20 dB or more above the noise of its band (a bit of noise is
+            // not, usually), at 2 kHz or more,
+            // steady in frequency (a voice's harmonics glide).
+            if tone.duration <= 0.35, tone.peakSNRDB >= Self.chirpMinimumSNRDB, tone.frequencyHz >= Self.chirpMinimumHz,
+               tone.frequencySpreadHz <= 10 {
+                chirpCandidates.append(tone)
+            }
+        }
+        return matches
+    }
+
+    /// Stream time has reached `time` (s): closes T4 bursts and chirp isolation checks that are due.
+    public mutating func advance(to time: Double) -> [PatternMatch] {
+        var matches: [PatternMatch] = []
+        // T4 bursts close after 0.9 s without another tone of their frequency.
+        var open: [Burst] = []
+        for burst in pendingBursts {
+            if time - burst.lastStart >= 0.9 {
+                if let match = closeBurst(burst, at: burst.lastStart + 0.9) { matches.append(match) }
+            } else {
+                open.append(burst)
+            }
+        }
+        pendingBursts = open
+        // Chirps are decided 2.5 s after they start, when no neighbour came.
+        var waiting: [ToneSegment] = []
+        for chirp in chirpCandidates {
+            guard time - chirp.start >= 2.5 else {
+                waiting.append(chirp)
+                continue
+            }
+            // A neighbour is a beep of the same sounder: within 2 % and 10 dB of the chirp (echoes and bits of noise
+            // near the frequency are weaker or off it).
+            let isolated = !tones.contains {
+                $0.start != chirp.start && abs($0.start - chirp.start) < 2.5
+                    && abs($0.frequencyHz - chirp.frequencyHz) <= 0.02 * chirp.frequencyHz
+                    && $0.peakLevelDBFS > chirp.peakLevelDBFS - 10
+            }
+            guard isolated else { continue }
+            // The previous chirp of this detector: the last isolated tone like it (a piezo repeats itself: frequency
+            // within 0.5 %, peak level within 4 dB, length within 0.05 s) 15 to 120 s before. Isolated bits of noise
+            // at other frequencies come in between and do not break the series.
+            recentChirps.removeAll { chirp.start - $0.tone.start > 120 }
+            let previous = recentChirps.last {
+                abs($0.tone.frequencyHz - chirp.frequencyHz) <= 0.005 * chirp.frequencyHz
+                    && abs($0.tone.peakLevelDBFS - chirp.peakLevelDBFS) <= 4
+                    && abs($0.tone.duration - chirp.duration) <= 0.05
+            }
+            if let previous, chirp.start - previous.tone.start >= 15 {
+                let count = previous.count + 1
+                matches.append(PatternMatch(
+                    pattern: .chirp, cycleStart: chirp.start, decisionTime: chirp.start + 2.5,
+                    frequencyHz: chirp.frequencyHz, levelDBFS: chirp.levelDBFS, count: count,
+                    intervalSeconds: chirp.start - previous.tone.start))
+                recentChirps.append((chirp, count))
+            } else {
+                recentChirps.append((chirp, 1))
+            }
+        }
+        chirpCandidates = waiting
+        return matches
+    }
+
+    /// Whether `tone` is within `withinDB` of the loudest tone of its frequency in the 10 s before it.
+    private func isStrong(_ tone: ToneSegment, withinDB: Double = 20) -> Bool {
+        let loudest = tones.lazy
+            .filter { tone.start - $0.start <= 10 && Self.same($0.frequencyHz, tone.frequencyHz) }
+            .map(\.peakLevelDBFS).max() ?? tone.peakLevelDBFS
+        return tone.peakLevelDBFS >= loudest - withinDB
+    }
+
+    private mutating func matchT3(next: ToneSegment, now: Double) -> [PatternMatch] {
+        let nextStart = next.start, frequencyHz = next.frequencyHz
+        // Fragments (short bits of a tail or of a second component) are not T3 tones and must not split them.
+        let sameTones = tones.filter {
+            nextStart - $0.start <= 12 && $0.start < nextStart && $0.duration >= 0.08
+                && Self.same($0.frequencyHz, frequencyHz) && isStrong($0, withinDB: 12)
+        }
+        guard sameTones.count >= 3 else { return [] }
+        let a = sameTones[sameTones.count - 3], b = sameTones[sameTones.count - 2], c = sameTones[sameTones.count - 1]
+        // The beeps of one sounder last the same: noise may cut one short, nothing makes one much longer.
+        let durations = [a.duration, b.duration, c.duration].sorted()
+        guard durations[2] <= 1.5 * durations[1] + 0.1 else { return [] }
+        // A beep whose start was masked by noise keeps its end: the onset of one beep may also be its end less the
+        // longest of the three. The intervals are checked on the onsets taken either way.
+        let longest = durations[2]
+        func onsets(_ tone: ToneSegment) -> [Double] {
+            tone.duration < longest - 0.05 ? [tone.start, tone.end - longest] : [tone.start]
+        }
+        var period: Double?
+        search: for onsetA in onsets(a) {
+            for onsetB in onsets(b) {
+                for onsetC in onsets(c) {
+                    let moved = (onsetA != a.start ? 1 : 0) + (onsetB != b.start ? 1 : 0) + (onsetC != c.start ? 1 : 0)
+                    guard moved <= 1 else { continue }
+                    let i1 = onsetB - onsetA, i2 = onsetC - onsetB, i3 = nextStart - onsetC
+                    let d = (i1 + i2) / 2
+                    if (0.6...1.5).contains(i1), (0.6...1.5).contains(i2), abs(i1 - i2) <= 0.2 * max(i1, i2) + 0.03,
+                       i3 >= 1.7 * d, i3 <= 2.6 * d, i3 - d >= 0.4 {
+                        period = d
+                        break search
+                    }
+                }
+            }
+        }
+        guard let d = period,
+              [a, b, c].allSatisfy({ (0.08...1.2).contains($0.duration) }),
+              // A T3 beep lasts half the period: two of the three must last at least a quarter of it (noise cuts
+              // one at most; tonal bits of voices, cries and noise are shorter).
+              [a, b, c].filter({ $0.duration >= 0.25 * d }).count >= 2,
+              nextStart - c.end >= 0.5,
+              Self.consistent([a, b, c], frequency: 0.02, durations: false)
+        else { return [] }
+        // The off phases are quiet at this frequency (a noisy band of short tonal bits is not a pattern).
+        let offPhases = [(a.end, b.start), (b.end, c.start), (c.end, nextStart)]
+        let loudest = max(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
+        let cycleFrequency = (a.frequencyHz + b.frequencyHz + c.frequencyHz) / 3
+        // The tone that closes the long pause is the sounder's next beep: its frequency and level (so far) agree with
+        // the cycle's, and it rises 6 dB above the noise floor of its band (a blip of noise near the frequency, or a
+        // sound that has filled the band for seconds, does not close it).
+        let quietest = min(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
+        guard abs(next.frequencyHz - cycleFrequency) <= 0.02 * cycleFrequency, next.peakSNRDB >= 6,
+              next.peakLevelDBFS >= quietest - 20, next.peakLevelDBFS <= loudest + 12
+        else { return [] }
+        // (Bits shorter than 0.08 s are no beeps: a click or a clatter of noise at the frequency.)
+        for tone in tones where abs(tone.frequencyHz - cycleFrequency) <= 0.04 * cycleFrequency
+            && tone.peakLevelDBFS >= loudest - 12 && tone.duration >= 0.08 {
+            if offPhases.contains(where: { tone.start > $0.0 + 0.02 && tone.start < $0.1 - 0.02 }) { return [] }
+        }
+        if sameTones.count >= 4 {
+            let before = sameTones[sameTones.count - 4]
+            if a.start - before.start < 1.45 * d, a.start - before.start <= 5 { return [] }
+        }
+        let frequency = cycleFrequency
+        let count: Int
+        if let run = t3Run, Self.same(run.frequencyHz, frequency), a.start - run.last <= 3.5 * d + 1 {
+            count = run.count + 1
+        } else {
+            count = 1
+        }
+        t3Run = (count, nextStart, frequency)
+        return [PatternMatch(
+            pattern: .t3, cycleStart: a.start, decisionTime: max(now, nextStart), frequencyHz: frequency,
+            levelDBFS: (a.levelDBFS + b.levelDBFS + c.levelDBFS) / 3, count: count, intervalSeconds: 0)]
+    }
+
+    /// Whether the tones of one cycle agree: frequencies within `frequency` (relative), durations within a factor
+    /// of 2 (when `durations`; a T3 tone that decays in a room may be cut early), peak levels within 8 dB (a
+    /// sounder repeats itself; noise does not).
+    private static func consistent(_ tones: [ToneSegment], frequency: Double, durations checkDurations: Bool = true) -> Bool {
+        let frequencies = tones.map(\.frequencyHz), durations = tones.map(\.duration), levels = tones.map(\.peakLevelDBFS)
+        guard let fLow = frequencies.min(), let fHigh = frequencies.max(), let dLow = durations.min(),
+              let dHigh = durations.max(), let lLow = levels.min(), let lHigh = levels.max()
+        else { return false }
+        return fHigh - fLow <= frequency * fHigh && (!checkDurations || dHigh <= 2 * max(dLow, 0.03)) && lHigh - lLow <= 8
+    }
+
+    /// How many slots of a T4 grid `tones` cover: 4 for a full burst, 3 when one beep was lost, 0 when they do not
+    /// fit. The grid has four slots of step d (0.15 to 0.3 s; 0.2 s in the standard); a beep of length `on` (0.25 d
+    /// to 0.75 d) starts at each. Noise and rooms change single tones in three ways, all allowed: a beep's start or
+    /// end is cut (it still has the other on the grid: starts on the start grid within 0.1 d + 0.02 s, ends on the
+    /// end grid; it covers one slot and is no longer than `on`), and the gap between beeps is filled (one tone covers
+    /// two or three slots: its length is `on` plus whole steps, and both its ends are on the grid). One tone of a
+    /// burst at most may be cut.
+    /// The tones must be consistent (frequencies within 2 %, peak levels within 8 dB), cover distinct slots, and two
+    /// of them at least must be single beeps.
+    private static func t4Slots(_ tones: [ToneSegment]) -> Int {
+        guard (2...5).contains(tones.count), consistent(tones, frequency: 0.02, durations: false) else { return 0 }
+        let starts = tones.map(\.start), ends = tones.map(\.end)
+        // Candidate steps: differences between two starts or two ends over 1, 2 or 3 steps.
+        var steps: [Double] = []
+        for anchors in [starts, ends] {
+            for i in anchors.indices {
+                for j in anchors.indices where j > i {
+                    for k in 1...3 {
+                        let d = (anchors[j] - anchors[i]) / Double(k)
+                        if d >= 0.15, d <= 0.3 { steps.append(d) }
+                    }
+                }
+            }
+        }
+        var best = 0
+        for d in steps {
+            // Tight: a beep's edges sit on the grid within 0.04 s at the standard step (a start that noise delays
+            // more is taken from the beep's end).
+            let tolerance = 0.1 * d + 0.02
+            func slot(_ time: Double, from origin: Double) -> Int? {
+                let position = (time - origin) / d
+                let nearest = position.rounded()
+                return abs(position - nearest) * d <= tolerance ? Int(nearest) : nil
+            }
+            // The start grid's origin is one of the starts, the end grid's one of the ends; the beep length `on`
+            // ties them: a beep in slot k ends at startOrigin + k d + on.
+            for startOrigin in starts {
+                for endOrigin in ends {
+                    var on = (endOrigin - startOrigin).truncatingRemainder(dividingBy: d)
+                    if on < 0 { on += d }
+                    guard on >= 0.25 * d, on <= 0.75 * d else { continue }
+                    let endShift = Int(((endOrigin - startOrigin - on) / d).rounded())
+                    var covered = Set<Int>()
+                    var singles = 0
+                    var cut = 0
+                    var fits = true
+                    for index in tones.indices {
+                        let first = slot(starts[index], from: startOrigin)
+                        let last = slot(ends[index], from: endOrigin).map { $0 + endShift }
+                        let range: ClosedRange<Int>
+                        // A tone covering slots first...last lasts (last - first) steps plus one beep.
+                        var spanFits = false
+                        if let first, let last {
+                            spanFits = abs(tones[index].duration - (Double(last - first) * d + on)) <= tolerance
+                        }
+                        switch (first, last) {
+                        case let (first?, last?) where last >= first && spanFits: range = first...last
+                        case let (first?, _?) where tones[index].duration <= on + tolerance:
+                            // Both ends on the grid, but not whole steps plus one beep apart: only the start counts.
+                            range = first...first
+                            cut += 1
+                        case let (first?, nil) where tones[index].duration <= on + tolerance:
+                            // A beep whose end was cut (only its start is on the grid): one slot. A cut beep is
+                            // not longer than a whole one.
+                            range = first...first
+                            cut += 1
+                        case let (nil, last?) where tones[index].duration <= on + tolerance:
+                            range = last...last
+                            cut += 1
+                        default:
+                            fits = false
+                            range = 0...0
+                        }
+                        guard fits, covered.isDisjoint(with: range) else {
+                            fits = false
+                            break
+                        }
+                        covered.formUnion(range)
+                        if range.count == 1 { singles += 1 }
+                    }
+                    // Filled gaps are the exception: two tones at least are single beeps (a bell's rings, a
+                    // note's, are long).
+                    // And noise cuts one beep of a burst, not more.
+                    guard fits, singles >= 2, cut <= 1, let low = covered.min(), let high = covered.max(), high - low <= 3
+                    else { continue }
+                    // All four slots need three tones at least (one merged pair); three slots, two.
+                    let count = covered.count == 4 && tones.count < 3 ? 3 : covered.count
+                    best = max(best, count)
+                    if best == 4 { return 4 }
+                }
+            }
+        }
+        return best >= 3 ? best : 0
+    }
+
+    private mutating func addToBursts(_ tone: ToneSegment) {
+        if let index = pendingBursts.lastIndex(where: { Self.same($0.frequencyHz, tone.frequencyHz) }) {
+            // The next beep, or the one after a lost beep (its start perhaps cut too).
+            let burst = pendingBursts[index]
+            if tone.start - burst.lastStart <= 0.45 || tone.start - burst.tones[burst.tones.count - 1].end <= 0.35 {
+                pendingBursts[index].tones.append(tone)
+                return
+            }
+            if tone.start - pendingBursts[index].lastStart < 0.9 { pendingBursts[index].interrupted = true }
+        }
+        pendingBursts.append(Burst(tones: [tone]))
+    }
+
+    /// A burst is complete: is it a T4 burst, and does it complete a cycle with the previous one?
+    private mutating func closeBurst(_ heard: Burst, at time: Double) -> PatternMatch? {
+        // Echoes and tails well below the burst's loudest tone are not tones of the burst, nor is a last tone 6 dB
+        // below the others (a room's echo of the fourth beep).
+        let loudest = heard.tones.map(\.peakLevelDBFS).max() ?? 0
+        var kept = heard.tones.filter { $0.peakLevelDBFS >= loudest - 12 }
+        if kept.count == 5, let last = kept.last,
+           last.peakLevelDBFS <= (kept.dropLast().map(\.peakLevelDBFS).min() ?? 0) - 6 {
+            kept.removeLast()
+        }
+        let burst = Burst(tones: kept)
+        // A burst that lost one beep in noise still fits the grid of four (3 slots).
+        let slots = heard.interrupted ? 0 : Self.t4Slots(burst.tones)
+        let complete = slots == 4
+        let isT4 = slots >= 3
+        // T4 bursts are remembered per frequency (a square wave's harmonics, or two alarms, make bursts of their own).
+        t4Bursts.removeAll { time - $0.burst.start > 10 }
+        // A burst of this frequency that is not T4, and about as loud as a remembered T4 burst, breaks its run
+        // (a single tone does not: a bit of noise or speech at the frequency).
+        guard isT4 else {
+            guard heard.tones.count >= 2 else { return nil }
+            t4Bursts.removeAll {
+                Self.same($0.burst.frequencyHz, burst.frequencyHz)
+                    && loudest >= ($0.burst.tones.map(\.peakLevelDBFS).max() ?? 0) - 6
+            }
+            return nil
+        }
+        // A cycle needs two bursts 3 to 9 s apart, at least one of them with all four beeps.
+        let previous = t4Bursts.last {
+            Self.same($0.burst.frequencyHz, burst.frequencyHz) && (3.0...9.0).contains(burst.start - $0.burst.start)
+                && (complete || $0.complete)
+        }
+        let run = (previous?.run ?? 0) + 1
+        t4Bursts.append((burst, run, complete))
+        guard let previous else { return nil }
+        let levels = burst.tones.map(\.levelDBFS)
+        return PatternMatch(
+            pattern: .t4, cycleStart: previous.burst.start, decisionTime: time, frequencyHz: burst.frequencyHz,
+            levelDBFS: levels.reduce(0, +) / Double(levels.count), count: run - 1, intervalSeconds: 0)
+    }
+}

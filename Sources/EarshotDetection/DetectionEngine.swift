@@ -1,0 +1,201 @@
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+/// Feeds each analysis window's class scores to one `Debouncer` per watched label group and collects the events.
+///
+/// The group score of a window is the maximum score over the group's classes; its top class is the class that gave
+/// that maximum (the first one listed in the group on a tie).
+///
+/// - Important: A value type with no locks: own it on one queue (the analysis queue) and publish the returned
+///   events outside.
+public struct DetectionEngine: Sendable {
+    /// A watched group with its class labels resolved to score indices.
+    public struct WatchedGroup: Sendable, Equatable {
+        public var group: LabelGroup
+        /// Indices into the scores vector, in the order of `group.classLabels`.
+        public var classIndices: [Int]
+    }
+
+    /// The watched groups, in watch-list order (duplicates in the watch list are ignored).
+    public let watched: [WatchedGroup]
+    /// The class labels the scores are indexed by (521 AudioSet display names for YAMNet).
+    public let classLabels: [String]
+    private var debouncers: [Debouncer]
+
+    /// Resolves the groups against the classifier's labels.
+    ///
+    /// - Parameters:
+    ///   - groups: every configured group (presets and user groups); all are validated, watched or not.
+    ///   - watchList: names of the groups that emit events.
+    ///   - classLabels: the classifier's class labels, index = score index (e.g. `YAMNet.classLabels`).
+    /// - Throws: `EarshotError(.config)` when a group name is not `[a-z0-9_]+` or appears twice, a group has no class
+    ///   labels, a class label is not one of `classLabels` (the message names the group and the label and suggests
+    ///   the closest labels), a threshold is outside 0...1, the onset rule is not 1 <= k <= n, a hold time or
+    ///   minimum interval is negative or not finite, or the watch list names a group that is not in `groups`.
+    public init(groups: [LabelGroup], watchList: [String], classLabels: [String]) throws(EarshotError) {
+        var indexOf: [String: Int] = [:]
+        for (index, label) in classLabels.enumerated() where indexOf[label] == nil { indexOf[label] = index }
+
+        var byName: [String: WatchedGroup] = [:]
+        for group in groups {
+            try Self.validate(group)
+            if byName[group.name] != nil {
+                throw EarshotError(.config, "group \"\(group.name)\" is defined twice (each group name must be unique)")
+            }
+            var indices: [Int] = []
+            for label in group.classLabels {
+                guard let index = indexOf[label] else {
+                    let closest = Self.closestLabels(to: label, in: classLabels, limit: 3)
+                    let hint = closest.isEmpty
+                        ? "run `earshot classes` for the list"
+                        : "closest: " + closest.map { "\"\($0)\"" }.joined(separator: ", ")
+                            + "; run `earshot classes` for the list"
+                    throw EarshotError(.config, "group \"\(group.name)\": unknown class label \"\(label)\" (\(hint))")
+                }
+                indices.append(index)
+            }
+            byName[group.name] = WatchedGroup(group: group, classIndices: indices)
+        }
+
+        var watched: [WatchedGroup] = []
+        var seen: Set<String> = []
+        for name in watchList where seen.insert(name).inserted {
+            guard let entry = byName[name] else {
+                let known = byName.keys.sorted().joined(separator: ", ")
+                throw EarshotError(.config, "watch list names unknown group \"\(name)\" (known groups: \(known))")
+            }
+            watched.append(entry)
+        }
+        self.watched = watched
+        self.classLabels = classLabels
+        debouncers = watched.map { Debouncer(group: $0.group) }
+    }
+
+    /// Feeds one analysis window to every watched group's debouncer.
+    ///
+    /// - Parameters:
+    ///   - windowStart: stream time (s) of the window's first sample.
+    ///   - windowDuration: window length (s), 0.96 for YAMNet.
+    ///   - scores: the window's class scores in 0...1, `classLabels.count` of them (521 for YAMNet), or nil when
+    ///     the level gate kept the window out of inference (a quiet window: negative for every group). An array of
+    ///     the wrong length is treated as a quiet window.
+    /// - Returns: the events of this window, grouped in watch-list order.
+    public mutating func process(windowStart: Double, windowDuration: Double, scores: [Float]?) -> [DetectionEvent] {
+        let usable = scores.flatMap { $0.count == classLabels.count ? $0 : nil }
+        var events: [DetectionEvent] = []
+        for index in debouncers.indices {
+            var groupScore: Float?
+            var topClass: String?
+            if let usable {
+                for classIndex in watched[index].classIndices {
+                    let value = usable[classIndex]
+                    if value.isNaN { continue }
+                    if groupScore.map({ value > $0 }) ?? true {
+                        groupScore = value
+                        topClass = classLabels[classIndex]
+                    }
+                }
+                if groupScore == nil { groupScore = 0 }
+            }
+            events += debouncers[index].process(
+                windowStart: windowStart, windowDuration: windowDuration, score: groupScore, topClass: topClass)
+        }
+        return events
+    }
+
+    /// Reports a gap in the stream to every debouncer (see `Debouncer.reset(at:)`): open events end at their last
+    /// positive window.
+    public mutating func reset(at streamTime: Double) -> [DetectionEvent] {
+        var events: [DetectionEvent] = []
+        for index in debouncers.indices { events += debouncers[index].reset(at: streamTime) }
+        return events
+    }
+
+    /// The stream ended (or the analysis changed, `reason` `.reload`): closes every open event (see
+    /// `Debouncer.finish(reason:)`).
+    public mutating func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [DetectionEvent] {
+        var events: [DetectionEvent] = []
+        for index in debouncers.indices { events += debouncers[index].finish(reason: reason) }
+        return events
+    }
+
+    /// The names of the groups with an open event, in watch-list order.
+    public var activeGroups: [String] {
+        debouncers.filter(\.isActive).map(\.group.name)
+    }
+
+    /// Checks one group's values; see `init` for the rules.
+    package static func validate(_ group: LabelGroup) throws(EarshotError) {
+        let name = group.name
+        let nameIsValid = !name.isEmpty && name.unicodeScalars.allSatisfy {
+            ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_"
+        }
+        guard nameIsValid else {
+            throw EarshotError(.config, "group name \"\(name)\" is invalid (use lowercase letters, digits and _)")
+        }
+        guard !group.classLabels.isEmpty else {
+            throw EarshotError(.config, "group \"\(name)\" has no class labels (list at least one AudioSet class label)")
+        }
+        guard group.threshold >= 0, group.threshold <= 1 else {
+            throw EarshotError(.config, "group \"\(name)\": threshold \(group.threshold) is out of range (use a value in 0...1)")
+        }
+        guard group.onsetOf >= 1, group.onsetWindows >= 1, group.onsetWindows <= group.onsetOf else {
+            throw EarshotError(
+                .config,
+                "group \"\(name)\": onset rule \(group.onsetWindows) of \(group.onsetOf) windows is invalid (need 1 <= k <= n)")
+        }
+        guard group.holdSeconds.isFinite, group.holdSeconds >= 0 else {
+            throw EarshotError(.config, "group \"\(name)\": hold time \(group.holdSeconds) s is invalid (use 0 or more seconds)")
+        }
+        guard group.minIntervalSeconds.isFinite, group.minIntervalSeconds >= 0 else {
+            throw EarshotError(
+                .config, "group \"\(name)\": minimum interval \(group.minIntervalSeconds) s is invalid (use 0 or more seconds)")
+        }
+    }
+
+    /// The labels closest to `label`, best first: equal ignoring case, then labels containing it, then labels it
+    /// contains, then the others within an edit distance of half the longer length; ties by edit distance, then
+    /// label index. At most `limit` labels.
+    public static func closestLabels(to label: String, in labels: [String], limit: Int) -> [String] {
+        let wanted = Array(label.lowercased().unicodeScalars)
+        guard !wanted.isEmpty, limit > 0 else { return [] }
+        let wantedText = label.lowercased()
+        var ranked: [(rank: Int, distance: Int, index: Int)] = []
+        for (index, candidate) in labels.enumerated() {
+            let lower = candidate.lowercased()
+            let distance = editDistance(wanted, Array(lower.unicodeScalars))
+            let rank: Int
+            if lower == wantedText {
+                rank = 0
+            } else if lower.contains(wantedText) {
+                rank = 1
+            } else if wantedText.contains(lower) {
+                rank = 2
+            } else if distance * 2 <= max(wanted.count, lower.unicodeScalars.count) {
+                rank = 3
+            } else {
+                continue
+            }
+            ranked.append((rank, distance, index))
+        }
+        ranked.sort { ($0.rank, $0.distance, $0.index) < ($1.rank, $1.distance, $1.index) }
+        return ranked.prefix(limit).map { labels[$0.index] }
+    }
+
+    /// Levenshtein distance between two scalar arrays.
+    private static func editDistance(_ a: [Unicode.Scalar], _ b: [Unicode.Scalar]) -> Int {
+        if a.isEmpty { return b.count }
+        if b.isEmpty { return a.count }
+        var previous = Array(0...b.count)
+        var current = Array(repeating: 0, count: b.count + 1)
+        for i in 1...a.count {
+            current[0] = i
+            for j in 1...b.count {
+                let substitution = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)
+                current[j] = min(substitution, previous[j] + 1, current[j - 1] + 1)
+            }
+            swap(&previous, &current)
+        }
+        return previous[b.count]
+    }
+}

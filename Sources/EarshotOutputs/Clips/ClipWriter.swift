@@ -1,0 +1,374 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+
+/// A clip written to disk: what the `clip_saved` line and the journal say.
+public struct SavedClip: Sendable, Equatable {
+    /// The file, e.g. `/var/lib/earshot/clips/2026-11-30T21-15-03Z_smoke_alarm.wav`.
+    public var path: String
+    public var group: String
+    /// Stream time (s) of the first sample and after the last.
+    public var start: Double
+    public var end: Double
+    /// Samples in the file (16 kHz mono).
+    public var frames: Int
+    public var eventStart: Double
+    /// Nil when the event was still going when the clip was cut.
+    public var eventEnd: Double?
+    /// True when the event was longer than ``ClipRecorder/maximumEventSeconds`` and the clip stops there.
+    public var capped: Bool
+    /// File size in bytes (44-byte header + 2 bytes per frame).
+    public var bytes: Int
+    /// Seconds the write took (open, write, fsync, rename), for the record.
+    public var writeSeconds: Double
+
+    public var duration: Double { end - start }
+
+    /// The socket line, e.g. `{"type":"clip_saved","group":"baby_cry","path":"/var/lib/earshot/clips/...wav",
+    /// "start":0,"end":14.6,"duration":14.6,"frames":233600,"sample_rate":16000,"event_start":2.88,"event_end":9.6,
+    /// "capped":false,"time":"..."}`; `event_end` is left out while the event goes on.
+    public func object(time: Date) -> JSONObject {
+        var object: JSONObject = [
+            "type": "clip_saved",
+            "group": .string(group),
+            "path": .string(path),
+            "start": .number(start, decimals: EventJSON.timeDecimals),
+            "end": .number(end, decimals: EventJSON.timeDecimals),
+            "duration": .number(duration, decimals: EventJSON.timeDecimals),
+            "frames": .int(frames),
+            "sample_rate": .int(ClipAudio.sampleRate),
+            "event_start": .number(eventStart, decimals: EventJSON.timeDecimals),
+        ]
+        if let eventEnd { object["event_end"] = .number(eventEnd, decimals: EventJSON.timeDecimals) }
+        object["capped"] = .bool(capped)
+        object["time"] = .string(EventJSON.timestamp(time))
+        return object
+    }
+
+    /// The journal line, e.g. `clip saved: /var/lib/earshot/clips/2026-11-30T21-15-03Z_baby_cry.wav (baby_cry,
+    /// 14.60 s: stream time 0.00 s to 14.60 s)`, with `; event longer than 60 s, cut there` when capped.
+    public var message: String {
+        func fixed(_ value: Double) -> String { String(cFormat: "%.2f", value) }
+        let cap = capped ? "; event longer than \(Int(ClipRecorder.maximumEventSeconds)) s, cut there" : ""
+        return "clip saved: \(path) (\(group), \(fixed(duration)) s: stream time \(fixed(start)) s to \(fixed(end)) s\(cap))"
+    }
+
+    /// The journal entry: ``message`` (priority 6), `EARSHOT_EVENT=clip`, `EARSHOT_GROUP`, `EARSHOT_CLIP` (the
+    /// path) and `EARSHOT_STREAM_TIME` (the event's start, as in its detection entries), so that
+    /// `journalctl EARSHOT_EVENT=clip` lists the clips.
+    public func journalFields(identifier: String) -> [JournalSink.Field] {
+        [
+            .init("MESSAGE", message),
+            .init("PRIORITY", "6"),
+            .init("SYSLOG_IDENTIFIER", identifier),
+            .init("EARSHOT_EVENT", "clip"),
+            .init("EARSHOT_GROUP", group),
+            .init("EARSHOT_CLIP", path),
+            .init("EARSHOT_STREAM_TIME", JSONValue.format(eventStart, decimals: EventJSON.timeDecimals)),
+        ]
+    }
+}
+
+/// Writes clips on its own serial queue, so that the analysis never waits for the disk, and applies retention.
+///
+/// Each clip is a 16-bit PCM mono WAV at 16 kHz (``WaveFileWriter``, libsndfile), written as `.NAME.partial` with
+/// mode 0600, flushed (`fsync`) and renamed to its name (``ClipFiles``): a reader never sees half a clip. The
+/// directory is created (mode 0700) when missing; its parent must exist.
+///
+/// Failures are not fatal: a clip that cannot be written (missing parent, read-only file system, full disk, no
+/// permission) is dropped, its partial file removed, and `report` gets one line; later clips are tried as they come,
+/// and when one is written again `report` says so with the number lost. At most ``maximumBacklog`` clips wait in
+/// memory (a stalled disk); more are dropped and counted.
+///
+/// At start the writer makes the directory and checks that a file can be created in it, so that a wrong directory is
+/// reported before the first event rather than when a smoke alarm's clip is lost.
+///
+/// Retention (``ClipFiles/prune(directory:maxClips:retentionDays:now:)``) runs at start, after each clip and every
+/// ``pruneInterval``.
+///
+/// - Important: ``save(_:)`` may be called from any thread and returns at once. `report` and `saved` are called on
+///   the writer's queue and must not call back into the writer synchronously.
+public final class ClipWriter: @unchecked Sendable {
+    // @unchecked: the mutable properties other than `counters` are touched only on `queue`.
+
+    /// What `report` is told.
+    public enum Report: Sendable, Equatable {
+        /// Clips cannot be written; the line says why and how to fix it. Sent once until a clip is written again.
+        case failing(String)
+        /// Clips are written again after a failure; the line says how many were lost.
+        case recovered(String)
+        /// Something to log that needs no health event (clips dropped for a slow disk, retention failing).
+        case warning(String)
+    }
+
+    /// Counters (read with ``statistics``).
+    public struct Statistics: Sendable, Equatable {
+        public var written = 0
+        /// Clips not written: failed or dropped.
+        public var lost = 0
+        /// Clips deleted by retention since start.
+        public var pruned = 0
+        /// Clips waiting to be written.
+        public var queued = 0
+        public var failing = false
+        /// Total seconds spent writing (for the mean write time).
+        public var writeSeconds: Double = 0
+    }
+
+    /// Clips waiting for the disk at most: about 18 MB at the default 70 s clip.
+    public static let maximumBacklog = 8
+    /// Seconds between retention runs when no clip is saved.
+    public static let pruneInterval: Double = 3600
+
+    public let directory: String
+    public let maxClips: Int
+    public let retentionDays: Int
+    private let queue = DispatchQueue(label: "earshot.clips", qos: .utility)
+    private let report: @Sendable (Report) -> Void
+    private let saved: @Sendable (SavedClip) -> Void
+    private let now: @Sendable () -> Date
+    private let counters = Mutex(Statistics())
+    private var lostSinceFailure = 0
+    private var pruneTimer: DispatchSourceTimer?
+    private var stopped = false
+
+    /// - Parameters:
+    ///   - settings: `[clips]`: directory, max_clips, retention_days.
+    ///   - now: the clock for retention (tests pass a fixed one).
+    ///   - report: told once when writing starts failing, once when it works again, and of warnings.
+    ///   - saved: told of each clip written, after the rename.
+    public init(
+        settings: ClipSettings, now: @escaping @Sendable () -> Date = { Date() },
+        report: @escaping @Sendable (Report) -> Void, saved: @escaping @Sendable (SavedClip) -> Void
+    ) {
+        directory = settings.directory
+        maxClips = settings.maxClips
+        retentionDays = settings.retentionDays
+        self.now = now
+        self.report = report
+        self.saved = saved
+        queue.async { [self] in
+            probe()
+            prune()
+            startPruneTimer()
+        }
+    }
+
+    deinit {
+        pruneTimer?.cancel()
+    }
+
+    /// Queues one clip for writing. Returns at once.
+    public func save(_ clip: ClipAudio) {
+        let accepted = counters.withLock { counters -> Bool in
+            guard counters.queued < Self.maximumBacklog else {
+                counters.lost += 1
+                return false
+            }
+            counters.queued += 1
+            return true
+        }
+        guard accepted else {
+            queue.async { [self] in
+                lostSinceFailure += 1
+                report(.warning("clip of \(clip.group) at stream time \(String(cFormat: "%.2f", clip.eventStart)) s dropped: \(Self.maximumBacklog) clips are still waiting for the disk"))
+            }
+            return
+        }
+        queue.async { [self] in
+            defer { counters.withLock { $0.queued -= 1 } }
+            guard !stopped else { return }
+            write(clip)
+        }
+    }
+
+    /// Waits until every clip queued before this call has been written or has failed.
+    public func flush() {
+        queue.sync {}
+    }
+
+    /// Writes what is queued, stops the timer; later clips are ignored. Waits.
+    public func close() {
+        queue.sync {
+            stopped = true
+            pruneTimer?.cancel()
+            pruneTimer = nil
+        }
+    }
+
+    public var statistics: Statistics {
+        counters.withLock { $0 }
+    }
+
+    // MARK: On the queue
+
+    private func write(_ clip: ClipAudio) {
+        let started = DispatchTime.now().uptimeNanoseconds
+        do throws(EarshotError) {
+            let path = try writeFile(clip)
+            let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
+            let wasFailing = counters.withLock { counters -> Bool in
+                counters.written += 1
+                counters.writeSeconds += seconds
+                defer { counters.failing = false }
+                return counters.failing
+            }
+            if wasFailing {
+                let lost = lostSinceFailure
+                let note = lost == 0 ? "no clip was lost" : lost == 1 ? "1 clip was lost" : "\(lost) clips were lost"
+                report(.recovered("clips are saved to \(directory) again (\(note))"))
+            }
+            lostSinceFailure = 0
+            saved(SavedClip(
+                path: path, group: clip.group, start: clip.start, end: clip.end, frames: clip.samples.count,
+                eventStart: clip.eventStart, eventEnd: clip.eventEnd, capped: clip.capped,
+                bytes: 44 + 2 * clip.samples.count, writeSeconds: seconds))
+            prune()
+        } catch {
+            lostSinceFailure += 1
+            let firstFailure = counters.withLock { counters -> Bool in
+                counters.lost += 1
+                defer { counters.failing = true }
+                return !counters.failing
+            }
+            if firstFailure {
+                report(.failing("clip of \(clip.group) not saved: \(error.message); detection goes on without clips, and later clips are tried as they come"))
+            }
+        }
+    }
+
+    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` on x86-64 and arm64), a macro Swift does not import.
+    private static let openUnnamedFile: Int32 = 0o20_200_000
+
+    /// Makes the directory and creates an unnamed file in it (`O_TMPFILE`: nothing is left behind), reporting a
+    /// failure as for a clip.
+    private func probe() {
+        do throws(EarshotError) {
+            try ensureDirectory()
+            let descriptor = open(directory, Self.openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
+            let code = errno
+            if descriptor >= 0 {
+                Glibc.close(descriptor)
+            } else if code != EOPNOTSUPP && code != EISDIR && code != EINVAL {  // else no O_TMPFILE there: no check
+                throw failure("cannot create files in \(directory)", code)
+            }
+        } catch {
+            counters.withLock { $0.failing = true }
+            report(.failing("clips cannot be saved: \(error.message); detection goes on without clips, and clips are tried as they come"))
+        }
+    }
+
+    /// Writes `clip` under a fresh name; returns its path.
+    private func writeFile(_ clip: ClipAudio) throws(EarshotError) -> String {
+        try ensureDirectory()
+        let stem = ClipFiles.stem(start: clip.wallClockStart, group: clip.group)
+        var number = 1
+        var name = ClipFiles.name(stem: stem)
+        while exists(name) || exists(ClipFiles.partialName(for: name)) {
+            number += 1
+            guard number < 1_000 else {
+                throw EarshotError(.cannotCreate, "cannot name a clip in \(directory): \(stem) is taken 1000 times over")
+            }
+            name = ClipFiles.name(stem: stem, number: number)
+        }
+        let path = directory + "/" + name
+        let partial = directory + "/" + ClipFiles.partialName(for: name)
+        var descriptor: Int32
+        repeat {
+            descriptor = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        } while descriptor < 0 && errno == EINTR
+        guard descriptor >= 0 else { throw failure("cannot create \(partial)", errno) }
+        var closed = false
+        var renamed = false
+        defer {
+            if !closed { Glibc.close(descriptor) }
+            if !renamed { unlink(partial) }
+        }
+        // Whatever the umask: clips are recordings of the home, readable by the daemon's user only.
+        guard fchmod(descriptor, 0o600) == 0 else { throw failure("cannot set the mode of \(partial)", errno) }
+        let writer = try WaveFileWriter(descriptor: descriptor, sampleRate: ClipAudio.sampleRate, path: partial)
+        do throws(EarshotError) {
+            try clip.samples.withUnsafeBufferPointer { (samples) throws(EarshotError) in try writer.write(samples) }
+            try writer.finish()
+        } catch {
+            // libsndfile lets go of the descriptor before the `defer` above closes it (its number could be reused).
+            let code = writer.failureErrno
+            try? writer.finish()
+            // A full disk says ENOSPC here: the same hint as for open and fsync.
+            guard code != 0 else { throw error }
+            throw failure("cannot write \(partial)", code)
+        }
+        guard fsync(descriptor) == 0 else { throw failure("cannot flush \(partial)", errno) }
+        closed = true
+        guard Glibc.close(descriptor) == 0 else { throw failure("cannot close \(partial)", errno) }
+        guard rename(partial, path) == 0 else { throw failure("cannot rename \(partial) to \(name)", errno) }
+        renamed = true
+        // The rename itself on disk (a crash right after leaves the clip, not its partial file).
+        let directoryDescriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directoryDescriptor >= 0 {
+            _ = fsync(directoryDescriptor)
+            Glibc.close(directoryDescriptor)
+        }
+        return path
+    }
+
+    private func exists(_ name: String) -> Bool {
+        var status = stat()
+        return lstat(directory + "/" + name, &status) == 0
+    }
+
+    /// Creates the directory (mode 0700, not its parents) when missing.
+    private func ensureDirectory() throws(EarshotError) {
+        var status = stat()
+        if stat(directory, &status) == 0 {
+            guard (status.st_mode & S_IFMT) == S_IFDIR else {
+                throw EarshotError(.cannotCreate, "\(directory) is not a directory (set [clips] directory to a directory)")
+            }
+            return
+        }
+        let code = errno
+        guard code == ENOENT else { throw failure("cannot use the clips directory \(directory)", code) }
+        guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
+            throw failure("cannot create the clips directory \(directory)", errno)
+        }
+    }
+
+    /// `what: strerror (what to do)`.
+    private func failure(_ what: String, _ code: Int32) -> EarshotError {
+        let text = String(cString: strerror(code))
+        let hint: String = switch code {
+        case ENOSPC, EDQUOT: "the disk is full: free space, or lower [clips] max_clips or retention_days"
+        case EROFS: "a read-only file system: set [clips] directory to a writable place"
+        case EACCES, EPERM: "not writable by the daemon's user: under systemd keep it under StateDirectory, /var/lib/earshot"
+        case ENOENT: "its parent directory does not exist: create it, or set [clips] directory"
+        case ENOTDIR: "a part of the path is not a directory: set [clips] directory"
+        default: "check the disk and [clips] directory"
+        }
+        return EarshotError(code == ENOSPC || code == EIO ? .io : .cannotCreate, "\(what): \(text) (\(hint))", cause: text)
+    }
+
+    private func prune() {
+        do throws(EarshotError) {
+            let pruned = try ClipFiles.prune(
+                directory: directory, maxClips: maxClips, retentionDays: retentionDays, now: now())
+            counters.withLock { $0.pruned += pruned.expired.count + pruned.excess.count }
+        } catch {
+            report(.warning("clip retention: \(error.message)"))
+        }
+    }
+
+    private func startPruneTimer() {
+        guard pruneTimer == nil, !stopped else { return }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + Self.pruneInterval, repeating: Self.pruneInterval, leeway: .seconds(60))
+        timer.setEventHandler { [weak self] in self?.prune() }
+        pruneTimer = timer
+        timer.resume()
+    }
+}

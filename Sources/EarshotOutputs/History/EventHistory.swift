@@ -1,0 +1,321 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+internal import CSQLite
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+
+/// One detection as the event history stores it: a finished event of a label group, in wall-clock time.
+///
+/// Times are whole milliseconds since 1970 (the stored precision): `start` and `end` made by ``init(id:group:classLabel:start:end:peakConfidence:meanConfidence:levelDBFS:peakLevelDBFS:windows:endReason:)``
+/// are rounded to the millisecond, so a stored event reads back equal.
+public struct HistoryEvent: Sendable, Equatable {
+    /// The row id (assigned by the database; 0 before the event is stored).
+    public var id: Int64
+    /// The label group (`snoring`, `smoke_alarm`, ...).
+    public var group: String
+    /// The AudioSet class label that scored highest in the event (e.g. `Snoring`).
+    public var classLabel: String
+    /// Wall-clock start: the start of the event's first positive window.
+    public var start: Date
+    /// Wall-clock end: the end of the event's last positive window.
+    public var end: Date
+    /// Highest group score over the event's positive windows, 0...1.
+    public var peakConfidence: Float
+    /// Mean group score over the event's positive windows, 0...1.
+    public var meanConfidence: Float
+    /// Level of the event's audio in dBFS: the energy mean of the RMS levels of the windows inside the event
+    /// (`10 log10(mean(10^(L/10)))`), -120 for digital silence.
+    public var levelDBFS: Float
+    /// The loudest window's RMS level inside the event, in dBFS.
+    public var peakLevelDBFS: Float
+    /// Positive windows the event had.
+    public var windows: Int
+    /// Why the event ended (`hold_elapsed`, `stream_gap`, `stream_end`; see `DetectionEvent.EndReason`).
+    public var endReason: String
+
+    /// Seconds from `start` to `end`.
+    public var duration: Double { end.timeIntervalSince(start) }
+
+    public init(
+        id: Int64 = 0, group: String, classLabel: String, start: Date, end: Date, peakConfidence: Float,
+        meanConfidence: Float, levelDBFS: Float, peakLevelDBFS: Float, windows: Int, endReason: String
+    ) {
+        self.id = id
+        self.group = group
+        self.classLabel = classLabel
+        self.start = HistoryEvent.millisecondDate(HistoryEvent.milliseconds(start))
+        self.end = HistoryEvent.millisecondDate(HistoryEvent.milliseconds(end))
+        self.peakConfidence = peakConfidence
+        self.meanConfidence = meanConfidence
+        self.levelDBFS = levelDBFS
+        self.peakLevelDBFS = peakLevelDBFS
+        self.windows = windows
+        self.endReason = endReason
+    }
+
+    /// Whole milliseconds since 1970, rounded to nearest (dates beyond ±10^14 s are clamped).
+    package static func milliseconds(_ date: Date) -> Int64 {
+        let value = (date.timeIntervalSince1970 * 1000).rounded()
+        guard value.isFinite else { return 0 }
+        return Int64(max(-1e17, min(1e17, value)))
+    }
+
+    package static func millisecondDate(_ milliseconds: Int64) -> Date {
+        Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+    }
+}
+
+/// Which stored events to read: those overlapping `[since, until]`, of the listed groups, oldest first.
+public struct HistoryQuery: Sendable, Equatable {
+    /// Events that ended at or after this time (nil: no lower bound).
+    public var since: Date?
+    /// Events that started at or before this time (nil: no upper bound).
+    public var until: Date?
+    /// Only these groups (empty: every group).
+    public var groups: [String]
+    /// At most this many events: the newest ones, still returned oldest first (nil: all).
+    public var limit: Int?
+
+    public init(since: Date? = nil, until: Date? = nil, groups: [String] = [], limit: Int? = nil) {
+        self.since = since
+        self.until = until
+        self.groups = groups
+        self.limit = limit
+    }
+}
+
+/// The event history: a SQLite database of finished detections (``HistoryEvent``), written by `earshotd` and read
+/// by `earshot history`.
+///
+/// The file is in WAL mode (readers never block the daemon's writes), with a busy timeout so that a short lock by
+/// another process is waited out. Table `events` (schema version 1 in `PRAGMA user_version`): `id`, `start_ms`,
+/// `end_ms` (Unix milliseconds), `grp`, `class`, `peak_confidence`, `mean_confidence`, `level_dbfs`,
+/// `peak_level_dbfs`, `windows`, `end_reason`; indexed by `end_ms` and `start_ms`.
+///
+/// - Important: Not thread-safe: use one instance from one queue (``EventHistoryWriter`` owns the daemon's).
+public final class EventHistory {
+    /// The daemon's default database: systemd's `StateDirectory=earshot` (`/var/lib/earshot`).
+    public static let defaultPath = "/var/lib/earshot/history.sqlite3"
+    /// The schema version this code writes and reads (`PRAGMA user_version`).
+    package static let schemaVersion = 1
+
+    /// How to open the database.
+    public enum Access: Sendable {
+        /// Read and write, creating the file and the table when missing (the daemon).
+        case readWrite
+        /// Read only; the file must exist (`earshot history`).
+        case readOnly
+    }
+
+    /// The database file's path.
+    public let path: String
+    /// The connection (internal so that tests can set pragmas such as `max_page_count`).
+    package let database: SQLiteDatabase
+
+    /// Opens (or, with `.readWrite`, creates) the history at `path`.
+    ///
+    /// - Parameters:
+    ///   - busyTimeoutMilliseconds: how long a statement waits for another process's lock (default 2000 ms).
+    /// - Throws: `EarshotError`: `.noInput` when `.readOnly` finds no file (`no event history at PATH (...)`);
+    ///   `.cannotCreate` when `path` is a directory (SQLite alone would say "disk I/O error");
+    ///   `.cannotCreate` when the file or its directory cannot be created or written; `.data` when the file is not
+    ///   an event history or has a newer schema; `.unavailable` when it stays locked past the timeout; `.io` for a
+    ///   full disk or another I/O failure.
+    public init(path: String, access: Access = .readWrite, busyTimeoutMilliseconds: Int32 = 2000) throws(EarshotError) {
+        self.path = path
+        if PathKind(path: path) == .directory {
+            throw EarshotError(
+                .cannotCreate,
+                "event history \(path) is a directory, not a database file (set [history] path to a file, e.g. \(Self.defaultPath))")
+        }
+        if access == .readOnly, !FileManager.default.fileExists(atPath: path) {
+            throw EarshotError(
+                .noInput,
+                "no event history at \(path) (earshotd writes it when [history] enabled = true; name another file with --db)")
+        }
+        do {
+            database = try SQLiteDatabase(path: path, mode: access == .readOnly ? .readOnly : .readWriteCreate)
+            try database.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+            var version = 0
+            try database.run("PRAGMA user_version") { version = Int($0.integer(0)) }
+            if version > Self.schemaVersion {
+                throw EarshotError(
+                    .data,
+                    "\(path): event history schema version \(version) is newer than this earshot reads (\(Self.schemaVersion)); update earshot")
+            }
+            if access == .readWrite {
+                try database.execute("PRAGMA journal_mode = WAL")
+                // In WAL mode NORMAL loses at most the last transactions on power loss, never the file.
+                try database.execute("PRAGMA synchronous = NORMAL")
+                if version < Self.schemaVersion {
+                    try database.execute("""
+                        BEGIN IMMEDIATE;
+                        CREATE TABLE IF NOT EXISTS events (
+                            id INTEGER PRIMARY KEY,
+                            start_ms INTEGER NOT NULL,
+                            end_ms INTEGER NOT NULL,
+                            grp TEXT NOT NULL,
+                            class TEXT NOT NULL,
+                            peak_confidence REAL NOT NULL,
+                            mean_confidence REAL NOT NULL,
+                            level_dbfs REAL NOT NULL,
+                            peak_level_dbfs REAL NOT NULL,
+                            windows INTEGER NOT NULL,
+                            end_reason TEXT NOT NULL
+                        );
+                        CREATE INDEX IF NOT EXISTS events_end ON events(end_ms);
+                        CREATE INDEX IF NOT EXISTS events_start ON events(start_ms);
+                        PRAGMA user_version = \(Self.schemaVersion);
+                        COMMIT;
+                        """)
+                }
+            } else if version == 0 {
+                // An empty file, or a database that another program made: nothing of ours to read.
+                var tables = 0
+                try database.run("SELECT count(*) FROM sqlite_schema WHERE name = 'events'") { tables = Int($0.integer(0)) }
+                if tables == 0 {
+                    throw EarshotError(.data, "\(path) is not an Earshot event history (it has no events table)")
+                }
+            }
+        } catch let error as SQLiteError {
+            throw Self.error(error, path: path, doing: access == .readOnly ? "cannot read" : "cannot open")
+        } catch let error as EarshotError {
+            throw error
+        } catch {
+            throw EarshotError(.io, "\(path): cannot open the event history: \(error)")
+        }
+    }
+
+    /// Stores one event and returns its row id.
+    /// - Throws: `EarshotError` as described in ``init(path:access:busyTimeoutMilliseconds:)`` (locked, full,
+    ///   read-only).
+    @discardableResult
+    public func insert(_ event: HistoryEvent) throws(EarshotError) -> Int64 {
+        try insert([event]).first ?? 0
+    }
+
+    /// Stores events in one transaction (all or none) and returns their row ids in order.
+    /// - Throws: `EarshotError` as ``insert(_:)``; on failure nothing is stored.
+    @discardableResult
+    public func insert(_ events: [HistoryEvent]) throws(EarshotError) -> [Int64] {
+        guard !events.isEmpty else { return [] }
+        do throws(SQLiteError) {
+            try database.execute("BEGIN IMMEDIATE")
+            var ids: [Int64] = []
+            do throws(SQLiteError) {
+                for event in events {
+                    try database.run(
+                        """
+                        INSERT INTO events (start_ms, end_ms, grp, class, peak_confidence, mean_confidence, level_dbfs,
+                                            peak_level_dbfs, windows, end_reason)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                        [.integer(HistoryEvent.milliseconds(event.start)), .integer(HistoryEvent.milliseconds(event.end)),
+                         .text(event.group), .text(event.classLabel), .real(Double(event.peakConfidence)),
+                         .real(Double(event.meanConfidence)), .real(Double(event.levelDBFS)),
+                         .real(Double(event.peakLevelDBFS)), .integer(Int64(event.windows)), .text(event.endReason)])
+                    ids.append(database.lastInsertRowID)
+                }
+                try database.execute("COMMIT")
+            } catch {
+                try? database.execute("ROLLBACK")
+                throw error
+            }
+            return ids
+        } catch {
+            throw Self.error(error, path: path, doing: "cannot write")
+        }
+    }
+
+    /// The stored events matching `query`, oldest first (by start, then id).
+    /// - Throws: `EarshotError` (`.unavailable` when locked past the timeout, `.data` for a damaged file).
+    public func events(matching query: HistoryQuery = HistoryQuery()) throws(EarshotError) -> [HistoryEvent] {
+        var conditions: [String] = []
+        var parameters: [SQLiteDatabase.Value] = []
+        if let since = query.since {
+            conditions.append("end_ms >= ?")
+            parameters.append(.integer(HistoryEvent.milliseconds(since)))
+        }
+        if let until = query.until {
+            conditions.append("start_ms <= ?")
+            parameters.append(.integer(HistoryEvent.milliseconds(until)))
+        }
+        if !query.groups.isEmpty {
+            conditions.append("grp IN (" + Array(repeating: "?", count: query.groups.count).joined(separator: ", ") + ")")
+            parameters += query.groups.map { .text($0) }
+        }
+        var sql = """
+            SELECT id, start_ms, end_ms, grp, class, peak_confidence, mean_confidence, level_dbfs, peak_level_dbfs,
+                   windows, end_reason FROM events
+            """
+        if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
+        if let limit = query.limit {
+            // The newest `limit` events, then put back in time order.
+            sql = "SELECT * FROM (\(sql) ORDER BY start_ms DESC, id DESC LIMIT ?) ORDER BY start_ms, id"
+            parameters.append(.integer(Int64(max(0, limit))))
+        } else {
+            sql += " ORDER BY start_ms, id"
+        }
+        var events: [HistoryEvent] = []
+        do throws(SQLiteError) {
+            try database.run(sql, parameters) { row in
+                var event = HistoryEvent(
+                    id: row.integer(0), group: row.text(3), classLabel: row.text(4), start: Date(), end: Date(),
+                    peakConfidence: Float(row.real(5)), meanConfidence: Float(row.real(6)), levelDBFS: Float(row.real(7)),
+                    peakLevelDBFS: Float(row.real(8)), windows: Int(row.integer(9)), endReason: row.text(10))
+                event.start = HistoryEvent.millisecondDate(row.integer(1))
+                event.end = HistoryEvent.millisecondDate(row.integer(2))
+                events.append(event)
+            }
+        } catch {
+            throw Self.error(error, path: path, doing: "cannot read")
+        }
+        return events
+    }
+
+    /// Deletes the events that ended before `cutoff` and returns how many were deleted.
+    /// - Throws: `EarshotError` as ``insert(_:)``.
+    @discardableResult
+    public func prune(endedBefore cutoff: Date) throws(EarshotError) -> Int {
+        do throws(SQLiteError) {
+            try database.run("DELETE FROM events WHERE end_ms < ?", [.integer(HistoryEvent.milliseconds(cutoff))])
+            return database.changes
+        } catch {
+            throw Self.error(error, path: path, doing: "cannot prune")
+        }
+    }
+
+    /// The one-line error for a failed SQLite call on `path`, with the fix.
+    package static func error(_ error: SQLiteError, path: String, doing: String) -> EarshotError {
+        let what = "event history \(path): \(doing): \(error.message)"
+        if error.isLocked {
+            return EarshotError(.unavailable, "\(what) (another process holds a lock on it; close that program or wait)",
+                                cause: error.message)
+        }
+        if error.isFull {
+            return EarshotError(.io, "\(what) (free space on that file system, or lower [history] retention_days)",
+                                cause: error.message)
+        }
+        if error.isReadOnly {
+            return EarshotError(
+                .cannotCreate,
+                "\(what) (make the file and its directory writable by the daemon's user, or set [history] path)",
+                cause: error.message)
+        }
+        if error.isCannotOpen {
+            let directory = parentDirectory(of: path)
+            return EarshotError(
+                .cannotCreate,
+                "\(what) (check that \(directory.isEmpty ? "." : directory) exists and is writable by the daemon's user; under systemd use StateDirectory=earshot, or set [history] path)",
+                cause: error.message)
+        }
+        if error.isNotADatabase {
+            return EarshotError(.data, "\(what) (the file is not an Earshot event history; move it aside)",
+                                cause: error.message)
+        }
+        return EarshotError(.io, what, cause: error.message)
+    }
+}

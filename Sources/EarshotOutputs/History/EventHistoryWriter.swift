@@ -1,0 +1,206 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+
+/// The daemon's writer of the event history: stores finished events on its own serial queue so that the analysis
+/// never waits for the disk, and prunes events older than the retention.
+///
+/// Failures are not fatal. The database is opened at the first event (so a daemon that detects nothing never
+/// touches the disk). When opening or writing fails (a locked file past the busy timeout, a full disk, a read-only
+/// directory), `report` gets one line and the events are kept in memory (at most ``maximumBacklog``; older ones are
+/// dropped and counted) and retried with each new event and every ``retryInterval``; when a write succeeds again,
+/// `report` gets one line saying so, with the number of events lost.
+///
+/// Retention: events that ended more than `retentionDays` ago are deleted when the database is opened and then
+/// every hour (0 keeps everything).
+///
+/// - Important: ``append(_:)`` may be called from any thread and returns at once. `report` is called on the writer's
+///   queue and must not call back into the writer synchronously.
+public final class EventHistoryWriter: @unchecked Sendable {
+    // @unchecked: the mutable properties below other than `counters` are touched only on `queue`.
+
+    /// What `report` is told.
+    public enum Report: Sendable, Equatable {
+        /// Storing failed; the line says why and how to fix it. Sent once until writes work again.
+        case failing(String)
+        /// Storing works again after a failure; the line says how many events were lost.
+        case recovered(String)
+    }
+
+    /// Events held in memory while the database cannot be written (days of busy detections).
+    public static let maximumBacklog = 4096
+    /// Seconds between retries while failing.
+    public static let retryInterval: Double = 30
+    /// Seconds between retention pruning runs.
+    public static let pruneInterval: Double = 3600
+
+    /// Counters (read with ``statistics``).
+    public struct Statistics: Sendable, Equatable {
+        /// Events stored since start.
+        public var written = 0
+        /// Events dropped because the backlog was full.
+        public var dropped = 0
+        /// Events waiting in memory for the database.
+        public var backlog = 0
+        /// Events deleted by retention since start.
+        public var pruned = 0
+        /// True while writes fail.
+        public var failing = false
+    }
+
+    /// The database file.
+    public let path: String
+    /// Days events are kept; 0 keeps everything.
+    public let retentionDays: Int
+    private let busyTimeoutMilliseconds: Int32
+    private let queue = DispatchQueue(label: "earshot.history", qos: .utility)
+    private let report: @Sendable (Report) -> Void
+    private let now: @Sendable () -> Date
+    private let counters = Mutex(Statistics())
+
+    private var history: EventHistory?
+    private var backlog: [HistoryEvent] = []
+    private var lostSinceFailure = 0
+    private var retryTimer: DispatchSourceTimer?
+    private var pruneTimer: DispatchSourceTimer?
+    private var stopped = false
+
+    /// - Parameters:
+    ///   - path: the database file (`[history] path`); its directory must exist.
+    ///   - retentionDays: days events are kept (`[history] retention_days`); 0 keeps everything.
+    ///   - busyTimeoutMilliseconds: how long one write waits for another process's lock before failing.
+    ///   - now: the clock used for retention (tests pass a fixed one).
+    ///   - report: told once when storing starts failing and once when it works again.
+    public init(
+        path: String, retentionDays: Int, busyTimeoutMilliseconds: Int32 = 2000,
+        now: @escaping @Sendable () -> Date = { Date() }, report: @escaping @Sendable (Report) -> Void
+    ) {
+        self.path = path
+        self.retentionDays = max(0, retentionDays)
+        self.busyTimeoutMilliseconds = busyTimeoutMilliseconds
+        self.now = now
+        self.report = report
+    }
+
+    deinit {
+        retryTimer?.cancel()
+        pruneTimer?.cancel()
+    }
+
+    /// Queues one finished event for storing. Returns at once.
+    public func append(_ event: HistoryEvent) {
+        queue.async { [self] in
+            guard !stopped else { return }
+            backlog.append(event)
+            if backlog.count > Self.maximumBacklog {
+                let excess = backlog.count - Self.maximumBacklog
+                backlog.removeFirst(excess)
+                lostSinceFailure += excess
+                counters.withLock { $0.dropped += excess }
+            }
+            drain()
+        }
+    }
+
+    /// Waits until every event appended before this call has been stored or has failed (for shutdown and tests).
+    public func flush() {
+        queue.sync {}
+    }
+
+    /// Stores what it can, stops the timers and closes the database; later appends are ignored. Waits.
+    public func close() {
+        queue.sync {
+            drain()
+            stopped = true
+            retryTimer?.cancel()
+            retryTimer = nil
+            pruneTimer?.cancel()
+            pruneTimer = nil
+            history = nil
+        }
+    }
+
+    /// Counters so far.
+    public var statistics: Statistics {
+        counters.withLock { $0 }
+    }
+
+    // MARK: On the queue
+
+    /// Opens the database when needed and writes the backlog in one transaction.
+    private func drain() {
+        defer { counters.withLock { $0.backlog = backlog.count } }
+        guard !stopped, !backlog.isEmpty else { return }
+        do throws(EarshotError) {
+            let history = try openIfNeeded()
+            try history.insert(backlog)
+            let count = backlog.count
+            backlog.removeAll()
+            let wasFailing = counters.withLock { counters -> Bool in
+                counters.written += count
+                defer { counters.failing = false }
+                return counters.failing
+            }
+            guard wasFailing else { return }
+            retryTimer?.cancel()
+            retryTimer = nil
+            let lost = lostSinceFailure
+            lostSinceFailure = 0
+            let note = lost == 0 ? "no events were lost" : "\(lost) event\(lost == 1 ? " was" : "s were") lost"
+            report(.recovered("event history \(path) is writable again (\(note))"))
+        } catch {
+            let firstFailure = counters.withLock { counters -> Bool in
+                defer { counters.failing = true }
+                return !counters.failing
+            }
+            if firstFailure {
+                report(.failing(error.message + "; events are kept in memory and retried every \(Int(Self.retryInterval)) s"))
+            }
+            // A handle that failed may be stale (file moved, directory remounted): reopen at the retry.
+            history = nil
+            scheduleRetry()
+        }
+    }
+
+    private func openIfNeeded() throws(EarshotError) -> EventHistory {
+        if let history { return history }
+        let opened = try EventHistory(path: path, access: .readWrite, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+        history = opened
+        prune()
+        startPruneTimer()
+        return opened
+    }
+
+    private func prune() {
+        guard retentionDays > 0, let history else { return }
+        let cutoff = now().addingTimeInterval(-Double(retentionDays) * 86_400)
+        // A failed prune is tried again at the next interval; lasting problems show up on the write path.
+        if let deleted = try? history.prune(endedBefore: cutoff) {
+            counters.withLock { $0.pruned += deleted }
+        }
+    }
+
+    private func startPruneTimer() {
+        guard retentionDays > 0, pruneTimer == nil, !stopped else { return }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + Self.pruneInterval, repeating: Self.pruneInterval, leeway: .seconds(60))
+        timer.setEventHandler { [weak self] in self?.prune() }
+        pruneTimer = timer
+        timer.resume()
+    }
+
+    private func scheduleRetry() {
+        guard retryTimer == nil, !stopped else { return }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + Self.retryInterval, repeating: Self.retryInterval, leeway: .seconds(1))
+        timer.setEventHandler { [weak self] in self?.drain() }
+        retryTimer = timer
+        timer.resume()
+    }
+}

@@ -1,0 +1,72 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+
+/// Measures the loudness of detection events from the analysis windows' RMS levels, and turns finished events
+/// (stream time) into ``HistoryEvent``s (wall-clock time).
+///
+/// Feed it every analysis window (``observe(windowStart:windowDuration:levelDBFS:)``, gated windows included) and
+/// every detection event right after the window that produced it (``finish(_:now:)``). An event's level is taken
+/// over the windows that lie inside `[start, end]` of its offset: the energy mean
+/// `10 log10(mean(10^(L/10)))` and the maximum. An onset may start up to ``recentWindowLimit`` windows back (the
+/// k-of-n rule looks back n windows), so the last windows are kept.
+///
+/// Wall clock: the latest window's end is "now" in stream time, so an event time `t` is
+/// `now - (latestWindowEnd - t)` seconds.
+///
+/// - Important: A value type without locks: own it on the analysis queue.
+public struct EventLevelMeter: Sendable {
+    /// Windows kept for onsets that start in the past: 100 (the largest n of a k-of-n rule) plus a margin.
+    public static let recentWindowLimit = 128
+
+    package struct Window: Sendable, Equatable {
+        package var start: Double
+        package var end: Double
+        package var levelDBFS: Float
+    }
+
+    private var recent: [Window] = []
+    private var open: [String: [Window]] = [:]
+    /// Stream time (s) of the end of the latest window observed.
+    public private(set) var latestWindowEnd: Double = 0
+
+    public init() {}
+
+    /// One analysis window: start and duration in stream seconds, RMS level in dBFS.
+    public mutating func observe(windowStart: Double, windowDuration: Double, levelDBFS: Float) {
+        let window = Window(start: windowStart, end: windowStart + windowDuration, levelDBFS: levelDBFS)
+        latestWindowEnd = max(latestWindowEnd, window.end)
+        recent.append(window)
+        if recent.count > Self.recentWindowLimit { recent.removeFirst(recent.count - Self.recentWindowLimit) }
+        for group in open.keys { open[group]?.append(window) }
+    }
+
+    /// Takes an event: an onset starts collecting windows for its group; an offset returns the finished event with
+    /// its levels and wall-clock times (nil for an onset).
+    ///
+    /// - Parameter now: the wall-clock time of the latest observed window's end.
+    public mutating func finish(_ event: DetectionEvent, now: Date) -> HistoryEvent? {
+        switch event {
+        case .onset(let onset):
+            open[onset.group] = recent.filter { $0.start >= onset.start - 1e-6 }
+            return nil
+        case .offset(let offset):
+            let windows = (open.removeValue(forKey: offset.group) ?? recent)
+                .filter { $0.start >= offset.start - 1e-6 && $0.end <= offset.end + 1e-6 }
+            let (mean, peak) = Self.levels(windows.map(\.levelDBFS))
+            let latest = latestWindowEnd
+            let wallClock = { (streamTime: Double) in now.addingTimeInterval(streamTime - latest) }
+            return HistoryEvent(
+                group: offset.group, classLabel: offset.classLabel, start: wallClock(offset.start),
+                end: wallClock(offset.end), peakConfidence: offset.peakConfidence, meanConfidence: offset.meanConfidence,
+                levelDBFS: mean, peakLevelDBFS: peak, windows: offset.positiveWindows, endReason: offset.reason.rawValue)
+        }
+    }
+
+    /// Energy mean and maximum of levels in dBFS; both the floor (-120) for no levels (``LevelStatistics``).
+    public static func levels(_ values: [Float]) -> (mean: Float, peak: Float) { LevelStatistics.levels(values) }
+}

@@ -1,0 +1,108 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+
+/// A request line a client sends to the event socket.
+package enum EventRequest: Equatable {
+    /// `{"subscribe":[...]}` (a single string is accepted as a one-name list).
+    case subscribe([String])
+    /// `{"status":true}` or `{"cmd":"status"}`.
+    case status
+    /// `{"cmd":"NAME"}` for a command registered with `EventServer.register(commands:handler:)`.
+    case command(String)
+
+    package enum Parsed: Equatable {
+        /// A blank line: ignored.
+        case empty
+        /// The error message to reply with.
+        case failure(String)
+        case request(EventRequest)
+    }
+
+    /// Deeper nesting than this is refused before parsing (requests are flat objects).
+    package static let maxNesting = 16
+
+    /// Parses one line (without its newline; a trailing `\r` and surrounding whitespace are ignored).
+    /// `commands` are the registered command names accepted besides "status".
+    package static func parse(_ bytes: [UInt8], commands: [String] = []) -> Parsed {
+        let hint = EventServer.requestHint
+        var start = 0
+        var end = bytes.count
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+        while start < end, isSpace(bytes[start]) { start += 1 }
+        while end > start, isSpace(bytes[end - 1]) { end -= 1 }
+        guard start < end else { return .empty }
+        let line = bytes[start..<end]
+        guard nesting(of: line) <= maxNesting else {
+            return .failure("malformed request: nested more than \(maxNesting) levels deep (\(hint))")
+        }
+        guard let object = try? JSONValue.parse(line) else {
+            return .failure("malformed request: not valid JSON (\(hint))")
+        }
+        guard object.objectValue != nil else {
+            return .failure("malformed request: expected a JSON object (\(hint))")
+        }
+        if let subscribe = object["subscribe"] {
+            if let name = subscribe.stringValue { return .request(.subscribe([name])) }
+            guard let list = subscribe.arrayValue else {
+                return .failure("malformed request: \"subscribe\" must be a list of group names")
+            }
+            var names: [String] = []
+            for item in list {
+                guard let name = item.stringValue else {
+                    return .failure("malformed request: \"subscribe\" must be a list of group names")
+                }
+                names.append(name)
+            }
+            return .request(.subscribe(names))
+        }
+        if let command = object["cmd"] {
+            if let name = command.stringValue, commands.contains(name), name != "status" {
+                return .request(.command(name))
+            }
+            guard let name = command.stringValue, name == "status" else {
+                let shown = command.stringValue.map { "\"\($0)\"" } ?? command.encoded
+                let supported = (["status"] + commands.filter { $0 != "status" }).map { "\"\($0)\"" }
+                return .failure("unknown command \(shown) (supported: \(supported.joined(separator: ", ")))")
+            }
+            return .request(.status)
+        }
+        if object["status"]?.boolValue == true {
+            return .request(.status)
+        }
+        return .failure("unknown request (\(hint))")
+    }
+
+    /// The deepest bracket nesting outside strings.
+    private static func nesting(of bytes: ArraySlice<UInt8>) -> Int {
+        var depth = 0
+        var deepest = 0
+        var inString = false
+        var escaped = false
+        for byte in bytes {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "["), UInt8(ascii: "{"):
+                depth += 1
+                deepest = max(deepest, depth)
+            case UInt8(ascii: "]"), UInt8(ascii: "}"): depth -= 1
+            default: break
+            }
+        }
+        return deepest
+    }
+}

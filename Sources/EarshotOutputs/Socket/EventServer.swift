@@ -1,0 +1,716 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+
+/// The daemon's event socket: a Unix stream socket that sends JSON lines to any number of subscribers.
+///
+/// Server to client, one JSON object per line (see `EventJSON` for the exact fields):
+/// - `{"type":"detection",...}` at an onset and `{"type":"detection_end",...}` at an offset, to clients whose group
+///   filter includes the event's group;
+/// - `{"type":"health",...}` to every client, whatever its filter;
+/// - `{"type":"dropped","count":N}` once a client that fell behind has caught up: N lines were dropped for it;
+/// - replies to requests: `{"type":"subscribed","groups":[...]}` (or `"groups":"all"`), `{"type":"status",...}`,
+///   `{"type":"error","message":"..."}`;
+/// - `{"type":"shutdown"}` to every client, as its last line, when the server stops (``stop()``: the daemon exits
+///   or restarts). A connection that ends without it was dropped: the daemon crashed or was killed. (A client
+///   that stops reading may miss it: ``stop()`` waits at most ``shutdownGraceSeconds`` for queued lines.)
+///
+/// Client to server, one JSON object per line:
+/// - `{"subscribe":["smoke_alarm","baby_cry"]}` sets the client's group filter (an empty list, or `"*"` in it, means
+///   every group; a new filter replaces the old). With `Configuration.knownGroups` set, an unknown name is an error
+///   (a group that exists but is not watched, listed in `Configuration.unwatchedGroups`, gets how to watch it)
+///   and the filter is left as it was. Before any subscribe request a client receives every group.
+/// - `{"cmd":NAME}` for a command registered with ``register(commands:handler:)`` (the daemon's `sleep_start`,
+///   `sleep_stop`, `sleep_status`) gets the handler's reply object.
+/// - `{"status":true}` or `{"cmd":"status"}` asks for a status reply: the daemon's fields (from the `status`
+///   closure) followed by `subscribers`, `events_published`, `dropped_lines` (total over all clients),
+///   `your_dropped_lines` and `time`.
+/// - Anything else, malformed JSON, or a line longer than `maxRequestLineBytes` gets an error reply; the client
+///   stays connected. Empty lines are ignored. A client that closes its sending side (shutdown `SHUT_WR`) keeps
+///   receiving events.
+///
+/// A slow or stuck client never delays the publisher: each client has an outgoing queue bounded by
+/// `clientQueueLimitBytes`; a line that does not fit is dropped for that client and counted (in its `dropped` notice
+/// and in the status reply).
+///
+/// - Important: `publish` may be called from any thread (the analysis queue) and returns at once: the work is handed
+///   to the server's own serial queue, where all socket I/O happens through non-blocking calls driven by Dispatch read
+///   and write sources. The `status` closure runs on that queue and must be thread-safe. Do not call `stop()` or
+///   `statistics` from inside the `status` closure.
+public final class EventServer: @unchecked Sendable {
+    // @unchecked: every mutable property below is touched only on `queue` (or in deinit, when no block can run).
+
+    /// Where the daemon listens by default (systemd's `RuntimeDirectory=earshot`).
+    public static let defaultPath = "/run/earshot/earshot.sock"
+
+    /// The most ``stop()`` waits, in seconds, for the clients' queued lines (ending with the shutdown notice) to be
+    /// sent before it closes the connections: 0.5 s, so that a stuck subscriber cannot hold up the daemon's exit.
+    public static let shutdownGraceSeconds = 0.5
+
+    /// The server's settings.
+    public struct Configuration: Sendable {
+        /// The socket's filesystem path (at most 107 bytes).
+        public var path: String
+        /// The socket file's permission bits, set with chmod(2) after bind(2): 0o660 lets the owner and the owning
+        /// group connect.
+        public var mode: UInt32
+        /// A group to chown(2) the socket file to, or nil to keep the process's group (systemd's `Group=`).
+        public var groupID: UInt32?
+        /// The most bytes waiting to be sent to one client; lines beyond it are dropped for that client (256 KiB:
+        /// over a thousand event lines). Values below 4096 are raised to 4096 so that any line fits an empty queue.
+        public var clientQueueLimitBytes: Int
+        /// The longest request line a client may send (64 KiB); a longer one gets an error reply and is ignored.
+        public var maxRequestLineBytes: Int
+        /// The most clients connected at once (default 64; the daemon's `[output] max_clients`); a client beyond it
+        /// gets an error line and is disconnected. Clients that have hung up are released before a newcomer is
+        /// refused, so short-lived connections do not keep slots busy.
+        public var maxClients: Int
+        /// The group names a client may subscribe to (the watch list), or nil to accept any name.
+        public var knownGroups: [String]?
+        /// Groups that exist but are not watched (presets and `[group.NAME]` sections left out of the watch list),
+        /// with ``watchAdvice``: a subscribe request naming one is told how to watch it rather than "unknown group".
+        public var unwatchedGroups: UnwatchedGroups
+
+        public init(
+            path: String = EventServer.defaultPath, mode: UInt32 = 0o660, groupID: UInt32? = nil,
+            clientQueueLimitBytes: Int = 256 * 1024, maxRequestLineBytes: Int = 64 * 1024, maxClients: Int = 64,
+            knownGroups: [String]? = nil, unwatchedGroups: UnwatchedGroups = UnwatchedGroups()
+        ) {
+            self.path = path
+            self.mode = mode
+            self.groupID = groupID
+            self.clientQueueLimitBytes = clientQueueLimitBytes
+            self.maxRequestLineBytes = maxRequestLineBytes
+            self.maxClients = maxClients
+            self.knownGroups = knownGroups
+            self.unwatchedGroups = unwatchedGroups
+        }
+    }
+
+    /// Group names that exist but are not watched, and how to watch one.
+    public struct UnwatchedGroups: Sendable, Equatable {
+        /// The names (e.g. the presets `dog_bark`, `speech` when the watch list leaves them out).
+        public var names: [String]
+        /// What to do, after "add it to": e.g. `[detection] watch in /etc/earshot/earshotd.conf, then systemctl
+        /// reload earshotd` (``DaemonConfiguration/watchAdvice(configPath:)``).
+        public var advice: String
+
+        public init(names: [String] = [], advice: String = "") {
+            self.names = names
+            self.advice = advice
+        }
+    }
+
+    /// Counters, as the status reply reports them.
+    public struct Statistics: Sendable, Equatable {
+        /// Clients connected now.
+        public var subscribers: Int
+        /// Clients accepted since start.
+        public var subscribersAccepted: Int
+        /// Detection and health lines published since start.
+        public var eventsPublished: Int
+        /// Lines dropped for clients that fell behind, since start, over all clients.
+        public var droppedLines: Int
+    }
+
+    /// Returns the daemon's status fields (uptime, device, xruns, windows analysed, ...); runs on the server queue.
+    public typealias StatusProvider = @Sendable () -> JSONObject
+
+    public let configuration: Configuration
+    private let statusProvider: StatusProvider
+    private let queue = DispatchQueue(label: "earshot.event-server")
+    private let queueKey = DispatchSpecificKey<Bool>()
+    private let listenFD: Int32
+    /// Identity of the socket file we created, so that stop() never removes another daemon's socket.
+    private let socketDevice: UInt64
+    private let socketInode: UInt64
+
+    private var listenSource: DispatchSourceRead?
+    private var acceptPaused = false
+    private var knownGroups: Set<String>?
+    private var unwatchedGroups: UnwatchedGroups
+    private var clients: [Int: Client] = [:]
+    private var nextClientID = 1
+    private var stopped = false
+    /// The shutdown notice is queued for every client: nothing is sent after it.
+    private var shutdownAnnounced = false
+    private var stats = Statistics(subscribers: 0, subscribersAccepted: 0, eventsPublished: 0, droppedLines: 0)
+    private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
+    /// Extra `{"cmd":NAME}` commands and who answers them (`register(commands:handler:)`).
+    private var commandNames: [String] = []
+    private var commandHandler: CommandHandler?
+
+    /// Creates the socket file and starts accepting clients.
+    ///
+    /// A socket file left at `path` by a daemon that is gone (nothing accepts connections on it) is removed first.
+    ///
+    /// - Throws: `EarshotError(.config)` for an empty or too long path; `.unavailable` when another process is
+    ///   listening on `path` (`cannot listen on PATH: another process is already listening there (is earshotd
+    ///   already running? stop it or choose another --socket)`); `.cannotCreate` when `path` exists and is not a
+    ///   socket, or its directory is missing or not writable; `.system` when socket(2), listen(2), chmod(2) or
+    ///   chown(2) fails.
+    public init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
+        self.configuration = configuration
+        statusProvider = status
+        knownGroups = configuration.knownGroups.map(Set.init)
+        unwatchedGroups = configuration.unwatchedGroups
+        let path = configuration.path
+        let address = try UnixSocketAddress(path: path)
+        try Self.removeStaleSocket(at: path, address: address)
+
+        let fd = SocketCall.makeStreamSocket(nonBlocking: true)
+        guard fd >= 0 else { throw .posix(.system, "cannot create a Unix socket for \(path)", errno: errno) }
+        var info = stat()
+        do throws(EarshotError) {
+            if address.withSockaddr({ bind(fd, $0, $1) }) != 0 {
+                let code = errno
+                let hint = switch code {
+                case ENOENT: " (create the directory, run under systemd with RuntimeDirectory=earshot, or choose another --socket)"
+                case EACCES, EPERM: " (run as the earshotd service user, or choose another --socket)"
+                case EADDRINUSE: " (another program created it just now; stop it or choose another --socket)"
+                default: ""
+                }
+                throw EarshotError(
+                    .cannotCreate, "cannot create socket \(path): \(SocketCall.describe(code))\(hint)",
+                    cause: SocketCall.describe(code))
+            }
+            if chmod(path, mode_t(configuration.mode)) != 0 {
+                let code = errno
+                _ = unlink(path)
+                throw EarshotError.posix(.system, "cannot set the mode of socket \(path)", errno: code)
+            }
+            if let group = configuration.groupID, chown(path, uid_t.max, gid_t(group)) != 0 {
+                let code = errno
+                _ = unlink(path)
+                throw EarshotError.posix(.system, "cannot give socket \(path) to group \(group)", errno: code)
+            }
+            if listen(fd, 64) != 0 {
+                let code = errno
+                _ = unlink(path)
+                throw EarshotError.posix(.system, "cannot listen on socket \(path)", errno: code)
+            }
+            if lstat(path, &info) != 0 {
+                let code = errno
+                _ = unlink(path)
+                throw EarshotError.posix(.system, "cannot stat socket \(path)", errno: code)
+            }
+        } catch {
+            SocketCall.close(fd)
+            throw error
+        }
+        listenFD = fd
+        socketDevice = UInt64(info.st_dev)
+        socketInode = UInt64(info.st_ino)
+
+        queue.setSpecific(key: queueKey, value: true)
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        source.setEventHandler { [weak self] in self?.acceptClients() }
+        source.setCancelHandler { SocketCall.close(fd) }
+        listenSource = source
+        source.resume()
+    }
+
+    deinit {
+        // Only reached without stop(): no queue block holds `self` now, so the state can be torn down here.
+        teardown()
+    }
+
+    // MARK: Publishing (any thread)
+
+    /// Sends a detection event to the clients whose filter includes its group. Returns at once.
+    ///
+    /// - Parameter time: the wall-clock time written in the line's `time` field.
+    public func publish(_ event: DetectionEvent, time: Date = Date()) {
+        queue.async { [self] in
+            guard !stopped else { return }
+            broadcast(EventJSON.object(for: event, time: time), group: event.group)
+        }
+    }
+
+    /// Sends a health change to every client. Returns at once.
+    public func publish(_ health: HealthEvent, time: Date = Date()) {
+        queue.async { [self] in
+            guard !stopped else { return }
+            broadcast(EventJSON.object(for: health, time: time), group: nil)
+        }
+    }
+
+    /// Sends any object as a line: to the clients whose filter includes `group`, or to every client when `group` is
+    /// nil. Returns at once.
+    public func publish(object: JSONObject, group: String?) {
+        queue.async { [self] in
+            guard !stopped else { return }
+            broadcast(object, group: group)
+        }
+    }
+
+    /// Answers a registered command: gets its name, returns the reply object. Runs on the server's queue; it may
+    /// wait briefly for another queue, never for the server's.
+    public typealias CommandHandler = @Sendable (_ command: String) -> JSONObject
+
+    /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with `handler`'s object. A later
+    /// call replaces the earlier one.
+    public func register(commands: [String], handler: @escaping CommandHandler) {
+        onQueue {
+            commandNames = commands
+            commandHandler = handler
+        }
+    }
+
+    /// Replaces the group names clients may subscribe to (after a configuration reload); nil accepts any name.
+    /// Existing filters are kept.
+    public func setKnownGroups(_ groups: [String]?, unwatched: UnwatchedGroups = UnwatchedGroups()) {
+        queue.async { [self] in
+            knownGroups = groups.map(Set.init)
+            unwatchedGroups = unwatched
+        }
+    }
+
+    /// The counters now. Waits for the server queue.
+    public var statistics: Statistics {
+        onQueue { () -> Statistics in
+            dropHungUpClients()
+            var current = stats
+            current.subscribers = clients.count
+            return current
+        }
+    }
+
+    /// Sends every client `{"type":"shutdown"}` after its queued lines, waits up to ``shutdownGraceSeconds`` for
+    /// them to go out, then disconnects every client, stops listening and removes the socket file (only if it is
+    /// still the one this server created). Idempotent; waits for the server queue. Events published afterwards are
+    /// ignored.
+    public func stop() {
+        var pending = onQueue { stopped ? false : announceShutdown() }
+        // The write sources run on the server queue, so wait outside it (from inside it there is no waiting).
+        if DispatchQueue.getSpecific(key: queueKey) != true {
+            let deadline = DispatchTime.now() + Self.shutdownGraceSeconds
+            while pending && DispatchTime.now() < deadline {
+                usleep(5_000)
+                pending = onQueue { clients.values.contains { !$0.isClosed && $0.queuedBytes > 0 } }
+            }
+        }
+        onQueue { teardown() }
+    }
+
+    // MARK: Server queue
+
+    private func onQueue<T>(_ body: () -> T) -> T {
+        if DispatchQueue.getSpecific(key: queueKey) == true { return body() }
+        return queue.sync(execute: body)
+    }
+
+    private func teardown() {
+        guard !stopped else { return }
+        _ = announceShutdown()  // without stop() (deinit): best effort, what the sockets take at once
+        stopped = true
+        var info = stat()
+        if lstat(configuration.path, &info) == 0, UInt64(info.st_dev) == socketDevice, UInt64(info.st_ino) == socketInode {
+            _ = unlink(configuration.path)
+        }
+        if let source = listenSource {
+            if acceptPaused { source.resume() }
+            source.cancel()
+        }
+        listenSource = nil
+        for client in clients.values { client.close() }
+        clients.removeAll()
+    }
+
+    private func acceptClients() {
+        guard !stopped, let source = listenSource else { return }
+        while true {
+            // accept4(2) is not visible to Swift (it needs _GNU_SOURCE), so the flags are set with fcntl(2).
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                switch errno {
+                case EINTR, ECONNABORTED, EPROTO:
+                    continue
+                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                    // Out of descriptors: stop polling the listener for a moment instead of spinning on it.
+                    if !acceptPaused {
+                        acceptPaused = true
+                        source.suspend()
+                        queue.asyncAfter(deadline: .now() + 0.2) { [weak self] in
+                            guard let self, self.acceptPaused, !self.stopped else { return }
+                            self.acceptPaused = false
+                            self.listenSource?.resume()
+                        }
+                    }
+                    return
+                default:
+                    return  // EAGAIN: no more pending connections
+                }
+            }
+            let flags = fcntl(fd, F_GETFL)
+            guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0, fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 else {
+                SocketCall.close(fd)
+                continue
+            }
+            // Slots held by clients that have hung up (whose close the read handler has not seen yet, or that shut
+            // down their sending side first and are no longer read) are freed before anyone is refused.
+            if clients.count >= configuration.maxClients { dropHungUpClients() }
+            if clients.count >= configuration.maxClients {
+                let notice: JSONObject = [
+                    "type": "error",
+                    "message": .string("too many subscribers (\(configuration.maxClients) connected); try again later"),
+                ]
+                let bytes = Array((notice.encoded + "\n").utf8)
+                _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
+                SocketCall.close(fd)
+                continue
+            }
+            let client = Client(id: nextClientID, fd: fd, queue: queue)
+            nextClientID += 1
+            clients[client.id] = client
+            stats.subscribersAccepted += 1
+            client.readSource?.setEventHandler { [weak self, weak client] in
+                guard let self, let client else { return }
+                self.readRequests(from: client)
+            }
+            client.writeSource.setEventHandler { [weak self, weak client] in
+                guard let self, let client else { return }
+                self.flush(client)
+            }
+            client.readSource?.resume()
+        }
+    }
+
+    /// Queues `{"type":"shutdown"}` for every client, past the queue limit (it must be the last line; a pending
+    /// `dropped` notice goes first), and sends what the sockets take now. Returns whether some client still has
+    /// bytes queued. Only the first call does anything.
+    private func announceShutdown() -> Bool {
+        guard !shutdownAnnounced else { return false }
+        shutdownAnnounced = true
+        let notice: JSONObject = ["type": "shutdown"]
+        let line = Array((notice.encoded + "\n").utf8)
+        for client in clients.values where !client.isClosed {
+            if client.droppedPending > 0 {
+                let dropped: JSONObject = ["type": "dropped", "count": .int(client.droppedPending)]
+                client.droppedPending = 0
+                client.append(Array((dropped.encoded + "\n").utf8))
+            }
+            client.append(line)
+            if !client.waitingForWritable { flush(client) }
+        }
+        return clients.values.contains { !$0.isClosed && $0.queuedBytes > 0 }
+    }
+
+    /// Drops every client whose peer has closed the connection (`POLLHUP`: both directions shut) but whose close
+    /// was not handled yet: a client that shut down its sending side and then closed (its read source is gone, so
+    /// only a failed write would notice), or, in a burst of connections, one whose read event has not run yet.
+    /// One `poll(2)` over the clients, without waiting. The corresponding C function is `poll`.
+    private func dropHungUpClients() {
+        let open = clients.values.filter { !$0.isClosed }
+        guard !open.isEmpty else { return }
+        var entries = open.map { pollfd(fd: $0.fd, events: 0, revents: 0) }
+        guard poll(&entries, nfds_t(entries.count), 0) > 0 else { return }  // 0: none; -1 (EINTR...): next time
+        for (client, entry) in zip(open, entries) where entry.revents & Int16(POLLHUP | POLLNVAL) != 0 {
+            drop(client)
+        }
+    }
+
+    private func drop(_ client: Client) {
+        client.close()
+        clients[client.id] = nil
+    }
+
+    private func broadcast(_ object: JSONObject, group: String?) {
+        guard !shutdownAnnounced else { return }
+        stats.eventsPublished += 1
+        guard !clients.isEmpty else { return }
+        let line = Array((object.encoded + "\n").utf8)
+        for client in clients.values {
+            if let group, let filter = client.filter, !filter.contains(group) { continue }
+            enqueue(line, to: client)
+        }
+    }
+
+    private func enqueue(_ line: [UInt8], to client: Client) {
+        guard !client.isClosed, !shutdownAnnounced else { return }
+        if client.queuedBytes + line.count > max(4096, configuration.clientQueueLimitBytes) {
+            client.droppedPending += 1
+            client.droppedTotal += 1
+            stats.droppedLines += 1
+            return
+        }
+        client.append(line)
+        if !client.waitingForWritable { flush(client) }
+    }
+
+    private func reply(_ object: JSONObject, to client: Client) {
+        enqueue(Array((object.encoded + "\n").utf8), to: client)
+    }
+
+    /// Writes as much of the client's queue as the socket takes; arms the write source when it would block.
+    private func flush(_ client: Client) {
+        while !client.isClosed {
+            while let (chunk, offset) = client.head {
+                let sent = chunk.withUnsafeBytes { raw in
+                    send(client.fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                }
+                if sent >= 0 {
+                    client.consume(sent)
+                    continue
+                }
+                switch errno {
+                case EINTR:
+                    continue
+                case EAGAIN, EWOULDBLOCK:
+                    client.waitForWritable(true)
+                    return
+                default:  // EPIPE, ECONNRESET: the client went away mid-write
+                    drop(client)
+                    return
+                }
+            }
+            client.waitForWritable(false)
+            guard client.droppedPending > 0 else { return }
+            let notice: JSONObject = ["type": "dropped", "count": .int(client.droppedPending)]
+            client.droppedPending = 0
+            client.append(Array((notice.encoded + "\n").utf8))
+        }
+    }
+
+    private func readRequests(from client: Client) {
+        for _ in 0..<16 {  // then yield to other work; the level-triggered source fires again
+            guard !client.isClosed else { return }
+            let count = readBuffer.withUnsafeMutableBytes { recv(client.fd, $0.baseAddress, $0.count, 0) }
+            if count > 0 {
+                for byte in readBuffer[0..<count] { consume(byte, from: client) }
+                continue
+            }
+            if count == 0 {
+                // The client closed its sending side. If it closed the whole connection, drop it now; if it only
+                // shut down writing, keep delivering events to it.
+                var poller = pollfd(fd: client.fd, events: 0, revents: 0)
+                if poll(&poller, 1, 0) > 0, poller.revents & Int16(POLLHUP) != 0 {
+                    drop(client)
+                } else {
+                    client.stopReading()
+                }
+                return
+            }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK: return
+            default:
+                drop(client)
+                return
+            }
+        }
+    }
+
+    private func consume(_ byte: UInt8, from client: Client) {
+        if byte == UInt8(ascii: "\n") {
+            if client.discardingLine {
+                client.discardingLine = false
+            } else {
+                handleRequest(client.inbound, from: client)
+            }
+            client.inbound.removeAll(keepingCapacity: true)
+            return
+        }
+        guard !client.discardingLine else { return }
+        if client.inbound.count >= configuration.maxRequestLineBytes {
+            client.inbound.removeAll()
+            client.discardingLine = true
+            reply(
+                Self.error("request line longer than \(configuration.maxRequestLineBytes) bytes; ignored"), to: client)
+            return
+        }
+        client.inbound.append(byte)
+    }
+
+    private static func error(_ message: String) -> JSONObject {
+        ["type": "error", "message": .string(message)]
+    }
+
+    package static let requestHint = "send {\"subscribe\":[\"group\",...]} or {\"status\":true}"
+
+    private func handleRequest(_ bytes: [UInt8], from client: Client) {
+        let request: EventRequest
+        switch EventRequest.parse(bytes, commands: commandNames) {
+        case .empty: return
+        case .failure(let message):
+            reply(Self.error(message), to: client)
+            return
+        case .request(let parsed): request = parsed
+        }
+        switch request {
+        case .subscribe(let names):
+            if names.isEmpty || names.contains("*") {
+                client.filter = nil
+                reply(["type": "subscribed", "groups": "all"], to: client)
+                return
+            }
+            if let knownGroups, let unknown = names.first(where: { !knownGroups.contains($0) }) {
+                reply(Self.error(subscribeRefusal(unknown, knownGroups: knownGroups)), to: client)
+                return
+            }
+            var unique: [String] = []
+            for name in names where !unique.contains(name) { unique.append(name) }
+            client.filter = Set(unique)
+            reply(["type": "subscribed", "groups": .array(unique.map { .string($0) })], to: client)
+        case .command(let name):
+            if let commandHandler { reply(commandHandler(name), to: client) }
+        case .status:
+            dropHungUpClients()
+            var object: JSONObject = ["type": "status"]
+            for entry in statusProvider().entries where entry.key != "type" { object[entry.key] = entry.value }
+            object["subscribers"] = .int(clients.count)
+            object["events_published"] = .int(stats.eventsPublished)
+            object["dropped_lines"] = .int(stats.droppedLines)
+            object["your_dropped_lines"] = .int(client.droppedTotal)
+            object["time"] = .string(EventJSON.timestamp(Date()))
+            reply(object, to: client)
+        }
+    }
+
+    /// Why a subscribe request naming `name`, which is not in `knownGroups`, is refused: a group that exists but is
+    /// not watched (`the daemon does not watch group "dog_bark": add it to ...`), or an unknown name with the
+    /// nearest watched or existing name when it looks like a typo (`unknown group "smok" in subscribe (did you mean
+    /// smoke_alarm? watched groups: ...)`).
+    private func subscribeRefusal(_ name: String, knownGroups: Set<String>) -> String {
+        if unwatchedGroups.names.contains(name) {
+            return "the daemon does not watch group \"\(name)\": add it to \(unwatchedGroups.advice)"
+        }
+        let watched = knownGroups.sorted()
+        let guess = NameSuggestion.likelyTypo(of: name, among: watched + unwatchedGroups.names.sorted())
+            .map { "did you mean \($0)? " } ?? ""
+        return "unknown group \"\(name)\" in subscribe (\(guess)watched groups: \(watched.joined(separator: ", ")))"
+    }
+
+    /// Raises `EarshotError` for a socket file in the way: removes a stale socket (nobody accepts on it), refuses
+    /// a live one or a file that is not a socket.
+    private static func removeStaleSocket(at path: String, address: UnixSocketAddress) throws(EarshotError) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }  // nothing there (or unreadable: bind will say)
+        guard info.st_mode & S_IFMT == S_IFSOCK else {
+            throw EarshotError(
+                .cannotCreate, "cannot create socket \(path): a file that is not a socket is in the way (remove it or choose another --socket)")
+        }
+        let probe = SocketCall.makeStreamSocket(nonBlocking: true)
+        guard probe >= 0 else { throw .posix(.system, "cannot create a Unix socket to probe \(path)", errno: errno) }
+        let result = SocketCall.connect(probe, to: address)
+        SocketCall.close(probe)
+        switch result {
+        case 0, EAGAIN, EINPROGRESS:
+            throw EarshotError(
+                .unavailable,
+                "cannot listen on \(path): another process is already listening there (is earshotd already running? stop it or choose another --socket)")
+        case ECONNREFUSED:
+            if unlink(path) != 0, errno != ENOENT {
+                throw .posix(.cannotCreate, "cannot remove stale socket \(path)", errno: errno)
+            }
+        case ENOENT:
+            return
+        default:
+            throw EarshotError(
+                .cannotCreate,
+                "cannot check the existing socket \(path): \(SocketCall.describe(result)) (remove it or choose another --socket)",
+                cause: SocketCall.describe(result))
+        }
+    }
+}
+
+/// One connected client. Touched only on the server queue.
+private final class Client: @unchecked Sendable {
+    let id: Int
+    let fd: Int32
+    private(set) var readSource: DispatchSourceRead?
+    let writeSource: DispatchSourceWrite
+    private(set) var waitingForWritable = false
+    private(set) var isClosed = false
+    /// Groups this client receives; nil = all.
+    var filter: Set<String>?
+    var inbound: [UInt8] = []
+    var discardingLine = false
+    var droppedPending = 0
+    var droppedTotal = 0
+
+    private var chunks: [[UInt8]] = []
+    private var headIndex = 0
+    private var headOffset = 0
+    private(set) var queuedBytes = 0
+
+    init(id: Int, fd: Int32, queue: DispatchQueue) {
+        self.id = id
+        self.fd = fd
+        // The descriptor closes once both sources are cancelled (a source must not outlive its descriptor).
+        let closer = DescriptorCloser(fd: fd, users: 2)
+        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        read.setCancelHandler { closer.release() }
+        readSource = read
+        writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        writeSource.setCancelHandler { closer.release() }
+        // The write source stays suspended until a write would block.
+    }
+
+    var head: ([UInt8], Int)? {
+        headIndex < chunks.count ? (chunks[headIndex], headOffset) : nil
+    }
+
+    func append(_ line: [UInt8]) {
+        chunks.append(line)
+        queuedBytes += line.count
+    }
+
+    /// Marks `count` bytes at the head as sent.
+    func consume(_ count: Int) {
+        queuedBytes -= count
+        headOffset += count
+        guard headOffset >= chunks[headIndex].count else { return }
+        headOffset = 0
+        headIndex += 1
+        if headIndex == chunks.count {
+            chunks.removeAll(keepingCapacity: true)
+            headIndex = 0
+        } else if headIndex >= 256 {
+            chunks.removeFirst(headIndex)
+            headIndex = 0
+        }
+    }
+
+    func waitForWritable(_ wait: Bool) {
+        guard wait != waitingForWritable, !isClosed else { return }
+        waitingForWritable = wait
+        if wait { writeSource.resume() } else { writeSource.suspend() }
+    }
+
+    /// Stops watching for requests after the client shut down its sending side.
+    func stopReading() {
+        readSource?.cancel()
+        readSource = nil
+    }
+
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        readSource?.cancel()
+        readSource = nil
+        if !waitingForWritable { writeSource.resume() }  // a suspended source must be resumed to be released
+        writeSource.cancel()
+    }
+}
+
+/// Closes a descriptor after its last Dispatch source is cancelled. Used only on the server queue.
+private final class DescriptorCloser: @unchecked Sendable {
+    private let fd: Int32
+    private var users: Int
+
+    init(fd: Int32, users: Int) {
+        self.fd = fd
+        self.users = users
+    }
+
+    func release() {
+        users -= 1
+        if users == 0 { SocketCall.close(fd) }
+    }
+}

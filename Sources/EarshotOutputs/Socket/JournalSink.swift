@@ -1,0 +1,250 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+internal import CSystemd
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+
+/// Logs one structured journal entry per detection event and health change, or the same message line on stderr
+/// when there is no journal.
+///
+/// Fields (names are `[A-Z0-9_]`, none starting with `_`, as the journal requires for user fields):
+/// - every entry: `MESSAGE`, `PRIORITY` (syslog level), `SYSLOG_IDENTIFIER` (`earshotd`), `EARSHOT_EVENT`
+///   (`onset`, `end` or `health`);
+/// - onset (priority 5, notice): `EARSHOT_GROUP`, `EARSHOT_CLASS`, `EARSHOT_CONFIDENCE` (4 decimals),
+///   `EARSHOT_STREAM_TIME` (s, 3 decimals);
+/// - end (priority 6, info): `EARSHOT_GROUP`, `EARSHOT_CLASS`, `EARSHOT_CONFIDENCE` (the peak),
+///   `EARSHOT_STREAM_TIME` (start), `EARSHOT_END_TIME`, `EARSHOT_DURATION`, `EARSHOT_PEAK_CONFIDENCE`,
+///   `EARSHOT_MEAN_CONFIDENCE`, `EARSHOT_END_REASON`;
+/// - health (priority from `HealthEvent.State.priority`): `EARSHOT_HEALTH` (the state) and one `EARSHOT_<KEY>` per
+///   detail (key upper-cased, other characters than `A-Z0-9_` made `_`).
+///
+/// Query them with e.g. `journalctl -t earshotd EARSHOT_GROUP=smoke_alarm`.
+///
+/// - Important: Thread-safe (sd_journal_sendv and a single write(2) per fallback line); call from any queue.
+public final class JournalSink: Sendable {
+    /// Where entries go.
+    public enum Destination: Sendable, Equatable {
+        /// The systemd journal, via sd_journal_sendv.
+        case journal
+        /// `"<identifier>: <MESSAGE>\n"` on the fallback descriptor (stderr).
+        case standardError
+    }
+
+    /// One journal field.
+    public struct Field: Sendable, Equatable {
+        public var name: String
+        public var value: String
+
+        public init(_ name: String, _ value: String) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    /// journald's native socket; when it is missing there is no journal to write to.
+    public static let defaultJournalSocketPath = "/run/systemd/journal/socket"
+
+    /// Chosen at init: `.journal` when the journal socket exists, else `.standardError`.
+    public let destination: Destination
+    /// `SYSLOG_IDENTIFIER`, and the prefix of fallback lines.
+    public let identifier: String
+    private let fallbackDescriptor: Int32
+
+    /// - Parameters:
+    ///   - identifier: the `SYSLOG_IDENTIFIER` value and fallback-line prefix.
+    ///   - journalSocketPath: the socket whose presence means the journal is running (tests pass a missing path to
+    ///     force the fallback).
+    ///   - fallbackDescriptor: where lines go without a journal (stderr); the caller keeps it open.
+    public init(
+        identifier: String = "earshotd", journalSocketPath: String = JournalSink.defaultJournalSocketPath,
+        fallbackDescriptor: Int32 = STDERR_FILENO
+    ) {
+        self.identifier = identifier
+        self.fallbackDescriptor = fallbackDescriptor
+        destination = access(journalSocketPath, F_OK) == 0 ? .journal : .standardError
+    }
+
+    /// Logs a detection event.
+    public func record(_ event: DetectionEvent) {
+        write(Self.fields(for: event, identifier: identifier))
+    }
+
+    /// Logs a health change.
+    public func record(_ health: HealthEvent) {
+        write(Self.fields(for: health, identifier: identifier))
+    }
+
+    /// Logs an entry whose fields were made elsewhere (e.g. `AlarmEvent.journalFields(identifier:)`), in order.
+    public func record(fields: [Field]) {
+        write(fields)
+    }
+
+    /// Logs a daemon message that is neither a detection nor a health change (start, reload, stop).
+    /// - Parameter priority: syslog priority, 0 (emerg) to 7 (debug); default 6 (info).
+    public func log(_ message: String, priority: Int = 6) {
+        write([Field("MESSAGE", message), Field("PRIORITY", String(priority)), Field("SYSLOG_IDENTIFIER", identifier)])
+    }
+
+    /// The `MESSAGE` of a detection event, e.g.
+    /// `smoke_alarm detected: "Smoke detector, smoke alarm" (confidence 0.81) at stream time 12.48 s` or
+    /// `smoke_alarm ended: "Smoke detector, smoke alarm" from 12.48 s to 18.24 s (5.76 s, peak confidence 0.91, mean 0.72)`.
+    public static func message(for event: DetectionEvent) -> String {
+        switch event {
+        case .onset(let onset):
+            return "\(onset.group) detected: \"\(onset.classLabel)\" (confidence \(fixed(Double(onset.confidence), 2)))"
+                + " at stream time \(fixed(onset.start, 2)) s"
+        case .offset(let offset):
+            return "\(offset.group) ended: \"\(offset.classLabel)\" from \(fixed(offset.start, 2)) s to \(fixed(offset.end, 2)) s"
+                + " (\(fixed(offset.duration, 2)) s, peak confidence \(fixed(Double(offset.peakConfidence), 2)),"
+                + " mean \(fixed(Double(offset.meanConfidence), 2)))"
+        }
+    }
+
+    /// The `MESSAGE` of a health change: `health <state>: <message>` (or `health <state>` with no message).
+    public static func message(for health: HealthEvent) -> String {
+        health.message.isEmpty ? "health \(health.state.rawValue)" : "health \(health.state.rawValue): \(health.message)"
+    }
+
+    /// The journal fields of a detection event, in the order they are sent.
+    public static func fields(for event: DetectionEvent, identifier: String) -> [Field] {
+        var fields = [
+            Field("MESSAGE", message(for: event)),
+            Field("PRIORITY", event.isOnset ? "5" : "6"),
+            Field("SYSLOG_IDENTIFIER", identifier),
+        ]
+        let confidence = { (value: Float) in JSONValue.format(Double(value), decimals: EventJSON.confidenceDecimals) }
+        let time = { (value: Double) in JSONValue.format(value, decimals: EventJSON.timeDecimals) }
+        switch event {
+        case .onset(let onset):
+            fields += [
+                Field("EARSHOT_EVENT", "onset"),
+                Field("EARSHOT_GROUP", onset.group),
+                Field("EARSHOT_CLASS", onset.classLabel),
+                Field("EARSHOT_CONFIDENCE", confidence(onset.confidence)),
+                Field("EARSHOT_STREAM_TIME", time(onset.start)),
+            ]
+        case .offset(let offset):
+            fields += [
+                Field("EARSHOT_EVENT", "end"),
+                Field("EARSHOT_GROUP", offset.group),
+                Field("EARSHOT_CLASS", offset.classLabel),
+                Field("EARSHOT_CONFIDENCE", confidence(offset.peakConfidence)),
+                Field("EARSHOT_STREAM_TIME", time(offset.start)),
+                Field("EARSHOT_END_TIME", time(offset.end)),
+                Field("EARSHOT_DURATION", time(offset.duration)),
+                Field("EARSHOT_PEAK_CONFIDENCE", confidence(offset.peakConfidence)),
+                Field("EARSHOT_MEAN_CONFIDENCE", confidence(offset.meanConfidence)),
+                Field("EARSHOT_END_REASON", offset.reason.rawValue),
+            ]
+        }
+        return fields
+    }
+
+    /// The journal fields of a health change, in the order they are sent.
+    public static func fields(for health: HealthEvent, identifier: String) -> [Field] {
+        var fields = [
+            Field("MESSAGE", message(for: health)),
+            Field("PRIORITY", String(health.state.priority)),
+            Field("SYSLOG_IDENTIFIER", identifier),
+            Field("EARSHOT_EVENT", "health"),
+            Field("EARSHOT_HEALTH", health.state.rawValue),
+        ]
+        for entry in health.details.entries {
+            let name = "EARSHOT_" + String(
+                entry.key.uppercased().unicodeScalars.map { scalar -> Character in
+                    ("A"..."Z").contains(scalar) || ("0"..."9").contains(scalar) ? Character(scalar) : "_"
+                })
+            guard !fields.contains(where: { $0.name == name }) else { continue }
+            let value: String
+            switch entry.value {
+            case .string(let text): value = text
+            default: value = entry.value.encoded
+            }
+            fields.append(Field(name, value))
+        }
+        return fields
+    }
+
+    /// The fallback line for `fields`: `"<identifier>: <MESSAGE>\n"`.
+    public static func fallbackLine(for fields: [Field], identifier: String) -> String {
+        let message = fields.first { $0.name == "MESSAGE" }?.value ?? ""
+        return "\(identifier): \(message)\n"
+    }
+
+    private func write(_ fields: [Field]) {
+        if destination == .journal, Self.send(fields) >= 0 { return }
+        // No journal, or it refused the entry: the line still reaches the log via stderr.
+        let bytes = Array(Self.fallbackLine(for: fields, identifier: identifier).utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { Glibc.write(fallbackDescriptor, $0.baseAddress! + offset, $0.count - offset) }
+            if written > 0 {
+                offset += written
+            } else if written < 0, errno == EINTR {
+                continue
+            } else {
+                return  // stderr closed or full: nothing left to report to
+            }
+        }
+    }
+
+    /// Sends one entry; returns sd_journal_sendv's result (0, or a negative errno).
+    /// The corresponding C function is `sd_journal_sendv`.
+    private static func send(_ fields: [Field]) -> Int32 {
+        var storage: [UInt8] = []
+        var ranges: [(start: Int, count: Int)] = []
+        for field in fields {
+            let start = storage.count
+            storage += Array(field.name.utf8)
+            storage.append(UInt8(ascii: "="))
+            storage += Array(field.value.utf8)
+            ranges.append((start, storage.count - start))
+        }
+        guard !ranges.isEmpty else { return 0 }
+        return storage.withUnsafeMutableBytes { raw -> Int32 in
+            guard let base = raw.baseAddress else { return -EINVAL }
+            let vectors = ranges.map { iovec(iov_base: base + $0.start, iov_len: $0.count) }
+            return vectors.withUnsafeBufferPointer { sd_journal_sendv($0.baseAddress, Int32($0.count)) }
+        }
+    }
+
+    private static func fixed(_ value: Double, _ decimals: Int) -> String {
+        value.isFinite ? String(cFormat: "%.\(decimals)f", value) : "n/a"
+    }
+}
+
+extension DetectionEvent {
+    package var isOnset: Bool {
+        if case .onset = self { return true }
+        return false
+    }
+}
+
+extension AlarmEvent {
+    /// The journal fields, in the order they are sent: `MESSAGE`, `PRIORITY` (5 onset, 6 end), `SYSLOG_IDENTIFIER`,
+    /// `EARSHOT_EVENT` (`onset` or `end`), `EARSHOT_GROUP`, `EARSHOT_SOURCE`, `EARSHOT_PATTERN` (when one),
+    /// `EARSHOT_CYCLES`, `EARSHOT_TONE_HZ`, `EARSHOT_CONFIDENCE` (the classifier score, when one),
+    /// `EARSHOT_STREAM_TIME` (start) and, for an end, `EARSHOT_END_TIME`.
+    public func journalFields(identifier: String) -> [JournalSink.Field] {
+        var fields: [JournalSink.Field] = [
+            .init("MESSAGE", message),
+            .init("PRIORITY", kind == .onset ? "5" : "6"),
+            .init("SYSLOG_IDENTIFIER", identifier),
+            .init("EARSHOT_EVENT", kind == .onset ? "onset" : "end"),
+            .init("EARSHOT_GROUP", group),
+            .init("EARSHOT_SOURCE", source.rawValue),
+        ]
+        if let pattern { fields.append(.init("EARSHOT_PATTERN", pattern.rawValue)) }
+        fields.append(.init("EARSHOT_CYCLES", String(cycles)))
+        fields.append(.init("EARSHOT_TONE_HZ", String(Int(toneHz.rounded()))))
+        if let classifierScore {
+            fields.append(.init("EARSHOT_CONFIDENCE", JSONValue.format(Double(classifierScore), decimals: EventJSON.confidenceDecimals)))
+        }
+        fields.append(.init("EARSHOT_STREAM_TIME", JSONValue.format(start, decimals: EventJSON.timeDecimals)))
+        if kind == .end { fields.append(.init("EARSHOT_END_TIME", JSONValue.format(time, decimals: EventJSON.timeDecimals))) }
+        return fields
+    }
+}

@@ -1,0 +1,148 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+import EarshotCapture
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+import EarshotOutputs
+
+extension DaemonConfiguration {
+    /// `[history]`: see ``HistorySettings`` (the settings belong to the component that uses them).
+    public typealias History = HistorySettings
+
+    /// Sleep sessions and the snore report: `[sleep]`.
+    public struct Sleep: Sendable, Equatable {
+        /// Daily local-time window during which a sleep session runs by itself, e.g. `22:30-07:00`. Key `schedule`,
+        /// default none (sessions start and stop with `earshot sleep start|stop`).
+        public var schedule: SleepSchedule? = nil
+        /// Directory where each session's report is written (`snore-YYYYMMDD-HHMM.json` and `.svg`). Key
+        /// `report_dir`, default `sleep` in ``StateDirectory`` (/var/lib/earshot/sleep under systemd's
+        /// `StateDirectory=earshot`), created when missing.
+        public var reportDirectory: String = StateDirectory.path + "/sleep"
+        /// Snore evidence (0...1) at which one window counts as a snore on its own. Key `threshold`, default 0.3
+        /// (see `SnoreDetector.Configuration`), allowed 0...1.
+        public var threshold: Float = SnoreDetector.Configuration().strongThreshold
+        /// Lower snore evidence that counts when snores recur in a breathing rhythm (every 2-6 s). Key
+        /// `rhythm_threshold`, default 0.1, allowed 0...1 and at most `threshold`.
+        public var rhythmThreshold: Float = SnoreDetector.Configuration().weakThreshold
+        /// A custom head (`earshot train` on folders `snoring` and `background`) whose snoring probability adds to
+        /// the evidence. Key `model`, default none. Read at start and on reload; one that fails to load is reported
+        /// and sessions use the built-in scores.
+        public var modelPath: String? = nil
+
+        public init() {}
+
+        /// The detector settings these keys give.
+        public var detectorConfiguration: SnoreDetector.Configuration {
+            var configuration = SnoreDetector.Configuration()
+            configuration.strongThreshold = threshold
+            configuration.weakThreshold = rhythmThreshold
+            return configuration
+        }
+    }
+
+    /// The keys of `[history]` and `[sleep]`, in the order `config/earshotd.conf` documents them.
+    package static let historyKeys = ["enabled", "path", "retention_days"]
+    package static let sleepKeys = ["schedule", "report_dir", "threshold", "rhythm_threshold", "model"]
+
+    /// Sets one `[history]` or `[sleep]` key; returns what is allowed ("must be ...") when `value` is bad.
+    package mutating func setHomeKey(section: String, key: String, value: String) -> String? {
+        switch (section, key) {
+        case ("history", "enabled"):
+            guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement }
+            history.enabled = flag
+        case ("history", "path"):
+            guard !value.isEmpty else { return "must be the path of the database file" }
+            history.path = value
+        case ("history", "retention_days"):
+            let rule = SettingRules.wholeNumber(in: 0...36_500, unit: "days (0 keeps everything)")
+            guard let days = rule.parse(value) else { return rule.requirement }
+            history.retentionDays = days
+        case ("sleep", "schedule"):
+            if value.isEmpty {
+                sleep.schedule = nil
+            } else {
+                guard let schedule = SleepSchedule(value) else {
+                    return "must be a daily time window HH:MM-HH:MM in local time, e.g. 22:30-07:00 (empty: no schedule)"
+                }
+                sleep.schedule = schedule
+            }
+        case ("sleep", "report_dir"):
+            guard !value.isEmpty else { return "must be a directory path" }
+            sleep.reportDirectory = value
+        case ("sleep", "threshold"):
+            guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement }
+            sleep.threshold = threshold
+        case ("sleep", "model"):
+            sleep.modelPath = value.isEmpty ? nil : value
+        case ("sleep", "rhythm_threshold"):
+            guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement }
+            sleep.rhythmThreshold = threshold
+        default:
+            return "is not a known key (report this as a bug)"
+        }
+        return nil
+    }
+
+    /// Checks what spans keys of `[sleep]`: the rhythm threshold may not exceed the threshold.
+    package func homeConsistencyProblem() -> String? {
+        guard sleep.rhythmThreshold <= sleep.threshold else {
+            return "[sleep] rhythm_threshold = \(sleep.rhythmThreshold): must be at most threshold (\(sleep.threshold))"
+        }
+        return nil
+    }
+}
+
+/// A daily window of local time, `HH:MM-HH:MM`; it may cross midnight (`22:30-07:00`).
+public struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
+    /// Minutes after local midnight the window opens, 0...1439.
+    public var startMinute: Int
+    /// Minutes after local midnight the window closes, 0...1439 (before `startMinute` when it crosses midnight).
+    public var endMinute: Int
+
+    /// Parses `HH:MM-HH:MM` (24-hour clock); nil for anything else or an empty window (start equal to end).
+    public init?(_ text: String) {
+        let parts = text.split(separator: "-").map { $0.trimmingSpaces() }
+        guard parts.count == 2, let start = Self.minute(parts[0]), let end = Self.minute(parts[1]), start != end else {
+            return nil
+        }
+        startMinute = start
+        endMinute = end
+    }
+
+    public init(startMinute: Int, endMinute: Int) {
+        self.startMinute = startMinute
+        self.endMinute = endMinute
+    }
+
+    private static func minute(_ text: String) -> Int? {
+        let fields = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard fields.count == 2, fields[0].count <= 2, fields[1].count == 2,
+              let hour = Int(fields[0]), let minute = Int(fields[1]), (0..<24).contains(hour), (0..<60).contains(minute)
+        else { return nil }
+        return hour * 60 + minute
+    }
+
+    /// Whether `date` (in `timeZone`) falls inside the window.
+    public func contains(_ date: Date, timeZone: TimeZone? = nil) -> Bool {
+        let timeZone = timeZone ?? LocalTime.zone(at: date)
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        let parts = calendar.dateComponents([.hour, .minute], from: date)
+        let minute = (parts.hour ?? 0) * 60 + (parts.minute ?? 0)
+        return startMinute < endMinute
+            ? minute >= startMinute && minute < endMinute
+            : minute >= startMinute || minute < endMinute
+    }
+
+    /// `HH:MM-HH:MM`.
+    public var description: String {
+        func clock(_ minute: Int) -> String {
+            (minute / 60 < 10 ? "0" : "") + "\(minute / 60):" + (minute % 60 < 10 ? "0" : "") + "\(minute % 60)"
+        }
+        return "\(clock(startMinute))-\(clock(endMinute))"
+    }
+}

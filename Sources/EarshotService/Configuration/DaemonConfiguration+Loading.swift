@@ -1,0 +1,470 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+import EarshotCapture
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+import EarshotOutputs
+
+extension DaemonConfiguration {
+    /// The keys of each fixed section, in the order `config/earshotd.conf` documents them.
+    package static let sectionKeys: KeyValuePairs<String, [String]> = [
+        "capture": ["device", "input", "input_rate"],
+        "analysis": ["window", "overlap", "gate_dbfs", "silence_minutes"],
+        "models": ["files"],
+        "detection": ["watch"],
+        "output": ["socket", "socket_mode", "client_queue_kib", "max_clients", "journal"],
+        "daemon": ["watchdog"],
+        "alarms": alarmKeys,
+        "history": historyKeys,
+        "clips": clipsKeys,
+        "sleep": sleepKeys,
+    ]
+    /// The keys of a `[group.NAME]` section.
+    package static let groupKeys = ["classes", "threshold", "onset_windows", "onset_of", "hold_seconds", "min_interval_seconds"]
+    /// Prefix of group section names: `[group.NAME]`.
+    package static let groupSectionPrefix = "group."
+    /// Largest configuration file read, in bytes: far above any real one, small enough to refuse a wrong file fast.
+    package static let maximumFileBytes = 1 << 20
+
+    /// Reads the configuration: the file at `path` (or, when `path` is nil, ``defaultPath`` if it exists), then
+    /// `overrides` from the command line on top.
+    ///
+    /// - Parameters:
+    ///   - path: The file named with `--config`; nil for the default path, whose absence means built-in defaults.
+    ///   - overrides: Values from command-line flags; they win over the file.
+    /// - Throws: `EarshotError(.config)` (exit 78) for a file that cannot be read (a missing file only when `path`
+    ///   is given), a syntax error, an unknown section or key, a key set twice, a bad value or an inconsistent group;
+    ///   the message starts with `path:line:`, or with `path:` for a window and overlap that leave windows less than
+    ///   5 ms apart. `EarshotError(.usage)` (exit 64) for a bad override, naming its flag.
+    ///   Class names are checked later, against the classifier's labels, by ``resolvedGroups(classLabels:)``.
+    public static func load(path: String?, overrides: Overrides = Overrides()) throws(EarshotError)
+        -> DaemonConfiguration
+    {
+        let configuration = try parse(fileAt: path ?? defaultPath, required: path != nil).applying(overrides)
+        // Window and overlap together: windows may not start less than 5 ms apart (see ClassifySoundRequest).
+        do {
+            _ = try ClassifySoundRequest(
+                windowDuration: configuration.analysis.windowDuration, overlapFactor: configuration.analysis.overlapFactor)
+        } catch {
+            let given = overrides.overlapFactor != nil || overrides.windowDuration != nil
+            throw given ? EarshotError(.usage, "--window/--overlap: \(error.message)")
+                : EarshotError(.config, "\(path ?? defaultPath): [analysis] window and overlap: \(error.message)")
+        }
+        return configuration
+    }
+
+    /// A problem line as it is quoted in an error: control characters as `\xNN`, undecodable bytes as `?`, at most
+    /// 60 characters (then `...`), so that a binary file does not fill the terminal with garbage.
+    package static func shown(_ text: String) -> String {
+        var out = ""
+        for (count, scalar) in text.unicodeScalars.enumerated() {
+            if count == 60 { return out + "..." }
+            switch scalar {
+            case "\u{FFFD}": out += "?"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F: out += String(cFormat: "\\x%02X", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
+    /// Reads one configuration file.
+    ///
+    /// - Parameters:
+    ///   - path: The file to read.
+    ///   - required: When false, a file that does not exist gives the built-in defaults (the default path);
+    ///     other failures to read it (permission, a directory) are still errors.
+    /// - Throws: `EarshotError(.config)` as described in ``load(path:overrides:)``.
+    public static func parse(fileAt path: String, required: Bool) throws(EarshotError) -> DaemonConfiguration {
+        let bytes: [UInt8]
+        do {
+            bytes = try readConfigurationFile(path)
+        } catch {
+            if error.errno == ENOENT && !required { return DaemonConfiguration() }
+            let hint = error.errno == ENOENT
+                ? "check the --config path, or omit --config to run with the built-in defaults"
+                : error.errno == EACCES ? "make it readable by the daemon's user, e.g. chmod 644" : error.hint
+            throw EarshotError(.config, "\(path): cannot read the configuration file: \(error.text) (\(hint))",
+                               cause: error.text)
+        }
+        return try parse(bytes: bytes, source: path)
+    }
+
+    /// Reads configuration text (the contents of a file).
+    ///
+    /// - Parameter source: The name used at the start of messages, normally the file's path.
+    /// - Throws: `EarshotError(.config)` as described in ``load(path:overrides:)``.
+    public static func parse(_ text: String, source: String) throws(EarshotError) -> DaemonConfiguration {
+        try parse(bytes: Array(text.utf8), source: source)
+    }
+
+    package static func parse(bytes: [UInt8], source: String) throws(EarshotError) -> DaemonConfiguration {
+        let file = INIFile(bytes: bytes)
+        var parser = ConfigurationParser(source: source)
+        // Entries before libinih's first problem line are checked first, so the first error in the file is reported.
+        let problemLine = file.problem?.line ?? Int.max
+        try parser.take(file.entries.filter { $0.line < problemLine })
+        if let problem = file.problem {
+            switch problem {
+            case .syntax(let line, let text):
+                throw EarshotError(
+                    .config,
+                    "\(source):\(line): expected \"key = value\", \"[section]\" or a comment, found \"\(Self.shown(text))\""
+                        + (text.unicodeScalars.contains { $0 == "\u{FFFD}" || ($0.value < 0x20 && $0 != "\t") }
+                            ? " (is it a text file?)" : ""))
+            case .tooLong(let line, let limit):
+                throw EarshotError(
+                    .config,
+                    "\(source):\(line): line longer than \(limit) bytes; split a long list over indented continuation lines")
+            case .failed(let status):
+                throw EarshotError(.config, "\(source): libinih could not read the file (ini_parse_stream returned \(status))")
+            }
+        }
+        try parser.finish()
+        return parser.configuration
+    }
+}
+
+/// Turns libinih's entries into a configuration, checking every key and value as it goes.
+package struct ConfigurationParser {
+    package let source: String
+    package var configuration = DaemonConfiguration()
+    /// First line of each `section` + "\n" + `key`, to refuse keys set twice.
+    private var keyLines: [String: Int] = [:]
+    /// First line seen in each group section.
+    private var groupLines: [String: Int] = [:]
+    private var previous: INIEntry?
+
+    package init(source: String) {
+        self.source = source
+    }
+
+    private func failure(_ entry: INIEntry, _ text: String) -> EarshotError {
+        EarshotError(.config, "\(source):\(entry.line): [\(entry.section)] \(text)")
+    }
+
+    private func badValue(_ entry: INIEntry, _ requirement: String) -> EarshotError {
+        failure(entry, "\(entry.key) = \(entry.value): \(requirement)")
+    }
+
+    private func value<T>(_ rule: SettingRule<T>, _ entry: INIEntry) throws(EarshotError) -> T {
+        guard let value = rule.parse(entry.value) else { throw badValue(entry, rule.requirement) }
+        return value
+    }
+
+    package mutating func take(_ entries: [INIEntry]) throws(EarshotError) {
+        for entry in entries {
+            try take(entry)
+            previous = entry
+        }
+    }
+
+    private mutating func take(_ entry: INIEntry) throws(EarshotError) {
+        if entry.section.isEmpty {
+            throw EarshotError(
+                .config, "\(source):\(entry.line): \(entry.key): key outside a section; put it under its [section] header")
+        }
+        if entry.isContinuation {
+            return try continueList(entry)
+        }
+        let groupName: String?
+        if entry.section.hasPrefix(DaemonConfiguration.groupSectionPrefix) {
+            let name = String(entry.section.dropFirst(DaemonConfiguration.groupSectionPrefix.count))
+            guard SettingRules.isValidGroupName(name) else {
+                throw EarshotError(
+                    .config,
+                    "\(source):\(entry.line): [\(entry.section)]: a group name is 1 to 64 lowercase letters, digits and _ (e.g. [group.kettle])")
+            }
+            groupName = name
+            if groupLines[name] == nil { groupLines[name] = entry.line }
+            guard DaemonConfiguration.groupKeys.contains(entry.key) else {
+                throw unknownKey(entry, keys: DaemonConfiguration.groupKeys)
+            }
+        } else {
+            groupName = nil
+            guard let keys = DaemonConfiguration.sectionKeys.first(where: { $0.key == entry.section })?.value else {
+                let sections = DaemonConfiguration.sectionKeys.map(\.key) + ["group.NAME"]
+                let typo = NameSuggestion.likelyTypo(of: entry.section, among: sections)
+                let guess = typo.map { "did you mean [\($0)]? " } ?? ""
+                throw EarshotError(
+                    .config,
+                    "\(source):\(entry.line): [\(entry.section)]: unknown section (\(guess)sections: \(sections.joined(separator: ", ")))")
+            }
+            guard keys.contains(entry.key) else { throw unknownKey(entry, keys: keys) }
+        }
+        let slot = entry.section + "\n" + entry.key
+        if let first = keyLines[slot] {
+            throw failure(entry, "\(entry.key): set twice (also on line \(first)); keep one")
+        }
+        keyLines[slot] = entry.line
+        if let groupName {
+            try setGroupKey(entry, group: groupName)
+        } else {
+            try setKey(entry)
+        }
+    }
+
+    private func unknownKey(_ entry: INIEntry, keys: [String]) -> EarshotError {
+        let guess = NameSuggestion.likelyTypo(of: entry.key, among: keys).map { "did you mean \($0)? " } ?? ""
+        return failure(entry, "\(entry.key): unknown key (\(guess)keys: \(keys.joined(separator: ", ")))")
+    }
+
+    /// `existing` followed by the model files of `entry` (absolute paths separated by `|`, names distinct); records
+    /// where each file was named (`DaemonConfiguration.modelLocations`).
+    private mutating func modelFiles(_ entry: INIEntry, adding existing: [String]) throws(EarshotError) -> [String] {
+        let items = SettingRules.listItems(entry.value, separators: ["|"])
+        for item in items where !item.hasPrefix("/") {
+            throw badValue(entry, "\"\(item)\" must be an absolute path (e.g. /var/lib/earshot/doorbell.earshot)")
+        }
+        let files = existing + items
+        if let problem = HeadModelSet.nameProblem(paths: files) { throw badValue(entry, problem) }
+        for item in items { configuration.locations[DaemonConfiguration.modelLocationKey(item)] = "\(source):\(entry.line)" }
+        return files
+    }
+
+    /// An indented line: more items of a list, or a mistake.
+    private mutating func continueList(_ entry: INIEntry) throws(EarshotError) {
+        let isGroupClasses = entry.section.hasPrefix(DaemonConfiguration.groupSectionPrefix) && entry.key == "classes"
+        let isWatch = entry.section == "detection" && entry.key == "watch"
+        let isModels = entry.section == "models" && entry.key == "files"
+        guard isGroupClasses || isWatch || isModels, previous?.section == entry.section, previous?.key == entry.key else {
+            throw failure(
+                entry,
+                "\(entry.key): the indented line \"\(entry.value)\" continues the value of \(entry.key), which takes one line; remove the indentation")
+        }
+        if entry.value.contains("=") {
+            throw failure(
+                entry,
+                "\(entry.key): the indented line \"\(entry.value)\" is read as more of the \(entry.key) list; remove the indentation to start a new key")
+        }
+        if isWatch {
+            configuration.detection.watch += SettingRules.listItems(entry.value, separators: SettingRules.groupSeparators)
+        } else if isModels {
+            configuration.models.files = try modelFiles(entry, adding: configuration.models.files)
+        } else {
+            let name = String(entry.section.dropFirst(DaemonConfiguration.groupSectionPrefix.count))
+            let more = SettingRules.listItems(entry.value, separators: SettingRules.classSeparators)
+            configuration.detection.groups[name, default: .init()].classLabels =
+                (configuration.detection.groups[name]?.classLabels ?? []) + more
+        }
+    }
+
+    private mutating func setKey(_ entry: INIEntry) throws(EarshotError) {
+        switch (entry.section, entry.key) {
+        case ("capture", "device"):
+            configuration.capture.device = try value(SettingRules.device, entry)
+        case ("capture", "input"):
+            configuration.capture.input =
+                entry.value.isEmpty ? nil : entry.value == "-" ? .standardInput : .file(path: entry.value)
+            configuration.locations["capture.input"] = "\(source):\(entry.line)"
+        case ("capture", "input_rate"):
+            configuration.capture.inputSampleRate = try value(SettingRules.inputSampleRate, entry)
+        case ("analysis", "window"):
+            configuration.analysis.windowDuration = try value(SettingRules.windowDuration, entry)
+        case ("analysis", "overlap"):
+            configuration.analysis.overlapFactor = try value(SettingRules.overlapFactor, entry)
+        case ("analysis", "gate_dbfs"):
+            configuration.analysis.gateThresholdDBFS = try value(SettingRules.gateThresholdDBFS, entry)
+        case ("analysis", "silence_minutes"):
+            configuration.analysis.silenceMinutes = try value(SettingRules.silenceMinutes, entry)
+        case ("detection", "watch"):
+            configuration.detection.watch = SettingRules.listItems(entry.value, separators: SettingRules.groupSeparators)
+            configuration.locations["detection.watch"] = "\(source):\(entry.line)"
+        case ("output", "socket"):
+            configuration.output.socketPath = try value(SettingRules.socketPath, entry)
+        case ("output", "socket_mode"):
+            configuration.output.socketMode = try value(SettingRules.socketMode, entry)
+        case ("output", "client_queue_kib"):
+            configuration.output.clientQueueKiB = try value(SettingRules.clientQueueKiB, entry)
+        case ("output", "max_clients"):
+            configuration.output.maxClients = try value(SettingRules.maxClients, entry)
+        case ("output", "journal"):
+            configuration.output.journal = try value(SettingRules.flag, entry)
+        case ("models", "files"):
+            configuration.models.files = try modelFiles(entry, adding: [])
+        case ("daemon", "watchdog"):
+            configuration.daemon.watchdog = try value(SettingRules.flag, entry)
+        case ("alarms", "pattern_detection"):
+            configuration.alarms.patternDetection = try value(SettingRules.flag, entry)
+        case ("clips", _):
+            if let requirement = configuration.setClipsKey(key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
+            if entry.key == "directory" { configuration.locations["clips.directory"] = "\(source):\(entry.line)" }
+        case ("history", _), ("sleep", _):
+            if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
+            if entry.section == "history", entry.key == "path" {
+                configuration.locations["history.path"] = "\(source):\(entry.line)"
+            }
+        default:
+            // sectionKeys and this switch list the same keys; a key in one but not the other is a programming error
+            // caught by the shipped-file test, reported here as a config error rather than a crash.
+            throw failure(entry, "\(entry.key): known key without a setter (report this as a bug)")
+        }
+    }
+
+    private mutating func setGroupKey(_ entry: INIEntry, group name: String) throws(EarshotError) {
+        var settings = configuration.detection.groups[name] ?? DaemonConfiguration.GroupSettings()
+        switch entry.key {
+        case "classes":
+            settings.classLabels = SettingRules.listItems(entry.value, separators: SettingRules.classSeparators)
+            configuration.locations["group.\(name).classes"] = "\(source):\(entry.line)"
+        case "threshold":
+            settings.threshold = try value(SettingRules.threshold, entry)
+        case "onset_windows":
+            settings.onsetWindows = try value(SettingRules.onsetCount, entry)
+        case "onset_of":
+            settings.onsetOf = try value(SettingRules.onsetCount, entry)
+        case "hold_seconds":
+            settings.holdSeconds = try value(SettingRules.holdSeconds, entry)
+        case "min_interval_seconds":
+            settings.minIntervalSeconds = try value(SettingRules.minIntervalSeconds, entry)
+        default:
+            throw failure(entry, "\(entry.key): known key without a setter (report this as a bug)")
+        }
+        configuration.detection.groups[name] = settings
+    }
+
+    /// Checks what needs the whole file: new groups complete, k <= n, lists not empty, watched names defined.
+    package mutating func finish() throws(EarshotError) {
+        let presetNames = LabelGroup.presets.keys.sorted()
+        for (name, settings) in configuration.detection.groups.sorted(by: { groupLine($0.key) < groupLine($1.key) }) {
+            let section = "[group.\(name)]"
+            if LabelGroup.presets[name] == nil {
+                let missing = [settings.classLabels == nil ? "classes" : nil, settings.threshold == nil ? "threshold" : nil]
+                    .compactMap { $0 }
+                if !missing.isEmpty {
+                    throw EarshotError(
+                        .config,
+                        "\(source):\(groupLine(name)): \(section): a new group needs \(missing.joined(separator: " and ")) (presets, which need neither: \(presetNames.joined(separator: ", ")))")
+                }
+            }
+            if let classes = settings.classLabels, classes.isEmpty {
+                throw EarshotError(
+                    .config,
+                    "\(source):\(keyLine(section: "group.\(name)", key: "classes")): \(section) classes: must name at least one class label (separate labels with |)")
+            }
+            let preset = LabelGroup.presets[name]
+            let onsetWindows = settings.onsetWindows ?? preset?.onsetWindows ?? 2
+            let onsetOf = settings.onsetOf ?? preset?.onsetOf ?? 3
+            if onsetWindows > onsetOf {
+                let key = settings.onsetWindows != nil ? "onset_windows" : "onset_of"
+                let shown = key == "onset_windows" ? onsetWindows : onsetOf
+                throw EarshotError(
+                    .config,
+                    "\(source):\(keyLine(section: "group.\(name)", key: key)): \(section) \(key) = \(shown): onset_windows (\(onsetWindows)) must be at most onset_of (\(onsetOf))")
+            }
+        }
+        let watchLine = keyLine(section: "detection", key: "watch")
+        if configuration.detection.watch.isEmpty {
+            throw EarshotError(
+                .config,
+                "\(source):\(watchLine): [detection] watch: must name at least one group (separate names with |)")
+        }
+        if let problem = configuration.homeConsistencyProblem() {
+            throw EarshotError(.config, "\(source):\(keyLine(section: "sleep", key: "rhythm_threshold")): \(problem)")
+        }
+        configuration.detection.watch = uniqued(configuration.detection.watch)
+        if let unknown = configuration.unknownWatchedGroup() {
+            throw EarshotError(.config, "\(source):\(watchLine): [detection] watch: \(unknown)")
+        }
+        if let unknown = configuration.unknownClipGroup() {
+            throw EarshotError(.config, "\(source):\(keyLine(section: "clips", key: "groups")): [clips] groups: \(unknown)")
+        }
+    }
+
+    private func groupLine(_ name: String) -> Int { groupLines[name] ?? 0 }
+
+    private func keyLine(section: String, key: String) -> Int { keyLines[section + "\n" + key] ?? 0 }
+}
+
+package func uniqued(_ names: [String]) -> [String] {
+    var seen = Set<String>()
+    return names.filter { seen.insert($0).inserted }
+}
+
+extension DaemonConfiguration {
+    /// Names of every group this configuration knows: the presets and the `[group.NAME]` sections, sorted.
+    public var groupNames: [String] {
+        Set(LabelGroup.presets.keys).union(detection.groups.keys).sorted()
+    }
+
+    /// The groups a subscriber may not pick because the daemon does not watch them, and how to watch one, for
+    /// ``EventServer/Configuration/unwatchedGroups``: ``groupNames`` less `subscribable` (the watched groups and
+    /// the ones the daemon adds: snoring, the alarm patterns' groups).
+    ///
+    /// - Parameters:
+    ///   - subscribable: the names the daemon's socket accepts.
+    ///   - configPath: the file given with `--config`, or nil for ``defaultPath``.
+    /// - Returns: advice such as `[detection] watch in /etc/earshot/earshotd.conf, then reload earshotd (systemctl
+    ///   reload earshotd)`, or `earshotd's --watch list, then restart earshotd` when `--watch` set the list (a
+    ///   reload keeps the command line).
+    public func unwatchedGroups(subscribable: [String], configPath: String?) -> EventServer.UnwatchedGroups {
+        let names = groupNames.filter { !subscribable.contains($0) }
+        let advice = locations["detection.watch"] == "--watch"
+            ? "earshotd's --watch list, then restart earshotd"
+            : "[detection] watch in \(configPath ?? Self.defaultPath), then reload earshotd (systemctl reload earshotd)"
+        return EventServer.UnwatchedGroups(names: names, advice: advice)
+    }
+
+    /// A description of the first watched name that is not a group, or nil when all are groups.
+    package func unknownWatchedGroup() -> String? {
+        let names = groupNames
+        for name in detection.watch where !names.contains(name) {
+            let guess = NameSuggestion.likelyTypo(of: name, among: names).map { "did you mean \($0)? " } ?? ""
+            return "\"\(name)\" is not a group (\(guess)groups: \(names.joined(separator: ", ")); a new group needs a [group.\(name)] section with classes and threshold)"
+        }
+        return nil
+    }
+}
+
+/// A file that could not be read, with errno.
+package struct FileReadError: Error {
+    package var errno: Int32
+    package var text: String
+    package var hint: String
+}
+
+/// Reads a whole regular file of at most `DaemonConfiguration.maximumFileBytes` bytes.
+/// The corresponding C functions are `open`, `fstat` and `read`.
+package func readConfigurationFile(_ path: String) throws(FileReadError) -> [UInt8] {
+    func failure(_ code: Int32, hint: String = "check the path") -> FileReadError {
+        FileReadError(errno: code, text: String(cString: strerror(code)), hint: hint)
+    }
+    var descriptor: Int32
+    repeat {
+        descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    } while descriptor < 0 && errno == EINTR
+    guard descriptor >= 0 else { throw failure(errno) }
+    defer { close(descriptor) }
+    var status = stat()
+    guard fstat(descriptor, &status) == 0 else { throw failure(errno) }
+    if (status.st_mode & S_IFMT) == S_IFDIR { throw failure(EISDIR, hint: "name the file, not its directory") }
+    guard (status.st_mode & S_IFMT) == S_IFREG else {
+        throw FileReadError(errno: EINVAL, text: "not a regular file", hint: "name a text file")
+    }
+    guard Int(status.st_size) <= DaemonConfiguration.maximumFileBytes else {
+        throw FileReadError(errno: EFBIG, text: "larger than 1 MiB", hint: "this is not a configuration file")
+    }
+    var bytes = [UInt8](repeating: 0, count: Int(status.st_size))
+    var filled = 0
+    while filled < bytes.count {
+        let count = bytes.withUnsafeMutableBytes { buffer -> Int in
+            guard let base = buffer.baseAddress else { return 0 }
+            return read(descriptor, base + filled, buffer.count - filled)
+        }
+        if count < 0 {
+            if errno == EINTR { continue }
+            throw failure(errno)
+        }
+        if count == 0 { break }
+        filled += count
+    }
+    return Array(bytes[0..<filled])
+}

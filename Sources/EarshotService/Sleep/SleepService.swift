@@ -1,0 +1,275 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+import EarshotCapture
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+import EarshotOutputs
+
+/// Sleep sessions inside `earshotd`: started and stopped by socket commands (`{"cmd":"sleep_start"}`,
+/// `{"cmd":"sleep_stop"}`, `{"cmd":"sleep_status"}`, sent by `earshot sleep start|stop|status`) or by the daily
+/// `[sleep] schedule`; while one runs, the ``SnoreDetector`` looks at every analysis window and its snoring events
+/// are published like any detection (group `snoring`). At the end the ``SnoreReport`` is written to
+/// `[sleep] report_dir` as `snore-YYYYMMDD-HHMM.json` and `.svg` (local time of the start) and sent to subscribers
+/// as one `{"type":"snore_report",...}` line.
+///
+/// The plain `snoring` label group (the "Snoring" class alone), when it is in the watch list, is silenced while a
+/// session runs (``admits(_:)``), so that subscribers do not see snoring twice.
+///
+/// Replies: `{"type":"sleep","state":"started","start":ISO}` (or `"already_running"`), `{"type":"sleep",
+/// "state":"stopped","start":..,"end":..,"snoring_minutes":..,"snoring_percent":..,"episodes":N,"events":N,
+/// "report_json":PATH,"report_svg":PATH}`, `{"type":"sleep","state":"running"|"idle",...}`; `sleep_stop` with no
+/// session gets `{"type":"error","message":"no sleep session is running (start one with `earshot sleep start`)"}`.
+///
+/// - Important: ``observe(_:)``, ``admits(_:)``, ``start(at:scheduled:)``, ``stop(at:)`` and
+///   ``reconfigure(_:)`` run on the analysis queue (``handle(command:)`` hops there itself, from the socket's
+///   queue). Reports are written on a utility queue.
+public final class SleepService: @unchecked Sendable {
+    // @unchecked: every mutable property is touched only on `analysisQueue`.
+
+    /// Socket commands this service answers.
+    public static let commands = ["sleep_start", "sleep_stop", "sleep_status"]
+
+    private let analysisQueue: DispatchQueue
+    private let reportQueue = DispatchQueue(label: "earshot.sleep-reports", qos: .utility)
+    private let classLabels: [String]
+    private var settings: DaemonConfiguration.Sleep
+    private let publish: (DetectionEvent) -> Void
+    private let publishReport: @Sendable (JSONObject) -> Void
+    private let log: @Sendable (String, Int) -> Void
+    /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
+    private let fixedTimeZone: TimeZone?
+    private var session: SleepSession?
+    /// The `[sleep] model` head, loaded at init and reload (nil: none, or it failed to load and the log says why).
+    private var head: SnoreDetector.HeadEvidence?
+    private var startedBySchedule = false
+    /// Set when a scheduled window's session was stopped by hand: no restart until the window closes.
+    private var scheduleSkipped = false
+    /// An engine `snoring` onset was silenced; its offset must be silenced too.
+    private var silencedEngineEvent = false
+    private var scheduleTimer: DispatchSourceTimer?
+
+    /// - Parameters:
+    ///   - analysisQueue: the daemon's analysis queue.
+    ///   - classLabels: the classifier's labels (YAMNet's).
+    ///   - settings: `[sleep]`.
+    ///   - publish: sends a snoring event out like any detection (socket, journal, history); called on the
+    ///     analysis queue.
+    ///   - publishReport: sends the finished report's JSON to subscribers.
+    ///   - log: a journal line and its priority (report written, or why not).
+    public init(
+        analysisQueue: DispatchQueue, classLabels: [String], settings: DaemonConfiguration.Sleep,
+        timeZone: TimeZone? = nil, publish: @escaping (DetectionEvent) -> Void,
+        publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void
+    ) {
+        self.analysisQueue = analysisQueue
+        self.classLabels = classLabels
+        self.settings = settings
+        fixedTimeZone = timeZone
+        self.publish = publish
+        self.publishReport = publishReport
+        self.log = log
+        head = Self.loadHead(settings.modelPath, log: log)
+    }
+
+    /// Reads `[sleep] model`; a failure is logged and sessions run on the built-in scores.
+    package static func loadHead(_ path: String?, log: (String, Int) -> Void) -> SnoreDetector.HeadEvidence? {
+        guard let path else { return nil }
+        do throws(EarshotError) {
+            let evidence = try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: path)))
+            log("sleep sessions add the snoring probability of \(path) to the snore evidence", 6)
+            return evidence
+        } catch {
+            log("\(error.message); sleep sessions use the built-in classifier's scores only", 3)
+            return nil
+        }
+    }
+
+    deinit {
+        scheduleTimer?.cancel()
+    }
+
+    /// Starts the schedule check (every 30 s, on the analysis queue) when `[sleep] schedule` is set.
+    public func startSchedule() {
+        analysisQueue.async { [self] in
+            let timer = DispatchSource.makeTimerSource(queue: analysisQueue)
+            timer.schedule(deadline: .now(), repeating: .seconds(30), leeway: .seconds(2))
+            timer.setEventHandler { [weak self] in self?.checkSchedule(now: Date()) }
+            scheduleTimer = timer
+            timer.resume()
+        }
+    }
+
+    /// Whether a session is running (analysis queue).
+    public var isActive: Bool { session != nil }
+
+    /// One analysis window (analysis queue): feeds the running session and publishes its snoring events.
+    public func observe(_ result: ClassificationResult) {
+        guard var running = session else { return }
+        let events = running.observe(
+            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
+            levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores, embedding: result.embedding)
+        session = running
+        for event in events { publish(event) }
+    }
+
+    /// Whether an event of the daemon's label groups may go out (analysis queue): false for the plain `snoring`
+    /// group's events while a session runs (and for the offset of an onset silenced that way).
+    public func admits(_ event: DetectionEvent) -> Bool {
+        guard event.group == SnoreDetector.groupName else { return true }
+        switch event {
+        case .onset:
+            if session != nil {
+                silencedEngineEvent = true
+                return false
+            }
+            return true
+        case .offset:
+            if silencedEngineEvent {
+                silencedEngineEvent = false
+                return false
+            }
+            return true
+        }
+    }
+
+    /// Applies a reloaded `[sleep]` (analysis queue): the schedule at once, thresholds from the next session.
+    public func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
+        if fresh.modelPath != settings.modelPath { head = Self.loadHead(fresh.modelPath, log: log) }
+        settings = fresh
+    }
+
+    /// Answers a socket command; runs on any queue but the analysis queue (it waits for it).
+    public func handle(command: String) -> JSONObject {
+        analysisQueue.sync {
+            let now = Date()
+            switch command {
+            case "sleep_start": return start(at: now, scheduled: false)
+            case "sleep_stop": return stop(at: now)
+            default: return status(now: now)
+            }
+        }
+    }
+
+    /// Starts a session (analysis queue).
+    @discardableResult
+    public func start(at date: Date, scheduled: Bool) -> JSONObject {
+        if let session {
+            return ["type": "sleep", "state": "already_running", "start": .string(EventJSON.timestamp(session.startDate))]
+        }
+        do {
+            session = try SleepSession(
+                startDate: date, classLabels: classLabels, configuration: settings.detectorConfiguration, head: head)
+        } catch {
+            return ["type": "error", "message": .string(error.message)]
+        }
+        startedBySchedule = scheduled
+        log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
+        return ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
+    }
+
+    /// Stops the running session, publishes its last events and the report, and writes the report files
+    /// (analysis queue; the files are written on the report queue).
+    @discardableResult
+    public func stop(at date: Date) -> JSONObject {
+        guard var running = session else {
+            return ["type": "error", "message": "no sleep session is running (start one with `earshot sleep start`)"]
+        }
+        session = nil
+        if startedBySchedule, settings.schedule?.contains(date, timeZone: zone(at: date)) == true { scheduleSkipped = true }
+        startedBySchedule = false
+        let (report, events) = running.stop()
+        for event in events { publish(event) }
+        let paths = Self.reportPaths(directory: settings.reportDirectory, start: report.startDate ?? date, timeZone: zone(at: report.startDate ?? date))
+        let reportObject = report.json
+        let svg = report.svg(timeZone: zone(at: report.startDate ?? date))
+        let directory = settings.reportDirectory
+        reportQueue.async { [log, publishReport] in
+            publishReport(reportObject)
+            do throws(EarshotError) {
+                try Self.write(json: reportObject, svg: svg, to: paths, directory: directory)
+                log("sleep report written: \(paths.json) and \(paths.svg)", 6)
+            } catch {
+                log(error.message, 4)
+            }
+        }
+        return [
+            "type": "sleep", "state": "stopped",
+            "start": .string(EventJSON.timestamp(running.startDate)), "end": .string(EventJSON.timestamp(date)),
+            "snoring_minutes": .number(report.snoringMinutes, decimals: 2),
+            "snoring_percent": .number(report.snoringPercent, decimals: 2),
+            "episodes": .int(report.episodes.count), "events": .int(report.events.count),
+            "report_json": .string(paths.json), "report_svg": .string(paths.svg),
+        ]
+    }
+
+    /// Waits until reports queued so far are written (shutdown, tests).
+    public func flushReports() {
+        reportQueue.sync {}
+    }
+
+    private func status(now: Date) -> JSONObject {
+        guard let session else {
+            var object: JSONObject = ["type": "sleep", "state": "idle"]
+            if let schedule = settings.schedule { object["schedule"] = .string(schedule.description) }
+            return object
+        }
+        return [
+            "type": "sleep", "state": "running", "start": .string(EventJSON.timestamp(session.startDate)),
+            "minutes": .number(session.monitoredSeconds / 60, decimals: 1),
+            "snoring_minutes": .number(session.snoringSecondsSoFar / 60, decimals: 2),
+            "events": .int(session.finishedEvents.count),
+        ]
+    }
+
+    /// Starts or stops the session as the schedule says (analysis queue).
+    package func checkSchedule(now: Date) {
+        guard let schedule = settings.schedule else {
+            scheduleSkipped = false
+            return
+        }
+        let inside = schedule.contains(now, timeZone: zone(at: now))
+        if !inside {
+            scheduleSkipped = false
+            if session != nil, startedBySchedule { stop(at: now) }
+        } else if session == nil, !scheduleSkipped {
+            start(at: now, scheduled: true)
+        }
+    }
+
+    /// `DIR/snore-YYYYMMDD-HHMM.json` and `.svg`, local time of `start`.
+    /// The zone for wall-clock times at `date`.
+    private func zone(at date: Date) -> TimeZone { fixedTimeZone ?? LocalTime.zone(at: date) }
+
+    package static func reportPaths(directory: String, start: Date, timeZone: TimeZone) -> (json: String, svg: String) {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute], from: start)
+        func two(_ value: Int?) -> String { let v = value ?? 0; return (v < 10 ? "0" : "") + "\(v)" }
+        let stem = "snore-\(parts.year ?? 1970)\(two(parts.month))\(two(parts.day))-\(two(parts.hour))\(two(parts.minute))"
+        let base = joinedPath(directory, stem)
+        return (base + ".json", base + ".svg")
+    }
+
+    /// Writes the report files, creating the directory when missing.
+    /// - Throws: `EarshotError(.cannotCreate)` naming the file and the fix.
+    package static func write(json: JSONObject, svg: String, to paths: (json: String, svg: String), directory: String)
+        throws(EarshotError)
+    {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw EarshotError(
+                .cannotCreate,
+                "cannot create the sleep report directory \(directory): \(errorText(error)) (set [sleep] report_dir to a writable directory)")
+        }
+        for (path, text) in [(paths.json, JSONValue.object(json).encoded + "\n"), (paths.svg, svg)] {
+            try OutputFile.write(
+                Data(text.utf8), to: path, what: "the sleep report", hint: "check free space and that [sleep] report_dir is writable")
+        }
+    }
+}

@@ -1,0 +1,138 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+
+/// Writes a whole output file the user named (a report, a chart, a head model) without ever replacing something that
+/// is not a regular file.
+///
+/// - A new path or an existing regular file is written atomically: into `.NAME.tmp-PID` beside it, then renamed over
+///   it, so that no reader sees half a file.
+/// - A symbolic link is followed (to its final target, even a dangling one): the target is written, the link stays.
+/// - An existing file that is not a regular file (a device such as `/dev/stdout` or `/dev/full`, a FIFO) is opened and
+///   written in place; it is never truncated nor replaced.
+///
+/// The corresponding C functions are `lstat`, `readlink`, `open`, `write`, `close` and `rename`.
+public enum OutputFile {
+    /// Why a write failed.
+    public struct Failure: Error, Sendable, Equatable {
+        public enum Stage: Sendable, Equatable {
+            /// The file (or its temporary sibling) could not be created or opened.
+            case open
+            /// Writing the bytes into a regular file's temporary sibling, or renaming it, failed.
+            case write
+            /// Writing in place into an existing non-regular file (a device, a FIFO) failed.
+            case writeInPlace
+        }
+
+        public var stage: Stage
+        /// The `errno` value.
+        public var code: Int32
+        /// `strerror(code)`.
+        public var reason: String { String(cString: strerror(code)) }
+    }
+
+    /// Writes `data` to `path` (see ``OutputFile``), reporting a failure as its stage and `errno`.
+    /// - Throws: ``Failure`` with the stage and `errno`.
+    public static func attemptWrite(_ data: Data, to path: String) throws(Failure) {
+        // stat follows links the way open does, /proc magic links included (/dev/stdout into a pipe names
+        // "pipe:[N]", which no path lookup would find): a device or FIFO is opened through the path as given.
+        var status = stat()
+        if stat(path, &status) == 0, status.st_mode & S_IFMT != S_IFREG, status.st_mode & S_IFMT != S_IFDIR {
+            try writeInPlace(data, to: path)
+            return
+        }
+        let target = resolvingSymbolicLinks(path)
+        let url = URL(fileURLWithPath: target)
+        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).tmp-\(getpid())").path
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
+            // Report the user's path: EISDIR for a directory, ENOENT for a missing directory, EACCES...
+            let code = errno
+            var existing = stat()
+            if stat(target, &existing) == 0, existing.st_mode & S_IFMT == S_IFDIR { throw Failure(stage: .open, code: EISDIR) }
+            throw Failure(stage: .open, code: code)
+        }
+        if stat(target, &status) == 0, status.st_mode & S_IFMT == S_IFREG {
+            _ = fchmod(descriptor, status.st_mode & 0o7777)  // keep the replaced file's permissions
+        }
+        let writeError = writeAll(data, to: descriptor)
+        // close can report a delayed write error (NFS, a full disk): it counts as a failure too.
+        let closeError: Int32? = close(descriptor) == 0 ? nil : errno
+        if let code = writeError ?? closeError {
+            unlink(temporary)
+            throw Failure(stage: .write, code: code)
+        }
+        guard rename(temporary, target) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw Failure(stage: code == EISDIR ? .open : .write, code: code)
+        }
+    }
+
+    /// Writes `data` to `path` and describes a failure as one line:
+    /// `cannot write PATH: REASON (HINT)` with `.cannotCreate` (73) when the file cannot be created or written, and
+    /// `cannot write PATH: REASON` with `.io` (74) when writing into a device or FIFO fails (e.g. `/dev/full`).
+    public static func write(_ data: Data, to path: String, what: String = "", hint: String = "check the directory and free space")
+        throws(EarshotError)
+    {
+        do {
+            try attemptWrite(data, to: path)
+        } catch {
+            let name = what.isEmpty ? path : "\(what) \(path)"
+            switch error.stage {
+            case .open, .write:
+                throw EarshotError(.cannotCreate, "cannot write \(name): \(error.reason) (\(hint))", cause: error.reason)
+            case .writeInPlace:
+                throw EarshotError(.io, "cannot write \(name): \(error.reason)", cause: error.reason)
+            }
+        }
+    }
+
+    /// `path` with symbolic links followed to the final target (relative targets resolved against the link's
+    /// directory); `path` itself when it is not a link. Gives up after 40 links (a loop), leaving the open to fail.
+    package static func resolvingSymbolicLinks(_ path: String) -> String {
+        var current = path
+        for _ in 0..<40 {
+            var status = stat()
+            guard lstat(current, &status) == 0, status.st_mode & S_IFMT == S_IFLNK else { return current }
+            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let count = readlink(current, &buffer, buffer.count - 1)
+            guard count > 0 else { return current }
+            let destination = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if destination.hasPrefix("/") {
+                current = destination
+            } else {
+                current = URL(fileURLWithPath: current).deletingLastPathComponent().appendingPathComponent(destination).path
+            }
+        }
+        return path
+    }
+
+    private static func writeInPlace(_ data: Data, to path: String) throws(Failure) {
+        // No O_TRUNC: it means nothing to a device or FIFO, and the file is not regular.
+        let descriptor = open(path, O_WRONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw Failure(stage: .open, code: errno) }
+        let writeError = writeAll(data, to: descriptor)
+        let closeError: Int32? = close(descriptor) == 0 ? nil : errno
+        if let code = writeError ?? closeError { throw Failure(stage: .writeInPlace, code: code) }
+    }
+
+    /// Writes all of `data` to `descriptor`, retrying short writes and EINTR; the `errno` of a failure, or nil.
+    public static func writeAll(_ data: Data, to descriptor: Int32) -> Int32? {
+        data.withUnsafeBytes { buffer in
+            guard var pointer = buffer.baseAddress else { return nil }
+            var remaining = buffer.count
+            while remaining > 0 {
+                let count = Glibc.write(descriptor, pointer, remaining)
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                if count == 0 { return EIO }
+                pointer += count
+                remaining -= count
+            }
+            return nil
+        }
+    }
+}

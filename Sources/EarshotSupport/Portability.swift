@@ -1,0 +1,206 @@
+import FoundationEssentials
+import Glibc
+
+// The few things the Earshot module took from full Foundation (swift-corelibs-foundation), written over
+// FoundationEssentials, Glibc and the standard library instead.
+//
+// Why: earshotd links Earshot, and full Foundation brings CoreFoundation and ICU with it (their start-up code, their
+// tables, ICU's data); in the daemon that was about 3 MB of resident memory for string trimming, `String(cFormat:)`,
+// a lock and a thread. The command line (EarshotCLI) still imports full Foundation where it wants it.
+
+// MARK: Strings
+
+extension StringProtocol {
+    /// The text without leading and trailing spaces and tabs (Unicode whitespace other than line breaks), as
+    /// Foundation's `trimmingCharacters(in: .whitespaces)`.
+    package func trimmingSpaces() -> String {
+        trimming { $0.isWhitespace && !$0.isNewline }
+    }
+
+    /// The text without leading and trailing whitespace and line breaks, as Foundation's
+    /// `trimmingCharacters(in: .whitespacesAndNewlines)`.
+    package func trimmingWhitespace() -> String {
+        trimming { $0.isWhitespace }
+    }
+
+    /// The text without the leading and trailing characters for which `drop` is true.
+    package func trimming(while drop: (Character) -> Bool) -> String {
+        guard let first = firstIndex(where: { !drop($0) }), let last = lastIndex(where: { !drop($0) }) else { return "" }
+        return String(self[first...last])
+    }
+}
+
+extension String {
+    /// Text formatted by C's `vsnprintf` (the C locale's conventions: `.` as the decimal point), for the numeric
+    /// conversions Earshot uses (`%.2f`, `%02d`, `%x`, `%%`). Pass `Int32`/`Int`/`UInt32`/`Double` arguments that
+    /// match the conversions, as with `printf`.
+    package init(cFormat format: String, _ arguments: CVarArg...) {
+        self = withVaList(arguments) { list in
+            var buffer = [CChar](repeating: 0, count: 128)
+            let needed = Int(vsnprintf(&buffer, buffer.count, format, list))
+            guard needed >= buffer.count else { return Self.text(buffer, count: needed) }
+            return withVaList(arguments) { again in
+                buffer = [CChar](repeating: 0, count: needed + 1)
+                _ = vsnprintf(&buffer, buffer.count, format, again)
+                return Self.text(buffer, count: needed)
+            }
+        }
+    }
+}
+
+extension String {
+    /// The first `count` bytes of a C buffer (clamped to 0...its size), as UTF-8 text.
+    fileprivate static func text(_ buffer: [CChar], count: Int) -> String {
+        String(decoding: buffer.prefix(Swift.max(0, Swift.min(count, buffer.count))).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+// MARK: Local time
+
+/// The system's local time zone as the C library sees it (`TZ`, else /etc/localtime).
+///
+/// FoundationEssentials alone knows only GMT (`TimeZone.current` is GMT, named zones are nil: zone rules come from
+/// ICU in FoundationInternationalization, which the daemon does not link), so local wall-clock time comes from glibc:
+/// ``zone(at:)`` is a fixed-offset zone with the offset in force at that instant, correct across daylight-saving
+/// changes as long as it is asked again for each instant.
+public enum LocalTime {
+    /// The local zone's offset at `date`, as a fixed-offset `TimeZone` (the corresponding C function is `localtime_r`).
+    public static func zone(at date: Date = Date()) -> TimeZone {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return TimeZone(secondsFromGMT: 0)! }
+        return TimeZone(secondsFromGMT: parts.tm_gmtoff) ?? TimeZone(secondsFromGMT: 0)!
+    }
+
+    /// `date` as wall-clock `YYYY-MM-DD HH:MM:SS` in `timeZone` (the history's and `subscribe`'s text lines).
+    package static func dateTimeText(_ date: Date, timeZone: TimeZone) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        let p = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        return String(cFormat: "%04d-%02d-%02d %02d:%02d:%02d", p.year ?? 1970, p.month ?? 1, p.day ?? 1, p.hour ?? 0,
+                      p.minute ?? 0, p.second ?? 0)
+    }
+}
+
+// MARK: Errors
+
+/// One line describing `error` for a message: an ``EarshotError``'s message, `strerror` for a POSIX error, the
+/// underlying POSIX error of a FoundationEssentials `CocoaError` (file operations) or its code when it has none,
+/// else Swift's description.
+package func errorText(_ error: any Error) -> String {
+    if let error = error as? EarshotError { return error.message }
+    if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)) }
+    if let error = error as? CocoaError {
+        if let underlying = error.underlying as? POSIXError { return String(cString: strerror(underlying.code.rawValue)) }
+        return "file operation failed (Foundation error \(error.code.rawValue))"
+    }
+    return String(describing: error)
+}
+
+// MARK: Paths
+
+/// The directory part of `path` (`/a/b` for `/a/b/c`, `/` for `/c`, `.` for `c`), as NSString's
+/// `deletingLastPathComponent` for the paths Earshot builds.
+package func parentDirectory(of path: String) -> String {
+    var trimmed = Substring(path)
+    while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed.removeLast() }
+    guard let slash = trimmed.lastIndex(of: "/") else { return "." }
+    return slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
+}
+
+/// `directory` and `name` joined with one `/`.
+package func joinedPath(_ directory: String, _ name: String) -> String {
+    directory.isEmpty ? name : directory.hasSuffix("/") ? directory + name : directory + "/" + name
+}
+
+/// What is at a path: nothing (or nothing `stat` may see), a directory, a regular file, or something else (a
+/// device, a FIFO, a socket). Follows symbolic links. The corresponding C function is `stat`.
+package enum PathKind {
+    case missing
+    case directory
+    case regularFile
+    case other
+
+    package init(path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            self = .missing
+            return
+        }
+        switch info.st_mode & S_IFMT {
+        case S_IFDIR: self = .directory
+        case S_IFREG: self = .regularFile
+        default: self = .other
+        }
+    }
+}
+
+// MARK: Threads (locks: Synchronization.Mutex and Atomic)
+
+/// Starts `body` on a new detached POSIX thread named `name` (at most 15 bytes show in `top -H` and `ps -L`).
+/// - Throws: ``EarshotError`` `.system` naming the thread when `pthread_create` fails (out of threads or memory).
+/// - Parameter stackSize: bytes of stack (nil: the system default, 8 MB on Debian).
+package func startThread(named name: String, stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) throws(EarshotError) {
+    final class Box: @unchecked Sendable {
+        let name: String
+        let body: @Sendable () -> Void
+        init(name: String, body: @escaping @Sendable () -> Void) {
+            self.name = name
+            self.body = body
+        }
+    }
+    let box = Unmanaged.passRetained(Box(name: name, body: body))
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    defer { pthread_attr_destroy(&attributes) }
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    if let stackSize { pthread_attr_setstacksize(&attributes, stackSize) }
+    var thread = pthread_t()
+    let status = pthread_create(&thread, &attributes, { context in
+        let box = Unmanaged<AnyObject>.fromOpaque(context!).takeRetainedValue() as! Box
+        nameCurrentThread(box.name)
+        box.body()
+        return nil
+    }, box.toOpaque())
+    guard status == 0 else {
+        box.release()
+        throw EarshotError.posix(.system, "cannot start the \(name) thread", errno: status)
+    }
+}
+
+/// Names the calling thread (the first 15 bytes of `name`), as `pthread_setname_np` does, through
+/// /proc/thread-self/comm (Linux 3.17 and later); best effort.
+package func nameCurrentThread(_ name: String) {
+    let descriptor = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { return }
+    let bytes = Array(name.utf8.prefix(15))
+    _ = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+    close(descriptor)
+}
+
+/// Writes all of `text` to the file descriptor (retrying short writes and EINTR).
+/// - Returns: false when a write failed (errno tells why).
+@discardableResult
+package func writeAll(_ descriptor: Int32, _ text: String) -> Bool {
+    var bytes = Array(text.utf8)
+    return bytes.withUnsafeMutableBytes { buffer in
+        var offset = 0
+        while offset < buffer.count {
+            let written = write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            offset += written
+        }
+        return true
+    }
+}
+
+/// Sleeps the calling thread for `seconds` (>= 0), resuming after signals.
+package func sleepSeconds(_ seconds: Double) {
+    guard seconds > 0 else { return }
+    var request = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1e9))
+    var remaining = timespec()
+    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+}

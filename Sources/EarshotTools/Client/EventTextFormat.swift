@@ -1,0 +1,83 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+import EarshotCapture
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+
+/// The human form of the event socket's JSON lines (`earshot subscribe --format text`).
+///
+/// ```
+/// 2026-11-30 17:45:12  smoke_alarm started: "Smoke detector, smoke alarm" 81% (stream 12.48 s)
+/// 2026-11-30 17:45:20  smoke_alarm ended after 5.76 s: "Smoke detector, smoke alarm" peak 91%, mean 72% (stream 12.48-18.24 s)
+/// 2026-11-30 17:45:20  health overrun: capture buffer overran; 3 xruns so far
+/// 2026-11-30 17:45:25  smoke_alarm clip saved: /var/lib/earshot/clips/2026-11-30T16-45-12Z_smoke_alarm.wav (16.76 s, stream 7.48-24.24 s)
+/// ```
+public enum EventTextFormat {
+    /// Formats one line received from the daemon.
+    ///
+    /// - Parameters:
+    ///   - line: one JSON line as the socket sends it.
+    ///   - timeZone: the zone the wall-clock `time` is shown in (default: the local offset now, `LocalTime`; the
+    ///     command line passes `TimeZone.current`, which knows the zone's rules).
+    /// - Returns: the text line; nil for a `subscribed` acknowledgement (not an event); the line itself when it is
+    ///   not a known object.
+    public static func format(line: String, timeZone: TimeZone = LocalTime.zone()) -> String? {
+        guard let object = try? JSONValue.parse(line), let type = object["type"]?.stringValue else { return line }
+        func text(_ key: String) -> String? { object[key]?.stringValue }
+        let when = text("time").flatMap { localTime($0, timeZone: timeZone) }.map { $0 + "  " } ?? ""
+        let group = text("group") ?? "?"
+        let label = text("class") ?? "?"
+        switch type {
+        case "detection":
+            return "\(when)\(group) started: \"\(label)\" \(percent(object["confidence"]))"
+                + " (stream \(seconds(object["stream_time"])) s)"
+        case "detection_end":
+            return "\(when)\(group) ended after \(seconds(object["duration"])) s: \"\(label)\""
+                + " peak \(percent(object["peak_confidence"])), mean \(percent(object["mean_confidence"]))"
+                + " (stream \(seconds(object["start"]))-\(seconds(object["end"])) s)"
+        case "health":
+            let state = text("state") ?? "?"
+            let message = text("message") ?? ""
+            return message.isEmpty ? "\(when)health \(state)" : "\(when)health \(state): \(message)"
+        case "clip_saved":
+            let capped = object["capped"]?.boolValue == true ? ", event cut at 60 s" : ""
+            return "\(when)\(group) clip saved: \(text("path") ?? "?") (\(seconds(object["duration"])) s,"
+                + " stream \(seconds(object["start"]))-\(seconds(object["end"])) s\(capped))"
+        case "dropped":
+            let count = object["count"]?.intValue ?? 0
+            return "(\(count) event\(count == 1 ? "" : "s") dropped: this subscriber fell behind)"
+        case "error":
+            return "daemon error: \(text("message") ?? line)"
+        case "shutdown":
+            return "earshotd stopped (shutdown notice)"
+        case "subscribed":
+            return nil
+        default:
+            return line
+        }
+    }
+
+    private static func percent(_ value: JSONValue?) -> String {
+        guard let number = value?.doubleValue, number.isFinite else { return "?%" }
+        return "\(Int((number * 100).rounded()))%"
+    }
+
+    private static func seconds(_ value: JSONValue?) -> String {
+        guard let number = value?.doubleValue, number.isFinite else { return "?" }
+        return String(cFormat: "%.2f", number)
+    }
+
+    /// `2026-11-30T16:45:12.345Z` shown as `2026-11-30 17:45:12` in `timeZone`.
+    package static func localTime(_ text: String, timeZone: TimeZone) -> String? {
+        guard let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) else {
+            return nil
+        }
+        return LocalTime.dateTimeText(date, timeZone: timeZone)
+    }
+}

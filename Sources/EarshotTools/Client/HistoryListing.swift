@@ -1,0 +1,250 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotAudio
+import EarshotCapture
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+
+/// `earshot history`: its options, parsed, and the formats it prints stored events in.
+public struct HistoryListing: Sendable, Equatable {
+    /// How events are printed.
+    public enum Format: String, Sendable, Equatable {
+        /// One readable line per event, local time.
+        case text
+        /// One JSON object per line (times ISO 8601 UTC).
+        case jsonl
+        /// A header row, then one row per event (RFC 4180 quoting; times ISO 8601 UTC).
+        case csv
+    }
+
+    /// Default: `history.sqlite3` in ``StateDirectory`` (where earshotd writes it: `$STATE_DIRECTORY`, else
+    /// /var/lib/earshot).
+    public var databasePath = StateDirectory.path + "/history.sqlite3"
+    /// `--since`: a duration back from now (`90s`, `30m`, `8h`, `2d`, `1w`) or a date (`2026-05-01`,
+    /// `2026-05-01T22:00`, local time, or ISO 8601 with `Z`/offset).
+    public var since: Date?
+    /// `--until`: as `since`.
+    public var until: Date?
+    public var groups: [String] = []
+    public var format = Format.text
+    public var limit: Int?
+    public var helpRequested = false
+
+    public init() {}
+
+    public static let usage =
+        "usage: earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]"
+
+    public static let help = """
+        \(usage)
+
+        Lists the detections earshotd stored in its event history (oldest first).
+          --since WHEN   events that ended after WHEN: a duration back from now (90s, 30m, 8h, 2d, 1w) or a date
+                         (2026-05-01, 2026-05-01T22:30 in local time, or ISO 8601 with Z or an offset)
+          --until WHEN   events that started before WHEN (same forms)
+          --group G      only label group G (repeat, or separate with commas), e.g. snoring
+          --format F     text (default), jsonl, or csv
+          --limit N      only the newest N events
+          --db PATH      the database (default \(EventHistory.defaultPath), or history.sqlite3 in $STATE_DIRECTORY
+                         when that is set, as for earshotd; under systemd it is readable by root:
+                         sudo earshot history)
+        """
+
+    /// Opens the event history to list: ``databasePath``, read only.
+    /// - Throws: `EarshotError(.usage)` when the path is a directory, naming it and the fix, e.g.
+    ///   `--db /tmp/x is a directory: give the history database file (e.g. /var/lib/earshot/history.sqlite3)`;
+    ///   otherwise the errors of ``EventHistory/init(path:access:busyTimeoutMilliseconds:)`` (66 no file, 65 not
+    ///   a history, 69 locked).
+    public func openHistory() throws(EarshotError) -> EventHistory {
+        if PathKind(path: databasePath) == .directory {
+            let fix = databasePath == StateDirectory.path + "/history.sqlite3"
+                ? "\(databasePath) is a directory: name the history database file with --db"
+                : "--db \(databasePath) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
+            throw EarshotError(.usage, fix)
+        }
+        return try EventHistory(path: databasePath, access: .readOnly)
+    }
+
+    /// Parses the arguments after `history`.
+    /// - Parameter now: the time durations count back from.
+    /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.
+    ///   `--since "yesterday": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30`.
+    public static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = LocalTime.zone())
+        throws(EarshotError) -> HistoryListing
+    {
+        var listing = HistoryListing()
+        var index = 0
+        func value(_ name: String, _ inline: String?) throws(EarshotError) -> String {
+            if let inline { return inline }
+            index += 1
+            guard index < arguments.count else {
+                throw EarshotError(.usage, "\(name) needs a value (\(usage))")
+            }
+            return arguments[index]
+        }
+        while index < arguments.count {
+            let argument = arguments[index]
+            var name = argument
+            var inline: String?
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                name = String(argument[..<equals])
+                inline = String(argument[argument.index(after: equals)...])
+            }
+            switch name {
+            case "--help", "-h":
+                listing.helpRequested = true
+            case "--since", "--until":
+                let text = try value(name, inline)
+                guard let date = parseTime(text, now: now, timeZone: timeZone) else {
+                    throw EarshotError(
+                        .usage,
+                        "\(name) \"\(text)\": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30")
+                }
+                if name == "--since" { listing.since = date } else { listing.until = date }
+            case "--group":
+                let names = try value(name, inline).split(separator: ",").map { $0.trimmingSpaces() }
+                    .filter { !$0.isEmpty }
+                guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a group name, e.g. --group snoring") }
+                listing.groups += names
+            case "--format":
+                let text = try value(name, inline)
+                guard let format = Format(rawValue: text) else {
+                    throw EarshotError(.usage, "--format \"\(text)\": expected text, jsonl or csv")
+                }
+                listing.format = format
+            case "--limit":
+                let text = try value(name, inline)
+                guard let limit = Int(text), limit > 0 else {
+                    throw EarshotError(.usage, "--limit \"\(text)\": expected a whole number of events, 1 or more")
+                }
+                listing.limit = limit
+            case "--db":
+                let text = try value(name, inline)
+                guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
+                listing.databasePath = text
+            default:
+                throw EarshotError(.usage, "unknown option \"\(argument)\" (\(usage))")
+            }
+            index += 1
+        }
+        return listing
+    }
+
+    /// The query these options make.
+    public var query: HistoryQuery {
+        HistoryQuery(since: since, until: until, groups: groups, limit: limit)
+    }
+
+    /// A time given on the command line: `N` + `s|m|h|d|w` back from `now`, or a date.
+    public static func parseTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
+        if let unit = text.last, let scale = units[unit], let amount = Double(text.dropLast()), amount.isFinite,
+           amount >= 0
+        {
+            return now.addingTimeInterval(-amount * scale)
+        }
+        for fractional in [true, false] {
+            if let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: fractional)) {
+                return date
+            }
+        }
+        return localDate(text, timeZone: timeZone)
+    }
+
+    /// `YYYY-MM-DD`, optionally followed by `T` or a space and `HH:MM` or `HH:MM:SS`, as wall-clock time in
+    /// `timeZone`; nil for anything else or an impossible date.
+    package static func localDate(_ text: String, timeZone: TimeZone) -> Date? {
+        let bytes = Array(text.utf8)
+        func number(_ from: Int, _ count: Int) -> Int? {
+            guard from + count <= bytes.count else { return nil }
+            var value = 0
+            for byte in bytes[from..<(from + count)] {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+                value = value * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        guard [10, 16, 19].contains(bytes.count), let year = number(0, 4), bytes[4] == UInt8(ascii: "-"),
+              let month = number(5, 2), bytes[7] == UInt8(ascii: "-"), let day = number(8, 2) else { return nil }
+        var components = DateComponents(year: year, month: month, day: day, hour: 0, minute: 0, second: 0)
+        if bytes.count > 10 {
+            guard bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: " "), let hour = number(11, 2),
+                  bytes[13] == UInt8(ascii: ":"), let minute = number(14, 2) else { return nil }
+            components.hour = hour
+            components.minute = minute
+            if bytes.count == 19 {
+                guard bytes[16] == UInt8(ascii: ":"), let second = number(17, 2) else { return nil }
+                components.second = second
+            }
+        }
+        guard (1...12).contains(month), (1...31).contains(day), (0...23).contains(components.hour ?? 0),
+              (0...59).contains(components.minute ?? 0), (0...59).contains(components.second ?? 0) else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        guard let date = calendar.date(from: components),
+              calendar.dateComponents([.day], from: date).day == day else { return nil }  // no 31 April
+        return date
+    }
+
+    // MARK: Formats
+
+    /// The CSV header row (`--format csv`).
+    public static let csvHeader =
+        "id,start,end,duration,group,class,peak_confidence,mean_confidence,level_dbfs,peak_level_dbfs,windows,reason"
+
+    /// One event in `format`, without a newline. Text uses `timeZone`; JSONL and CSV use UTC ISO 8601.
+    ///
+    /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`.
+    public static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = LocalTime.zone()) -> String {
+        let duration = JSONValue.format(event.duration, decimals: 1)
+        let peak = JSONValue.format(Double(event.peakConfidence), decimals: 2)
+        let mean = JSONValue.format(Double(event.meanConfidence), decimals: 2)
+        let level = JSONValue.format(Double(event.levelDBFS), decimals: 1)
+        let peakLevel = JSONValue.format(Double(event.peakLevelDBFS), decimals: 1)
+        switch format {
+        case .text:
+            return "\(localTime(event.start, timeZone: timeZone))  \(duration) s  \(event.group)  \(event.classLabel)  peak \(peak) mean \(mean)  \(level) dBFS (peak \(peakLevel))"
+        case .jsonl:
+            let object: JSONObject = [
+                "id": .int(Int(event.id)),
+                "start": .string(EventJSON.timestamp(event.start)),
+                "end": .string(EventJSON.timestamp(event.end)),
+                "duration": .number(event.duration, decimals: 3),
+                "group": .string(event.group),
+                "class": .string(event.classLabel),
+                "peak_confidence": .number(Double(event.peakConfidence), decimals: 4),
+                "mean_confidence": .number(Double(event.meanConfidence), decimals: 4),
+                "level_dbfs": .number(Double(event.levelDBFS), decimals: 1),
+                "peak_level_dbfs": .number(Double(event.peakLevelDBFS), decimals: 1),
+                "windows": .int(event.windows),
+                "reason": .string(event.endReason),
+            ]
+            return JSONValue.object(object).encoded
+        case .csv:
+            let fields = [
+                String(event.id), EventJSON.timestamp(event.start), EventJSON.timestamp(event.end),
+                JSONValue.format(event.duration, decimals: 3), event.group, event.classLabel,
+                JSONValue.format(Double(event.peakConfidence), decimals: 4),
+                JSONValue.format(Double(event.meanConfidence), decimals: 4), level, peakLevel, String(event.windows),
+                event.endReason,
+            ]
+            return fields.map(csvField).joined(separator: ",")
+        }
+    }
+
+    /// A CSV field, quoted when it holds a comma, a quote or a line break (AudioSet labels hold commas).
+    package static func csvField(_ text: String) -> String {
+        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+        return "\"" + text.replacing("\"", with: "\"\"") + "\""
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS` in `timeZone`.
+    package static func localTime(_ date: Date, timeZone: TimeZone) -> String {
+        LocalTime.dateTimeText(date, timeZone: timeZone)
+    }
+}
