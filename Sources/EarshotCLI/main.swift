@@ -11,6 +11,7 @@ import Foundation
 /// and what it does.
 let commandList: [(usage: String, summary: String)] = [
     (AnalyzeCommand.usage, "classify sound files, one result per window"),
+    (DetectCommand.usage, "the daemon's detection events for sound files, at full speed"),
     (TrainCommand.usage, "train a custom classifier from one folder of recordings per label"),
     (EnrollCommand.usage, "teach earshot one sound by recording it a few times (or from files)"),
     (SubscribeCommand.usage, "print the daemon's detection events as they arrive"),
@@ -54,6 +55,7 @@ arguments.removeFirst()
 let status: Int32
 switch command {
 case "analyze": status = AnalyzeCommand.run(arguments)
+case "detect": status = DetectCommand.run(arguments)
 case "train": status = TrainCommand.run(arguments)
 case "enroll": status = EnrollCommand.run(arguments)
 case "subscribe": status = SubscribeCommand.run(arguments)

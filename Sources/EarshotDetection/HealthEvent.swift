@@ -17,6 +17,9 @@ public struct HealthEvent: Sendable, Equatable {
         case historyUnavailable = "history_unavailable"
         /// Clips cannot be saved (missing or read-only directory, full disk); events go on without clips.
         case clipsUnavailable = "clips_unavailable"
+        /// An output (the socket, the journal, the history, standard output) fell behind and lost events; the
+        /// others and the analysis went on. Said once until it catches up.
+        case outputBehind = "output_behind"
 
         /// The syslog priority the journal entry gets: 6 (info) for `captureLive`, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
@@ -24,7 +27,7 @@ public struct HealthEvent: Sendable, Equatable {
             switch self {
             case .captureLive: 6
             case .captureUnavailable: 3
-            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable: 4
+            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind: 4
             }
         }
     }

@@ -11,13 +11,18 @@ import EarshotAnalysis
 import EarshotDetection
 import EarshotOutputs
 
-/// `earshotd` wired together: capture (ALSA or a real-time input) -> lock-free ring -> analysis queue (gate,
-/// sliding-window YAMNet, debouncer) -> Unix socket subscribers, the journal and, with `--foreground`, stdout.
+/// `earshotd` wired together: capture (ALSA or a real-time input) -> lock-free ring -> analysis queue (the
+/// detection stage: gate, sliding-window YAMNet, heads, debouncer, alarm patterns) -> output router -> sinks (Unix
+/// socket subscribers, the journal, the SQLite history and, with `--foreground`, stdout), each on its own queue.
 ///
-/// Lifecycle: `READY=1` once audio flows (the first chunk read from the ring); watchdog pings while the analysis
-/// queue keeps polling; SIGTERM/SIGINT stop gracefully (open events end, `STOPPING=1`, the socket file is removed,
-/// exit 0); SIGHUP reloads the configuration file (groups, thresholds, window, gate; the device and the socket path
-/// need a restart); the end of an `--input` file or stdin scores the last window, ends open events and exits 0.
+/// Lifecycle: components start in dependency order (router and sinks, analysis, sleep schedule, capture) and stop
+/// in reverse: `STOPPING=1`, capture stops, the analysis drains the ring and ends open events, clips in progress
+/// are written, the router delivers everything routed and stops the sinks in reverse order (the history commits,
+/// the socket sends `{"type":"shutdown"}` and its file is removed), then the process exits with the status.
+/// `READY=1` once audio flows (the first chunk read from the ring); watchdog pings while the analysis queue keeps
+/// polling; SIGTERM/SIGINT stop as above (exit 0); SIGHUP reloads the configuration file (groups, thresholds,
+/// window, gate; the device and the socket path need a restart); the end of an `--input` file or stdin scores the
+/// last window, ends open events and exits 0.
 ///
 /// - Important: Create it on the main thread after `SignalHandling.blockSignals()`, then call `run()`, which never
 ///   returns.
@@ -26,15 +31,19 @@ public final class EarshotDaemon: @unchecked Sendable {
     /// 1 MB, 5.46 s at 48 kHz, 16.4 s at 16 kHz): how long the analysis queue may stall (a slow first inference, a
     /// reload, a busy machine) before the capture thread drops audio and says so. One inference takes about 2 ms,
     /// and the queue is woken every capture period (0.2 s); the ring was 8 s (2 MB resident) before peak RSS mattered.
-    package static let ringSeconds = 4
+    static let ringSeconds = 4
 
     private let commandLine: DaemonCommandLine
+    /// The running configuration; read and replaced on the control queue only.
     private var configuration: DaemonConfiguration
     /// The capture settings at start; they never change while running (a reload that changes them says a restart
     /// is needed), so the supervisor's queue may read them while the control queue reloads.
     private let capture: DaemonConfiguration.Capture
     /// The output settings at start (socket path and mode, queue size, journal), likewise fixed until a restart.
     private let output: DaemonConfiguration.Output
+    /// `[history]` and `[clips]` at start (changes need a restart).
+    private let historySettings: DaemonConfiguration.History
+    private let clipSettings: DaemonConfiguration.Clips
     /// Set once `--fallback-input` replaced a device that could not be opened.
     private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
@@ -43,44 +52,43 @@ public final class EarshotDaemon: @unchecked Sendable {
     private let notifier = ServiceNotifier()
     private let journal: JournalSink
     private let ring: SampleRingBuffer
-    private var server: EventServer!
-    private var pipeline: AnalysisPipeline!
-    private var supervisor: CaptureSupervisor!
+    private let server: EventServer
+    /// Every output goes through it to the sinks (socket, journal, stdout, history).
+    private let router: OutputRouter
+    private let historySink: HistorySink?
+    /// Audio around each detection (`[clips]`; nil when disabled): cut on the analysis queue, written on the
+    /// writer's queue.
+    private let clips: ClipRecorder?
+    private let clipWriter: ClipWriter?
+    /// Sleep sessions and snore reports (`[sleep]`).
+    private let sleep: SleepService
+    private let pipeline: AnalysisPipeline
+    private let supervisor: CaptureSupervisor
     private var signals: SignalSources?
     private var watchdog: ServiceWatchdog?
     private let startTime = Date()
     private let status = Mutex(StatusSnapshot())
+    /// Onsets published (classifier, alarm and snore), for the status reply.
+    private let detections = EventCounter()
     /// Monotonic nanoseconds of the analysis queue's last poll, for the watchdog.
     private let heartbeat = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
     private let deviceHasWorked = Atomic<Bool>(false)
-    private let printLock = Mutex(())
-    /// Finished events to the SQLite history (`[history]`; nil when disabled). Its settings need a restart.
-    private var history: HistoryRecorder?
-    private let historySettings: DaemonConfiguration.History
-    /// Audio around each detection (`[clips]`; nil when disabled): cut on the analysis queue, written on the
-    /// writer's. Its settings need a restart.
-    private var clips: ClipRecorder?
-    private var clipWriter: ClipWriter?
-    private let clipSettings: DaemonConfiguration.Clips
-    /// Sleep sessions and snore reports (`[sleep]`).
-    private var sleep: SleepService!
     /// The custom models running (`[models] files`); replaced on reload (control queue).
     private var heads = HeadModelSet()
 
-    package struct StatusSnapshot {
-        package var capture = "opening"
-        package var source = ""
-        package var windows = 0
-        package var gatedWindows = 0
-        package var gaps = 0
-        package var streamTime: Double = 0
-        package var levelDBFS: Float = ClassificationResult.levelFloorDBFS
-        package var activeGroups: [String] = []
-        package var detections = 0
-        package var gateDBFS: Double = 0
-        package var watch: [String] = []
+    struct StatusSnapshot {
+        var capture = "opening"
+        var source = ""
+        var windows = 0
+        var gatedWindows = 0
+        var gaps = 0
+        var streamTime: Double = 0
+        var levelDBFS: Float = ClassificationResult.levelFloorDBFS
+        var activeGroups: [String] = []
+        var gateDBFS: Double = 0
+        var watch: [String] = []
         /// The custom models running: name and file.
-        package var models: [(name: String, path: String)] = []
+        var models: [(name: String, path: String)] = []
     }
 
     /// Loads the configuration and the model, checks the groups, and opens the socket.
@@ -99,72 +107,87 @@ public final class EarshotDaemon: @unchecked Sendable {
         let model = try BuiltInClassifier.shared()
         let heads = try HeadModelSet.load(paths: configuration.models.files, locations: configuration.modelLocations).set
         self.heads = heads
-        let classLabels = model.classLabels + heads.classLabels
-        let groups = try configuration.resolvedGroups(classLabels: classLabels)
-        let engine = try DetectionEngine(
-            groups: groups,
-            watchList: AlarmDetector.engineWatchList(groups.map(\.name), patternDetection: configuration.alarms.patternDetection),
-            classLabels: classLabels)
-        journal = configuration.output.journal && !commandLine.foreground
+        let plan = try DetectionPlan(
+            configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: commandLine.configPath)
+        let journal = configuration.output.journal && !commandLine.foreground
             ? JournalSink() : JournalSink(journalSocketPath: "/nonexistent")
+        self.journal = journal
         // See `ringSeconds`. Each write wakes the analysis queue (see AnalysisPipeline).
         let signal = AudioArrivedSignal(queue: analysisQueue)
         audioArrived = signal
         ring = SampleRingBuffer(minimumCapacity: Self.ringSeconds * 48_000, didWrite: { signal.raise() })
-        let subscribable = groups.map(\.name) + [SnoreDetector.groupName]
-            + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: configuration.alarms.patternDetection)
-        server = try EventServer(
+        let link = DaemonLink()
+        let server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
-                maxClients: output.maxClients, knownGroups: subscribable,
-                unwatchedGroups: configuration.unwatchedGroups(subscribable: subscribable, configPath: commandLine.configPath)),
-            status: { [unowned self] in statusObject() })
-        noteSettings(configuration)
-        noteModels(heads)
-        if historySettings.enabled {
-            history = HistoryRecorder(settings: historySettings) { [unowned self] report in historyReport(report) }
-        }
-        sleep = SleepService(
-            analysisQueue: analysisQueue, classLabels: model.classLabels, settings: configuration.sleep,
-            publish: { [unowned self] event in emit(.detection(event)) },
-            publishReport: { [unowned self] object in server.publish(object: object, group: nil) },
-            log: { [journal] line, priority in journal.log(line, priority: priority) })
-        server.register(commands: SleepService.commands) { [unowned self] command in sleep.handle(command: command) }
-        do {
-            pipeline = try AnalysisPipeline(
-                queue: analysisQueue, ring: ring, analysis: configuration.analysis, engine: engine, heads: heads,
-                emit: { [unowned self] output in
-                    // During a sleep session the snore detector speaks for the plain "snoring" group.
-                    if case .detection(let event) = output, !sleep.admits(event) { return }
-                    emit(output)
+                maxClients: output.maxClients, knownGroups: plan.subscribable, unwatchedGroups: plan.unwatched),
+            status: { link.daemon?.statusObject() ?? ["type": "status"] })
+        self.server = server
+        // The sinks in start order; they stop in reverse (the history commits before the socket goes).
+        var sinks: [any OutputSink] = [SocketSink(server: server), JournalOutputSink(journal: journal)]
+        if commandLine.foreground { sinks.append(StandardOutputSink()) }
+        let historySink = historySettings.enabled ? HistorySink(settings: historySettings, log: { journal.log($0) }) : nil
+        self.historySink = historySink
+        if let historySink { sinks.append(historySink) }
+        let router = OutputRouter(sinks: sinks)
+        self.router = router
+        var clips: ClipRecorder?
+        if clipSettings.enabled {
+            let writer = ClipWriter(
+                settings: clipSettings,
+                report: { report in
+                    switch report {
+                    case .failing(let line): router.route(.health(HealthEvent(state: .clipsUnavailable, message: line)))
+                    case .recovered(let line): journal.log(line)
+                    case .warning(let line): journal.log(line, priority: 4)
+                    }
                 },
-                onFirstAudio: { [unowned self] in audioStarted() })
+                saved: { clip in router.route(.clip(clip)) })
+            clipWriter = writer
+            clips = ClipRecorder(settings: clipSettings) { clip in writer.save(clip) }
+        } else {
+            clipWriter = nil
+        }
+        self.clips = clips
+        let detections = detections
+        let sleep = SleepService(
+            analysisQueue: analysisQueue, classLabels: model.classLabels, settings: configuration.sleep,
+            publish: { [clips] event in
+                // The snore detector's events (on the analysis queue) go the way the stage's do.
+                clips?.observe(event)
+                if case .onset = event { detections.add() }
+                router.route(.detection(event))
+            },
+            publishReport: { object in router.route(.sleepReport(object)) },
+            log: { line, priority in journal.log(line, priority: priority) })
+        self.sleep = sleep
+        server.register(commands: SleepService.commands) { command in sleep.handle(command: command) }
+        let stage: DetectionStage
+        do {
+            stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads)
         } catch {
             server.stop()
             throw error
         }
-        pipeline.configureAlarms(enabled: configuration.alarms.patternDetection, watch: configuration.detection.watch)
+        pipeline = AnalysisPipeline(
+            queue: analysisQueue, ring: ring, stage: stage, router: router, sleep: sleep, clips: clips,
+            detections: detections,
+            onFirstAudio: { link.daemon?.audioStarted() })
+        supervisor = CaptureSupervisor(
+            ring: ring, callbackQueue: control,
+            open: {
+                guard let daemon = link.daemon else { throw EarshotError(.unavailable, "the daemon is stopping") }
+                return try daemon.openSource()
+            },
+            onStateChange: { state in link.daemon?.captureStateChanged(state) })
+        link.daemon = self
+        noteSettings(configuration)
+        noteModels(heads)
         for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
-        pipeline.onWindow = { [unowned self] result in
-            history?.observe(result)
-            sleep.observe(result)
-        }
         if clipSettings.enabled {
-            let writer = ClipWriter(
-                settings: clipSettings,
-                report: { [unowned self] report in clipReport(report) },
-                saved: { [unowned self] clip in clipSaved(clip) })
-            let recorder = ClipRecorder(settings: clipSettings) { clip in writer.save(clip) }
-            clipWriter = writer
-            clips = recorder
-            pipeline.onResampledAudio = { samples, index in recorder.append(samples, at: index) }
             let groups = clipSettings.groups.isEmpty ? "every group" : clipSettings.groups.joined(separator: ", ")
             journal.log("saving clips of \(groups) to \(clipSettings.directory): \(SettingRules.format(clipSettings.preSeconds)) s before each event to \(SettingRules.format(clipSettings.postSeconds)) s after its end, keeping at most \(clipSettings.maxClips) for \(clipSettings.retentionDays) days")
         }
-        supervisor = CaptureSupervisor(
-            ring: ring, callbackQueue: control,
-            open: { [unowned self] in try openSource() },
-            onStateChange: { [unowned self] state in captureStateChanged(state) })
     }
 
     /// Starts capture, analysis, signal handling and the watchdog, then runs the main dispatch loop forever.
@@ -190,6 +213,7 @@ public final class EarshotDaemon: @unchecked Sendable {
                 journal.log("watchdog disabled: \(error.message)")
             }
         }
+        router.start()
         analysisQueue.async { [self] in pipeline.start(audioArrived: audioArrived) }
         sleep.startSchedule()
         let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
@@ -215,7 +239,7 @@ public final class EarshotDaemon: @unchecked Sendable {
 
     // MARK: Capture
 
-    private func openSource() throws -> any CaptureSource {
+    fileprivate func openSource() throws -> any CaptureSource {
         if usingFallback.load(ordering: .relaxed), let fallback = commandLine.fallbackInput {
             return try RealtimeFileSource(path: fallback)
         }
@@ -237,15 +261,15 @@ public final class EarshotDaemon: @unchecked Sendable {
         }
     }
 
-    private func captureStateChanged(_ state: CaptureSupervisor.State) {
+    fileprivate func captureStateChanged(_ state: CaptureSupervisor.State) {
         switch state {
         case .opening, .stopped:
             break
         case .running(let name, let format):
             if capture.input == nil, !usingFallback.load(ordering: .relaxed) { deviceHasWorked.store(true, ordering: .relaxed) }
             status.withLock { $0.capture = "live"; $0.source = "\(name) (\(format))" }
-            emit(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
-                                     details: ["source": .string(name)])))
+            router.route(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
+                                             details: ["source": .string(name)])))
         case .unavailable(let error) where capture.input != nil || usingFallback.load(ordering: .relaxed):
             // A file or stdin that cannot be opened or read will not get better by retrying (and a retry would
             // replay a file from its start): analyse what arrived, say why, and exit with the error's status.
@@ -255,7 +279,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         case .unavailable(let error):
             let retry = supervisor.nextRetryDelay.map { " (retrying in \(Int($0.rounded())) s)" } ?? ""
             status.withLock { $0.capture = "unavailable" }
-            emit(.health(HealthEvent(state: .captureUnavailable, message: error.message + retry)))
+            router.route(.health(HealthEvent(state: .captureUnavailable, message: error.message + retry)))
             _ = try? notifier.status("waiting for \(sourceDescription): \(error.message)")
         case .finished:
             analysisQueue.sync { pipeline.finishInput() }
@@ -263,7 +287,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         }
     }
 
-    private func audioStarted() {
+    fileprivate func audioStarted() {
         do {
             try notifier.ready(status: "listening to \(sourceDescription)")
         } catch {
@@ -271,72 +295,10 @@ public final class EarshotDaemon: @unchecked Sendable {
         }
     }
 
-    // MARK: Events
-
-    private func emit(_ output: AnalysisPipeline.PipelineOutput) {
-        let object: JSONObject
-        switch output {
-        case .detection(let event):
-            server.publish(event)
-            journal.record(event)
-            history?.record(event)
-            clips?.observe(event)
-            if case .onset = event { status.withLock { $0.detections += 1 } }
-            object = EventJSON.object(for: event, time: Date())
-        case .alarm(let alarm):
-            object = alarm.object(wallClock: Date())
-            server.publish(object: object, group: alarm.group)
-            journal.record(fields: alarm.journalFields(identifier: journal.identifier))
-            clips?.observe(alarm)
-            if alarm.kind == .onset { status.withLock { $0.detections += 1 } }
-            // The history stores finished events: an alarm's end, or a chirp (a point event with no end).
-            if alarm.kind == .end || alarm.group == AlarmEvent.alarmChirp, case .offset(let finished) = alarm.finishedEvent {
-                history?.recordFinished(
-                    group: finished.group, classLabel: finished.classLabel, start: finished.start, end: finished.end,
-                    peakConfidence: finished.peakConfidence, meanConfidence: finished.meanConfidence,
-                    windows: finished.positiveWindows, endReason: finished.reason)
-            }
-        case .health(let health):
-            server.publish(health)
-            journal.record(health)
-            object = EventJSON.object(for: health, time: Date())
-        }
-        if commandLine.foreground {
-            let line = JSONValue.object(object).encoded + "\n"
-            _ = printLock.withLock { _ in writeAll(STDOUT_FILENO, line) }
-        }
-    }
-
-    /// The history writer's news: a failure is a health event (once), a recovery a journal line.
-    private func historyReport(_ report: EventHistoryWriter.Report) {
-        switch report {
-        case .failing(let line): emit(.health(HealthEvent(state: .historyUnavailable, message: line)))
-        case .recovered(let line): journal.log(line)
-        }
-    }
-
-    /// The clip writer's news: a failure is a health event (once), a recovery or a warning a journal line.
-    private func clipReport(_ report: ClipWriter.Report) {
-        switch report {
-        case .failing(let line): emit(.health(HealthEvent(state: .clipsUnavailable, message: line)))
-        case .recovered(let line): journal.log(line)
-        case .warning(let line): journal.log(line, priority: 4)
-        }
-    }
-
-    /// A clip is on disk: a `clip_saved` line for the group's subscribers (and stdout), and a journal line.
-    private func clipSaved(_ clip: SavedClip) {
-        let object = clip.object(time: Date())
-        server.publish(object: object, group: clip.group)
-        journal.record(fields: clip.journalFields(identifier: journal.identifier))
-        if commandLine.foreground {
-            let line = JSONValue.object(object).encoded + "\n"
-            _ = printLock.withLock { _ in writeAll(STDOUT_FILENO, line) }
-        }
-    }
+    // MARK: Status
 
     private func updateStatus() {
-        let counters = pipeline.counters
+        let counters = pipeline.stage.counters
         let active = pipeline.activeGroups
         status.withLock {
             $0.windows = counters.windows
@@ -356,7 +318,7 @@ public final class EarshotDaemon: @unchecked Sendable {
         }
     }
 
-    private func statusObject() -> JSONObject {
+    fileprivate func statusObject() -> JSONObject {
         let snapshot = status.withLock { $0 }
         return [
             "type": "status",
@@ -373,7 +335,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             "gate_dbfs": .number(snapshot.gateDBFS, decimals: 1),
             "watch": .array(snapshot.watch.map { .string($0) }),
             "active": .array(snapshot.activeGroups.map { .string($0) }),
-            "detections": .int(snapshot.detections),
+            "detections": .int(detections.value),
             "models": .array(snapshot.models.map { .object(["name": .string($0.name), "path": .string($0.path)]) }),
         ]
     }
@@ -392,12 +354,9 @@ public final class EarshotDaemon: @unchecked Sendable {
             let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
             let model = try BuiltInClassifier.shared()
             let loaded = try HeadModelSet.load(paths: fresh.models.files, previous: heads, locations: fresh.modelLocations)
-            let classLabels = model.classLabels + loaded.set.classLabels
-            let groups = try fresh.resolvedGroups(classLabels: classLabels)
-            let engine = try DetectionEngine(
-                groups: groups,
-                watchList: AlarmDetector.engineWatchList(groups.map(\.name), patternDetection: fresh.alarms.patternDetection),
-                classLabels: classLabels)
+            let plan = try DetectionPlan(
+                configuration: fresh, yamnetLabels: model.classLabels, heads: loaded.set, configPath: commandLine.configPath)
+            let groups = plan.groups
             // What shapes events unchanged (window, gate, groups, alarms, the models' labels): open events go on
             // and the window grid stays; only reloaded model weights are swapped in.
             let eventsUnchanged = fresh.analysis == configuration.analysis && fresh.detection == configuration.detection
@@ -405,8 +364,7 @@ public final class EarshotDaemon: @unchecked Sendable {
             let failure: EarshotError? = analysisQueue.sync {
                 do throws(EarshotError) {
                     if eventsUnchanged, pipeline.replaceHeads(loaded.set) { return nil }
-                    try pipeline.reconfigure(analysis: fresh.analysis, engine: engine, heads: loaded.set)
-                    pipeline.configureAlarms(enabled: fresh.alarms.patternDetection, watch: fresh.detection.watch)
+                    try pipeline.reconfigure(plan: plan, heads: loaded.set)
                     return nil
                 } catch {
                     return error
@@ -417,17 +375,13 @@ public final class EarshotDaemon: @unchecked Sendable {
             noteModels(loaded.set)
             for line in loaded.problems { journal.log(line, priority: 4) }
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
-            let subscribable = groups.map(\.name) + [SnoreDetector.groupName]
-                + AlarmDetector.extraGroups(watch: groups.map(\.name), patternDetection: fresh.alarms.patternDetection)
-            server.setKnownGroups(
-                subscribable,
-                unwatched: fresh.unwatchedGroups(subscribable: subscribable, configPath: commandLine.configPath))
+            server.setKnownGroups(plan.subscribable, unwatched: plan.unwatched)
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
             if fresh.output != output { restartNeeded.append("[output]") }
             if fresh.history != historySettings { restartNeeded.append("[history]") }
             if fresh.clips != clipSettings { restartNeeded.append("[clips]") }
-            analysisQueue.async { [sleep] in sleep?.reconfigure(fresh.sleep) }
+            analysisQueue.async { [sleep] in sleep.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)
             let note = restartNeeded.isEmpty ? "" : "; changes to \(restartNeeded.joined(separator: " and ")) take effect after a restart"
@@ -439,27 +393,32 @@ public final class EarshotDaemon: @unchecked Sendable {
         _ = try? notifier.ready(status: "listening to \(sourceDescription)")
     }
 
+    /// Stops in the reverse order of start, each step finishing its work, then exits with `status`.
     private func shutdown(reason: String, status: Int32) {
         _ = try? notifier.stopping(status: "stopping: \(reason)")
         supervisor.stop()
         analysisQueue.sync {
             pipeline.stop()
-            if sleep.isActive { sleep.stop(at: Date()) }
+            if sleep.isActive { _ = sleep.stop(at: Date()) }
             // Clips still waiting for their post-roll end with the audio there is.
             clips?.finish()
         }
         sleep.flushReports()
-        history?.close()
-        if let writer = history?.writer, writer.statistics.backlog > 0 {
+        clipWriter?.close()
+        router.stop()
+        if let writer = historySink?.recorder.writer, writer.statistics.backlog > 0 {
             let count = writer.statistics.backlog
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
         }
-        clipWriter?.close()
-        // Subscribers get the last events before the socket closes.
-        sleepSeconds(0.2)
-        server.stop()
         watchdog?.cancel()
         journal.log("stopped (\(reason))")
         exit(status)
     }
+}
+
+/// Lets the closures components are given during ``EarshotDaemon/init(commandLine:)`` reach the daemon once it
+/// exists (status replies, opening the capture source, capture state). Set once at the end of init, before any of
+/// them can run (the socket answers and capture starts in `run()`).
+private final class DaemonLink: @unchecked Sendable {
+    weak var daemon: EarshotDaemon?
 }

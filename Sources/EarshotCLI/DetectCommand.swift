@@ -1,0 +1,113 @@
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
+import Foundation
+
+/// `earshot detect FILE... [--config FILE] [--format jsonl|text|csv]`: the daemon's detection stage (gate,
+/// groups, debouncer, alarm patterns, heads, the same configuration file) over sound files at full speed, printing
+/// the events `earshotd --input FILE` would publish.
+enum DetectCommand {
+    static let usage = "usage: earshot detect FILE... [--config FILE] [--format jsonl|text|csv]"
+
+    static let help = """
+    \(usage)
+
+    Runs earshotd's detection (RMS gate, YAMNet windows, custom heads, groups and debouncing, smoke/CO alarm
+    patterns) over each FILE as fast as the CPU allows and prints the events the daemon's socket would carry for
+    `earshotd --input FILE`: detections, detection ends (at the end of a file: "reason":"stream_end"), alarms
+    and health events, with the same stream times and confidences.
+      --config FILE  the daemon's configuration file (default /etc/earshot/earshotd.conf when it exists, else the
+                     built-in defaults); its [detection], [group.NAME], [analysis], [alarms] and [models] apply
+      --format F     jsonl (default): the socket's JSON lines, each with "file" added
+                     text: one readable line per event, as `earshot subscribe --format text` prints them
+                     csv: file,type,group,class,start,end,confidence (start/end in stream seconds)
+
+    A bad FILE gets one line on standard error; the other files are still analysed.
+    Exit status: 0 every file analysed; 66 a file missing or unreadable, 65 not usable audio; 64 bad usage;
+    78 a bad configuration file.
+    """
+
+    enum Format: String { case jsonl, text, csv }
+
+    static func run(_ arguments: [String]) -> Int32 {
+        var files: [String] = []
+        var configPath: String?
+        var format = Format.jsonl
+        var scanner = OptionScanner(command: "detect", arguments: arguments)
+        do throws(EarshotError) {
+            while let item = scanner.next() {
+                switch item {
+                case .positional(let file): files.append(file)
+                case .flag("--help", _), .flag("-h", _):
+                    print(help)
+                    return 0
+                case .flag("--config", let inline):
+                    configPath = try scanner.value(of: "--config", inline, allowed: "a configuration file")
+                case .flag("--format", let inline):
+                    let text = try scanner.value(of: "--format", inline, allowed: "jsonl, text, csv")
+                    guard let chosen = Format(rawValue: text) else {
+                        throw EarshotError(.usage, "--format \"\(text)\" is not a format (allowed: jsonl, text, csv)")
+                    }
+                    format = chosen
+                case .flag(let flag, _):
+                    throw scanner.unknown(flag, allowed: ["--config", "--format", "--help"])
+                }
+            }
+            guard !files.isEmpty else { throw EarshotError(.usage, "no FILE given\n\(usage)") }
+        } catch {
+            writeError("earshot: \(error.message)")
+            return error.exitStatus
+        }
+        let detection: FileDetection
+        do {
+            let configuration = try DaemonConfiguration.load(path: configPath, overrides: .init())
+            detection = try FileDetection(configuration: configuration, configPath: configPath)
+        } catch {
+            writeError("earshot: \(error.message)")
+            return error.exitStatus
+        }
+        if format == .csv { print("file,type,group,class,start,end,confidence") }
+        var failures: [Int32] = []
+        for file in files {
+            do {
+                try detection.run(url: URL(fileURLWithPath: file)) { output in
+                    emit(output, file: file, format: format)
+                }
+            } catch {
+                writeError("earshot: \(error.message)")
+                failures.append(error.exitStatus)
+            }
+        }
+        return AnalyzeCommand.exitStatus(failures: failures)
+    }
+
+    private static func emit(_ output: DetectionStage.Output, file: String, format: Format) {
+        if case .window = output { return }
+        guard var object = EventLines.object(for: RoutedOutput(output: DaemonOutput(output), time: Date())) else { return }
+        switch format {
+        case .jsonl:
+            object["file"] = .string(file)
+            print(JSONValue.object(object).encoded)
+        case .text:
+            if let line = EventTextFormat.format(line: JSONValue.object(object).encoded, timeZone: TimeZone.current) {
+                print("\(file): \(line)")
+            }
+        case .csv:
+            func field(_ key: String) -> String { object[key].map(csvText) ?? "" }
+            let start = object["stream_time"] != nil ? field("stream_time") : field("start")
+            let confidence = object["confidence"] != nil ? field("confidence") : field("peak_confidence")
+            let row = [csvQuoted(file), field("type"), field("group"), csvQuoted(field("class")), start, field("end"), confidence]
+            print(row.joined(separator: ","))
+        }
+    }
+
+    private static func csvText(_ value: JSONValue) -> String {
+        value.stringValue ?? value.encoded
+    }
+
+    private static func csvQuoted(_ text: String) -> String {
+        text.contains(",") || text.contains("\"") ? "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : text
+    }
+}

@@ -1,0 +1,255 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import EarshotSupport
+import EarshotModel
+import EarshotAnalysis
+
+/// The daemon's detection stage as a value-returning step: chunks of mono audio in, what they produced out.
+///
+/// One chunk (a capture period, or any run of samples) goes through the RMS gate and the sliding-window classifier
+/// (`AudioStreamAnalyzer`, YAMNet, custom heads), the debouncer (`DetectionEngine`), the smoke/CO pattern detector
+/// (`AlarmDetector`) and the digital-silence watch; ``process(_:sampleRate:framePosition:gap:)`` returns every
+/// window, detection, alarm and health change it caused, in order, as ``Output`` values. Nothing is called back:
+/// the caller hands the values on (the daemon to its output router, `earshot detect` to standard output), so the
+/// daemon and `earshot detect` run exactly the same detection over the same audio.
+///
+/// Gaps: a chunk after a discontinuity (an xrun, a device reopened: `gap` non-nil) ends open events at their last
+/// positive window, and windows restart after it. Silence: `silenceSeconds` of digital silence (every sample 0)
+/// gives one `input_silent` health event; sound after it `capture_live`.
+///
+/// - Important: Not thread-safe: one owner (the daemon's analysis queue, or the thread of `earshot detect`).
+public final class DetectionStage {
+    /// What one chunk produced, in the order it happened.
+    public enum Output: Sendable {
+        /// An analysis window's result (gated ones too): its time range, RMS level (dBFS) and scores.
+        case window(ClassificationResult)
+        /// A classifier-group event: onset or end (`DetectionEvent`).
+        case detection(DetectionEvent)
+        /// A smoke or CO alarm (or low-battery chirp) from the pattern detector, see `AlarmDetector`.
+        case alarm(AlarmEvent)
+        /// A change in the input's health (silence, gaps, a sample rate that cannot be analysed).
+        case health(HealthEvent)
+    }
+
+    /// How windows are cut, gated and turned into events; the daemon fills it from `[analysis]`, `[alarms]` and
+    /// `[detection] watch`.
+    public struct Settings: Sendable, Equatable {
+        /// Window duration in seconds (0.96...10).
+        public var windowDuration: Double = 0.96
+        /// Fraction of a window shared with the next, in [0, 1).
+        public var overlapFactor: Double = 0.5
+        /// RMS level in dBFS below which a window is not classified (counts as negative).
+        public var gateThresholdDBFS: Double = -50
+        /// Seconds of uninterrupted digital silence before an `input_silent` health event; 0 turns it off.
+        public var silenceSeconds: Double = 600
+        /// Whether the smoke/CO pattern detector runs.
+        public var alarmPatternDetection: Bool = true
+        /// The watch list: `smoke_alarm` and `co_alarm` pattern events go out when watched, `alarm_chirp` when
+        /// either is.
+        public var watch: [String] = []
+
+        public init() {}
+    }
+
+    /// Counters for the daemon's status reply.
+    public struct Counters: Sendable {
+        public var windows = 0
+        public var gatedWindows = 0
+        public var gaps = 0
+        /// Stream time (s) of the latest window's end.
+        public var streamTime: Double = 0
+        public var lastLevelDBFS: Float = ClassificationResult.levelFloorDBFS
+    }
+
+    /// One `overrun` health event per gap, at most one per this much wall time (nanoseconds).
+    static let gapReportInterval: UInt64 = 10_000_000_000
+
+    public private(set) var counters = Counters()
+    private var settings: Settings
+    private var engine: DetectionEngine
+    private var heads: HeadModelSet
+    private var analyzer: AudioStreamAnalyzer?
+    private var request: ClassifySoundRequest
+    private var alarms: AlarmDetector?
+    private var alarmGroups: Set<String> = []
+    private var outputs: [Output] = []
+    private lazy var observer = Observer(stage: self)
+    private var silentSeconds: Double = 0
+    private var silenceReported = false
+    private var unreportedGaps = 0
+    private var unreportedGapSeconds: Double = 0
+    private var lastGapReport: UInt64 = 0
+    /// Called with the 16 kHz samples the classifier hears and the timeline index of the first
+    /// (`AudioStreamAnalyzer.onResampledAudio`), on the owner's thread; must return at once (the daemon's clip
+    /// recorder keeps them). Set it before the first chunk.
+    public var onResampledAudio: ((UnsafeBufferPointer<Float>, Int64) -> Void)?
+
+    private final class Observer: ResultsObserving {
+        unowned let stage: DetectionStage
+        init(stage: DetectionStage) { self.stage = stage }
+        func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult) {
+            stage.handle(result)
+        }
+        func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError) {
+            stage.outputs.append(.health(HealthEvent(state: .overrun, message: "analysis error: \(error.message)")))
+        }
+    }
+
+    /// - Parameters:
+    ///   - engine: the debouncer over the classifier groups (the alarm groups left out when pattern detection is
+    ///     on: `AlarmDetector.engineWatchList`).
+    ///   - heads: the custom models whose classes follow YAMNet's in the engine's labels.
+    /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range.
+    public init(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet()) throws(EarshotError) {
+        self.settings = settings
+        self.engine = engine
+        self.heads = heads
+        request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
+        configureAlarms()
+    }
+
+    /// Names of the groups with an open event.
+    public var activeGroups: [String] { engine.activeGroups }
+
+    /// Analyses one chunk of mono samples in -1...1 at `sampleRate` Hz whose first frame is `framePosition` on the
+    /// capture timeline. `gap`: frames lost just before it (nil: none; the chunk continues the previous one).
+    /// - Returns: what the chunk produced, in order.
+    public func process(
+        _ samples: UnsafeBufferPointer<Float>, sampleRate: Int, framePosition: Int64, gap: Int64? = nil
+    ) -> [Output] {
+        if let gap, analyzer != nil {
+            counters.gaps += 1
+            for event in engine.reset(at: counters.streamTime) { outputs.append(.detection(event)) }
+            reportGap(frames: gap, sampleRate: sampleRate)
+        }
+        if analyzer == nil || analyzer?.format.sampleRate != Double(sampleRate) {
+            makeAnalyzer(sampleRate: sampleRate)
+        }
+        trackSilence(samples, sampleRate: sampleRate)
+        if let alarms {
+            appendAlarms(alarms.process(samples: samples, sampleRate: sampleRate, framePosition: framePosition))
+        }
+        analyzer?.analyze(samples, atAudioFramePosition: framePosition)
+        return takeOutputs()
+    }
+
+    /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
+    /// then ends open events (`stream_end`).
+    public func finishInput() -> [Output] {
+        analyzer?.completeAnalysis()
+        return stop()
+    }
+
+    /// Ends open alarm and classifier events now (the daemon stops: `stream_end`).
+    public func stop() -> [Output] {
+        appendAlarms(alarms?.finish() ?? [])
+        for event in engine.finish() { outputs.append(.detection(event)) }
+        return takeOutputs()
+    }
+
+    /// Applies new settings: open events end (`reload`), and the next chunk starts a new window grid.
+    /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range (nothing changes then).
+    public func reconfigure(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet())
+        throws(EarshotError) -> [Output]
+    {
+        let request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
+        for event in self.engine.finish(reason: .reload) { outputs.append(.detection(event)) }
+        self.engine = engine
+        self.heads = heads
+        self.request = request
+        self.settings = settings
+        analyzer = nil  // rebuilt with the new window at the next chunk; the next window starts there
+        configureAlarms()  // a fresh pattern detector: open alarm events end
+        return takeOutputs()
+    }
+
+    /// Swaps in custom models with the same class labels (a reloaded file): they score from the next window on;
+    /// open events go on. Returns false, changing nothing, when the labels differ (then ``reconfigure``).
+    public func replaceHeads(_ heads: HeadModelSet) -> Bool {
+        guard heads.classLabels == self.heads.classLabels else { return false }
+        self.heads = heads
+        return true
+    }
+
+    private func takeOutputs() -> [Output] {
+        defer { outputs.removeAll(keepingCapacity: true) }
+        return outputs
+    }
+
+    /// A fresh pattern detector (open alarm events end) or none, per the settings.
+    private func configureAlarms() {
+        appendAlarms(alarms?.finish() ?? [])
+        alarms = settings.alarmPatternDetection ? AlarmDetector() : nil
+        alarmGroups = AlarmDetector.emittedGroups(watch: settings.watch)
+    }
+
+    private func appendAlarms(_ events: [AlarmEvent]) {
+        for event in events where alarmGroups.contains(event.group) { outputs.append(.alarm(event)) }
+    }
+
+    private func makeAnalyzer(sampleRate: Int) {
+        do {
+            let analyzer = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(sampleRate), channelCount: 1))
+            analyzer.gateThresholdDBFS = Float(settings.gateThresholdDBFS)
+            analyzer.onResampledAudio = onResampledAudio
+            try analyzer.add(request, withObserver: observer)
+            self.analyzer = analyzer
+        } catch {
+            analyzer = nil
+            outputs.append(.health(HealthEvent(state: .captureUnavailable, message: "cannot analyse \(sampleRate) Hz audio: \(error.message)")))
+        }
+    }
+
+    private func handle(_ result: ClassificationResult) {
+        outputs.append(.window(result))
+        counters.windows += 1
+        if result.isGated { counters.gatedWindows += 1 }
+        counters.streamTime = result.timeRange.end
+        counters.lastLevelDBFS = result.levelDBFS
+        let events = engine.process(
+            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
+            scores: result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding))
+        for event in events { outputs.append(.detection(event)) }
+        if let alarms { appendAlarms(alarms.observe(classification: result)) }
+    }
+
+    /// One `overrun` health event per gap, at most one per `gapReportInterval` of wall time (a storm of xruns
+    /// must not flood subscribers); the event carries the gaps seen since the last report.
+    private func reportGap(frames: Int64, sampleRate: Int) {
+        unreportedGaps += 1
+        unreportedGapSeconds += Double(max(frames, 0)) / Double(sampleRate)
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard now >= lastGapReport + Self.gapReportInterval else { return }
+        lastGapReport = now
+        let seconds = JSONValue.format(unreportedGapSeconds, decimals: 3)
+        outputs.append(.health(HealthEvent(
+            state: .overrun,
+            message: "audio lost: \(unreportedGaps) gap(s), \(seconds) s in all (xrun or the analysis fell behind); windows restart after each gap",
+            details: ["gaps": .int(unreportedGaps), "lost_seconds": .number(unreportedGapSeconds, decimals: 3),
+                      "total_gaps": .int(counters.gaps)])))
+        unreportedGaps = 0
+        unreportedGapSeconds = 0
+    }
+
+    private func trackSilence(_ samples: UnsafeBufferPointer<Float>, sampleRate: Int) {
+        guard settings.silenceSeconds > 0 else { return }
+        if samples.allSatisfy({ $0 == 0 }) {
+            silentSeconds += Double(samples.count) / Double(sampleRate)
+            if !silenceReported, silentSeconds >= settings.silenceSeconds {
+                silenceReported = true
+                let minutes = JSONValue.format(silentSeconds / 60, decimals: 1)
+                outputs.append(.health(HealthEvent(
+                    state: .inputSilent,
+                    message: "the input has been digital silence for \(minutes) minutes (muted or disconnected microphone? check alsamixer capture levels)",
+                    details: ["silent_seconds": .number(silentSeconds, decimals: 1)])))
+            }
+        } else {
+            silentSeconds = 0
+            if silenceReported {
+                silenceReported = false
+                outputs.append(.health(HealthEvent(state: .captureLive, message: "sound again after digital silence")))
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotAnalysis
+import EarshotDetection
+
+/// Everything the daemon tells the world, as values: what the detection stage produced, what the clip writer
+/// saved, what a sleep session reported.
+public enum DaemonOutput: Sendable {
+    /// An analysis window (time range, RMS level in dBFS, scores): the history's level meter reads it.
+    case window(ClassificationResult)
+    /// A classifier-group onset or end.
+    case detection(DetectionEvent)
+    /// A smoke/CO alarm onset or end, or a low-battery chirp, from the pattern detector.
+    case alarm(AlarmEvent)
+    /// A health change (capture, silence, gaps, an output failing).
+    case health(HealthEvent)
+    /// A clip file is complete on disk.
+    case clip(SavedClip)
+    /// A sleep session's summary (`{"type":"sleep_report",...}`), for the socket.
+    case sleepReport(JSONObject)
+
+    /// The stage's values as daemon outputs.
+    public init(_ output: DetectionStage.Output) {
+        switch output {
+        case .window(let result): self = .window(result)
+        case .detection(let event): self = .detection(event)
+        case .alarm(let alarm): self = .alarm(alarm)
+        case .health(let health): self = .health(health)
+        }
+    }
+}
+
+/// An output with the wall-clock time the router took it at: every sink writes the same `time` for it.
+public struct RoutedOutput: Sendable {
+    public let output: DaemonOutput
+    public let time: Date
+
+    public init(output: DaemonOutput, time: Date) {
+        self.output = output
+        self.time = time
+    }
+}
+
+/// Where outputs go: the socket, the journal, standard output, the history (and the sinks to come).
+///
+/// The router calls ``deliver(_:)`` on the sink's own serial queue, one output at a time and in the order they were
+/// routed, and only for outputs ``accepts(_:)`` said yes to. A sink may block or be slow there: only its own queue
+/// waits (up to ``OutputRouter/Settings/queueLimit`` outputs, then they are dropped for it and counted).
+public protocol OutputSink: AnyObject, Sendable {
+    /// A short name for logs and drop reports (`socket`, `journal`, `history`).
+    var name: String { get }
+    /// Whether the sink wants `output` (analysis windows are many: only sinks that read them say yes). Called on
+    /// the router's queue; must return at once.
+    func accepts(_ output: DaemonOutput) -> Bool
+    /// Called once, in the order the sinks were given, before any delivery. `reportHealth` routes a health event to
+    /// every sink (e.g. the history cannot be written); it may be called from any thread.
+    func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void)
+    /// One output, on the sink's queue.
+    func deliver(_ output: RoutedOutput)
+    /// Called once after the last delivery, in reverse order of the sinks, on the sink's queue: flush and close.
+    func stop()
+}
+
+/// One router for every output: values in from any thread, fanned out on its own queue to each sink's queue.
+///
+/// A slow or failing sink never delays analysis or another sink: each sink has a bounded queue
+/// (``Settings/queueLimit`` outputs); what does not fit is dropped for that sink, counted, and said once as an
+/// `output_behind` health event to the other sinks (again after it has caught up and fallen behind anew).
+///
+/// Order: ``start()`` starts the sinks in the order given; ``stop()`` routes nothing more, waits until every output
+/// routed before it has been delivered, then stops the sinks in reverse order (so the socket, given first, closes
+/// last, after the history has committed).
+public final class OutputRouter: Sendable {
+    public struct Settings: Sendable {
+        /// Outputs waiting for one sink before further ones are dropped for it. 4096: about 30 minutes of windows
+        /// at the default 0.48 s hop, far more events than a house makes.
+        public var queueLimit: Int = 4096
+
+        public init() {}
+    }
+
+    /// Counters of one sink.
+    public struct SinkStatistics: Sendable, Equatable {
+        public var name: String
+        public var delivered: Int
+        public var dropped: Int
+    }
+
+    private final class Lane: Sendable {
+        let sink: any OutputSink
+        let queue: DispatchQueue
+        let pending = Atomic<Int>(0)
+        let delivered = Atomic<Int>(0)
+        let dropped = Atomic<Int>(0)
+        /// Set while the sink is behind and that has been reported; cleared when its queue has emptied.
+        let behind = Atomic<Bool>(false)
+
+        init(sink: any OutputSink) {
+            self.sink = sink
+            queue = DispatchQueue(label: "earshot.output.\(sink.name)")
+        }
+    }
+
+    private let lanes: [Lane]
+    private let queue = DispatchQueue(label: "earshot.router")
+    private let settings: Settings
+    private let state = Mutex(State.idle)
+
+    private enum State { case idle, running, stopped }
+
+    public init(sinks: [any OutputSink], settings: Settings = Settings()) {
+        lanes = sinks.map(Lane.init)
+        self.settings = settings
+    }
+
+    /// Starts every sink, in order.
+    public func start() {
+        guard state.withLock({ state in
+            guard state == .idle else { return false }
+            state = .running
+            return true
+        }) else { return }
+        for lane in lanes {
+            lane.queue.sync { lane.sink.start(reportHealth: { [weak self] health in self?.route(.health(health)) }) }
+        }
+    }
+
+    /// Hands `output` to every sink that accepts it. Any thread; returns at once. Ignored after ``stop()``.
+    public func route(_ output: DaemonOutput) {
+        let routed = RoutedOutput(output: output, time: Date())
+        guard state.withLock({ $0 != .stopped }) else { return }
+        queue.async { [self] in fanOut(routed) }
+    }
+
+    /// Routes several outputs, in order.
+    public func route(_ outputs: some Sequence<DaemonOutput>) {
+        for output in outputs { route(output) }
+    }
+
+    private func fanOut(_ routed: RoutedOutput) {
+        for lane in lanes where lane.sink.accepts(routed.output) {
+            if lane.pending.load(ordering: .relaxed) >= settings.queueLimit {
+                let dropped = lane.dropped.wrappingAdd(1, ordering: .relaxed).newValue
+                if !lane.behind.exchange(true, ordering: .relaxed) {
+                    let health = HealthEvent(
+                        state: .outputBehind,
+                        message: "the \(lane.sink.name) output is behind: \(settings.queueLimit) outputs wait for it; further ones are dropped for it (\(dropped) so far) while the analysis and the other outputs go on",
+                        details: ["output": .string(lane.sink.name), "dropped": .int(dropped)])
+                    fanOut(RoutedOutput(output: .health(health), time: routed.time))
+                }
+                continue
+            }
+            lane.pending.wrappingAdd(1, ordering: .relaxed)
+            lane.queue.async {
+                lane.sink.deliver(routed)
+                lane.delivered.wrappingAdd(1, ordering: .relaxed)
+                if lane.pending.wrappingSubtract(1, ordering: .relaxed).newValue == 0 {
+                    lane.behind.store(false, ordering: .relaxed)
+                }
+            }
+        }
+    }
+
+    /// Each sink's deliveries and drops so far.
+    public var statistics: [SinkStatistics] {
+        lanes.map {
+            SinkStatistics(name: $0.sink.name, delivered: $0.delivered.load(ordering: .relaxed),
+                           dropped: $0.dropped.load(ordering: .relaxed))
+        }
+    }
+
+    /// Waits until everything routed so far has been delivered (and what sinks reported while delivering it).
+    public func flush() {
+        queue.sync {}
+        for lane in lanes { lane.queue.sync {} }
+        queue.sync {}
+        for lane in lanes { lane.queue.sync {} }
+    }
+
+    /// Delivers what was routed before, then stops the sinks in reverse order; later routes are ignored.
+    /// Idempotent; waits.
+    public func stop() {
+        let wasRunning = state.withLock { state -> Bool in
+            defer { state = .stopped }
+            return state == .running
+        }
+        guard wasRunning else { return }
+        flush()
+        for lane in lanes.reversed() { lane.queue.sync { lane.sink.stop() } }
+    }
+}

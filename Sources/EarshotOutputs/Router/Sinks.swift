@@ -1,0 +1,178 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotAnalysis
+import EarshotDetection
+
+// The daemon's sinks: each turns outputs into what its medium carries, on its own queue (see `OutputSink`).
+
+/// Subscribers on the Unix socket (`EventServer`): detections, alarms and clips to the clients of their group,
+/// health and sleep reports to every client. Stopping sends `{"type":"shutdown"}`, flushes the clients (bounded)
+/// and removes the socket file.
+public final class SocketSink: OutputSink {
+    public let name = "socket"
+    private let server: EventServer
+
+    public init(server: EventServer) { self.server = server }
+
+    public func accepts(_ output: DaemonOutput) -> Bool {
+        if case .window = output { return false }
+        return true
+    }
+
+    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
+
+    public func deliver(_ routed: RoutedOutput) {
+        switch routed.output {
+        case .window: break
+        case .detection(let event): server.publish(event, time: routed.time)
+        case .alarm(let alarm): server.publish(object: alarm.object(wallClock: routed.time), group: alarm.group)
+        case .health(let health): server.publish(health, time: routed.time)
+        case .clip(let clip): server.publish(object: clip.object(time: routed.time), group: clip.group)
+        case .sleepReport(let object): server.publish(object: object, group: nil)
+        }
+    }
+
+    public func stop() { server.stop() }
+}
+
+/// The systemd journal (or standard error without one): one structured entry per detection, alarm, health change
+/// and clip (`EARSHOT_*` fields).
+public final class JournalOutputSink: OutputSink {
+    public let name = "journal"
+    private let journal: JournalSink
+
+    public init(journal: JournalSink) { self.journal = journal }
+
+    public func accepts(_ output: DaemonOutput) -> Bool {
+        switch output {
+        case .window, .sleepReport: false
+        case .detection, .alarm, .health, .clip: true
+        }
+    }
+
+    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
+
+    public func deliver(_ routed: RoutedOutput) {
+        switch routed.output {
+        case .window, .sleepReport: break
+        case .detection(let event): journal.record(event)
+        case .alarm(let alarm): journal.record(fields: alarm.journalFields(identifier: journal.identifier))
+        case .health(let health): journal.record(health)
+        case .clip(let clip): journal.record(fields: clip.journalFields(identifier: journal.identifier))
+        }
+    }
+
+    public func stop() {}
+}
+
+/// JSON lines on standard output (`earshotd --foreground`): the same objects the socket carries for detections,
+/// alarms, health changes and clips.
+public final class StandardOutputSink: OutputSink {
+    public let name = "stdout"
+    private let descriptor: Int32
+
+    public init(descriptor: Int32 = STDOUT_FILENO) { self.descriptor = descriptor }
+
+    public func accepts(_ output: DaemonOutput) -> Bool {
+        switch output {
+        case .window, .sleepReport: false
+        case .detection, .alarm, .health, .clip: true
+        }
+    }
+
+    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
+
+    public func deliver(_ routed: RoutedOutput) {
+        guard let object = EventLines.object(for: routed) else { return }
+        _ = writeAll(descriptor, JSONValue.object(object).encoded + "\n")
+    }
+
+    public func stop() {}
+}
+
+/// The JSON object of an output as the socket and standard output write it (nil for windows).
+public enum EventLines {
+    public static func object(for routed: RoutedOutput) -> JSONObject? {
+        switch routed.output {
+        case .window: nil
+        case .detection(let event): EventJSON.object(for: event, time: routed.time)
+        case .alarm(let alarm): alarm.object(wallClock: routed.time)
+        case .health(let health): EventJSON.object(for: health, time: routed.time)
+        case .clip(let clip): clip.object(time: routed.time)
+        case .sleepReport(let object): object
+        }
+    }
+}
+
+/// The SQLite event history (`HistoryRecorder`): reads every window for the events' levels and stores finished
+/// events (classifier ends, alarm ends and chirps). A database that cannot be written is one
+/// `history_unavailable` health event; stopping stores what is pending and closes the database.
+public final class HistorySink: OutputSink {
+    public let name = "history"
+    public let recorder: HistoryRecorder
+
+    /// - Parameters:
+    ///   - settings: `[history]` path and retention.
+    ///   - log: where a recovery line goes (the journal).
+    public init(settings: HistorySettings, log: @escaping @Sendable (String) -> Void) {
+        let reporter = HealthRelay()
+        recorder = HistoryRecorder(settings: settings) { report in
+            switch report {
+            case .failing(let line): reporter.report(HealthEvent(state: .historyUnavailable, message: line))
+            case .recovered(let line): log(line)
+            }
+        }
+        relay = reporter
+    }
+
+    private let relay: HealthRelay
+
+    public func accepts(_ output: DaemonOutput) -> Bool {
+        switch output {
+        case .window, .detection, .alarm: true
+        case .health, .clip, .sleepReport: false
+        }
+    }
+
+    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) { relay.set(reportHealth) }
+
+    public func deliver(_ routed: RoutedOutput) {
+        switch routed.output {
+        case .window(let result): recorder.observe(result)
+        case .detection(let event): recorder.record(event, now: routed.time)
+        case .alarm(let alarm):
+            // The history stores finished events: an alarm's end, or a chirp (a point event with no end).
+            if alarm.kind == .end || alarm.group == AlarmEvent.alarmChirp, case .offset(let finished) = alarm.finishedEvent {
+                recorder.recordFinished(
+                    group: finished.group, classLabel: finished.classLabel, start: finished.start, end: finished.end,
+                    peakConfidence: finished.peakConfidence, meanConfidence: finished.meanConfidence,
+                    windows: finished.positiveWindows, endReason: finished.reason, now: routed.time)
+            }
+        case .health, .clip, .sleepReport: break
+        }
+    }
+
+    public func stop() { recorder.close() }
+}
+
+/// Holds the router's health reporter for a component made before the router started.
+final class HealthRelay: Sendable {
+    private let target = Mutex<(@Sendable (HealthEvent) -> Void)?>(nil)
+    private let early = Mutex<[HealthEvent]>([])
+
+    func set(_ report: @escaping @Sendable (HealthEvent) -> Void) {
+        target.withLock { $0 = report }
+        for health in early.withLock({ events in defer { events.removeAll() }; return events }) { report(health) }
+    }
+
+    func report(_ health: HealthEvent) {
+        if let report = target.withLock({ $0 }) {
+            report(health)
+        } else {
+            early.withLock { $0.append(health) }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+import FoundationEssentials
+import Glibc
+import EarshotSupport
+import EarshotAudio
+import EarshotCapture
+import EarshotModel
+import EarshotAnalysis
+import EarshotDetection
+import EarshotService
+
+/// The daemon's detection stage over a sound file, as fast as the CPU allows (`earshot detect`).
+///
+/// The file is decoded and mixed to mono at its own rate with libsndfile and handed to a `DetectionStage` in
+/// periods of 0.2 s (`CaptureConfiguration.defaultPeriodDuration`), as `earshotd --input` hands it over from its
+/// ring, with the plan (groups, heads, alarm patterns, gate, window) `earshotd` builds from the same configuration;
+/// at the end the last window is scored and open events end (`stream_end`), as at the end of `--input`. So the
+/// events are the daemon's, without waiting for the audio to play. What only a running daemon does (sleep
+/// sessions, clips, the history) is left out.
+package struct FileDetection {
+    package let plan: DetectionPlan
+    package let heads: HeadModelSet
+
+    /// - Throws: `EarshotError` `.config` for a bad configuration (as `earshotd --check-config` reports it),
+    ///   `.noInput` when the model or a `[models] files` entry is missing.
+    package init(configuration: DaemonConfiguration, configPath: String?) throws(EarshotError) {
+        let model = try BuiltInClassifier.shared()
+        heads = try HeadModelSet.load(paths: configuration.models.files, locations: configuration.modelLocations).set
+        plan = try DetectionPlan(
+            configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: configPath)
+    }
+
+    /// Runs the stage over `url`, handing each output to `body` as it comes (windows included).
+    /// - Returns: seconds of audio analysed.
+    /// - Throws: ``EarshotError`` when the file cannot be opened or decoded (outputs already handed stay handed).
+    @discardableResult
+    package func run(url: URL, _ body: (DetectionStage.Output) -> Void) throws(EarshotError) -> Double {
+        let decoder = try AudioFileDecoder(url: url)
+        let stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads)
+        let period = max(1, Int((Double(decoder.sampleRate) * CaptureConfiguration.defaultPeriodDuration).rounded()))
+        var samples: [Float] = []
+        samples.reserveCapacity(period)
+        var position: Int64 = 0
+        while true {
+            samples.removeAll(keepingCapacity: true)
+            let count = try decoder.readMono(maxFrames: period, appendingTo: &samples)
+            if count == 0 { break }
+            let outputs = samples.withUnsafeBufferPointer { buffer in
+                stage.process(buffer, sampleRate: decoder.sampleRate, framePosition: position)
+            }
+            for output in outputs { body(output) }
+            position += Int64(count)
+        }
+        for output in stage.finishInput() { body(output) }
+        return Double(position) / Double(decoder.sampleRate)
+    }
+}
