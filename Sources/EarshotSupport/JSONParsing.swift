@@ -5,6 +5,11 @@ package struct JSONParseError: Error, Equatable, CustomStringConvertible {
     package var reason: String
     package var offset: Int
     package var description: String { "\(reason) at byte \(offset)" }
+
+    package init(reason: String, offset: Int) {
+        self.reason = reason
+        self.offset = offset
+    }
 }
 
 extension JSONValue {

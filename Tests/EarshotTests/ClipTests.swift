@@ -4,7 +4,7 @@ import Testing
 
 import Earshot
 import EarshotDetection
-@testable import EarshotOutputs
+import EarshotOutputs
 import EarshotService
 import EarshotTools
 

@@ -3,7 +3,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import EarshotSupport
+import EarshotSupport
 import Earshot
 import EarshotDetection
 import EarshotOutputs

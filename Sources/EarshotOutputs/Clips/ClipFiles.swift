@@ -83,6 +83,12 @@ public enum ClipFiles {
         public var partial: [String] = []
 
         public var count: Int { expired.count + excess.count + partial.count }
+
+        public init(expired: [String] = [], excess: [String] = [], partial: [String] = []) {
+            self.expired = expired
+            self.excess = excess
+            self.partial = partial
+        }
     }
 
     /// Applies retention to `directory`: deletes the clips whose modification time is more than `retentionDays`

@@ -18,9 +18,9 @@ package struct ClipRing {
     package let capacity: Int
     private var storage: [Int16]
     /// Timeline index after the newest sample.
-    private(set) var endIndex: Int64 = 0
+    package private(set) var endIndex: Int64 = 0
     /// Timeline index of the oldest sample held.
-    private(set) var startIndex: Int64 = 0
+    package private(set) var startIndex: Int64 = 0
 
     /// - Parameter capacity: samples to keep (> 0), e.g. `70 * 16000` for 70 s.
     package init(capacity: Int) {

@@ -30,6 +30,22 @@ public struct SavedClip: Sendable, Equatable {
 
     public var duration: Double { end - start }
 
+    public init(
+        path: String, group: String, start: Double, end: Double, frames: Int, eventStart: Double, eventEnd: Double?,
+        capped: Bool, bytes: Int, writeSeconds: Double
+    ) {
+        self.path = path
+        self.group = group
+        self.start = start
+        self.end = end
+        self.frames = frames
+        self.eventStart = eventStart
+        self.eventEnd = eventEnd
+        self.capped = capped
+        self.bytes = bytes
+        self.writeSeconds = writeSeconds
+    }
+
     /// The socket line, e.g. `{"type":"clip_saved","group":"baby_cry","path":"/var/lib/earshot/clips/...wav",
     /// "start":0,"end":14.6,"duration":14.6,"frames":233600,"sample_rate":16000,"event_start":2.88,"event_end":9.6,
     /// "capped":false,"time":"..."}`; `event_end` is left out while the event goes on.

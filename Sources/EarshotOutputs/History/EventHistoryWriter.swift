@@ -52,6 +52,14 @@ public final class EventHistoryWriter: @unchecked Sendable {
         public var pruned = 0
         /// True while writes fail.
         public var failing = false
+
+        public init(written: Int = 0, dropped: Int = 0, backlog: Int = 0, pruned: Int = 0, failing: Bool = false) {
+            self.written = written
+            self.dropped = dropped
+            self.backlog = backlog
+            self.pruned = pruned
+            self.failing = failing
+        }
     }
 
     /// The database file.
