@@ -10,7 +10,7 @@ import Foundation
 /// Exit status (``exitStatus(failures:)``), the same whatever the order of the files: 0 when every file was analysed;
 /// otherwise the most serious failure: another failure (e.g. 71, 74) before 66 (a file missing or unreadable) before
 /// 65 (bad audio data). 64 (usage) ends before any file is read.
-enum AnalyzeCommand {
+enum AnalyzeCommand: EarshotCommand {
     static let usage = "usage: earshot analyze FILE... [--model FILE] [--format text|jsonl|csv] [--top K] [--window S] [--overlap F] [--summary]"
 
     static let help = """
@@ -45,25 +45,15 @@ enum AnalyzeCommand {
         var window = ClassifySoundRequest.minimumWindowDuration
         var overlap = 0.5
         var summary = false
-        var helpRequested = false
         var model: String?
         var windowGiven = false
         var overlapGiven = false
     }
 
-    static func run(_ arguments: [String]) -> Int32 {
-        let options: Options
-        do {
-            options = try parse(arguments)
-        } catch {
-            printError(error.message)
-            return error.exitStatus
-        }
-        if options.helpRequested {
-            print(help)
-            return 0
-        }
+    static let name = "analyze"
+    static let flags = ["--model", "--format", "--top", "--window", "--overlap", "--summary"]
 
+    static func execute(_ options: Options) -> Int32 {
         let request: ClassifySoundRequest
         do {
             if let model = options.model {
@@ -75,7 +65,7 @@ enum AnalyzeCommand {
             }
             _ = try BuiltInClassifier.shared()
         } catch {
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
 
@@ -88,12 +78,12 @@ enum AnalyzeCommand {
                 let analyzer = try AudioFileAnalyzer(url: URL(fileURLWithPath: file))
                 try analyzer.add(request, withObserver: observer)
                 analyzer.analyze()
-                if let warning = analyzer.decodingWarning { printError(warning) }
+                if let warning = analyzer.decodingWarning { reportError(warning) }
             } catch {
                 observer.failure = error
             }
             if let failure = observer.failure {
-                printError(failure.message)
+                reportError(failure.message)
                 failures.append(failure.exitStatus)
             }
         }
@@ -116,92 +106,36 @@ enum AnalyzeCommand {
         return failures.max { rank($0) < rank($1) } ?? 0
     }
 
-    /// Parses the arguments after `analyze`.
-    /// - Throws: ``EarshotError`` `.usage` naming the flag and its allowed values.
-    static func parse(_ arguments: [String]) throws(EarshotError) -> Options {
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
-        var index = 0
-        var onlyFiles = false
-        func value(_ flag: String, _ inline: String?, allowed: String) throws(EarshotError) -> String {
-            if let inline { return inline }
-            index += 1
-            guard index < arguments.count else {
-                throw EarshotError(.usage, "\(flag) needs a value (\(allowed))")
-            }
-            return arguments[index]
-        }
-        while index < arguments.count {
-            let argument = arguments[index]
-            if onlyFiles || !argument.hasPrefix("-") || argument == "-" {
-                options.files.append(argument)
-                index += 1
-                continue
-            }
-            var flag = argument
-            var inline: String?
-            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
-                flag = String(argument[..<equals])
-                inline = String(argument[argument.index(after: equals)...])
-            }
-            switch flag {
-            case "--":
-                onlyFiles = true
-            case "--help", "-h":
-                options.helpRequested = true
-            case "--summary":
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let file):
+                options.files.append(file)
+            case .flag("--summary", let inline):
+                try parser.noValue(of: "--summary", inline)
                 options.summary = true
-            case "--model":
-                options.model = try value(flag, inline, allowed: "a model file made by earshot train or earshot enroll")
-            case "--format":
-                let allowed = "text, jsonl or csv"
-                let text = try value(flag, inline, allowed: allowed)
-                guard let format = AnalysisOutputFormat(rawValue: text) else {
-                    throw EarshotError(.usage, "--format \"\(text)\" is not a format (allowed: \(allowed))")
-                }
-                options.format = format
-            case "--top":
-                let allowed = "an integer from 1 to \(YAMNet.classCount)"
-                let text = try value(flag, inline, allowed: allowed)
-                guard let top = Int(text) else {
-                    throw EarshotError(.usage, "--top \"\(text)\" is not an integer (allowed: \(allowed))")
-                }
-                guard top >= 1, top <= YAMNet.classCount else {
-                    throw EarshotError(.usage, "--top \"\(text)\" is out of range (allowed: \(allowed))")
-                }
-                options.top = top
-            case "--window":
-                let allowed = "seconds, 0.96 to 3600"
-                let text = try value(flag, inline, allowed: allowed)
-                guard let seconds = Double(text), seconds.isFinite,
-                      seconds >= ClassifySoundRequest.minimumWindowDuration,
-                      seconds <= ClassifySoundRequest.maximumWindowDuration else {
-                    throw EarshotError(.usage, "--window \"\(text)\" is out of range (allowed: \(allowed))")
-                }
-                options.window = seconds
+            case .flag("--model", let inline):
+                options.model = try parser.value(of: "--model", inline, allowed: "a model file made by earshot train or earshot enroll")
+            case .flag("--format", let inline):
+                options.format = try parser.choice(of: "--format", inline, kind: "a format", allowed: "text, jsonl or csv")
+            case .flag("--top", let inline):
+                options.top = try parser.number(of: "--top", inline, in: 1...YAMNet.classCount, allowed: "an integer from 1 to \(YAMNet.classCount)")
+            case .flag("--window", let inline):
+                options.window = try parser.number(
+                    of: "--window", inline,
+                    in: ClassifySoundRequest.minimumWindowDuration...ClassifySoundRequest.maximumWindowDuration,
+                    allowed: "seconds, 0.96 to 3600")
                 options.windowGiven = true
-            case "--overlap":
-                let allowed = "a fraction, 0 <= F < 1"
-                let text = try value(flag, inline, allowed: allowed)
-                guard let overlap = Double(text), overlap.isFinite, overlap >= 0, overlap < 1 else {
-                    throw EarshotError(.usage, "--overlap \"\(text)\" is out of range (allowed: \(allowed))")
-                }
-                options.overlap = overlap
+            case .flag("--overlap", let inline):
+                options.overlap = try parser.number(of: "--overlap", inline, in: 0.0..<1, allowed: "a fraction, 0 <= F < 1")
                 options.overlapGiven = true
-            default:
-                throw EarshotError(.usage, "unknown option \"\(argument)\" for analyze (allowed: --model, --format, --top, --window, --overlap, --summary)")
+            case .flag(let flag, _):
+                throw parser.unknown(flag)
             }
-            index += 1
         }
-        if options.files.isEmpty && !options.helpRequested {
-            throw EarshotError(.usage, "analyze needs at least one FILE (\(usage))")
-        }
+        if options.files.isEmpty { throw parser.missing("at least one FILE") }
         return options
-    }
-
-    /// Writes `earshot: MESSAGE` as one line (control characters of a file name in it are escaped).
-    static func printError(_ message: String) {
-        fflush(nil)
-        FileHandle.standardError.write(Data("earshot: \(AnalysisReportFormatter.singleLine(message))\n".utf8))
     }
 }
 

@@ -7,7 +7,7 @@ import Foundation
 
 /// `earshot bench [--quick] [--no-daemon] [--layers] [--json] [--audio FILE] [--daemon PATH]`: performance figures
 /// for this machine (see `Benchmark` and `DaemonBenchmark`). Prints figures; asserts nothing.
-enum BenchCommand {
+enum BenchCommand: EarshotCommand {
     static let usage = "usage: earshot bench [--quick] [--no-daemon | --daemon-only] [--layers] [--json] [--audio FILE] [--daemon PATH]"
 
     static let help = """
@@ -43,40 +43,44 @@ enum BenchCommand {
         var daemonPath: String?
     }
 
-    static func run(_ arguments: [String]) -> Int32 {
+    static let name = "bench"
+    static let flags = ["--quick", "--no-daemon", "--daemon-only", "--layers", "--json", "--audio", "--daemon"]
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
-        var index = 0
-        func value(_ flag: String) -> String? {
-            index += 1
-            guard index < arguments.count else {
-                FileHandle.standardError.write(Data("earshot: \(flag) needs a value (\(usage))\n".utf8))
-                return nil
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let text):
+                throw parser.unexpected(text)
+            case .flag(let flag, let inline):
+                switch flag {
+                case "--quick", "--no-daemon", "--daemon-only", "--layers", "--json":
+                    try parser.noValue(of: flag, inline)
+                    switch flag {
+                    case "--quick": options.quick = true
+                    case "--no-daemon": options.daemon = false
+                    case "--daemon-only": options.daemonOnly = true
+                    case "--layers": options.layers = true
+                    default: options.json = true
+                    }
+                case "--audio": options.audio = try parser.value(of: flag, inline, allowed: "a recording to loop")
+                case "--daemon": options.daemonPath = try parser.value(of: flag, inline, allowed: "the earshotd to measure")
+                default: throw parser.unknown(flag)
+                }
             }
-            return arguments[index]
         }
-        while index < arguments.count {
-            switch arguments[index] {
-            case "--quick": options.quick = true
-            case "--no-daemon": options.daemon = false
-            case "--daemon-only": options.daemonOnly = true
-            case "--layers": options.layers = true
-            case "--json": options.json = true
-            case "--audio": guard let path = value("--audio") else { return 64 }; options.audio = path
-            case "--daemon": guard let path = value("--daemon") else { return 64 }; options.daemonPath = path
-            case "--help", "-h":
-                print(help)
-                return 0
-            default:
-                FileHandle.standardError.write(Data("earshot: unknown bench option \"\(arguments[index])\" (\(usage))\n".utf8))
-                return 64
-            }
-            index += 1
+        if !options.daemon && options.daemonOnly {
+            throw ArgumentParser.exclusive("--no-daemon", "--daemon-only", "give one: skip the daemon runs, or run only them")
         }
+        return options
+    }
+
+    static func execute(_ options: Options) -> Int32 {
         do {
             try measure(options)
             return 0
         } catch {
-            FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))
+            reportError(error.message)
             return error.exitStatus
         }
     }

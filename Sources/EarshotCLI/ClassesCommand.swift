@@ -6,23 +6,26 @@ import EarshotTools
 import Foundation
 
 /// `earshot classes`: the built-in classifier's 521 AudioSet class labels, one `INDEX<TAB>LABEL` line each.
-enum ClassesCommand {
+enum ClassesCommand: EarshotCommand {
+    static let name = "classes"
     static let usage = "usage: earshot classes"
+    static let help = """
+        \(usage)
 
-    static func run(_ arguments: [String]) -> Int32 {
-        if arguments == ["--help"] || arguments == ["-h"] {
-            print("\(usage)\n\nLists the built-in classifier's AudioSet class labels, one \"INDEX<TAB>LABEL\" line each (index 0 to 520).")
-            return 0
-        }
-        guard arguments.isEmpty else {
-            FileHandle.standardError.write(Data("earshot: classes takes no arguments, not \"\(arguments[0])\" (\(usage))\n".utf8))
-            return 64
-        }
+        Lists the built-in classifier's AudioSet class labels, one "INDEX<TAB>LABEL" line each (index 0 to 520).
+        """
+    static let flags: [String] = []
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) {
+        if let item = try parser.next() { throw parser.unexpected(item.text) }
+    }
+
+    static func execute(_ options: Void) -> Int32 {
         let labels: [String]
         do {
             labels = try ClassifySoundRequest().knownClassifications()
         } catch {
-            FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))
+            reportError(error.message)
             return error.exitStatus
         }
         var output = ""

@@ -8,7 +8,7 @@ import Foundation
 /// `earshot detect FILE... [--config FILE] [--format jsonl|text|csv]`: the daemon's detection stage (gate,
 /// groups, debouncer, alarm patterns, heads, the same configuration file) over sound files at full speed, printing
 /// the events `earshotd --input FILE` would publish.
-enum DetectCommand {
+enum DetectCommand: EarshotCommand {
     static let usage = "usage: earshot detect FILE... [--config FILE] [--format jsonl|text|csv]"
 
     static let help = """
@@ -31,41 +31,41 @@ enum DetectCommand {
 
     enum Format: String { case jsonl, text, csv }
 
-    static func run(_ arguments: [String]) -> Int32 {
+    struct Options {
         var files: [String] = []
         var configPath: String?
         var format = Format.jsonl
-        var scanner = OptionScanner(command: "detect", arguments: arguments)
-        do throws(EarshotError) {
-            while let item = scanner.next() {
-                switch item {
-                case .positional(let file): files.append(file)
-                case .flag("--help", _), .flag("-h", _):
-                    print(help)
-                    return 0
-                case .flag("--config", let inline):
-                    configPath = try scanner.value(of: "--config", inline, allowed: "a configuration file")
-                case .flag("--format", let inline):
-                    let text = try scanner.value(of: "--format", inline, allowed: "jsonl, text, csv")
-                    guard let chosen = Format(rawValue: text) else {
-                        throw EarshotError(.usage, "--format \"\(text)\" is not a format (allowed: jsonl, text, csv)")
-                    }
-                    format = chosen
-                case .flag(let flag, _):
-                    throw scanner.unknown(flag, allowed: ["--config", "--format", "--help"])
-                }
+    }
+
+    static let name = "detect"
+    static let flags = ["--config", "--format"]
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
+        var options = Options()
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let file):
+                options.files.append(file)
+            case .flag("--config", let inline):
+                options.configPath = try parser.value(of: "--config", inline, allowed: "a configuration file", allowEmpty: false)
+            case .flag("--format", let inline):
+                options.format = try parser.choice(of: "--format", inline, kind: "a format", allowed: "jsonl, text or csv")
+            case .flag(let flag, _):
+                throw parser.unknown(flag)
             }
-            guard !files.isEmpty else { throw EarshotError(.usage, "no FILE given\n\(usage)") }
-        } catch {
-            writeError("earshot: \(error.message)")
-            return error.exitStatus
         }
+        if options.files.isEmpty { throw parser.missing("at least one FILE") }
+        return options
+    }
+
+    static func execute(_ options: Options) -> Int32 {
+        let files = options.files, configPath = options.configPath, format = options.format
         let detection: FileDetection
         do {
             let configuration = try DaemonConfiguration.load(path: configPath, overrides: .init())
             detection = try FileDetection(configuration: configuration, configPath: configPath)
         } catch {
-            writeError("earshot: \(error.message)")
+            reportError(error.message)
             return error.exitStatus
         }
         if format == .csv { print("file,type,group,class,start,end,confidence") }
@@ -76,7 +76,7 @@ enum DetectCommand {
                     emit(output, file: file, format: format)
                 }
             } catch {
-                writeError("earshot: \(error.message)")
+                reportError(error.message)
                 failures.append(error.exitStatus)
             }
         }

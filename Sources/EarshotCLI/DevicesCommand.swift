@@ -6,27 +6,32 @@ import EarshotTools
 import Foundation
 
 /// `earshot devices`: list ALSA capture PCMs and the sound cards' capture devices.
-enum DevicesCommand {
+enum DevicesCommand: EarshotCommand {
+    static let name = "devices"
     static let usage = "usage: earshot devices"
+    static let help = """
+        \(usage)
 
-    static func run(_ arguments: [String]) -> Int32 {
-        if arguments == ["--help"] || arguments == ["-h"] {
-            print(usage)
-            return 0
-        }
-        guard arguments.isEmpty else {
-            FileHandle.standardError.write(Data("earshot: devices takes no arguments (\(usage))\n".utf8))
-            return 64
-        }
+        Lists the ALSA capture devices: the PCM names ALSA defines for capture (as `arecord -L` does) and each sound
+        card's capture devices (hw:CARD,DEV). Give one to earshotd as --device PCM or [capture] device, or to
+        earshot enroll --device PCM.
+        """
+    static let flags: [String] = []
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) {
+        if let item = try parser.next() { throw parser.unexpected(item.text) }
+    }
+
+    static func execute(_ options: Void) -> Int32 {
         do {
             let text = CaptureDeviceReport.text(pcms: try CaptureDevice.capturePCMs(), cards: SoundCard.all())
             StandardOutput.write(text)
             return 0
         } catch let error as EarshotError {
-            FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))
+            reportError(error.message)
             return error.exitStatus
         } catch {
-            FileHandle.standardError.write(Data("earshot: \(error)\n".utf8))
+            reportError("\(error)")
             return 69
         }
     }

@@ -9,7 +9,7 @@ import Foundation
 /// from a few takes recorded from the microphone (or read from files), prints how well the takes separate from the
 /// background, and writes a head model.
 /// Exit status: 0, 64 usage, 65 bad takes, 66 missing file, 69 capture device unavailable, 73 cannot write.
-enum EnrollCommand {
+enum EnrollCommand: EarshotCommand {
     static let usage = "usage: earshot enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE"
 
     static let help = """
@@ -34,32 +34,24 @@ enum EnrollCommand {
     """
 
     struct Options {
-        var label: String?
+        var label = ""
         var count = 5
         var device: String?
         var seconds = 4.0
         var backgroundSeconds = 10.0
         var from: [String] = []
         var background: [String] = []
-        var output: String?
+        var output = ""
         var seed: UInt64 = 1
         var countdown = 3
-        var helpRequested = false
     }
 
-    static func run(_ arguments: [String]) -> Int32 {
-        let options: Options
-        do {
-            options = try parse(arguments)
-        } catch {
-            writeError("earshot: \(error.message)")
-            return error.exitStatus
-        }
-        if options.helpRequested {
-            print(help)
-            return 0
-        }
-        guard let label = options.label, let output = options.output else { return 64 }
+    static let name = "enroll"
+    static let flags = ["--label", "--count", "--device", "--seconds", "--background-seconds", "--from", "--background",
+                        "--output", "--countdown", "--seed"]
+
+    static func execute(_ options: Options) -> Int32 {
+        let label = options.label, output = options.output
         do throws(EarshotError) {
             var takes: [[Float]] = []
             var takeNames: [String] = []
@@ -90,7 +82,7 @@ enum EnrollCommand {
                 }
             }
             if background.isEmpty {
-                writeError("earshot: no background recording: the model only learns to tell \(label) from quiet (give --background FILE with the room's usual sounds)")
+                reportError("no background recording: the model only learns to tell \(label) from quiet (give --background FILE with the room's usual sounds)")
             }
             var configuration = EnrollmentConfiguration(label: label)
             configuration.seed = options.seed
@@ -104,7 +96,7 @@ enum EnrollCommand {
             return 0
         } catch {
             endMeter()
-            writeError("earshot: \(error.message)")
+            reportError(error.message)
             return error.exitStatus
         }
     }
@@ -153,44 +145,39 @@ enum EnrollCommand {
 
     static func format(_ seconds: Double) -> String { String(format: "%.1f", seconds) }
 
-    /// Parses the arguments after `enroll`.
-    /// - Throws: ``EarshotError`` `.usage` naming the flag and its allowed values.
-    static func parse(_ arguments: [String]) throws(EarshotError) -> Options {
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
-        var scanner = OptionScanner(command: "enroll", arguments: arguments)
-        let flags = ["--label", "--count", "--device", "--seconds", "--background-seconds", "--from", "--background",
-                     "--output", "--countdown", "--seed"]
-        while let item = scanner.next() {
+        var label: String?
+        var output: String?
+        while let item = try parser.next() {
             switch item {
             case .positional(let text):
                 throw EarshotError(.usage, "enroll takes no file \"\(text)\" here (recordings go after --from or --background)")
             case .flag(let flag, let inline):
                 switch flag {
-                case "--help", "-h": options.helpRequested = true
-                case "--label": options.label = try scanner.value(of: flag, inline, allowed: "the sound's name")
-                case "--count": options.count = try scanner.number(of: flag, inline, in: 2...20, allowed: "2 to 20")
-                case "--device": options.device = try scanner.value(of: flag, inline, allowed: "an ALSA PCM name")
-                case "--seconds": options.seconds = try scanner.number(of: flag, inline, in: 1.0...30, allowed: "1 to 30 seconds")
+                case "--label": label = try parser.value(of: flag, inline, allowed: "the sound's name")
+                case "--count": options.count = try parser.number(of: flag, inline, in: 2...20, allowed: "2 to 20")
+                case "--device": options.device = try parser.value(of: flag, inline, allowed: "an ALSA PCM name")
+                case "--seconds": options.seconds = try parser.number(of: flag, inline, in: 1.0...30, allowed: "1 to 30 seconds")
                 case "--background-seconds":
-                    options.backgroundSeconds = try scanner.number(of: flag, inline, in: 0.0...120, allowed: "0 to 120 seconds")
+                    options.backgroundSeconds = try parser.number(of: flag, inline, in: 0.0...120, allowed: "0 to 120 seconds")
                 case "--from", "--background":
-                    var files: [String] = []
-                    if let inline { files.append(inline) }
-                    while scanner.nextIsValue { files.append(try scanner.value(of: flag, nil, allowed: "files")) }
+                    let files = parser.values(inline)
                     guard !files.isEmpty else { throw EarshotError(.usage, "\(flag) needs at least one FILE") }
                     if flag == "--from" { options.from += files } else { options.background += files }
-                case "--output", "-o": options.output = try scanner.value(of: flag, inline, allowed: "a file name")
-                case "--countdown": options.countdown = try scanner.number(of: flag, inline, in: 0...10, allowed: "0 to 10 seconds")
-                case "--seed": options.seed = try scanner.number(of: flag, inline, in: 0...UInt64.max, allowed: "an integer >= 0")
-                default: throw scanner.unknown(flag, allowed: flags)
+                case "--output", "-o": output = try parser.value(of: flag, inline, allowed: "a file name")
+                case "--countdown": options.countdown = try parser.number(of: flag, inline, in: 0...10, allowed: "0 to 10 seconds")
+                case "--seed": options.seed = try parser.number(of: flag, inline, in: 0...UInt64.max, allowed: "an integer >= 0")
+                default: throw parser.unknown(flag)
                 }
             }
         }
-        if options.helpRequested { return options }
-        guard options.label != nil else { throw EarshotError(.usage, "enroll needs --label NAME (\(usage))") }
-        guard options.output != nil else { throw EarshotError(.usage, "enroll needs --output FILE for the model (\(usage))") }
+        guard let label else { throw parser.missing("--label NAME") }
+        guard let output else { throw parser.missing("--output FILE for the model") }
+        options.label = label
+        options.output = output
         if options.device != nil && !options.from.isEmpty {
-            throw EarshotError(.usage, "--device and --from exclude each other (record from the device, or read the takes from files)")
+            throw ArgumentParser.exclusive("--device", "--from", "record from the device, or read the takes from files")
         }
         if !options.from.isEmpty && options.from.count < Enrollment.minimumTakes {
             throw EarshotError(.usage, "--from needs at least \(Enrollment.minimumTakes) recordings of the sound, got \(options.from.count)")

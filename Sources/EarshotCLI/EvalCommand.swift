@@ -7,7 +7,7 @@ import Foundation
 
 /// `earshot eval`: runs the smoke/CO alarm detector over labelled recordings and synthetic alarms and prints recall,
 /// false events per file class, time to detection and CPU cost.
-enum EvalCommand {
+enum EvalCommand: EarshotCommand {
     static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F]"
 
     static let help = """
@@ -30,7 +30,8 @@ enum EvalCommand {
                         and deadline scale by 1/F); cases that fall below 8 kHz are left out
     """
 
-    static func run(_ arguments: [String]) -> Int32 {
+    struct Options {
+        /// Default: ../shared/audio/MANIFEST.tsv beside the current directory.
         var manifest = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
             .deletingLastPathComponent().appendingPathComponent("shared/audio/MANIFEST.tsv")
         var synthetic = true
@@ -40,55 +41,60 @@ enum EvalCommand {
         var printCases = false
         var segmentHz: Double?
         var rateFactor: Double?
-        var index = 0
-        func fail(_ message: String) -> Int32 {
-            FileHandle.standardError.write(Data("earshot: \(message) (\(usage))\n".utf8))
-            return 64
-        }
-        while index < arguments.count {
-            let argument = arguments[index]
-            switch argument {
-            case "--help", "-h":
-                print(help)
-                return 0
-            case "--rate-factor":
-                guard index + 1 < arguments.count, let factor = Double(arguments[index + 1]), factor > 0 else {
-                    return fail("--rate-factor needs a positive number")
+    }
+
+    static let name = "eval"
+    static let flags = ["--manifest", "--no-synthetic", "--no-classifier", "--only", "--cases", "--segments",
+                        "--segment-hz", "--rate-factor"]
+
+    /// Numbers above 0.
+    static let positive = Double.leastNonzeroMagnitude...Double.greatestFiniteMagnitude
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
+        var options = Options()
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let text):
+                throw parser.unexpected(text)
+            case .flag(let flag, let inline):
+                switch flag {
+                case "--manifest":
+                    options.manifest = URL(fileURLWithPath: try parser.value(of: flag, inline, allowed: "a MANIFEST.tsv file"))
+                case "--only": options.only = try parser.value(of: flag, inline, allowed: "text in the cases' names or labels")
+                case "--segment-hz":
+                    options.segmentHz = try parser.number(of: flag, inline, in: positive, allowed: "a frequency in Hz, above 0")
+                case "--rate-factor":
+                    options.rateFactor = try parser.number(of: flag, inline, in: positive, allowed: "a number above 0, e.g. 0.9 or 1.1")
+                case "--no-synthetic", "--no-classifier", "--segments", "--cases":
+                    try parser.noValue(of: flag, inline)
+                    switch flag {
+                    case "--no-synthetic": options.synthetic = false
+                    case "--no-classifier": options.classifier = false
+                    case "--segments": options.printSegments = true
+                    default: options.printCases = true
+                    }
+                default:
+                    throw parser.unknown(flag)
                 }
-                rateFactor = factor
-                index += 1
-            case "--segment-hz":
-                guard index + 1 < arguments.count, let hz = Double(arguments[index + 1]), hz > 0 else {
-                    return fail("--segment-hz needs a frequency in Hz")
-                }
-                segmentHz = hz
-                index += 1
-            case "--manifest", "--only":
-                guard index + 1 < arguments.count else { return fail("\(argument) needs a value") }
-                if argument == "--manifest" {
-                    manifest = URL(fileURLWithPath: arguments[index + 1])
-                } else {
-                    only = arguments[index + 1]
-                }
-                index += 1
-            case "--no-synthetic": synthetic = false
-            case "--no-classifier": classifier = false
-            case "--segments": printSegments = true
-            case "--cases": printCases = true
-            default: return fail("eval: unknown option \"\(argument)\"")
             }
-            index += 1
         }
+        if options.segmentHz != nil && !options.printSegments {
+            throw EarshotError(.usage, "--segment-hz needs --segments (\(usage))")
+        }
+        return options
+    }
+
+    static func execute(_ options: Options) -> Int32 {
         do {
             var skipped: [String] = []
-            let recordings = try AlarmEvaluation.manifestCases(manifest: manifest, skipped: &skipped)
+            let recordings = try AlarmEvaluation.manifestCases(manifest: options.manifest, skipped: &skipped)
             var cases = recordings
-            if synthetic {
+            if options.synthetic {
                 let beds = AlarmEvaluation.noiseBeds(from: recordings)
                 cases += AlarmEvaluation.syntheticCases(household: beds.household, speech: beds.speech)
             }
-            if let only { cases = cases.filter { $0.name.contains(only) || $0.fileClass.contains(only) } }
-            if let factor = rateFactor {
+            if let only = options.only { cases = cases.filter { $0.name.contains(only) || $0.fileClass.contains(only) } }
+            if let factor = options.rateFactor {
                 cases = cases.compactMap { item in
                     var item = item
                     item.sampleRate = Int(Double(item.sampleRate) * factor)
@@ -102,16 +108,16 @@ enum EvalCommand {
             var outcomes: [AlarmEvaluation.Outcome] = []
             for (number, item) in cases.enumerated() {
                 if number % 50 == 0 {
-                    FileHandle.standardError.write(Data("eval: \(number)/\(cases.count)\n".utf8))
+                    writeError("eval: \(number)/\(cases.count)")
                 }
-                outcomes.append(try AlarmEvaluation.run(item, classifier: classifier))
-                if printSegments {
+                outcomes.append(try AlarmEvaluation.run(item, classifier: options.classifier))
+                if options.printSegments {
                     print("== \(item.name)")
                     var segments = try AlarmEvaluation.toneSegments(item)
-                    if segmentHz == nil, let hz = item.toneHz, let start = item.alarmStart {
+                    if options.segmentHz == nil, let hz = item.toneHz, let start = item.alarmStart {
                         segments = segments.filter { abs($0.frequencyHz - hz) <= 0.05 * hz && $0.start <= start + 20 }
                     }
-                    if let hz = segmentHz {
+                    if let hz = options.segmentHz {
                         segments = segments.filter { abs($0.frequencyHz - hz) <= 0.05 * hz }
                     }
                     for segment in segments {
@@ -121,7 +127,7 @@ enum EvalCommand {
                     }
                 }
             }
-            if printCases { print(AlarmEvaluation.caseLines(outcomes) + "\n") }
+            if options.printCases { print(AlarmEvaluation.caseLines(outcomes) + "\n") }
             print(AlarmEvaluation.report(outcomes))
             if !skipped.isEmpty {
                 print("\nSkipped (cannot decode): \(skipped.count)")
@@ -129,7 +135,7 @@ enum EvalCommand {
             }
             return 0
         } catch {
-            FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))
+            reportError(error.message)
             return error.exitStatus
         }
     }

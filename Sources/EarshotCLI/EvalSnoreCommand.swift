@@ -8,41 +8,70 @@ import Foundation
 /// `earshot eval-snore SNORING_DIR NON_SNORING_DIR [--threshold X] [--rhythm-threshold Y]`: measures the snore
 /// detector on folders of labelled clips (e.g. ../shared/audio/snoring-khan/1 and /0) and prints detection and
 /// false rates, alone and in breathing sequences (see `SnoreEvaluation`).
-enum EvalSnoreCommand {
+enum EvalSnoreCommand: EarshotCommand {
     static let usage = "usage: earshot eval-snore SNORING_DIR NON_SNORING_DIR [--model HEAD] [--threshold X] [--rhythm-threshold Y]"
 
-    static func run(_ arguments: [String]) -> Int32 {
+    static let help = """
+        \(usage)
+
+        Measures the snore detector on two folders of labelled clips (e.g. ../shared/audio/snoring-khan/1 and /0):
+        each clip analysed alone (flagged by the Snoring class, and by the snore evidence), and all of a folder's
+        clips in one breathing sequence (clips in name order with 1-3 s of quiet room noise between them) as the
+        detector hears a night: the share of clips it flags there and its events per hour. For SNORING_DIR the
+        flagged share is the detection rate, for NON_SNORING_DIR the false rate.
+          --model HEAD          a snore model made with earshot train (folders snoring and background): its
+                                snoring probability adds to the evidence
+          --threshold X         snore evidence that counts on its own, 0 to 1 (default \(format(SnoreDetector.Configuration().strongThreshold)))
+          --rhythm-threshold Y  lower evidence that counts when snores recur every 2-6 s, 0 to 1 (default \(format(SnoreDetector.Configuration().weakThreshold)))
+        """
+
+    static let name = "eval-snore"
+    static let flags = ["--model", "--threshold", "--rhythm-threshold"]
+
+    struct Options {
         var directories: [String] = []
         var configuration = SnoreDetector.Configuration()
-        var head: SnoreDetector.HeadEvidence?
-        var index = 0
-        while index < arguments.count {
-            let argument = arguments[index]
-            switch argument {
-            case "--help", "-h":
-                print(usage)
-                return 0
-            case "--threshold", "--rhythm-threshold":
-                index += 1
-                guard index < arguments.count, let number = Float(arguments[index]), (0...1).contains(number) else {
-                    return fail("\(argument) needs a number from 0 to 1 (\(usage))", 64)
-                }
-                if argument == "--threshold" { configuration.strongThreshold = number } else { configuration.weakThreshold = number }
-            case "--model":
-                index += 1
-                guard index < arguments.count else { return fail("--model needs a head model file (\(usage))", 64) }
-                do {
-                    head = try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: arguments[index])))
-                } catch {
-                    return fail(error.message, error.exitStatus)
-                }
-            default:
-                guard !argument.hasPrefix("--") else { return fail("unknown option \"\(argument)\" (\(usage))", 64) }
-                directories.append(argument)
+        var model: String?
+    }
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
+        var options = Options()
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let directory):
+                options.directories.append(directory)
+            case .flag("--threshold", let inline):
+                options.configuration.strongThreshold = try parser.number(of: "--threshold", inline, in: 0...1, allowed: "0 to 1")
+            case .flag("--rhythm-threshold", let inline):
+                options.configuration.weakThreshold = try parser.number(of: "--rhythm-threshold", inline, in: 0...1, allowed: "0 to 1")
+            case .flag("--model", let inline):
+                options.model = try parser.value(of: "--model", inline, allowed: "a head model file made by earshot train")
+            case .flag(let flag, _):
+                throw parser.unknown(flag)
             }
-            index += 1
         }
-        guard directories.count == 2 else { return fail("name two directories (\(usage))", 64) }
+        guard options.configuration.weakThreshold <= options.configuration.strongThreshold else {
+            throw EarshotError(.usage, "--rhythm-threshold must be at most --threshold (\(usage))")
+        }
+        switch options.directories.count {
+        case 0, 1: throw parser.missing("SNORING_DIR and NON_SNORING_DIR")
+        case 2: return options
+        default:
+            let named = options.directories.map { "\"\($0)\"" }
+            throw EarshotError(.usage, "eval-snore takes two directories, got \(named.dropLast().joined(separator: ", ")) and \(named.last ?? "") (\(usage))")
+        }
+    }
+
+    static func execute(_ options: Options) -> Int32 {
+        let directories = options.directories, configuration = options.configuration
+        var head: SnoreDetector.HeadEvidence?
+        if let model = options.model {
+            do {
+                head = try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: model)))
+            } catch {
+                return fail(error.message, error.exitStatus)
+            }
+        }
         var figures: [SnoreEvaluation.Figures] = []
         for directory in directories {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else {
@@ -55,11 +84,11 @@ enum EvalSnoreCommand {
                 figures.append(try SnoreEvaluation.measure(
                     files: files, configuration: configuration, head: head, sequencePath: scratch,
                     progress: { done, total in
-                        if isatty(STDERR_FILENO) == 1 {
+                        if standardErrorIsTerminal {
                             FileHandle.standardError.write(Data("\r\(directory): \(done)/\(total) clips\u{1B}[K".utf8))
                         }
                     }))
-                if isatty(STDERR_FILENO) == 1 { FileHandle.standardError.write(Data("\n".utf8)) }
+                if standardErrorIsTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
             } catch {
                 return fail(error.message, error.exitStatus)
             }
@@ -77,7 +106,9 @@ enum EvalSnoreCommand {
     }
 
     static func fail(_ message: String, _ status: Int32) -> Int32 {
-        FileHandle.standardError.write(Data("earshot: \(message)\n".utf8))
+        reportError(message)
         return status
     }
+
+    static func format(_ threshold: Float) -> String { JSONValue.format(Double(threshold), decimals: 2) }
 }

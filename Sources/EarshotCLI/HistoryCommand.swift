@@ -8,25 +8,74 @@ import Foundation
 /// `earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]`:
 /// prints the detections stored by earshotd. Exit status: 0 (also when nothing matched), 64 usage (also a --db that
 /// is a directory), 66 no database, 65 not a history, 69 locked.
-enum HistoryCommand {
-    static func run(_ arguments: [String]) -> Int32 {
-        do {
-            let listing = try HistoryListing.parse(arguments, timeZone: .current)
-            if listing.helpRequested {
-                print(HistoryListing.help)
-                return 0
+enum HistoryCommand: EarshotCommand {
+    static let name = "history"
+    static let usage = HistoryListing.usage
+    static let help = HistoryListing.help
+    static let flags = ["--since", "--until", "--group", "--format", "--limit", "--db"]
+
+    /// The same options and errors as `HistoryListing.parse`, whose wording HistoryTests pins (durations back from
+    /// now, local dates in the current time zone).
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> HistoryListing {
+        var listing = HistoryListing()
+        let now = Date()
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let text):
+                throw parser.unexpected(text)
+            case .flag(let flag, let inline):
+                switch flag {
+                case "--since", "--until":
+                    let text = try parser.value(of: flag, inline, allowed: usage)
+                    guard let date = HistoryListing.parseTime(text, now: now, timeZone: .current) else {
+                        throw EarshotError(
+                            .usage,
+                            "\(flag) \"\(text)\": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30")
+                    }
+                    if flag == "--since" { listing.since = date } else { listing.until = date }
+                case "--group":
+                    let names = try parser.value(of: flag, inline, allowed: usage).split(separator: ",")
+                        .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                    guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a group name, e.g. --group snoring") }
+                    listing.groups += names
+                case "--format":
+                    let text = try parser.value(of: flag, inline, allowed: usage)
+                    guard let format = HistoryListing.Format(rawValue: text) else {
+                        throw EarshotError(.usage, "--format \"\(text)\": expected text, jsonl or csv")
+                    }
+                    listing.format = format
+                case "--limit":
+                    let text = try parser.value(of: flag, inline, allowed: usage)
+                    guard let limit = Int(text), limit > 0 else {
+                        throw EarshotError(.usage, "--limit \"\(text)\": expected a whole number of events, 1 or more")
+                    }
+                    listing.limit = limit
+                case "--db":
+                    let text = try parser.value(of: flag, inline, allowed: usage)
+                    guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
+                    listing.databasePath = text
+                default:
+                    // HistoryTests pins this wording (HistoryListing.parse's), not the other commands' list.
+                    throw EarshotError(.usage, "unknown option \"\(flag)\" (\(usage))")
+                }
             }
+        }
+        return listing
+    }
+
+    static func execute(_ listing: HistoryListing) -> Int32 {
+        do {
             let history = try listing.openHistory()
             let events = try history.events(matching: listing.query)
             var out = listing.format == .csv ? HistoryListing.csvHeader + "\n" : ""
             for event in events { out += HistoryListing.line(for: event, format: listing.format, timeZone: .current) + "\n" }
             StandardOutput.write(out)
             if events.isEmpty, listing.format == .text {
-                FileHandle.standardError.write(Data("earshot: no events in \(listing.databasePath) match\n".utf8))
+                reportError("no events in \(listing.databasePath) match")
             }
             return 0
         } catch {
-            FileHandle.standardError.write(Data("earshot: \(error.message)\n".utf8))
+            reportError(error.message)
             return error.exitStatus
         }
     }

@@ -13,7 +13,7 @@ import Foundation
 /// daemon's `snore-*.svg`, which stays SVG: the daemon does not link librsvg) as PNG.
 /// Exit status: 0, 64 usage, 65 bad audio or SVG, 66 missing file, 73 an output cannot be written, 74 writing into an
 /// existing device or FIFO (or standard output) failed.
-enum ReportCommand {
+enum ReportCommand: EarshotCommand {
     static let usage =
         "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
     static let fromSVGUsage = "usage: earshot report --from-svg SVG --png OUT [--png-scale N]"
@@ -23,6 +23,7 @@ enum ReportCommand {
 
         Finds snoring in a recording (e.g. a night) and reports minutes snoring, episodes (events less than 2 minutes
         apart merge), events per hour, loudness per episode and the loudest moments, with a timeline in 5-minute bins.
+          --snore FILE         the recording to analyse (any format earshot analyze reads)
           --json OUT           write the report as JSON to OUT (- for standard output instead of the summary)
           --svg OUT            write the timeline chart as SVG to OUT
           --png OUT            write the timeline chart as PNG to OUT (rendered from the SVG with librsvg)
@@ -39,105 +40,117 @@ enum ReportCommand {
     /// Allowed `--png-scale` values.
     static let pngScales: ClosedRange<Double> = 1...4
 
-    static func run(_ arguments: [String]) -> Int32 {
-        var file: String?
+    static let name = "report"
+    static let flags = ["--snore", "--json", "--svg", "--png", "--png-scale", "--model", "--threshold", "--rhythm-threshold",
+                        "--progress", "--quiet", "--from-svg"]
+
+    /// What to do: analyse a recording, or render a chart written earlier.
+    enum Options {
+        case analyze(Analysis)
+        case renderSVG(svg: String, png: String, scale: Double)
+    }
+
+    struct Analysis {
+        var file = ""
         var jsonPath: String?
         var svgPath: String?
         var pngPath: String?
-        var pngScale: Double?
-        var fromSVG: String?
-        var analysisOptions: [String] = []
+        var pngScale = PNGRenderer.defaultScale
         var configuration = SnoreDetector.Configuration()
         var modelPath: String?
-        var showProgress = isatty(STDERR_FILENO) == 1
-        var index = 0
-        func value(_ name: String) -> String? {
-            index += 1
-            return index < arguments.count ? arguments[index] : nil
+        var showProgress = standardErrorIsTerminal
+    }
+
+    /// A usage error in report's own wording, which ReportCommandTests pins for `--png`, `--png-scale` and
+    /// `--from-svg`: `--png needs an output path (usage: ...)`.
+    static func usageError(_ message: String, usage: String = usage) -> EarshotError {
+        EarshotError(.usage, "\(message) (\(usage))")
+    }
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
+        var analysis = Analysis()
+        var file: String?
+        var pngScale: Double?
+        var fromSVG: String?
+        /// The flags given that only apply to an analysis (refused with --from-svg).
+        var analysisFlags: [String] = []
+        /// `--png` and `--from-svg` word a missing path as ReportCommandTests pins it.
+        func path(_ flag: String, _ inline: String?, _ what: String, usage: String = usage) throws(EarshotError) -> String {
+            guard let path = parser.takeValue(inline), !path.isEmpty else { throw usageError("\(flag) needs \(what)", usage: usage) }
+            return path
         }
-        while index < arguments.count {
-            let argument = arguments[index]
-            switch argument {
-            case "--help", "-h":
-                print(help)
-                return 0
-            case "--snore":
-                guard let path = value(argument) else { return usageError("--snore needs a sound file") }
-                file = path
-                analysisOptions.append(argument)
-            case "--json":
-                guard let path = value(argument) else { return usageError("--json needs an output path (or -)") }
-                jsonPath = path
-                analysisOptions.append(argument)
-            case "--svg":
-                guard let path = value(argument) else { return usageError("--svg needs an output path") }
-                svgPath = path
-                analysisOptions.append(argument)
-            case "--png":
-                guard let path = value(argument) else { return usageError("--png needs an output path") }
-                pngPath = path
+        while let item = try parser.next() {
+            guard case .flag(let flag, let inline) = item else { throw parser.unexpected(item.text) }
+            switch flag {
+            case "--snore": file = try parser.value(of: flag, inline, allowed: "a sound file", allowEmpty: false)
+            case "--json": analysis.jsonPath = try parser.value(of: flag, inline, allowed: "an output path, or - for standard output", allowEmpty: false)
+            case "--svg": analysis.svgPath = try parser.value(of: flag, inline, allowed: "an output path", allowEmpty: false)
+            case "--model": analysis.modelPath = try parser.value(of: flag, inline, allowed: "a head model file made by earshot train", allowEmpty: false)
+            case "--png": analysis.pngPath = try path(flag, inline, "an output path")
+            case "--from-svg": fromSVG = try path(flag, inline, "an SVG file", usage: fromSVGUsage)
             case "--png-scale":
-                guard let text = value(argument), let number = Double(text), pngScales.contains(number) else {
-                    return usageError("--png-scale needs a number from 1 to 4")
+                guard let text = parser.takeValue(inline), let number = Double(text), pngScales.contains(number) else {
+                    throw usageError("--png-scale needs a number from 1 to 4")
                 }
                 pngScale = number
-            case "--from-svg":
-                guard let path = value(argument) else { return usageError("--from-svg needs an SVG file", usage: fromSVGUsage) }
-                fromSVG = path
-            case "--model":
-                guard let path = value(argument) else { return usageError("--model needs a head model file") }
-                modelPath = path
-                analysisOptions.append(argument)
-            case "--threshold", "--rhythm-threshold":
-                guard let text = value(argument), let number = Float(text), number >= 0, number <= 1 else {
-                    return usageError("\(argument) needs a number from 0 to 1")
-                }
-                analysisOptions.append(argument)
-                if argument == "--threshold" {
-                    configuration.strongThreshold = number
-                } else {
-                    configuration.weakThreshold = number
-                }
-            case "--progress": showProgress = true
-            case "--quiet": showProgress = false
+            case "--threshold":
+                analysis.configuration.strongThreshold = try parser.number(of: flag, inline, in: 0...1, allowed: "0 to 1")
+            case "--rhythm-threshold":
+                analysis.configuration.weakThreshold = try parser.number(of: flag, inline, in: 0...1, allowed: "0 to 1")
+            case "--progress", "--quiet":
+                try parser.noValue(of: flag, inline)
+                analysis.showProgress = flag == "--progress"
             default:
-                return usageError("unknown argument \"\(argument)\"")
+                throw parser.unknown(flag)
             }
-            index += 1
+            if !["--png", "--png-scale", "--from-svg", "--progress", "--quiet"].contains(flag) { analysisFlags.append(flag) }
         }
         if let fromSVG {
-            guard analysisOptions.isEmpty else {
-                return usageError("--from-svg takes only --png and --png-scale, not \(analysisOptions[0])", usage: fromSVGUsage)
+            guard analysisFlags.isEmpty else {
+                throw usageError("--from-svg takes only --png and --png-scale, not \(analysisFlags[0])", usage: fromSVGUsage)
             }
-            guard let pngPath else { return usageError("--from-svg needs --png OUT", usage: fromSVGUsage) }
-            return renderSVGFile(fromSVG, to: pngPath, scale: pngScale ?? PNGRenderer.defaultScale)
+            guard let pngPath = analysis.pngPath else { throw usageError("--from-svg needs --png OUT", usage: fromSVGUsage) }
+            return .renderSVG(svg: fromSVG, png: pngPath, scale: pngScale ?? PNGRenderer.defaultScale)
         }
-        guard let file else { return usageError("name the recording with --snore FILE") }
-        guard pngScale == nil || pngPath != nil else { return usageError("--png-scale needs --png OUT") }
-        guard configuration.weakThreshold <= configuration.strongThreshold else {
-            return usageError("--rhythm-threshold must be at most --threshold")
+        guard let file else { throw parser.missing("--snore FILE") }
+        analysis.file = file
+        guard pngScale == nil || analysis.pngPath != nil else { throw usageError("--png-scale needs --png OUT") }
+        analysis.pngScale = pngScale ?? PNGRenderer.defaultScale
+        guard analysis.configuration.weakThreshold <= analysis.configuration.strongThreshold else {
+            throw usageError("--rhythm-threshold must be at most --threshold")
         }
+        return .analyze(analysis)
+    }
 
-        let bar = ProgressBar(enabled: showProgress)
+    static func execute(_ options: Options) -> Int32 {
+        switch options {
+        case .renderSVG(let svg, let png, let scale): renderSVGFile(svg, to: png, scale: scale)
+        case .analyze(let analysis): analyze(analysis)
+        }
+    }
+
+    /// `--snore FILE`: analyses the recording, writes the files asked for and prints the summary (or the JSON).
+    static func analyze(_ options: Analysis) -> Int32 {
+        let bar = ProgressBar(enabled: options.showProgress)
         let result: SnoreFileAnalysis.Result
         do {
-            let head = try modelPath.map { path throws(EarshotError) in
+            let head = try options.modelPath.map { path throws(EarshotError) in
                 try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: path)))
             }
             result = try SnoreFileAnalysis.analyze(
-                url: URL(fileURLWithPath: file), configuration: configuration, head: head,
+                url: URL(fileURLWithPath: options.file), configuration: options.configuration, head: head,
                 progress: { done, total in bar.update(done: done, total: total) })
         } catch {
             bar.finish()
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
         bar.finish()
         let report = result.report
         do {
-            if let svgPath { try write(report.svg(timeZone: .current), to: svgPath) }
-            if let pngPath { try report.png(scale: pngScale ?? PNGRenderer.defaultScale).write(to: pngPath) }
-            if let jsonPath {
+            if let svgPath = options.svgPath { try write(report.svg(timeZone: .current), to: svgPath) }
+            if let pngPath = options.pngPath { try report.png(scale: options.pngScale).write(to: pngPath) }
+            if let jsonPath = options.jsonPath {
                 let json = JSONValue.object(report.json).encoded + "\n"
                 if jsonPath == "-" {
                     StandardOutput.write(json)
@@ -146,10 +159,10 @@ enum ReportCommand {
                 }
             }
         } catch {
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
-        if jsonPath != "-" { StandardOutput.write(report.text(timeZone: .current)) }
+        if options.jsonPath != "-" { StandardOutput.write(report.text(timeZone: .current)) }
         return 0
     }
 
@@ -162,20 +175,12 @@ enum ReportCommand {
         do {
             try PNGRenderer(scale: scale).render(contentsOf: svgPath).write(to: pngPath)
         } catch {
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
         return 0
     }
 
-    static func usageError(_ message: String, usage: String = usage) -> Int32 {
-        printError("\(message) (\(usage))")
-        return 64
-    }
-
-    static func printError(_ message: String) {
-        FileHandle.standardError.write(Data("earshot: \(message)\n".utf8))
-    }
 }
 
 /// A one-line progress bar on stderr, redrawn in place: `[#########-----------]  45%  3:36:00 of 8:00:00, 95x real time`.

@@ -7,7 +7,7 @@ import Foundation
 
 /// `earshot sleep start|stop|status [--socket PATH] [--json]`: starts, stops or shows the daemon's sleep session
 /// (snore monitoring). Exit status: 0, 64 usage, 69 daemon unreachable or the command refused, 77 no permission.
-enum SleepCommand {
+enum SleepCommand: EarshotCommand {
     static let usage = "usage: earshot sleep start|stop|status [--socket PATH] [--json]"
     static let help = """
         \(usage)
@@ -19,66 +19,76 @@ enum SleepCommand {
           --json          print the daemon's reply as JSON
         """
 
-    static func run(_ arguments: [String]) -> Int32 {
-        var action: String?
+    static let name = "sleep"
+    static let flags = ["--socket", "--json"]
+
+    enum Action: String {
+        case start, stop, status
+    }
+
+    struct Options {
+        var action = Action.status
         var socket = EventServer.defaultPath
         var json = false
-        var index = 0
-        while index < arguments.count {
-            let argument = arguments[index]
-            switch argument {
-            case "--help", "-h":
-                print(help)
-                return 0
-            case "--json":
-                json = true
-            case "--socket":
-                index += 1
-                guard index < arguments.count else { return usageError("--socket needs a path") }
-                socket = arguments[index]
-            case "start", "stop", "status":
-                guard action == nil else { return usageError("give one of start, stop, status") }
-                action = argument
-            default:
-                if argument.hasPrefix("--socket=") {
-                    socket = String(argument.dropFirst("--socket=".count))
-                } else {
-                    return usageError("unknown argument \"\(argument)\"")
-                }
-            }
-            index += 1
-        }
-        guard let action else { return usageError("say start, stop or status") }
+    }
 
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
+        var options = Options()
+        var action: String?
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let text):
+                if let action {
+                    throw EarshotError(.usage, "sleep takes one of start, stop or status, got \"\(action)\" and \"\(text)\" (\(usage))")
+                }
+                action = text
+            case .flag("--json", let inline):
+                try parser.noValue(of: "--json", inline)
+                options.json = true
+            case .flag("--socket", let inline):
+                options.socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
+            case .flag(let flag, _):
+                throw parser.unknown(flag)
+            }
+        }
+        guard let action else { throw parser.missing("start, stop or status") }
+        guard let known = Action(rawValue: action) else {
+            throw EarshotError(.usage, "sleep \"\(action)\" is not an action (allowed: start, stop or status)")
+        }
+        options.action = known
+        return options
+    }
+
+    static func execute(_ options: Options) -> Int32 {
         let client: EventSubscriber
         do {
-            client = try EventSubscriber(path: socket)
+            client = try EventSubscriber(path: options.socket)
         } catch {
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
         do {
-            try client.send(line: "{\"cmd\":\"sleep_\(action)\"}")
+            try client.send(line: "{\"cmd\":\"sleep_\(options.action.rawValue)\"}")
             // Events may arrive before the reply: skip them. The analysis queue answers within a window's time.
             while true {
                 guard case .line(let line) = try client.readLine(timeoutSeconds: 10) else {
-                    printError("no reply from earshotd on \(socket) within 10 s (is it stuck? see journalctl -u earshotd)")
+                    reportError("no reply from earshotd on \(options.socket) within 10 s (is it stuck? see journalctl -u earshotd)")
                     return 69
                 }
                 guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
                       let type = object["type"] as? String, type == "sleep" || type == "error"
                 else { continue }
-                if json {
+                if options.json {
                     print(line)
                 } else if type == "error" {
-                    printError(object["message"] as? String ?? line)
+                    reportError(object["message"] as? String ?? line)
                 } else {
                     print(describe(object))
                 }
                 return type == "error" ? 69 : 0
             }
         } catch {
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
     }
@@ -108,12 +118,4 @@ enum SleepCommand {
         }
     }
 
-    static func usageError(_ message: String) -> Int32 {
-        printError("\(message) (\(usage))")
-        return 64
-    }
-
-    static func printError(_ message: String) {
-        FileHandle.standardError.write(Data("earshot: \(message)\n".utf8))
-    }
 }

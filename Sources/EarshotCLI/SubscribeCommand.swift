@@ -9,13 +9,12 @@ import Foundation
 ///
 /// Ends with status 0 after the daemon's `{"type":"shutdown"}` line (a clean stop); a connection that ends without
 /// it was dropped (earshotd crashed or was killed): one stderr line and status 69 (EX_UNAVAILABLE).
-enum SubscribeCommand {
+enum SubscribeCommand: EarshotCommand {
     static let usage = "usage: earshot subscribe [--socket PATH] [--group G]... [--format json|text]"
     static let help = """
         \(usage)
 
         Prints the daemon's events as they arrive, one line each, until the daemon stops.
-
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
           --group G       only detections of label group G (repeat, or separate with commas); health lines
                           always come
@@ -32,24 +31,43 @@ enum SubscribeCommand {
         var text = false
     }
 
-    static func run(_ arguments: [String]) -> Int32 {
-        let options: Options
-        switch parse(arguments) {
-        case .success(let parsed): options = parsed
-        case .failure(let problem):
-            if problem.message.isEmpty {
-                print(help)
-                return 0
-            }
-            printError("\(problem.message) (run `earshot subscribe --help`)")
-            return 64
-        }
+    static let name = "subscribe"
+    static let flags = ["--socket", "--group", "--format"]
 
+    enum Format: String {
+        case json, text
+    }
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
+        var options = Options()
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let text):
+                throw parser.unexpected(text)
+            case .flag("--socket", let inline):
+                options.socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
+            case .flag("--group", let inline):
+                let allowed = "a label group name, e.g. smoke_alarm"
+                let names = try parser.value(of: "--group", inline, allowed: allowed).split(separator: ",")
+                    .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a value (\(allowed))") }
+                options.groups += names
+            case .flag("--format", let inline):
+                let format: Format = try parser.choice(of: "--format", inline, kind: "a format", allowed: "json or text")
+                options.text = format == .text
+            case .flag(let flag, _):
+                throw parser.unknown(flag)
+            }
+        }
+        return options
+    }
+
+    static func execute(_ options: Options) -> Int32 {
         let subscriber: EventSubscriber
         do {
             subscriber = try EventSubscriber(path: options.socket)
         } catch {
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
         var awaitingReply = !options.groups.isEmpty
@@ -59,7 +77,7 @@ enum SubscribeCommand {
             while true {
                 guard case .line(let line) = try subscriber.readLine() else {
                     // No shutdown notice: the daemon died (or refused us with the error line just printed).
-                    if !lastWasError { printError(droppedMessage(path: options.socket)) }
+                    if !lastWasError { reportError(droppedMessage(path: options.socket)) }
                     return 69
                 }
                 let kind = lineType(line)
@@ -75,66 +93,19 @@ enum SubscribeCommand {
                 if kind == "error" {
                     if awaitingReply {
                         // The daemon refused the group filter: its reason is the whole story (which group, the fix).
-                        printError(errorMessage(line) ?? line)
+                        reportError(errorMessage(line) ?? line)
                         return 64
                     }
-                    printError(EventTextFormat.format(line: line, timeZone: .current) ?? line)
+                    reportError(EventTextFormat.format(line: line, timeZone: .current) ?? line)
                     continue
                 }
                 let output = options.text ? EventTextFormat.format(line: line) : line
                 if let output { writeOut(output + "\n") }
             }
         } catch {
-            printError(error.message)
+            reportError(error.message)
             return error.exitStatus
         }
-    }
-
-    struct Problem: Error {
-        /// Empty for `--help`.
-        var message: String
-    }
-
-    static func parse(_ arguments: [String]) -> Result<Options, Problem> {
-        var options = Options()
-        var index = 0
-        func value(_ name: String, _ inline: String?) -> String? {
-            if let inline { return inline }
-            index += 1
-            return index < arguments.count ? arguments[index] : nil
-        }
-        while index < arguments.count {
-            let argument = arguments[index]
-            let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
-            let name = parts[0]
-            let inline = argument.contains("=") && name.hasPrefix("--") ? (parts.count > 1 ? parts[1] : "") : nil
-            switch name {
-            case "-h", "--help":
-                return .failure(Problem(message: ""))
-            case "--socket":
-                guard let path = value(name, inline), !path.isEmpty else {
-                    return .failure(Problem(message: "--socket needs a path"))
-                }
-                options.socket = path
-            case "--group":
-                guard let list = value(name, inline), !list.isEmpty else {
-                    return .failure(Problem(message: "--group needs a label group name, e.g. smoke_alarm"))
-                }
-                options.groups += list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-                    .filter { !$0.isEmpty }
-            case "--format":
-                switch value(name, inline) {
-                case "json": options.text = false
-                case "text": options.text = true
-                case let other:
-                    return .failure(Problem(message: "--format must be json or text, not \"\(other ?? "")\""))
-                }
-            default:
-                return .failure(Problem(message: "unknown option \"\(argument)\""))
-            }
-            index += 1
-        }
-        return .success(options)
     }
 
     /// The line for a connection that ended without the daemon's shutdown notice.
@@ -152,10 +123,6 @@ enum SubscribeCommand {
     static func errorMessage(_ line: String) -> String? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
         return object["message"] as? String
-    }
-
-    static func printError(_ message: String) {
-        FileHandle.standardError.write(Data("earshot: \(message)\n".utf8))
     }
 
     /// One write(2) per line so that a pipe reader sees each event at once (stdout is not line-buffered into pipes).

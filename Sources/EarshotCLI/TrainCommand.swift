@@ -9,7 +9,7 @@ import Synchronization
 /// `earshot train DATA_DIR --output FILE [...]`: trains a classifier head on YAMNet embeddings from a folder of
 /// labelled recordings, prints the evaluation and writes the model.
 /// Exit status: 0, 64 usage, 65 bad data, 66 missing folder, 73 cannot write the model.
-enum TrainCommand {
+enum TrainCommand: EarshotCommand {
     static let usage = "usage: earshot train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]"
 
     static let help = """
@@ -38,94 +38,78 @@ enum TrainCommand {
     """
 
     struct Options {
-        var folder: String?
-        var output: String?
+        var folder = ""
+        var output = ""
         var configuration = TrainingConfiguration()
-        var helpRequested = false
     }
 
-    static func run(_ arguments: [String]) -> Int32 {
-        let options: Options
-        do {
-            options = try parse(arguments)
-        } catch {
-            writeError("earshot: \(error.message)")
-            return error.exitStatus
-        }
-        if options.helpRequested {
-            print(help)
-            return 0
-        }
-        guard let folder = options.folder, let output = options.output else { return 64 }
+    static let name = "train"
+    static let flags = ["--output", "--classifier", "--validation", "--seed", "--folds", "--hidden", "--l2", "--epochs",
+                        "--window", "--overlap", "--gate-dbfs"]
+
+    static func execute(_ options: Options) -> Int32 {
         let progress = ProgressPrinter()
         let report: TrainingReport
         do {
             report = try HeadTraining.train(
-                folder: URL(fileURLWithPath: folder), configuration: options.configuration,
+                folder: URL(fileURLWithPath: options.folder), configuration: options.configuration,
                 progress: { progress.show($0) })
-            try report.head.write(to: URL(fileURLWithPath: output))
+            try report.head.write(to: URL(fileURLWithPath: options.output))
         } catch {
-            writeError("earshot: \(error.message)")
+            reportError(error.message)
             return error.exitStatus
         }
         for line in report.formatted() { print(line) }
-        print("wrote \(output)")
-        for line in UsageSnippet.lines(modelPath: output, head: report.head) { print(line) }
+        print("wrote \(options.output)")
+        for line in UsageSnippet.lines(modelPath: options.output, head: report.head) { print(line) }
         fflush(nil)
         return 0
     }
 
-    /// Parses the arguments after `train`.
-    /// - Throws: ``EarshotError`` `.usage` naming the flag and its allowed values.
-    static func parse(_ arguments: [String]) throws(EarshotError) -> Options {
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
-        var scanner = OptionScanner(command: "train", arguments: arguments)
-        let flags = ["--output", "--classifier", "--validation", "--seed", "--folds", "--hidden", "--l2", "--epochs",
-                     "--window", "--overlap", "--gate-dbfs"]
-        while let item = scanner.next() {
+        var folder: String?
+        var output: String?
+        while let item = try parser.next() {
             switch item {
-            case .positional(let folder):
-                guard options.folder == nil else {
-                    throw EarshotError(.usage, "train takes one DATA_DIR, got \"\(options.folder ?? "")\" and \"\(folder)\" (\(usage))")
+            case .positional(let text):
+                if let folder {
+                    throw EarshotError(.usage, "train takes one DATA_DIR, got \"\(folder)\" and \"\(text)\" (\(usage))")
                 }
-                options.folder = folder
+                folder = text
             case .flag(let flag, let inline):
                 switch flag {
-                case "--help", "-h": options.helpRequested = true
-                case "--output", "-o": options.output = try scanner.value(of: flag, inline, allowed: "a file name")
+                case "--output", "-o": output = try parser.value(of: flag, inline, allowed: "a file name")
                 case "--classifier":
-                    let text = try scanner.value(of: flag, inline, allowed: "logistic or mlp")
-                    guard let kind = HeadClassifierKind(rawValue: text) else {
-                        throw EarshotError(.usage, "--classifier \"\(text)\" is not a classifier (allowed: logistic or mlp)")
-                    }
-                    options.configuration.options.classifier = kind
+                    options.configuration.options.classifier = try parser.choice(
+                        of: flag, inline, kind: "a classifier", allowed: "logistic or mlp")
                 case "--validation":
-                    options.configuration.validationFraction = try scanner.number(of: flag, inline, in: 0.0...0.9, allowed: "0 to 0.9")
+                    options.configuration.validationFraction = try parser.number(of: flag, inline, in: 0.0...0.9, allowed: "0 to 0.9")
                 case "--seed":
-                    options.configuration.options.seed = try scanner.number(of: flag, inline, in: 0...UInt64.max, allowed: "an integer >= 0")
+                    options.configuration.options.seed = try parser.number(of: flag, inline, in: 0...UInt64.max, allowed: "an integer >= 0")
                 case "--folds":
-                    options.configuration.folds = try scanner.number(of: flag, inline, in: 2...50, allowed: "2 to 50")
+                    options.configuration.folds = try parser.number(of: flag, inline, in: 2...50, allowed: "2 to 50")
                 case "--hidden":
-                    options.configuration.options.hiddenUnits = try scanner.number(of: flag, inline, in: 1...4096, allowed: "1 to 4096")
+                    options.configuration.options.hiddenUnits = try parser.number(of: flag, inline, in: 1...4096, allowed: "1 to 4096")
                 case "--l2":
-                    options.configuration.options.l2 = try scanner.number(of: flag, inline, in: 0.0...10, allowed: "0 to 10")
+                    options.configuration.options.l2 = try parser.number(of: flag, inline, in: 0.0...10, allowed: "0 to 10")
                 case "--epochs":
-                    options.configuration.options.maximumEpochs = try scanner.number(of: flag, inline, in: 1...100_000, allowed: "1 to 100000")
+                    options.configuration.options.maximumEpochs = try parser.number(of: flag, inline, in: 1...100_000, allowed: "1 to 100000")
                 case "--window":
-                    options.configuration.windowDuration = try scanner.number(of: flag, inline, in: 0.96...10, allowed: "seconds, 0.96 to 10")
+                    options.configuration.windowDuration = try parser.number(of: flag, inline, in: 0.96...10, allowed: "seconds, 0.96 to 10")
                 case "--overlap":
-                    let overlap: Double = try scanner.number(of: flag, inline, in: 0.0...0.99, allowed: "a fraction, 0 <= F < 1")
-                    options.configuration.overlapFactor = overlap
+                    options.configuration.overlapFactor = try parser.number(of: flag, inline, in: 0.0...0.99, allowed: "a fraction, 0 <= F < 1")
                 case "--gate-dbfs":
-                    options.configuration.minimumLevelDBFS = try scanner.number(of: flag, inline, in: -120.0...0, allowed: "dBFS, -120 to 0")
+                    options.configuration.minimumLevelDBFS = try parser.number(of: flag, inline, in: -120.0...0, allowed: "dBFS, -120 to 0")
                 default:
-                    throw scanner.unknown(flag, allowed: flags)
+                    throw parser.unknown(flag)
                 }
             }
         }
-        if options.helpRequested { return options }
-        guard options.folder != nil else { throw EarshotError(.usage, "train needs a DATA_DIR (\(usage))") }
-        guard options.output != nil else { throw EarshotError(.usage, "train needs --output FILE for the model (\(usage))") }
+        guard let folder else { throw parser.missing("a DATA_DIR") }
+        guard let output else { throw parser.missing("--output FILE for the model") }
+        options.folder = folder
+        options.output = output
         return options
     }
 }
@@ -152,7 +136,7 @@ final class ProgressPrinter: Sendable {
                 writeError("embeddings: \(done)/\(total) files")
             }
         case .skipped(let error):
-            writeError("earshot: skipped: \(error.message)")
+            reportError("skipped: \(error.message)")
         case .fold(let index, let count):
             writeError("cross-validation fold \(index)/\(count)")
         case .finalModel:

@@ -282,13 +282,9 @@ struct AlarmPatternTests {
         #expect(event.message == "smoke_alarm detected: T3 pattern at 3150 Hz (1 cycle, classifier 0.81) at stream time 12.01 s")
     }
 
-    @Test("a real T3 smoke alarm recording is detected on its second cycle")
+    @Test("a real T3 smoke alarm recording is detected on its second cycle", .needsShared)
     func realRecording() throws {
         let url = TestPaths.sharedFile("audio/alarm-ml-audio-classifier-example-for-pico/ALRMElec_Smoke_detector_alarm_(ID_0800)_BSB.wav")
-        guard FileManager.default.fileExists(atPath: url.path) else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let decoder = try AudioFileDecoder(url: url)
         let samples = try decoder.readAllMono()
         let onset = try #require(onsets(detect(samples, sampleRate: decoder.sampleRate), AlarmEvent.smokeAlarm).first)
@@ -300,13 +296,9 @@ struct AlarmPatternTests {
         #expect(abs(onset.toneHz - 3057) <= 15)
     }
 
-    @Test("the freedesktop alarm clock raises no smoke or CO event, with the classifier fused in")
+    @Test("the freedesktop alarm clock raises no smoke or CO event, with the classifier fused in", .needsShared)
     func alarmClockRecording() throws {
         let url = TestPaths.sharedFile("audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga")
-        guard FileManager.default.fileExists(atPath: url.path) else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let decoder = try AudioFileDecoder(url: url)
         let samples = try decoder.readAllMono()
         let outcome = try AlarmEvaluation.run(

@@ -116,12 +116,8 @@ struct AnalysisTests {
 
     // MARK: File analyzer against the reference
 
-    @Test("file analysis of each golden's source file matches the reference scores within 0.02")
+    @Test("file analysis of each golden's source file matches the reference scores within 0.02", .needsShared)
     func goldenSources() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let request = try ClassifySoundRequest()
         for golden in try AudioTestFiles.goldens() {
             let reference = try AudioTestFiles.readFloat32(TestPaths.sharedFile("golden/\(golden.stem).scores.f32"))
@@ -143,12 +139,8 @@ struct AnalysisTests {
         }
     }
 
-    @Test("the golden 16 kHz input gives the reference scores within 1e-3; a 1.44 s window is the mean of its two patches")
+    @Test("the golden 16 kHz input gives the reference scores within 1e-3; a 1.44 s window is the mean of its two patches", .needsShared)
     func goldenInputAndLongWindow() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         let stem = "alarm-clock-elapsed"
@@ -178,12 +170,8 @@ struct AnalysisTests {
         #expect(worstMean <= 1e-3)
     }
 
-    @Test("scoring in rounds of a few windows while decoding gives the same results as one round")
+    @Test("scoring in rounds of a few windows while decoding gives the same results as one round", .needsShared)
     func rounds() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let url = TestPaths.sharedFile("audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga")
         for request in [try ClassifySoundRequest(), try ClassifySoundRequest(windowDuration: 1.5, overlapFactor: 0.3)] {
             let whole = try AnalysisTestSupport.fileResults(url, request: request, threads: 1)
@@ -205,12 +193,8 @@ struct AnalysisTests {
 
     // MARK: Stream analyzer
 
-    @Test("a whole file streamed in uneven buffers gives the file analyzer's results")
+    @Test("a whole file streamed in uneven buffers gives the file analyzer's results", .needsShared)
     func streamEqualsFile() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         // 48 kHz stereo Ogg Vorbis, 6.1 s: exercises downmix, resampling and the padded end.
         let url = TestPaths.sharedFile("audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga")
         let request = try ClassifySoundRequest()
@@ -370,17 +354,18 @@ struct AnalysisTests {
         }
     }
 
-    @Test("file analyzer: errors at open are thrown, errors while decoding go to the observer")
+    @Test("file analyzer: an error at open is thrown")
     func fileAnalyzerErrors() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         let missing = AudioTestFiles.error { () throws(EarshotError) in try AudioFileAnalyzer(url: directory.appendingPathComponent("none.wav")) }
         #expect(missing?.message == "\(directory.path)/none.wav: no such file (check the path)")
+    }
 
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
+    @Test("file analyzer: a FLAC cut short fails while decoding, reported to the observer", .needsShared)
+    func fileAnalyzerDecodingError() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
         let flac = try Data(contentsOf: TestPaths.sharedFile("audio/snoring-khan/1/1_10.flac"))
         let cut = directory.appendingPathComponent("cut.flac")
         try flac.prefix(20_000).write(to: cut)

@@ -15,7 +15,7 @@ enum EarshotCLI {
         return FileManager.default.isExecutableFile(atPath: url.path) ? url : nil
     }
 
-    static let missingMessage = "the earshot executable is not built beside the test bundle: skipping command-line tests"
+    static let missingMessage = "the earshot executable is not built beside the test bundle (swift build builds it)"
 
     struct Outcome {
         var status: Int32
@@ -74,17 +74,13 @@ enum EarshotCLI {
 
 @Suite("AnalyzeCommand")
 struct AnalyzeCommandTests {
-    @Test("the same file analysed in three processes prints the same bytes (no timing-dependent FFT plan)")
+    @Test("the same file analysed in three processes prints the same bytes (no timing-dependent FFT plan)", .needsEarshotBuilt)
     func deterministicAcrossRuns() throws {
         let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac").path
         var outputs: [String] = []
         for _ in 0..<3 {
-            guard let outcome = try EarshotCLI.run(
-                ["analyze", demo, "--format", "jsonl", "--top", "521", "--overlap", "0.625"], in: TestPaths.packageRoot)
-            else {
-                print(EarshotCLI.missingMessage)
-                return
-            }
+            let outcome = try #require(try EarshotCLI.run(
+                ["analyze", demo, "--format", "jsonl", "--top", "521", "--overlap", "0.625"], in: TestPaths.packageRoot))
             #expect(outcome.status == 0)
             outputs.append(outcome.standardOutput)
         }
@@ -93,7 +89,7 @@ struct AnalyzeCommandTests {
         #expect(outputs[2] == outputs[0])
     }
 
-    @Test("bad files get one stderr line each, good files are still analysed; 66 outranks 65 in any order")
+    @Test("bad files get one stderr line each, good files are still analysed; 66 outranks 65 in any order", .needsEarshotBuilt)
     func badFilesAmongGoodOnes() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -107,12 +103,8 @@ struct AnalyzeCommandTests {
                                      data: AudioTestFiles.littleEndian([1, 2, 3], width: 2), declaredDataBytes: 800)
         try AudioTestFiles.write(cut, to: directory.appendingPathComponent("cut.wav"))
 
-        guard let outcome = try EarshotCLI.run(
-            ["analyze", "missing.wav", "notes.wav", "good.wav", "empty.wav", "folder", "cut.wav", "--top", "1"], in: directory)
-        else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(
+            ["analyze", "missing.wav", "notes.wav", "good.wav", "empty.wav", "folder", "cut.wav", "--top", "1"], in: directory))
         #expect(outcome.status == 66)
         #expect(outcome.errorLines == [
             "earshot: missing.wav: no such file (check the path)",
@@ -127,32 +119,29 @@ struct AnalyzeCommandTests {
         #expect(outcome.outputLines.last?.hasPrefix("good.wav 0.48-1.44s  ") == true)
 
         // The status does not depend on the order of the files: a missing file (66) outranks bad data (65).
-        guard let dataFirst = try EarshotCLI.run(["analyze", "notes.wav", "missing.wav"], in: directory) else { return }
+        let dataFirst = try #require(try EarshotCLI.run(["analyze", "notes.wav", "missing.wav"], in: directory))
         #expect(dataFirst.status == 66)
         #expect(dataFirst.errorLines == [
             "earshot: notes.wav: not an audio file libsndfile can read (Format not recognised; use WAV, FLAC, Ogg or MP3)",
             "earshot: missing.wav: no such file (check the path)",
         ])
-        guard let onlyData = try EarshotCLI.run(["analyze", "good.wav", "notes.wav", "cut.wav"], in: directory) else { return }
+        let onlyData = try #require(try EarshotCLI.run(["analyze", "good.wav", "notes.wav", "cut.wav"], in: directory))
         #expect(onlyData.status == 65)
     }
 
-    @Test("a header claiming 2147483647 Hz: one line and status 65, not a failed allocation")
+    @Test("a header claiming 2147483647 Hz: one line and status 65, not a failed allocation", .needsEarshotBuilt)
     func hugeSampleRate() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         try AudioTestFiles.write(DecodingTests.floatWAV(frames: 32_000, claimedRate: 2_147_483_647),
                                  to: directory.appendingPathComponent("huge.wav"))
-        guard let outcome = try EarshotCLI.run(["analyze", "huge.wav"], in: directory, timeout: 30) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["analyze", "huge.wav"], in: directory, timeout: 30))
         #expect(outcome.status == 65)
         #expect(outcome.standardOutput.isEmpty)
         #expect(outcome.errorLines == ["earshot: huge.wav: sample rate 2147483647 Hz is out of range (audio files must be 1000 to 768000 Hz; the header is damaged or the file is not really audio)"])
     }
 
-    @Test("a float WAV holding NaN and 1e30: valid JSON lines and no nan in text or CSV")
+    @Test("a float WAV holding NaN and 1e30: valid JSON lines and no nan in text or CSV", .needsEarshotBuilt)
     func nonFiniteSamples() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -160,10 +149,7 @@ struct AnalyzeCommandTests {
         samples[100] = .nan
         samples[9_000] = 1e30
         try AnalysisTestSupport.writeFloatWAV(samples, sampleRate: 16_000, to: directory.appendingPathComponent("nan.wav"))
-        guard let json = try EarshotCLI.run(["analyze", "nan.wav", "--format", "jsonl", "--top", "2"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let json = try #require(try EarshotCLI.run(["analyze", "nan.wav", "--format", "jsonl", "--top", "2"], in: directory))
         #expect(json.status == 0)
         #expect(json.outputLines.count == 2)
         for line in json.outputLines {
@@ -173,54 +159,40 @@ struct AnalyzeCommandTests {
             #expect(classes.allSatisfy { ($0["confidence"] as? Double)?.isFinite == true })
         }
         for format in ["text", "csv"] {
-            guard let outcome = try EarshotCLI.run(["analyze", "nan.wav", "--format", format], in: directory) else { return }
+            let outcome = try #require(try EarshotCLI.run(["analyze", "nan.wav", "--format", format], in: directory))
             #expect(outcome.status == 0)
             #expect(!outcome.standardOutput.lowercased().contains("nan%"))
             #expect(!outcome.standardOutput.lowercased().contains(",nan") && !outcome.standardOutput.contains("-nan"))
         }
     }
 
-    @Test("a file name with a newline: escaped in text and in the error line, quoted in CSV")
+    @Test("a file name with a newline: escaped in text and in the error line, quoted in CSV", .needsEarshotBuilt)
     func controlCharactersInFileNames() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         try AnalysisTestSupport.writeFloatWAV(AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: 8_000),
                                               sampleRate: 16_000, to: directory.appendingPathComponent("a\nb.wav"))
-        guard let text = try EarshotCLI.run(["analyze", "a\nb.wav", "gone\u{1B}.wav", "--top", "1"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let text = try #require(try EarshotCLI.run(["analyze", "a\nb.wav", "gone\u{1B}.wav", "--top", "1"], in: directory))
         #expect(text.status == 66)
         #expect(text.outputLines.count == 1)
         #expect(text.outputLines.first?.hasPrefix("a\\nb.wav 0.00-0.96s  ") == true)
         #expect(text.errorLines == ["earshot: gone\\x1B.wav: no such file (check the path)"])
-        guard let csv = try EarshotCLI.run(["analyze", "a\nb.wav", "--format", "csv", "--top", "1"], in: directory) else { return }
+        let csv = try #require(try EarshotCLI.run(["analyze", "a\nb.wav", "--format", "csv", "--top", "1"], in: directory))
         #expect(csv.status == 0)
         #expect(csv.standardOutput.hasPrefix("file,start,duration,rank,label,confidence\n\"a\nb.wav\",0,0.96,1,"))
     }
 
-    @Test("MP3 data in a WAV container: one line, status 65")
+    @Test("MP3 data in a WAV container: one line, status 65", .needsEarshotBuilt, .needsShared)
     func mp3InWav() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let directory = TestPaths.sharedFile("audio/debian-qgo/qgo/sounds")
-        guard let outcome = try EarshotCLI.run(["analyze", "doorbell.wav"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["analyze", "doorbell.wav"], in: directory))
         #expect(outcome.status == 65)
         #expect(outcome.standardOutput.isEmpty)
         #expect(outcome.errorLines == ["earshot: doorbell.wav: MP3 data in a WAV (RIFF) container, which libsndfile cannot decode reliably (convert it to PCM: ffmpeg -i IN.wav -c:a pcm_s16le OUT.wav)"])
     }
 
-    @Test("a truncated MP3 (Xing/Info header): results for what decoded and one warning line, status 0")
+    @Test("a truncated MP3 (Xing/Info header): results for what decoded and one warning line, status 0", .needsEarshotBuilt, .needsShared)
     func truncatedMP3() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         // The first MP3 of the manifest: babycry-esc10/.../1-60997-B.mp3, 44.1 kHz mono, an Info header that states
         // 221504 frames (5.02 s).
         let manifest = try String(contentsOf: TestPaths.sharedFile("audio/MANIFEST.tsv"), encoding: .utf8)
@@ -235,10 +207,7 @@ struct AnalyzeCommandTests {
         try original.write(to: directory.appendingPathComponent("whole.mp3"))
         try original.prefix(original.count / 2).write(to: directory.appendingPathComponent("cut.mp3"))
 
-        guard let cut = try EarshotCLI.run(["analyze", "cut.mp3", "--top", "1"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let cut = try #require(try EarshotCLI.run(["analyze", "cut.mp3", "--top", "1"], in: directory))
         #expect(cut.status == 0)
         // 109487 of 221504 frames decoded: 2.48 s, five windows.
         #expect(cut.outputLines.count == 5)
@@ -247,13 +216,13 @@ struct AnalyzeCommandTests {
         #expect(cut.errorLines.filter { $0.hasPrefix("earshot:") } == [
             "earshot: cut.mp3: the MP3 ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded",
         ])
-        guard let whole = try EarshotCLI.run(["analyze", "whole.mp3", "--top", "1"], in: directory) else { return }
+        let whole = try #require(try EarshotCLI.run(["analyze", "whole.mp3", "--top", "1"], in: directory))
         #expect(whole.status == 0)
         #expect(whole.errorLines.isEmpty)
         #expect(whole.outputLines.last?.hasPrefix("whole.mp3 4.32-5.28s  ") == true)
     }
 
-    @Test("usage errors name the flag and the allowed values, status 64",
+    @Test("usage errors name the flag and the allowed values, status 64", .needsEarshotBuilt,
           arguments: [
             (["analyze", "x.wav", "--top", "0"], "earshot: --top \"0\" is out of range (allowed: an integer from 1 to 521)"),
             (["analyze", "x.wav", "--top", "many"], "earshot: --top \"many\" is not an integer (allowed: an integer from 1 to 521)"),
@@ -268,26 +237,16 @@ struct AnalyzeCommandTests {
             (["classes", "extra"], "earshot: classes takes no arguments, not \"extra\" (usage: earshot classes)"),
           ] as [([String], String)])
     func usageErrors(_ arguments: [String], _ line: String) throws {
-        guard let outcome = try EarshotCLI.run(arguments, in: FileManager.default.temporaryDirectory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(arguments, in: FileManager.default.temporaryDirectory))
         #expect(outcome.status == 64)
         #expect(outcome.errorLines == [line])
         #expect(outcome.standardOutput.isEmpty)
     }
 
-    @Test("jsonl windows and summary for a golden source match the reference's top classes")
+    @Test("jsonl windows and summary for a golden source match the reference's top classes", .needsEarshotBuilt, .needsShared)
     func jsonLines() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let directory = TestPaths.sharedFile("audio/debian-alsa-utils/sounds/alsa")
-        guard let outcome = try EarshotCLI.run(["analyze", "Front_Center.wav", "--format", "jsonl", "--top", "1", "--summary"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["analyze", "Front_Center.wav", "--format", "jsonl", "--top", "1", "--summary"], in: directory))
         #expect(outcome.status == 0)
         #expect(outcome.standardError.isEmpty)
         // Reference (golden Front_Center.json): Speech 0.999512 at 0 s, Speech 0.918587 at 0.48 s.
@@ -298,12 +257,9 @@ struct AnalyzeCommandTests {
         ])
     }
 
-    @Test("classes lists the 521 labels with their index")
+    @Test("classes lists the 521 labels with their index", .needsEarshotBuilt)
     func classes() throws {
-        guard let outcome = try EarshotCLI.run(["classes"], in: FileManager.default.temporaryDirectory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["classes"], in: FileManager.default.temporaryDirectory))
         #expect(outcome.status == 0)
         let lines = outcome.outputLines
         #expect(lines.count == 521)

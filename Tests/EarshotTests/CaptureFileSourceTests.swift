@@ -12,11 +12,7 @@ import EarshotTools
 struct CaptureFileSourceTests {
     private let queue = DispatchQueue(label: "file-source-tests")
 
-    @Test func aFileIsReplayedThroughTheRingAtItsRateAndEnds() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
+    @Test(.needsShared) func aFileIsReplayedThroughTheRingAtItsRateAndEnds() throws {
         let path = TestPaths.sharedFile(
             "audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga").path
         let expected = try AudioFileDecoder(url: URL(fileURLWithPath: path)).readAllMono()

@@ -23,11 +23,8 @@ struct CapturePCMTests {
         return (capture, ring)
     }
 
-    @Test func theRealRecordingArrivesSampleForSampleThroughTheFilePlugin() throws {
-        guard let mono = CaptureFixtures.alarmClockMono else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
+    @Test(.needsShared) func theRealRecordingArrivesSampleForSampleThroughTheFilePlugin() throws {
+        let mono = try #require(CaptureFixtures.alarmClockMono)
         let path = CaptureFixtures.writeRaw(CaptureFixtures.bytes(of: mono), name: "alarm-mono.raw")
         let configuration = CaptureConfiguration(
             device: "earshot_alarm_mono", sampleRate: CaptureFixtures.alarmClockRate,
@@ -127,11 +124,8 @@ struct CapturePCMTests {
         #expect(CaptureFixtures.read(ring, frames: values.count).samples == [0, 1000, -1000, 1000, -1000, 1.5, -0.25])
     }
 
-    @Test func aStereoOnlyDeviceIsReadWithTwoChannelsAndMixedToTheirMean() throws {
-        guard let mono = CaptureFixtures.alarmClockMono else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
+    @Test(.needsShared) func aStereoOnlyDeviceIsReadWithTwoChannelsAndMixedToTheirMean() throws {
+        let mono = try #require(CaptureFixtures.alarmClockMono)
         // The recording's own two channels are identical; pair each sample with the one 0.1 s later instead, so
         // the channels differ and the mix is a real mean.
         let frames = mono.count
@@ -218,11 +212,8 @@ struct CapturePCMTests {
         }
     }
 
-    @Test func aFullRingBecomesAGapAtTheRightFramePosition() throws {
-        guard let mono = CaptureFixtures.alarmClockMono else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
+    @Test(.needsShared) func aFullRingBecomesAGapAtTheRightFramePosition() throws {
+        let mono = try #require(CaptureFixtures.alarmClockMono)
         let path = CaptureFixtures.writeRaw(CaptureFixtures.bytes(of: mono), name: "alarm-mono-gap.raw")
         // Paced at twice real time, the 6.1 s recording lasts about 3 s; the 4096-sample ring fills in 43 ms.
         let configuration = CaptureConfiguration(

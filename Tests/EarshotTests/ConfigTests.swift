@@ -375,13 +375,18 @@ struct ConfigFileTests {
         #expect(throws: EarshotError(.usage, "--window/--overlap: \(tooClose)")) {
             try DaemonConfiguration.load(path: file.path, overrides: .init(windowDuration: 0.96))
         }
+    }
 
-        if getuid() != 0 {
-            try "[analysis]\n".write(to: file, atomically: true, encoding: .utf8)
-            chmod(file.path, 0)
-            #expect(throws: EarshotError(.config, "\(file.path): cannot read the configuration file: Permission denied (make it readable by the daemon's user, e.g. chmod 644)", cause: "Permission denied")) {
-                try DaemonConfiguration.parse(fileAt: file.path, required: false)
-            }
+    @Test("files: an unreadable configuration file names the fix", .notRoot)
+    func unreadableFile() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-config-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("earshotd.conf")
+        try "[analysis]\n".write(to: file, atomically: true, encoding: .utf8)
+        #expect(chmod(file.path, 0) == 0)
+        #expect(throws: EarshotError(.config, "\(file.path): cannot read the configuration file: Permission denied (make it readable by the daemon's user, e.g. chmod 644)", cause: "Permission denied")) {
+            try DaemonConfiguration.parse(fileAt: file.path, required: false)
         }
     }
 
@@ -443,12 +448,8 @@ struct ConfigFileTests {
         #expect(try check("[capture]\ninput = -\n[detection]\nwatch = glass_break\n") == "configuration OK (watching glass_break)")
     }
 
-    @Test("earshotd --check-config prints one line on standard output, or the error on standard error")
+    @Test("earshotd --check-config prints one line on standard output, or the error on standard error", .needsEarshotdBuilt)
     func checkConfigCommand() throws {
-        guard EarshotdRun.executable != nil else {
-            print("earshotd is not built beside the test bundle: skipping")
-            return
-        }
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         let config = directory.appendingPathComponent("earshotd.conf").path

@@ -195,7 +195,7 @@ struct DecodingTests {
 
     // MARK: Real recordings in ../shared/audio
 
-    @Test("formats in ../shared/audio: rate, channels, frames and sample values (reference: python soundfile)",
+    @Test("formats in ../shared/audio: rate, channels, frames and sample values (reference: python soundfile)", .needsShared,
           arguments: [
             ("debian-alsa-utils/sounds/alsa/Front_Center.wav", 48_000, 1, Int64(68_545), "WAV (Microsoft), Signed 16 bit PCM",
              [(10_000, Float(-0.0633544921875)), (20_000, 0.01641845703125)]),
@@ -211,10 +211,6 @@ struct DecodingTests {
              [(50_000, -0.09828554093837738), (100_000, -0.0011112469946965575)]),
           ] as [(String, Int, Int, Int64, String, [(Int, Float)])])
     func sharedRecording(_ path: String, _ rate: Int, _ channels: Int, _ frames: Int64, _ format: String, _ samples: [(Int, Float)]) throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let decoder = try AudioFileDecoder(url: TestPaths.sharedFile("audio/" + path))
         #expect(decoder.sampleRate == rate)
         #expect(decoder.channelCount == channels)
@@ -228,12 +224,8 @@ struct DecodingTests {
         }
     }
 
-    @Test("decode + downmix + 16 kHz resampling reproduces each golden's .wave16k.f32 input")
+    @Test("decode + downmix + 16 kHz resampling reproduces each golden's .wave16k.f32 input", .needsShared)
     func goldenWaveforms() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let goldens = try AudioTestFiles.goldens()
         #expect(goldens.count >= 10)
         for golden in goldens {
@@ -352,12 +344,8 @@ struct DecodingTests {
         #expect(missing?.message == "no-such-dir-earshot/x.wav: no such file (check the path)")
     }
 
-    @Test("unreadable file: permission denied (skipped as root, who can read anything)")
+    @Test("unreadable file: permission denied", .notRoot)
     func permissionDenied() throws {
-        guard geteuid() != 0 else {
-            print("running as root: skipping the permission test (root bypasses file modes)")
-            return
-        }
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         let url = directory.appendingPathComponent("secret.wav")
@@ -368,7 +356,7 @@ struct DecodingTests {
         #expect(denied?.code == .noInput)
     }
 
-    @Test("a truncated Ogg Vorbis (cut inside its headers): damaged or truncated, not \"use WAV, FLAC, Ogg or MP3\"")
+    @Test("a truncated Ogg Vorbis (cut inside its headers): damaged or truncated, not \"use WAV, FLAC, Ogg or MP3\"", .needsEarshotBuilt)
     func truncatedOgg() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -382,10 +370,7 @@ struct DecodingTests {
         #expect(error?.code == .data)
         #expect(error?.cause == "Supported file format but file is malformed")
 
-        guard let outcome = try EarshotCLI.run(["analyze", "trunc.ogg"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["analyze", "trunc.ogg"], in: directory))
         #expect(outcome.status == 65)
         #expect(outcome.errorLines == ["earshot: trunc.ogg: damaged or truncated audio file (libsndfile: Supported file format but file is malformed; re-export or re-copy it)"])
     }
@@ -453,7 +438,7 @@ struct DecodingTests {
         return bytes
     }
 
-    @Test("truncated WAV and FLAC: exact lines")
+    @Test("truncated WAV: exact line")
     func truncated() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -468,11 +453,13 @@ struct DecodingTests {
         let wav = AudioTestFiles.error { () throws(EarshotError) in try AudioFileDecoder(url: wavURL) }
         #expect(wav?.message == "\(d)/cut.wav: truncated: the header declares 2000 bytes of audio data but the file holds 600 (the copy or recording was cut short; copy it again)")
         #expect(wav?.code == .data)
+    }
 
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
+    @Test("truncated FLAC: exact line", .needsShared)
+    func truncatedFLAC() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let d = directory.path
         // The first 20000 of 36712 bytes of a 48000-frame FLAC.
         let flac = try Data(contentsOf: TestPaths.sharedFile("audio/snoring-khan/1/1_10.flac"))
         let flacURL = directory.appendingPathComponent("cut.flac")
@@ -484,12 +471,8 @@ struct DecodingTests {
         #expect(flacError?.code == .data)
     }
 
-    @Test("MP3 data in a WAV (RIFF) container is named as such")
+    @Test("MP3 data in a WAV (RIFF) container is named as such", .needsShared)
     func mp3InWav() throws {
-        guard TestPaths.sharedAvailable else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
         let url = TestPaths.sharedFile("audio/debian-qgo/qgo/sounds/doorbell.wav")
         let error = AudioTestFiles.error { () throws(EarshotError) in try decodeMono16k(url) }
         #expect(error?.message == "\(url.path): MP3 data in a WAV (RIFF) container, which libsndfile cannot decode reliably (convert it to PCM: ffmpeg -i IN.wav -c:a pcm_s16le OUT.wav)")

@@ -104,26 +104,33 @@ struct EnrollmentTests {
         #expect(results.last?.classifications.first?.identifier == "beeper")
     }
 
-    @Test("a take recorded from a real ALSA PCM is the device's audio resampled to 16 kHz, sample for sample")
+    @Test("a take recorded from a real ALSA PCM is the device's audio resampled to 16 kHz, sample for sample", .needsShared)
     func microphoneRecorder() throws {
-        guard let mono = CaptureFixtures.alarmClockMono else {
-            print(TestPaths.sharedMissingMessage)
-            return
-        }
+        let mono = try #require(CaptureFixtures.alarmClockMono)
         let path = CaptureFixtures.writeRaw(CaptureFixtures.bytes(of: mono), name: "enroll-alarm-mono.raw")
         let recorder = MicrophoneRecorder(configuration: CaptureConfiguration(
             device: "earshot_enroll", sampleRate: CaptureFixtures.alarmClockRate,
             alsaConfiguration: CaptureFixtures.filePCM("earshot_enroll", infile: path)))
-        var levels: [Float] = []
-        let take = try recorder.record(seconds: 1.0) { level, _ in levels.append(level) }
+        var meter: [(level: Float, seconds: Double)] = []
+        let take = try recorder.record(seconds: 1.0) { level, seconds in meter.append((level, seconds)) }
         #expect(take.count == 16_000)
         let resampler = try Resampler(inputRate: 48_000, outputRate: 16_000)
         var expected: [Float] = []
         try resampler.process(mono[0..<48_000].map { Float($0) / 32_768 }, appendingTo: &expected)
         try resampler.flush(appendingTo: &expected)
         #expect(take == Array(expected.prefix(16_000)))
-        #expect(!levels.isEmpty)
-        #expect(levels.allSatisfy { $0 >= -120 && $0 <= 0 })
+        // The meter: the seconds recorded so far, rising to the whole second, and each time the RMS level of the
+        // device's samples since the previous call.
+        #expect(meter.last?.seconds == 1.0)
+        #expect(zip(meter, meter.dropFirst()).allSatisfy { $0.seconds < $1.seconds })
+        var start = 0
+        for (level, seconds) in meter {
+            let end = Int((seconds * 48_000).rounded())
+            let power = mono[start..<end].reduce(0.0) { $0 + Double(Float($1) / 32_768) * Double(Float($1) / 32_768) } / Double(end - start)
+            let expectedLevel = max(-120, Float(20 * log10(power.squareRoot())))
+            #expect(abs(level - expectedLevel) < 1e-3, "\(start)..<\(end): \(level) dBFS, expected \(expectedLevel)")
+            start = end
+        }
         #expect(Enrollment.check(take).isGood)
 
         let missing = AudioTestFiles.error { () throws(EarshotError) in

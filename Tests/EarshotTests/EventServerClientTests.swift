@@ -112,17 +112,14 @@ struct EventServerClientTests {
         #expect(try client.readLine(timeoutSeconds: S.timeout) == .endOfStream)
     }
 
-    @Test("earshot subscribe exits 0 after the daemon's shutdown notice")
+    @Test("earshot subscribe exits 0 after the daemon's shutdown notice", .needsEarshotBuilt)
     func subscribeEndsCleanlyOnShutdown() throws {
         let directory = try TemporarySocketDirectory()
         let path = directory.file("e.sock")
         let server = try S.server(path)
         defer { server.stop() }
         let run = Self.runInBackground(["subscribe", "--socket", path])
-        guard run.started else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        try #require(run.started)
         #expect(S.eventually { server.statistics.subscribers == 1 })
         server.publish(HealthEvent(state: .captureLive, message: "capturing"), time: S.wallClock)
         server.stop()
@@ -134,7 +131,7 @@ struct EventServerClientTests {
         #expect(outcome.outputLines.last == #"{"type":"shutdown"}"#)
     }
 
-    @Test("earshot subscribe: a connection that ends without the shutdown notice is one stderr line and status 69")
+    @Test("earshot subscribe: a connection that ends without the shutdown notice is one stderr line and status 69", .needsEarshotBuilt)
     func subscribeReportsADroppedConnection() throws {
         let directory = try TemporarySocketDirectory()
         let path = directory.file("e.sock")
@@ -145,10 +142,7 @@ struct EventServerClientTests {
         #expect(address.withSockaddr { bind(listener, $0, $1) } == 0)
         #expect(listen(listener, 1) == 0)
         let run = Self.runInBackground(["subscribe", "--socket", path, "--format", "text"])
-        guard run.started else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        try #require(run.started)
         var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
         #expect(poll(&poller, 1, Int32(S.timeout * 1000)) == 1)
         let connection = accept(listener, nil, nil)
@@ -162,7 +156,7 @@ struct EventServerClientTests {
         #expect(outcome.errorLines == ["earshot: connection to \(path) closed without a shutdown notice (did earshotd stop or crash? see systemctl status earshotd)"])
     }
 
-    @Test("earshot subscribe --group: a preset the daemon does not watch says how to watch it; an unknown name gets a suggestion; status 64")
+    @Test("earshot subscribe --group: a preset the daemon does not watch says how to watch it; an unknown name gets a suggestion; status 64", .needsEarshotBuilt)
     func subscribeToUnwatchedGroup() throws {
         let directory = try TemporarySocketDirectory()
         let path = directory.file("e.sock")
@@ -183,10 +177,7 @@ struct EventServerClientTests {
         ]
         for (group, line) in cases {
             let run = Self.runInBackground(["subscribe", "--socket", path, "--group", group])
-            guard run.started else {
-                print(EarshotCLI.missingMessage)
-                return
-            }
+            try #require(run.started)
             let outcome = try #require(run.wait())
             #expect(outcome.status == 64, "\(group)")
             #expect(outcome.standardOutput.isEmpty, "\(group)")

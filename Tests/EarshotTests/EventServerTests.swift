@@ -234,7 +234,7 @@ struct EventServerTests {
         defer { withExtendedLifetime(halfClosed) {} }
         #expect(shutdown(halfClosed.fd, Int32(SHUT_WR)) == 0)
         var closing: EventSubscriber? = try S.subscriber(path)
-        #expect(closing != nil)
+        withExtendedLifetime(closing) { #expect(S.eventually { server.statistics.subscribers == 2 }) }
         closing = nil
         #expect(S.eventually { server.statistics.subscribers == 1 })
 

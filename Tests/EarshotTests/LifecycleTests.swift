@@ -92,10 +92,19 @@ struct LifecycleTests {
             #expect(socket.receive() == "STATUS=2 subscribers line two")
             #expect(try notifier.watchdogPing())
             #expect(socket.receive() == "WATCHDOG=1")
+            // MONOTONIC_USEC is CLOCK_MONOTONIC, in microseconds, at the call.
+            func monotonicMicroseconds() -> UInt64 {
+                var now = timespec()
+                clock_gettime(CLOCK_MONOTONIC, &now)
+                return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+            }
+            let before = monotonicMicroseconds()
             #expect(try notifier.reloading())
+            let after = monotonicMicroseconds()
             let reloading = socket.receive() ?? ""
             #expect(reloading.hasPrefix("RELOADING=1\nMONOTONIC_USEC="))
-            #expect(UInt64(reloading.dropFirst("RELOADING=1\nMONOTONIC_USEC=".count)) != nil)
+            let stamp = try #require(UInt64(reloading.dropFirst("RELOADING=1\nMONOTONIC_USEC=".count)), "\(reloading)")
+            #expect(stamp >= before && stamp <= after, "\(before) <= \(stamp) <= \(after)")
             #expect(try notifier.stopping(status: "stopping on SIGTERM"))
             #expect(socket.receive() == "STOPPING=1\nSTATUS=stopping on SIGTERM")
         }

@@ -32,55 +32,53 @@ enum EarshotCLIToFile {
 struct OutputFailureTests {
     static let fullLine = "earshot: cannot write to standard output: No space left on device"
 
-    @Test("stdout on /dev/full: one line and status 74 for classes, analyze, help and report --json -")
+    @Test("stdout on /dev/full: one line and status 74 for classes, analyze, help and report --json -", .needsEarshotBuilt)
     func standardOutputFull() throws {
         let directory = try ReportCommandTests.makeDirectory()
         defer { AudioTestFiles.remove(directory) }
         let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac").path
         for arguments in [["classes"], ["analyze", demo], ["help"], ["devices"], ["report", "--snore", "tone.wav", "--json", "-", "--quiet"],
                           ["report", "--snore", "tone.wav", "--quiet"]] {
-            guard let outcome = try EarshotCLIToFile.run(arguments, in: directory, standardOutput: "/dev/full") else {
-                print(EarshotCLI.missingMessage)
-                return
-            }
+            let outcome = try #require(try EarshotCLIToFile.run(arguments, in: directory, standardOutput: "/dev/full"))
             if arguments == ["devices"] && outcome.status != 74 { continue }  // no ALSA here: its own error first
             #expect(outcome.status == 74, "\(arguments)")
             #expect(outcome.errorLines == [Self.fullLine], "\(arguments)")
         }
         // /dev/null still works: status 0, nothing on stderr.
-        guard let fine = try EarshotCLIToFile.run(["classes"], in: directory, standardOutput: "/dev/null") else { return }
+        let fine = try #require(try EarshotCLIToFile.run(["classes"], in: directory, standardOutput: "/dev/null"))
         #expect(fine.status == 0)
         #expect(fine.standardError.isEmpty)
     }
 
-    @Test("report --json/--svg/--png into /dev/full: one line, status 74, and /dev/full stays a character device")
+    @Test("report --json/--svg/--png into /dev/full: one line, status 74, and /dev/full stays a character device", .needsEarshotBuilt)
     func reportIntoDevice() throws {
         let directory = try ReportCommandTests.makeDirectory()
         defer { AudioTestFiles.remove(directory) }
         for flag in ["--json", "--svg", "--png"] {
-            guard let outcome = try EarshotCLI.run(["report", "--snore", "tone.wav", flag, "/dev/full", "--quiet"], in: directory) else {
-                print(EarshotCLI.missingMessage)
-                return
-            }
+            let outcome = try #require(try EarshotCLI.run(["report", "--snore", "tone.wav", flag, "/dev/full", "--quiet"], in: directory))
             #expect(outcome.status == 74, "\(flag)")
             #expect(outcome.errorLines == ["earshot: cannot write /dev/full: No space left on device"], "\(flag)")
             let type = try FileManager.default.attributesOfItem(atPath: "/dev/full")[.type] as? FileAttributeType
             #expect(type == .typeCharacterSpecial)
         }
         // Into /dev/null: accepted, and /dev/null is still a device.
-        guard let null = try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "/dev/null", "--png", "/dev/null", "--quiet"], in: directory)
-        else { return }
+        let null = try #require(try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "/dev/null", "--png", "/dev/null", "--quiet"], in: directory))
         #expect(null.status == 0)
         // /dev/stdout (a link to /proc/self/fd/1, itself a link to "pipe:[N]" here): the JSON arrives on the pipe.
-        guard let stdoutPath = try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "/dev/stdout", "--quiet"], in: directory)
-        else { return }
+        let stdoutPath = try #require(try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "/dev/stdout", "--quiet"], in: directory))
         #expect(stdoutPath.status == 0)
         #expect(stdoutPath.standardError.isEmpty)
-        #expect(stdoutPath.standardOutput.hasPrefix("{"))
+        // The JSON report, as `--json -` prints it, then the summary printed when the JSON is not on standard output.
+        let dash = try #require(try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "-", "--quiet"], in: directory))
+        #expect(dash.status == 0)
+        let summary = try #require(try EarshotCLI.run(["report", "--snore", "tone.wav", "--quiet"], in: directory))
+        #expect(dash.standardOutput.hasPrefix(#"{"type":"snore_report","source":"tone.wav","#), "\(dash.standardOutput)")
+        #expect(summary.outputLines.first == "snore report: tone.wav")
+        #expect(stdoutPath.standardOutput == dash.standardOutput + summary.standardOutput)
         #expect(try FileManager.default.attributesOfItem(atPath: "/dev/null")[.type] as? FileAttributeType == .typeCharacterSpecial)
     }
 
-    @Test("report --json through a symbolic link writes its target and keeps the link; a FIFO gets the bytes")
+    @Test("report --json through a symbolic link writes its target and keeps the link; a FIFO gets the bytes", .needsEarshotBuilt)
     func symlinkAndFIFO() throws {
         let directory = try ReportCommandTests.makeDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -89,12 +87,8 @@ struct OutputFailureTests {
         try manager.createSymbolicLink(atPath: directory.appendingPathComponent("night.json").path, withDestinationPath: "real/night.json")
         try manager.createSymbolicLink(atPath: directory.appendingPathComponent("night.png").path, withDestinationPath: "real/night.png")
         try Data("old\n".utf8).write(to: directory.appendingPathComponent("real/night.png"))
-        guard let outcome = try EarshotCLI.run(
-            ["report", "--snore", "tone.wav", "--json", "night.json", "--png", "night.png", "--quiet"], in: directory)
-        else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(
+            ["report", "--snore", "tone.wav", "--json", "night.json", "--png", "night.png", "--quiet"], in: directory))
         #expect(outcome.status == 0)
         #expect(outcome.standardError.isEmpty)
         for name in ["night.json", "night.png"] {
@@ -103,7 +97,10 @@ struct OutputFailureTests {
             #expect(try manager.destinationOfSymbolicLink(atPath: link) == "real/\(name)")
         }
         let json = try Data(contentsOf: directory.appendingPathComponent("real/night.json"))
-        #expect(String(decoding: json, as: UTF8.self).hasPrefix("{"))
+        // The report `--json -` prints.
+        let dash = try #require(try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "-", "--quiet"], in: directory))
+        #expect(dash.status == 0)
+        #expect(String(decoding: json, as: UTF8.self) == dash.standardOutput)
         let png = try Data(contentsOf: directory.appendingPathComponent("real/night.png"))
         #expect(Array(png.prefix(4)) == [0x89, 0x50, 0x4E, 0x47])
         // No temporary files left beside the targets.
@@ -121,8 +118,7 @@ struct OutputFailureTests {
             received.done.signal()
         }
         reader.start()
-        guard let piped = try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "pipe.json", "--quiet"], in: directory, timeout: 60)
-        else { return }
+        let piped = try #require(try EarshotCLI.run(["report", "--snore", "tone.wav", "--json", "pipe.json", "--quiet"], in: directory, timeout: 60))
         #expect(received.done.wait(timeout: .now() + 30) == .success)
         #expect(piped.status == 0)
         #expect(piped.standardError.isEmpty)
@@ -167,35 +163,29 @@ struct OutputFailureTests {
 
 @Suite("HelpList: earshot help lists each command's own usage line")
 struct HelpListTests {
-    @Test("every command's --help usage line appears in earshot help")
+    @Test("every command's --help usage line appears in earshot help", .needsEarshotBuilt)
     func matchesCommands() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
-        guard let list = try EarshotCLI.run(["help"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let list = try #require(try EarshotCLI.run(["help"], in: directory))
         #expect(list.status == 0)
         #expect(list.outputLines.contains("  subscribe [--socket PATH] [--group G]... [--format json|text]"))
         #expect(list.outputLines.contains("  bench [--quick] [--no-daemon | --daemon-only] [--layers] [--json] [--audio FILE] [--daemon PATH]"))
         #expect(list.outputLines.contains("  classes                         list the built-in classifier's AudioSet class labels"))
         for command in ["analyze", "train", "enroll", "subscribe", "classes", "devices", "eval", "bench", "history", "report", "sleep", "eval-snore"] {
-            guard let own = try EarshotCLI.run([command, "--help"], in: directory, timeout: 30) else { return }
+            let own = try #require(try EarshotCLI.run([command, "--help"], in: directory, timeout: 30))
             let usage = try #require(own.outputLines.first { $0.hasPrefix("usage: earshot \(command)") }, "\(command)")
             let entry = "  " + usage.dropFirst("usage: earshot ".count)
             #expect(list.outputLines.contains { $0 == entry || $0.hasPrefix(entry + " ") }, "\(command): \(usage)")
         }
     }
 
-    @Test("earshot --version and earshot version print the version on standard output")
+    @Test("earshot --version and earshot version print the version on standard output", .needsEarshotBuilt)
     func version() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         for argument in ["--version", "version"] {
-            guard let outcome = try EarshotCLI.run([argument], in: directory) else {
-                print(EarshotCLI.missingMessage)
-                return
-            }
+            let outcome = try #require(try EarshotCLI.run([argument], in: directory))
             #expect(outcome.status == 0)
             #expect(outcome.standardOutput == "earshot \(earshotVersion)\n")
             #expect(outcome.standardError == "")

@@ -21,7 +21,7 @@ struct ReportCommandTests {
         return directory
     }
 
-    @Test("usage errors and unusable files give one line and the sysexits status")
+    @Test("usage errors and unusable files give one line and the sysexits status", .needsEarshotBuilt)
     func errors() throws {
         let directory = try Self.makeDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -41,10 +41,7 @@ struct ReportCommandTests {
              "earshot: cannot write no/dir/x.png: No such file or directory (check the directory and free space)"),
         ]
         for (arguments, status, line) in cases {
-            guard let outcome = try EarshotCLI.run(arguments, in: directory) else {
-                print(EarshotCLI.missingMessage)
-                return
-            }
+            let outcome = try #require(try EarshotCLI.run(arguments, in: directory))
             #expect(outcome.status == status, "\(arguments)")
             #expect(outcome.errorLines == [line], "\(arguments)")
         }
@@ -52,16 +49,12 @@ struct ReportCommandTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["bad.svg", "tone.wav"])
     }
 
-    @Test("--png writes the --svg chart rendered at 2x (or --png-scale); --from-svg renders a written chart the same")
+    @Test("--png writes the --svg chart rendered at 2x (or --png-scale); --from-svg renders a written chart the same", .needsEarshotBuilt)
     func png() throws {
         let directory = try Self.makeDirectory()
         defer { AudioTestFiles.remove(directory) }
-        guard let outcome = try EarshotCLI.run(
-            ["report", "--snore", "tone.wav", "--svg", "night.svg", "--png", "night.png", "--quiet"], in: directory)
-        else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(
+            ["report", "--snore", "tone.wav", "--svg", "night.svg", "--png", "night.png", "--quiet"], in: directory))
         #expect(outcome.status == 0)
         #expect(outcome.standardError == "")
         #expect(outcome.outputLines.first == "snore report: tone.wav")
@@ -84,14 +77,11 @@ struct ReportCommandTests {
         #expect(pixels[0, 0] == .white)
     }
 
-    @Test("help shows both usages and --png; the command list mentions --png")
+    @Test("help shows both usages and --png; the command list mentions --png", .needsEarshotBuilt)
     func help() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
-        guard let outcome = try EarshotCLI.run(["report", "--help"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["report", "--help"], in: directory))
         #expect(outcome.status == 0)
         #expect(Array(outcome.outputLines.prefix(2)) == [Self.usage, Self.fromSVGUsage])
         #expect(outcome.outputLines.contains("  --png OUT            write the timeline chart as PNG to OUT (rendered from the SVG with librsvg)"))

@@ -127,8 +127,14 @@ struct SleepDaemonTests {
         #expect(printed.contains("report: \(reportDirectory)/snore-"), "\(printed)")
         let report = try #require(try next(type: "snore_report"))
         #expect(report["source"] as? String == "sleep session")
-        #expect((report["events"] as? Int ?? 0) >= 1)
-        #expect((report["snoring_minutes"] as? Double ?? 0) > 0)
+        let events = try #require(report["events"] as? Int)
+        #expect(events >= 1)
+        let minutes = try #require(report["snoring_minutes"] as? Double)
+        #expect(minutes > 0)
+        // What `earshot sleep stop` printed is this report's: its minutes and episodes, and its two files.
+        let episodes = try #require(report["episodes"] as? [Any]).count
+        #expect(printed.contains(": \(JSONValue.format(minutes, decimals: 1)) min snoring ("), "\(printed)")
+        #expect(printed.contains(" %), \(episodes) episode\(episodes == 1 ? "" : "s")\n"), "\(printed)")
 
         daemon.terminate()
         daemon.waitUntilExit()
@@ -139,14 +145,17 @@ struct SleepDaemonTests {
         #expect(names.count == 2)
         let jsonName = try #require(names.first { $0.hasSuffix(".json") })
         let json = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: reportDirectory + "/" + jsonName)))
-        #expect((json as? [String: Any])?["snore_events"] as? [Any] != nil)
+        #expect((json as? NSDictionary) == (report as NSDictionary))
+        #expect(((json as? [String: Any])?["snore_events"] as? [Any])?.count == events)
+        let svgPath = reportDirectory + "/" + (names.first { $0.hasSuffix(".svg") } ?? "")
+        #expect(printed.hasSuffix("report: \(svgPath) and \(reportDirectory)/\(jsonName)\n"), "\(printed)")
         let svgName = try #require(names.first { $0.hasSuffix(".svg") })
         let parser = XMLParser(data: try Data(contentsOf: URL(fileURLWithPath: reportDirectory + "/" + svgName)))
         #expect(parser.parse())
 
         // The history holds the snoring events with their loudness.
         let stored = try EventHistory(path: historyPath, access: .readOnly).events()
-        #expect(!stored.isEmpty)
+        #expect(stored.count == events)
         #expect(stored.allSatisfy { $0.group == "snoring" && $0.classLabel == "Snoring" })
         #expect(stored.allSatisfy { $0.levelDBFS > -60 && $0.peakLevelDBFS >= $0.levelDBFS })
         let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

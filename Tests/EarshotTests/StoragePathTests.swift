@@ -37,15 +37,12 @@ enum EarshotdRun {
 
 @Suite("Storage paths: a history database or clips directory of the wrong kind is one clear line")
 struct StoragePathTests {
-    @Test("earshot history --db DIR: one line naming the path and the fix, status 64")
+    @Test("earshot history --db DIR: one line naming the path and the fix, status 64", .needsEarshotBuilt)
     func historyDatabaseIsADirectory() throws {
         let scratch = try HistoryScratch()
         defer { scratch.remove() }
         let directory = scratch.directory.path
-        guard let outcome = try EarshotCLI.run(["history", "--db", directory], in: scratch.directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["history", "--db", directory], in: scratch.directory))
         #expect(outcome.status == 64)
         #expect(outcome.standardOutput.isEmpty)
         #expect(outcome.errorLines == [
@@ -59,21 +56,18 @@ struct StoragePathTests {
         }
     }
 
-    /// `earshotd --check-config` and a real start with `config` both print exactly `line` and exit 78 (skipped
-    /// where earshotd is not built beside the test bundle).
+    /// `earshotd --check-config` and a real start with `config` both print exactly `line` and exit 78 (the tests
+    /// calling it need `.needsEarshotdBuilt`).
     static func expectRefused(config: String, socket: String, line: String) throws {
         for arguments in [["--check-config", "--config", config], ["--config", config, "--socket", socket]] {
-            guard let run = try EarshotdRun.run(arguments) else {
-                print("earshotd is not built beside the test bundle: skipping")
-                return
-            }
+            let run = try #require(try EarshotdRun.run(arguments))
             #expect(run.status == 78, "\(arguments)")
             #expect(run.output.isEmpty, "\(arguments)")
             #expect(run.error == line, "\(arguments)")
         }
     }
 
-    @Test("[history] path naming a directory: --check-config and start-up say so with the file and line, status 78")
+    @Test("[history] path naming a directory: --check-config and start-up say so with the file and line, status 78", .needsEarshotdBuilt)
     func historyPathIsADirectory() throws {
         let scratch = try HistoryScratch()
         defer { scratch.remove() }
@@ -91,7 +85,7 @@ struct StoragePathTests {
         try Self.expectRefused(config: config, socket: scratch.directory.appendingPathComponent("s.sock").path, line: line)
     }
 
-    @Test("[clips] directory naming a regular file: --check-config and start-up say so with the file and line, status 78")
+    @Test("[clips] directory naming a regular file: --check-config and start-up say so with the file and line, status 78", .needsEarshotdBuilt)
     func clipsDirectoryIsAFile() throws {
         let scratch = try ClipScratch()
         defer { scratch.remove() }

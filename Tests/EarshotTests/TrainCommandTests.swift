@@ -9,7 +9,7 @@ import EarshotTools
 /// `earshot train`, `earshot enroll` and `earshot analyze --model` as users run them: the built executable.
 @Suite("TrainCommand")
 struct TrainCommandTests {
-    @Test("usage errors and unusable inputs give one line and the sysexits status")
+    @Test("usage errors and unusable inputs give one line and the sysexits status", .needsEarshotBuilt)
     func errors() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -44,21 +44,15 @@ struct TrainCommandTests {
              "earshot: cannot open capture device \"hw:99,0\": No such file or directory (no such device; list devices with `earshot devices` or `arecord -L`)"),
         ]
         for (arguments, status, line) in cases {
-            guard let outcome = try EarshotCLI.run(arguments, in: directory) else {
-                print(EarshotCLI.missingMessage)
-                return
-            }
+            let outcome = try #require(try EarshotCLI.run(arguments, in: directory))
             #expect(outcome.status == status, "\(arguments)")
             #expect(outcome.errorLines.last == line, "\(arguments)")
         }
     }
 
-    @Test("enroll from a capture device: takes counted down, checked and recorded, the room after them, a model written")
+    @Test("enroll from a capture device: takes counted down, checked and recorded, the room after them, a model written", .needsEarshotBuilt)
     func enrollFromDevice() throws {
-        guard let executable = EarshotCLI.executable else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let executable = try #require(EarshotCLI.executable)
         // The sandbox's ~/.asoundrc defines the PCM earshot_e2e: the ALSA file plugin reading raw S16_LE from
         // `infile` (here 16 kHz mono: 3.2 kHz beeps over faint noise, 3 s), the "microphone".
         let sandbox = try DaemonEndToEndTests.Sandbox()
@@ -93,14 +87,11 @@ struct TrainCommandTests {
         #expect(head.metadata.training.filesPerLabel == ["background": 1, "beeper": 2])
     }
 
-    @Test("help lists train and enroll, and their own help prints")
+    @Test("help lists train and enroll, and their own help prints", .needsEarshotBuilt)
     func help() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
-        guard let outcome = try EarshotCLI.run(["help"], in: directory) else {
-            print(EarshotCLI.missingMessage)
-            return
-        }
+        let outcome = try #require(try EarshotCLI.run(["help"], in: directory))
         #expect(outcome.outputLines.contains("  train DATA_DIR --output FILE [--classifier logistic|mlp] [--validation F] [--seed N] [--folds K]"))
         #expect(outcome.outputLines.contains("  enroll --label NAME [--count 5] [--device PCM | --from FILE...] --output FILE"))
         let train = try #require(try EarshotCLI.run(["train", "--help"], in: directory))
