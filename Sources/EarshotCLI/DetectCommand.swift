@@ -22,6 +22,7 @@ enum DetectCommand: EarshotCommand {
                      built-in defaults); its [detection], [group.NAME], [analysis], [alarms] and [models] apply
       --format F     jsonl (default): the socket's JSON lines, each with "file" added
                      text: one readable line per event, as `earshot subscribe --format text` prints them
+                     (without the wall-clock time: stream times say when in the file)
                      csv: file,type,group,class,start,end,confidence (start/end in stream seconds)
 
     A bad FILE gets one line on standard error; the other files are still analysed.
@@ -91,6 +92,7 @@ enum DetectCommand: EarshotCommand {
             object["file"] = .string(file)
             print(JSONValue.object(object).encoded)
         case .text:
+            object["time"] = nil  // the moment of analysis, not of the sound: stream times say when
             if let line = EventTextFormat.format(line: JSONValue.object(object).encoded, timeZone: TimeZone.current) {
                 print("\(file): \(line)")
             }

@@ -87,6 +87,12 @@ public final class OutputRouter: Sendable {
         public var name: String
         public var delivered: Int
         public var dropped: Int
+
+        public init(name: String, delivered: Int, dropped: Int) {
+            self.name = name
+            self.delivered = delivered
+            self.dropped = dropped
+        }
     }
 
     private final class Lane: Sendable {

@@ -1,0 +1,120 @@
+import Foundation
+import Synchronization
+import Testing
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+
+/// The output router: values in from any thread, each sink on its own bounded queue, stop in reverse order.
+@Suite("OutputRouter: a slow sink never delays analysis or another sink")
+struct OutputRouterTests {
+    /// A sink that records what it got (`deliver`/`stop`), optionally blocking in `deliver` until released.
+    final class RecordingSink: OutputSink, @unchecked Sendable {
+        let name: String
+        let log: Mutex<[String]>
+        let stops: Journal
+        let gate: DispatchSemaphore?
+
+        final class Journal: Sendable {
+            let entries = Mutex<[String]>([])
+            func add(_ entry: String) { entries.withLock { $0.append(entry) } }
+            var all: [String] { entries.withLock { $0 } }
+        }
+
+        init(name: String, stops: Journal, blocked: Bool = false) {
+            self.name = name
+            self.stops = stops
+            log = Mutex([])
+            gate = blocked ? DispatchSemaphore(value: 0) : nil
+        }
+
+        func accepts(_ output: DaemonOutput) -> Bool {
+            if case .window = output { return false }
+            return true
+        }
+
+        func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) { stops.add("start \(name)") }
+
+        func deliver(_ output: RoutedOutput) {
+            gate?.wait()
+            let text: String = switch output.output {
+            case .detection(let event): "\(event.group) \({ if case .onset = event { "onset" } else { "end" } }())"
+            case .health(let health): "health \(health.state.rawValue) \(health.details["output"]?.stringValue ?? "")"
+            default: "other"
+            }
+            log.withLock { $0.append(text) }
+        }
+
+        func stop() { stops.add("stop \(name)") }
+
+        var delivered: [String] { log.withLock { $0 } }
+    }
+
+    static func onset(_ group: String) -> DaemonOutput {
+        .detection(.onset(.init(group: group, classLabel: "x", confidence: 0.9, start: 1, decisionTime: 1.5)))
+    }
+
+    @Test("a blocked sink loses what exceeds its queue (counted, said once); the other sink gets everything in order")
+    func slowSink() throws {
+        let journal = RecordingSink.Journal()
+        let slow = RecordingSink(name: "slow", stops: journal, blocked: true)
+        let fast = RecordingSink(name: "fast", stops: journal)
+        var settings = OutputRouter.Settings()
+        settings.queueLimit = 4
+        let router = OutputRouter(sinks: [slow, fast], settings: settings)
+        router.start()
+        // Routing returns at once although `slow` is stuck in its first delivery: done on another thread, waited
+        // for with a deadline, so a router that blocked would fail here instead of hanging. Each output is routed
+        // once `fast` has the one before, so only `slow` falls behind.
+        let routed = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            for index in 1...10 {
+                router.route(Self.onset("g\(index)"))
+                _ = TestWait.until(seconds: 5) { fast.delivered.last == "g\(index) onset" }
+            }
+            routed.signal()
+        }
+        #expect(routed.wait(timeout: .now() + 30) == .success)
+        #expect(TestWait.until(seconds: 5) { fast.delivered.count == 11 })
+        #expect(fast.delivered == ["g1 onset", "g2 onset", "g3 onset", "g4 onset", "health output_behind slow",
+                                   "g5 onset", "g6 onset", "g7 onset", "g8 onset", "g9 onset", "g10 onset"])
+        #expect(slow.delivered.isEmpty)
+        for _ in 0..<4 { slow.gate?.signal() }
+        router.stop()
+        #expect(slow.delivered == ["g1 onset", "g2 onset", "g3 onset", "g4 onset"])
+        #expect(router.statistics == [
+            .init(name: "slow", delivered: 4, dropped: 7),  // g5...g10 and the health event about itself
+            .init(name: "fast", delivered: 11, dropped: 0),
+        ])
+        // Started in order, stopped in reverse; nothing is routed after stop.
+        #expect(journal.all == ["start slow", "start fast", "stop fast", "stop slow"])
+        router.route(Self.onset("late"))
+        router.flush()
+        #expect(fast.delivered.count == 11)
+    }
+
+    @Test("stop delivers everything routed before it, then stops each sink once")
+    func stopDrains() {
+        let journal = RecordingSink.Journal()
+        let sink = RecordingSink(name: "only", stops: journal)
+        let router = OutputRouter(sinks: [sink])
+        router.start()
+        for index in 1...500 { router.route(Self.onset("g\(index)")) }
+        router.stop()
+        router.stop()
+        #expect(sink.delivered.count == 500)
+        #expect(sink.delivered.last == "g500 onset")
+        #expect(journal.all == ["start only", "stop only"])
+    }
+}
+
+enum TestWait {
+    static func until(seconds: Double, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            usleep(2_000)
+        }
+        return condition()
+    }
+}

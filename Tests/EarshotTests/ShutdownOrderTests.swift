@@ -1,0 +1,90 @@
+import Foundation
+import Testing
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
+
+/// The daemon's ordered stop, and what it links.
+@Suite("earshotd stop order and link", .serialized)
+struct ShutdownOrderTests {
+    static let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac").path
+
+    @Test("SIGTERM during an open event: the event ends (stream_end), and every event the socket showed is in the history",
+          .needsEarshotdBuilt)
+    func sigtermDuringAnOpenEvent() throws {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("earshot-stop-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let socket = directory.appendingPathComponent("s.sock").path
+        let daemon = Process()
+        daemon.executableURL = try #require(EarshotdRun.executable)
+        daemon.arguments = ["--input", Self.demo, "--socket", socket, "--no-journal", "--watch", "baby_cry,snoring"]
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
+        environment["STATE_DIRECTORY"] = directory.path
+        daemon.environment = environment
+        let errors = Pipe()
+        daemon.standardOutput = FileHandle.nullDevice
+        daemon.standardError = errors
+        try daemon.run()
+        let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
+        defer { watchdog.cancel() }
+
+        #expect(TestWait.until(seconds: 10) { FileManager.default.fileExists(atPath: socket) })
+        let client = try SocketTestSupport.subscriber(socket)
+        var lines: [String] = []
+        // The baby cry starts at 2.88 s of the demo and lasts to 9.6 s: stop while it is open.
+        while !lines.contains(where: { $0.hasPrefix("{\"type\":\"detection\",\"group\":\"baby_cry\"") }) {
+            guard case .line(let line) = try client.readLine(timeoutSeconds: 20) else { break }
+            lines.append(line)
+        }
+        #expect(lines.last?.hasPrefix("{\"type\":\"detection\",\"group\":\"baby_cry\"") == true, "\(lines)")
+        kill(daemon.processIdentifier, SIGTERM)
+        while true {
+            guard case .line(let line) = try client.readLine(timeoutSeconds: 10) else { break }
+            lines.append(line)
+        }
+        let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0, "\(log)")
+        #expect(lines.last == #"{"type":"shutdown"}"#, "\(lines)")
+        #expect(log.hasSuffix("earshotd: stopped (signal 15)\n"), "\(log)")
+        #expect(!FileManager.default.fileExists(atPath: socket))
+
+        let ends = lines.compactMap { line -> (group: String, reason: String, windows: Int)? in
+            guard let object = try? JSONValue.parse(line), object["type"]?.stringValue == "detection_end" else { return nil }
+            return (object["group"]?.stringValue ?? "", object["reason"]?.stringValue ?? "", object["windows"]?.intValue ?? -1)
+        }
+        #expect(ends.map(\.group) == ["baby_cry"], "\(lines)")
+        #expect(ends.map(\.reason) == ["stream_end"])
+        let history = try EventHistory(path: directory.appendingPathComponent("history.sqlite3").path, access: .readOnly)
+        let stored = try history.events()
+        #expect(stored.map(\.group) == ends.map(\.group))
+        #expect(stored.map(\.endReason) == ends.map(\.reason))
+        #expect(stored.map(\.windows) == ends.map(\.windows))
+    }
+
+    @Test("earshotd links no command-line-only module (EarshotTools, EarshotPNG): none of their symbols",
+          .needsEarshotdBuilt, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/nm"), "nm (binutils) is not installed"))
+    func daemonLinksNoTools() throws {
+        let daemon = try #require(EarshotdRun.executable)
+        let nm = Process()
+        nm.executableURL = URL(fileURLWithPath: "/usr/bin/nm")
+        nm.arguments = ["--defined-only", daemon.path]
+        let output = Pipe()
+        nm.standardOutput = output
+        nm.standardError = FileHandle.nullDevice
+        try nm.run()
+        let symbols = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        nm.waitUntilExit()
+        #expect(nm.terminationStatus == 0)
+        // Swift mangles a module's name into its symbols as <length><name>: 12EarshotTools, 10EarshotPNG.
+        #expect(symbols.contains("14EarshotService"), "the check itself: earshotd's own modules must show")
+        let tools = symbols.split(separator: "\n").filter { $0.contains("12EarshotTools") || $0.contains("10EarshotPNG") }
+        #expect(tools.isEmpty, "\(tools.prefix(5))")
+    }
+}
