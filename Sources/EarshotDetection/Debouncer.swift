@@ -25,10 +25,10 @@ import EarshotAnalysis
 ///
 /// - Important: A value type with no locks: use one per group from one queue (the analysis queue). It performs no
 ///   side effects; publish the returned events outside.
-public struct Debouncer: Sendable {
+package struct Debouncer: Sendable {
     /// The group whose rules this debouncer applies. Out-of-range values are clamped at init (n >= 1,
     /// 1 <= k <= n, hold and minimum interval >= 0); `DetectionEngine` rejects them with a config error first.
-    public let group: LabelGroup
+    package let group: LabelGroup
 
     private let k: Int
     private let n: Int
@@ -66,7 +66,7 @@ public struct Debouncer: Sendable {
     private var resetTime: Double?
 
     /// - Parameter group: the rules; its `classLabels` are not used here (the caller computes the group score).
-    public init(group: LabelGroup) {
+    package init(group: LabelGroup) {
         self.group = group
         n = max(1, group.onsetOf)
         k = min(max(1, group.onsetWindows), n)
@@ -75,7 +75,7 @@ public struct Debouncer: Sendable {
     }
 
     /// Whether an event is open (an onset was returned and its offset not yet).
-    public var isActive: Bool { open != nil }
+    package var isActive: Bool { open != nil }
 
     /// Feeds the next window.
     ///
@@ -86,7 +86,7 @@ public struct Debouncer: Sendable {
     ///   - topClass: the class label that gave `score`; used as the event's class (the group name when nil).
     /// - Returns: the events this window caused, in order: at most an offset (gap or hold) and an onset. A window
     ///   with a non-finite start or a bad duration is ignored and returns no event.
-    public mutating func process(
+    package mutating func process(
         windowStart: Double, windowDuration: Double, score: Float?, topClass: String?
     ) -> [DetectionEvent] {
         guard windowStart.isFinite, windowDuration.isFinite, windowDuration >= 0 else { return [] }
@@ -160,7 +160,7 @@ public struct Debouncer: Sendable {
     /// forgotten.
     ///
     /// - Returns: the offset (reason `.streamGap`) when an event was open, else nothing.
-    public mutating func reset(at streamTime: Double) -> [DetectionEvent] {
+    package mutating func reset(at streamTime: Double) -> [DetectionEvent] {
         let events = close(reason: .streamGap).map { [$0] } ?? []
         history.removeAll()
         previousWindow = nil
@@ -170,7 +170,7 @@ public struct Debouncer: Sendable {
 
     /// The stream ended (or, with `reason` `.reload`, the analysis changed): ends an open event at its last
     /// positive window (reason `reason`, default `.streamEnd`) and clears the history.
-    public mutating func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [DetectionEvent] {
+    package mutating func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [DetectionEvent] {
         let events = close(reason: reason).map { [$0] } ?? []
         history.removeAll()
         previousWindow = nil

@@ -8,18 +8,18 @@ import EarshotAnalysis
 ///
 /// - Important: A value type with no locks: own it on one queue (the analysis queue) and publish the returned
 ///   events outside.
-public struct DetectionEngine: Sendable {
+package struct DetectionEngine: Sendable {
     /// A watched group with its class labels resolved to score indices.
-    public struct WatchedGroup: Sendable, Equatable {
-        public var group: LabelGroup
+    package struct WatchedGroup: Sendable, Equatable {
+        package var group: LabelGroup
         /// Indices into the scores vector, in the order of `group.classLabels`.
-        public var classIndices: [Int]
+        package var classIndices: [Int]
     }
 
     /// The watched groups, in watch-list order (duplicates in the watch list are ignored).
-    public let watched: [WatchedGroup]
+    package let watched: [WatchedGroup]
     /// The class labels the scores are indexed by (521 AudioSet display names for YAMNet).
-    public let classLabels: [String]
+    package let classLabels: [String]
     private var debouncers: [Debouncer]
 
     /// Resolves the groups against the classifier's labels.
@@ -32,7 +32,7 @@ public struct DetectionEngine: Sendable {
     ///   labels, a class label is not one of `classLabels` (the message names the group and the label and suggests
     ///   the closest labels), a threshold is outside 0...1, the onset rule is not 1 <= k <= n, a hold time or
     ///   minimum interval is negative or not finite, or the watch list names a group that is not in `groups`.
-    public init(groups: [LabelGroup], watchList: [String], classLabels: [String]) throws(EarshotError) {
+    package init(groups: [LabelGroup], watchList: [String], classLabels: [String]) throws(EarshotError) {
         var indexOf: [String: Int] = [:]
         for (index, label) in classLabels.enumerated() where indexOf[label] == nil { indexOf[label] = index }
 
@@ -80,7 +80,7 @@ public struct DetectionEngine: Sendable {
     ///     the level gate kept the window out of inference (a quiet window: negative for every group). An array of
     ///     the wrong length is treated as a quiet window.
     /// - Returns: the events of this window, grouped in watch-list order.
-    public mutating func process(windowStart: Double, windowDuration: Double, scores: [Float]?) -> [DetectionEvent] {
+    package mutating func process(windowStart: Double, windowDuration: Double, scores: [Float]?) -> [DetectionEvent] {
         let usable = scores.flatMap { $0.count == classLabels.count ? $0 : nil }
         var events: [DetectionEvent] = []
         for index in debouncers.indices {
@@ -105,7 +105,7 @@ public struct DetectionEngine: Sendable {
 
     /// Reports a gap in the stream to every debouncer (see `Debouncer.reset(at:)`): open events end at their last
     /// positive window.
-    public mutating func reset(at streamTime: Double) -> [DetectionEvent] {
+    package mutating func reset(at streamTime: Double) -> [DetectionEvent] {
         var events: [DetectionEvent] = []
         for index in debouncers.indices { events += debouncers[index].reset(at: streamTime) }
         return events
@@ -113,14 +113,14 @@ public struct DetectionEngine: Sendable {
 
     /// The stream ended (or the analysis changed, `reason` `.reload`): closes every open event (see
     /// `Debouncer.finish(reason:)`).
-    public mutating func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [DetectionEvent] {
+    package mutating func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [DetectionEvent] {
         var events: [DetectionEvent] = []
         for index in debouncers.indices { events += debouncers[index].finish(reason: reason) }
         return events
     }
 
     /// The names of the groups with an open event, in watch-list order.
-    public var activeGroups: [String] {
+    package var activeGroups: [String] {
         debouncers.filter(\.isActive).map(\.group.name)
     }
 
@@ -156,7 +156,7 @@ public struct DetectionEngine: Sendable {
     /// The labels closest to `label`, best first: equal ignoring case, then labels containing it, then labels it
     /// contains, then the others within an edit distance of half the longer length; ties by edit distance, then
     /// label index. At most `limit` labels.
-    public static func closestLabels(to label: String, in labels: [String], limit: Int) -> [String] {
+    package static func closestLabels(to label: String, in labels: [String], limit: Int) -> [String] {
         let wanted = Array(label.lowercased().unicodeScalars)
         guard !wanted.isEmpty, limit > 0 else { return [] }
         let wantedText = label.lowercased()

@@ -6,28 +6,28 @@ import EarshotAnalysis
 /// Pure values: the debouncer returns them, and the caller publishes them (socket, journal) outside any lock.
 /// All times are stream time in seconds (the position in the analysed audio, counted from the stream's first sample),
 /// not wall-clock time; the outputs add the wall clock when they publish.
-public enum DetectionEvent: Sendable, Equatable {
+package enum DetectionEvent: Sendable, Equatable {
     /// A group's sound started.
     case onset(Onset)
     /// A group's sound ended (its hold time passed with no positive window, the stream had a gap, or it ended).
     case offset(Offset)
 
     /// The start of a sound event.
-    public struct Onset: Sendable, Equatable {
+    package struct Onset: Sendable, Equatable {
         /// The label group's name (`LabelGroup.name`).
-        public var group: String
+        package var group: String
         /// The AudioSet class label that scored highest among the group's classes in the window of `confidence`.
-        public var classLabel: String
+        package var classLabel: String
         /// The highest group score (0...1) among the positive windows of the k-of-n run that raised the event.
-        public var confidence: Float
+        package var confidence: Float
         /// Stream time (s) the event starts: the start of the earliest positive window among the last n windows
         /// when the k-of-n rule was met.
-        public var start: Double
+        package var start: Double
         /// Stream time (s) the decision was made: the end of the window that completed the k-of-n run. The latency
         /// of the onset is `decisionTime - start`.
-        public var decisionTime: Double
+        package var decisionTime: Double
 
-        public init(group: String, classLabel: String, confidence: Float, start: Double, decisionTime: Double) {
+        package init(group: String, classLabel: String, confidence: Float, start: Double, decisionTime: Double) {
             self.group = group
             self.classLabel = classLabel
             self.confidence = confidence
@@ -37,7 +37,7 @@ public enum DetectionEvent: Sendable, Equatable {
     }
 
     /// Why an event ended.
-    public enum EndReason: String, Sendable, Equatable {
+    package enum EndReason: String, Sendable, Equatable {
         /// `holdSeconds` of stream time passed with no positive window.
         case holdElapsed = "hold_elapsed"
         /// The stream had a gap (xrun, device lost, input restarted): windows never join audio across it.
@@ -49,28 +49,28 @@ public enum DetectionEvent: Sendable, Equatable {
     }
 
     /// The end of a sound event, with its summary.
-    public struct Offset: Sendable, Equatable {
+    package struct Offset: Sendable, Equatable {
         /// The label group's name.
-        public var group: String
+        package var group: String
         /// The class label of the window with the highest group score in the event.
-        public var classLabel: String
+        package var classLabel: String
         /// Stream time (s) the event started (equal to its onset's `start`).
-        public var start: Double
+        package var start: Double
         /// Stream time (s) the event ended: the end of its last positive window.
-        public var end: Double
+        package var end: Double
         /// The highest group score (0...1) over the event's positive windows.
-        public var peakConfidence: Float
+        package var peakConfidence: Float
         /// The mean group score (0...1) over the event's positive windows.
-        public var meanConfidence: Float
+        package var meanConfidence: Float
         /// How many positive windows the event had (those of the onset run included).
-        public var positiveWindows: Int
+        package var positiveWindows: Int
         /// Why the event ended.
-        public var reason: EndReason
+        package var reason: EndReason
 
         /// Seconds from `start` to `end`.
-        public var duration: Double { end - start }
+        package var duration: Double { end - start }
 
-        public init(
+        package init(
             group: String, classLabel: String, start: Double, end: Double, peakConfidence: Float,
             meanConfidence: Float, positiveWindows: Int, reason: EndReason
         ) {
@@ -86,7 +86,7 @@ public enum DetectionEvent: Sendable, Equatable {
     }
 
     /// The label group the event belongs to.
-    public var group: String {
+    package var group: String {
         switch self {
         case .onset(let onset): onset.group
         case .offset(let offset): offset.group

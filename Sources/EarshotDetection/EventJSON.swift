@@ -16,15 +16,15 @@ import EarshotAnalysis
 ///  "time":"2026-11-30T16:45:20.345Z"}
 /// {"type":"health","state":"overrun","message":"...","xruns":3,"time":"2026-11-30T16:45:20.345Z"}
 /// ```
-public enum EventJSON {
+package enum EventJSON {
     /// Decimals of confidences (scores in 0...1).
-    public static let confidenceDecimals = 4
+    package static let confidenceDecimals = 4
     /// Decimals of stream times and durations (seconds).
-    public static let timeDecimals = 3
+    package static let timeDecimals = 3
 
     /// The object for a detection event: `"detection"` for an onset (`stream_time` is the onset's `start`),
     /// `"detection_end"` for an offset.
-    public static func object(for event: DetectionEvent, time: Date) -> JSONObject {
+    package static func object(for event: DetectionEvent, time: Date) -> JSONObject {
         switch event {
         case .onset(let onset):
             return [
@@ -54,7 +54,7 @@ public enum EventJSON {
 
     /// The object for a health change: `type`, `state`, `message`, then `details` in order, then `time`
     /// (a detail named like one of those is ignored).
-    public static func object(for health: HealthEvent, time: Date) -> JSONObject {
+    package static func object(for health: HealthEvent, time: Date) -> JSONObject {
         var object: JSONObject = ["type": "health", "state": .string(health.state.rawValue), "message": .string(health.message)]
         for entry in health.details.entries where object[entry.key] == nil && entry.key != "time" {
             object[entry.key] = entry.value
@@ -64,7 +64,7 @@ public enum EventJSON {
     }
 
     /// `date` as ISO 8601 in UTC with milliseconds (truncated, not rounded), e.g. `2026-11-30T16:45:12.345Z`.
-    public static func timestamp(_ date: Date) -> String {
+    package static func timestamp(_ date: Date) -> String {
         let totalMilliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
         guard totalMilliseconds.isFinite, abs(totalMilliseconds) < 1e17 else { return "1970-01-01T00:00:00.000Z" }
         let milliseconds = Int64(totalMilliseconds)

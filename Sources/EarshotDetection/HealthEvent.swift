@@ -2,9 +2,9 @@ import EarshotSupport
 import EarshotModel
 import EarshotAnalysis
 /// A change in the daemon's capture health, published to every subscriber and logged to the journal.
-public struct HealthEvent: Sendable, Equatable {
+package struct HealthEvent: Sendable, Equatable {
     /// The health state names used on the socket (`"state"`) and in the journal (`EARSHOT_HEALTH`).
-    public enum State: String, Sendable, Equatable, CaseIterable {
+    package enum State: String, Sendable, Equatable, CaseIterable {
         /// Audio is flowing from the capture device (or input file).
         case captureLive = "capture_live"
         /// The capture device cannot be opened or was lost; the daemon retries with back-off.
@@ -23,7 +23,7 @@ public struct HealthEvent: Sendable, Equatable {
 
         /// The syslog priority the journal entry gets: 6 (info) for `captureLive`, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
-        public var priority: Int {
+        package var priority: Int {
             switch self {
             case .captureLive: 6
             case .captureUnavailable: 3
@@ -32,14 +32,14 @@ public struct HealthEvent: Sendable, Equatable {
         }
     }
 
-    public var state: State
+    package var state: State
     /// One human line saying what happened, e.g. `capture from "default" running: 48000 Hz, 2 channels, S16_LE`.
-    public var message: String
+    package var message: String
     /// Extra fields, in order, copied into the socket line after `state` and `message` (e.g. `"device"`,
     /// `"xruns"`); keys should be `[a-z0-9_]+` so that the journal can carry them as `EARSHOT_<KEY>`.
-    public var details: JSONObject
+    package var details: JSONObject
 
-    public init(state: State, message: String, details: JSONObject = [:]) {
+    package init(state: State, message: String, details: JSONObject = [:]) {
         self.state = state
         self.message = message
         self.details = details

@@ -8,23 +8,23 @@ import EarshotAnalysis
 /// score at or above `threshold` in at least `onsetWindows` of the last `onsetOf` windows; the event ends after
 /// `holdSeconds` of stream time with no positive window; a new onset of the same group is suppressed until
 /// `minIntervalSeconds` after the previous event's end.
-public struct LabelGroup: Sendable, Equatable {
+package struct LabelGroup: Sendable, Equatable {
     /// The group name used in events, config sections and socket filters: `[a-z0-9_]+`.
-    public var name: String
+    package var name: String
     /// AudioSet display names exactly as in `Models/yamnet_class_map.csv` (they may contain commas).
-    public var classLabels: [String]
+    package var classLabels: [String]
     /// Score threshold in 0...1.
-    public var threshold: Float
+    package var threshold: Float
     /// k of the k-of-n onset rule (1...onsetOf).
-    public var onsetWindows: Int
+    package var onsetWindows: Int
     /// n of the k-of-n onset rule (>= 1).
-    public var onsetOf: Int
+    package var onsetOf: Int
     /// Seconds of stream time without a positive window before the event ends.
-    public var holdSeconds: Double
+    package var holdSeconds: Double
     /// Seconds after an event's end before the same group may start a new event.
-    public var minIntervalSeconds: Double
+    package var minIntervalSeconds: Double
 
-    public init(
+    package init(
         name: String, classLabels: [String], threshold: Float, onsetWindows: Int = 2, onsetOf: Int = 3,
         holdSeconds: Double = 2.0, minIntervalSeconds: Double = 0
     ) {
@@ -41,7 +41,7 @@ public struct LabelGroup: Sendable, Equatable {
     /// the scores the reference model gives the recordings in `../shared/audio` (a smoke alarm scores 0.5-0.9 on its
     /// class while speech and household noise stay under 0.1); k-of-n defaults to 2 of 3 windows (about 1.4 s of
     /// sound at the 0.48 s hop) so that one stray window never raises an event.
-    public static let presets: [String: LabelGroup] = {
+    package static let presets: [String: LabelGroup] = {
         let list = [
             LabelGroup(name: "smoke_alarm", classLabels: ["Smoke detector, smoke alarm"], threshold: 0.3,
                        holdSeconds: 3, minIntervalSeconds: 0),
@@ -62,13 +62,13 @@ public struct LabelGroup: Sendable, Equatable {
     }()
 
     /// Groups that emit events when the configuration does not name a watch list.
-    public static let defaultWatchList = ["smoke_alarm", "fire_alarm", "co_alarm", "baby_cry", "glass_break"]
+    package static let defaultWatchList = ["smoke_alarm", "fire_alarm", "co_alarm", "baby_cry", "glass_break"]
 }
 
 extension HeadModelSet {
     /// A label-group name for `label` of model `model`: lowercase letters, digits and `_` (other characters become
     /// `_`), at most 64, `model` alone when the label is the model's name; `_custom` is added to a preset's name.
-    public static func suggestedGroupName(model: String, label: String) -> String {
+    package static func suggestedGroupName(model: String, label: String) -> String {
         let raw = model.lowercased() == label.lowercased() ? model : "\(model)_\(label)"
         var name = ""
         for scalar in raw.lowercased().unicodeScalars {

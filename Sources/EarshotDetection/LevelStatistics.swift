@@ -3,9 +3,9 @@ import Glibc
 import EarshotAnalysis
 
 /// Loudness over a run of analysis windows, from their RMS levels (dBFS): what events report as their level.
-public enum LevelStatistics {
+package enum LevelStatistics {
     /// Energy mean and maximum of levels in dBFS; both the floor (-120) for no levels.
-    public static func levels(_ values: [Float]) -> (mean: Float, peak: Float) {
+    package static func levels(_ values: [Float]) -> (mean: Float, peak: Float) {
         guard !values.isEmpty else { return (ClassificationResult.levelFloorDBFS, ClassificationResult.levelFloorDBFS) }
         var energy = 0.0
         var peak = -Float.infinity

@@ -14,24 +14,24 @@ import Foundation
 ///
 /// - Important: A renderer holds no C state: each call makes and frees its own librsvg handle and cairo surface, so
 ///   calls from several threads at once are safe.
-public struct PNGRenderer: Sendable {
+package struct PNGRenderer: Sendable {
     /// Output pixels per SVG pixel: 2 (the default) gives sharp text on high-density screens and when zoomed.
-    public var scale: Double
+    package var scale: Double
 
     /// The default `scale`: 2, so the 960 x 350 snore chart becomes 1920 x 700 pixels.
-    public static let defaultScale = 2.0
+    package static let defaultScale = 2.0
 
     /// cairo's largest image side, pixels.
-    public static let maximumSide = 32_767
+    package static let maximumSide = 32_767
 
     /// - Parameter scale: output pixels per SVG pixel, finite and > 0.
-    public init(scale: Double = PNGRenderer.defaultScale) {
+    package init(scale: Double = PNGRenderer.defaultScale) {
         precondition(scale.isFinite && scale > 0, "PNGRenderer: scale must be finite and > 0, got \(scale)")
         self.scale = scale
     }
 
     /// Renders the SVG document `svg` (a string) as a PNG image, as the `DataProtocol` variant below does.
-    public func render(svg: String, source: String? = nil) throws(EarshotError) -> PNGImage {
+    package func render(svg: String, source: String? = nil) throws(EarshotError) -> PNGImage {
         try render(svg: Data(svg.utf8), source: source)
     }
 
@@ -41,7 +41,7 @@ public struct PNGRenderer: Sendable {
     ///   `cannot read night.svg: No such file or directory (check the path)`; then as ``render(svg:source:)``.
     ///
     /// The corresponding C functions are `open` and `read`.
-    public func render(contentsOf path: String) throws(EarshotError) -> PNGImage {
+    package func render(contentsOf path: String) throws(EarshotError) -> PNGImage {
         func failure(_ code: EarshotError.Code, _ errnoValue: Int32) -> EarshotError {
             let text = String(cString: strerror(errnoValue))
             return EarshotError(code, "cannot read \(path): \(text) (check the path)", cause: text)
@@ -73,7 +73,7 @@ public struct PNGRenderer: Sendable {
     ///
     /// The corresponding C functions are `rsvg_handle_new_from_data`, `rsvg_handle_render_document`,
     /// `cairo_image_surface_create` and `cairo_surface_write_to_png_stream`.
-    public func render(svg: some DataProtocol, source: String? = nil) throws(EarshotError) -> PNGImage {
+    package func render(svg: some DataProtocol, source: String? = nil) throws(EarshotError) -> PNGImage {
         let subject = source ?? "the chart"
         let fix = source.map { "\($0) must be an SVG document, such as a snore report's .svg" }
             ?? "a bug in earshot's chart: please report it with the chart written by --svg"
@@ -149,15 +149,15 @@ public struct PNGRenderer: Sendable {
 }
 
 /// A PNG file in memory and its size in pixels.
-public struct PNGImage: Sendable, Equatable {
+package struct PNGImage: Sendable, Equatable {
     /// The whole PNG file.
-    public var data: Data
+    package var data: Data
     /// Width in pixels.
-    public var width: Int
+    package var width: Int
     /// Height in pixels.
-    public var height: Int
+    package var height: Int
 
-    public init(data: Data, width: Int, height: Int) {
+    package init(data: Data, width: Int, height: Int) {
         self.data = data
         self.width = width
         self.height = height
@@ -172,7 +172,7 @@ public struct PNGImage: Sendable, Equatable {
     ///   `EarshotError(.io)` when writing into a device or FIFO fails, e.g. `cannot write /dev/full: No space left on device`.
     ///
     /// The corresponding C functions are `open`, `write` and `rename`.
-    public func write(to path: String) throws(EarshotError) {
+    package func write(to path: String) throws(EarshotError) {
         try OutputFile.write(data, to: path)
     }
 }
@@ -182,7 +182,7 @@ extension SnoreReport {
     /// (default 2: 1920 x 700 pixels).
     ///
     /// - Throws: `EarshotError(.data)` only if the chart cannot be drawn (a bug: the chart is always valid SVG).
-    public func png(timeZone: TimeZone = .current, layout: ChartLayout = ChartLayout(), scale: Double = PNGRenderer.defaultScale)
+    package func png(timeZone: TimeZone = .current, layout: ChartLayout = ChartLayout(), scale: Double = PNGRenderer.defaultScale)
         throws(EarshotError) -> PNGImage
     {
         try PNGRenderer(scale: scale).render(svg: svg(timeZone: timeZone, layout: layout))

@@ -26,33 +26,33 @@ import EarshotAnalysis
 /// count from the stream's first frame.
 ///
 /// - Important: Not thread-safe: own it on one queue (the daemon's analysis queue).
-public final class AlarmDetector {
+package final class AlarmDetector {
     /// Fusion settings.
-    public struct Configuration: Sendable, Equatable {
+    package struct Configuration: Sendable, Equatable {
         /// Classifier classes whose score counts as "smoke alarm" for fusion (AudioSet display names).
-        public var smokeClasses = ["Smoke detector, smoke alarm", "Fire alarm"]
+        package var smokeClasses = ["Smoke detector, smoke alarm", "Fire alarm"]
         /// Classes reported as the classifier's agreement with a CO (T4) pattern.
-        public var coClasses = ["Smoke detector, smoke alarm", "Alarm", "Beep, bleep"]
+        package var coClasses = ["Smoke detector, smoke alarm", "Alarm", "Beep, bleep"]
         /// Score (0...1) at or above which a window counts as the classifier agreeing.
-        public var classifierThreshold: Float = 0.5
+        package var classifierThreshold: Float = 0.5
         /// Consecutive agreeing windows with a tone for a classifier-sourced smoke_alarm (16 at the 0.48 s hop:
         /// 8 s, longer than a monitor's or a clock's beeping usually lasts while the classifier confuses it).
-        public var classifierWindows = 16
+        package var classifierWindows = 16
         /// Seconds without a new cycle (or agreeing window) before an event ends; 10 s is 2.5 T3 cycles.
-        public var holdSeconds = 10.0
+        package var holdSeconds = 10.0
         /// The same for CO: 16 s is 2.5 T4 cycles.
-        public var coHoldSeconds = 16.0
+        package var coHoldSeconds = 16.0
         /// Seconds after an `alarm_chirp` event before the next one (a chirping detector chirps for days).
-        public var chirpRepeatSeconds = 900.0
+        package var chirpRepeatSeconds = 900.0
         /// Whether `alarm_chirp` events are emitted.
-        public var reportChirps = true
+        package var reportChirps = true
         /// Whether the classifier-only `smoke_alarm` decision is made.
-        public var classifierFallback = true
+        package var classifierFallback = true
 
-        public init() {}
+        package init() {}
     }
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     private var tracker: ToneTracker?
     private var matcher = AlarmPatternMatcher()
     private var announcedOnsets: [(start: Double, frequencyHz: Double)] = []
@@ -77,7 +77,7 @@ public final class AlarmDetector {
         var scoreClass: String?
     }
 
-    public init(configuration: Configuration = Configuration()) {
+    package init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
     }
 
@@ -90,7 +90,7 @@ public final class AlarmDetector {
     ///   - framePosition: absolute frame of `samples[0]`; a jump (or a new rate) is a gap: open events end and
     ///     patterns start again.
     /// - Returns: the events decided in this audio, in time order.
-    public func process(samples: UnsafeBufferPointer<Float>, sampleRate: Int, framePosition: Int64) -> [AlarmEvent] {
+    package func process(samples: UnsafeBufferPointer<Float>, sampleRate: Int, framePosition: Int64) -> [AlarmEvent] {
         var events: [AlarmEvent] = []
         if tracker?.sampleRate != sampleRate {
             if tracker != nil { events += reset(at: streamTime) }
@@ -147,20 +147,20 @@ public final class AlarmDetector {
     /// The tone tracker's settings at `sampleRate` (Hz): the defaults, with the band ending at 0.45 x the rate
     /// when the rate is below 8.9 kHz (at 8 kHz, a telephone-rate input, it stops at 3.6 kHz, still above the
     /// usual 3.0-3.5 kHz piezo).
-    public static func trackerParameters(sampleRate: Int) -> ToneTracker.Parameters {
+    package static func trackerParameters(sampleRate: Int) -> ToneTracker.Parameters {
         var parameters = ToneTracker.Parameters()
         parameters.maximumHz = min(parameters.maximumHz, Double(sampleRate) * 0.45)
         return parameters
     }
 
     /// Convenience for arrays; see ``process(samples:sampleRate:framePosition:)``.
-    public func process(samples: [Float], sampleRate: Int, framePosition: Int64) -> [AlarmEvent] {
+    package func process(samples: [Float], sampleRate: Int, framePosition: Int64) -> [AlarmEvent] {
         samples.withUnsafeBufferPointer { process(samples: $0, sampleRate: sampleRate, framePosition: framePosition) }
     }
 
     /// Takes one classifier window (its scores are looked up by class label; a gated window counts as not
     /// agreeing) and returns a classifier-sourced `smoke_alarm` onset when the fusion rule is met.
-    public func observe(classification result: ClassificationResult) -> [AlarmEvent] {
+    package func observe(classification result: ClassificationResult) -> [AlarmEvent] {
         func best(_ classes: [String]) -> (Float, String?) {
             var score: Float = 0
             var label: String?
@@ -206,7 +206,7 @@ public final class AlarmDetector {
     }
 
     /// Ends open events (the stream ended) and forgets all state.
-    public func finish() -> [AlarmEvent] {
+    package func finish() -> [AlarmEvent] {
         let events = reset(at: streamTime)
         tracker = nil
         expectedPosition = nil
@@ -216,13 +216,13 @@ public final class AlarmDetector {
     /// The groups the classifier-only `DetectionEngine` watches when the pattern detector runs: `watch` without
     /// smoke_alarm and co_alarm (the detector decides those, with the classifier's scores as evidence), or `watch`
     /// unchanged when `patternDetection` is false.
-    public static func engineWatchList(_ watch: [String], patternDetection: Bool) -> [String] {
+    package static func engineWatchList(_ watch: [String], patternDetection: Bool) -> [String] {
         patternDetection ? watch.filter { $0 != AlarmEvent.smokeAlarm && $0 != AlarmEvent.coAlarm } : watch
     }
 
     /// The alarm groups to publish for a watch list: smoke_alarm and co_alarm when watched, alarm_chirp when either
     /// is (a chirp is a smoke or CO alarm asking for a battery).
-    public static func emittedGroups(watch: [String]) -> Set<String> {
+    package static func emittedGroups(watch: [String]) -> Set<String> {
         var groups = Set(watch).intersection([AlarmEvent.smokeAlarm, AlarmEvent.coAlarm])
         if !groups.isEmpty { groups.insert(AlarmEvent.alarmChirp) }
         return groups
@@ -230,13 +230,13 @@ public final class AlarmDetector {
 
     /// The alarm groups that are not in the watch list but are published (and may be subscribed to): alarm_chirp
     /// when the pattern detector runs and smoke_alarm or co_alarm is watched; otherwise none.
-    public static func extraGroups(watch: [String], patternDetection: Bool) -> [String] {
+    package static func extraGroups(watch: [String], patternDetection: Bool) -> [String] {
         guard patternDetection else { return [] }
         return emittedGroups(watch: watch).subtracting(watch).sorted()
     }
 
     /// The groups with an open event.
-    public var activeGroups: [String] {
+    package var activeGroups: [String] {
         (smoke != nil ? [AlarmEvent.smokeAlarm] : []) + (co != nil ? [AlarmEvent.coAlarm] : [])
     }
 

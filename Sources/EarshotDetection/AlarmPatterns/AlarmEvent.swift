@@ -6,15 +6,15 @@ import EarshotModel
 import EarshotAnalysis
 
 /// A smoke alarm, CO alarm or low-battery chirp decided by ``AlarmDetector``, with its evidence.
-public struct AlarmEvent: Sendable, Equatable {
+package struct AlarmEvent: Sendable, Equatable {
     /// Onset (`"detection"`) or end (`"detection_end"`).
-    public enum Kind: String, Sendable, Equatable {
+    package enum Kind: String, Sendable, Equatable {
         case onset
         case end
     }
 
     /// What the decision rests on.
-    public enum Source: String, Sendable, Equatable {
+    package enum Source: String, Sendable, Equatable {
         /// A temporal pattern (T3, T4, chirp) of a tone.
         case pattern
         /// The classifier's smoke-alarm classes held for several windows while a tone sounded.
@@ -24,35 +24,35 @@ public struct AlarmEvent: Sendable, Equatable {
     }
 
     /// Group names of the events.
-    public static let smokeAlarm = "smoke_alarm"
-    public static let coAlarm = "co_alarm"
-    public static let alarmChirp = "alarm_chirp"
+    package static let smokeAlarm = "smoke_alarm"
+    package static let coAlarm = "co_alarm"
+    package static let alarmChirp = "alarm_chirp"
 
-    public var kind: Kind
+    package var kind: Kind
     /// `smoke_alarm`, `co_alarm` or `alarm_chirp`.
-    public var group: String
-    public var source: Source
+    package var group: String
+    package var source: Source
     /// The pattern seen, or nil for a classifier-only decision.
-    public var pattern: AlarmPattern?
+    package var pattern: AlarmPattern?
     /// Complete cycles seen (T3, T4; at the end: over the whole event), chirps in a row (chirp), or 0 (classifier).
-    public var cycles: Int
+    package var cycles: Int
     /// Mean tone frequency in Hz.
-    public var toneHz: Double
+    package var toneHz: Double
     /// Mean tone level in dBFS.
-    public var toneLevelDBFS: Double
+    package var toneLevelDBFS: Double
     /// The highest classifier alarm score (0...1) over the windows that overlap the evidence, nil when no window
     /// was classified (gated, classifier off).
-    public var classifierScore: Float?
+    package var classifierScore: Float?
     /// The class label of ``classifierScore``.
-    public var classifierClass: String?
+    package var classifierClass: String?
     /// Stream time (s) the alarm started: the first tone of the first cycle.
-    public var start: Double
+    package var start: Double
     /// Stream time (s) of the decision (onset) or of the last evidence (end).
-    public var time: Double
+    package var time: Double
     /// For a chirp: seconds between the last two chirps; 0 otherwise.
-    public var intervalSeconds: Double
+    package var intervalSeconds: Double
 
-    public init(
+    package init(
         kind: Kind, group: String, source: Source, pattern: AlarmPattern?, cycles: Int, toneHz: Double,
         toneLevelDBFS: Double, classifierScore: Float?, classifierClass: String?, start: Double, time: Double,
         intervalSeconds: Double = 0
@@ -72,14 +72,14 @@ public struct AlarmEvent: Sendable, Equatable {
     }
 
     /// Latency of an onset: `time - start` (s).
-    public var latency: Double { time - start }
+    package var latency: Double { time - start }
 
     /// The socket's JSON object, e.g.
     /// `{"type":"detection","group":"smoke_alarm","source":"pattern","pattern":"T3","cycles":1,"tone_hz":3150,
     /// "tone_dbfs":-21.3,"classifier_score":0.81,"class":"Smoke detector, smoke alarm","stream_time":12.01,
     /// "decision_time":16.02,"time":"2026-11-30T16:45:12.345Z"}`; an end is `"detection_end"` with `start`, `end`,
     /// `duration` and `reason` `"pattern_stopped"`. Frequencies are rounded to 1 Hz, levels to 0.1 dB.
-    public func object(wallClock: Date) -> JSONObject {
+    package func object(wallClock: Date) -> JSONObject {
         var object: JSONObject = [
             "type": .string(kind == .onset ? "detection" : "detection_end"),
             "group": .string(group),
@@ -112,7 +112,7 @@ public struct AlarmEvent: Sendable, Equatable {
     /// The same event as a plain ``DetectionEvent`` (for consumers that only know those, such as an event store):
     /// class label `"T3 pattern"`, `"T4 pattern"`, `"chirp pattern"` or the classifier's class; confidence the
     /// classifier score, or 1 for a pattern the classifier did not score.
-    public var detectionEvent: DetectionEvent {
+    package var detectionEvent: DetectionEvent {
         let label = pattern.map { "\($0.rawValue) pattern" } ?? classifierClass ?? "alarm"
         let confidence = classifierScore ?? 1
         switch kind {
@@ -128,7 +128,7 @@ public struct AlarmEvent: Sendable, Equatable {
     /// The event as a finished ``DetectionEvent/offset(_:)`` for an event store: an end as itself, an onset as a
     /// point event (start = end = its start; how a chirp, which has no end, is stored). Class label, confidence and
     /// window count as in ``detectionEvent`` (`positiveWindows` = cycles); reason `hold_elapsed`.
-    public var finishedEvent: DetectionEvent {
+    package var finishedEvent: DetectionEvent {
         guard kind == .onset else { return detectionEvent }
         var point = self
         point.kind = .end
@@ -138,7 +138,7 @@ public struct AlarmEvent: Sendable, Equatable {
 
     /// The journal `MESSAGE`, e.g. `smoke_alarm detected: T3 pattern at 3150 Hz (1 cycle, classifier 0.81) at
     /// stream time 12.01 s` or `smoke_alarm ended: T3 pattern at 3150 Hz from 12.01 s to 40.02 s (7 cycles)`.
-    public var message: String {
+    package var message: String {
         let what: String
         switch pattern {
         case .some(let pattern): what = "\(pattern.rawValue) pattern at \(Int(toneHz.rounded())) Hz"

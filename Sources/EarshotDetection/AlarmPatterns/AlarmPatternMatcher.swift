@@ -2,7 +2,7 @@ import EarshotSupport
 import EarshotModel
 import EarshotAnalysis
 /// The temporal patterns of residential alarms that ``AlarmPatternMatcher`` recognises.
-public enum AlarmPattern: String, Sendable, Equatable {
+package enum AlarmPattern: String, Sendable, Equatable {
     /// Temporal-three (ISO 8201, ANSI S3.41, NFPA 72 smoke alarms): three 0.5 s tones 0.5 s apart, 1.5 s off.
     case t3 = "T3"
     /// Temporal-four (carbon monoxide alarms, NFPA 720 / UL 2034): four ~0.1 s tones ~0.1 s apart, ~5 s off.
@@ -12,22 +12,22 @@ public enum AlarmPattern: String, Sendable, Equatable {
 }
 
 /// One recognised repetition of a pattern.
-public struct PatternMatch: Sendable, Equatable {
-    public var pattern: AlarmPattern
+package struct PatternMatch: Sendable, Equatable {
+    package var pattern: AlarmPattern
     /// Stream time (s) of the first tone of the matched cycle (T3, T4) or of the chirp.
-    public var cycleStart: Double
+    package var cycleStart: Double
     /// Stream time (s) the match was decided: when the next cycle's first tone was confirmed (T3, a few frames
     /// after its onset), at the end of the burst's quiet check (T4), or of the chirp's isolation check.
-    public var decisionTime: Double
+    package var decisionTime: Double
     /// Mean tone frequency of the cycle's tones, Hz.
-    public var frequencyHz: Double
+    package var frequencyHz: Double
     /// Mean tone level of the cycle's tones, dBFS.
-    public var levelDBFS: Double
+    package var levelDBFS: Double
     /// For T3 and T4: the cycles of this pattern seen in a row so far, this one included (1, 2, ...).
     /// For a chirp: the chirps in a row at a steady interval, this one included (2, 3, ...).
-    public var count: Int
+    package var count: Int
     /// For a chirp: seconds since the previous chirp; 0 otherwise.
-    public var intervalSeconds: Double
+    package var intervalSeconds: Double
 }
 
 /// Recognises T3 and T4 cycles and low-battery chirps in the tone segments of a ``ToneTracker``.
@@ -61,14 +61,14 @@ public struct PatternMatch: Sendable, Equatable {
 /// of their frequency in the last 10 s (echoes, tails) are ignored.
 ///
 /// - Important: A value type; feed it on one queue, segments in order of their end (the tracker's order).
-public struct AlarmPatternMatcher: Sendable {
+package struct AlarmPatternMatcher: Sendable {
     /// Relative frequency tolerance between tones of one pattern.
-    public static let frequencyTolerance = 0.05
+    package static let frequencyTolerance = 0.05
 
     /// dB above its noise floor a chirp must rise (``ToneSegment/peakSNRDB``).
-    public static let chirpMinimumSNRDB = 20.0
+    package static let chirpMinimumSNRDB = 20.0
     /// Lowest chirp frequency, Hz: low-battery chirps come from the detector's piezo (2-4 kHz).
-    public static let chirpMinimumHz = 2000.0
+    package static let chirpMinimumHz = 2000.0
 
     private var tones: [ToneSegment] = []
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
@@ -88,10 +88,10 @@ public struct AlarmPatternMatcher: Sendable {
         var lastStart: Double { tones[tones.count - 1].start }
     }
 
-    public init() {}
+    package init() {}
 
     /// Forgets everything (a gap in the stream: patterns never join across it).
-    public mutating func reset() { self = AlarmPatternMatcher() }
+    package mutating func reset() { self = AlarmPatternMatcher() }
 
     private static func same(_ a: Double, _ b: Double) -> Bool {
         abs(a - b) <= frequencyTolerance * max(a, b)
@@ -100,7 +100,7 @@ public struct AlarmPatternMatcher: Sendable {
     /// A tone has started: `tone` is its segment, still open, as it stands (its level so far), and the tracker has
     /// analysed audio up to `now`. Decides T3 cycles, whose last interval ends at the next cycle's first onset.
     /// Call once per new open segment.
-    public mutating func toneStarted(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
+    package mutating func toneStarted(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
         if openOnsets.contains(where: { $0.start == tone.start && Self.same($0.frequencyHz, tone.frequencyHz) }) { return [] }
         openOnsets.append((tone.start, tone.frequencyHz))
         return matchT3(next: tone, now: now)
@@ -108,7 +108,7 @@ public struct AlarmPatternMatcher: Sendable {
 
     /// A tone segment has ended (the tracker has analysed audio up to `now`). Returns matches it completes (T4
     /// bursts are decided later, in ``advance(to:)``).
-    public mutating func add(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
+    package mutating func add(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
         var matches: [PatternMatch] = []
         let announced = { (onset: (start: Double, frequencyHz: Double)) in
             onset.start == tone.start && Self.same(onset.frequencyHz, tone.frequencyHz)
@@ -135,7 +135,7 @@ public struct AlarmPatternMatcher: Sendable {
     }
 
     /// Stream time has reached `time` (s): closes T4 bursts and chirp isolation checks that are due.
-    public mutating func advance(to time: Double) -> [PatternMatch] {
+    package mutating func advance(to time: Double) -> [PatternMatch] {
         var matches: [PatternMatch] = []
         // T4 bursts close after 0.9 s without another tone of their frequency.
         var open: [Burst] = []

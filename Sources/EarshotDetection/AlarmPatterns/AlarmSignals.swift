@@ -11,9 +11,9 @@ import EarshotAnalysis
 ///
 /// Timings follow the standards the detector targets: T3 (ISO 8201 / NFPA 72) 0.5 s on, 0.5 s off, three times,
 /// then 1.5 s off (4 s cycle); T4 (UL 2034 CO alarms) 0.1 s on, 0.1 s off, four times, then 5 s off (5.7 s cycle).
-public enum AlarmSignals {
+package enum AlarmSignals {
     /// Waveform of a tone.
-    public enum Waveform: Sendable {
+    package enum Waveform: Sendable {
         /// A sine: a piezo sounder.
         case sine
         /// A square wave (odd harmonics, 1/n): the 520 Hz low-frequency sounders for sleepers.
@@ -21,13 +21,13 @@ public enum AlarmSignals {
     }
 
     /// One "on" interval of a tone: start and duration in seconds, frequency in Hz.
-    public struct Tone: Sendable, Equatable {
-        public var start: Double
-        public var duration: Double
-        public var frequencyHz: Double
-        public var secondFrequencyHz: Double?
+    package struct Tone: Sendable, Equatable {
+        package var start: Double
+        package var duration: Double
+        package var frequencyHz: Double
+        package var secondFrequencyHz: Double?
 
-        public init(start: Double, duration: Double, frequencyHz: Double, secondFrequencyHz: Double? = nil) {
+        package init(start: Double, duration: Double, frequencyHz: Double, secondFrequencyHz: Double? = nil) {
             self.start = start
             self.duration = duration
             self.frequencyHz = frequencyHz
@@ -36,51 +36,51 @@ public enum AlarmSignals {
     }
 
     /// T3 tones: `cycles` cycles from `start` (s) at `frequencyHz`.
-    public static func t3(frequencyHz: Double, cycles: Int, start: Double = 0) -> [Tone] {
+    package static func t3(frequencyHz: Double, cycles: Int, start: Double = 0) -> [Tone] {
         (0..<max(0, cycles)).flatMap { cycle in
             (0..<3).map { Tone(start: start + Double(cycle) * 4 + Double($0), duration: 0.5, frequencyHz: frequencyHz) }
         }
     }
 
     /// T4 tones: `cycles` cycles of four 0.1 s tones 0.1 s apart, then 5 s off (5.7 s cycle).
-    public static func t4(frequencyHz: Double, cycles: Int, start: Double = 0) -> [Tone] {
+    package static func t4(frequencyHz: Double, cycles: Int, start: Double = 0) -> [Tone] {
         (0..<max(0, cycles)).flatMap { cycle in
             (0..<4).map { Tone(start: start + Double(cycle) * 5.7 + 0.2 * Double($0), duration: 0.1, frequencyHz: frequencyHz) }
         }
     }
 
     /// A reversing-truck beeper: steady 0.5 s on / 0.5 s off at 1.1 kHz for `seconds`.
-    public static func truckBeeper(seconds: Double, frequencyHz: Double = 1100, start: Double = 0) -> [Tone] {
+    package static func truckBeeper(seconds: Double, frequencyHz: Double = 1100, start: Double = 0) -> [Tone] {
         stride(from: start, to: start + seconds, by: 1.0).map { Tone(start: $0, duration: 0.5, frequencyHz: frequencyHz) }
     }
 
     /// Low-battery chirps: one `duration` s tone every `interval` s.
-    public static func chirps(count: Int, interval: Double = 40, frequencyHz: Double = 3200, duration: Double = 0.06,
+    package static func chirps(count: Int, interval: Double = 40, frequencyHz: Double = 3200, duration: Double = 0.06,
                               start: Double = 0) -> [Tone] {
         (0..<max(0, count)).map { Tone(start: start + Double($0) * interval, duration: duration, frequencyHz: frequencyHz) }
     }
 
     /// A microwave's end-of-cooking signal: three 0.4 s beeps 0.4 s apart at 2.0 kHz, repeated after 60 s.
-    public static func microwave(start: Double = 0) -> [Tone] {
+    package static func microwave(start: Double = 0) -> [Tone] {
         [0.0, 60.0].flatMap { offset in
             (0..<3).map { Tone(start: start + offset + 0.8 * Double($0), duration: 0.4, frequencyHz: 2000) }
         }
     }
 
     /// An oven timer: 1 s beeps every 2 s at 2.7 kHz for `seconds`.
-    public static func ovenTimer(seconds: Double, start: Double = 0) -> [Tone] {
+    package static func ovenTimer(seconds: Double, start: Double = 0) -> [Tone] {
         stride(from: start, to: start + seconds, by: 2.0).map { Tone(start: $0, duration: 1.0, frequencyHz: 2700) }
     }
 
     /// A digital alarm clock: four 0.08 s beeps 0.07 s apart, then 0.5 s off, at 4.0 kHz, for `seconds`.
-    public static func alarmClock(seconds: Double, frequencyHz: Double = 3950, start: Double = 0) -> [Tone] {
+    package static func alarmClock(seconds: Double, frequencyHz: Double = 3950, start: Double = 0) -> [Tone] {
         stride(from: start, to: start + seconds, by: 1.1).flatMap { burst in
             (0..<4).map { Tone(start: burst + 0.15 * Double($0), duration: 0.08, frequencyHz: frequencyHz) }
         }
     }
 
     /// A UK telephone ring: 400 + 450 Hz, 0.4 s on, 0.2 s off, 0.4 s on, 2 s off, for `seconds`.
-    public static func phoneRing(seconds: Double, start: Double = 0) -> [Tone] {
+    package static func phoneRing(seconds: Double, start: Double = 0) -> [Tone] {
         stride(from: start, to: start + seconds, by: 3.0).flatMap { ring in
             [Tone(start: ring, duration: 0.4, frequencyHz: 400, secondFrequencyHz: 450),
              Tone(start: ring + 0.6, duration: 0.4, frequencyHz: 400, secondFrequencyHz: 450)]
@@ -89,7 +89,7 @@ public enum AlarmSignals {
 
     /// A patient monitor's medium-priority alarm (IEC 60601-1-8): three 0.2 s pulses 0.4 s apart at 1 kHz, every
     /// `interval` s, for `seconds`.
-    public static func monitorMedium(seconds: Double, interval: Double = 5, start: Double = 0) -> [Tone] {
+    package static func monitorMedium(seconds: Double, interval: Double = 5, start: Double = 0) -> [Tone] {
         stride(from: start, to: start + seconds, by: interval).flatMap { burst in
             (0..<3).map { Tone(start: burst + 0.4 * Double($0), duration: 0.2, frequencyHz: 1000) }
         }
@@ -97,7 +97,7 @@ public enum AlarmSignals {
 
     /// A patient monitor's high-priority alarm (IEC 60601-1-8): pulses of 0.15 s every 0.25 s, three, then two after
     /// a 0.5 s pause, at 1 kHz, every `interval` s, for `seconds`.
-    public static func monitorHigh(seconds: Double, interval: Double = 6, start: Double = 0) -> [Tone] {
+    package static func monitorHigh(seconds: Double, interval: Double = 6, start: Double = 0) -> [Tone] {
         stride(from: start, to: start + seconds, by: interval).flatMap { burst in
             [0.0, 0.25, 0.5, 1.15, 1.4].map { Tone(start: burst + $0, duration: 0.15, frequencyHz: 1000) }
         }
@@ -105,7 +105,7 @@ public enum AlarmSignals {
 
     /// Renders `tones` into `seconds` of audio at `sampleRate`, peak amplitude `amplitude`, with 5 ms raised-cosine
     /// ramps (a real sounder's attack and release).
-    public static func render(_ tones: [Tone], seconds: Double, sampleRate: Int, waveform: Waveform = .sine,
+    package static func render(_ tones: [Tone], seconds: Double, sampleRate: Int, waveform: Waveform = .sine,
                               amplitude: Float = 0.5) -> [Float] {
         let count = max(0, Int(seconds * Double(sampleRate)))
         var samples = [Float](repeating: 0, count: count)
@@ -135,7 +135,7 @@ public enum AlarmSignals {
 
     /// Adds room reverberation in place: a Schroeder reverberator (four parallel feedback combs, two all-passes)
     /// with reverberation time `rt60` seconds, mixed at `wet` (0...1).
-    public static func reverberate(_ samples: inout [Float], sampleRate: Int, rt60: Double = 0.5, wet: Float = 0.5) {
+    package static func reverberate(_ samples: inout [Float], sampleRate: Int, rt60: Double = 0.5, wet: Float = 0.5) {
         let rate = Double(sampleRate)
         let combDelays = [0.0297, 0.0371, 0.0411, 0.0437].map { Int($0 * rate) }
         var out = [Float](repeating: 0, count: samples.count)
@@ -167,7 +167,7 @@ public enum AlarmSignals {
 
     /// A phone call's channel in place: band limit 300-3400 Hz (second-order high- and low-pass) and 8-bit mu-law
     /// companding (G.711), the distortion a recording sent from a phone carries.
-    public static func phoneChannel(_ samples: inout [Float], sampleRate: Int) {
+    package static func phoneChannel(_ samples: inout [Float], sampleRate: Int) {
         func biquad(_ x: inout [Float], b: [Double], a: [Double]) {
             var x1 = 0.0, x2 = 0.0, y1 = 0.0, y2 = 0.0
             for n in 0..<x.count {
@@ -198,7 +198,7 @@ public enum AlarmSignals {
 
     /// Mean square of `samples` over the "on" intervals of `tones` (the tone's level while it sounds), or of all
     /// samples when `tones` is empty.
-    public static func onPower(_ samples: [Float], tones: [Tone], sampleRate: Int) -> Double {
+    package static func onPower(_ samples: [Float], tones: [Tone], sampleRate: Int) -> Double {
         var sum = 0.0, count = 0
         if tones.isEmpty {
             for value in samples { sum += Double(value) * Double(value) }
@@ -217,7 +217,7 @@ public enum AlarmSignals {
     /// Adds `noise` (looped to the signal's length) to `signal` in place, scaled so that the signal's power over
     /// `tones` is `snrDB` above the noise's mean power. Returns the noise gain used.
     @discardableResult
-    public static func mix(_ signal: inout [Float], tones: [Tone], noise: [Float], snrDB: Double, sampleRate: Int) -> Float {
+    package static func mix(_ signal: inout [Float], tones: [Tone], noise: [Float], snrDB: Double, sampleRate: Int) -> Float {
         guard !noise.isEmpty else { return 0 }
         let signalPower = onPower(signal, tones: tones, sampleRate: sampleRate)
         let noisePower = onPower(noise, tones: [], sampleRate: sampleRate)

@@ -8,28 +8,28 @@ import EarshotModel
 import EarshotAnalysis
 
 /// A persistent narrow-band tone heard by ``ToneTracker``: one "on" segment of a beep, from its onset to its offset.
-public struct ToneSegment: Sendable, Equatable {
+package struct ToneSegment: Sendable, Equatable {
     /// Stream time (s) of the segment's first "on" frame (frame centre).
-    public var start: Double
+    package var start: Double
     /// Stream time (s) of its last "on" frame (frame centre); `end >= start`.
-    public var end: Double
+    package var end: Double
     /// Mean frequency of the tone in Hz (parabolic interpolation between FFT bins), within the tracker's band.
-    public var frequencyHz: Double
+    package var frequencyHz: Double
     /// Mean level of the tone component in dBFS (RMS of the tone alone: a full-scale sine is -3 dBFS).
-    public var levelDBFS: Double
+    package var levelDBFS: Double
     /// Highest frame level of the tone component in dBFS.
-    public var peakLevelDBFS: Double
+    package var peakLevelDBFS: Double
     /// How far the tone rose above the noise floor of its frequency: the highest frame's main-lobe power over that
     /// floor, dB (0 when no floor was known yet: the stream's first 0.1 s; at most 99).
-    public var peakSNRDB: Double
+    package var peakSNRDB: Double
     /// Standard deviation of the spectral peak's frequency over the frames where it was seen, Hz: a few Hz for a
     /// sounder, tens of Hz for a voice's harmonic or a bit of noise.
-    public var frequencySpreadHz: Double
+    package var frequencySpreadHz: Double
 
     /// `end - start` in seconds. A segment of one frame has duration 0; add one hop for the audible length.
-    public var duration: Double { end - start }
+    package var duration: Double { end - start }
 
-    public init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double,
+    package init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double,
                 peakSNRDB: Double = 0, frequencySpreadHz: Double = 0) {
         self.start = start
         self.end = end
@@ -68,62 +68,62 @@ public struct ToneSegment: Sendable, Equatable {
 ///
 /// - Important: Not thread-safe: own an instance on one queue. Creating instances from several threads is safe
 ///   (FFTW planning is serialised under ``LogMelSpectrogram``'s plan lock, shared by every FFTW user here).
-public final class ToneTracker {
+package final class ToneTracker {
     /// Tuning of the tracker. The defaults were chosen on the real alarm recordings in `../shared/audio` and on
     /// synthetic T3/T4 signals mixed with household noise and speech at 0 dB SNR.
-    public struct Parameters: Sendable, Equatable {
+    package struct Parameters: Sendable, Equatable {
         /// Lowest tone frequency searched, Hz (a 520 Hz low-frequency alarm must be inside).
-        public var minimumHz: Double = 400
+        package var minimumHz: Double = 400
         /// Highest tone frequency searched, Hz (UL 217 piezo alarms sound at or below 3.5 kHz).
-        public var maximumHz: Double = 4000
+        package var maximumHz: Double = 4000
         /// STFT window length in seconds (32 ms: 62 Hz main-lobe half width, short enough for T4's 0.1 s beeps).
-        public var frameSeconds: Double = 0.032
+        package var frameSeconds: Double = 0.032
         /// STFT hop in seconds.
-        public var hopSeconds: Double = 0.010
+        package var hopSeconds: Double = 0.010
         /// Seconds of history for each bin's noise floor.
-        public var noiseFloorSeconds: Double = 3.0
+        package var noiseFloorSeconds: Double = 3.0
         /// Quantile (0...1) of the 0.1 s means of a bin's main-lobe power that is its noise floor.
-        public var noiseFloorQuantile: Double = 0.3
+        package var noiseFloorQuantile: Double = 0.3
         /// dB above its noise floor a peak's main lobe must stand for a frame to be tonal.
-        public var onsetSNRDB: Double = 10
+        package var onsetSNRDB: Double = 10
         /// dB above the noise floor below which a running segment's tone counts as gone (with ``offRatio``).
-        public var offsetSNRDB: Double = 5
+        package var offsetSNRDB: Double = 5
         /// Fraction (0...1) of the band's energy the strongest peak's main lobe must hold to be tonal without
         /// standing above its floor.
-        public var onsetRatio: Double = 0.25
+        package var onsetRatio: Double = 0.25
         /// Fraction of the band's energy below which a running segment's tone counts as gone (with ``offsetSNRDB``).
-        public var offRatio: Double = 0.08
+        package var offRatio: Double = 0.08
         /// dB the peak's main lobe must stand above the median of the bins beside it (per bin).
-        public var minimumProminenceDB: Double = 12
+        package var minimumProminenceDB: Double = 12
         /// Tonal peaks considered per frame, and segments open at once.
-        public var maximumTones: Int = 4
+        package var maximumTones: Int = 4
         /// Consecutive tonal frames at one frequency that start a segment.
-        public var onsetFrames: Int = 3
+        package var onsetFrames: Int = 3
         /// Consecutive frames without the tone that end a segment.
-        public var offsetFrames: Int = 2
+        package var offsetFrames: Int = 2
         /// dB below the segment's peak at which the tone counts as off.
-        public var dropDB: Double = 7
+        package var dropDB: Double = 7
         /// dB above the trough after a segment that the same tone must rise to start a new one.
-        public var riseDB: Double = 4
+        package var riseDB: Double = 4
         /// Relative frequency tolerance within a segment (0.03 = 3 %), at least one FFT bin.
-        public var frequencyTolerance: Double = 0.03
+        package var frequencyTolerance: Double = 0.03
         /// Tones quieter than this (dBFS of the tone component) are ignored.
-        public var floorDBFS: Double = -75
+        package var floorDBFS: Double = -75
 
-        public init() {}
+        package init() {}
     }
 
     /// Input sample rate in Hz.
-    public let sampleRate: Int
-    public let parameters: Parameters
+    package let sampleRate: Int
+    package let parameters: Parameters
     /// Samples per STFT window.
-    public let windowSamples: Int
+    package let windowSamples: Int
     /// Samples per hop.
-    public let hopSamples: Int
+    package let hopSamples: Int
     /// FFT length (power of two >= windowSamples).
-    public let fftSize: Int
+    package let fftSize: Int
     /// Hz per FFT bin.
-    public let binHz: Double
+    package let binHz: Double
 
     private let window: [Float]
     /// Converts main-lobe power to the tone's mean square: 2 / (N * sum w^2).
@@ -201,7 +201,7 @@ public final class ToneTracker {
     /// - Parameters:
     ///   - sampleRate: Hz, 8000...384000; must be above twice ``Parameters/maximumHz``.
     /// - Throws: `EarshotError(.usage)` when the rate cannot hold the band, or the parameters are out of range.
-    public init(sampleRate: Int, parameters: Parameters = Parameters()) throws(EarshotError) {
+    package init(sampleRate: Int, parameters: Parameters = Parameters()) throws(EarshotError) {
         guard (8000...384_000).contains(sampleRate), Double(sampleRate) / 2 > parameters.maximumHz * 1.05 else {
             throw EarshotError(.usage, "tone tracker: sample rate \(sampleRate) Hz cannot hold tones up to \(Int(parameters.maximumHz)) Hz (use 8000...384000 Hz, above twice the highest tone)")
         }
@@ -293,7 +293,7 @@ public final class ToneTracker {
     ///
     /// A `framePosition` other than the end of the previous call is a gap: open segments are dropped (a beep is
     /// never joined across missing audio), the noise floor is forgotten and analysis restarts at the new position.
-    public func process(_ samples: UnsafeBufferPointer<Float>, framePosition: Int64) -> [ToneSegment] {
+    package func process(_ samples: UnsafeBufferPointer<Float>, framePosition: Int64) -> [ToneSegment] {
         var finished: [ToneSegment] = []
         if expectedPosition != framePosition {
             resetStream(at: framePosition)
@@ -321,12 +321,12 @@ public final class ToneTracker {
     }
 
     /// Convenience for arrays; see ``process(_:framePosition:)``.
-    public func process(_ samples: [Float], framePosition: Int64) -> [ToneSegment] {
+    package func process(_ samples: [Float], framePosition: Int64) -> [ToneSegment] {
         samples.withUnsafeBufferPointer { process($0, framePosition: framePosition) }
     }
 
     /// Ends the stream: returns the open segments, if any (ended at their last "on" frame), and resets.
-    public func finish() -> [ToneSegment] {
+    package func finish() -> [ToneSegment] {
         let result = running.map(segment(from:)).sorted { $0.start < $1.start }
         resetState()
         pending.removeAll(keepingCapacity: true)
@@ -336,10 +336,10 @@ public final class ToneTracker {
 
     /// The segments open now, as they stand (for "tone present" queries while a long beep sounds), in order of
     /// their start.
-    public var openSegments: [ToneSegment] { running.map(segment(from:)).sorted { $0.start < $1.start } }
+    package var openSegments: [ToneSegment] { running.map(segment(from:)).sorted { $0.start < $1.start } }
 
     /// Stream time (s) up to which frames have been analysed.
-    public var analysedTime: Double {
+    package var analysedTime: Double {
         (Double(nextFrameStart) + Double(windowSamples) / 2) / Double(sampleRate) - parameters.hopSeconds
     }
 

@@ -6,31 +6,31 @@ import EarshotModel
 import EarshotAnalysis
 
 /// One snoring event found by ``SnoreDetector``: a run of snores with no pause longer than the hold time.
-public struct SnoreEvent: Sendable, Equatable {
+package struct SnoreEvent: Sendable, Equatable {
     /// Stream time (s) of the start of the event's first positive window.
-    public var start: Double
+    package var start: Double
     /// Stream time (s) of the end of the event's last positive window.
-    public var end: Double
+    package var end: Double
     /// Highest snore evidence (0...1) of the event's positive windows.
-    public var peakEvidence: Float
+    package var peakEvidence: Float
     /// Mean snore evidence (0...1) of the event's positive windows.
-    public var meanEvidence: Float
+    package var meanEvidence: Float
     /// Snores in the event: accepted bursts (runs of adjacent windows with evidence at or above the rhythm
     /// threshold), about one per breath.
-    public var snores: Int
+    package var snores: Int
     /// Energy mean of the positive windows' RMS levels, dBFS (`10 log10(mean(10^(L/10)))`).
-    public var levelDBFS: Float
+    package var levelDBFS: Float
     /// The loudest positive window's RMS level, dBFS.
-    public var peakLevelDBFS: Float
+    package var peakLevelDBFS: Float
     /// Stream time (s) the loudest positive window starts.
-    public var peakLevelTime: Double
+    package var peakLevelTime: Double
     /// Why the event ended.
-    public var endReason: DetectionEvent.EndReason
+    package var endReason: DetectionEvent.EndReason
 
     /// Seconds from `start` to `end`.
-    public var duration: Double { end - start }
+    package var duration: Double { end - start }
 
-    public init(
+    package init(
         start: Double, end: Double, peakEvidence: Float, meanEvidence: Float, snores: Int, levelDBFS: Float,
         peakLevelDBFS: Float, peakLevelTime: Double, endReason: DetectionEvent.EndReason = .holdElapsed
     ) {
@@ -77,37 +77,37 @@ public struct SnoreEvent: Sendable, Equatable {
 /// non-snoring ones.
 ///
 /// - Important: A value type without locks: feed it from one queue, windows in stream order.
-public struct SnoreDetector: Sendable {
+package struct SnoreDetector: Sendable {
     /// The detector's settings.
-    public struct Configuration: Sendable, Equatable {
+    package struct Configuration: Sendable, Equatable {
         /// Evidence at which a burst is a snore on its own, 0...1 (default 0.3: the preset "snoring" group's
         /// threshold, where no clip of `snoring-khan/0` and few windows of the other household recordings score).
-        public var strongThreshold: Float = 0.3
+        package var strongThreshold: Float = 0.3
         /// Evidence at which a window joins a burst, 0...1, at most `strongThreshold` (default 0.1: below it the
         /// non-snoring household recordings of `../shared/audio` start to score).
-        public var weakThreshold: Float = 0.1
+        package var weakThreshold: Float = 0.1
         /// Seconds between burst peaks that count as a breathing rhythm (default 2...6).
-        public var rhythmSeconds: ClosedRange<Double> = 2...6
+        package var rhythmSeconds: ClosedRange<Double> = 2...6
         /// The longest burst (s) the rhythm may accept; a longer sound needs strong evidence (default 4).
-        public var maximumRhythmBurstSeconds: Double = 4
+        package var maximumRhythmBurstSeconds: Double = 4
         /// Seconds without a positive window before an event ends (default 8: two missed breaths).
-        public var holdSeconds: Double = 8
+        package var holdSeconds: Double = 8
         /// Snores an event needs: a snore counts only when at least `minimumSnores - 1` other snores lie within
         /// `holdSeconds` of it (default 2: one snort in the night is not snoring; 1 counts every snore).
-        public var minimumSnores = 2
+        package var minimumSnores = 2
 
-        public init() {}
+        package init() {}
     }
 
     /// What the detector decided, in stream order.
-    public enum Decision: Sendable, Equatable {
+    package enum Decision: Sendable, Equatable {
         /// Snoring started (group ``SnoreDetector/groupName``, class "Snoring").
         case onset(DetectionEvent.Onset)
         /// Snoring ended, with the event's summary.
         case offset(DetectionEvent.Offset, SnoreEvent)
 
         /// The detection event to publish.
-        public var event: DetectionEvent {
+        package var event: DetectionEvent {
             switch self {
             case .onset(let onset): .onset(onset)
             case .offset(let offset, _): .offset(offset)
@@ -116,25 +116,25 @@ public struct SnoreDetector: Sendable {
     }
 
     /// The group name of the detector's events.
-    public static let groupName = "snoring"
+    package static let groupName = "snoring"
     /// The class label its events carry.
-    public static let classLabel = "Snoring"
+    package static let classLabel = "Snoring"
     /// Classes whose scores add to the evidence, with "Snoring".
-    public static let breathingClassLabels = ["Breathing", "Snort", "Wheeze", "Gasp", "Grunt", "Groan", "Sigh"]
+    package static let breathingClassLabels = ["Breathing", "Snort", "Wheeze", "Gasp", "Grunt", "Groan", "Sigh"]
     /// Classes whose scores are subtracted from the evidence.
-    public static let vetoClassLabels = [
+    package static let vetoClassLabels = [
         "Crying, sobbing", "Baby cry, infant cry", "Whimper", "Wail, moan", "Speech", "Babbling", "Screaming",
     ]
 
     /// A custom classifier head whose probability of a label adds to the evidence (see ``init(head:label:)``).
-    public struct HeadEvidence: Sendable {
-        public let head: ClassifierHead
+    package struct HeadEvidence: Sendable {
+        package let head: ClassifierHead
         /// Index of the snoring label among the head's labels.
-        public let labelIndex: Int
+        package let labelIndex: Int
 
         /// Uses `head`'s probability of `label`.
         /// - Throws: `EarshotError(.config)` when the head has no such label.
-        public init(head: ClassifierHead, label: String = "snoring") throws(EarshotError) {
+        package init(head: ClassifierHead, label: String = "snoring") throws(EarshotError) {
             guard let index = head.labels.firstIndex(of: label) else {
                 throw EarshotError(
                     .config,
@@ -149,9 +149,9 @@ public struct SnoreDetector: Sendable {
     /// its own (evidence 0.3) and p >= 0.7 counts in a breathing rhythm (0.1). A head trained with `earshot train`
     /// on half of `snoring-khan` plus half of the other household recordings scores 98.9 % of the held-out snoring
     /// clips and 1.0 % of the held-out non-snoring ones at p >= 0.9.
-    public static let headProbabilityOffset: Float = 0.6
+    package static let headProbabilityOffset: Float = 0.6
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     private let headEvidence: HeadEvidence?
     private let snoringIndex: Int
     private let breathingIndices: [Int]
@@ -202,7 +202,7 @@ public struct SnoreDetector: Sendable {
     ///     probability of snoring, less ``headProbabilityOffset``, counts as evidence when it is higher; nil: the
     ///     built-in classifier's scores only.
     /// - Throws: `EarshotError(.config)` when `classLabels` has no "Snoring" (a custom model's labels).
-    public init(
+    package init(
         classLabels: [String], configuration: Configuration = Configuration(), head: HeadEvidence? = nil
     ) throws(EarshotError) {
         headEvidence = head
@@ -236,7 +236,7 @@ public struct SnoreDetector: Sendable {
     /// The snore evidence of one window (see the type's documentation), 0...1: from its YAMNet `scores` (0 for a
     /// wrong-length array) and, with a head, the higher of that and the head's probability of its `embedding`
     /// (`[1024]`) less ``headProbabilityOffset``.
-    public func evidence(scores: [Float], embedding: [Float] = []) -> Float {
+    package func evidence(scores: [Float], embedding: [Float] = []) -> Float {
         var value: Float = 0
         if scores.count == classCount {
             value = scores[snoringIndex]
@@ -254,13 +254,13 @@ public struct SnoreDetector: Sendable {
     }
 
     /// Whether an event is open.
-    public var isActive: Bool { open != nil }
+    package var isActive: Bool { open != nil }
 
     /// When true, the start of every released positive window is appended to ``positiveWindowStarts`` (for
     /// evaluation: which windows the detector called snoring). Default false.
-    public var recordsPositiveWindows = false
+    package var recordsPositiveWindows = false
     /// Starts (s) of the positive windows released so far, when ``recordsPositiveWindows`` is set.
-    public private(set) var positiveWindowStarts: [Double] = []
+    package private(set) var positiveWindowStarts: [Double] = []
 
     /// Feeds the next window.
     ///
@@ -271,7 +271,7 @@ public struct SnoreDetector: Sendable {
     ///   - scores: its class scores (`classLabels.count` of them), or nil for a gated window (evidence 0).
     ///   - embedding: its YAMNet embedding `[1024]`, used with a head (empty: none).
     /// - Returns: decisions about earlier windows that became final (they lag by up to ~9 s), in order.
-    public mutating func process(
+    package mutating func process(
         windowStart: Double, windowDuration: Double, levelDBFS: Float, scores: [Float]?, embedding: [Float] = []
     ) -> [Decision] {
         guard windowStart.isFinite, windowDuration.isFinite, windowDuration >= 0 else { return [] }
@@ -281,7 +281,7 @@ public struct SnoreDetector: Sendable {
 
     /// Feeds the next window by its evidence (0...1) instead of its scores; see
     /// ``process(windowStart:windowDuration:levelDBFS:scores:)``.
-    public mutating func process(
+    package mutating func process(
         windowStart: Double, windowDuration: Double, levelDBFS: Float, evidence: Float
     ) -> [Decision] {
         guard windowStart.isFinite, windowDuration.isFinite, windowDuration >= 0 else { return [] }
@@ -322,7 +322,7 @@ public struct SnoreDetector: Sendable {
     }
 
     /// The stream had a gap: decides and releases every held window, ends an open event (reason `.streamGap`).
-    public mutating func reset() -> [Decision] {
+    package mutating func reset() -> [Decision] {
         var decisions = drainAll()
         decisions += debouncer.reset(at: previous?.end ?? 0).compactMap { close($0) }
         previous = nil
@@ -330,7 +330,7 @@ public struct SnoreDetector: Sendable {
     }
 
     /// The stream ended: decides and releases every held window and ends an open event (reason `.streamEnd`).
-    public mutating func finish() -> [Decision] {
+    package mutating func finish() -> [Decision] {
         var decisions = drainAll()
         decisions += debouncer.finish().compactMap { close($0) }
         previous = nil

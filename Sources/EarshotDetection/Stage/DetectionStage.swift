@@ -19,9 +19,9 @@ import EarshotAnalysis
 /// gives one `input_silent` health event; sound after it `capture_live`.
 ///
 /// - Important: Not thread-safe: one owner (the daemon's analysis queue, or the thread of `earshot detect`).
-public final class DetectionStage {
+package final class DetectionStage {
     /// What one chunk produced, in the order it happened.
-    public enum Output: Sendable {
+    package enum Output: Sendable {
         /// An analysis window's result (gated ones too): its time range, RMS level (dBFS) and scores.
         case window(ClassificationResult)
         /// A classifier-group event: onset or end (`DetectionEvent`).
@@ -34,38 +34,38 @@ public final class DetectionStage {
 
     /// How windows are cut, gated and turned into events; the daemon fills it from `[analysis]`, `[alarms]` and
     /// `[detection] watch`.
-    public struct Settings: Sendable, Equatable {
+    package struct Settings: Sendable, Equatable {
         /// Window duration in seconds (0.96...10).
-        public var windowDuration: Double = 0.96
+        package var windowDuration: Double = 0.96
         /// Fraction of a window shared with the next, in [0, 1).
-        public var overlapFactor: Double = 0.5
+        package var overlapFactor: Double = 0.5
         /// RMS level in dBFS below which a window is not classified (counts as negative).
-        public var gateThresholdDBFS: Double = -50
+        package var gateThresholdDBFS: Double = -50
         /// Seconds of uninterrupted digital silence before an `input_silent` health event; 0 turns it off.
-        public var silenceSeconds: Double = 600
+        package var silenceSeconds: Double = 600
         /// Whether the smoke/CO pattern detector runs.
-        public var alarmPatternDetection: Bool = true
+        package var alarmPatternDetection: Bool = true
         /// The watch list: `smoke_alarm` and `co_alarm` pattern events go out when watched, `alarm_chirp` when
         /// either is.
-        public var watch: [String] = []
+        package var watch: [String] = []
 
-        public init() {}
+        package init() {}
     }
 
     /// Counters for the daemon's status reply.
-    public struct Counters: Sendable {
-        public var windows = 0
-        public var gatedWindows = 0
-        public var gaps = 0
+    package struct Counters: Sendable {
+        package var windows = 0
+        package var gatedWindows = 0
+        package var gaps = 0
         /// Stream time (s) of the latest window's end.
-        public var streamTime: Double = 0
-        public var lastLevelDBFS: Float = ClassificationResult.levelFloorDBFS
+        package var streamTime: Double = 0
+        package var lastLevelDBFS: Float = ClassificationResult.levelFloorDBFS
     }
 
     /// One `overrun` health event per gap, at most one per this much wall time (nanoseconds).
     static let gapReportInterval: UInt64 = 10_000_000_000
 
-    public private(set) var counters = Counters()
+    package private(set) var counters = Counters()
     private var settings: Settings
     private var engine: DetectionEngine
     private var heads: HeadModelSet
@@ -83,7 +83,7 @@ public final class DetectionStage {
     /// Called with the 16 kHz samples the classifier hears and the timeline index of the first
     /// (`AudioStreamAnalyzer.onResampledAudio`), on the owner's thread; must return at once (the daemon's clip
     /// recorder keeps them). Set it before the first chunk.
-    public var onResampledAudio: ((UnsafeBufferPointer<Float>, Int64) -> Void)?
+    package var onResampledAudio: ((UnsafeBufferPointer<Float>, Int64) -> Void)?
 
     private final class Observer: ResultsObserving {
         unowned let stage: DetectionStage
@@ -101,7 +101,7 @@ public final class DetectionStage {
     ///     on: `AlarmDetector.engineWatchList`).
     ///   - heads: the custom models whose classes follow YAMNet's in the engine's labels.
     /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range.
-    public init(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet()) throws(EarshotError) {
+    package init(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet()) throws(EarshotError) {
         self.settings = settings
         self.engine = engine
         self.heads = heads
@@ -110,12 +110,12 @@ public final class DetectionStage {
     }
 
     /// Names of the groups with an open event.
-    public var activeGroups: [String] { engine.activeGroups }
+    package var activeGroups: [String] { engine.activeGroups }
 
     /// Analyses one chunk of mono samples in -1...1 at `sampleRate` Hz whose first frame is `framePosition` on the
     /// capture timeline. `gap`: frames lost just before it (nil: none; the chunk continues the previous one).
     /// - Returns: what the chunk produced, in order.
-    public func process(
+    package func process(
         _ samples: UnsafeBufferPointer<Float>, sampleRate: Int, framePosition: Int64, gap: Int64? = nil
     ) -> [Output] {
         if let gap, analyzer != nil {
@@ -136,13 +136,13 @@ public final class DetectionStage {
 
     /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
     /// then ends open events (`stream_end`).
-    public func finishInput() -> [Output] {
+    package func finishInput() -> [Output] {
         analyzer?.completeAnalysis()
         return stop()
     }
 
     /// Ends open alarm and classifier events now (the daemon stops: `stream_end`).
-    public func stop() -> [Output] {
+    package func stop() -> [Output] {
         appendAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { outputs.append(.detection(event)) }
         return takeOutputs()
@@ -150,7 +150,7 @@ public final class DetectionStage {
 
     /// Applies new settings: open events end (`reload`), and the next chunk starts a new window grid.
     /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range (nothing changes then).
-    public func reconfigure(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet())
+    package func reconfigure(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet())
         throws(EarshotError) -> [Output]
     {
         let request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
@@ -166,7 +166,7 @@ public final class DetectionStage {
 
     /// Swaps in custom models with the same class labels (a reloaded file): they score from the next window on;
     /// open events go on. Returns false, changing nothing, when the labels differ (then ``reconfigure``).
-    public func replaceHeads(_ heads: HeadModelSet) -> Bool {
+    package func replaceHeads(_ heads: HeadModelSet) -> Bool {
         guard heads.classLabels == self.heads.classLabels else { return false }
         self.heads = heads
         return true

@@ -12,15 +12,15 @@ import EarshotDetection
 /// names are 1 to 64 of `a-z 0-9 _`), e.g. `2026-11-30T21-15-03Z_smoke_alarm.wav`; a second clip of the same group
 /// in the same second gets `-2` (then `-3`, ...) before `.wav`. While it is written it is `.NAME.partial`. Retention
 /// and clean-up touch only names of exactly these forms, so other files in the directory are never deleted.
-public enum ClipFiles {
+package enum ClipFiles {
     /// The extension of finished clips.
-    public static let fileExtension = ".wav"
+    package static let fileExtension = ".wav"
     /// Prefix and suffix of a clip being written.
     package static let partialPrefix = "."
     package static let partialSuffix = ".partial"
 
     /// `YYYY-MM-DDTHH-MM-SSZ_GROUP`, the UTC second of `start` (rounded down).
-    public static func stem(start: Date, group: String) -> String {
+    package static func stem(start: Date, group: String) -> String {
         var seconds = time_t(start.timeIntervalSince1970.rounded(.down))
         var parts = tm()
         if gmtime_r(&seconds, &parts) == nil { parts = tm() }
@@ -34,7 +34,7 @@ public enum ClipFiles {
     }
 
     /// The file name for `stem` and the `number`th clip with that stem (1: no suffix).
-    public static func name(stem: String, number: Int = 1) -> String {
+    package static func name(stem: String, number: Int = 1) -> String {
         number <= 1 ? stem + fileExtension : "\(stem)-\(number)\(fileExtension)"
     }
 
@@ -44,7 +44,7 @@ public enum ClipFiles {
     }
 
     /// Whether `name` is a finished clip's name (see the type's documentation).
-    public static func isClipName(_ name: String) -> Bool {
+    package static func isClipName(_ name: String) -> Bool {
         guard name.hasSuffix(fileExtension) else { return false }
         let bytes = Array(name.utf8.dropLast(fileExtension.utf8.count))
         // "YYYY-MM-DDTHH-MM-SSZ_" is 21 bytes.
@@ -74,17 +74,17 @@ public enum ClipFiles {
     }
 
     /// What ``prune(directory:maxClips:retentionDays:now:)`` deleted, by name.
-    public struct Pruned: Sendable, Equatable {
+    package struct Pruned: Sendable, Equatable {
         /// Clips older than the retention.
-        public var expired: [String] = []
+        package var expired: [String] = []
         /// The oldest clips beyond the maximum count.
-        public var excess: [String] = []
+        package var excess: [String] = []
         /// Half-written clips (`.NAME.partial`) older than a minute.
-        public var partial: [String] = []
+        package var partial: [String] = []
 
-        public var count: Int { expired.count + excess.count + partial.count }
+        package var count: Int { expired.count + excess.count + partial.count }
 
-        public init(expired: [String] = [], excess: [String] = [], partial: [String] = []) {
+        package init(expired: [String] = [], excess: [String] = [], partial: [String] = []) {
             self.expired = expired
             self.excess = excess
             self.partial = partial
@@ -103,7 +103,7 @@ public enum ClipFiles {
     ///   nothing to prune), e.g. `cannot list clips in /srv/clips: Not a directory (set [clips] directory to a
     ///   directory)`, or a clip cannot be deleted.
     @discardableResult
-    public static func prune(directory: String, maxClips: Int, retentionDays: Int, now: Date = Date())
+    package static func prune(directory: String, maxClips: Int, retentionDays: Int, now: Date = Date())
         throws(EarshotError) -> Pruned
     {
         guard let names = try entries(of: directory) else { return Pruned() }

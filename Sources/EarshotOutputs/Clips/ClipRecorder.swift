@@ -7,31 +7,31 @@ import EarshotAnalysis
 import EarshotDetection
 
 /// One clip cut from the analysis audio, ready to be written: 16 kHz mono 16-bit samples around one event.
-public struct ClipAudio: Sendable, Equatable {
+package struct ClipAudio: Sendable, Equatable {
     /// The event's group, e.g. `smoke_alarm`.
-    public var group: String
+    package var group: String
     /// Stream time (s) the event started.
-    public var eventStart: Double
+    package var eventStart: Double
     /// Stream time (s) the event ended; nil when it was still going when the clip was cut (``capped``).
-    public var eventEnd: Double?
+    package var eventEnd: Double?
     /// Timeline index (16 kHz samples from the stream's start) of the first sample.
-    public var startIndex: Int64
+    package var startIndex: Int64
     /// `[frames]` 16-bit samples (full scale ±32767) at ``sampleRate``.
-    public var samples: [Int16]
+    package var samples: [Int16]
     /// True when the event lasted longer than ``ClipRecorder/maximumEventSeconds``: the clip ends that long after
     /// the event's start, plus the post-roll.
-    public var capped: Bool
+    package var capped: Bool
     /// The wall-clock time of the event's start (names the file).
-    public var wallClockStart: Date
+    package var wallClockStart: Date
 
     /// Samples per second: the analysis rate, 16000 Hz.
-    public static let sampleRate = YAMNet.sampleRate
+    package static let sampleRate = YAMNet.sampleRate
     /// Stream time (s) of the first sample.
-    public var start: Double { Double(startIndex) / Double(Self.sampleRate) }
+    package var start: Double { Double(startIndex) / Double(Self.sampleRate) }
     /// Stream time (s) after the last sample.
-    public var end: Double { Double(startIndex + Int64(samples.count)) / Double(Self.sampleRate) }
+    package var end: Double { Double(startIndex + Int64(samples.count)) / Double(Self.sampleRate) }
 
-    public init(
+    package init(
         group: String, eventStart: Double, eventEnd: Double?, startIndex: Int64, samples: [Int16], capped: Bool,
         wallClockStart: Date
     ) {

@@ -9,28 +9,28 @@ import EarshotAnalysis
 import EarshotDetection
 
 /// A clip written to disk: what the `clip_saved` line and the journal say.
-public struct SavedClip: Sendable, Equatable {
+package struct SavedClip: Sendable, Equatable {
     /// The file, e.g. `/var/lib/earshot/clips/2026-11-30T21-15-03Z_smoke_alarm.wav`.
-    public var path: String
-    public var group: String
+    package var path: String
+    package var group: String
     /// Stream time (s) of the first sample and after the last.
-    public var start: Double
-    public var end: Double
+    package var start: Double
+    package var end: Double
     /// Samples in the file (16 kHz mono).
-    public var frames: Int
-    public var eventStart: Double
+    package var frames: Int
+    package var eventStart: Double
     /// Nil when the event was still going when the clip was cut.
-    public var eventEnd: Double?
+    package var eventEnd: Double?
     /// True when the event was longer than ``ClipRecorder/maximumEventSeconds`` and the clip stops there.
-    public var capped: Bool
+    package var capped: Bool
     /// File size in bytes (44-byte header + 2 bytes per frame).
-    public var bytes: Int
+    package var bytes: Int
     /// Seconds the write took (open, write, fsync, rename), for the record.
-    public var writeSeconds: Double
+    package var writeSeconds: Double
 
-    public var duration: Double { end - start }
+    package var duration: Double { end - start }
 
-    public init(
+    package init(
         path: String, group: String, start: Double, end: Double, frames: Int, eventStart: Double, eventEnd: Double?,
         capped: Bool, bytes: Int, writeSeconds: Double
     ) {
@@ -49,7 +49,7 @@ public struct SavedClip: Sendable, Equatable {
     /// The socket line, e.g. `{"type":"clip_saved","group":"baby_cry","path":"/var/lib/earshot/clips/...wav",
     /// "start":0,"end":14.6,"duration":14.6,"frames":233600,"sample_rate":16000,"event_start":2.88,"event_end":9.6,
     /// "capped":false,"time":"..."}`; `event_end` is left out while the event goes on.
-    public func object(time: Date) -> JSONObject {
+    package func object(time: Date) -> JSONObject {
         var object: JSONObject = [
             "type": "clip_saved",
             "group": .string(group),
@@ -69,7 +69,7 @@ public struct SavedClip: Sendable, Equatable {
 
     /// The journal line, e.g. `clip saved: /var/lib/earshot/clips/2026-11-30T21-15-03Z_baby_cry.wav (baby_cry,
     /// 14.60 s: stream time 0.00 s to 14.60 s)`, with `; event longer than 60 s, cut there` when capped.
-    public var message: String {
+    package var message: String {
         func fixed(_ value: Double) -> String { String(cFormat: "%.2f", value) }
         let cap = capped ? "; event longer than \(Int(ClipRecorder.maximumEventSeconds)) s, cut there" : ""
         return "clip saved: \(path) (\(group), \(fixed(duration)) s: stream time \(fixed(start)) s to \(fixed(end)) s\(cap))"
@@ -78,7 +78,7 @@ public struct SavedClip: Sendable, Equatable {
     /// The journal entry: ``message`` (priority 6), `EARSHOT_EVENT=clip`, `EARSHOT_GROUP`, `EARSHOT_CLIP` (the
     /// path) and `EARSHOT_STREAM_TIME` (the event's start, as in its detection entries), so that
     /// `journalctl EARSHOT_EVENT=clip` lists the clips.
-    public func journalFields(identifier: String) -> [JournalSink.Field] {
+    package func journalFields(identifier: String) -> [JournalSink.Field] {
         [
             .init("MESSAGE", message),
             .init("PRIORITY", "6"),
@@ -110,11 +110,11 @@ public struct SavedClip: Sendable, Equatable {
 ///
 /// - Important: ``save(_:)`` may be called from any thread and returns at once. `report` and `saved` are called on
 ///   the writer's queue and must not call back into the writer synchronously.
-public final class ClipWriter: @unchecked Sendable {
+package final class ClipWriter: @unchecked Sendable {
     // @unchecked: the mutable properties other than `counters` are touched only on `queue`.
 
     /// What `report` is told.
-    public enum Report: Sendable, Equatable {
+    package enum Report: Sendable, Equatable {
         /// Clips cannot be written; the line says why and how to fix it. Sent once until a clip is written again.
         case failing(String)
         /// Clips are written again after a failure; the line says how many were lost.
@@ -124,27 +124,27 @@ public final class ClipWriter: @unchecked Sendable {
     }
 
     /// Counters (read with ``statistics``).
-    public struct Statistics: Sendable, Equatable {
-        public var written = 0
+    package struct Statistics: Sendable, Equatable {
+        package var written = 0
         /// Clips not written: failed or dropped.
-        public var lost = 0
+        package var lost = 0
         /// Clips deleted by retention since start.
-        public var pruned = 0
+        package var pruned = 0
         /// Clips waiting to be written.
-        public var queued = 0
-        public var failing = false
+        package var queued = 0
+        package var failing = false
         /// Total seconds spent writing (for the mean write time).
-        public var writeSeconds: Double = 0
+        package var writeSeconds: Double = 0
     }
 
     /// Clips waiting for the disk at most: about 18 MB at the default 70 s clip.
-    public static let maximumBacklog = 8
+    package static let maximumBacklog = 8
     /// Seconds between retention runs when no clip is saved.
-    public static let pruneInterval: Double = 3600
+    package static let pruneInterval: Double = 3600
 
-    public let directory: String
-    public let maxClips: Int
-    public let retentionDays: Int
+    package let directory: String
+    package let maxClips: Int
+    package let retentionDays: Int
     private let queue = DispatchQueue(label: "earshot.clips", qos: .utility)
     private let report: @Sendable (Report) -> Void
     private let saved: @Sendable (SavedClip) -> Void
@@ -159,7 +159,7 @@ public final class ClipWriter: @unchecked Sendable {
     ///   - now: the clock for retention (tests pass a fixed one).
     ///   - report: told once when writing starts failing, once when it works again, and of warnings.
     ///   - saved: told of each clip written, after the rename.
-    public init(
+    package init(
         settings: ClipSettings, now: @escaping @Sendable () -> Date = { Date() },
         report: @escaping @Sendable (Report) -> Void, saved: @escaping @Sendable (SavedClip) -> Void
     ) {
@@ -181,7 +181,7 @@ public final class ClipWriter: @unchecked Sendable {
     }
 
     /// Queues one clip for writing. Returns at once.
-    public func save(_ clip: ClipAudio) {
+    package func save(_ clip: ClipAudio) {
         let accepted = counters.withLock { counters -> Bool in
             guard counters.queued < Self.maximumBacklog else {
                 counters.lost += 1
@@ -205,12 +205,12 @@ public final class ClipWriter: @unchecked Sendable {
     }
 
     /// Waits until every clip queued before this call has been written or has failed.
-    public func flush() {
+    package func flush() {
         queue.sync {}
     }
 
     /// Writes what is queued, stops the timer; later clips are ignored. Waits.
-    public func close() {
+    package func close() {
         queue.sync {
             stopped = true
             pruneTimer?.cancel()
@@ -218,7 +218,7 @@ public final class ClipWriter: @unchecked Sendable {
         }
     }
 
-    public var statistics: Statistics {
+    package var statistics: Statistics {
         counters.withLock { $0 }
     }
 

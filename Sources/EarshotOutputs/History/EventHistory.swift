@@ -11,35 +11,35 @@ import EarshotDetection
 ///
 /// Times are whole milliseconds since 1970 (the stored precision): `start` and `end` made by ``init(id:group:classLabel:start:end:peakConfidence:meanConfidence:levelDBFS:peakLevelDBFS:windows:endReason:)``
 /// are rounded to the millisecond, so a stored event reads back equal.
-public struct HistoryEvent: Sendable, Equatable {
+package struct HistoryEvent: Sendable, Equatable {
     /// The row id (assigned by the database; 0 before the event is stored).
-    public var id: Int64
+    package var id: Int64
     /// The label group (`snoring`, `smoke_alarm`, ...).
-    public var group: String
+    package var group: String
     /// The AudioSet class label that scored highest in the event (e.g. `Snoring`).
-    public var classLabel: String
+    package var classLabel: String
     /// Wall-clock start: the start of the event's first positive window.
-    public var start: Date
+    package var start: Date
     /// Wall-clock end: the end of the event's last positive window.
-    public var end: Date
+    package var end: Date
     /// Highest group score over the event's positive windows, 0...1.
-    public var peakConfidence: Float
+    package var peakConfidence: Float
     /// Mean group score over the event's positive windows, 0...1.
-    public var meanConfidence: Float
+    package var meanConfidence: Float
     /// Level of the event's audio in dBFS: the energy mean of the RMS levels of the windows inside the event
     /// (`10 log10(mean(10^(L/10)))`), -120 for digital silence.
-    public var levelDBFS: Float
+    package var levelDBFS: Float
     /// The loudest window's RMS level inside the event, in dBFS.
-    public var peakLevelDBFS: Float
+    package var peakLevelDBFS: Float
     /// Positive windows the event had.
-    public var windows: Int
+    package var windows: Int
     /// Why the event ended (`hold_elapsed`, `stream_gap`, `stream_end`; see `DetectionEvent.EndReason`).
-    public var endReason: String
+    package var endReason: String
 
     /// Seconds from `start` to `end`.
-    public var duration: Double { end.timeIntervalSince(start) }
+    package var duration: Double { end.timeIntervalSince(start) }
 
-    public init(
+    package init(
         id: Int64 = 0, group: String, classLabel: String, start: Date, end: Date, peakConfidence: Float,
         meanConfidence: Float, levelDBFS: Float, peakLevelDBFS: Float, windows: Int, endReason: String
     ) {
@@ -69,17 +69,17 @@ public struct HistoryEvent: Sendable, Equatable {
 }
 
 /// Which stored events to read: those overlapping `[since, until]`, of the listed groups, oldest first.
-public struct HistoryQuery: Sendable, Equatable {
+package struct HistoryQuery: Sendable, Equatable {
     /// Events that ended at or after this time (nil: no lower bound).
-    public var since: Date?
+    package var since: Date?
     /// Events that started at or before this time (nil: no upper bound).
-    public var until: Date?
+    package var until: Date?
     /// Only these groups (empty: every group).
-    public var groups: [String]
+    package var groups: [String]
     /// At most this many events: the newest ones, still returned oldest first (nil: all).
-    public var limit: Int?
+    package var limit: Int?
 
-    public init(since: Date? = nil, until: Date? = nil, groups: [String] = [], limit: Int? = nil) {
+    package init(since: Date? = nil, until: Date? = nil, groups: [String] = [], limit: Int? = nil) {
         self.since = since
         self.until = until
         self.groups = groups
@@ -96,14 +96,14 @@ public struct HistoryQuery: Sendable, Equatable {
 /// `peak_level_dbfs`, `windows`, `end_reason`; indexed by `end_ms` and `start_ms`.
 ///
 /// - Important: Not thread-safe: use one instance from one queue (``EventHistoryWriter`` owns the daemon's).
-public final class EventHistory {
+package final class EventHistory {
     /// The daemon's default database: systemd's `StateDirectory=earshot` (`/var/lib/earshot`).
-    public static let defaultPath = "/var/lib/earshot/history.sqlite3"
+    package static let defaultPath = "/var/lib/earshot/history.sqlite3"
     /// The schema version this code writes and reads (`PRAGMA user_version`).
     package static let schemaVersion = 1
 
     /// How to open the database.
-    public enum Access: Sendable {
+    package enum Access: Sendable {
         /// Read and write, creating the file and the table when missing (the daemon).
         case readWrite
         /// Read only; the file must exist (`earshot history`).
@@ -111,7 +111,7 @@ public final class EventHistory {
     }
 
     /// The database file's path.
-    public let path: String
+    package let path: String
     /// The connection (internal so that tests can set pragmas such as `max_page_count`).
     package let database: SQLiteDatabase
 
@@ -124,7 +124,7 @@ public final class EventHistory {
     ///   `.cannotCreate` when the file or its directory cannot be created or written; `.data` when the file is not
     ///   an event history or has a newer schema; `.unavailable` when it stays locked past the timeout; `.io` for a
     ///   full disk or another I/O failure.
-    public init(path: String, access: Access = .readWrite, busyTimeoutMilliseconds: Int32 = 2000) throws(EarshotError) {
+    package init(path: String, access: Access = .readWrite, busyTimeoutMilliseconds: Int32 = 2000) throws(EarshotError) {
         self.path = path
         if PathKind(path: path) == .directory {
             throw EarshotError(
@@ -193,14 +193,14 @@ public final class EventHistory {
     /// - Throws: `EarshotError` as described in ``init(path:access:busyTimeoutMilliseconds:)`` (locked, full,
     ///   read-only).
     @discardableResult
-    public func insert(_ event: HistoryEvent) throws(EarshotError) -> Int64 {
+    package func insert(_ event: HistoryEvent) throws(EarshotError) -> Int64 {
         try insert([event]).first ?? 0
     }
 
     /// Stores events in one transaction (all or none) and returns their row ids in order.
     /// - Throws: `EarshotError` as ``insert(_:)``; on failure nothing is stored.
     @discardableResult
-    public func insert(_ events: [HistoryEvent]) throws(EarshotError) -> [Int64] {
+    package func insert(_ events: [HistoryEvent]) throws(EarshotError) -> [Int64] {
         guard !events.isEmpty else { return [] }
         do throws(SQLiteError) {
             try database.execute("BEGIN IMMEDIATE")
@@ -232,7 +232,7 @@ public final class EventHistory {
 
     /// The stored events matching `query`, oldest first (by start, then id).
     /// - Throws: `EarshotError` (`.unavailable` when locked past the timeout, `.data` for a damaged file).
-    public func events(matching query: HistoryQuery = HistoryQuery()) throws(EarshotError) -> [HistoryEvent] {
+    package func events(matching query: HistoryQuery = HistoryQuery()) throws(EarshotError) -> [HistoryEvent] {
         var conditions: [String] = []
         var parameters: [SQLiteDatabase.Value] = []
         if let since = query.since {
@@ -279,7 +279,7 @@ public final class EventHistory {
     /// Deletes the events that ended before `cutoff` and returns how many were deleted.
     /// - Throws: `EarshotError` as ``insert(_:)``.
     @discardableResult
-    public func prune(endedBefore cutoff: Date) throws(EarshotError) -> Int {
+    package func prune(endedBefore cutoff: Date) throws(EarshotError) -> Int {
         do throws(SQLiteError) {
             try database.run("DELETE FROM events WHERE end_ms < ?", [.integer(HistoryEvent.milliseconds(cutoff))])
             return database.changes

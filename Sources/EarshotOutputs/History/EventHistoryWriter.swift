@@ -22,11 +22,11 @@ import EarshotDetection
 ///
 /// - Important: ``append(_:)`` may be called from any thread and returns at once. `report` is called on the writer's
 ///   queue and must not call back into the writer synchronously.
-public final class EventHistoryWriter: @unchecked Sendable {
+package final class EventHistoryWriter: @unchecked Sendable {
     // @unchecked: the mutable properties below other than `counters` are touched only on `queue`.
 
     /// What `report` is told.
-    public enum Report: Sendable, Equatable {
+    package enum Report: Sendable, Equatable {
         /// Storing failed; the line says why and how to fix it. Sent once until writes work again.
         case failing(String)
         /// Storing works again after a failure; the line says how many events were lost.
@@ -34,26 +34,26 @@ public final class EventHistoryWriter: @unchecked Sendable {
     }
 
     /// Events held in memory while the database cannot be written (days of busy detections).
-    public static let maximumBacklog = 4096
+    package static let maximumBacklog = 4096
     /// Seconds between retries while failing.
-    public static let retryInterval: Double = 30
+    package static let retryInterval: Double = 30
     /// Seconds between retention pruning runs.
-    public static let pruneInterval: Double = 3600
+    package static let pruneInterval: Double = 3600
 
     /// Counters (read with ``statistics``).
-    public struct Statistics: Sendable, Equatable {
+    package struct Statistics: Sendable, Equatable {
         /// Events stored since start.
-        public var written = 0
+        package var written = 0
         /// Events dropped because the backlog was full.
-        public var dropped = 0
+        package var dropped = 0
         /// Events waiting in memory for the database.
-        public var backlog = 0
+        package var backlog = 0
         /// Events deleted by retention since start.
-        public var pruned = 0
+        package var pruned = 0
         /// True while writes fail.
-        public var failing = false
+        package var failing = false
 
-        public init(written: Int = 0, dropped: Int = 0, backlog: Int = 0, pruned: Int = 0, failing: Bool = false) {
+        package init(written: Int = 0, dropped: Int = 0, backlog: Int = 0, pruned: Int = 0, failing: Bool = false) {
             self.written = written
             self.dropped = dropped
             self.backlog = backlog
@@ -63,9 +63,9 @@ public final class EventHistoryWriter: @unchecked Sendable {
     }
 
     /// The database file.
-    public let path: String
+    package let path: String
     /// Days events are kept; 0 keeps everything.
-    public let retentionDays: Int
+    package let retentionDays: Int
     private let busyTimeoutMilliseconds: Int32
     private let queue = DispatchQueue(label: "earshot.history", qos: .utility)
     private let report: @Sendable (Report) -> Void
@@ -85,7 +85,7 @@ public final class EventHistoryWriter: @unchecked Sendable {
     ///   - busyTimeoutMilliseconds: how long one write waits for another process's lock before failing.
     ///   - now: the clock used for retention (tests pass a fixed one).
     ///   - report: told once when storing starts failing and once when it works again.
-    public init(
+    package init(
         path: String, retentionDays: Int, busyTimeoutMilliseconds: Int32 = 2000,
         now: @escaping @Sendable () -> Date = { Date() }, report: @escaping @Sendable (Report) -> Void
     ) {
@@ -102,7 +102,7 @@ public final class EventHistoryWriter: @unchecked Sendable {
     }
 
     /// Queues one finished event for storing. Returns at once.
-    public func append(_ event: HistoryEvent) {
+    package func append(_ event: HistoryEvent) {
         queue.async { [self] in
             guard !stopped else { return }
             backlog.append(event)
@@ -117,12 +117,12 @@ public final class EventHistoryWriter: @unchecked Sendable {
     }
 
     /// Waits until every event appended before this call has been stored or has failed (for shutdown and tests).
-    public func flush() {
+    package func flush() {
         queue.sync {}
     }
 
     /// Stores what it can, stops the timers and closes the database; later appends are ignored. Waits.
-    public func close() {
+    package func close() {
         queue.sync {
             drain()
             stopped = true
@@ -135,7 +135,7 @@ public final class EventHistoryWriter: @unchecked Sendable {
     }
 
     /// Counters so far.
-    public var statistics: Statistics {
+    package var statistics: Statistics {
         counters.withLock { $0 }
     }
 

@@ -19,9 +19,9 @@ import EarshotDetection
 /// `now - (latestWindowEnd - t)` seconds.
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
-public struct EventLevelMeter: Sendable {
+package struct EventLevelMeter: Sendable {
     /// Windows kept for onsets that start in the past: 100 (the largest n of a k-of-n rule) plus a margin.
-    public static let recentWindowLimit = 128
+    package static let recentWindowLimit = 128
 
     package struct Window: Sendable, Equatable {
         package var start: Double
@@ -32,12 +32,12 @@ public struct EventLevelMeter: Sendable {
     private var recent: [Window] = []
     private var open: [String: [Window]] = [:]
     /// Stream time (s) of the end of the latest window observed.
-    public private(set) var latestWindowEnd: Double = 0
+    package private(set) var latestWindowEnd: Double = 0
 
-    public init() {}
+    package init() {}
 
     /// One analysis window: start and duration in stream seconds, RMS level in dBFS.
-    public mutating func observe(windowStart: Double, windowDuration: Double, levelDBFS: Float) {
+    package mutating func observe(windowStart: Double, windowDuration: Double, levelDBFS: Float) {
         let window = Window(start: windowStart, end: windowStart + windowDuration, levelDBFS: levelDBFS)
         latestWindowEnd = max(latestWindowEnd, window.end)
         recent.append(window)
@@ -49,7 +49,7 @@ public struct EventLevelMeter: Sendable {
     /// its levels and wall-clock times (nil for an onset).
     ///
     /// - Parameter now: the wall-clock time of the latest observed window's end.
-    public mutating func finish(_ event: DetectionEvent, now: Date) -> HistoryEvent? {
+    package mutating func finish(_ event: DetectionEvent, now: Date) -> HistoryEvent? {
         switch event {
         case .onset(let onset):
             open[onset.group] = recent.filter { $0.start >= onset.start - 1e-6 }
@@ -68,5 +68,5 @@ public struct EventLevelMeter: Sendable {
     }
 
     /// Energy mean and maximum of levels in dBFS; both the floor (-120) for no levels (``LevelStatistics``).
-    public static func levels(_ values: [Float]) -> (mean: Float, peak: Float) { LevelStatistics.levels(values) }
+    package static func levels(_ values: [Float]) -> (mean: Float, peak: Float) { LevelStatistics.levels(values) }
 }

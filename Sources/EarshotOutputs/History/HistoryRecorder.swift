@@ -11,26 +11,26 @@ import EarshotDetection
 ///
 /// - Important: ``observe(_:)`` and ``record(_:)`` must be called on the analysis queue (they return at once; the
 ///   writer stores on its own queue). ``close()`` may be called from any queue, once, at shutdown.
-public final class HistoryRecorder: @unchecked Sendable {
+package final class HistoryRecorder: @unchecked Sendable {
     // @unchecked: `meter` is touched only on the analysis queue; the writer is Sendable.
-    public let writer: EventHistoryWriter
+    package let writer: EventHistoryWriter
     private var meter = EventLevelMeter()
 
     /// - Parameters:
     ///   - settings: `[history]` (path and retention; `enabled` is the caller's business).
     ///   - report: told when storing starts failing and when it works again (on the writer's queue).
-    public init(settings: HistorySettings, report: @escaping @Sendable (EventHistoryWriter.Report) -> Void) {
+    package init(settings: HistorySettings, report: @escaping @Sendable (EventHistoryWriter.Report) -> Void) {
         writer = EventHistoryWriter(path: settings.path, retentionDays: settings.retentionDays, report: report)
     }
 
     /// One analysis window (gated ones too).
-    public func observe(_ result: ClassificationResult) {
+    package func observe(_ result: ClassificationResult) {
         meter.observe(windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
                       levelDBFS: result.levelDBFS)
     }
 
     /// One detection event, right after the window that produced it: an offset is stored.
-    public func record(_ event: DetectionEvent, now: Date = Date()) {
+    package func record(_ event: DetectionEvent, now: Date = Date()) {
         if let finished = meter.finish(event, now: now) { writer.append(finished) }
     }
 
@@ -38,7 +38,7 @@ public final class HistoryRecorder: @unchecked Sendable {
     /// stream seconds, stored like an offset (levels from the windows inside `[start, end]` still held: the last
     /// ``EventLevelMeter/recentWindowLimit`` windows, about a minute). Analysis queue, right after the window that
     /// ended it.
-    public func recordFinished(
+    package func recordFinished(
         group: String, classLabel: String, start: Double, end: Double, peakConfidence: Float, meanConfidence: Float,
         windows: Int, endReason: DetectionEvent.EndReason, now: Date = Date()
     ) {
@@ -47,7 +47,7 @@ public final class HistoryRecorder: @unchecked Sendable {
     }
 
     /// Stores what is pending and closes the database.
-    public func close() {
+    package func close() {
         writer.close()
     }
 }

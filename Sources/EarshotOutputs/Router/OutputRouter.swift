@@ -8,7 +8,7 @@ import EarshotDetection
 
 /// Everything the daemon tells the world, as values: what the detection stage produced, what the clip writer
 /// saved, what a sleep session reported.
-public enum DaemonOutput: Sendable {
+package enum DaemonOutput: Sendable {
     /// An analysis window (time range, RMS level in dBFS, scores): the history's level meter reads it.
     case window(ClassificationResult)
     /// A classifier-group onset or end.
@@ -23,7 +23,7 @@ public enum DaemonOutput: Sendable {
     case sleepReport(JSONObject)
 
     /// The stage's values as daemon outputs.
-    public init(_ output: DetectionStage.Output) {
+    package init(_ output: DetectionStage.Output) {
         switch output {
         case .window(let result): self = .window(result)
         case .detection(let event): self = .detection(event)
@@ -34,11 +34,11 @@ public enum DaemonOutput: Sendable {
 }
 
 /// An output with the wall-clock time the router took it at: every sink writes the same `time` for it.
-public struct RoutedOutput: Sendable {
-    public let output: DaemonOutput
-    public let time: Date
+package struct RoutedOutput: Sendable {
+    package let output: DaemonOutput
+    package let time: Date
 
-    public init(output: DaemonOutput, time: Date) {
+    package init(output: DaemonOutput, time: Date) {
         self.output = output
         self.time = time
     }
@@ -49,7 +49,7 @@ public struct RoutedOutput: Sendable {
 /// The router calls ``deliver(_:)`` on the sink's own serial queue, one output at a time and in the order they were
 /// routed, and only for outputs ``accepts(_:)`` said yes to. A sink may block or be slow there: only its own queue
 /// waits (up to ``OutputRouter/Settings/queueLimit`` outputs, then they are dropped for it and counted).
-public protocol OutputSink: AnyObject, Sendable {
+package protocol OutputSink: AnyObject, Sendable {
     /// A short name for logs and drop reports (`socket`, `journal`, `history`).
     var name: String { get }
     /// Whether the sink wants `output` (analysis windows are many: only sinks that read them say yes). Called on
@@ -73,22 +73,22 @@ public protocol OutputSink: AnyObject, Sendable {
 /// Order: ``start()`` starts the sinks in the order given; ``stop()`` routes nothing more, waits until every output
 /// routed before it has been delivered, then stops the sinks in reverse order (so the socket, given first, closes
 /// last, after the history has committed).
-public final class OutputRouter: Sendable {
-    public struct Settings: Sendable {
+package final class OutputRouter: Sendable {
+    package struct Settings: Sendable {
         /// Outputs waiting for one sink before further ones are dropped for it. 4096: about 30 minutes of windows
         /// at the default 0.48 s hop, far more events than a house makes.
-        public var queueLimit: Int = 4096
+        package var queueLimit: Int = 4096
 
-        public init() {}
+        package init() {}
     }
 
     /// Counters of one sink.
-    public struct SinkStatistics: Sendable, Equatable {
-        public var name: String
-        public var delivered: Int
-        public var dropped: Int
+    package struct SinkStatistics: Sendable, Equatable {
+        package var name: String
+        package var delivered: Int
+        package var dropped: Int
 
-        public init(name: String, delivered: Int, dropped: Int) {
+        package init(name: String, delivered: Int, dropped: Int) {
             self.name = name
             self.delivered = delivered
             self.dropped = dropped
@@ -117,13 +117,13 @@ public final class OutputRouter: Sendable {
 
     private enum State { case idle, running, stopped }
 
-    public init(sinks: [any OutputSink], settings: Settings = Settings()) {
+    package init(sinks: [any OutputSink], settings: Settings = Settings()) {
         lanes = sinks.map(Lane.init)
         self.settings = settings
     }
 
     /// Starts every sink, in order.
-    public func start() {
+    package func start() {
         guard state.withLock({ state in
             guard state == .idle else { return false }
             state = .running
@@ -135,14 +135,14 @@ public final class OutputRouter: Sendable {
     }
 
     /// Hands `output` to every sink that accepts it. Any thread; returns at once. Ignored after ``stop()``.
-    public func route(_ output: DaemonOutput) {
+    package func route(_ output: DaemonOutput) {
         let routed = RoutedOutput(output: output, time: Date())
         guard state.withLock({ $0 != .stopped }) else { return }
         queue.async { [self] in fanOut(routed) }
     }
 
     /// Routes several outputs, in order.
-    public func route(_ outputs: some Sequence<DaemonOutput>) {
+    package func route(_ outputs: some Sequence<DaemonOutput>) {
         for output in outputs { route(output) }
     }
 
@@ -171,7 +171,7 @@ public final class OutputRouter: Sendable {
     }
 
     /// Each sink's deliveries and drops so far.
-    public var statistics: [SinkStatistics] {
+    package var statistics: [SinkStatistics] {
         lanes.map {
             SinkStatistics(name: $0.sink.name, delivered: $0.delivered.load(ordering: .relaxed),
                            dropped: $0.dropped.load(ordering: .relaxed))
@@ -179,7 +179,7 @@ public final class OutputRouter: Sendable {
     }
 
     /// Waits until everything routed so far has been delivered (and what sinks reported while delivering it).
-    public func flush() {
+    package func flush() {
         queue.sync {}
         for lane in lanes { lane.queue.sync {} }
         queue.sync {}
@@ -188,7 +188,7 @@ public final class OutputRouter: Sendable {
 
     /// Delivers what was routed before, then stops the sinks in reverse order; later routes are ignored.
     /// Idempotent; waits.
-    public func stop() {
+    package func stop() {
         let wasRunning = state.withLock { state -> Bool in
             defer { state = .stopped }
             return state == .running

@@ -11,20 +11,20 @@ import EarshotDetection
 /// Subscribers on the Unix socket (`EventServer`): detections, alarms and clips to the clients of their group,
 /// health and sleep reports to every client. Stopping sends `{"type":"shutdown"}`, flushes the clients (bounded)
 /// and removes the socket file.
-public final class SocketSink: OutputSink {
-    public let name = "socket"
+package final class SocketSink: OutputSink {
+    package let name = "socket"
     private let server: EventServer
 
-    public init(server: EventServer) { self.server = server }
+    package init(server: EventServer) { self.server = server }
 
-    public func accepts(_ output: DaemonOutput) -> Bool {
+    package func accepts(_ output: DaemonOutput) -> Bool {
         if case .window = output { return false }
         return true
     }
 
-    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
 
-    public func deliver(_ routed: RoutedOutput) {
+    package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
         case .window: break
         case .detection(let event): server.publish(event, time: routed.time)
@@ -35,27 +35,27 @@ public final class SocketSink: OutputSink {
         }
     }
 
-    public func stop() { server.stop() }
+    package func stop() { server.stop() }
 }
 
 /// The systemd journal (or standard error without one): one structured entry per detection, alarm, health change
 /// and clip (`EARSHOT_*` fields).
-public final class JournalOutputSink: OutputSink {
-    public let name = "journal"
+package final class JournalOutputSink: OutputSink {
+    package let name = "journal"
     private let journal: JournalSink
 
-    public init(journal: JournalSink) { self.journal = journal }
+    package init(journal: JournalSink) { self.journal = journal }
 
-    public func accepts(_ output: DaemonOutput) -> Bool {
+    package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .sleepReport: false
         case .detection, .alarm, .health, .clip: true
         }
     }
 
-    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
 
-    public func deliver(_ routed: RoutedOutput) {
+    package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
         case .window, .sleepReport: break
         case .detection(let event): journal.record(event)
@@ -65,37 +65,37 @@ public final class JournalOutputSink: OutputSink {
         }
     }
 
-    public func stop() {}
+    package func stop() {}
 }
 
 /// JSON lines on standard output (`earshotd --foreground`): the same objects the socket carries for detections,
 /// alarms, health changes and clips.
-public final class StandardOutputSink: OutputSink {
-    public let name = "stdout"
+package final class StandardOutputSink: OutputSink {
+    package let name = "stdout"
     private let descriptor: Int32
 
-    public init(descriptor: Int32 = STDOUT_FILENO) { self.descriptor = descriptor }
+    package init(descriptor: Int32 = STDOUT_FILENO) { self.descriptor = descriptor }
 
-    public func accepts(_ output: DaemonOutput) -> Bool {
+    package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .sleepReport: false
         case .detection, .alarm, .health, .clip: true
         }
     }
 
-    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
 
-    public func deliver(_ routed: RoutedOutput) {
+    package func deliver(_ routed: RoutedOutput) {
         guard let object = EventLines.object(for: routed) else { return }
         _ = writeAll(descriptor, JSONValue.object(object).encoded + "\n")
     }
 
-    public func stop() {}
+    package func stop() {}
 }
 
 /// The JSON object of an output as the socket and standard output write it (nil for windows).
-public enum EventLines {
-    public static func object(for routed: RoutedOutput) -> JSONObject? {
+package enum EventLines {
+    package static func object(for routed: RoutedOutput) -> JSONObject? {
         switch routed.output {
         case .window: nil
         case .detection(let event): EventJSON.object(for: event, time: routed.time)
@@ -110,14 +110,14 @@ public enum EventLines {
 /// The SQLite event history (`HistoryRecorder`): reads every window for the events' levels and stores finished
 /// events (classifier ends, alarm ends and chirps). A database that cannot be written is one
 /// `history_unavailable` health event; stopping stores what is pending and closes the database.
-public final class HistorySink: OutputSink {
-    public let name = "history"
-    public let recorder: HistoryRecorder
+package final class HistorySink: OutputSink {
+    package let name = "history"
+    package let recorder: HistoryRecorder
 
     /// - Parameters:
     ///   - settings: `[history]` path and retention.
     ///   - log: where a recovery line goes (the journal).
-    public init(settings: HistorySettings, log: @escaping @Sendable (String) -> Void) {
+    package init(settings: HistorySettings, log: @escaping @Sendable (String) -> Void) {
         let reporter = HealthRelay()
         recorder = HistoryRecorder(settings: settings) { report in
             switch report {
@@ -130,16 +130,16 @@ public final class HistorySink: OutputSink {
 
     private let relay: HealthRelay
 
-    public func accepts(_ output: DaemonOutput) -> Bool {
+    package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .detection, .alarm: true
         case .health, .clip, .sleepReport: false
         }
     }
 
-    public func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) { relay.set(reportHealth) }
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) { relay.set(reportHealth) }
 
-    public func deliver(_ routed: RoutedOutput) {
+    package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
         case .window(let result): recorder.observe(result)
         case .detection(let event): recorder.record(event, now: routed.time)
@@ -155,7 +155,7 @@ public final class HistorySink: OutputSink {
         }
     }
 
-    public func stop() { recorder.close() }
+    package func stop() { recorder.close() }
 }
 
 /// Holds the router's health reporter for a component made before the router started.

@@ -42,41 +42,41 @@ import EarshotDetection
 ///   to the server's own serial queue, where all socket I/O happens through non-blocking calls driven by Dispatch read
 ///   and write sources. The `status` closure runs on that queue and must be thread-safe. Do not call `stop()` or
 ///   `statistics` from inside the `status` closure.
-public final class EventServer: @unchecked Sendable {
+package final class EventServer: @unchecked Sendable {
     // @unchecked: every mutable property below is touched only on `queue` (or in deinit, when no block can run).
 
     /// Where the daemon listens by default (systemd's `RuntimeDirectory=earshot`).
-    public static let defaultPath = "/run/earshot/earshot.sock"
+    package static let defaultPath = "/run/earshot/earshot.sock"
 
     /// The most ``stop()`` waits, in seconds, for the clients' queued lines (ending with the shutdown notice) to be
     /// sent before it closes the connections: 0.5 s, so that a stuck subscriber cannot hold up the daemon's exit.
-    public static let shutdownGraceSeconds = 0.5
+    package static let shutdownGraceSeconds = 0.5
 
     /// The server's settings.
-    public struct Configuration: Sendable {
+    package struct Configuration: Sendable {
         /// The socket's filesystem path (at most 107 bytes).
-        public var path: String
+        package var path: String
         /// The socket file's permission bits, set with chmod(2) after bind(2): 0o660 lets the owner and the owning
         /// group connect.
-        public var mode: UInt32
+        package var mode: UInt32
         /// A group to chown(2) the socket file to, or nil to keep the process's group (systemd's `Group=`).
-        public var groupID: UInt32?
+        package var groupID: UInt32?
         /// The most bytes waiting to be sent to one client; lines beyond it are dropped for that client (256 KiB:
         /// over a thousand event lines). Values below 4096 are raised to 4096 so that any line fits an empty queue.
-        public var clientQueueLimitBytes: Int
+        package var clientQueueLimitBytes: Int
         /// The longest request line a client may send (64 KiB); a longer one gets an error reply and is ignored.
-        public var maxRequestLineBytes: Int
+        package var maxRequestLineBytes: Int
         /// The most clients connected at once (default 64; the daemon's `[output] max_clients`); a client beyond it
         /// gets an error line and is disconnected. Clients that have hung up are released before a newcomer is
         /// refused, so short-lived connections do not keep slots busy.
-        public var maxClients: Int
+        package var maxClients: Int
         /// The group names a client may subscribe to (the watch list), or nil to accept any name.
-        public var knownGroups: [String]?
+        package var knownGroups: [String]?
         /// Groups that exist but are not watched (presets and `[group.NAME]` sections left out of the watch list),
         /// with ``watchAdvice``: a subscribe request naming one is told how to watch it rather than "unknown group".
-        public var unwatchedGroups: UnwatchedGroups
+        package var unwatchedGroups: UnwatchedGroups
 
-        public init(
+        package init(
             path: String = EventServer.defaultPath, mode: UInt32 = 0o660, groupID: UInt32? = nil,
             clientQueueLimitBytes: Int = 256 * 1024, maxRequestLineBytes: Int = 64 * 1024, maxClients: Int = 64,
             knownGroups: [String]? = nil, unwatchedGroups: UnwatchedGroups = UnwatchedGroups()
@@ -93,35 +93,35 @@ public final class EventServer: @unchecked Sendable {
     }
 
     /// Group names that exist but are not watched, and how to watch one.
-    public struct UnwatchedGroups: Sendable, Equatable {
+    package struct UnwatchedGroups: Sendable, Equatable {
         /// The names (e.g. the presets `dog_bark`, `speech` when the watch list leaves them out).
-        public var names: [String]
+        package var names: [String]
         /// What to do, after "add it to": e.g. `[detection] watch in /etc/earshot/earshotd.conf, then systemctl
         /// reload earshotd` (``DaemonConfiguration/watchAdvice(configPath:)``).
-        public var advice: String
+        package var advice: String
 
-        public init(names: [String] = [], advice: String = "") {
+        package init(names: [String] = [], advice: String = "") {
             self.names = names
             self.advice = advice
         }
     }
 
     /// Counters, as the status reply reports them.
-    public struct Statistics: Sendable, Equatable {
+    package struct Statistics: Sendable, Equatable {
         /// Clients connected now.
-        public var subscribers: Int
+        package var subscribers: Int
         /// Clients accepted since start.
-        public var subscribersAccepted: Int
+        package var subscribersAccepted: Int
         /// Detection and health lines published since start.
-        public var eventsPublished: Int
+        package var eventsPublished: Int
         /// Lines dropped for clients that fell behind, since start, over all clients.
-        public var droppedLines: Int
+        package var droppedLines: Int
     }
 
     /// Returns the daemon's status fields (uptime, device, xruns, windows analysed, ...); runs on the server queue.
-    public typealias StatusProvider = @Sendable () -> JSONObject
+    package typealias StatusProvider = @Sendable () -> JSONObject
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     private let statusProvider: StatusProvider
     private let queue = DispatchQueue(label: "earshot.event-server")
     private let queueKey = DispatchSpecificKey<Bool>()
@@ -154,7 +154,7 @@ public final class EventServer: @unchecked Sendable {
     ///   already running? stop it or choose another --socket)`); `.cannotCreate` when `path` exists and is not a
     ///   socket, or its directory is missing or not writable; `.system` when socket(2), listen(2), chmod(2) or
     ///   chown(2) fails.
-    public init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
+    package init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
         self.configuration = configuration
         statusProvider = status
         knownGroups = configuration.knownGroups.map(Set.init)
@@ -225,7 +225,7 @@ public final class EventServer: @unchecked Sendable {
     /// Sends a detection event to the clients whose filter includes its group. Returns at once.
     ///
     /// - Parameter time: the wall-clock time written in the line's `time` field.
-    public func publish(_ event: DetectionEvent, time: Date = Date()) {
+    package func publish(_ event: DetectionEvent, time: Date = Date()) {
         queue.async { [self] in
             guard !stopped else { return }
             broadcast(EventJSON.object(for: event, time: time), group: event.group)
@@ -233,7 +233,7 @@ public final class EventServer: @unchecked Sendable {
     }
 
     /// Sends a health change to every client. Returns at once.
-    public func publish(_ health: HealthEvent, time: Date = Date()) {
+    package func publish(_ health: HealthEvent, time: Date = Date()) {
         queue.async { [self] in
             guard !stopped else { return }
             broadcast(EventJSON.object(for: health, time: time), group: nil)
@@ -242,7 +242,7 @@ public final class EventServer: @unchecked Sendable {
 
     /// Sends any object as a line: to the clients whose filter includes `group`, or to every client when `group` is
     /// nil. Returns at once.
-    public func publish(object: JSONObject, group: String?) {
+    package func publish(object: JSONObject, group: String?) {
         queue.async { [self] in
             guard !stopped else { return }
             broadcast(object, group: group)
@@ -251,11 +251,11 @@ public final class EventServer: @unchecked Sendable {
 
     /// Answers a registered command: gets its name, returns the reply object. Runs on the server's queue; it may
     /// wait briefly for another queue, never for the server's.
-    public typealias CommandHandler = @Sendable (_ command: String) -> JSONObject
+    package typealias CommandHandler = @Sendable (_ command: String) -> JSONObject
 
     /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with `handler`'s object. A later
     /// call replaces the earlier one.
-    public func register(commands: [String], handler: @escaping CommandHandler) {
+    package func register(commands: [String], handler: @escaping CommandHandler) {
         onQueue {
             commandNames = commands
             commandHandler = handler
@@ -264,7 +264,7 @@ public final class EventServer: @unchecked Sendable {
 
     /// Replaces the group names clients may subscribe to (after a configuration reload); nil accepts any name.
     /// Existing filters are kept.
-    public func setKnownGroups(_ groups: [String]?, unwatched: UnwatchedGroups = UnwatchedGroups()) {
+    package func setKnownGroups(_ groups: [String]?, unwatched: UnwatchedGroups = UnwatchedGroups()) {
         queue.async { [self] in
             knownGroups = groups.map(Set.init)
             unwatchedGroups = unwatched
@@ -272,7 +272,7 @@ public final class EventServer: @unchecked Sendable {
     }
 
     /// The counters now. Waits for the server queue.
-    public var statistics: Statistics {
+    package var statistics: Statistics {
         onQueue { () -> Statistics in
             dropHungUpClients()
             var current = stats
@@ -285,7 +285,7 @@ public final class EventServer: @unchecked Sendable {
     /// them to go out, then disconnects every client, stops listening and removes the socket file (only if it is
     /// still the one this server created). Idempotent; waits for the server queue. Events published afterwards are
     /// ignored.
-    public func stop() {
+    package func stop() {
         var pending = onQueue { stopped ? false : announceShutdown() }
         // The write sources run on the server queue, so wait outside it (from inside it there is no waiting).
         if DispatchQueue.getSpecific(key: queueKey) != true {

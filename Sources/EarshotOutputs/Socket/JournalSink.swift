@@ -24,9 +24,9 @@ import EarshotDetection
 /// Query them with e.g. `journalctl -t earshotd EARSHOT_GROUP=smoke_alarm`.
 ///
 /// - Important: Thread-safe (sd_journal_sendv and a single write(2) per fallback line); call from any queue.
-public final class JournalSink: Sendable {
+package final class JournalSink: Sendable {
     /// Where entries go.
-    public enum Destination: Sendable, Equatable {
+    package enum Destination: Sendable, Equatable {
         /// The systemd journal, via sd_journal_sendv.
         case journal
         /// `"<identifier>: <MESSAGE>\n"` on the fallback descriptor (stderr).
@@ -34,23 +34,23 @@ public final class JournalSink: Sendable {
     }
 
     /// One journal field.
-    public struct Field: Sendable, Equatable {
-        public var name: String
-        public var value: String
+    package struct Field: Sendable, Equatable {
+        package var name: String
+        package var value: String
 
-        public init(_ name: String, _ value: String) {
+        package init(_ name: String, _ value: String) {
             self.name = name
             self.value = value
         }
     }
 
     /// journald's native socket; when it is missing there is no journal to write to.
-    public static let defaultJournalSocketPath = "/run/systemd/journal/socket"
+    package static let defaultJournalSocketPath = "/run/systemd/journal/socket"
 
     /// Chosen at init: `.journal` when the journal socket exists, else `.standardError`.
-    public let destination: Destination
+    package let destination: Destination
     /// `SYSLOG_IDENTIFIER`, and the prefix of fallback lines.
-    public let identifier: String
+    package let identifier: String
     private let fallbackDescriptor: Int32
 
     /// - Parameters:
@@ -58,7 +58,7 @@ public final class JournalSink: Sendable {
     ///   - journalSocketPath: the socket whose presence means the journal is running (tests pass a missing path to
     ///     force the fallback).
     ///   - fallbackDescriptor: where lines go without a journal (stderr); the caller keeps it open.
-    public init(
+    package init(
         identifier: String = "earshotd", journalSocketPath: String = JournalSink.defaultJournalSocketPath,
         fallbackDescriptor: Int32 = STDERR_FILENO
     ) {
@@ -68,30 +68,30 @@ public final class JournalSink: Sendable {
     }
 
     /// Logs a detection event.
-    public func record(_ event: DetectionEvent) {
+    package func record(_ event: DetectionEvent) {
         write(Self.fields(for: event, identifier: identifier))
     }
 
     /// Logs a health change.
-    public func record(_ health: HealthEvent) {
+    package func record(_ health: HealthEvent) {
         write(Self.fields(for: health, identifier: identifier))
     }
 
     /// Logs an entry whose fields were made elsewhere (e.g. `AlarmEvent.journalFields(identifier:)`), in order.
-    public func record(fields: [Field]) {
+    package func record(fields: [Field]) {
         write(fields)
     }
 
     /// Logs a daemon message that is neither a detection nor a health change (start, reload, stop).
     /// - Parameter priority: syslog priority, 0 (emerg) to 7 (debug); default 6 (info).
-    public func log(_ message: String, priority: Int = 6) {
+    package func log(_ message: String, priority: Int = 6) {
         write([Field("MESSAGE", message), Field("PRIORITY", String(priority)), Field("SYSLOG_IDENTIFIER", identifier)])
     }
 
     /// The `MESSAGE` of a detection event, e.g.
     /// `smoke_alarm detected: "Smoke detector, smoke alarm" (confidence 0.81) at stream time 12.48 s` or
     /// `smoke_alarm ended: "Smoke detector, smoke alarm" from 12.48 s to 18.24 s (5.76 s, peak confidence 0.91, mean 0.72)`.
-    public static func message(for event: DetectionEvent) -> String {
+    package static func message(for event: DetectionEvent) -> String {
         switch event {
         case .onset(let onset):
             return "\(onset.group) detected: \"\(onset.classLabel)\" (confidence \(fixed(Double(onset.confidence), 2)))"
@@ -104,12 +104,12 @@ public final class JournalSink: Sendable {
     }
 
     /// The `MESSAGE` of a health change: `health <state>: <message>` (or `health <state>` with no message).
-    public static func message(for health: HealthEvent) -> String {
+    package static func message(for health: HealthEvent) -> String {
         health.message.isEmpty ? "health \(health.state.rawValue)" : "health \(health.state.rawValue): \(health.message)"
     }
 
     /// The journal fields of a detection event, in the order they are sent.
-    public static func fields(for event: DetectionEvent, identifier: String) -> [Field] {
+    package static func fields(for event: DetectionEvent, identifier: String) -> [Field] {
         var fields = [
             Field("MESSAGE", message(for: event)),
             Field("PRIORITY", event.isOnset ? "5" : "6"),
@@ -144,7 +144,7 @@ public final class JournalSink: Sendable {
     }
 
     /// The journal fields of a health change, in the order they are sent.
-    public static func fields(for health: HealthEvent, identifier: String) -> [Field] {
+    package static func fields(for health: HealthEvent, identifier: String) -> [Field] {
         var fields = [
             Field("MESSAGE", message(for: health)),
             Field("PRIORITY", String(health.state.priority)),
@@ -169,7 +169,7 @@ public final class JournalSink: Sendable {
     }
 
     /// The fallback line for `fields`: `"<identifier>: <MESSAGE>\n"`.
-    public static func fallbackLine(for fields: [Field], identifier: String) -> String {
+    package static func fallbackLine(for fields: [Field], identifier: String) -> String {
         let message = fields.first { $0.name == "MESSAGE" }?.value ?? ""
         return "\(identifier): \(message)\n"
     }
@@ -228,7 +228,7 @@ extension AlarmEvent {
     /// `EARSHOT_EVENT` (`onset` or `end`), `EARSHOT_GROUP`, `EARSHOT_SOURCE`, `EARSHOT_PATTERN` (when one),
     /// `EARSHOT_CYCLES`, `EARSHOT_TONE_HZ`, `EARSHOT_CONFIDENCE` (the classifier score, when one),
     /// `EARSHOT_STREAM_TIME` (start) and, for an end, `EARSHOT_END_TIME`.
-    public func journalFields(identifier: String) -> [JournalSink.Field] {
+    package func journalFields(identifier: String) -> [JournalSink.Field] {
         var fields: [JournalSink.Field] = [
             .init("MESSAGE", message),
             .init("PRIORITY", kind == .onset ? "5" : "6"),

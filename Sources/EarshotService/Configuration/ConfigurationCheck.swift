@@ -22,7 +22,7 @@ extension DaemonConfiguration {
     ///   the daemon would exit with at start: 66 when the file is missing or unreadable, 65 when it is not usable
     ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
     ///   those of ``checkStoragePaths()`` (78).
-    public static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
+    package static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
         let configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         let models = try HeadModelSet.load(paths: configuration.models.files, locations: configuration.modelLocations).set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
@@ -55,7 +55,7 @@ extension DaemonConfiguration {
     /// - Throws: `EarshotError(.config)` (78) naming where the key was set, the path and the fix, e.g.
     ///   `/etc/earshot/earshotd.conf:3: [clips] directory = /srv/clips: is a regular file, not a directory (move
     ///   the file aside, or set [clips] directory to a directory, e.g. /var/lib/earshot/clips)`.
-    public func checkStoragePaths() throws(EarshotError) {
+    package func checkStoragePaths() throws(EarshotError) {
         func origin(_ key: String) -> String {
             locations[key].map { "\($0): " } ?? ""
         }

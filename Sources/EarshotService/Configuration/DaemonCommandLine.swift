@@ -14,9 +14,9 @@ import EarshotOutputs
 /// Flags take their value as the next argument or after `=` (`--device hw:1,0`, `--device=hw:1,0`). A separate
 /// value may start with one `-` (`--gate-dbfs -40`, `--input -`) but not with `--`: `--device --check-config` is a
 /// forgotten value, not a device named `--check-config` (such a name can still be given as `--device=--name`).
-public struct DaemonCommandLine: Sendable, Equatable {
+package struct DaemonCommandLine: Sendable, Equatable {
     /// What the daemon is asked to do.
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         /// Run until SIGTERM or SIGINT.
         case run
         /// Print ``helpText`` on standard output and exit 0.
@@ -28,20 +28,20 @@ public struct DaemonCommandLine: Sendable, Equatable {
         case checkConfig
     }
 
-    public var action: Action = .run
+    package var action: Action = .run
     /// `--config FILE`; nil means ``DaemonConfiguration/defaultPath``, missing or not.
-    public var configPath: String?
+    package var configPath: String?
     /// Flags that override the file's settings; kept so that a reload (SIGHUP) applies them again.
-    public var overrides = DaemonConfiguration.Overrides()
+    package var overrides = DaemonConfiguration.Overrides()
     /// `--foreground`: the daemon is run from a terminal: log lines and events go to standard error and standard
     /// output instead of the journal. `earshotd` never forks, with or without it.
-    public var foreground = false
+    package var foreground = false
     /// `--fallback-input FILE`: when the capture device cannot be opened at start, say so and stream FILE in real
     /// time through the same pipeline instead of retrying (the README's first command uses it on machines with no
     /// microphone). Never used after the device has worked once.
-    public var fallbackInput: String?
+    package var fallbackInput: String?
 
-    public init(action: Action = .run, configPath: String? = nil, overrides: DaemonConfiguration.Overrides = .init(),
+    package init(action: Action = .run, configPath: String? = nil, overrides: DaemonConfiguration.Overrides = .init(),
                 foreground: Bool = false) {
         self.action = action
         self.configPath = configPath
@@ -50,7 +50,7 @@ public struct DaemonCommandLine: Sendable, Equatable {
     }
 
     /// The text of `earshotd --help`. Defaults shown are the built-in ones (`DaemonConfiguration()`).
-    public static let helpText: String = {
+    package static let helpText: String = {
         let defaults = DaemonConfiguration()
         return """
             usage: earshotd [options]
@@ -96,7 +96,7 @@ public struct DaemonCommandLine: Sendable, Equatable {
     ///   positional argument, a separate value starting with `--`, `--device` with `--input`, `--input-rate` with
     ///   `--input FILE`, e.g.
     ///   `--overlap 1.5: must be in [0, 1)` or `unknown option --devise (did you mean --device? see earshotd --help)`.
-    public static func parse<Arguments: Collection>(_ arguments: Arguments) throws(EarshotError) -> DaemonCommandLine
+    package static func parse<Arguments: Collection>(_ arguments: Arguments) throws(EarshotError) -> DaemonCommandLine
     where Arguments.Element == String {
         var result = DaemonCommandLine()
         var remaining = Array(arguments)[...]

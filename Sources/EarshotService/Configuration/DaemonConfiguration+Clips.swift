@@ -11,7 +11,7 @@ import EarshotOutputs
 
 extension DaemonConfiguration {
     /// `[clips]`: see ``ClipSettings`` (the settings belong to the component that uses them).
-    public typealias Clips = ClipSettings
+    package typealias Clips = ClipSettings
 
     /// The keys of `[clips]`, in the order `config/earshotd.conf` documents them.
     package static let clipsKeys = ["enabled", "directory", "pre_seconds", "post_seconds", "max_clips", "retention_days", "groups"]

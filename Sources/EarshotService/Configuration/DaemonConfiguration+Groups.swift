@@ -11,27 +11,27 @@ import EarshotOutputs
 
 extension DaemonConfiguration {
     /// Settings given on the command line; each non-nil value replaces the file's.
-    public struct Overrides: Sendable, Equatable {
+    package struct Overrides: Sendable, Equatable {
         /// `--device PCM`; also clears the file's `input`, so that the named device is captured.
-        public var device: String?
+        package var device: String?
         /// `--input FILE|-`.
-        public var input: InputSource?
+        package var input: InputSource?
         /// `--input-rate HZ` (raw standard input only).
-        public var inputSampleRate: Int?
+        package var inputSampleRate: Int?
         /// `--socket PATH`.
-        public var socketPath: String?
+        package var socketPath: String?
         /// `--window S`, seconds.
-        public var windowDuration: Double?
+        package var windowDuration: Double?
         /// `--overlap F`, in [0, 1).
-        public var overlapFactor: Double?
+        package var overlapFactor: Double?
         /// `--gate-dbfs X`, dBFS.
-        public var gateThresholdDBFS: Double?
+        package var gateThresholdDBFS: Double?
         /// `--watch G,G...`: group names.
-        public var watch: [String]?
+        package var watch: [String]?
         /// `--no-journal` sets false.
-        public var journal: Bool?
+        package var journal: Bool?
 
-        public init(
+        package init(
             device: String? = nil, input: InputSource? = nil, inputSampleRate: Int? = nil, socketPath: String? = nil,
             windowDuration: Double? = nil, overlapFactor: Double? = nil, gateThresholdDBFS: Double? = nil,
             watch: [String]? = nil, journal: Bool? = nil
@@ -53,7 +53,7 @@ extension DaemonConfiguration {
     /// - Throws: `EarshotError(.usage)` (exit 64) naming the flag, for a value out of range or a `--watch` name that
     ///   is neither a preset nor a `[group.NAME]` of the file, e.g.
     ///   `--overlap 1.5: must be in [0, 1)`.
-    public func applying(_ overrides: Overrides) throws(EarshotError) -> DaemonConfiguration {
+    package func applying(_ overrides: Overrides) throws(EarshotError) -> DaemonConfiguration {
         func checked<T>(_ value: T?, _ rule: SettingRule<T>, flag: String, shown: (T) -> String) throws(EarshotError)
             -> T?
         {
@@ -125,7 +125,7 @@ extension DaemonConfiguration {
     ///   and the nearest label, e.g. `/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class
     ///   "kettle whistle" (nearest: "Steam whistle"; `earshot classes` lists all 521)`; for a watched name that is
     ///   not a group (`EarshotError(.usage)` when the name came from `--watch`).
-    public func resolvedGroups(classLabels: [String]) throws(EarshotError) -> [LabelGroup] {
+    package func resolvedGroups(classLabels: [String]) throws(EarshotError) -> [LabelGroup] {
         if let unknown = unknownWatchedGroup() {
             let location = locations["detection.watch"] ?? "[detection] watch"
             throw EarshotError(location == "--watch" ? .usage : .config, "\(location): \(unknown)")

@@ -11,32 +11,32 @@ import EarshotOutputs
 
 extension DaemonConfiguration {
     /// `[history]`: see ``HistorySettings`` (the settings belong to the component that uses them).
-    public typealias History = HistorySettings
+    package typealias History = HistorySettings
 
     /// Sleep sessions and the snore report: `[sleep]`.
-    public struct Sleep: Sendable, Equatable {
+    package struct Sleep: Sendable, Equatable {
         /// Daily local-time window during which a sleep session runs by itself, e.g. `22:30-07:00`. Key `schedule`,
         /// default none (sessions start and stop with `earshot sleep start|stop`).
-        public var schedule: SleepSchedule? = nil
+        package var schedule: SleepSchedule? = nil
         /// Directory where each session's report is written (`snore-YYYYMMDD-HHMM.json` and `.svg`). Key
         /// `report_dir`, default `sleep` in ``StateDirectory`` (/var/lib/earshot/sleep under systemd's
         /// `StateDirectory=earshot`), created when missing.
-        public var reportDirectory: String = StateDirectory.path + "/sleep"
+        package var reportDirectory: String = StateDirectory.path + "/sleep"
         /// Snore evidence (0...1) at which one window counts as a snore on its own. Key `threshold`, default 0.3
         /// (see `SnoreDetector.Configuration`), allowed 0...1.
-        public var threshold: Float = SnoreDetector.Configuration().strongThreshold
+        package var threshold: Float = SnoreDetector.Configuration().strongThreshold
         /// Lower snore evidence that counts when snores recur in a breathing rhythm (every 2-6 s). Key
         /// `rhythm_threshold`, default 0.1, allowed 0...1 and at most `threshold`.
-        public var rhythmThreshold: Float = SnoreDetector.Configuration().weakThreshold
+        package var rhythmThreshold: Float = SnoreDetector.Configuration().weakThreshold
         /// A custom head (`earshot train` on folders `snoring` and `background`) whose snoring probability adds to
         /// the evidence. Key `model`, default none. Read at start and on reload; one that fails to load is reported
         /// and sessions use the built-in scores.
-        public var modelPath: String? = nil
+        package var modelPath: String? = nil
 
-        public init() {}
+        package init() {}
 
         /// The detector settings these keys give.
-        public var detectorConfiguration: SnoreDetector.Configuration {
+        package var detectorConfiguration: SnoreDetector.Configuration {
             var configuration = SnoreDetector.Configuration()
             configuration.strongThreshold = threshold
             configuration.weakThreshold = rhythmThreshold
@@ -97,14 +97,14 @@ extension DaemonConfiguration {
 }
 
 /// A daily window of local time, `HH:MM-HH:MM`; it may cross midnight (`22:30-07:00`).
-public struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
+package struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
     /// Minutes after local midnight the window opens, 0...1439.
-    public var startMinute: Int
+    package var startMinute: Int
     /// Minutes after local midnight the window closes, 0...1439 (before `startMinute` when it crosses midnight).
-    public var endMinute: Int
+    package var endMinute: Int
 
     /// Parses `HH:MM-HH:MM` (24-hour clock); nil for anything else or an empty window (start equal to end).
-    public init?(_ text: String) {
+    package init?(_ text: String) {
         let parts = text.split(separator: "-").map { $0.trimmingSpaces() }
         guard parts.count == 2, let start = Self.minute(parts[0]), let end = Self.minute(parts[1]), start != end else {
             return nil
@@ -113,7 +113,7 @@ public struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
         endMinute = end
     }
 
-    public init(startMinute: Int, endMinute: Int) {
+    package init(startMinute: Int, endMinute: Int) {
         self.startMinute = startMinute
         self.endMinute = endMinute
     }
@@ -127,7 +127,7 @@ public struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Whether `date` (in `timeZone`) falls inside the window.
-    public func contains(_ date: Date, timeZone: TimeZone? = nil) -> Bool {
+    package func contains(_ date: Date, timeZone: TimeZone? = nil) -> Bool {
         let timeZone = timeZone ?? LocalTime.zone(at: date)
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
@@ -139,7 +139,7 @@ public struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// `HH:MM-HH:MM`.
-    public var description: String {
+    package var description: String {
         func clock(_ minute: Int) -> String {
             (minute / 60 < 10 ? "0" : "") + "\(minute / 60):" + (minute % 60 < 10 ? "0" : "") + "\(minute % 60)"
         }

@@ -41,7 +41,7 @@ extension DaemonConfiguration {
     ///   the message starts with `path:line:`, or with `path:` for a window and overlap that leave windows less than
     ///   5 ms apart. `EarshotError(.usage)` (exit 64) for a bad override, naming its flag.
     ///   Class names are checked later, against the classifier's labels, by ``resolvedGroups(classLabels:)``.
-    public static func load(path: String?, overrides: Overrides = Overrides()) throws(EarshotError)
+    package static func load(path: String?, overrides: Overrides = Overrides()) throws(EarshotError)
         -> DaemonConfiguration
     {
         let configuration = try parse(fileAt: path ?? defaultPath, required: path != nil).applying(overrides)
@@ -79,7 +79,7 @@ extension DaemonConfiguration {
     ///   - required: When false, a file that does not exist gives the built-in defaults (the default path);
     ///     other failures to read it (permission, a directory) are still errors.
     /// - Throws: `EarshotError(.config)` as described in ``load(path:overrides:)``.
-    public static func parse(fileAt path: String, required: Bool) throws(EarshotError) -> DaemonConfiguration {
+    package static func parse(fileAt path: String, required: Bool) throws(EarshotError) -> DaemonConfiguration {
         let bytes: [UInt8]
         do {
             bytes = try readConfigurationFile(path)
@@ -98,7 +98,7 @@ extension DaemonConfiguration {
     ///
     /// - Parameter source: The name used at the start of messages, normally the file's path.
     /// - Throws: `EarshotError(.config)` as described in ``load(path:overrides:)``.
-    public static func parse(_ text: String, source: String) throws(EarshotError) -> DaemonConfiguration {
+    package static func parse(_ text: String, source: String) throws(EarshotError) -> DaemonConfiguration {
         try parse(bytes: Array(text.utf8), source: source)
     }
 
@@ -391,7 +391,7 @@ package func uniqued(_ names: [String]) -> [String] {
 
 extension DaemonConfiguration {
     /// Names of every group this configuration knows: the presets and the `[group.NAME]` sections, sorted.
-    public var groupNames: [String] {
+    package var groupNames: [String] {
         Set(LabelGroup.presets.keys).union(detection.groups.keys).sorted()
     }
 
@@ -405,7 +405,7 @@ extension DaemonConfiguration {
     /// - Returns: advice such as `[detection] watch in /etc/earshot/earshotd.conf, then reload earshotd (systemctl
     ///   reload earshotd)`, or `earshotd's --watch list, then restart earshotd` when `--watch` set the list (a
     ///   reload keeps the command line).
-    public func unwatchedGroups(subscribable: [String], configPath: String?) -> EventServer.UnwatchedGroups {
+    package func unwatchedGroups(subscribable: [String], configPath: String?) -> EventServer.UnwatchedGroups {
         let names = groupNames.filter { !subscribable.contains($0) }
         let advice = locations["detection.watch"] == "--watch"
             ? "earshotd's --watch list, then restart earshotd"

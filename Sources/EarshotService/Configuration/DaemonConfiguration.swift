@@ -18,28 +18,28 @@ import EarshotOutputs
 /// ``resolvedGroups(classLabels:)`` turns the detection settings into the label groups to watch.
 ///
 /// Equality compares settings only, not the file lines they came from.
-public struct DaemonConfiguration: Sendable, Equatable {
+package struct DaemonConfiguration: Sendable, Equatable {
     /// Where a configuration file is looked for when `--config` is not given. A missing file at this path means
     /// "built-in defaults"; a missing file named with `--config` is an error.
-    public static let defaultPath = "/etc/earshot/earshotd.conf"
+    package static let defaultPath = "/etc/earshot/earshotd.conf"
 
     /// Where the audio comes from: `[capture]`.
-    public struct Capture: Sendable, Equatable {
+    package struct Capture: Sendable, Equatable {
         /// The ALSA PCM name to capture from (`default`, `hw:1,0`, `plughw:CARD=Mic,DEV=0`, a `dsnoop` device,
         /// `pulse`). Key `device`, default `default`. Not used when ``input`` is set.
-        public var device: String = "default"
+        package var device: String = "default"
         /// A file or standard input to stream in real time instead of the capture device. Key `input`: empty (the
         /// default) means capture from ``device``, `-` means raw audio on standard input, anything else is a file.
-        public var input: InputSource? = nil
+        package var input: InputSource? = nil
         /// Sample rate in Hz of raw standard input (`input = -`: signed 16-bit little-endian mono, S16_LE). Key
         /// `input_rate`, default 16000 (YAMNet's rate, so no resampling), allowed 8000...192000. Files carry their own rate.
-        public var inputSampleRate: Int = 16_000
+        package var inputSampleRate: Int = 16_000
 
-        public init() {}
+        package init() {}
     }
 
     /// A source that replaces the capture device: `[capture] input` or `--input`.
-    public enum InputSource: Sendable, Equatable {
+    package enum InputSource: Sendable, Equatable {
         /// A sound file (any format libsndfile reads), streamed at its own pace in real time.
         case file(path: String)
         /// Raw S16_LE mono samples at ``Capture/inputSampleRate`` on standard input (`-`).
@@ -47,58 +47,58 @@ public struct DaemonConfiguration: Sendable, Equatable {
     }
 
     /// How audio is cut into windows and gated: `[analysis]`.
-    public struct Analysis: Sendable, Equatable {
+    package struct Analysis: Sendable, Equatable {
         /// Window duration in seconds. Key `window`, default 0.96 (one YAMNet patch: 96 frames of 10 ms), allowed
         /// 0.96...10.
-        public var windowDuration: Double = 0.96
+        package var windowDuration: Double = 0.96
         /// Fraction of a window shared with the next, in [0, 1). Key `overlap`, default 0.5 (hop 0.48 s, the
         /// reference model's patch hop). The hop is `windowDuration * (1 - overlapFactor)`.
-        public var overlapFactor: Double = 0.5
+        package var overlapFactor: Double = 0.5
         /// RMS level in dBFS (`20 * log10(rms)` of samples in -1...1: a full-scale square wave is 0 dBFS, a
         /// full-scale sine -3 dBFS) below which a window counts as quiet and is not classified. Key `gate_dbfs`,
         /// default -50 (the level the project's issue suggests: far below speech or an alarm at a few metres, above
         /// a quiet room's microphone hiss), allowed -120...0.
-        public var gateThresholdDBFS: Double = -50
+        package var gateThresholdDBFS: Double = -50
         /// Minutes of uninterrupted digital silence (every sample exactly 0) before an `input_silent` health event.
         /// Key `silence_minutes`, default 10, allowed 0...1440; 0 turns the event off.
-        public var silenceMinutes: Double = 10
+        package var silenceMinutes: Double = 10
 
         /// ``silenceMinutes`` in seconds.
-        public var silenceSeconds: Double { silenceMinutes * 60 }
+        package var silenceSeconds: Double { silenceMinutes * 60 }
         /// Hop between window starts in seconds: `windowDuration * (1 - overlapFactor)`.
-        public var hopSeconds: Double { windowDuration * (1 - overlapFactor) }
+        package var hopSeconds: Double { windowDuration * (1 - overlapFactor) }
 
-        public init() {}
+        package init() {}
     }
 
     /// Which label groups emit events and how they are tuned: `[detection]` and `[group.NAME]`.
-    public struct Detection: Sendable, Equatable {
+    package struct Detection: Sendable, Equatable {
         /// Names of the groups that emit events, in order. Key `watch`, a list separated by `|` (or `,`); default
         /// `LabelGroup.defaultWatchList`. Each name is a preset (`LabelGroup.presets`) or a `[group.NAME]` section.
-        public var watch: [String] = LabelGroup.defaultWatchList
+        package var watch: [String] = LabelGroup.defaultWatchList
         /// Settings from `[group.NAME]` sections, by group name: overrides of a preset's fields, or a new group.
-        public var groups: [String: GroupSettings] = [:]
+        package var groups: [String: GroupSettings] = [:]
 
-        public init() {}
+        package init() {}
     }
 
     /// The keys of one `[group.NAME]` section; `nil` means "not set" (the preset's value, if NAME is a preset).
     /// A group that is not a preset needs ``classLabels`` and ``threshold``.
-    public struct GroupSettings: Sendable, Equatable {
+    package struct GroupSettings: Sendable, Equatable {
         /// Key `classes`: AudioSet display names separated by `|` (the names contain commas).
-        public var classLabels: [String]?
+        package var classLabels: [String]?
         /// Key `threshold`: group score in 0...1 at or above which a window is positive.
-        public var threshold: Float?
+        package var threshold: Float?
         /// Key `onset_windows`: k of the k-of-n onset rule, 1...100 and at most `onset_of`.
-        public var onsetWindows: Int?
+        package var onsetWindows: Int?
         /// Key `onset_of`: n of the k-of-n onset rule, 1...100.
-        public var onsetOf: Int?
+        package var onsetOf: Int?
         /// Key `hold_seconds`: seconds without a positive window before the event ends, 0...3600.
-        public var holdSeconds: Double?
+        package var holdSeconds: Double?
         /// Key `min_interval_seconds`: seconds after an event's end before the group may start another, 0...86400.
-        public var minIntervalSeconds: Double?
+        package var minIntervalSeconds: Double?
 
-        public init(
+        package init(
             classLabels: [String]? = nil, threshold: Float? = nil, onsetWindows: Int? = nil, onsetOf: Int? = nil,
             holdSeconds: Double? = nil, minIntervalSeconds: Double? = nil
         ) {
@@ -112,64 +112,64 @@ public struct DaemonConfiguration: Sendable, Equatable {
     }
 
     /// Where events go: `[output]`.
-    public struct Output: Sendable, Equatable {
+    package struct Output: Sendable, Equatable {
         /// Path of the Unix stream socket that subscribers connect to. Key `socket`, default
         /// `/run/earshot/earshot.sock` (systemd's `RuntimeDirectory=earshot`); at most 107 bytes (`sun_path`).
-        public var socketPath: String = "/run/earshot/earshot.sock"
+        package var socketPath: String = "/run/earshot/earshot.sock"
         /// Permission bits of the socket file (`chmod` after `bind`). Key `socket_mode`, octal, default 0660: the
         /// daemon's user and group may connect, others may not. Allowed 0000...0777.
-        public var socketMode: UInt32 = 0o660
+        package var socketMode: UInt32 = 0o660
         /// Bound of each subscriber's queue of unsent event lines in KiB; a client that falls this far behind loses
         /// lines (counted) instead of slowing the analysis. Key `client_queue_kib`, default 256, allowed 16...65536.
-        public var clientQueueKiB: Int = 256
+        package var clientQueueKiB: Int = 256
         /// The most subscribers connected at once; one more gets an error line (`too many subscribers`) and is
         /// disconnected. Key `max_clients`, default 64, allowed 1...4096 (each costs a descriptor and up to
         /// ``clientQueueKiB`` of memory).
-        public var maxClients: Int = 64
+        package var maxClients: Int = 64
         /// Whether each detection is also written to the systemd journal (structured fields `EARSHOT_*`); when false,
         /// or when there is no journal, the same line goes to standard error. Key `journal`, default true.
-        public var journal: Bool = true
+        package var journal: Bool = true
 
         /// ``clientQueueKiB`` in bytes.
-        public var clientQueueBytes: Int { clientQueueKiB * 1024 }
+        package var clientQueueBytes: Int { clientQueueKiB * 1024 }
 
-        public init() {}
+        package init() {}
     }
 
     /// Custom classifiers run next to the built-in one: `[models]`.
-    public struct Models: Sendable, Equatable {
+    package struct Models: Sendable, Equatable {
         /// Head model files (`earshot train`, `earshot enroll`), absolute paths. Key `files`, a list separated by
         /// `|`; default empty. Each model is named after its file without the extension (`doorbell.earshot` is
         /// `doorbell`) and its classes are `MODEL:LABEL` in groups (e.g. `classes = doorbell:doorbell`).
-        public var files: [String] = []
+        package var files: [String] = []
 
-        public init() {}
+        package init() {}
     }
 
     /// Process supervision: `[daemon]`.
-    public struct Daemon: Sendable, Equatable {
+    package struct Daemon: Sendable, Equatable {
         /// Whether to send systemd watchdog pings (`WATCHDOG=1`) while the analysis is healthy, when the unit sets
         /// `WatchdogSec=`. Key `watchdog`, default true.
-        public var watchdog: Bool = true
+        package var watchdog: Bool = true
 
-        public init() {}
+        package init() {}
     }
 
-    public var capture = Capture()
-    public var analysis = Analysis()
-    public var detection = Detection()
-    public var output = Output()
-    public var daemon = Daemon()
+    package var capture = Capture()
+    package var analysis = Analysis()
+    package var detection = Detection()
+    package var output = Output()
+    package var daemon = Daemon()
     /// `[alarms]`: see ``Alarms``.
-    public var alarms = Alarms()
+    package var alarms = Alarms()
     /// `[history]`: see ``History``.
-    public var history = History()
+    package var history = History()
     /// `[clips]`: see ``Clips``.
-    public var clips = Clips()
+    package var clips = Clips()
     /// `[sleep]`: see ``Sleep``.
-    public var sleep = Sleep()
+    package var sleep = Sleep()
     /// `[models]`: see ``Models``.
-    public var models = Models()
+    package var models = Models()
 
     /// Where each file-set list came from ("path:line"), for error messages that are raised after parsing
     /// (unknown class names, an input file that cannot be opened, a storage path of the wrong kind). Keys:
@@ -178,7 +178,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     package var locations = SourceLocations()
 
     /// The built-in defaults (no configuration file).
-    public init() {}
+    package init() {}
 }
 
 /// "path:line" notes kept beside the settings. Always equal, so that two configurations with the same settings
@@ -188,7 +188,7 @@ extension DaemonConfiguration {
     package static func modelLocationKey(_ path: String) -> String { "models.files:\(path)" }
 
     /// Where each `[models] files` entry was named (`FILE:LINE`), by path, for the errors of loading them.
-    public var modelLocations: [String: String] {
+    package var modelLocations: [String: String] {
         var result: [String: String] = [:]
         for path in models.files { result[path] = locations[Self.modelLocationKey(path)] }
         return result

@@ -26,7 +26,7 @@ import EarshotOutputs
 ///
 /// - Important: Create it on the main thread after `SignalHandling.blockSignals()`, then call `run()`, which never
 ///   returns.
-public final class EarshotDaemon: @unchecked Sendable {
+package final class EarshotDaemon: @unchecked Sendable {
     /// Audio the capture ring holds at least, in seconds at 48 kHz mono (rounded up to a power of two: 2^18 samples,
     /// 1 MB, 5.46 s at 48 kHz, 16.4 s at 16 kHz): how long the analysis queue may stall (a slow first inference, a
     /// reload, a busy machine) before the capture thread drops audio and says so. One inference takes about 2 ms,
@@ -95,7 +95,7 @@ public final class EarshotDaemon: @unchecked Sendable {
     /// - Throws: `EarshotError` `.config` (bad file or class names, a `[history] path` or `[clips] directory` of
     ///   the wrong kind: ``DaemonConfiguration/checkStoragePaths()``), `.noInput` (model files missing), `.system` or
     ///   `.unavailable` (the socket cannot be created, another daemon listens on it).
-    public init(commandLine: DaemonCommandLine) throws(EarshotError) {
+    package init(commandLine: DaemonCommandLine) throws(EarshotError) {
         self.commandLine = commandLine
         configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
         try configuration.checkStoragePaths()
@@ -191,7 +191,7 @@ public final class EarshotDaemon: @unchecked Sendable {
     }
 
     /// Starts capture, analysis, signal handling and the watchdog, then runs the main dispatch loop forever.
-    public func run() -> Never {
+    package func run() -> Never {
         signals = SignalHandling.install(
             queue: control,
             onTerminate: { [unowned self] signal in shutdown(reason: "signal \(signal)", status: 0) },

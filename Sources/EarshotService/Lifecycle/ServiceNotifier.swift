@@ -19,11 +19,11 @@ import EarshotOutputs
 /// the same from a terminal.
 ///
 /// - Important: Safe from any thread (libsystemd opens a socket per call and reads the environment each time).
-public struct ServiceNotifier: Sendable {
-    public init() {}
+package struct ServiceNotifier: Sendable {
+    package init() {}
 
     /// Whether a service manager listens (`NOTIFY_SOCKET` is set).
-    public static var isSupervised: Bool { getenv("NOTIFY_SOCKET") != nil }
+    package static var isSupervised: Bool { getenv("NOTIFY_SOCKET") != nil }
 
     /// Sends `state`: newline-separated `VARIABLE=value` assignments (see sd_notify(3)).
     ///
@@ -31,7 +31,7 @@ public struct ServiceNotifier: Sendable {
     /// - Throws: `EarshotError(.system)` when the datagram cannot be sent (e.g. the socket is gone).
     ///   The corresponding C function is `sd_notify`.
     @discardableResult
-    public func notify(_ state: String) throws(EarshotError) -> Bool {
+    package func notify(_ state: String) throws(EarshotError) -> Bool {
         let result = sd_notify(0, state)
         if result < 0 {
             let first = state.split(separator: "\n").first.map(String.init) ?? state
@@ -43,20 +43,20 @@ public struct ServiceNotifier: Sendable {
     /// `READY=1`, with a `STATUS=` line if given: startup is complete. Send it once audio flows, so that
     /// `systemctl start` waits for a working capture. `MAINPID` is not needed (systemd started this process).
     @discardableResult
-    public func ready(status: String? = nil) throws(EarshotError) -> Bool {
+    package func ready(status: String? = nil) throws(EarshotError) -> Bool {
         try notify(Self.message("READY=1", status: status))
     }
 
     /// `STOPPING=1`, with a `STATUS=` line if given: shutdown has begun (send it first on the shutdown path).
     @discardableResult
-    public func stopping(status: String? = nil) throws(EarshotError) -> Bool {
+    package func stopping(status: String? = nil) throws(EarshotError) -> Bool {
         try notify(Self.message("STOPPING=1", status: status))
     }
 
     /// `RELOADING=1` with the time of the request (`MONOTONIC_USEC`, CLOCK_MONOTONIC microseconds, which
     /// systemd 253+ requires for `Type=notify-reload`): a reload has begun; send ``ready(status:)`` when done.
     @discardableResult
-    public func reloading(status: String? = nil) throws(EarshotError) -> Bool {
+    package func reloading(status: String? = nil) throws(EarshotError) -> Bool {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         let microseconds = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
@@ -65,13 +65,13 @@ public struct ServiceNotifier: Sendable {
 
     /// `STATUS=text`: one line shown by `systemctl status`.
     @discardableResult
-    public func status(_ text: String) throws(EarshotError) -> Bool {
+    package func status(_ text: String) throws(EarshotError) -> Bool {
         try notify(Self.message(nil, status: text))
     }
 
     /// `WATCHDOG=1`: the service is alive (needed at least every `WatchdogSec=`).
     @discardableResult
-    public func watchdogPing() throws(EarshotError) -> Bool {
+    package func watchdogPing() throws(EarshotError) -> Bool {
         try notify("WATCHDOG=1")
     }
 
@@ -80,7 +80,7 @@ public struct ServiceNotifier: Sendable {
     ///
     /// - Throws: `EarshotError(.config)` when the environment holds a malformed watchdog setting.
     ///   The corresponding C function is `sd_watchdog_enabled`.
-    public static func watchdogTimeout() throws(EarshotError) -> Duration? {
+    package static func watchdogTimeout() throws(EarshotError) -> Duration? {
         var microseconds: UInt64 = 0
         let result = sd_watchdog_enabled(0, &microseconds)
         if result < 0 {
@@ -107,11 +107,11 @@ public struct ServiceNotifier: Sendable {
 ///   `Mutex`-guarded timestamp). Dropping the object or calling ``cancel()`` stops the pings.
 // @unchecked: the only non-Sendable member is the Dispatch timer, a `let` whose methods libdispatch makes
 // thread-safe (the Swift overlay does not mark the source protocols Sendable); the counters sit in a Mutex.
-public final class ServiceWatchdog: @unchecked Sendable {
+package final class ServiceWatchdog: @unchecked Sendable {
     /// Time between pings: half of ``timeout``, as sd_watchdog_enabled(3) recommends.
-    public let interval: Duration
+    package let interval: Duration
     /// `WatchdogSec=` of the unit.
-    public let timeout: Duration
+    package let timeout: Duration
     private let timer: any DispatchSourceTimer
     private let notifier: ServiceNotifier
     private let isHealthy: @Sendable () -> Bool
@@ -127,7 +127,7 @@ public final class ServiceWatchdog: @unchecked Sendable {
     ///   - onError: Called on `queue` when a ping cannot be sent (the daemon logs it and goes on).
     /// - Returns: nil when `WatchdogSec=` is not set for this process.
     /// - Throws: `EarshotError(.config)` for a malformed `WATCHDOG_USEC` (see ``ServiceNotifier/watchdogTimeout()``).
-    public init?(
+    package init?(
         queue: DispatchQueue, notifier: ServiceNotifier = ServiceNotifier(),
         isHealthy: @escaping @Sendable () -> Bool, onError: @escaping @Sendable (EarshotError) -> Void = { _ in }
     ) throws(EarshotError) {
@@ -150,12 +150,12 @@ public final class ServiceWatchdog: @unchecked Sendable {
     }
 
     /// Stops the pings (idempotent).
-    public func cancel() {
+    package func cancel() {
         timer.cancel()
     }
 
     /// Pings sent and pings skipped because the daemon was not healthy, so far.
-    public var pingCounts: (sent: Int, skipped: Int) { counts.withLock { $0 } }
+    package var pingCounts: (sent: Int, skipped: Int) { counts.withLock { $0 } }
 
     /// One timer tick: ping if healthy.
     package func tick() {

@@ -18,11 +18,11 @@ import EarshotOutputs
 ///    ever runs the default action (termination) for these signals.
 /// 2. ``install(queue:onTerminate:onReload:)``: Dispatch signal sources (on Linux, a `signalfd` read by Dispatch)
 ///    deliver the blocked signals to ordinary closures on `queue`, where any code may run (no async-signal rules).
-public enum SignalHandling {
+package enum SignalHandling {
     /// The signals that stop the daemon gracefully.
-    public static let terminationSignals: [Int32] = [SIGTERM, SIGINT]
+    package static let terminationSignals: [Int32] = [SIGTERM, SIGINT]
     /// The signal that reloads the configuration.
-    public static let reloadSignal: Int32 = SIGHUP
+    package static let reloadSignal: Int32 = SIGHUP
 
     /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and ignores SIGPIPE in the process (a subscriber
     /// that disconnects makes `write` fail with EPIPE instead of killing the daemon).
@@ -31,7 +31,7 @@ public enum SignalHandling {
     ///   started earlier keeps the signals unblocked and would be killed by them.
     /// - Throws: `EarshotError(.system)` if the mask or the disposition cannot be set.
     ///   The corresponding C functions are `pthread_sigmask` and `sigaction`.
-    public static func blockSignals() throws(EarshotError) {
+    package static func blockSignals() throws(EarshotError) {
         var set = sigset_t()
         sigemptyset(&set)
         for signal in terminationSignals + [reloadSignal] { sigaddset(&set, signal) }
@@ -48,7 +48,7 @@ public enum SignalHandling {
     }
 
     /// Whether `signal` is blocked in the calling thread.
-    public static func isBlocked(_ signal: Int32) -> Bool {
+    package static func isBlocked(_ signal: Int32) -> Bool {
         var current = sigset_t()
         guard pthread_sigmask(SIG_BLOCK, nil, &current) == 0 else { return false }
         return sigismember(&current, signal) == 1
@@ -64,7 +64,7 @@ public enum SignalHandling {
     /// - Returns: The owner of the signal sources; keep it for the life of the process (dropping it cancels them,
     ///   after which the signals stay blocked and pending, i.e. have no effect).
     /// - Important: Call ``blockSignals()`` first, in `main`.
-    public static func install(
+    package static func install(
         queue: DispatchQueue, onTerminate: @escaping @Sendable (Int32) -> Void,
         onReload: @escaping @Sendable () -> Void
     ) -> SignalSources {
@@ -75,7 +75,7 @@ public enum SignalHandling {
 /// The Dispatch signal sources of ``SignalHandling/install(queue:onTerminate:onReload:)``; cancels them on deinit.
 // @unchecked: the only non-Sendable members are the Dispatch sources, `let`s whose methods libdispatch makes
 // thread-safe (the Swift overlay does not mark the source protocols Sendable); the flag is an Atomic.
-public final class SignalSources: @unchecked Sendable {
+package final class SignalSources: @unchecked Sendable {
     private let sources: [any DispatchSourceSignal]
     private let terminated = Atomic<Bool>(false)
     private let registered = DispatchGroup()
@@ -112,7 +112,7 @@ public final class SignalSources: @unchecked Sendable {
     ///
     /// - Returns: false on timeout.
     /// - Important: Do not call on the `queue` given to `install` (the registration handlers run there).
-    public func waitUntilRegistered(timeout: DispatchTime) -> Bool {
+    package func waitUntilRegistered(timeout: DispatchTime) -> Bool {
         registered.wait(timeout: timeout) == .success
     }
 
@@ -121,5 +121,5 @@ public final class SignalSources: @unchecked Sendable {
     }
 
     /// Whether a termination signal has arrived.
-    public var hasTerminated: Bool { terminated.load(ordering: .acquiring) }
+    package var hasTerminated: Bool { terminated.load(ordering: .acquiring) }
 }

@@ -28,11 +28,11 @@ import EarshotOutputs
 /// - Important: ``observe(_:)``, ``admits(_:)``, ``start(at:scheduled:)``, ``stop(at:)`` and
 ///   ``reconfigure(_:)`` run on the analysis queue (``handle(command:)`` hops there itself, from the socket's
 ///   queue). Reports are written on a utility queue.
-public final class SleepService: @unchecked Sendable {
+package final class SleepService: @unchecked Sendable {
     // @unchecked: every mutable property is touched only on `analysisQueue`.
 
     /// Socket commands this service answers.
-    public static let commands = ["sleep_start", "sleep_stop", "sleep_status"]
+    package static let commands = ["sleep_start", "sleep_stop", "sleep_status"]
 
     private let analysisQueue: DispatchQueue
     private let reportQueue = DispatchQueue(label: "earshot.sleep-reports", qos: .utility)
@@ -61,7 +61,7 @@ public final class SleepService: @unchecked Sendable {
     ///     analysis queue.
     ///   - publishReport: sends the finished report's JSON to subscribers.
     ///   - log: a journal line and its priority (report written, or why not).
-    public init(
+    package init(
         analysisQueue: DispatchQueue, classLabels: [String], settings: DaemonConfiguration.Sleep,
         timeZone: TimeZone? = nil, publish: @escaping (DetectionEvent) -> Void,
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void
@@ -94,7 +94,7 @@ public final class SleepService: @unchecked Sendable {
     }
 
     /// Starts the schedule check (every 30 s, on the analysis queue) when `[sleep] schedule` is set.
-    public func startSchedule() {
+    package func startSchedule() {
         analysisQueue.async { [self] in
             let timer = DispatchSource.makeTimerSource(queue: analysisQueue)
             timer.schedule(deadline: .now(), repeating: .seconds(30), leeway: .seconds(2))
@@ -105,10 +105,10 @@ public final class SleepService: @unchecked Sendable {
     }
 
     /// Whether a session is running (analysis queue).
-    public var isActive: Bool { session != nil }
+    package var isActive: Bool { session != nil }
 
     /// One analysis window (analysis queue): feeds the running session and publishes its snoring events.
-    public func observe(_ result: ClassificationResult) {
+    package func observe(_ result: ClassificationResult) {
         guard var running = session else { return }
         let events = running.observe(
             windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
@@ -119,7 +119,7 @@ public final class SleepService: @unchecked Sendable {
 
     /// Whether an event of the daemon's label groups may go out (analysis queue): false for the plain `snoring`
     /// group's events while a session runs (and for the offset of an onset silenced that way).
-    public func admits(_ event: DetectionEvent) -> Bool {
+    package func admits(_ event: DetectionEvent) -> Bool {
         guard event.group == SnoreDetector.groupName else { return true }
         switch event {
         case .onset:
@@ -138,13 +138,13 @@ public final class SleepService: @unchecked Sendable {
     }
 
     /// Applies a reloaded `[sleep]` (analysis queue): the schedule at once, thresholds from the next session.
-    public func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
+    package func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
         if fresh.modelPath != settings.modelPath { head = Self.loadHead(fresh.modelPath, log: log) }
         settings = fresh
     }
 
     /// Answers a socket command; runs on any queue but the analysis queue (it waits for it).
-    public func handle(command: String) -> JSONObject {
+    package func handle(command: String) -> JSONObject {
         analysisQueue.sync {
             let now = Date()
             switch command {
@@ -157,7 +157,7 @@ public final class SleepService: @unchecked Sendable {
 
     /// Starts a session (analysis queue).
     @discardableResult
-    public func start(at date: Date, scheduled: Bool) -> JSONObject {
+    package func start(at date: Date, scheduled: Bool) -> JSONObject {
         if let session {
             return ["type": "sleep", "state": "already_running", "start": .string(EventJSON.timestamp(session.startDate))]
         }
@@ -175,7 +175,7 @@ public final class SleepService: @unchecked Sendable {
     /// Stops the running session, publishes its last events and the report, and writes the report files
     /// (analysis queue; the files are written on the report queue).
     @discardableResult
-    public func stop(at date: Date) -> JSONObject {
+    package func stop(at date: Date) -> JSONObject {
         guard var running = session else {
             return ["type": "error", "message": "no sleep session is running (start one with `earshot sleep start`)"]
         }
@@ -208,7 +208,7 @@ public final class SleepService: @unchecked Sendable {
     }
 
     /// Waits until reports queued so far are written (shutdown, tests).
-    public func flushReports() {
+    package func flushReports() {
         reportQueue.sync {}
     }
 

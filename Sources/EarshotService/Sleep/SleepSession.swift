@@ -19,9 +19,9 @@ import EarshotOutputs
 /// wall-clock time the session started.
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
-public struct SleepSession: Sendable {
+package struct SleepSession: Sendable {
     /// Wall-clock start.
-    public let startDate: Date
+    package let startDate: Date
     private var detector: SnoreDetector
     private var events: [SnoreEvent] = []
     /// Stream time (s) of the first window's start, and of the latest window's end.
@@ -30,7 +30,7 @@ public struct SleepSession: Sendable {
 
     /// - Parameter head: a custom head adding to the snore evidence (see ``SnoreDetector``), or nil.
     /// - Throws: `EarshotError(.config)` when `classLabels` lacks "Snoring" (see ``SnoreDetector``).
-    public init(
+    package init(
         startDate: Date, classLabels: [String], configuration: SnoreDetector.Configuration,
         head: SnoreDetector.HeadEvidence? = nil
     ) throws(EarshotError) {
@@ -39,7 +39,7 @@ public struct SleepSession: Sendable {
     }
 
     /// Feeds one window; returns the snoring events to publish (group "snoring"), in order.
-    public mutating func observe(
+    package mutating func observe(
         windowStart: Double, windowDuration: Double, levelDBFS: Float, scores: [Float]?, embedding: [Float] = []
     ) -> [DetectionEvent] {
         if streamStart == nil { streamStart = windowStart }
@@ -51,18 +51,18 @@ public struct SleepSession: Sendable {
     }
 
     /// Events found so far (finished ones), times in seconds from the session start.
-    public var finishedEvents: [SnoreEvent] { events }
+    package var finishedEvents: [SnoreEvent] { events }
 
     /// Seconds of snoring in the finished events so far.
-    public var snoringSecondsSoFar: Double { events.reduce(0) { $0 + $1.duration } }
+    package var snoringSecondsSoFar: Double { events.reduce(0) { $0 + $1.duration } }
 
     /// Seconds of audio monitored so far.
-    public var monitoredSeconds: Double { max(0, (streamEnd ?? 0) - (streamStart ?? 0)) }
+    package var monitoredSeconds: Double { max(0, (streamEnd ?? 0) - (streamStart ?? 0)) }
 
     /// Ends the session: the detector decides its held windows and an open event ends (reason `stream_end`).
     /// - Returns: the report (wall-clock start `startDate`, length ``monitoredSeconds``) and the last events to
     ///   publish.
-    public mutating func stop() -> (report: SnoreReport, events: [DetectionEvent]) {
+    package mutating func stop() -> (report: SnoreReport, events: [DetectionEvent]) {
         let last = take(detector.finish())
         let report = SnoreReport(events: events, duration: monitoredSeconds, source: "sleep session", startDate: startDate)
         return (report, last)

@@ -22,25 +22,25 @@ import EarshotOutputs
 /// - **Bins**: `binSeconds` (300 s) from the start; the last bin may be shorter. Each holds the snoring seconds
 ///   inside it.
 /// - **Rates**: events and snores per hour of session.
-public struct SnoreReport: Sendable, Equatable {
+package struct SnoreReport: Sendable, Equatable {
     /// A run of snoring events with pauses under the merge gap.
-    public struct Episode: Sendable, Equatable {
+    package struct Episode: Sendable, Equatable {
         /// Seconds from the session start to the first event's start.
-        public var start: Double
+        package var start: Double
         /// Seconds from the session start to the last event's end.
-        public var end: Double
+        package var end: Double
         /// Events merged into the episode.
-        public var events: Int
+        package var events: Int
         /// Snores (breaths) in those events.
-        public var snores: Int
+        package var snores: Int
         /// Seconds of snoring (the events' spans, pauses between them not counted).
-        public var snoringSeconds: Double
+        package var snoringSeconds: Double
         /// Duration-weighted energy mean of the events' levels, dBFS.
-        public var levelDBFS: Float
+        package var levelDBFS: Float
         /// The loudest event peak, dBFS.
-        public var peakLevelDBFS: Float
+        package var peakLevelDBFS: Float
 
-        public init(start: Double, end: Double, events: Int, snores: Int, snoringSeconds: Double, levelDBFS: Float,
+        package init(start: Double, end: Double, events: Int, snores: Int, snoringSeconds: Double, levelDBFS: Float,
                     peakLevelDBFS: Float) {
             self.start = start
             self.end = end
@@ -53,31 +53,31 @@ public struct SnoreReport: Sendable, Equatable {
     }
 
     /// One of the loudest moments.
-    public struct Moment: Sendable, Equatable {
+    package struct Moment: Sendable, Equatable {
         /// Seconds from the session start to the loudest window's start.
-        public var time: Double
+        package var time: Double
         /// That window's RMS level, dBFS.
-        public var levelDBFS: Float
+        package var levelDBFS: Float
 
-        public init(time: Double, levelDBFS: Float) {
+        package init(time: Double, levelDBFS: Float) {
             self.time = time
             self.levelDBFS = levelDBFS
         }
     }
 
     /// One bin of the timeline.
-    public struct Bin: Sendable, Equatable {
+    package struct Bin: Sendable, Equatable {
         /// Seconds from the session start to the bin's start.
-        public var start: Double
+        package var start: Double
         /// The bin's length in seconds (`binSeconds`, less for the last bin).
-        public var length: Double
+        package var length: Double
         /// Seconds of snoring inside the bin.
-        public var snoringSeconds: Double
+        package var snoringSeconds: Double
 
         /// `snoringSeconds / length`, 0...1.
-        public var fraction: Double { length > 0 ? snoringSeconds / length : 0 }
+        package var fraction: Double { length > 0 ? snoringSeconds / length : 0 }
 
-        public init(start: Double, length: Double, snoringSeconds: Double) {
+        package init(start: Double, length: Double, snoringSeconds: Double) {
             self.start = start
             self.length = length
             self.snoringSeconds = snoringSeconds
@@ -85,38 +85,38 @@ public struct SnoreReport: Sendable, Equatable {
     }
 
     /// What was analysed: a file path, or "sleep session".
-    public var source: String
+    package var source: String
     /// Wall-clock time of the session's start, or nil for a recording (times are then offsets into it).
-    public var startDate: Date?
+    package var startDate: Date?
     /// The session's length in seconds.
-    public var duration: Double
+    package var duration: Double
     /// The events, times in seconds from the session start, in time order.
-    public var events: [SnoreEvent]
-    public var episodes: [Episode]
-    public var loudest: [Moment]
+    package var events: [SnoreEvent]
+    package var episodes: [Episode]
+    package var loudest: [Moment]
     /// Seconds per bin (300).
-    public var binSeconds: Double
-    public var bins: [Bin]
+    package var binSeconds: Double
+    package var bins: [Bin]
     /// Seconds of snoring (union of the events' spans).
-    public var snoringSeconds: Double
+    package var snoringSeconds: Double
     /// Snores (accepted bursts) over all events.
-    public var snores: Int
+    package var snores: Int
 
     /// Wall-clock end (`startDate + duration`), or nil.
-    public var endDate: Date? { startDate?.addingTimeInterval(duration) }
+    package var endDate: Date? { startDate?.addingTimeInterval(duration) }
     /// Minutes of snoring.
-    public var snoringMinutes: Double { snoringSeconds / 60 }
+    package var snoringMinutes: Double { snoringSeconds / 60 }
     /// Percent of the session spent snoring, 0...100.
-    public var snoringPercent: Double { duration > 0 ? 100 * snoringSeconds / duration : 0 }
+    package var snoringPercent: Double { duration > 0 ? 100 * snoringSeconds / duration : 0 }
     /// Events per hour of session.
-    public var eventsPerHour: Double { duration > 0 ? Double(events.count) * 3600 / duration : 0 }
+    package var eventsPerHour: Double { duration > 0 ? Double(events.count) * 3600 / duration : 0 }
     /// Snores per hour of session.
-    public var snoresPerHour: Double { duration > 0 ? Double(snores) * 3600 / duration : 0 }
+    package var snoresPerHour: Double { duration > 0 ? Double(snores) * 3600 / duration : 0 }
 
     /// Pauses shorter than this (seconds) merge events into one episode.
-    public static let defaultMergeGapSeconds: Double = 120
+    package static let defaultMergeGapSeconds: Double = 120
     /// The timeline's bin length in seconds.
-    public static let defaultBinSeconds: Double = 300
+    package static let defaultBinSeconds: Double = 300
 
     /// Builds the report.
     ///
@@ -126,7 +126,7 @@ public struct SnoreReport: Sendable, Equatable {
     ///   - duration: the session's length in seconds (negative or non-finite counts as 0).
     ///   - source: what was analysed, for the header.
     ///   - startDate: the wall-clock start, or nil for a recording.
-    public init(
+    package init(
         events: [SnoreEvent], duration: Double, source: String, startDate: Date? = nil,
         mergeGapSeconds: Double = SnoreReport.defaultMergeGapSeconds,
         binSeconds: Double = SnoreReport.defaultBinSeconds, loudestCount: Int = 5

@@ -18,7 +18,7 @@ extension SnoreReport {
     /// `peak_level_dbfs`), `loudest` (`time` in seconds, `level_dbfs`), `bin_seconds`, `bins` (`start`,
     /// `snoring_seconds`), and `snore_events` (`start`, `end`, `snores`, `peak_evidence`, `level_dbfs`,
     /// `peak_level_dbfs`, `peak_level_time`). Seconds have 2 decimals, levels 1, rates 2.
-    public var json: JSONObject {
+    package var json: JSONObject {
         func date(_ seconds: Double?) -> JSONValue {
             guard let startDate, let seconds else { return .null }
             return .string(EventJSON.timestamp(startDate.addingTimeInterval(seconds)))
@@ -66,7 +66,7 @@ extension SnoreReport {
 
     /// A time in the report: the local clock time (`HH:MM:SS`) when the session has a wall-clock start, else the
     /// offset into the recording (`H:MM:SS`).
-    public func timeText(_ seconds: Double, timeZone: TimeZone = LocalTime.zone()) -> String {
+    package func timeText(_ seconds: Double, timeZone: TimeZone = LocalTime.zone()) -> String {
         if let startDate {
             return Self.clock(startDate.addingTimeInterval(seconds), timeZone: timeZone, withSeconds: true)
         }
@@ -74,7 +74,7 @@ extension SnoreReport {
     }
 
     /// A human summary, several lines, ending with a newline.
-    public func text(timeZone: TimeZone = LocalTime.zone()) -> String {
+    package func text(timeZone: TimeZone = LocalTime.zone()) -> String {
         var lines: [String] = []
         let span = startDate.map { start in
             "\(Self.clock(start, timeZone: timeZone, withSeconds: false))-\(Self.clock(start.addingTimeInterval(duration), timeZone: timeZone, withSeconds: false)), "
@@ -119,23 +119,23 @@ extension SnoreReport {
     // MARK: SVG
 
     /// Geometry of the SVG chart, in SVG user units (pixels).
-    public struct ChartLayout: Sendable, Equatable {
-        public var width = 960.0
-        public var height = 350.0
-        public var left = 72.0
-        public var right = 16.0
-        public var top = 56.0
+    package struct ChartLayout: Sendable, Equatable {
+        package var width = 960.0
+        package var height = 350.0
+        package var left = 72.0
+        package var right = 16.0
+        package var top = 56.0
         /// Height of the bar area.
-        public var plotHeight = 190.0
+        package var plotHeight = 190.0
 
-        public init() {}
+        package init() {}
     }
 
     /// The timeline as a standalone SVG document: one bar per bin (`<rect class="bar">`, `snoringSeconds / length`
     /// of the plot height, zero-height bars included so that bar `i` is bin `i`), the episodes as a strip below
     /// (`<rect class="episode">`), the loudest moments as markers (`<circle class="loudest">`), hour ticks (clock
     /// time or offset), and a title line. Every bar and marker has a `<title>` tooltip.
-    public func svg(timeZone: TimeZone = LocalTime.zone(), layout: ChartLayout = ChartLayout()) -> String {
+    package func svg(timeZone: TimeZone = LocalTime.zone(), layout: ChartLayout = ChartLayout()) -> String {
         let plotWidth = layout.width - layout.left - layout.right
         let baseline = layout.top + layout.plotHeight
         let span = max(duration, 1)

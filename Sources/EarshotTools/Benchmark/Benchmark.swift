@@ -12,13 +12,13 @@ import EarshotOutputs
 import EarshotService
 
 /// Figures for `earshot bench`: measured on this machine, printed, never asserted by tests.
-public enum Benchmark {
+package enum Benchmark {
     /// Median and 95th percentile of a set of durations, in milliseconds.
-    public struct Percentiles: Sendable {
-        public var median: Double
-        public var p95: Double
-        public var minimum: Double
-        public var runs: Int
+    package struct Percentiles: Sendable {
+        package var median: Double
+        package var p95: Double
+        package var minimum: Double
+        package var runs: Int
 
         package init(_ millis: [Double]) {
             let sorted = millis.sorted()
@@ -30,7 +30,7 @@ public enum Benchmark {
     }
 
     /// The CPU model name from `/proc/cpuinfo` ("model name", or "Model"/"Hardware" on ARM boards), or "unknown".
-    public static var cpuModel: String {
+    package static var cpuModel: String {
         guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8) else { return "unknown" }
         for key in ["model name", "Model", "Hardware"] {
             for line in text.split(separator: "\n") where line.hasPrefix(key) {
@@ -44,7 +44,7 @@ public enum Benchmark {
 
     /// Which code computes the matrix products in this process (`GEMMKernel.current`) and the vector width of the
     /// convolutions.
-    public static var kernelDescription: String {
+    package static var kernelDescription: String {
         let lanes = ConvolutionKernels.lanes(GEMMKernel.current)
         switch GEMMKernel.current {
         case .avx2:
@@ -59,7 +59,7 @@ public enum Benchmark {
     }
 
     /// Seconds on a monotonic clock.
-    public static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+    package static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     /// A log-mel patch with realistic values (natural logs of mel energies lie in about -7...+3).
     package static func syntheticPatch() -> [Float] {
@@ -68,7 +68,7 @@ public enum Benchmark {
 
     /// Latency of one 96 x 64 patch through YAMNet (521 scores out) on one thread, after 20 warm-up runs: wall time
     /// and thread CPU time (the latter is not inflated when other processes take the core).
-    public static func patchLatency(model: YAMNet, runs: Int) -> (wall: Percentiles, cpu: Percentiles) {
+    package static func patchLatency(model: YAMNet, runs: Int) -> (wall: Percentiles, cpu: Percentiles) {
         BLASThreads.set(1)
         let session = model.makeSession()
         let patch = syntheticPatch()
@@ -99,7 +99,7 @@ public enum Benchmark {
 
     /// Latency of one 0.975 s waveform (15600 samples at 16 kHz) to 521 scores: the front end's 96 frames plus the
     /// network, on one thread. This is what one TFLite `invoke` of the reference's 15600-sample model does.
-    public static func waveformPatchLatency(model: YAMNet, runs: Int) -> Percentiles {
+    package static func waveformPatchLatency(model: YAMNet, runs: Int) -> Percentiles {
         BLASThreads.set(1)
         let session = model.makeSession()
         let frontEnd = LogMelSpectrogram()
@@ -136,7 +136,7 @@ public enum Benchmark {
     }
 
     /// Milliseconds the log-mel front end takes per second of 16 kHz audio (median of `runs` passes over `seconds`).
-    public static func frontEndMillisPerSecond(seconds: Double, runs: Int) -> Double {
+    package static func frontEndMillisPerSecond(seconds: Double, runs: Int) -> Double {
         let frontEnd = LogMelSpectrogram()
         let samples = (0..<Int(seconds * 16_000)).map { Float(sin(Double($0) * 0.05)) * 0.3 }
         _ = frontEnd.compute(samples)
@@ -151,7 +151,7 @@ public enum Benchmark {
 
     /// Milliseconds from nothing to the first result: map the weights file, fold and pack the weights, read the
     /// class map, classify one patch. The first call in a process also pays for loading Foundation's JSON parser.
-    public static func modelLoadMillis(directory: URL) throws(EarshotError) -> Double {
+    package static func modelLoadMillis(directory: URL) throws(EarshotError) -> Double {
         let start = now()
         let model = try YAMNet(directory: directory)
         _ = model.makeSession().classify(patches: [Float](repeating: -3, count: YAMNet.patchFrames * YAMNet.melBands), count: 1)
@@ -194,7 +194,7 @@ public enum Benchmark {
     /// Thread CPU time per stage and per patch when `batch` patches run together (1 thread), over `runs` runs after
     /// 10 warm-up runs: `(stage name, median ms, minimum ms)` in execution order. The minimum is the figure least
     /// disturbed by other processes on a shared machine. `overlapping`: as `syntheticBatch`.
-    public static func stageProfile(model: YAMNet, runs: Int, batch: Int = 1, overlapping: Bool = false) -> [(stage: String, millis: Double, minimum: Double)] {
+    package static func stageProfile(model: YAMNet, runs: Int, batch: Int = 1, overlapping: Bool = false) -> [(stage: String, millis: Double, minimum: Double)] {
         BLASThreads.set(1)
         let session = model.makeSession()
         let patches = syntheticBatch(count: batch, overlapping: overlapping)
@@ -219,7 +219,7 @@ public enum Benchmark {
     /// `YAMNetSession.maximumBatch`), on one thread, in milliseconds per patch: the best of `runs` runs (a run takes
     /// long enough that other processes on a shared machine often interrupt it; the best run is the one they did not).
     /// `overlapping`: as `syntheticBatch`.
-    public static func batchedPatchMillis(model: YAMNet, count: Int, runs: Int, overlapping: Bool = false) -> Double {
+    package static func batchedPatchMillis(model: YAMNet, count: Int, runs: Int, overlapping: Bool = false) -> Double {
         BLASThreads.set(1)
         let session = model.makeSession()
         let patches = syntheticBatch(count: count, overlapping: overlapping)
@@ -238,7 +238,7 @@ public enum Benchmark {
     /// ``analyzeFile(url:threads:)`` (`earshot analyze`'s `AudioFileAnalyzer`: front end + network) on `threads`
     /// threads. A short warm-up analysis runs first.
     /// - Throws: ``EarshotError`` when the file cannot be written or read.
-    public static func inferenceRealtimeFactor(seconds: Double, threads: Int, directory: URL) throws(EarshotError) -> Double {
+    package static func inferenceRealtimeFactor(seconds: Double, threads: Int, directory: URL) throws(EarshotError) -> Double {
         let url = directory.appendingPathComponent("inference-\(Int(seconds))s.wav")
         if !FileManager.default.fileExists(atPath: url.path) {
             try BenchmarkRecording.writeNoise(levelDBFS: -20, seconds: seconds, sampleRate: 16_000, to: url)
@@ -250,19 +250,19 @@ public enum Benchmark {
     // MARK: - File analysis
 
     /// Wall time of one file analysis and what it produced.
-    public struct FileAnalysisFigures: Sendable {
+    package struct FileAnalysisFigures: Sendable {
         /// Seconds of audio in the file.
-        public var audioSeconds: Double
+        package var audioSeconds: Double
         /// Wall-clock seconds the analysis took.
-        public var wallSeconds: Double
+        package var wallSeconds: Double
         /// Windows delivered.
-        public var windows: Int
+        package var windows: Int
         /// Seconds of audio per second of wall time.
-        public var realtimeFactor: Double { audioSeconds / max(wallSeconds, 1e-9) }
+        package var realtimeFactor: Double { audioSeconds / max(wallSeconds, 1e-9) }
     }
 
     /// Seconds to decode `url`, mix it to mono and resample it to 16 kHz (`decodeMono16k`), and the 16 kHz samples.
-    public static func decodeSeconds(url: URL) throws(EarshotError) -> (seconds: Double, samples: Int) {
+    package static func decodeSeconds(url: URL) throws(EarshotError) -> (seconds: Double, samples: Int) {
         let start = now()
         let samples = try decodeMono16k(url)
         return (now() - start, samples.count)
@@ -272,7 +272,7 @@ public enum Benchmark {
     /// `threads` inference threads, results counted and dropped. Decoding, resampling, the front end and the
     /// network are all inside the measured time.
     /// - Throws: ``EarshotError`` when the file cannot be opened or fails to decode.
-    public static func analyzeFile(url: URL, threads: Int) throws(EarshotError) -> FileAnalysisFigures {
+    package static func analyzeFile(url: URL, threads: Int) throws(EarshotError) -> FileAnalysisFigures {
         final class Counter: ResultsObserving {
             var windows = 0
             var lastEnd = 0.0

@@ -13,9 +13,9 @@ import EarshotService
 
 /// The inputs `earshot bench` measures with, written to temporary files: real recordings looped to length (so
 /// decoding, resampling and the gate see real audio), or quiet noise.
-public enum BenchmarkRecording {
+package enum BenchmarkRecording {
     /// How a generated file is encoded.
-    public enum Encoding: Sendable {
+    package enum Encoding: Sendable {
         /// FLAC, 16-bit: what a user's long recordings often are; decoding it costs real time.
         case flac16
         /// WAV, 16-bit PCM.
@@ -32,7 +32,7 @@ public enum BenchmarkRecording {
     /// `source` (any file the decoder reads) mixed to mono and resampled to `sampleRate`, looped to `seconds`, written
     /// to `url` with `channels` identical channels.
     /// - Throws: ``EarshotError`` when `source` cannot be decoded or `url` cannot be written.
-    public static func writeLooped(
+    package static func writeLooped(
         source: URL, seconds: Double, sampleRate: Int, channels: Int, encoding: Encoding, to url: URL
     ) throws(EarshotError) {
         let decoder = try AudioFileDecoder(url: source)
@@ -52,7 +52,7 @@ public enum BenchmarkRecording {
 
     /// White noise at an RMS level of `levelDBFS` (e.g. -60: below the daemon's default -50 dBFS gate), mono.
     /// - Throws: ``EarshotError`` when `url` cannot be written.
-    public static func writeNoise(levelDBFS: Double, seconds: Double, sampleRate: Int, to url: URL) throws(EarshotError) {
+    package static func writeNoise(levelDBFS: Double, seconds: Double, sampleRate: Int, to url: URL) throws(EarshotError) {
         // Uniform noise in [-a, a] has RMS a / sqrt(3).
         let amplitude = Float(pow(10, levelDBFS / 20) * 3.0.squareRoot())
         var generator = SplitMix64(seed: 0x5EED)

@@ -13,25 +13,25 @@ import EarshotService
 /// Measures a running `earshotd` from outside, as a user would see it in `top`: the daemon is started on a file
 /// streamed in real time (`--input FILE`), its READY notification is timed on our own `NOTIFY_SOCKET`, and its CPU
 /// time and memory are read from `/proc`.
-public enum DaemonBenchmark {
+package enum DaemonBenchmark {
     /// What one run measured.
-    public struct Figures: Sendable {
+    package struct Figures: Sendable {
         /// Milliseconds from starting the process to `READY=1` (sent once audio flows: model loaded, input opened).
-        public var readyMillis: Double
+        package var readyMillis: Double
         /// CPU time (user + system, all threads) over the measured span divided by its wall time, in percent of one
         /// core, from the per-thread nanosecond counters (`/proc/PID/task/*/schedstat`).
-        public var cpuPercent: Double
+        package var cpuPercent: Double
         /// The same share from `/proc/PID/stat` utime + stime (10 ms ticks: coarse below about 0.05 %).
-        public var cpuPercentTicks: Double
+        package var cpuPercentTicks: Double
         /// Seconds measured (after READY and a warm-up).
-        public var seconds: Double
+        package var seconds: Double
         /// Peak resident set size (`VmHWM`) in MB (10^6 bytes), from the start of the process.
-        public var peakRSSMegabytes: Double
+        package var peakRSSMegabytes: Double
         /// Resident set size at the end (`VmRSS`) in MB.
-        public var rssMegabytes: Double
+        package var rssMegabytes: Double
         /// Windows the daemon scored and windows it gated (from its status reply; nil when it did not answer).
-        public var windows: Int?
-        public var gatedWindows: Int?
+        package var windows: Int?
+        package var gatedWindows: Int?
     }
 
     /// Starts `daemon` on `input`, waits for READY, lets `warmUp` seconds pass, measures `seconds` seconds, asks for
@@ -40,7 +40,7 @@ public enum DaemonBenchmark {
     ///   - extraArguments: more options, e.g. `["--gate-dbfs", "-120"]` to keep the gate open.
     /// - Throws: ``EarshotError`` when the process cannot start, does not send READY within 20 s, or exits early
     ///   (the line names the daemon's last stderr line).
-    public static func measure(
+    package static func measure(
         daemon: URL, input: URL, seconds: Double, warmUp: Double = 2, extraArguments: [String] = []
     ) throws(EarshotError) -> Figures {
         let directory = FileManager.default.temporaryDirectory

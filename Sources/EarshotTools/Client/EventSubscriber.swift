@@ -13,19 +13,19 @@ import EarshotService
 /// A client of the daemon's event socket (`earshot subscribe`): connects, sends requests, reads JSON lines.
 ///
 /// Owns one socket descriptor, closed in deinit. Not thread-safe: use from one thread.
-public final class EventSubscriber {
+package final class EventSubscriber {
     /// Why connecting failed, with the line a user sees and the exit status for it.
-    public struct ConnectError: Error, CustomStringConvertible, Equatable, Sendable {
+    package struct ConnectError: Error, CustomStringConvertible, Equatable, Sendable {
         /// The socket path tried.
-        public var path: String
+        package var path: String
         /// The errno of socket(2) or connect(2) (0 for a bad path).
-        public var errnoValue: Int32
+        package var errnoValue: Int32
         /// The whole line, without a program prefix, e.g. `cannot connect to /run/earshot/earshot.sock: No such file
         /// or directory (is earshotd running? see systemctl status earshotd)`.
-        public var message: String
+        package var message: String
 
         /// 77 (EX_NOPERM) for EACCES/EPERM, 64 (EX_USAGE) for a bad path, 69 (EX_UNAVAILABLE) otherwise.
-        public var exitStatus: Int32 {
+        package var exitStatus: Int32 {
             switch errnoValue {
             case EACCES, EPERM: 77
             case 0: 64
@@ -33,11 +33,11 @@ public final class EventSubscriber {
             }
         }
 
-        public var description: String { message }
+        package var description: String { message }
 
         /// The error for `errnoValue` from connecting to `path`. For EACCES/EPERM, `ownerGroup` is the group that
         /// owns the socket (the hint names it); nil looks it up from the file (or its directory).
-        public init(path: String, errnoValue: Int32, ownerGroup: String? = nil) {
+        package init(path: String, errnoValue: Int32, ownerGroup: String? = nil) {
             self.path = path
             self.errnoValue = errnoValue
             let text = SocketCall.describe(errnoValue)
@@ -77,7 +77,7 @@ public final class EventSubscriber {
     }
 
     /// What `readLine` returned.
-    public enum ReadResult: Equatable, Sendable {
+    package enum ReadResult: Equatable, Sendable {
         /// One line, without its newline.
         case line(String)
         /// The daemon closed the connection.
@@ -87,7 +87,7 @@ public final class EventSubscriber {
     }
 
     /// The path connected to.
-    public let path: String
+    package let path: String
     /// The connected socket (internal so that tests can set socket options).
     package let fd: Int32
     /// Received bytes; `buffer[head...]` is not yet returned, `buffer[head..<scanned]` holds no newline.
@@ -97,13 +97,13 @@ public final class EventSubscriber {
     private var atEnd = false
 
     /// The longest line accepted from the daemon (1 MiB); a longer one is returned in pieces of this size.
-    public static let maxLineBytes = 1 << 20
+    package static let maxLineBytes = 1 << 20
 
     /// Connects to the socket at `path` (blocking, as a local connect is immediate).
     ///
     /// - Throws: `ConnectError` naming the path and the cause, with a hint: missing socket or refused connection
     ///   (is earshotd running?), permission denied (join the owning group), or an invalid path.
-    public init(path: String) throws(ConnectError) {
+    package init(path: String) throws(ConnectError) {
         let address: UnixSocketAddress
         do {
             address = try UnixSocketAddress(path: path)
@@ -128,7 +128,7 @@ public final class EventSubscriber {
     /// Sends one request line (a newline is appended).
     ///
     /// - Throws: `EarshotError(.io)` when the daemon closed the connection or the write failed.
-    public func send(line: String) throws(EarshotError) {
+    package func send(line: String) throws(EarshotError) {
         let bytes = Array((line + "\n").utf8)
         var offset = 0
         while offset < bytes.count {
@@ -142,7 +142,7 @@ public final class EventSubscriber {
     }
 
     /// Sends `{"subscribe":[...]}` for `groups` (every group when empty).
-    public func subscribe(groups: [String]) throws(EarshotError) {
+    package func subscribe(groups: [String]) throws(EarshotError) {
         try send(line: JSONValue.object(["subscribe": .array(groups.map { .string($0) })]).encoded)
     }
 
@@ -150,7 +150,7 @@ public final class EventSubscriber {
     ///
     /// - Parameter timeoutSeconds: how long to wait for a complete line; nil waits as long as it takes.
     /// - Throws: `EarshotError(.io)` when reading fails (other than the daemon closing the connection).
-    public func readLine(timeoutSeconds: Double? = nil) throws(EarshotError) -> ReadResult {
+    package func readLine(timeoutSeconds: Double? = nil) throws(EarshotError) -> ReadResult {
         let deadline = timeoutSeconds.map { DispatchTime.now().uptimeNanoseconds + UInt64(max(0, $0) * 1e9) }
         while true {
             if let newline = buffer[scanned...].firstIndex(of: UInt8(ascii: "\n")) {

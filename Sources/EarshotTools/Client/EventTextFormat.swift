@@ -18,7 +18,7 @@ import EarshotService
 /// 2026-11-30 17:45:20  health overrun: capture buffer overran; 3 xruns so far
 /// 2026-11-30 17:45:25  smoke_alarm clip saved: /var/lib/earshot/clips/2026-11-30T16-45-12Z_smoke_alarm.wav (16.76 s, stream 7.48-24.24 s)
 /// ```
-public enum EventTextFormat {
+package enum EventTextFormat {
     /// Formats one line received from the daemon.
     ///
     /// - Parameters:
@@ -27,7 +27,7 @@ public enum EventTextFormat {
     ///     command line passes `TimeZone.current`, which knows the zone's rules).
     /// - Returns: the text line; nil for a `subscribed` acknowledgement (not an event); the line itself when it is
     ///   not a known object.
-    public static func format(line: String, timeZone: TimeZone = LocalTime.zone()) -> String? {
+    package static func format(line: String, timeZone: TimeZone = LocalTime.zone()) -> String? {
         guard let object = try? JSONValue.parse(line), let type = object["type"]?.stringValue else { return line }
         func text(_ key: String) -> String? { object[key]?.stringValue }
         let when = text("time").flatMap { localTime($0, timeZone: timeZone) }.map { $0 + "  " } ?? ""

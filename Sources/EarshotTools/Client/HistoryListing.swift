@@ -11,9 +11,9 @@ import EarshotOutputs
 import EarshotService
 
 /// `earshot history`: its options, parsed, and the formats it prints stored events in.
-public struct HistoryListing: Sendable, Equatable {
+package struct HistoryListing: Sendable, Equatable {
     /// How events are printed.
-    public enum Format: String, Sendable, Equatable {
+    package enum Format: String, Sendable, Equatable {
         /// One readable line per event, local time.
         case text
         /// One JSON object per line (times ISO 8601 UTC).
@@ -24,23 +24,23 @@ public struct HistoryListing: Sendable, Equatable {
 
     /// Default: `history.sqlite3` in ``StateDirectory`` (where earshotd writes it: `$STATE_DIRECTORY`, else
     /// /var/lib/earshot).
-    public var databasePath = StateDirectory.path + "/history.sqlite3"
+    package var databasePath = StateDirectory.path + "/history.sqlite3"
     /// `--since`: a duration back from now (`90s`, `30m`, `8h`, `2d`, `1w`) or a date (`2026-05-01`,
     /// `2026-05-01T22:00`, local time, or ISO 8601 with `Z`/offset).
-    public var since: Date?
+    package var since: Date?
     /// `--until`: as `since`.
-    public var until: Date?
-    public var groups: [String] = []
-    public var format = Format.text
-    public var limit: Int?
-    public var helpRequested = false
+    package var until: Date?
+    package var groups: [String] = []
+    package var format = Format.text
+    package var limit: Int?
+    package var helpRequested = false
 
-    public init() {}
+    package init() {}
 
-    public static let usage =
+    package static let usage =
         "usage: earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]"
 
-    public static let help = """
+    package static let help = """
         \(usage)
 
         Lists the detections earshotd stored in its event history (oldest first).
@@ -60,7 +60,7 @@ public struct HistoryListing: Sendable, Equatable {
     ///   `--db /tmp/x is a directory: give the history database file (e.g. /var/lib/earshot/history.sqlite3)`;
     ///   otherwise the errors of ``EventHistory/init(path:access:busyTimeoutMilliseconds:)`` (66 no file, 65 not
     ///   a history, 69 locked).
-    public func openHistory() throws(EarshotError) -> EventHistory {
+    package func openHistory() throws(EarshotError) -> EventHistory {
         if PathKind(path: databasePath) == .directory {
             let fix = databasePath == StateDirectory.path + "/history.sqlite3"
                 ? "\(databasePath) is a directory: name the history database file with --db"
@@ -74,7 +74,7 @@ public struct HistoryListing: Sendable, Equatable {
     /// - Parameter now: the time durations count back from.
     /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.
     ///   `--since "yesterday": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30`.
-    public static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = LocalTime.zone())
+    package static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = LocalTime.zone())
         throws(EarshotError) -> HistoryListing
     {
         var listing = HistoryListing()
@@ -136,12 +136,12 @@ public struct HistoryListing: Sendable, Equatable {
     }
 
     /// The query these options make.
-    public var query: HistoryQuery {
+    package var query: HistoryQuery {
         HistoryQuery(since: since, until: until, groups: groups, limit: limit)
     }
 
     /// A time given on the command line: `N` + `s|m|h|d|w` back from `now`, or a date.
-    public static func parseTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
+    package static func parseTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
         let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
         if let unit = text.last, let scale = units[unit], let amount = Double(text.dropLast()), amount.isFinite,
            amount >= 0
@@ -194,13 +194,13 @@ public struct HistoryListing: Sendable, Equatable {
     // MARK: Formats
 
     /// The CSV header row (`--format csv`).
-    public static let csvHeader =
+    package static let csvHeader =
         "id,start,end,duration,group,class,peak_confidence,mean_confidence,level_dbfs,peak_level_dbfs,windows,reason"
 
     /// One event in `format`, without a newline. Text uses `timeZone`; JSONL and CSV use UTC ISO 8601.
     ///
     /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`.
-    public static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = LocalTime.zone()) -> String {
+    package static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = LocalTime.zone()) -> String {
         let duration = JSONValue.format(event.duration, decimals: 1)
         let peak = JSONValue.format(Double(event.peakConfidence), decimals: 2)
         let mean = JSONValue.format(Double(event.meanConfidence), decimals: 2)

@@ -13,37 +13,37 @@ import EarshotService
 /// Runs ``AlarmDetector`` (and, optionally, the built-in classifier for fusion) over labelled audio the way the
 /// daemon does, and tabulates recall, false events per file class, time to detection and CPU cost. Used by
 /// `earshot eval`.
-public enum AlarmEvaluation {
+package enum AlarmEvaluation {
     /// One labelled piece of audio.
-    public struct Case: Sendable {
+    package struct Case: Sendable {
         /// A short name for the tables (file name or synthetic description).
-        public var name: String
+        package var name: String
         /// The class of file (MANIFEST label, or e.g. `synthetic_t3`), for the false-event table.
-        public var fileClass: String
+        package var fileClass: String
         /// The group that must be detected (`smoke_alarm`, `co_alarm`), nil for a negative.
-        public var expectedGroup: String?
+        package var expectedGroup: String?
         /// Whether recall on this case counts toward the targets (T3/T4 at >= 0 dB SNR), or is only reported.
-        public var isTarget: Bool
+        package var isTarget: Bool
         /// Stream time (s) of the alarm's first tone, when known.
-        public var alarmStart: Double?
+        package var alarmStart: Double?
         /// Seconds the detection may take after the alarm starts. Issue 5's target is a decision "within one cycle
         /// (4 s) after its first full repetition": the end of the first cycle plus 4 s (T3: 4 + 4 = 8 s; T4, 5.7 s
         /// cycle: 5.7 + 4 = 9.7 s, the stricter reading for T4, whose cycle is longer than 4 s).
-        public var deadlineSeconds: Double?
+        package var deadlineSeconds: Double?
         /// For a synthetic alarm: the SNR it was mixed at (dB; tone power while on, as heard after the room, over
         /// the mean power of the noise excerpt mixed in).
-        public var snrDB: Double?
+        package var snrDB: Double?
         /// For a synthetic alarm: the tone frequency (Hz) of its sounder's fundamental.
-        public var toneHz: Double?
+        package var toneHz: Double?
         /// For a synthetic alarm: the acoustic condition (`dry`, `room`, `phone`) and the noise bed (`household`,
         /// `speech`).
-        public var condition: String?
-        public var noise: String?
+        package var condition: String?
+        package var noise: String?
         /// Mono samples.
-        public var samples: [Float]
-        public var sampleRate: Int
+        package var samples: [Float]
+        package var sampleRate: Int
 
-        public init(name: String, fileClass: String, expectedGroup: String?, isTarget: Bool = false,
+        package init(name: String, fileClass: String, expectedGroup: String?, isTarget: Bool = false,
                     alarmStart: Double? = nil, deadlineSeconds: Double? = nil, snrDB: Double? = nil, toneHz: Double? = nil,
                     condition: String? = nil, noise: String? = nil, samples: [Float], sampleRate: Int) {
             self.name = name
@@ -60,37 +60,37 @@ public enum AlarmEvaluation {
             self.sampleRate = sampleRate
         }
 
-        public var seconds: Double { Double(samples.count) / Double(sampleRate) }
+        package var seconds: Double { Double(samples.count) / Double(sampleRate) }
     }
 
     /// What happened on one case.
-    public struct Outcome: Sendable {
-        public var testCase: Case
+    package struct Outcome: Sendable {
+        package var testCase: Case
         /// Every onset the detector raised (ends omitted).
-        public var onsets: [AlarmEvent]
+        package var onsets: [AlarmEvent]
         /// Seconds of CPU (this thread) spent in the tone detector and matcher, without the classifier.
-        public var detectorCPUSeconds: Double
+        package var detectorCPUSeconds: Double
 
         /// The first onset of the expected group.
-        public var detection: AlarmEvent? {
+        package var detection: AlarmEvent? {
             guard let group = testCase.expectedGroup else { return nil }
             return onsets.first { $0.group == group }
         }
         /// Decision time minus the alarm's start (s), for a detection.
-        public var latency: Double? {
+        package var latency: Double? {
             guard let detection, let start = testCase.alarmStart else { return nil }
             return detection.time - start
         }
         /// Whether a positive case was detected in time.
-        public var metTarget: Bool {
+        package var metTarget: Bool {
             guard let latency = latency ?? detection.map({ $0.time }) else { return false }
             return testCase.deadlineSeconds.map { latency <= $0 } ?? true
         }
         /// smoke_alarm and co_alarm onsets that are not the expected group (all of them on a negative).
-        public var falseEvents: [AlarmEvent] {
+        package var falseEvents: [AlarmEvent] {
             onsets.filter { ($0.group == AlarmEvent.smokeAlarm || $0.group == AlarmEvent.coAlarm) && $0.group != testCase.expectedGroup }
         }
-        public var chirpEvents: Int { onsets.filter { $0.group == AlarmEvent.alarmChirp }.count }
+        package var chirpEvents: Int { onsets.filter { $0.group == AlarmEvent.alarmChirp }.count }
     }
 
     private final class Collector: ResultsObserving {
@@ -102,7 +102,7 @@ public enum AlarmEvaluation {
     /// ``AlarmDetector/observe(classification:)`` as they complete when `classifier` is true (gate -50 dBFS, window
     /// 0.96 s, hop 0.48 s: the daemon's defaults).
     /// - Throws: `EarshotError` when the classifier cannot be loaded.
-    public static func run(_ testCase: Case, classifier: Bool,
+    package static func run(_ testCase: Case, classifier: Bool,
                            configuration: AlarmDetector.Configuration = AlarmDetector.Configuration()) throws(EarshotError) -> Outcome {
         let detector = AlarmDetector(configuration: configuration)
         var analyzer: AudioStreamAnalyzer?
@@ -145,7 +145,7 @@ public enum AlarmEvaluation {
 
     /// One line per synthetic alarm (for `earshot eval --cases`): name, deadline, decision latency or "missed", and
     /// the first event's pattern, cycles and tone.
-    public static func caseLines(_ outcomes: [Outcome]) -> String {
+    package static func caseLines(_ outcomes: [Outcome]) -> String {
         var lines: [String] = []
         for outcome in outcomes where outcome.testCase.expectedGroup != nil {
             let verdict: String
@@ -165,14 +165,14 @@ public enum AlarmEvaluation {
 
     /// The tone segments a ``ToneTracker`` finds in a case (for tuning and `earshot eval --segments`).
     /// - Throws: `EarshotError(.usage)` when the case's sample rate cannot hold the tracker's band.
-    public static func toneSegments(_ testCase: Case) throws(EarshotError) -> [ToneSegment] {
+    package static func toneSegments(_ testCase: Case) throws(EarshotError) -> [ToneSegment] {
         let tracker = try ToneTracker(
             sampleRate: testCase.sampleRate, parameters: AlarmDetector.trackerParameters(sampleRate: testCase.sampleRate))
         return tracker.process(testCase.samples, framePosition: 0) + tracker.finish()
     }
 
     /// CPU seconds this thread has used (CLOCK_THREAD_CPUTIME_ID).
-    public static func threadCPUSeconds() -> Double {
+    package static func threadCPUSeconds() -> Double {
         var spec = timespec()
         guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &spec) == 0 else { return 0 }
         return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
@@ -185,7 +185,7 @@ public enum AlarmEvaluation {
     /// labels are reported only; every other label is a negative.
     /// - Throws: `EarshotError(.noInput)` when the manifest cannot be read. Files that fail to decode are skipped
     ///   and listed in `skipped`.
-    public static func manifestCases(manifest: URL, skipped: inout [String]) throws(EarshotError) -> [Case] {
+    package static func manifestCases(manifest: URL, skipped: inout [String]) throws(EarshotError) -> [Case] {
         let text: String
         do {
             text = try String(contentsOf: manifest, encoding: .utf8)
@@ -215,7 +215,7 @@ public enum AlarmEvaluation {
 
     /// Noise beds from manifest cases: all `household_noise*` and `background` recordings, and all `speech`
     /// recordings, each concatenated at 16 kHz.
-    public static func noiseBeds(from cases: [Case]) -> (household: [Float], speech: [Float]) {
+    package static func noiseBeds(from cases: [Case]) -> (household: [Float], speech: [Float]) {
         func bed(_ accept: (String) -> Bool) -> [Float] {
             var out: [Float] = []
             for item in cases where accept(item.fileClass) {
@@ -240,7 +240,7 @@ public enum AlarmEvaluation {
     /// with the alarm from 5 s; plus confusers (truck beeper, chirps, microwave, oven timer, alarm clock, phone
     /// ring, patient monitor medium- and high-priority alarms) in a room, clean and in household noise at +10 dB
     /// (class `synthetic_confuser`), and in household noise and in speech at 0 dB (`synthetic_confuser_0db`).
-    public static func syntheticCases(household: [Float], speech: [Float]) -> [Case] {
+    package static func syntheticCases(household: [Float], speech: [Float]) -> [Case] {
         let rate = 16_000
         var cases: [Case] = []
         let noises: [(String, [Float])] = [("household", household), ("speech", speech)].filter { !$0.1.isEmpty }
@@ -318,7 +318,7 @@ public enum AlarmEvaluation {
 
     /// The report `earshot eval` prints: recall and time to detection of the synthetic alarms by SNR, detections
     /// on the real alarm recordings, false events per file class, CPU cost.
-    public static func report(_ outcomes: [Outcome]) -> String {
+    package static func report(_ outcomes: [Outcome]) -> String {
         var lines: [String] = []
         func pad(_ text: String, _ width: Int) -> String {
             text.count >= width ? text : text + String(repeating: " ", count: width - text.count)

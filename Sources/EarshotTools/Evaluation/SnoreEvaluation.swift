@@ -21,24 +21,24 @@ import EarshotService
 ///   window overlaps it by at least half a hop's worth of audio (0.48 s). Events are the detector's events.
 ///
 /// For a positive set the flagged share is the detection rate; for a negative set it is the false rate.
-public enum SnoreEvaluation {
+package enum SnoreEvaluation {
     /// Figures for one set of clips.
-    public struct Figures: Sendable, Equatable {
-        public var clips = 0
+    package struct Figures: Sendable, Equatable {
+        package var clips = 0
         /// Clips whose "Snoring" score reached `strongThreshold` in some window.
-        public var snoringClassFlagged = 0
+        package var snoringClassFlagged = 0
         /// Clips whose evidence reached `strongThreshold` in some window.
-        public var evidenceFlagged = 0
+        package var evidenceFlagged = 0
         /// Clips the detector flagged inside the breathing sequence.
-        public var sequenceFlagged = 0
+        package var sequenceFlagged = 0
         /// Detector events in the sequence.
-        public var sequenceEvents = 0
+        package var sequenceEvents = 0
         /// The sequence's length in seconds.
-        public var sequenceSeconds = 0.0
+        package var sequenceSeconds = 0.0
         /// Seconds of snoring the detector reported in the sequence.
-        public var sequenceSnoringSeconds = 0.0
+        package var sequenceSnoringSeconds = 0.0
 
-        public init() {}
+        package init() {}
     }
 
     /// Runs both measurements on `files` (sorted by name by the caller).
@@ -47,7 +47,7 @@ public enum SnoreEvaluation {
     ///   - sequencePath: where the concatenated sequence is written (a float WAV; removed afterwards).
     ///   - progress: called after each clip with (done, total).
     /// - Throws: ``EarshotError`` when a clip cannot be decoded or the sequence cannot be written.
-    public static func measure(
+    package static func measure(
         files: [URL], configuration: SnoreDetector.Configuration = SnoreDetector.Configuration(),
         head: SnoreDetector.HeadEvidence? = nil, pauseSeconds: ClosedRange<Double> = 1...3, seed: UInt64 = 1, sequencePath: String,
         progress: ((Int, Int) -> Void)? = nil

@@ -16,14 +16,14 @@ import EarshotService
 /// Speed: the analyzer scores every 0.48 s window; an 8-hour 16 kHz recording (60 000 windows) took 142 s of CPU
 /// time on a 2-core x86 VM with the model kernels of b3b4877 (273-297 s before them): about 1.2 minutes of
 /// wall-clock time when both cores are free, 104 MB resident.
-public enum SnoreFileAnalysis {
+package enum SnoreFileAnalysis {
     /// What one analysis found: the report and every window's evidence (for evaluation).
-    public struct Result: Sendable {
-        public var report: SnoreReport
+    package struct Result: Sendable {
+        package var report: SnoreReport
         /// Per window, in order: start (s), the "Snoring" class score and the snore evidence (both 0...1).
-        public var windows: [(start: Double, snoring: Float, evidence: Float)]
+        package var windows: [(start: Double, snoring: Float, evidence: Float)]
         /// Starts (s) of the windows the detector called snoring (those of accepted bursts).
-        public var positiveWindowStarts: [Double]
+        package var positiveWindowStarts: [Double]
     }
 
     /// Analyses `url`.
@@ -36,7 +36,7 @@ public enum SnoreFileAnalysis {
     ///     and the file's length in seconds (nil when the container does not say).
     /// - Throws: ``EarshotError`` as ``AudioFileAnalyzer/init(url:)`` (missing, not audio: `.noInput`, `.data`), a
     ///   decoding failure mid-file (`.data`/`.io`), or a model that cannot be loaded.
-    public static func analyze(
+    package static func analyze(
         url: URL, configuration: SnoreDetector.Configuration = SnoreDetector.Configuration(),
         head: SnoreDetector.HeadEvidence? = nil, maximumThreads: Int = ProcessInfo.processInfo.activeProcessorCount,
         progress: ((_ seconds: Double, _ total: Double?) -> Void)? = nil

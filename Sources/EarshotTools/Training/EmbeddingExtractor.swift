@@ -22,17 +22,17 @@ import EarshotService
 ///
 /// Work on many recordings runs on several cores: each worker has its own YAMNet session and front end; OpenBLAS is
 /// set to one thread so the workers do not oversubscribe the cores.
-public final class EmbeddingExtractor: Sendable {
+package final class EmbeddingExtractor: Sendable {
     /// Window length in seconds.
-    public let windowDuration: Double
+    package let windowDuration: Double
     /// Overlap of successive windows, in [0, 1).
-    public let overlapFactor: Double
+    package let overlapFactor: Double
     package let geometry: WindowGeometry
     package let model: YAMNet
 
     /// - Throws: ``EarshotError`` `.usage` for a window or overlap out of range (as ``ClassifySoundRequest``), or as
     ///   `BuiltInClassifier.shared()` when the built-in model cannot be loaded.
-    public init(windowDuration: Double = 0.96, overlapFactor: Double = 0.5) throws(EarshotError) {
+    package init(windowDuration: Double = 0.96, overlapFactor: Double = 0.5) throws(EarshotError) {
         let request = try ClassifySoundRequest(windowDuration: windowDuration, overlapFactor: overlapFactor)
         self.windowDuration = windowDuration
         self.overlapFactor = overlapFactor
@@ -91,7 +91,7 @@ public final class EmbeddingExtractor: Sendable {
 
     /// Embeddings of each waveform, computed on `threads` cores.
     /// - Returns: per waveform, `[windows, 1024]`.
-    public func embeddings(ofWaveforms waveforms: [[Float]], threads: Int = ProcessInfo.processInfo.activeProcessorCount) -> [[Float]] {
+    package func embeddings(ofWaveforms waveforms: [[Float]], threads: Int = ProcessInfo.processInfo.activeProcessorCount) -> [[Float]] {
         concurrentMap(count: waveforms.count, threads: threads, progress: nil) { index, scorer in
             self.embeddings(of: waveforms[index], scorer: scorer)
         }
@@ -102,7 +102,7 @@ public final class EmbeddingExtractor: Sendable {
     ///   - minimumLevelDBFS: leave out windows whose RMS level is below this (nil: keep every window).
     ///   - progress: called after each file with (files done, files in all), from a worker thread.
     /// - Returns: per file, `[windows, 1024]` embeddings, or the decoding error (`.noInput`, `.data`).
-    public func embeddings(
+    package func embeddings(
         ofFiles urls: [URL], threads: Int = ProcessInfo.processInfo.activeProcessorCount, minimumLevelDBFS: Float? = nil,
         progress: (@Sendable (Int, Int) -> Void)? = nil
     ) -> [Result<[Float], EarshotError>] {

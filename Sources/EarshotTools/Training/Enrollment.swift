@@ -11,21 +11,21 @@ import EarshotOutputs
 import EarshotService
 
 /// Settings of `earshot enroll`.
-public struct EnrollmentConfiguration: Sendable, Equatable {
+package struct EnrollmentConfiguration: Sendable, Equatable {
     /// The sound's name: the head's label (not `background`; no `:`, `|` or control characters).
-    public var label: String
+    package var label: String
     /// Seed for augmentation, shuffling and initial weights (default 1).
-    public var seed: UInt64 = 1
+    package var seed: UInt64 = 1
     /// Cores used to compute embeddings (default: all active processors).
-    public var threads = ProcessInfo.processInfo.activeProcessorCount
+    package var threads = ProcessInfo.processInfo.activeProcessorCount
 
-    public init(label: String) {
+    package init(label: String) {
         self.label = label
     }
 }
 
 /// Whether a take can be used.
-public enum TakeQuality: Sendable, Equatable {
+package enum TakeQuality: Sendable, Equatable {
     /// Usable; `peakDBFS` is the loudest 100 ms.
     case good(peakDBFS: Float)
     /// Its loudest 100 ms is below ``Enrollment/quietThresholdDBFS``: nothing was recorded.
@@ -34,7 +34,7 @@ public enum TakeQuality: Sendable, Equatable {
     case clipped(fraction: Double)
 
     /// One line for the user: `ok (peak -12.3 dBFS)`, `too quiet (...)`, `clipped (...)`.
-    public var description: String {
+    package var description: String {
         switch self {
         case .good(let peak):
             "ok (peak \(String(cFormat: "%.1f", peak)) dBFS)"
@@ -45,41 +45,41 @@ public enum TakeQuality: Sendable, Equatable {
         }
     }
 
-    public var isGood: Bool {
+    package var isGood: Bool {
         if case .good = self { return true }
         return false
     }
 }
 
 /// What enrollment produced and how well the takes separate from the background.
-public struct EnrollmentReport: Sendable {
+package struct EnrollmentReport: Sendable {
     /// The trained head (labels `background` and the sound's name).
-    public let head: ClassifierHead
+    package let head: ClassifierHead
     /// Per take, its probability of being the sound when the head was trained without it (leave one take out):
     /// the highest over the take's windows where the sound is.
-    public let takeScores: [Float]
+    package let takeScores: [Float]
     /// Held-out background windows scored (each fold holds out one part of every background recording).
-    public let backgroundWindowCount: Int
+    package let backgroundWindowCount: Int
     /// The highest held-out background probability of being the sound.
-    public let backgroundHighest: Float
+    package let backgroundHighest: Float
     /// Held-out background windows at or above ``threshold``.
-    public let backgroundAboveThreshold: Int
+    package let backgroundAboveThreshold: Int
     /// The suggested detection threshold (also in the head's metadata).
-    public let threshold: Double
+    package let threshold: Double
     /// The lowest, over takes, of a held-out take's best cosine similarity to the other takes (raw embeddings).
-    public let takeSimilarity: Float
+    package let takeSimilarity: Float
     /// The tenth percentile of the same for takes mixed with background (0 to 10 dB SNR).
-    public let noisyTakeSimilarity: Float
+    package let noisyTakeSimilarity: Float
     /// The highest similarity of a held-out background window to the takes.
-    public let backgroundSimilarity: Float
+    package let backgroundSimilarity: Float
     /// The similarity gate's threshold (see the head's `prototype.gate`).
-    public let gateThreshold: Float
+    package let gateThreshold: Float
 
     /// True when every held-out take scores above every held-out background window.
-    public var isSeparated: Bool { (takeScores.min() ?? 0) > backgroundHighest }
+    package var isSeparated: Bool { (takeScores.min() ?? 0) > backgroundHighest }
 
     /// The lines a person reads.
-    public func formatted(takeNames: [String]) -> [String] {
+    package func formatted(takeNames: [String]) -> [String] {
         var lines = ["separation (each take left out of training in turn, with a part of the background):"]
         for (index, score) in takeScores.enumerated() {
             let name = index < takeNames.count ? takeNames[index] : "take \(index + 1)"
@@ -113,15 +113,15 @@ public struct EnrollmentReport: Sendable {
 /// background; the windows between are left out. Negatives: every window of the background recordings at their
 /// level and at -10 and +6 dB, plus digital silence and synthetic white and pink noise from -90 to -35 dBFS (so
 /// quiet and steady noise never look like the sound).
-public enum Enrollment {
+package enum Enrollment {
     /// A take whose loudest 100 ms is below this level (dBFS) is refused as silent.
-    public static let quietThresholdDBFS: Float = -45
+    package static let quietThresholdDBFS: Float = -45
     /// A sample at or above this magnitude counts as clipped.
-    public static let clipLevel: Float = 0.999
+    package static let clipLevel: Float = 0.999
     /// A take with more than this fraction of clipped samples (0.1%) is refused.
-    public static let clippedFraction = 0.001
+    package static let clippedFraction = 0.001
     /// The fewest takes enrollment accepts.
-    public static let minimumTakes = 2
+    package static let minimumTakes = 2
     /// Training epochs (fixed, with the default L2 of ``HeadTrainingOptions``: with a handful of takes there is no
     /// validation set to stop on; logistic regression on a few hundred windows has settled by then).
     package static let epochs = 100
@@ -134,7 +134,7 @@ public enum Enrollment {
     package static let syntheticNoiseLevels: [Double] = [-90, -70, -55, -45, -35]
 
     /// Checks a take (mono, 16 kHz, full scale ±1).
-    public static func check(_ take: [Float]) -> TakeQuality {
+    package static func check(_ take: [Float]) -> TakeQuality {
         guard !take.isEmpty else { return .tooQuiet(peakDBFS: ClassificationResult.levelFloorDBFS) }
         let clipped = take.reduce(0) { $0 + (abs($1) >= clipLevel ? 1 : 0) }
         let fraction = Double(clipped) / Double(take.count)
@@ -166,7 +166,7 @@ public enum Enrollment {
     ///   - progress: called with lines for standard error.
     /// - Throws: ``EarshotError`` `.usage` for a label that cannot be one or fewer than 2 takes; as
     ///   `BuiltInClassifier.shared()` and `BackboneIdentity.builtIn()`.
-    public static func train(
+    package static func train(
         takes: [[Float]], background: [[Float]], configuration: EnrollmentConfiguration,
         progress: (String) -> Void = { _ in }
     ) throws(EarshotError) -> EnrollmentReport {

@@ -12,38 +12,38 @@ import EarshotService
 
 /// Hyper-parameters of head training. The defaults train well on YAMNet embeddings of a few hundred clips
 /// (checked on the snoring and multi-class sets in `scripts/eval-heads`).
-public struct HeadTrainingOptions: Sendable, Equatable {
+package struct HeadTrainingOptions: Sendable, Equatable {
     /// Logistic regression (default) or MLP.
-    public var classifier: HeadClassifierKind = .logistic
+    package var classifier: HeadClassifierKind = .logistic
     /// Hidden ReLU units of the MLP, 1...4096 (default 128).
-    public var hiddenUnits = 128
+    package var hiddenUnits = 128
     /// L2 penalty `l2 / 2 * sum(w^2)` on the weights (not the biases), >= 0 (default 0.01).
-    public var l2: Double = 1e-2
+    package var l2: Double = 1e-2
     /// Adam's learning rate, > 0 (default 0.001).
-    public var learningRate: Double = 1e-3
+    package var learningRate: Double = 1e-3
     /// Windows per mini-batch, >= 1 (default 64).
-    public var batchSize = 64
+    package var batchSize = 64
     /// Most epochs, >= 1 (default 300).
-    public var maximumEpochs = 300
+    package var maximumEpochs = 300
     /// Early stopping: stop after this many epochs without a lower validation loss, >= 1 (default 20); the weights
     /// of the best epoch are kept.
-    public var patience = 20
+    package var patience = 20
     /// Seed of the random number generator (shuffling, initial weights), any value (default 1).
-    public var seed: UInt64 = 1
+    package var seed: UInt64 = 1
 
-    public init() {}
+    package init() {}
 }
 
 /// One epoch's figures, for progress output.
-public struct EpochReport: Sendable, Equatable {
+package struct EpochReport: Sendable, Equatable {
     /// 1-based.
-    public var epoch: Int
+    package var epoch: Int
     /// Class-weighted mean cross-entropy on the training windows (plus nothing for L2), during the epoch.
-    public var trainingLoss: Double
+    package var trainingLoss: Double
     /// Class-weighted mean cross-entropy on the validation windows after the epoch (nil without validation).
-    public var validationLoss: Double?
+    package var validationLoss: Double?
     /// Fraction of validation windows predicted right, 0...1 (nil without validation).
-    public var validationAccuracy: Double?
+    package var validationAccuracy: Double?
 }
 
 /// Windows as rows of features with their labels.

@@ -11,31 +11,31 @@ import EarshotOutputs
 import EarshotService
 
 /// Settings of `earshot train` beyond the trainer's hyper-parameters.
-public struct TrainingConfiguration: Sendable, Equatable {
+package struct TrainingConfiguration: Sendable, Equatable {
     /// The trainer's hyper-parameters (classifier kind, L2, seed, ...).
-    public var options = HeadTrainingOptions()
+    package var options = HeadTrainingOptions()
     /// Fraction of each label's files held out for early stopping and the validation report, 0...0.9 (default
     /// 0.2). 0 trains on every file for as long as the training loss falls, with no validation report.
-    public var validationFraction = 0.2
+    package var validationFraction = 0.2
     /// K for K-fold cross-validation (2...50), or nil (default) for none.
-    public var folds: Int? = nil
+    package var folds: Int? = nil
     /// Window length in seconds (default 0.96, one YAMNet patch).
-    public var windowDuration = 0.96
+    package var windowDuration = 0.96
     /// Window overlap in [0, 1) (default 0.5: a 0.48 s hop, the reference model's).
-    public var overlapFactor = 0.5
+    package var overlapFactor = 0.5
     /// Cores used to compute embeddings (default: all active processors).
-    public var threads = ProcessInfo.processInfo.activeProcessorCount
+    package var threads = ProcessInfo.processInfo.activeProcessorCount
     /// Windows whose RMS level is below this many dBFS are left out of training and evaluation; nil (default) keeps
     /// every window. -50 matches the daemon's default level gate (`[analysis] gate_dbfs`), below which it never
     /// classifies a window: the pauses of a long recording then do not teach the head that quiet means the file's
     /// label. (On the sets of `scripts/eval-heads` it changed the accuracies by less than a point either way.)
-    public var minimumLevelDBFS: Double? = nil
+    package var minimumLevelDBFS: Double? = nil
 
-    public init() {}
+    package init() {}
 }
 
 /// What `earshot train` reports while it works.
-public enum TrainingProgress: Sendable {
+package enum TrainingProgress: Sendable {
     /// Embeddings computed for `done` of `total` files (called from worker threads).
     case features(done: Int, total: Int)
     /// A file that could not be decoded was left out.
@@ -51,18 +51,18 @@ public enum TrainingProgress: Sendable {
 }
 
 /// The outcome of a training run.
-public struct TrainingReport: Sendable {
+package struct TrainingReport: Sendable {
     /// The trained head (metadata filled in: labels, backbone, metrics, thresholds).
-    public let head: ClassifierHead
+    package let head: ClassifierHead
     /// Files used per label, in label order.
-    public let filesPerLabel: [Int]
+    package let filesPerLabel: [Int]
     /// Training windows per label (all files), in label order.
-    public let windowsPerLabel: [Int]
+    package let windowsPerLabel: [Int]
     /// Files left out because they could not be decoded.
-    public let skipped: [EarshotError]
+    package let skipped: [EarshotError]
 
     /// The lines a person reads: the validation report and the cross-validation figures.
-    public func formatted() -> [String] {
+    package func formatted() -> [String] {
         let metadata = head.metadata
         var lines: [String] = []
         let counts = metadata.labels.indices.map { "\(metadata.labels[$0]) \(filesPerLabel[$0]) files/\(windowsPerLabel[$0]) windows" }
@@ -87,7 +87,7 @@ public struct TrainingReport: Sendable {
 }
 
 /// Trains classifier heads from labelled folders (`earshot train`).
-public enum HeadTraining {
+package enum HeadTraining {
     /// Scans `folder` (see ``LabelledFolders``), computes YAMNet embeddings of every file's windows, optionally runs
     /// K-fold cross-validation, then trains the head on the training split with early stopping on the validation
     /// split and evaluates it there.
@@ -95,7 +95,7 @@ public enum HeadTraining {
     /// - Parameter progress: called on the calling thread, and from worker threads for `.features`.
     /// - Throws: ``EarshotError``: as ``LabelledFolders/scan(_:)``; `.usage` for settings out of range; `.data` when a
     ///   label has no decodable file left; as `BuiltInClassifier.shared()` and `BackboneIdentity.builtIn()`.
-    public static func train(
+    package static func train(
         folder: URL, configuration: TrainingConfiguration, progress: @escaping @Sendable (TrainingProgress) -> Void = { _ in }
     ) throws(EarshotError) -> TrainingReport {
         try validate(configuration)

@@ -13,29 +13,29 @@ import EarshotService
 /// A training folder: one sub-folder per label holding that label's recordings (any format the decoder reads; files
 /// in nested folders count too; names starting with `.` are skipped). A sub-folder named `background` is the
 /// negative class: sounds that are none of the others.
-public struct LabelledFolders: Sendable {
+package struct LabelledFolders: Sendable {
     /// One recording and its label.
-    public struct File: Sendable, Equatable {
-        public var url: URL
+    package struct File: Sendable, Equatable {
+        package var url: URL
         /// Index into ``LabelledFolders/labels``.
-        public var label: Int
+        package var label: Int
     }
 
     /// The folder that was scanned.
-    public let directory: URL
+    package let directory: URL
     /// The sub-folder names, sorted (byte order), index = label index.
-    public let labels: [String]
+    package let labels: [String]
     /// Every file, grouped by label in label order, sorted by path within a label.
-    public let files: [File]
+    package let files: [File]
 
     /// The name of the negative class's folder.
-    public static let backgroundLabel = "background"
+    package static let backgroundLabel = "background"
 
     /// Lists `directory`.
     /// - Throws: ``EarshotError`` `.noInput` when it is missing or not a folder; `.data` when it has fewer than two
     ///   label folders, a label folder holds no files, or a folder name cannot be a label (it contains `:` or `|`,
     ///   which the daemon's configuration uses as separators, or a control character).
-    public static func scan(_ directory: URL) throws(EarshotError) -> LabelledFolders {
+    package static func scan(_ directory: URL) throws(EarshotError) -> LabelledFolders {
         let path = directory.relativePath
         let kind = PathKind(path: path)
         guard kind != .missing else {

@@ -13,17 +13,17 @@ import EarshotService
 
 /// Records takes from an ALSA capture device for `earshot enroll`: each take opens the device (``PCMCapture``),
 /// captures a fixed duration through a ring buffer, and returns the audio mixed to mono and resampled to 16 kHz.
-public final class MicrophoneRecorder {
+package final class MicrophoneRecorder {
     /// The device settings (device name, and for tests an ALSA configuration and pacing).
-    public let configuration: CaptureConfiguration
+    package let configuration: CaptureConfiguration
 
-    public init(configuration: CaptureConfiguration) {
+    package init(configuration: CaptureConfiguration) {
         self.configuration = configuration
     }
 
     /// Opens and closes the device, so that a missing or busy device is reported before any countdown.
     /// - Throws: as ``PCMCapture/init(configuration:)``.
-    public func probe() throws(EarshotError) {
+    package func probe() throws(EarshotError) {
         _ = try open()
     }
 
@@ -47,7 +47,7 @@ public final class MicrophoneRecorder {
     /// - Throws: ``EarshotError`` as ``PCMCapture/init(configuration:)`` (`.unavailable`: busy, missing, no
     ///   permission); `.unavailable` when the device stops delivering audio (unplugged), or delivers nothing for
     ///   5 seconds.
-    public func record(seconds: Double, meter: (Float, Double) -> Void = { _, _ in }) throws(EarshotError) -> [Float] {
+    package func record(seconds: Double, meter: (Float, Double) -> Void = { _, _ in }) throws(EarshotError) -> [Float] {
         let capture = try open()
         let rate = capture.format.sampleRate
         let wanted = Int((seconds * Double(rate)).rounded())
