@@ -103,6 +103,8 @@ package final class OutputRouter: Sendable {
         let dropped = Atomic<Int>(0)
         /// Set while the sink is behind and that has been reported; cleared when its queue has emptied.
         let behind = Atomic<Bool>(false)
+        /// Set once the sink has stopped: nothing more is handed to it.
+        let stopped = Atomic<Bool>(false)
 
         init(sink: any OutputSink) {
             self.sink = sink
@@ -115,7 +117,7 @@ package final class OutputRouter: Sendable {
     private let settings: Settings
     private let state = Mutex(State.idle)
 
-    private enum State { case idle, running, stopped }
+    private enum State { case idle, running, stopping, stopped }
 
     package init(sinks: [any OutputSink], settings: Settings = Settings()) {
         lanes = sinks.map(Lane.init)
@@ -147,7 +149,7 @@ package final class OutputRouter: Sendable {
     }
 
     private func fanOut(_ routed: RoutedOutput) {
-        for lane in lanes where lane.sink.accepts(routed.output) {
+        for lane in lanes where !lane.stopped.load(ordering: .relaxed) && lane.sink.accepts(routed.output) {
             if lane.pending.load(ordering: .relaxed) >= settings.queueLimit {
                 let dropped = lane.dropped.wrappingAdd(1, ordering: .relaxed).newValue
                 if !lane.behind.exchange(true, ordering: .relaxed) {
@@ -186,15 +188,21 @@ package final class OutputRouter: Sendable {
         for lane in lanes { lane.queue.sync {} }
     }
 
-    /// Delivers what was routed before, then stops the sinks in reverse order; later routes are ignored.
-    /// Idempotent; waits.
+    /// Delivers what was routed before, then stops the sinks in reverse order. What a sink reports while it
+    /// stops (the history that cannot store its last events) still reaches the sinks not yet stopped; after the
+    /// last one, routes are ignored. Idempotent; waits.
     package func stop() {
         let wasRunning = state.withLock { state -> Bool in
-            defer { state = .stopped }
+            defer { if state == .running { state = .stopping } }
             return state == .running
         }
         guard wasRunning else { return }
         flush()
-        for lane in lanes.reversed() { lane.queue.sync { lane.sink.stop() } }
+        for lane in lanes.reversed() {
+            lane.queue.sync { lane.sink.stop() }
+            queue.sync { lane.stopped.store(true, ordering: .relaxed) }
+            flush()
+        }
+        state.withLock { $0 = .stopped }
     }
 }
