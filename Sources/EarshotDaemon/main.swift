@@ -2,7 +2,7 @@ import EarshotSupport
 import EarshotService
 import Glibc
 
-// `earshotd`: argument parsing and wiring only; the daemon lives in `EarshotDaemon` (Sources/Earshot/Daemon).
+// `earshotd`: argument parsing and wiring only; the daemon lives in `EarshotDaemon` (Sources/EarshotService/Daemon).
 
 func fail(_ error: EarshotError) -> Never {
     let line = Array("earshotd: \(error.message)\n".utf8)

@@ -10,7 +10,7 @@ import EarshotOutputs
 import EarshotService
 import EarshotTools
 
-/// The parts of full Foundation the Earshot module replaced (see Sources/Earshot/Support/Portability.swift and
+/// The parts of full Foundation the Earshot module replaced (see Sources/EarshotSupport/Portability.swift and
 /// JSONParsing.swift), checked against full Foundation itself, which the tests still import.
 @Suite("Foundation-free helpers")
 struct PortabilityTests {
