@@ -132,8 +132,8 @@ package final class EventServer: @unchecked Sendable {
 
     private var listenSource: DispatchSourceRead?
     private var acceptPaused = false
-    private var knownGroups: Set<String>?
-    private var unwatchedGroups: UnwatchedGroups
+    /// Which groups clients may subscribe to (replaced on reload).
+    private var policy: SubscriptionPolicy
     private var clients: [Int: Client] = [:]
     private var nextClientID = 1
     private var stopped = false
@@ -157,8 +157,7 @@ package final class EventServer: @unchecked Sendable {
     package init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
         self.configuration = configuration
         statusProvider = status
-        knownGroups = configuration.knownGroups.map(Set.init)
-        unwatchedGroups = configuration.unwatchedGroups
+        policy = SubscriptionPolicy(knownGroups: configuration.knownGroups, unwatched: configuration.unwatchedGroups)
         let path = configuration.path
         let address = try UnixSocketAddress(path: path)
         try Self.removeStaleSocket(at: path, address: address)
@@ -266,8 +265,7 @@ package final class EventServer: @unchecked Sendable {
     /// Existing filters are kept.
     package func setKnownGroups(_ groups: [String]?, unwatched: UnwatchedGroups = UnwatchedGroups()) {
         queue.async { [self] in
-            knownGroups = groups.map(Set.init)
-            unwatchedGroups = unwatched
+            policy = SubscriptionPolicy(knownGroups: groups, unwatched: unwatched)
         }
     }
 
@@ -544,19 +542,16 @@ package final class EventServer: @unchecked Sendable {
         }
         switch request {
         case .subscribe(let names):
-            if names.isEmpty || names.contains("*") {
+            switch policy.decide(names) {
+            case .all:
                 client.filter = nil
                 reply(["type": "subscribed", "groups": "all"], to: client)
-                return
+            case .groups(let groups):
+                client.filter = Set(groups)
+                reply(["type": "subscribed", "groups": .array(groups.map { .string($0) })], to: client)
+            case .refused(let message):
+                reply(Self.error(message), to: client)
             }
-            if let knownGroups, let unknown = names.first(where: { !knownGroups.contains($0) }) {
-                reply(Self.error(subscribeRefusal(unknown, knownGroups: knownGroups)), to: client)
-                return
-            }
-            var unique: [String] = []
-            for name in names where !unique.contains(name) { unique.append(name) }
-            client.filter = Set(unique)
-            reply(["type": "subscribed", "groups": .array(unique.map { .string($0) })], to: client)
         case .command(let name):
             if let commandHandler { reply(commandHandler(name), to: client) }
         case .status:
@@ -570,20 +565,6 @@ package final class EventServer: @unchecked Sendable {
             object["time"] = .string(EventJSON.timestamp(Date()))
             reply(object, to: client)
         }
-    }
-
-    /// Why a subscribe request naming `name`, which is not in `knownGroups`, is refused: a group that exists but is
-    /// not watched (`the daemon does not watch group "dog_bark": add it to ...`), or an unknown name with the
-    /// nearest watched or existing name when it looks like a typo (`unknown group "smok" in subscribe (did you mean
-    /// smoke_alarm? watched groups: ...)`).
-    private func subscribeRefusal(_ name: String, knownGroups: Set<String>) -> String {
-        if unwatchedGroups.names.contains(name) {
-            return "the daemon does not watch group \"\(name)\": add it to \(unwatchedGroups.advice)"
-        }
-        let watched = knownGroups.sorted()
-        let guess = NameSuggestion.likelyTypo(of: name, among: watched + unwatchedGroups.names.sorted())
-            .map { "did you mean \($0)? " } ?? ""
-        return "unknown group \"\(name)\" in subscribe (\(guess)watched groups: \(watched.joined(separator: ", ")))"
     }
 
     /// Raises `EarshotError` for a socket file in the way: removes a stale socket (nobody accepts on it), refuses
