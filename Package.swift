@@ -1,23 +1,18 @@
 // swift-tools-version:6.0
 // Earshot: sound-event detection daemon for Linux. One system-library target per C library (Debian -dev packages),
-// the `Earshot` library with the whole pipeline, and two thin executables. `EarshotPNG` (librsvg + cairo: glib, pango)
+// one module per stage of the pipeline (see README, Layout), the `Earshot` library product, and two thin executables. `EarshotPNG` (librsvg + cairo: glib, pango)
 // renders the report charts as PNG for the command line only, so that the daemon never loads those libraries.
 import PackageDescription
 
-// EarshotKernels holds the inner loops of the network (matrix products, convolutions). On x86-64 it is compiled
-// for Haswell (x86-64-v3: AVX2, FMA, BMI1/2, F16C, MOVBE, LZCNT) while everything else keeps the baseline target;
-// Earshot calls its x86 entry points only on CPUs that have those instructions (checked at run time, see
-// Sources/Earshot/Model/PackedGEMM.swift), so one build runs on every x86-64 CPU. Its generic loops are compiled
-// into each caller (`@_alwaysEmitIntoClient`), with the caller's flags. On other hosts it is built normally.
-// EarshotKernelsAVX512 holds the 6 x 64 matrix-product tile for CPUs with AVX-512 (F, CD, BW, DQ, VL), compiled
-// for `skylake-avx512` and likewise called only where the CPU has those features.
-#if arch(x86_64)
-let kernelSettings: [SwiftSetting] = [.unsafeFlags(["-target-cpu", "haswell"])]
-let avx512KernelSettings: [SwiftSetting] = [.unsafeFlags(["-target-cpu", "skylake-avx512"])]
-#else
-let kernelSettings: [SwiftSetting] = []
-let avx512KernelSettings: [SwiftSetting] = []
-#endif
+// EarshotKernels holds the inner loops of the network (matrix products, convolutions) for x86-64 CPUs with AVX2 and
+// FMA, in C: each function carries `__attribute__((target("avx,avx2,fma,bmi,bmi2,f16c,movbe,lzcnt,...")))`
+// (x86-64-v3), so only those functions use the instructions while everything else keeps the baseline target, and no
+// target needs a build flag (SwiftPM refuses unsafe flags in a package used as a versioned dependency). Earshot calls
+// them only on CPUs that have those instructions (checked at run time, see Sources/EarshotModel/YAMNet/PackedGEMM.swift),
+// so one build runs on every x86-64 CPU. EarshotKernelsAVX512 holds the 6 x 64 matrix-product tile for CPUs with
+// AVX-512 (F, CD, BW, DQ, VL), likewise compiled per function and called only where the CPU has those features. On
+// other hosts both are empty; the generic loops (NEON on aarch64, SSE on baseline x86-64) are Swift, in
+// Sources/EarshotModel/YAMNet.
 
 // Linker flags for earshotd's own copy of the Swift runtime and FoundationEssentials (`-static-stdlib`): the linker
 // keeps only the code the daemon uses, so far fewer pages of code become resident than with the shared libraries.
@@ -47,8 +42,8 @@ let package = Package(
         .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
-        .target(name: "EarshotKernels", swiftSettings: kernelSettings),
-        .target(name: "EarshotKernelsAVX512", swiftSettings: avx512KernelSettings),
+        .target(name: "EarshotKernels"),
+        .target(name: "EarshotKernelsAVX512"),
         // The pipeline, one module per stage; each depends only on the ones below it (see README, Layout).
         .target(name: "EarshotSupport"),
         .target(name: "EarshotAudio", dependencies: ["EarshotSupport", "CSndFile", "CSoxr"]),

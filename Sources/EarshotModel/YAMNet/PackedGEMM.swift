@@ -13,17 +13,18 @@ import EarshotSupport
 // same core). Here the weights are packed once, when the model loads, into column panels laid out in the order the
 // kernel reads them, and bias + ReLU are applied as the tile is stored.
 //
-// The kernels are written with Swift SIMD types. They pay off only where the compiler may use the CPU's vector and
-// fused multiply-add instructions:
-// - aarch64 (NEON, FMA in the base ISA): the 6 x (4 vectors) tile below, always.
+// The kernels pay off only where the compiler may use the CPU's vector and fused multiply-add instructions:
+// - aarch64 (NEON, FMA in the base ISA): the 6 x (4 vectors) tile below, in Swift SIMD types, always.
 // - x86-64: the default target is the 2003 baseline (SSE2, no FMA), where such code is slower than OpenBLAS's
 //   run-time-dispatched kernels. So the 6 x 16 tile (and AVX2 copies of the convolutions) live in their own
-//   module, EarshotKernels, which Package.swift compiles for x86-64-v3 (`-target-cpu haswell`: AVX2, FMA);
-//   `GEMMKernel.current` picks it at run time where /proc/cpuinfo lists those features, and OpenBLAS
-//   (`cblas_sgemm` on unpacked weights, convolutions with SSE) elsewhere. One binary runs on every x86-64 CPU.
-//   Where the CPU also has AVX-512 (F, CD, BW, DQ, VL), the products use the 6 x 64 tile of EarshotKernelsAVX512
-//   (compiled for `skylake-avx512`) instead: the same sums in the same order, so the same results, with fewer
-//   loads and instructions per multiply-add (figures in README, Performance); the convolutions stay AVX2.
+//   module, EarshotKernels, in C with each function compiled for x86-64-v3 (`__attribute__((target(...)))`: AVX2,
+//   FMA; Swift has no per-function target, and a module-wide `-target-cpu` is an unsafe flag, which SwiftPM
+//   refuses in a versioned dependency); `GEMMKernel.current` picks it at run time where /proc/cpuinfo lists those
+//   features, and OpenBLAS (`cblas_sgemm` on unpacked weights, convolutions with SSE) elsewhere. One binary runs
+//   on every x86-64 CPU. Where the CPU also has AVX-512 (F, CD, BW, DQ, VL), the products use the 6 x 64 tile of
+//   EarshotKernelsAVX512 (C, compiled for AVX-512 likewise) instead: the same sums in the same order, so the same
+//   results, with fewer loads and instructions per multiply-add (figures in README, Performance); the
+//   convolutions stay AVX2.
 // - builds made with `-target-cpu` (e.g. `native`) and `-D EARSHOT_NATIVE_CPU` also get the 6 x 64 tile below
 //   (AVX-512 wide) and keep whichever of the two tiles is faster on the machine.
 // `EARSHOT_KERNEL=baseline` in the environment forces OpenBLAS on x86-64 (to compare, or to rule the kernel out),
@@ -67,13 +68,13 @@ package enum GEMMKernel: Sendable {
 /// CPU features of an x86-64 machine, as the kernel reports them (it drops AVX flags where it does not save the
 /// AVX registers, so "listed" also means "usable").
 package enum X86Features {
-    /// Whether the first `flags` line of /proc/cpuinfo lists every feature of the x86-64-v3 level EarshotKernels
-    /// is compiled for (`-target-cpu haswell`): AVX, AVX2, FMA, BMI1, BMI2, F16C, MOVBE, LZCNT (`abm`); false when
-    /// it cannot be read.
+    /// Whether the first `flags` line of /proc/cpuinfo lists every feature of the x86-64-v3 level EarshotKernels'
+    /// functions are compiled for (`__attribute__((target(...)))`): AVX, AVX2, FMA, BMI1, BMI2, F16C, MOVBE, LZCNT
+    /// (`abm`); false when it cannot be read.
     package static let hasAVX2AndFMA: Bool = ["avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"].allSatisfy(flags.contains)
 
-    /// Whether the CPU also has the AVX-512 subsets EarshotKernelsAVX512 is compiled for (`-target-cpu
-    /// skylake-avx512`): F, CD, BW, DQ, VL (with everything `hasAVX2AndFMA` asks for).
+    /// Whether the CPU also has the AVX-512 subsets EarshotKernelsAVX512's functions are compiled for
+    /// (`__attribute__((target(...)))`): F, CD, BW, DQ, VL (with everything `hasAVX2AndFMA` asks for).
     package static let hasAVX512: Bool = hasAVX2AndFMA
         && ["avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"].allSatisfy(flags.contains)
 
