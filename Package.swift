@@ -1,18 +1,19 @@
 // swift-tools-version:6.0
 // Earshot: sound-event detection daemon for Linux. One system-library target per C library (Debian -dev packages),
-// one module per stage of the pipeline (see README, Layout), the `Earshot` library product, and two thin executables. `EarshotPNG` (librsvg + cairo: glib, pango)
-// renders the report charts as PNG for the command line only, so that the daemon never loads those libraries.
+// one module per stage of the pipeline (see README, Layout), the `Earshot` library product, and two thin
+// executables. `EarshotPNG` (librsvg + cairo: glib, pango) renders the report charts as PNG for the command line
+// only, so that the daemon never loads those libraries.
 import PackageDescription
 
 // EarshotKernels holds the inner loops of the network (matrix products, convolutions) for x86-64 CPUs with AVX2 and
 // FMA, in C: each function carries `__attribute__((target("avx,avx2,fma,bmi,bmi2,f16c,movbe,lzcnt,...")))`
 // (x86-64-v3), so only those functions use the instructions while everything else keeps the baseline target, and no
 // target needs a build flag (SwiftPM refuses unsafe flags in a package used as a versioned dependency). Earshot calls
-// them only on CPUs that have those instructions (checked at run time, see Sources/EarshotModel/YAMNet/PackedGEMM.swift),
-// so one build runs on every x86-64 CPU. EarshotKernelsAVX512 holds the 6 x 64 matrix-product tile for CPUs with
-// AVX-512 (F, CD, BW, DQ, VL), likewise compiled per function and called only where the CPU has those features. On
-// other hosts both are empty; the generic loops (NEON on aarch64, SSE on baseline x86-64) are Swift, in
-// Sources/EarshotModel/YAMNet.
+// them only on CPUs that have those instructions (checked at run time, see
+// Sources/EarshotModel/YAMNet/PackedGEMM.swift), so one build runs on every x86-64 CPU. EarshotKernelsAVX512 holds
+// the 6 x 64 matrix-product tile for CPUs with AVX-512 (F, CD, BW, DQ, VL), likewise compiled per function and
+// called only where the CPU has those features. On other hosts both are empty; the generic loops (NEON on aarch64,
+// SSE on baseline x86-64) are Swift, in Sources/EarshotModel/YAMNet.
 
 // Linker flags for earshotd's own copy of the Swift runtime and FoundationEssentials (`-static-stdlib`): the linker
 // keeps only the code the daemon uses, so far fewer pages of code become resident than with the shared libraries.
@@ -48,17 +49,22 @@ let package = Package(
         .target(name: "EarshotSupport"),
         .target(name: "EarshotAudio", dependencies: ["EarshotSupport", "CSndFile", "CSoxr"]),
         .target(name: "EarshotCapture", dependencies: ["EarshotSupport", "EarshotAudio", "CALSA"]),
-        .target(name: "EarshotModel", dependencies: ["EarshotSupport", "EarshotKernels", "EarshotKernelsAVX512", "CFFTW"]),
+        .target(
+            name: "EarshotModel", dependencies: ["EarshotSupport", "EarshotKernels", "EarshotKernelsAVX512", "CFFTW"]
+        ),
         .target(name: "EarshotAnalysis", dependencies: ["EarshotSupport", "EarshotAudio", "EarshotModel"]),
         .target(name: "EarshotDetection", dependencies: ["EarshotSupport", "EarshotModel", "EarshotAnalysis", "CFFTW"]),
         .target(
             name: "EarshotOutputs",
-            dependencies: ["EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection", "CSystemd", "CSQLite", "CSndFile"]
+            dependencies: [
+                "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection", "CSystemd", "CSQLite", "CSndFile",
+            ]
         ),
         .target(
             name: "EarshotService",
             dependencies: [
-                "EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
+                "EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis",
+                "EarshotDetection",
                 "EarshotOutputs", "CSystemd", "CINIH",
             ]
         ),
@@ -67,7 +73,8 @@ let package = Package(
         .target(
             name: "EarshotTools",
             dependencies: [
-                "EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
+                "EarshotSupport", "EarshotAudio", "EarshotCapture", "EarshotModel", "EarshotAnalysis",
+                "EarshotDetection",
                 "EarshotOutputs", "EarshotService", "CSndFile", "CALSA",
             ]
         ),
@@ -81,7 +88,9 @@ let package = Package(
         .executableTarget(
             name: "EarshotDaemon", dependencies: ["EarshotService"], linkerSettings: [.unsafeFlags(staticRuntimeFlags)]
         ),
-        .executableTarget(name: "EarshotCLI", dependencies: ["Earshot", "EarshotTools", "EarshotService", "EarshotPNG"]),
+        .executableTarget(
+            name: "EarshotCLI", dependencies: ["Earshot", "EarshotTools", "EarshotService", "EarshotPNG"]
+        ),
         .testTarget(
             name: "EarshotTests",
             dependencies: [

@@ -4,8 +4,8 @@
 // channels. Shapes and layouts: include/EarshotKernels.h.
 //
 // The same loops as Earshot's generic Swift ones (`firstLayerConvolution` and `depthwiseConvolution` in
-// Sources/EarshotModel/YAMNet/ConvolutionKernels.swift, used without AVX2 and on aarch64), and the same arithmetic as their
-// AVX2 instances that this file replaces: each output starts from the bias and adds its nine taps in order, one
+// Sources/EarshotModel/YAMNet/ConvolutionKernels.swift, used without AVX2 and on aarch64), and the same arithmetic
+// as their AVX2 instances that this file replaces: each output starts from the bias and adds its nine taps in order, one
 // fused multiply-add each, then ReLU (`0 > v ? 0 : v`), so results are bit for bit theirs.
 #if defined(__x86_64__)
 

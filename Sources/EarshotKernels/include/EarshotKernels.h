@@ -3,8 +3,8 @@
 // (`__attribute__((target(...)))` on each, `EARSHOT_AVX2` in EarshotKernelsAVX2.h): no build flags, and the rest
 // of Earshot keeps the 2003 x86-64 baseline, so one binary runs on every x86-64 CPU. Earshot reads /proc/cpuinfo
 // once and calls in here only where the CPU has those features (`GEMMKernel.current` in
-// Sources/EarshotModel/YAMNet/PackedGEMM.swift); elsewhere it uses OpenBLAS and its own generic Swift loops. Nothing here may
-// be called on a CPU without them. On other architectures the module is empty.
+// Sources/EarshotModel/YAMNet/PackedGEMM.swift); elsewhere it uses OpenBLAS and its own generic Swift loops.
+// Nothing here may be called on a CPU without them. On other architectures the module is empty.
 //
 // Every function takes the same sums in the same order as Earshot's earlier Swift kernels (one fused multiply-add
 // per step, then the bias, then ReLU as `v < 0 ? 0 : v`), so results are bit for bit theirs.

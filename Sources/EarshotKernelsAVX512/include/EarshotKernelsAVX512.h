@@ -2,8 +2,8 @@
 // x86-64-v3 (Intel Skylake-SP / Ice Lake and later, AMD Zen 4 and later), in C so that only these functions are
 // compiled for that instruction set (`__attribute__((target(...)))` on each, `EARSHOT_AVX512` in AVX512GEMM.c) with
 // no build flags. Earshot calls in here only where /proc/cpuinfo lists those features (`GEMMKernel.current` in
-// Sources/EarshotModel/YAMNet/PackedGEMM.swift). Nothing here may be called on a CPU without them. On other architectures
-// the module is empty.
+// Sources/EarshotModel/YAMNet/PackedGEMM.swift). Nothing here may be called on a CPU without them. On other
+// architectures the module is empty.
 //
 // Why a second tile: with 32 vector registers of 16 floats, a 6 x 64 tile keeps 24 accumulators and loads 4 weight
 // vectors and broadcasts 6 inputs per 24 multiply-adds (the AVX2 6 x 16 tile: 2 and 6 per 12), so fewer loads and
