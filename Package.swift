@@ -57,7 +57,8 @@ let package = Package(
         .target(
             name: "EarshotOutputs",
             dependencies: [
-                "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection", "CSystemd", "CSQLite", "CSndFile",
+                "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
+                "CSystemd", "CSQLite", "CSndFile",
             ]
         ),
         .target(
