@@ -21,7 +21,10 @@ struct OutputRouterTests {
             var all: [String] { entries.withLock { $0 } }
         }
 
-        init(name: String, stops: Journal, blocked: Bool = false) {
+        let wantsWindows: Bool
+
+        init(name: String, stops: Journal, blocked: Bool = false, wantsWindows: Bool = false) {
+            self.wantsWindows = wantsWindows
             self.name = name
             self.stops = stops
             log = Mutex([])
@@ -29,7 +32,7 @@ struct OutputRouterTests {
         }
 
         func accepts(_ output: DaemonOutput) -> Bool {
-            if case .window = output { return false }
+            if case .window = output { return wantsWindows }
             return true
         }
 
@@ -40,6 +43,7 @@ struct OutputRouterTests {
             let text: String = switch output.output {
             case .detection(let event): "\(event.group) \({ if case .onset = event { "onset" } else { "end" } }())"
             case .health(let health): "health \(health.state.rawValue) \(health.details["output"]?.stringValue ?? "")"
+            case .window(let result): "window \(result.timeRange.start)"
             default: "other"
             }
             log.withLock { $0.append(text) }
@@ -105,6 +109,35 @@ struct OutputRouterTests {
         #expect(sink.delivered.count == 500)
         #expect(sink.delivered.last == "g500 onset")
         #expect(journal.all == ["start only", "stop only"])
+    }
+}
+
+extension OutputRouterTests {
+    static func window(_ start: Double) -> DaemonOutput {
+        .window(ClassificationResult(
+            timeRange: TimeRange(start: start, duration: 0.96), classifications: [], scores: [], levelDBFS: -40,
+            isGated: true))
+    }
+
+    @Test("windows reach a sink that reads them in order with the events, held back until an event or 32 windows")
+    func windowsAreHeldBack() {
+        let journal = RecordingSink.Journal()
+        let history = RecordingSink(name: "history", stops: journal, wantsWindows: true)
+        let socket = RecordingSink(name: "socket", stops: journal)
+        let router = OutputRouter(sinks: [socket, history])
+        router.start()
+        router.route(Self.window(0))
+        router.route(Self.window(0.48))
+        usleep(50_000)
+        #expect(history.delivered.isEmpty)  // held: nothing woke the history's queue yet
+        router.route(Self.onset("baby_cry"))
+        router.route(Self.window(0.96))
+        router.flush()
+        #expect(history.delivered == ["window 0.0", "window 0.48", "baby_cry onset", "window 0.96"])
+        #expect(socket.delivered == ["baby_cry onset"])
+        for index in 0..<OutputRouter.windowBatch { router.route(Self.window(10 + Double(index))) }
+        #expect(TestWait.until(seconds: 5) { history.delivered.count == 4 + OutputRouter.windowBatch })
+        router.stop()
     }
 }
 
