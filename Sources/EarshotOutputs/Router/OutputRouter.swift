@@ -62,6 +62,14 @@ package protocol OutputSink: AnyObject, Sendable {
     func deliver(_ output: RoutedOutput)
     /// Called once after the last delivery, in reverse order of the sinks, on the sink's queue: flush and close.
     func stop()
+    /// True for a sink whose ``deliver(_:)`` only hands the output to a bounded queue of its own and returns at once
+    /// (the event server's per-client queues): the router calls it on the routing thread, in order, sparing a
+    /// queue hop and a thread wake-up per output. Default false.
+    var deliversWithoutWaiting: Bool { get }
+}
+
+extension OutputSink {
+    package var deliversWithoutWaiting: Bool { false }
 }
 
 /// One router for every output: values in from any thread, fanned out under one lock (which keeps their order) to
@@ -179,6 +187,11 @@ package final class OutputRouter: Sendable {
                         details: ["output": .string(lane.sink.name), "dropped": .int(dropped)])
                     fanOut(RoutedOutput(output: .health(health), time: routed.time), &shared)
                 }
+                continue
+            }
+            if lane.sink.deliversWithoutWaiting {
+                lane.sink.deliver(routed)
+                lane.delivered.wrappingAdd(1, ordering: .relaxed)
                 continue
             }
             lane.pending.wrappingAdd(1, ordering: .relaxed)

@@ -13,6 +13,8 @@ import EarshotDetection
 /// and removes the socket file.
 package final class SocketSink: OutputSink {
     package let name = "socket"
+    /// `EventServer.publish` queues the line for the server's queue and each client's bounded queue, and returns.
+    package let deliversWithoutWaiting = true
     private let server: EventServer
 
     package init(server: EventServer) { self.server = server }
