@@ -32,11 +32,20 @@ struct ShutdownOrderTests {
         try daemon.run()
         let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
         DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
-        defer { watchdog.cancel() }
+        defer {
+            watchdog.cancel()
+            if daemon.isRunning { daemon.terminate() }
+        }
 
         #expect(TestWait.until(seconds: 10) { FileManager.default.fileExists(atPath: socket) })
-        let client = try SocketTestSupport.subscriber(socket)
+        let client = try EventSubscriber(path: socket)
+        try client.subscribe(groups: [])
+        // The subscribe reply may come after the first health line: keep every line, and go on once it is in.
         var lines: [String] = []
+        while !lines.contains(where: { $0.hasPrefix("{\"type\":\"subscribed\"") }) {
+            guard case .line(let line) = try client.readLine(timeoutSeconds: 20) else { break }
+            lines.append(line)
+        }
         // The baby cry starts at 2.88 s of the demo and lasts to 9.6 s: stop while it is open.
         while !lines.contains(where: { $0.hasPrefix("{\"type\":\"detection\",\"group\":\"baby_cry\"") }) {
             guard case .line(let line) = try client.readLine(timeoutSeconds: 20) else { break }
