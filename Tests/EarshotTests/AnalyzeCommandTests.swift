@@ -28,10 +28,20 @@ enum EarshotCLI {
     /// Runs `earshot ARGUMENTS` in `directory`; kills it after `timeout` seconds.
     static func run(_ arguments: [String], in directory: URL, timeout: Double = 120) throws -> Outcome? {
         guard let executable else { return nil }
+        return try runProcess(executable, arguments, in: directory, timeout: timeout)
+    }
+
+    /// Runs any `executable ARGUMENTS` (in `directory` when given, with `environment` when given, else this
+    /// process's), both streams read to their end; terminates it after `timeout` seconds.
+    static func runProcess(
+        _ executable: URL, _ arguments: [String], in directory: URL? = nil, environment: [String: String]? = nil,
+        timeout: Double
+    ) throws -> Outcome {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
-        process.currentDirectoryURL = directory
+        if let directory { process.currentDirectoryURL = directory }
+        if let environment { process.environment = environment }
         let output = Pipe(), error = Pipe()
         process.standardOutput = output
         process.standardError = error
@@ -51,7 +61,7 @@ enum EarshotCLI {
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
         process.waitUntilExit()
         watchdog.cancel()
-        _ = group.wait(timeout: .now() + 10)
+        _ = group.wait(timeout: .now() + 30)
         return Outcome(status: process.terminationStatus, standardOutput: collected.text(isError: false),
                        standardError: collected.text(isError: true))
     }

@@ -69,10 +69,7 @@ struct DetectCommandTests {
         let daemon = Process()
         daemon.executableURL = try #require(EarshotdRun.executable)
         daemon.arguments = ["--config", config, "--foreground", "--input", file, "--socket", scratch.file("d.sock"), "--no-journal"]
-        var environment = ProcessInfo.processInfo.environment
-        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
-        environment["STATE_DIRECTORY"] = scratch.directory.path
-        daemon.environment = environment
+        daemon.environment = DaemonEndToEndTests.environment(home: scratch.directory)
         let output = Pipe()
         daemon.standardOutput = output
         daemon.standardError = FileHandle.nullDevice

@@ -22,10 +22,7 @@ struct ShutdownOrderTests {
         let daemon = Process()
         daemon.executableURL = try #require(EarshotdRun.executable)
         daemon.arguments = ["--input", Self.demo, "--socket", socket, "--no-journal", "--watch", "baby_cry,snoring"]
-        var environment = ProcessInfo.processInfo.environment
-        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
-        environment["STATE_DIRECTORY"] = directory.path
-        daemon.environment = environment
+        daemon.environment = DaemonEndToEndTests.environment(home: directory)
         let errors = Pipe()
         daemon.standardOutput = FileHandle.nullDevice
         daemon.standardError = errors
@@ -70,7 +67,7 @@ struct ShutdownOrderTests {
         }
         #expect(ends.map(\.group) == ["baby_cry"], "\(lines)")
         #expect(ends.map(\.reason) == ["stream_end"])
-        let history = try EventHistory(path: directory.appendingPathComponent("history.sqlite3").path, access: .readOnly)
+        let history = try EventHistory(path: directory.appendingPathComponent("state/history.sqlite3").path, access: .readOnly)
         let stored = try history.events()
         #expect(stored.map(\.group) == ends.map(\.group))
         #expect(stored.map(\.endReason) == ends.map(\.reason))

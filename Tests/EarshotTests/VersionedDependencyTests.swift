@@ -216,65 +216,23 @@ enum ConsumerBuild {
         return collector.windows
     }
 
-    struct Outcome {
-        var status: Int32
-        var standardOutput: String
-        var standardError: String
-        var output: String { standardOutput + standardError }
-        /// The last lines of both streams, for a failure message.
-        var tail: String {
-            let lines = output.split(separator: "\n", omittingEmptySubsequences: false)
-            return "status \(status):\n" + lines.suffix(40).joined(separator: "\n")
-        }
-    }
+    typealias Outcome = EarshotCLI.Outcome
 
     /// Runs `executable ARGUMENTS` with `environment` (this process's when nil); terminates it after `timeout`
     /// seconds.
     static func run(
         _ executable: URL, _ arguments: [String], environment: [String: String]? = nil, timeout: TimeInterval
     ) throws -> Outcome {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        let output = Pipe(), error = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let streams = Streams()
-        let group = DispatchGroup()
-        for (pipe, isError) in [(output, false), (error, true)] {
-            group.enter()
-            DispatchQueue.global().async {
-                streams.set(pipe.fileHandleForReading.readDataToEndOfFile(), isError: isError)
-                group.leave()
-            }
-        }
-        let watchdog = DispatchWorkItem { if process.isRunning { process.terminate() } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
-        process.waitUntilExit()
-        watchdog.cancel()
-        _ = group.wait(timeout: .now() + 30)
-        return Outcome(status: process.terminationStatus, standardOutput: streams.text(isError: false),
-                       standardError: streams.text(isError: true))
+        try EarshotCLI.runProcess(executable, arguments, environment: environment, timeout: timeout)
     }
+}
 
-    /// Both streams of a child, filled from two threads.
-    private final class Streams: @unchecked Sendable {
-        private let lock = NSLock()
-        private var output = Data(), error = Data()
-
-        func set(_ data: Data, isError: Bool) {
-            lock.lock()
-            defer { lock.unlock() }
-            if isError { error = data } else { output = data }
-        }
-
-        func text(isError: Bool) -> String {
-            lock.lock()
-            defer { lock.unlock() }
-            return String(decoding: isError ? error : output, as: UTF8.self)
-        }
+extension EarshotCLI.Outcome {
+    /// Both streams, output first.
+    var output: String { standardOutput + standardError }
+    /// The last lines of both streams, for a failure message.
+    var tail: String {
+        let lines = output.split(separator: "\n", omittingEmptySubsequences: false)
+        return "status \(status):\n" + lines.suffix(40).joined(separator: "\n")
     }
 }

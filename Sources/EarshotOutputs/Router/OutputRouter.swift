@@ -22,6 +22,16 @@ package enum DaemonOutput: Sendable {
     /// A sleep session's summary (`{"type":"sleep_report",...}`), for the socket.
     case sleepReport(JSONObject)
 
+    /// The group whose socket subscribers get it; nil for every subscriber (health, sleep reports) and for windows.
+    package var group: String? {
+        switch self {
+        case .detection(let event): event.group
+        case .alarm(let alarm): alarm.group
+        case .clip(let clip): clip.group
+        case .window, .health, .sleepReport: nil
+        }
+    }
+
     /// The stage's values as daemon outputs.
     package init(_ output: DetectionStage.Output) {
         switch output {

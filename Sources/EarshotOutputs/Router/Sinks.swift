@@ -27,14 +27,8 @@ package final class SocketSink: OutputSink {
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
 
     package func deliver(_ routed: RoutedOutput) {
-        switch routed.output {
-        case .window: break
-        case .detection(let event): server.publish(event, time: routed.time)
-        case .alarm(let alarm): server.publish(object: alarm.object(wallClock: routed.time), group: alarm.group)
-        case .health(let health): server.publish(health, time: routed.time)
-        case .clip(let clip): server.publish(object: clip.object(time: routed.time), group: clip.group)
-        case .sleepReport(let object): server.publish(object: object, group: nil)
-        }
+        guard let object = EventLines.object(for: routed) else { return }
+        server.publish(object: object, group: routed.output.group)
     }
 
     package func stop() { server.stop() }
