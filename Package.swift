@@ -43,6 +43,7 @@ let package = Package(
         .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
+        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
         .target(name: "EarshotKernels"),
         .target(name: "EarshotKernelsAVX512"),
         // The pipeline, one module per stage; each depends only on the ones below it (see README, Layout).
@@ -58,7 +59,7 @@ let package = Package(
             name: "EarshotOutputs",
             dependencies: [
                 "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
-                "CSystemd", "CSQLite", "CSndFile",
+                "CSystemd", "CSQLite", "CSndFile", "CMosquitto",
             ]
         ),
         .target(

@@ -20,14 +20,19 @@ package struct HealthEvent: Sendable, Equatable {
         /// An output (the socket, the journal, the history, standard output) fell behind and lost events; the
         /// others and the analysis went on. Said once until it catches up.
         case outputBehind = "output_behind"
+        /// The MQTT broker cannot be reached or refused the connection; messages wait in a bounded outbox and the
+        /// daemon retries with back-off. Said once per outage.
+        case mqttUnavailable = "mqtt_unavailable"
+        /// The MQTT broker accepted the connection (at start, or again after ``mqttUnavailable``).
+        case mqttConnected = "mqtt_connected"
 
         /// The syslog priority the journal entry gets: 6 (info) for `captureLive`, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
         package var priority: Int {
             switch self {
-            case .captureLive: 6
+            case .captureLive, .mqttConnected: 6
             case .captureUnavailable: 3
-            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind: 4
+            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable: 4
             }
         }
     }

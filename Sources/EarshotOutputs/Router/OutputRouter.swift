@@ -21,6 +21,9 @@ package enum DaemonOutput: Sendable {
     case clip(SavedClip)
     /// A sleep session's summary (`{"type":"sleep_report",...}`), for the socket.
     case sleepReport(JSONObject)
+    /// What can be switched at run time and how it is set now (watched groups, muted groups, the sleep session):
+    /// routed at start and whenever it changes, for outputs that show it (MQTT's switches and discovery).
+    case controls(ControlState)
 
     /// The group whose socket subscribers get it; nil for every subscriber (health, sleep reports) and for windows.
     package var group: String? {
@@ -28,7 +31,7 @@ package enum DaemonOutput: Sendable {
         case .detection(let event): event.group
         case .alarm(let alarm): alarm.group
         case .clip(let clip): clip.group
-        case .window, .health, .sleepReport: nil
+        case .window, .health, .sleepReport, .controls: nil
         }
     }
 
@@ -40,6 +43,25 @@ package enum DaemonOutput: Sendable {
         case .alarm(let alarm): self = .alarm(alarm)
         case .health(let health): self = .health(health)
         }
+    }
+}
+
+/// The daemon's switchable state: which groups it watches, which of them are muted, whether a sleep session runs.
+package struct ControlState: Sendable, Equatable {
+    /// The watched label groups (and the alarm groups), in watch-list order: each has an on/off state.
+    package var groups: [String]
+    /// Every group whose events may be published (``groups``, `snoring` for sleep sessions, `alarm_chirp` with
+    /// pattern detection): the event types an event entity lists.
+    package var eventGroups: [String]
+    /// Groups muted at run time: their events are not published until unmuted (or the daemon restarts).
+    package var muted: Set<String>
+    package var sleepActive: Bool
+
+    package init(groups: [String], eventGroups: [String], muted: Set<String> = [], sleepActive: Bool = false) {
+        self.groups = groups
+        self.eventGroups = eventGroups
+        self.muted = muted
+        self.sleepActive = sleepActive
     }
 }
 

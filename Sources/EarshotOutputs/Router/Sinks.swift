@@ -20,8 +20,10 @@ package final class SocketSink: OutputSink {
     package init(server: EventServer) { self.server = server }
 
     package func accepts(_ output: DaemonOutput) -> Bool {
-        if case .window = output { return false }
-        return true
+        switch output {
+        case .window, .controls: false
+        case .detection, .alarm, .health, .clip, .sleepReport: true
+        }
     }
 
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
@@ -44,7 +46,7 @@ package final class JournalOutputSink: OutputSink {
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
-        case .window, .sleepReport: false
+        case .window, .sleepReport, .controls: false
         case .detection, .alarm, .health, .clip: true
         }
     }
@@ -53,7 +55,7 @@ package final class JournalOutputSink: OutputSink {
 
     package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
-        case .window, .sleepReport: break
+        case .window, .sleepReport, .controls: break
         case .detection(let event): journal.record(event)
         case .alarm(let alarm): journal.record(fields: alarm.journalFields(identifier: journal.identifier))
         case .health(let health): journal.record(health)
@@ -74,7 +76,7 @@ package final class StandardOutputSink: OutputSink {
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
-        case .window, .sleepReport: false
+        case .window, .sleepReport, .controls: false
         case .detection, .alarm, .health, .clip: true
         }
     }
@@ -89,11 +91,11 @@ package final class StandardOutputSink: OutputSink {
     package func stop() {}
 }
 
-/// The JSON object of an output as the socket and standard output write it (nil for windows).
+/// The JSON object of an output as the socket and standard output write it (nil for windows and control states).
 package enum EventLines {
     package static func object(for routed: RoutedOutput) -> JSONObject? {
         switch routed.output {
-        case .window: nil
+        case .window, .controls: nil
         case .detection(let event): EventJSON.object(for: event, time: routed.time)
         case .alarm(let alarm): alarm.object(wallClock: routed.time)
         case .health(let health): EventJSON.object(for: health, time: routed.time)
@@ -129,7 +131,7 @@ package final class HistorySink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .detection, .alarm: true
-        case .health, .clip, .sleepReport: false
+        case .health, .clip, .sleepReport, .controls: false
         }
     }
 
@@ -147,7 +149,7 @@ package final class HistorySink: OutputSink {
                     peakConfidence: finished.peakConfidence, meanConfidence: finished.meanConfidence,
                     windows: finished.positiveWindows, endReason: finished.reason, now: routed.time)
             }
-        case .health, .clip, .sleepReport: break
+        case .health, .clip, .sleepReport, .controls: break
         }
     }
 

@@ -21,14 +21,19 @@ extension DaemonConfiguration {
     ///   used, the decoder's error (``AudioFileDecoder/init(url:)``) after where the input was set, with the status
     ///   the daemon would exit with at start: 66 when the file is missing or unreadable, 65 when it is not usable
     ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
-    ///   those of ``checkStoragePaths()`` (78).
+    ///   those of ``checkStoragePaths()`` (78); with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
+    ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
+    ///   `; the MQTT broker HOST:PORT accepted the connection`.
     package static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
-        let configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
+        var configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
+        try configuration.readMQTTPassword()
         let models = try HeadModelSet.load(paths: configuration.models.files, locations: configuration.modelLocations).set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()
         try configuration.checkInputFile()
-        return "configuration OK (watching \(configuration.detection.watch.joined(separator: ", ")))"
+        let broker = configuration.mqtt.enabled
+            ? "; the MQTT broker \(try configuration.checkMQTTBroker()) accepted the connection" : ""
+        return "configuration OK (watching \(configuration.detection.watch.joined(separator: ", ")))\(broker)"
     }
 
     /// Opens the input file named by `[capture] input` or `--input` (nothing to do for a device or standard

@@ -22,6 +22,7 @@ extension DaemonConfiguration {
         "history": historyKeys,
         "clips": clipsKeys,
         "sleep": sleepKeys,
+        "mqtt": MQTT.keys,
     ]
     /// The keys of a `[group.NAME]` section.
     package static let groupKeys = ["classes", "threshold", "onset_windows", "onset_of", "hold_seconds", "min_interval_seconds"]
@@ -138,6 +139,8 @@ package struct ConfigurationParser {
     /// First line seen in each group section.
     private var groupLines: [String: Int] = [:]
     private var previous: INIEntry?
+    /// The first line of `[mqtt]`, for the errors about the section as a whole.
+    private var mqttLine: Int?
 
     package init(source: String) {
         self.source = source
@@ -193,6 +196,9 @@ package struct ConfigurationParser {
                 throw EarshotError(
                     .config,
                     "\(source):\(entry.line): [\(entry.section)]: unknown section (\(guess)sections: \(sections.joined(separator: ", ")))")
+            }
+            if entry.section == "mqtt", entry.key == "password" {
+                throw failure(entry, "password: an inline password is refused (the configuration file is often world-readable); write it on the first line of a file only the daemon's user can read (chmod 600) and set password_file = /etc/earshot/mqtt-password")
             }
             guard keys.contains(entry.key) else { throw unknownKey(entry, keys: keys) }
         }
@@ -295,6 +301,12 @@ package struct ConfigurationParser {
                 throw badValue(entry, requirement)
             }
             if entry.key == "directory" { configuration.locations["clips.directory"] = "\(source):\(entry.line)" }
+        case ("mqtt", _):
+            if let requirement = configuration.mqtt.set(key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
+            if entry.key == "password_file" { configuration.locations["mqtt.password_file"] = "\(source):\(entry.line)" }
+            mqttLine = mqttLine ?? entry.line
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
@@ -376,6 +388,9 @@ package struct ConfigurationParser {
         }
         if let unknown = configuration.unknownClipGroup() {
             throw EarshotError(.config, "\(source):\(keyLine(section: "clips", key: "groups")): [clips] groups: \(unknown)")
+        }
+        if let problem = configuration.mqtt.inconsistency, let line = mqttLine {
+            throw EarshotError(.config, "\(source):\(line): [mqtt] \(problem)")
         }
     }
 

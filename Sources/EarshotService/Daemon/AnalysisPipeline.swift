@@ -19,8 +19,8 @@ import EarshotOutputs
 /// fires timers from its manager thread, which then wakes a worker.)
 ///
 /// On the way to the router: during a sleep session the snore detector speaks for the plain `snoring` group
-/// (`SleepService.admits`), sleep sessions see every window, and the clip recorder sees every event (its audio
-/// comes from the stage's resampled samples, on this queue).
+/// (`SleepService.admits`), muted groups' events stop (`GroupMutes`), sleep sessions see every window, and the
+/// clip recorder sees every published event (its audio comes from the stage's resampled samples, on this queue).
 ///
 /// - Important: All methods other than `init` must be called on `queue`.
 final class AnalysisPipeline {
@@ -33,17 +33,22 @@ final class AnalysisPipeline {
     private let sleep: SleepService
     private let clips: ClipRecorder?
     private let detections: EventCounter
+    private let mutes: GroupMutes
     private let onFirstAudio: () -> Void
     private var sawAudio = false
     private var scratch: [Float]
     private var timer: DispatchSourceTimer?
     private var wakeUp: AudioArrivedSignal?
 
-    /// - Parameter detections: counts onsets (classifier and alarm), for the status reply.
+    /// - Parameters:
+    ///   - detections: counts onsets (classifier and alarm), for the status reply.
+    ///   - mutes: the groups muted at run time; their events stop here.
     init(
         queue: DispatchQueue, ring: SampleRingBuffer, stage: DetectionStage, router: OutputRouter,
-        sleep: SleepService, clips: ClipRecorder?, detections: EventCounter, onFirstAudio: @escaping () -> Void
+        sleep: SleepService, clips: ClipRecorder?, detections: EventCounter, mutes: GroupMutes,
+        onFirstAudio: @escaping () -> Void
     ) {
+        self.mutes = mutes
         self.queue = queue
         self.ring = ring
         self.stage = stage
@@ -133,10 +138,11 @@ final class AnalysisPipeline {
             case .window(let result):
                 sleep.observe(result)
             case .detection(let event):
-                guard sleep.admits(event) else { continue }
+                guard sleep.admits(event), mutes.admits(event) else { continue }
                 clips?.observe(event)
                 if case .onset = event { detections.add() }
             case .alarm(let alarm):
+                guard mutes.admits(alarm) else { continue }
                 clips?.observe(alarm)
                 if alarm.kind == .onset { detections.add() }
             case .health:

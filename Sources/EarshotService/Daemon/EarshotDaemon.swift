@@ -44,6 +44,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// `[history]` and `[clips]` at start (changes need a restart).
     private let historySettings: DaemonConfiguration.History
     private let clipSettings: DaemonConfiguration.Clips
+    /// `[mqtt]` at start (changes need a restart).
+    private let mqttSettings: DaemonConfiguration.MQTT
     /// Set once `--fallback-input` replaced a device that could not be opened.
     private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
@@ -56,6 +58,14 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Every output goes through it to the sinks (socket, journal, stdout, history).
     private let router: OutputRouter
     private let historySink: HistorySink?
+    /// The MQTT broker (`[mqtt] enabled`), or nil.
+    private let mqttSink: MQTTSink?
+    /// Groups muted at run time (MQTT switches).
+    private let mutes = GroupMutes()
+    /// The groups the control state lists (the watched ones, and every one that publishes), set at start and reload.
+    private let controlGroups = Mutex<(groups: [String], eventGroups: [String])>(([], []))
+    /// Whether a sleep session runs (set from the analysis queue as sessions start and stop).
+    private let sleepActive = Atomic<Bool>(false)
     /// Audio around each detection (`[clips]`; nil when disabled): cut on the analysis queue, written on the
     /// writer's queue.
     private let clips: ClipRecorder?
@@ -97,8 +107,11 @@ package final class EarshotDaemon: @unchecked Sendable {
     ///   `.unavailable` (the socket cannot be created, another daemon listens on it).
     package init(commandLine: DaemonCommandLine) throws(EarshotError) {
         self.commandLine = commandLine
-        configuration = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
-        try configuration.checkStoragePaths()
+        var loaded = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+        try loaded.checkStoragePaths()
+        try loaded.readMQTTPassword()
+        configuration = loaded
+        mqttSettings = loaded.mqtt
         capture = configuration.capture
         output = configuration.output
         historySettings = configuration.history
@@ -129,6 +142,15 @@ package final class EarshotDaemon: @unchecked Sendable {
         let historySink = historySettings.enabled ? HistorySink(settings: historySettings, log: { journal.log($0) }) : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
+        // Last, so that it stops first: `offline` goes out while the other outputs still run.
+        let mqttSink = mqttSettings.enabled
+            ? try MQTTSink(
+                settings: mqttSettings, commands: { command in link.daemon?.apply(command) },
+                log: { line, priority in journal.log(line, priority: priority) })
+            : nil
+        self.mqttSink = mqttSink
+        if let mqttSink { sinks.append(mqttSink) }
+        controlGroups.withLock { $0 = (plan.groups.map(\.name), uniqued(plan.subscribable)) }
         let router = OutputRouter(sinks: sinks)
         self.router = router
         var clips: ClipRecorder?
@@ -150,16 +172,19 @@ package final class EarshotDaemon: @unchecked Sendable {
         }
         self.clips = clips
         let detections = detections
+        let mutes = mutes
         let sleep = SleepService(
             analysisQueue: analysisQueue, classLabels: model.classLabels, settings: configuration.sleep,
             publish: { [clips] event in
                 // The snore detector's events (on the analysis queue) go the way the stage's do.
+                guard mutes.admits(event) else { return }
                 clips?.observe(event)
                 if case .onset = event { detections.add() }
                 router.route(.detection(event))
             },
             publishReport: { object in router.route(.sleepReport(object)) },
-            log: { line, priority in journal.log(line, priority: priority) })
+            log: { line, priority in journal.log(line, priority: priority) },
+            stateChanged: { active in link.daemon?.sleepStateChanged(active) })
         self.sleep = sleep
         server.register(commands: SleepService.commands) { command in sleep.handle(command: command) }
         let stage: DetectionStage
@@ -171,7 +196,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         }
         pipeline = AnalysisPipeline(
             queue: analysisQueue, ring: ring, stage: stage, router: router, sleep: sleep, clips: clips,
-            detections: detections,
+            detections: detections, mutes: mutes,
             onFirstAudio: { link.daemon?.audioStarted() })
         supervisor = CaptureSupervisor(
             ring: ring, callbackQueue: control,
@@ -214,6 +239,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             }
         }
         router.start()
+        routeControls()
         analysisQueue.async { [self] in pipeline.start(audioArrived: audioArrived) }
         sleep.startSchedule()
         let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
@@ -337,6 +363,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "active": .array(snapshot.activeGroups.map { .string($0) }),
             "detections": .int(detections.value),
             "models": .array(snapshot.models.map { .object(["name": .string($0.name), "path": .string($0.path)]) }),
+            "muted": .array(mutes.muted.sorted().map { .string($0) }),
         ]
     }
 
@@ -344,6 +371,40 @@ package final class EarshotDaemon: @unchecked Sendable {
     private func noteModels(_ set: HeadModelSet) {
         let models = set.models.map { (name: $0.name, path: $0.path) }
         status.withLock { $0.models = models }
+    }
+
+    // MARK: Controls
+
+    /// Routes the control state as it is now (start, reload, a mute, a sleep session starting or stopping).
+    private func routeControls() {
+        let (groups, eventGroups) = controlGroups.withLock { $0 }
+        router.route(.controls(ControlState(
+            groups: groups, eventGroups: eventGroups, muted: mutes.muted, sleepActive: sleepActive.load(ordering: .relaxed))))
+    }
+
+    fileprivate func sleepStateChanged(_ active: Bool) {
+        sleepActive.store(active, ordering: .relaxed)
+        routeControls()
+    }
+
+    /// A command from the MQTT broker (on its connection's thread): applied on the control queue.
+    fileprivate func apply(_ command: MQTTSink.Command) {
+        control.async { [self] in
+            switch command {
+            case .setGroup(let group, let enabled):
+                guard mutes.set(group, muted: !enabled) else {
+                    routeControls()  // echo the unchanged state
+                    return
+                }
+                journal.log("\(group) \(enabled ? "unmuted" : "muted") by an MQTT command\(enabled ? "" : ": its events are not published until it is unmuted or the daemon restarts")")
+                routeControls()
+            case .setSleep(let start):
+                let reply = sleep.handle(command: start ? "sleep_start" : "sleep_stop")
+                if reply["type"]?.stringValue == "error" || reply["state"]?.stringValue == "already_running" {
+                    routeControls()  // echo the unchanged state
+                }
+            }
+        }
     }
 
     // MARK: Lifecycle
@@ -376,11 +437,14 @@ package final class EarshotDaemon: @unchecked Sendable {
             for line in loaded.problems { journal.log(line, priority: 4) }
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(plan.subscribable, unwatched: plan.unwatched)
+            controlGroups.withLock { $0 = (groups.map(\.name), uniqued(plan.subscribable)) }
+            routeControls()
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
             if fresh.output != output { restartNeeded.append("[output]") }
             if fresh.history != historySettings { restartNeeded.append("[history]") }
             if fresh.clips != clipSettings { restartNeeded.append("[clips]") }
+            if fresh.mqtt != mqttSettings { restartNeeded.append("[mqtt]") }
             analysisQueue.async { [sleep] in sleep.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)

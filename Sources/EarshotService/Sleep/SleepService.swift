@@ -40,6 +40,7 @@ package final class SleepService: @unchecked Sendable {
     private var settings: DaemonConfiguration.Sleep
     private let publish: (DetectionEvent) -> Void
     private let publishReport: @Sendable (JSONObject) -> Void
+    private let stateChanged: @Sendable (Bool) -> Void
     private let log: @Sendable (String, Int) -> Void
     /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
     private let fixedTimeZone: TimeZone?
@@ -61,11 +62,15 @@ package final class SleepService: @unchecked Sendable {
     ///     analysis queue.
     ///   - publishReport: sends the finished report's JSON to subscribers.
     ///   - log: a journal line and its priority (report written, or why not).
+    ///   - stateChanged: a session started (`true`) or stopped (`false`), by a command or the schedule; called on
+    ///     the analysis queue.
     package init(
         analysisQueue: DispatchQueue, classLabels: [String], settings: DaemonConfiguration.Sleep,
         timeZone: TimeZone? = nil, publish: @escaping (DetectionEvent) -> Void,
-        publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void
+        publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void,
+        stateChanged: @escaping @Sendable (Bool) -> Void = { _ in }
     ) {
+        self.stateChanged = stateChanged
         self.analysisQueue = analysisQueue
         self.classLabels = classLabels
         self.settings = settings
@@ -169,6 +174,7 @@ package final class SleepService: @unchecked Sendable {
         }
         startedBySchedule = scheduled
         log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
+        stateChanged(true)
         return ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
     }
 
@@ -184,6 +190,7 @@ package final class SleepService: @unchecked Sendable {
         startedBySchedule = false
         let (report, events) = running.stop()
         for event in events { publish(event) }
+        stateChanged(false)
         let paths = Self.reportPaths(directory: settings.reportDirectory, start: report.startDate ?? date, timeZone: zone(at: report.startDate ?? date))
         let reportObject = report.json
         let svg = report.svg(timeZone: zone(at: report.startDate ?? date))

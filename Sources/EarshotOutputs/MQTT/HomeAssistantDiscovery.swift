@@ -1,0 +1,167 @@
+import FoundationEssentials
+import EarshotSupport
+
+/// The topics of one node (`P` = `topic_prefix/node`, e.g. `earshot/kitchen`).
+package struct MQTTTopics: Sendable, Equatable {
+    package let base: String
+
+    package init(base: String) { self.base = base }
+
+    /// `online` / `offline`, retained (also the Last Will).
+    package var availability: String { "\(base)/availability" }
+    /// Every detection, detection end, alarm, chirp, clip and health event: the socket's JSON plus `node`. QoS 1.
+    package var event: String { "\(base)/event" }
+    /// Each onset as `{"event_type":GROUP,...}`, for Home Assistant's `event` entity. QoS 1.
+    package var detected: String { "\(base)/detected" }
+    /// `{"dbfs":-41.2,"gate_open":true,"time":...}` at most once a second. QoS 0.
+    package var level: String { "\(base)/level" }
+    /// `ON` while a group's event is open, `OFF` otherwise; retained.
+    package func state(_ group: String) -> String { "\(base)/\(group)/state" }
+    /// JSON of the group's last event (class, confidence, started; evidence for alarms); retained.
+    package func attributes(_ group: String) -> String { "\(base)/\(group)/attributes" }
+    /// `ON` when the group is published, `OFF` when muted; retained.
+    package func enabled(_ group: String) -> String { "\(base)/\(group)/enabled" }
+    /// Commands: `ON` (unmute) or `OFF` (mute) for a group, start or stop for `sleep`.
+    package func command(_ name: String) -> String { "\(base)/\(name)/set" }
+    /// The filter the commands arrive on.
+    package var commandFilter: String { "\(base)/+/set" }
+    /// `ON` while the capture has a problem (device unavailable, input silent); retained.
+    package var captureState: String { "\(base)/capture/state" }
+    package var captureAttributes: String { "\(base)/capture/attributes" }
+    /// `ON` while a sleep session runs; retained.
+    package var sleepState: String { "\(base)/sleep/state" }
+    /// The last sleep session's summary JSON; retained.
+    package var sleepReport: String { "\(base)/sleep/report" }
+}
+
+/// Home Assistant MQTT discovery for one node: one device (`earshot_NODE`), and per entity a retained config at
+/// `DISCOVERY_PREFIX/COMPONENT/earshot_NODE/OBJECT_ID/config`:
+///
+/// | entity | component | object id | device class, category |
+/// |---|---|---|---|
+/// | each watched group's sound | `binary_sensor` | GROUP | smoke_alarm: `smoke`, co_alarm: `carbon_monoxide`, glass_break: `safety`, others: `sound` |
+/// | each watched group's switch (on = published, off = muted) | `switch` | GROUP`_enabled` | category `config` |
+/// | the onsets | `event` | `events` | `event_types`: every group that publishes |
+/// | the level | `sensor` | `level` | unit `dBFS`, no device class (dBFS is not sound pressure), category `diagnostic` |
+/// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
+/// | sleep session | `switch` | `sleep_session` | |
+///
+/// `unique_id` is `earshot_NODE_OBJECT_ID`: stable across restarts. Every entity follows `P/availability`.
+package struct HomeAssistantDiscovery: Sendable {
+    package let discoveryPrefix: String
+    package let node: String
+    package let topics: MQTTTopics
+    package let version: String
+
+    package init(discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion) {
+        self.discoveryPrefix = discoveryPrefix
+        self.node = node
+        self.topics = topics
+        self.version = version
+    }
+
+    /// `earshot_NODE`: the device identifier and the discovery topics' node id.
+    package var deviceID: String { "earshot_\(node)" }
+
+    /// The filter that finds this node's configs (also those an earlier run left): `PREFIX/+/earshot_NODE/+/config`.
+    package var configFilter: String { "\(discoveryPrefix)/+/\(deviceID)/+/config" }
+
+    /// Home Assistant says `online` here when it (re)starts: configs are published again then.
+    package var statusTopic: String { "\(discoveryPrefix)/status" }
+
+    package func configTopic(component: String, objectID: String) -> String {
+        "\(discoveryPrefix)/\(component)/\(deviceID)/\(objectID)/config"
+    }
+
+    /// The device class of a group's binary sensor.
+    package static func deviceClass(group: String) -> String {
+        switch group {
+        case "smoke_alarm": "smoke"
+        case "co_alarm": "carbon_monoxide"
+        case "glass_break": "safety"
+        default: "sound"
+        }
+    }
+
+    /// A group's name as people read it: `smoke_alarm` -> `Smoke alarm`, `co_alarm` -> `CO alarm`.
+    package static func title(group: String) -> String {
+        let words = group.split(separator: "_").map { $0 == "co" ? "CO" : String($0) }
+        let text = words.joined(separator: " ")
+        return text.prefix(1).uppercased() + text.dropFirst()
+    }
+
+    /// The config messages (topic -> JSON) for `state`, in a stable order.
+    package func configs(for state: ControlState) -> [(topic: String, payload: JSONObject)] {
+        var result: [(String, JSONObject)] = []
+        for group in state.groups {
+            result.append((configTopic(component: "binary_sensor", objectID: group), entity(
+                objectID: group, name: Self.title(group: group),
+                extra: [
+                    "device_class": .string(Self.deviceClass(group: group)),
+                    "state_topic": .string(topics.state(group)),
+                    "json_attributes_topic": .string(topics.attributes(group)),
+                    "payload_on": "ON", "payload_off": "OFF",
+                ])))
+            result.append((configTopic(component: "switch", objectID: "\(group)_enabled"), entity(
+                objectID: "\(group)_enabled", name: "\(Self.title(group: group)) detection",
+                extra: [
+                    "command_topic": .string(topics.command(group)),
+                    "state_topic": .string(topics.enabled(group)),
+                    "payload_on": "ON", "payload_off": "OFF", "state_on": "ON", "state_off": "OFF",
+                    "entity_category": "config", "icon": "mdi:ear-hearing",
+                ])))
+        }
+        result.append((configTopic(component: "event", objectID: "events"), entity(
+            objectID: "events", name: "Sound event",
+            extra: [
+                "state_topic": .string(topics.detected),
+                "event_types": .array(state.eventGroups.map { .string($0) }),
+            ])))
+        result.append((configTopic(component: "sensor", objectID: "level"), entity(
+            objectID: "level", name: "Sound level",
+            extra: [
+                "state_topic": .string(topics.level),
+                "value_template": "{{ value_json.dbfs }}",
+                "json_attributes_topic": .string(topics.level),
+                "unit_of_measurement": "dBFS", "state_class": "measurement",
+                "entity_category": "diagnostic", "icon": "mdi:waveform",
+            ])))
+        result.append((configTopic(component: "binary_sensor", objectID: "capture_problem"), entity(
+            objectID: "capture_problem", name: "Capture problem",
+            extra: [
+                "device_class": "problem",
+                "state_topic": .string(topics.captureState),
+                "json_attributes_topic": .string(topics.captureAttributes),
+                "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
+            ])))
+        result.append((configTopic(component: "switch", objectID: "sleep_session"), entity(
+            objectID: "sleep_session", name: "Sleep session",
+            extra: [
+                "command_topic": .string(topics.command("sleep")),
+                "state_topic": .string(topics.sleepState),
+                "payload_on": "ON", "payload_off": "OFF", "state_on": "ON", "state_off": "OFF",
+                "icon": "mdi:sleep",
+            ])))
+        return result
+    }
+
+    private func entity(objectID: String, name: String, extra: JSONObject) -> JSONObject {
+        var object: JSONObject = [
+            "name": .string(name),
+            "unique_id": .string("\(deviceID)_\(objectID)"),
+            "object_id": .string("\(deviceID)_\(objectID)"),
+            "availability_topic": .string(topics.availability),
+            "payload_available": "online", "payload_not_available": "offline",
+        ]
+        object.merge(extra)
+        object["device"] = .object([
+            "identifiers": .array([.string(deviceID)]),
+            "name": .string("Earshot \(node)"),
+            "manufacturer": "Earshot",
+            "model": "earshotd",
+            "sw_version": .string(version),
+        ])
+        object["origin"] = .object(["name": "Earshot", "sw_version": .string(version)])
+        return object
+    }
+}

@@ -1,0 +1,474 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+internal import CMosquitto
+
+/// What an ``MQTTConnection`` tells its owner, on the connection's thread.
+package protocol MQTTConnectionDelegate: AnyObject, Sendable {
+    /// The broker accepted the connection. Returns what to send before the messages held in the outbox (e.g. the
+    /// availability and discovery configs), the topic filters to subscribe to, and what to send after them (the
+    /// current states, which replace older ones still held).
+    func connectionDidConnect(_ connection: MQTTConnection) -> MQTTConnection.Birth
+    /// An attempt failed or the connection was lost; `retryIn` is the back-off before the next attempt (nil while
+    /// stopping). Called once per failed attempt: the owner decides what to say.
+    func connection(_ connection: MQTTConnection, didFail cause: String, retryIn: Double?)
+    /// A message arrived on a subscribed topic.
+    func connection(_ connection: MQTTConnection, didReceive topic: String, payload: [UInt8], retained: Bool)
+}
+
+/// One client connection to an MQTT broker through libmosquitto, with its own thread, its own reconnect and a
+/// bounded outbox (``MQTTOutbox``): ``enqueue(_:)`` never waits for the network.
+///
+/// The thread owns the libmosquitto handle alone: it polls the handle's socket and a pipe that
+/// ``enqueue(_:)`` and ``stop(finally:timeout:)`` write to, and drives libmosquitto's read, write and keep-alive
+/// steps itself (`mosquitto_loop_read`, `_write`, `_misc`). Each attempt uses a fresh handle (a lost connection's
+/// handle is destroyed, so that nothing it held is sent twice by libmosquitto; the outbox resends what the broker
+/// did not acknowledge). Attempts back off 1, 2, 4 ... 60 s after failures of any kind, a name that does not
+/// resolve included (libmosquitto's own reconnect gives up on those); a success resets the back-off.
+///
+/// MQTT 3.1.1, clean session, QoS 0 and 1. The corresponding C library is libmosquitto (`mosquitto_new`,
+/// `mosquitto_connect_async`, `mosquitto_publish`, `mosquitto_subscribe`, `mosquitto_will_set`, `mosquitto_tls_set`).
+package final class MQTTConnection: @unchecked Sendable {
+    // @unchecked: `handle`, `connecting`, `connectDeadline`, `backoff`, `lastLogLine` and `lastErrno` are touched
+    // only on the connection's thread (callbacks run there too); the rest is behind `shared` or immutable.
+
+    /// What to send and subscribe right after the broker accepted a connection.
+    package struct Birth: Sendable {
+        package var first: [MQTTMessage]
+        package var subscriptions: [String]
+        package var last: [MQTTMessage]
+
+        package init(first: [MQTTMessage] = [], subscriptions: [String] = [], last: [MQTTMessage] = []) {
+            self.first = first
+            self.subscriptions = subscriptions
+            self.last = last
+        }
+    }
+
+    /// Where and how to connect.
+    package struct Endpoint: Sendable {
+        package var host: String
+        package var port: Int
+        package var clientID: String
+        package var keepaliveSeconds: Int
+        package var username: String?
+        package var password: String?
+        /// TLS: nil for plain TCP.
+        package var tls: TLS?
+        /// The Last Will: published by the broker when the connection ends without a DISCONNECT.
+        package var will: MQTTMessage?
+
+        package struct TLS: Sendable {
+            /// PEM CA file; nil uses `capath` (`/etc/ssl/certs`).
+            package var caFile: String?
+            package var certFile: String?
+            package var keyFile: String?
+
+            package init(caFile: String?, certFile: String?, keyFile: String?) {
+                self.caFile = caFile
+                self.certFile = certFile
+                self.keyFile = keyFile
+            }
+        }
+
+        package init(
+            host: String, port: Int, clientID: String, keepaliveSeconds: Int, username: String? = nil,
+            password: String? = nil, tls: TLS? = nil, will: MQTTMessage? = nil
+        ) {
+            self.host = host
+            self.port = port
+            self.clientID = clientID
+            self.keepaliveSeconds = keepaliveSeconds
+            self.username = username
+            self.password = password
+            self.tls = tls
+            self.will = will
+        }
+
+        /// `host:port` for messages.
+        package var description: String { "\(host.contains(":") ? "[\(host)]" : host):\(port)" }
+    }
+
+    /// Seconds between attempts after failures: doubled from the first to the last.
+    package static let firstBackoff = 1.0
+    package static let maximumBackoff = 60.0
+    /// Seconds an attempt may take from its start to the broker's CONNACK.
+    package static let connectTimeout = 10.0
+
+    package let endpoint: Endpoint
+    private weak var delegateReference: (any MQTTConnectionDelegate)?
+    /// The read and write ends of the pipe that wakes the thread.
+    private let wake: Int32
+    private let wakeWrite: Int32
+
+    private struct Shared {
+        var outbox: MQTTOutbox
+        var connected = false
+        var stopping = false
+        /// Sent before disconnecting on ``stop(finally:timeout:)``.
+        var finalMessages: [MQTTMessage] = []
+        var stopDeadline: Double = 0
+        var finished = false
+        var published = 0
+    }
+
+    private let shared: Mutex<Shared>
+    private let done = DispatchSemaphore(value: 0)
+
+    private var handle: OpaquePointer?
+    private var connecting = false
+    private var connectDeadline: Double = 0
+    private var nextAttempt: Double = 0
+    private var backoff = MQTTConnection.firstBackoff
+    private var lastLogLine: String?
+    private var lastErrno: Int32 = 0
+    /// The mids of the final messages (stopping), to wait for their acknowledgement.
+    private var finalMids: Set<Int32> = []
+    private var disconnectSent = false
+
+    private static let libraryReady: Bool = { mosquitto_lib_init() == Int32(MOSQ_ERR_SUCCESS.rawValue) }()
+
+    /// - Parameters:
+    ///   - endpoint: the broker and the client's identity.
+    ///   - outboxLimit: messages held while the broker is away (see ``MQTTOutbox``).
+    /// - Throws: `EarshotError(.system)` when libmosquitto cannot start or the wake-up pipe cannot be made.
+    package init(endpoint: Endpoint, outboxLimit: Int = 1_000) throws(EarshotError) {
+        guard Self.libraryReady else { throw EarshotError(.system, "libmosquitto could not be initialised") }
+        self.endpoint = endpoint
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else {
+            throw EarshotError(.system, "pipe: \(String(cString: strerror(errno)))")
+        }
+        for end in ends {
+            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+        }
+        wake = ends[0]
+        wakeWrite = ends[1]
+        shared = Mutex(Shared(outbox: MQTTOutbox(limit: outboxLimit)))
+    }
+
+    deinit {
+        close(wake)
+        close(wakeWrite)
+    }
+
+    /// Starts the connection's thread, which tells `delegate` (held weakly) what happens; the first attempt is
+    /// made at once. Call once.
+    package func start(delegate: any MQTTConnectionDelegate) throws(EarshotError) {
+        delegateReference = delegate
+        try startThread(named: "earshot-mqtt") { [self] in run() }
+    }
+
+    /// Queues `message` and wakes the thread: sent now when connected, else when the broker is back (QoS 1), or
+    /// dropped (QoS 0). Any thread; never waits for the network.
+    package func enqueue(_ message: MQTTMessage) {
+        let queued = shared.withLock { shared -> Bool in
+            guard !shared.stopping else { return false }
+            if message.qos == 0 && !shared.connected { return false }
+            shared.outbox.append(message)
+            return true
+        }
+        if queued { signal() }
+    }
+
+    /// Whether the broker has accepted the current connection.
+    package var isConnected: Bool { shared.withLock { $0.connected } }
+
+    /// Messages waiting (not acknowledged), and those dropped because the outbox was full.
+    package var backlog: (waiting: Int, dropped: Int) {
+        shared.withLock { ($0.outbox.count, $0.outbox.dropped) }
+    }
+
+    /// Messages handed to libmosquitto so far.
+    package var publishedCount: Int { shared.withLock { $0.published } }
+
+    /// Sends `finally` (e.g. `offline` to the availability topic) when connected, waits for the broker to
+    /// acknowledge it, disconnects cleanly (no Last Will), and ends the thread; returns within `timeout` seconds
+    /// whatever the network does. Returns the messages never delivered. Idempotent.
+    @discardableResult
+    package func stop(finally messages: [MQTTMessage] = [], timeout: Double = 3) -> Int {
+        let first = shared.withLock { shared -> Bool in
+            guard !shared.stopping else { return false }
+            shared.stopping = true
+            shared.finalMessages = messages
+            shared.stopDeadline = Self.now() + max(0.5, timeout - 0.5)
+            return true
+        }
+        if first {
+            signal()
+            _ = done.wait(timeout: .now() + timeout)
+            done.signal()  // a later stop() returns at once
+        } else {
+            _ = done.wait(timeout: .now() + timeout)
+            done.signal()
+        }
+        return shared.withLock { $0.outbox.count }
+    }
+
+    private func signal() {
+        var one: UInt8 = 1
+        _ = write(wakeWrite, &one, 1)  // a full pipe already wakes the thread
+    }
+
+    private static func now() -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+    }
+
+    // MARK: The connection's thread
+
+    private func run() {
+        defer {
+            destroyHandle()
+            shared.withLock { $0.finished = true }
+            done.signal()
+        }
+        while true {
+            let (stopping, deadline) = shared.withLock { ($0.stopping, $0.stopDeadline) }
+            let now = Self.now()
+            if stopping {
+                guard handle != nil, isConnectedNow else { return }
+                if now >= deadline || finishStop() { return }
+            }
+            if handle == nil {
+                if stopping { return }
+                if now < nextAttempt {
+                    waitForWake(milliseconds: Int32(min(1_000, max(1, (nextAttempt - now) * 1_000))))
+                    continue
+                }
+                attempt()
+                continue
+            }
+            step(timeoutMilliseconds: stopping ? 50 : 1_000)
+            if handle != nil, connecting, Self.now() > connectDeadline {
+                fail("no answer from the broker within \(Int(Self.connectTimeout)) s")
+            }
+        }
+    }
+
+    private var isConnectedNow: Bool { shared.withLock { $0.connected } }
+
+    /// While stopping: sends the final messages once, then DISCONNECT when they are acknowledged. True when done.
+    private func finishStop() -> Bool {
+        guard let handle else { return true }
+        let messages = shared.withLock { shared -> [MQTTMessage] in
+            defer { shared.finalMessages = [] }
+            return shared.finalMessages
+        }
+        for message in messages {
+            if let mid = publish(message, on: handle) { finalMids.insert(mid) }
+        }
+        if finalMids.isEmpty, !disconnectSent {
+            disconnectSent = true
+            mosquitto_disconnect(handle)
+            _ = mosquitto_loop_write(handle, 1)
+            return true
+        }
+        return false
+    }
+
+    private func waitForWake(milliseconds: Int32) {
+        var descriptor = pollfd(fd: wake, events: Int16(POLLIN), revents: 0)
+        if poll(&descriptor, 1, milliseconds) > 0 { drainWake() }
+    }
+
+    private func drainWake() {
+        var bytes = [UInt8](repeating: 0, count: 64)
+        while read(wake, &bytes, bytes.count) == bytes.count {}
+    }
+
+    /// One round: wait for the socket or a wake-up, read, write, send what the outbox holds, keep alive.
+    private func step(timeoutMilliseconds: Int32) {
+        guard let handle else { return }
+        let socket = mosquitto_socket(handle)
+        var descriptors = [
+            pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: socket, events: Int16(POLLIN) | (mosquitto_want_write(handle) ? Int16(POLLOUT) : 0), revents: 0),
+        ]
+        let ready = poll(&descriptors, socket >= 0 ? 2 : 1, timeoutMilliseconds)
+        if ready > 0, descriptors[0].revents != 0 { drainWake() }
+        var rc = Int32(MOSQ_ERR_SUCCESS.rawValue)
+        let events = descriptors[1].revents
+        if ready > 0, socket >= 0, events & Int16(POLLIN | POLLERR | POLLHUP) != 0 {
+            rc = mosquitto_loop_read(handle, 1)
+        }
+        if rc == success, self.handle != nil, socket >= 0, events & Int16(POLLOUT) != 0 {
+            rc = mosquitto_loop_write(handle, 1)
+        }
+        if rc == success, self.handle != nil {
+            if !connecting { sendQueued(on: handle) }
+            rc = mosquitto_loop_misc(handle)
+        }
+        if rc != success, self.handle != nil {
+            lastErrno = errno
+            fail(cause(of: rc))
+        }
+    }
+
+    private var success: Int32 { Int32(MOSQ_ERR_SUCCESS.rawValue) }
+
+    /// Makes a fresh handle and starts connecting (the TCP connect does not wait; the name lookup does).
+    private func attempt() {
+        guard let handle = mosquitto_new(endpoint.clientID, true, Unmanaged.passUnretained(self).toOpaque()) else {
+            schedule(after: "libmosquitto could not make a client (out of memory)")
+            return
+        }
+        self.handle = handle
+        lastLogLine = nil
+        _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311)
+        mosquitto_connect_callback_set(handle) { _, context, code in
+            guard let context else { return }
+            Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().didConnect(code: code)
+        }
+        mosquitto_disconnect_callback_set(handle) { _, context, code in
+            guard let context else { return }
+            let connection = Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue()
+            connection.lastErrno = errno
+        }
+        mosquitto_publish_callback_set(handle) { _, context, mid in
+            guard let context else { return }
+            Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().didPublish(mid: mid)
+        }
+        mosquitto_message_callback_set(handle) { _, context, message in
+            guard let context, let message else { return }
+            Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().didReceive(message.pointee)
+        }
+        mosquitto_log_callback_set(handle) { _, context, level, line in
+            guard let context, let line, level & (MOSQ_LOG_ERR | MOSQ_LOG_WARNING) != 0 else { return }
+            Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().lastLogLine = String(cString: line)
+        }
+        if let will = endpoint.will {
+            let rc = will.payload.withUnsafeBytes { bytes in
+                mosquitto_will_set(handle, will.topic, Int32(bytes.count), bytes.baseAddress, will.qos, will.retain)
+            }
+            guard rc == success else { return fail("cannot set the Last Will: \(cause(of: rc))") }
+        }
+        if let username = endpoint.username {
+            let rc = mosquitto_username_pw_set(handle, username, endpoint.password)
+            guard rc == success else { return fail("cannot set the credentials: \(cause(of: rc))") }
+        }
+        if let tls = endpoint.tls {
+            let rc = mosquitto_tls_set(
+                handle, tls.caFile, tls.caFile == nil ? "/etc/ssl/certs" : nil, tls.certFile, tls.keyFile, nil)
+            guard rc == success else {
+                return fail("TLS setup failed: \(cause(of: rc)) (check [mqtt] cafile, certfile and keyfile)")
+            }
+        }
+        connecting = true
+        connectDeadline = Self.now() + Self.connectTimeout
+        errno = 0
+        let rc = mosquitto_connect_async(handle, endpoint.host, Int32(endpoint.port), Int32(endpoint.keepaliveSeconds))
+        if rc != success {
+            lastErrno = errno
+            if rc == Int32(MOSQ_ERR_EAI.rawValue) {
+                return fail("cannot resolve the host name \"\(endpoint.host)\" (check [mqtt] host)")
+            }
+            return fail(cause(of: rc))
+        }
+    }
+
+    /// The words for a libmosquitto error code: errno's text for a system error, the TLS library's last line for a
+    /// TLS error.
+    private func cause(of rc: Int32) -> String {
+        if rc == Int32(MOSQ_ERR_ERRNO.rawValue), lastErrno != 0 {
+            return String(cString: strerror(lastErrno))
+        }
+        if rc == Int32(MOSQ_ERR_TLS.rawValue), let line = lastLogLine {
+            return "TLS: \(line)"
+        }
+        if rc == Int32(MOSQ_ERR_CONN_LOST.rawValue), let line = lastLogLine, line.contains("SSL") || line.contains("TLS") {
+            return "TLS: \(line)"
+        }
+        return String(cString: mosquitto_strerror(rc)).trimmingTrailingPeriod
+    }
+
+    private func didConnect(code: Int32) {
+        guard code == 0 else {
+            let reason = String(cString: mosquitto_connack_string(code)).trimmingTrailingPeriod
+            let advice = code == 4 || code == 5 ? " (check [mqtt] username and password_file)" : ""
+            fail("the broker refused the connection: \(reason)\(advice)")
+            return
+        }
+        guard let handle else { return }
+        connecting = false
+        backoff = Self.firstBackoff
+        shared.withLock { shared in
+            shared.connected = true
+            shared.outbox.connectionLost()  // every held message is sent again on this connection
+        }
+        let birth = delegateReference?.connectionDidConnect(self) ?? Birth()
+        for message in birth.first { _ = publish(message, on: handle) }
+        for filter in birth.subscriptions { _ = mosquitto_subscribe(handle, nil, filter, 1) }
+        sendQueued(on: handle)
+        for message in birth.last { enqueue(message) }
+        sendQueued(on: handle)
+    }
+
+    /// Hands every unsent outbox entry to libmosquitto, in order.
+    private func sendQueued(on handle: OpaquePointer) {
+        let pending = shared.withLock { $0.connected ? $0.outbox.unsent : [] }
+        for entry in pending {
+            guard let mid = publish(entry.message, on: handle) else { return }
+            shared.withLock { $0.outbox.markSent(sequence: entry.sequence, mid: mid) }
+        }
+    }
+
+    private func publish(_ message: MQTTMessage, on handle: OpaquePointer) -> Int32? {
+        var mid: Int32 = 0
+        let rc = message.payload.withUnsafeBytes { bytes in
+            mosquitto_publish(handle, &mid, message.topic, Int32(bytes.count), bytes.baseAddress, message.qos, message.retain)
+        }
+        guard rc == success else { return nil }
+        shared.withLock { $0.published += 1 }
+        return mid
+    }
+
+    private func didPublish(mid: Int32) {
+        finalMids.remove(mid)
+        shared.withLock { $0.outbox.acknowledge(mid: mid) }
+    }
+
+    private func didReceive(_ message: mosquitto_message) {
+        guard let topicPointer = message.topic else { return }
+        let topic = String(cString: topicPointer)
+        var payload: [UInt8] = []
+        if let bytes = message.payload, message.payloadlen > 0 {
+            payload = Array(UnsafeRawBufferPointer(start: bytes, count: Int(message.payloadlen)))
+        }
+        delegateReference?.connection(self, didReceive: topic, payload: payload, retained: message.retain)
+    }
+
+    /// The attempt or the connection failed: the handle goes, the next attempt is scheduled.
+    private func fail(_ cause: String) {
+        destroyHandle()
+        schedule(after: cause)
+    }
+
+    private func schedule(after cause: String) {
+        let stopping = shared.withLock { $0.stopping }
+        let delay = backoff
+        nextAttempt = Self.now() + delay
+        backoff = min(Self.maximumBackoff, backoff * 2)
+        delegateReference?.connection(self, didFail: cause, retryIn: stopping ? nil : delay)
+    }
+
+    private func destroyHandle() {
+        guard let handle else { return }
+        self.handle = nil
+        connecting = false
+        finalMids.removeAll()
+        shared.withLock { shared in
+            shared.connected = false
+            shared.outbox.connectionLost()
+        }
+        mosquitto_destroy(handle)
+    }
+}
+
+extension String {
+    fileprivate var trimmingTrailingPeriod: String {
+        hasSuffix(".") ? String(dropLast()) : self
+    }
+}

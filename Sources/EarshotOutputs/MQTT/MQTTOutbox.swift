@@ -1,0 +1,88 @@
+/// One MQTT PUBLISH: topic, payload, QoS, retain flag, and whether it may be dropped when the outbox is full.
+package struct MQTTMessage: Sendable, Equatable {
+    package var topic: String
+    package var payload: [UInt8]
+    /// 0 (at most once) or 1 (at least once).
+    package var qos: Int32
+    package var retain: Bool
+    /// A smoke or CO event: never the one dropped from a full outbox.
+    package var critical: Bool
+
+    package init(topic: String, payload: [UInt8], qos: Int32, retain: Bool, critical: Bool = false) {
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.critical = critical
+    }
+
+    package init(topic: String, text: String, qos: Int32, retain: Bool, critical: Bool = false) {
+        self.init(topic: topic, payload: Array(text.utf8), qos: qos, retain: retain, critical: critical)
+    }
+}
+
+/// The messages not yet acknowledged by the broker, in the order they were queued: what an outage holds back and
+/// a reconnect delivers, in order.
+///
+/// - QoS 1 messages stay until the broker's PUBACK (``acknowledge(mid:)``); after a lost connection every one not
+///   acknowledged is sent again (at least once, in order) on the next (``connectionLost()``).
+/// - QoS 0 messages (the level) are dropped when the connection is lost: they are only worth sending live.
+/// - A retained message replaces a not-yet-sent one of the same topic (the broker would keep only the last).
+/// - Bounded by `limit`: when full, the oldest message that is not ``MQTTMessage/critical`` is dropped (counted in
+///   ``dropped``); critical ones (smoke and CO events) are kept even above the limit.
+///
+/// A plain value: the owner keeps it behind its lock.
+package struct MQTTOutbox: Sendable {
+    package struct Entry: Sendable, Equatable {
+        package var sequence: UInt64
+        package var message: MQTTMessage
+        /// The message id libmosquitto gave it on this connection; nil while not sent on it.
+        package var mid: Int32?
+    }
+
+    package let limit: Int
+    package private(set) var entries: [Entry] = []
+    /// Messages dropped because the outbox was full, since it was made.
+    package private(set) var dropped = 0
+    private var nextSequence: UInt64 = 0
+
+    /// - Parameter limit: messages held at most (1,000 by default: hours of events, minutes of state changes).
+    package init(limit: Int = 1_000) {
+        self.limit = max(1, limit)
+    }
+
+    package var count: Int { entries.count }
+
+    /// Queues `message` at the end.
+    package mutating func append(_ message: MQTTMessage) {
+        if message.retain, let index = entries.firstIndex(where: { $0.mid == nil && $0.message.retain && $0.message.topic == message.topic }) {
+            entries.remove(at: index)
+        }
+        entries.append(Entry(sequence: nextSequence, message: message, mid: nil))
+        nextSequence &+= 1
+        while entries.count > limit, let index = entries.firstIndex(where: { !$0.message.critical }) {
+            entries.remove(at: index)
+            dropped += 1
+        }
+    }
+
+    /// The entries not yet sent on this connection, in order.
+    package var unsent: [Entry] { entries.filter { $0.mid == nil } }
+
+    /// Notes that the entry `sequence` was handed to libmosquitto as `mid`. A QoS 0 message is done once written
+    /// (libmosquitto acknowledges it with the same callback as a PUBACK).
+    package mutating func markSent(sequence: UInt64, mid: Int32) {
+        if let index = entries.firstIndex(where: { $0.sequence == sequence }) { entries[index].mid = mid }
+    }
+
+    /// The broker acknowledged `mid` (QoS 1), or libmosquitto wrote it (QoS 0): the entry is done.
+    package mutating func acknowledge(mid: Int32) {
+        if let index = entries.firstIndex(where: { $0.mid == mid }) { entries.remove(at: index) }
+    }
+
+    /// The connection is gone: QoS 0 messages are dropped, the rest will be sent again on the next one.
+    package mutating func connectionLost() {
+        entries.removeAll { $0.message.qos == 0 }
+        for index in entries.indices { entries[index].mid = nil }
+    }
+}

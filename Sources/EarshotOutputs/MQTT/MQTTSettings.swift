@@ -1,0 +1,192 @@
+import FoundationEssentials
+import Glibc
+import EarshotSupport
+
+/// Publishing to an MQTT broker, with Home Assistant discovery: `[mqtt]`. Off by default.
+///
+/// Topics (`P` = ``topicPrefix``/``node``): `P/availability`, `P/GROUP/state`, `P/GROUP/attributes`,
+/// `P/GROUP/enabled`, `P/GROUP/set`, `P/event`, `P/detected`, `P/level`, `P/capture/state`,
+/// `P/capture/attributes`, `P/sleep/state`, `P/sleep/set`, `P/sleep/report` (see ``MQTTTopics``).
+package struct MQTTSettings: Sendable, Equatable {
+    /// Whether the daemon publishes to the broker. Key `enabled`, default false.
+    package var enabled = false
+    /// The broker's host name or address. Key `host`, default `localhost`.
+    package var host = "localhost"
+    /// The broker's TCP port. Key `port`, 1...65535; default 1883, or 8883 when ``tls`` is on and no port is set.
+    package var port: Int {
+        get { explicitPort ?? (tls ? 8883 : 1883) }
+        set { explicitPort = newValue }
+    }
+    private var explicitPort: Int?
+    /// The user name sent to the broker; empty (the default) sends none. Key `username`.
+    package var username = ""
+    /// A file holding the password (its first line; mode 0600 advised). Key `password_file`; empty (the default)
+    /// sends none. An inline `password` key is refused: a configuration file is often world-readable.
+    package var passwordFile = ""
+    /// The password read from ``passwordFile`` by ``readPassword()``; nil until then. Not part of equality.
+    package var password: String? {
+        get { secret.value }
+        set { secret.value = newValue }
+    }
+    private var secret = Secret()
+    /// Whether to connect with TLS. Key `tls`, default false.
+    package var tls = false
+    /// PEM file of the certificate authorities the broker's certificate is checked against. Key `cafile`; empty
+    /// (the default) uses the system's, `/etc/ssl/certs`.
+    package var caFile = ""
+    /// PEM client certificate and its key, for brokers that authenticate clients by certificate. Keys `certfile`
+    /// and `keyfile`: both or neither.
+    package var certFile = ""
+    package var keyFile = ""
+    /// This daemon's name on the broker: one per microphone (`kitchen`, `nursery`). Key `node`, 1 to 64 of
+    /// `[a-z0-9_-]`; default the host name, lowercased, other characters replaced by `_` (``defaultNode``).
+    package var node = MQTTSettings.defaultNode
+    /// The first topic level. Key `topic_prefix`, default `earshot`.
+    package var topicPrefix = "earshot"
+    /// Whether to publish Home Assistant discovery configs. Key `discovery`, default true.
+    package var discovery = true
+    /// Home Assistant's discovery prefix. Key `discovery_prefix`, default `homeassistant`.
+    package var discoveryPrefix = "homeassistant"
+    /// Seconds between keep-alive pings; the broker declares the daemon gone (and publishes its `offline` Last
+    /// Will) after 1.5 times this without a packet. Key `keepalive`, 5...3600, default 30.
+    package var keepaliveSeconds = 30
+    /// The MQTT client identifier (unique per broker). Key `client_id`, default `earshot-NODE`.
+    package var clientID: String {
+        get { explicitClientID ?? "earshot-\(node)" }
+        set { explicitClientID = newValue }
+    }
+    private var explicitClientID: String?
+
+    package init() {}
+
+    /// `P`: the prefix of every topic but discovery's.
+    package var baseTopic: String { "\(topicPrefix)/\(node)" }
+
+    /// The host name reduced to `[a-z0-9_-]` (other characters become `_`), at most 64 characters; `earshot` when
+    /// that leaves nothing.
+    package static var defaultNode: String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        let name = gethostname(&buffer, buffer.count - 1) == 0 ? String(cString: buffer) : ""
+        return node(fromHostName: name)
+    }
+
+    package static func node(fromHostName name: String) -> String {
+        let reduced = String(name.lowercased().prefix(64).map { isNodeCharacter($0) ? $0 : "_" })
+        return reduced.allSatisfy({ $0 == "_" }) ? "earshot" : reduced
+    }
+
+    private static func isNodeCharacter(_ character: Character) -> Bool {
+        ("a"..."z").contains(character) || ("0"..."9").contains(character) || character == "_" || character == "-"
+    }
+
+    /// The keys of `[mqtt]`, in the order `config/earshotd.conf` documents them.
+    package static let keys = [
+        "enabled", "host", "port", "username", "password_file", "tls", "cafile", "certfile", "keyfile", "node",
+        "topic_prefix", "discovery", "discovery_prefix", "keepalive", "client_id",
+    ]
+
+    /// Sets one `[mqtt]` key; returns what is allowed ("must be ...") when `value` is bad.
+    package mutating func set(key: String, value: String) -> String? {
+        switch key {
+        case "enabled", "tls", "discovery":
+            guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement }
+            if key == "enabled" { enabled = flag } else if key == "tls" { tls = flag } else { discovery = flag }
+        case "host":
+            guard !value.isEmpty, value.utf8.count <= 253, !value.contains(where: { $0.isWhitespace || $0 == "/" })
+            else { return "must be a host name or address, e.g. localhost or 192.168.1.10" }
+            host = value
+        case "port":
+            guard let number = Int(value), (1...65_535).contains(number) else { return "must be a whole number in [1, 65535]" }
+            port = number
+        case "username":
+            guard value.utf8.count <= 256 else { return "must be at most 256 bytes" }
+            username = value
+        case "password_file", "cafile", "certfile", "keyfile":
+            guard value.isEmpty || value.hasPrefix("/") else { return "must be an absolute file path, e.g. /etc/earshot/mqtt-password" }
+            switch key {
+            case "password_file": passwordFile = value
+            case "cafile": caFile = value
+            case "certfile": certFile = value
+            default: keyFile = value
+            }
+        case "node":
+            guard (1...64).contains(value.count), value.allSatisfy(Self.isNodeCharacter) else {
+                return "must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen"
+            }
+            node = value
+        case "topic_prefix", "discovery_prefix":
+            guard Self.isTopicPrefix(value) else {
+                return "must be topic levels without wildcards, e.g. \(key == "topic_prefix" ? "earshot" : "homeassistant") (no +, #, spaces, or leading/trailing /)"
+            }
+            if key == "topic_prefix" { topicPrefix = value } else { discoveryPrefix = value }
+        case "keepalive":
+            guard let seconds = Int(value), (5...3_600).contains(seconds) else { return "must be a whole number in [5, 3600] seconds" }
+            keepaliveSeconds = seconds
+        case "client_id":
+            guard (1...128).contains(value.utf8.count), value.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F })
+            else { return "must be 1 to 128 printable ASCII characters without spaces" }
+            clientID = value
+        default:
+            return "is not a known key (report this as a bug)"
+        }
+        return nil
+    }
+
+    /// A topic prefix: non-empty levels of printable characters, no wildcards.
+    package static func isTopicPrefix(_ value: String) -> Bool {
+        guard !value.isEmpty, value.utf8.count <= 128, !value.hasPrefix("/"), !value.hasSuffix("/") else { return false }
+        return value.unicodeScalars.allSatisfy { $0.value > 0x20 && $0 != "+" && $0 != "#" && $0.value != 0x7F }
+            && !value.contains("//")
+    }
+
+    /// What is missing or inconsistent once every key is read, or nil: `certfile` without `keyfile` (or the other
+    /// way round), TLS files given with `tls = false`.
+    package var inconsistency: String? {
+        if certFile.isEmpty != keyFile.isEmpty {
+            return "certfile and keyfile go together (set both, or neither)"
+        }
+        if !tls, !(caFile.isEmpty && certFile.isEmpty) {
+            return "cafile, certfile and keyfile need tls = true"
+        }
+        return nil
+    }
+
+    /// Reads ``passwordFile`` into ``password`` (its first line, without the line end).
+    /// - Throws: a one-line description of why not (missing, unreadable, not a regular file, empty), without the
+    ///   key's location (the caller adds it).
+    package mutating func readPassword() throws(EarshotError) {
+        guard !passwordFile.isEmpty else { password = nil; return }
+        switch PathKind(path: passwordFile) {
+        case .regularFile: break
+        case .missing:
+            throw EarshotError(.config, "\(passwordFile): no such file (create it with the password on one line, mode 0600)")
+        default:
+            throw EarshotError(.config, "\(passwordFile): is not a regular file (point password_file at a file holding the password)")
+        }
+        let descriptor = open(passwordFile, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard descriptor >= 0 else {
+            let reason = String(cString: strerror(errno))
+            throw EarshotError(.config, "\(passwordFile): cannot read: \(reason) (make it readable by the daemon's user)")
+        }
+        defer { close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: 4097)
+        let count = read(descriptor, &bytes, bytes.count)
+        guard count >= 0 else {
+            throw EarshotError(.config, "\(passwordFile): cannot read: \(String(cString: strerror(errno)))")
+        }
+        guard count < bytes.count else { throw EarshotError(.config, "\(passwordFile): longer than 4096 bytes (it should hold the password alone)") }
+        let text = String(decoding: bytes[0..<count], as: UTF8.self)
+        let line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        let value = line.hasSuffix("\r") ? String(line.dropLast()) : line
+        guard !value.isEmpty else {
+            throw EarshotError(.config, "\(passwordFile): is empty (write the password on its first line)")
+        }
+        password = value
+    }
+
+    /// Holds the password outside equality (two configurations with the same keys are equal).
+    private struct Secret: Sendable, Equatable {
+        var value: String?
+        static func == (lhs: Secret, rhs: Secret) -> Bool { true }
+    }
+}

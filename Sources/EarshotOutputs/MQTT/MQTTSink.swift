@@ -1,0 +1,388 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotAnalysis
+import EarshotDetection
+
+/// The daemon's outputs on an MQTT broker, with Home Assistant discovery (``HomeAssistantDiscovery``): events,
+/// per-group states and attributes, the level, the capture's health and the sleep session, under
+/// ``MQTTTopics`` (`topic_prefix/node/...`), and the commands that mute a group or start a sleep session.
+///
+/// Analysis never waits for the broker: ``deliver(_:)`` turns an output into messages and queues them in the
+/// connection's bounded outbox (``MQTTConnection``), on the routing thread. A broker that is down, restarts or
+/// refuses the credentials is said once as an `mqtt_unavailable` health event (the broker and the cause), and
+/// `mqtt_connected` when it is back; what happened meanwhile is delivered then, in order.
+///
+/// Commands (`P/GROUP/set`, `P/sleep/set`, payload `ON` or `OFF`, not retained) go to `commands`; anything else on
+/// those topics is ignored with a log line (at most one a second, with the count ignored since the last).
+package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
+    /// A validated command from the broker.
+    package enum Command: Sendable, Equatable {
+        /// Publish (`true`) or mute (`false`) a group's events.
+        case setGroup(String, enabled: Bool)
+        /// Start (`true`) or stop (`false`) a sleep session.
+        case setSleep(Bool)
+    }
+
+    package let name = "mqtt"
+    /// ``deliver(_:)`` only queues messages in the connection's outbox (under a lock) and wakes its thread.
+    package let deliversWithoutWaiting = true
+    package let settings: MQTTSettings
+    package let topics: MQTTTopics
+    package let discovery: HomeAssistantDiscovery
+    /// Groups whose events must survive a full outbox.
+    package static let criticalGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
+    /// Seconds between level messages at most.
+    package static let levelInterval = 1.0
+
+    private let commands: @Sendable (Command) -> Void
+    private let log: @Sendable (String, Int) -> Void
+    private let connection: MQTTConnection
+
+    private struct State {
+        var reportHealth: (@Sendable (HealthEvent) -> Void)?
+        var controls: ControlState?
+        var active: [String: Bool] = [:]
+        var attributes: [String: JSONObject] = [:]
+        var captureProblem = false
+        var captureAttributes: JSONObject = [:]
+        var lastLevel = -Double.infinity
+        var publishedConfigs: Set<String> = []
+        var saidUnavailable = false
+        var connectedOnce = false
+        var ignoredCommands = 0
+        var lastIgnoredLog = -Double.infinity
+        var lastReport: JSONObject?
+    }
+
+    private let state = Mutex(State())
+
+    /// - Parameters:
+    ///   - settings: `[mqtt]`, with ``MQTTSettings/password`` read.
+    ///   - commands: applies a command (called on the connection's thread: hop to your own queue).
+    ///   - log: a journal line and its syslog priority.
+    /// - Throws: `EarshotError(.system)` when libmosquitto cannot start.
+    package init(
+        settings: MQTTSettings, commands: @escaping @Sendable (Command) -> Void,
+        log: @escaping @Sendable (String, Int) -> Void
+    ) throws(EarshotError) {
+        self.settings = settings
+        topics = MQTTTopics(base: settings.baseTopic)
+        discovery = HomeAssistantDiscovery(discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics)
+        self.commands = commands
+        self.log = log
+        connection = try MQTTConnection(
+            endpoint: Self.endpoint(settings, will: MQTTMessage(topic: topics.availability, text: "offline", qos: 1, retain: true)))
+    }
+
+    /// Where and how to connect for `settings` (the probe of `--check-config` uses it too).
+    package static func endpoint(_ settings: MQTTSettings, clientID: String? = nil, will: MQTTMessage?) -> MQTTConnection.Endpoint {
+        MQTTConnection.Endpoint(
+            host: settings.host, port: settings.port, clientID: clientID ?? settings.clientID,
+            keepaliveSeconds: settings.keepaliveSeconds,
+            username: settings.username.isEmpty ? nil : settings.username, password: settings.password,
+            tls: settings.tls ? .init(
+                caFile: settings.caFile.isEmpty ? nil : settings.caFile,
+                certFile: settings.certFile.isEmpty ? nil : settings.certFile,
+                keyFile: settings.keyFile.isEmpty ? nil : settings.keyFile) : nil,
+            will: will)
+    }
+
+    /// The connection (for its counters).
+    package var client: MQTTConnection { connection }
+
+    // MARK: OutputSink
+
+    package func accepts(_ output: DaemonOutput) -> Bool { true }
+
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
+        state.withLock { $0.reportHealth = reportHealth }
+        do {
+            try connection.start(delegate: self)
+        } catch {
+            reportHealth(HealthEvent(state: .mqttUnavailable, message: "MQTT: \(error.message)"))
+        }
+    }
+
+    package func deliver(_ routed: RoutedOutput) {
+        switch routed.output {
+        case .window(let result):
+            let now = Self.uptime()
+            let (due, clearSilence) = state.withLock { state -> (Bool, Bool) in
+                let due = now - state.lastLevel >= Self.levelInterval
+                if due { state.lastLevel = now }
+                // Sound again after digital silence: the capture problem it raised is over.
+                let clear = state.captureProblem && state.captureAttributes["state"]?.stringValue == HealthEvent.State.inputSilent.rawValue
+                    && result.levelDBFS > ClassificationResult.levelFloorDBFS
+                if clear { state.captureProblem = false }
+                return (due, clear)
+            }
+            if clearSilence { publishCapture() }
+            if due {
+                let level: JSONObject = [
+                    "dbfs": .number(Double(result.levelDBFS), decimals: 1),
+                    "gate_open": .bool(!result.isGated),
+                    "time": .string(EventJSON.timestamp(routed.time)),
+                ]
+                connection.enqueue(MQTTMessage(topic: topics.level, text: level.encoded, qos: 0, retain: false))
+            }
+        case .detection, .alarm:
+            publishEvent(routed)
+        case .health(let health):
+            publishEvent(routed)
+            let problem: Bool? = switch health.state {
+            case .captureUnavailable, .inputSilent: true
+            case .captureLive: false
+            default: nil
+            }
+            if let problem {
+                state.withLock { state in
+                    state.captureProblem = problem
+                    state.captureAttributes = [
+                        "state": .string(health.state.rawValue), "message": .string(health.message),
+                        "time": .string(EventJSON.timestamp(routed.time)),
+                    ]
+                }
+                publishCapture()
+            }
+        case .clip:
+            publishEvent(routed)
+        case .sleepReport(let object):
+            state.withLock { $0.lastReport = object }
+            connection.enqueue(MQTTMessage(topic: topics.sleepReport, text: object.encoded, qos: 1, retain: true))
+        case .controls(let controls):
+            let previous = state.withLock { state -> ControlState? in
+                defer { state.controls = controls }
+                return state.controls
+            }
+            // Not connected: the next connection's birth publishes the configs and states (read from `state`).
+            guard connection.isConnected else { return }
+            if settings.discovery, previous?.groups != controls.groups || previous?.eventGroups != controls.eventGroups {
+                for message in configMessages(for: controls, deletingOthers: true) { connection.enqueue(message) }
+            }
+            for message in controlStateMessages(controls) { connection.enqueue(message) }
+        }
+    }
+
+    package func stop() {
+        let left = connection.stop(finally: [MQTTMessage(topic: topics.availability, text: "offline", qos: 1, retain: true)])
+        if left > 1 {
+            log("MQTT: \(left - 1) message\(left == 2 ? "" : "s") not delivered to \(connection.endpoint.description) before stopping (the broker was unreachable)", 4)
+        }
+    }
+
+    // MARK: Messages
+
+    private func publishEvent(_ routed: RoutedOutput) {
+        guard var object = EventLines.object(for: routed) else { return }
+        object["node"] = .string(settings.node)
+        let group = routed.output.group
+        let critical = group.map { Self.criticalGroups.contains($0) } ?? false
+        connection.enqueue(MQTTMessage(topic: topics.event, text: object.encoded, qos: 1, retain: false, critical: critical))
+        guard let group else { return }
+        let type = object["type"]?.stringValue
+        let isPoint = group == AlarmEvent.alarmChirp
+        if type == "detection" {
+            var detected: JSONObject = ["event_type": .string(group)]
+            for entry in object.entries where entry.key != "type" && entry.key != "group" { detected[entry.key] = entry.value }
+            connection.enqueue(MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false, critical: critical))
+        }
+        guard !isPoint, type == "detection" || type == "detection_end" else { return }
+        let on = type == "detection"
+        let latency: Double = switch routed.output {
+        case .detection(.onset(let onset)): onset.decisionTime - onset.start
+        case .alarm(let alarm) where alarm.kind == .onset: alarm.time - alarm.start
+        default: 0
+        }
+        let attributes = Self.attributes(of: object, onset: on, latency: latency, time: routed.time)
+        state.withLock { state in
+            state.active[group] = on
+            state.attributes[group] = attributes
+        }
+        connection.enqueue(MQTTMessage(topic: topics.attributes(group), text: attributes.encoded, qos: 1, retain: true, critical: critical))
+        connection.enqueue(MQTTMessage(topic: topics.state(group), text: on ? "ON" : "OFF", qos: 1, retain: true, critical: critical))
+    }
+
+    /// A group's attributes from its event's JSON: class, confidence, when it started (wall clock), and for
+    /// alarms their evidence; at an end also when it ended, its duration, peak confidence and reason. `started` is
+    /// the wall clock at `time` less the onset's `latency` (decision time less start, in stream seconds) or the
+    /// end's duration.
+    package static func attributes(of object: JSONObject, onset: Bool, latency: Double, time: Date) -> JSONObject {
+        var attributes: JSONObject = [:]
+        let keys = ["class", "confidence", "classifier_score", "source", "pattern", "cycles", "tone_hz", "tone_dbfs",
+                    "peak_confidence", "mean_confidence", "duration", "reason"]
+        for key in keys { if let value = object[key] { attributes[key] = value } }
+        if attributes["confidence"] == nil, let score = object["classifier_score"] { attributes["confidence"] = score }
+        let wall = EventJSON.timestamp(time)
+        if onset {
+            attributes["started"] = .string(EventJSON.timestamp(time.addingTimeInterval(-max(0, latency))))
+            if let start = object["stream_time"] { attributes["stream_time"] = start }
+        } else {
+            let duration = object["duration"]?.doubleValue ?? 0
+            attributes["started"] = .string(EventJSON.timestamp(time.addingTimeInterval(-duration)))
+            attributes["ended"] = .string(wall)
+        }
+        return attributes
+    }
+
+    private func publishCapture() {
+        let (problem, attributes) = state.withLock { ($0.captureProblem, $0.captureAttributes) }
+        connection.enqueue(MQTTMessage(topic: topics.captureAttributes, text: attributes.encoded, qos: 1, retain: true))
+        connection.enqueue(MQTTMessage(topic: topics.captureState, text: problem ? "ON" : "OFF", qos: 1, retain: true))
+    }
+
+    /// The discovery configs for `controls`; with `deletingOthers`, an empty retained message first for each
+    /// config this sink published before that `controls` no longer has.
+    private func configMessages(for controls: ControlState, deletingOthers: Bool) -> [MQTTMessage] {
+        let configs = discovery.configs(for: controls)
+        let topics = Set(configs.map(\.topic))
+        let stale = state.withLock { state -> [String] in
+            defer { state.publishedConfigs = topics }
+            return deletingOthers ? state.publishedConfigs.subtracting(topics).sorted() : []
+        }
+        return stale.map { MQTTMessage(topic: $0, payload: [], qos: 1, retain: true) }
+            + configs.map { MQTTMessage(topic: $0.topic, text: $0.payload.encoded, qos: 1, retain: true) }
+    }
+
+    /// The switches' states (each group's `enabled`, the sleep session).
+    private func controlStateMessages(_ controls: ControlState) -> [MQTTMessage] {
+        controls.groups.map {
+            MQTTMessage(topic: topics.enabled($0), text: controls.muted.contains($0) ? "OFF" : "ON", qos: 1, retain: true)
+        } + [MQTTMessage(topic: topics.sleepState, text: controls.sleepActive ? "ON" : "OFF", qos: 1, retain: true)]
+    }
+
+    /// Every retained state as it is now (after a connect: the broker may have lost them).
+    private func currentStates() -> [MQTTMessage] {
+        let snapshot = state.withLock { $0 }
+        var messages: [MQTTMessage] = []
+        for group in snapshot.controls?.groups ?? [] {
+            if let attributes = snapshot.attributes[group] {
+                messages.append(MQTTMessage(topic: topics.attributes(group), text: attributes.encoded, qos: 1, retain: true))
+            }
+            messages.append(MQTTMessage(topic: topics.state(group), text: snapshot.active[group] == true ? "ON" : "OFF", qos: 1, retain: true))
+        }
+        if let controls = snapshot.controls { messages += controlStateMessages(controls) }
+        messages.append(MQTTMessage(topic: topics.captureAttributes, text: snapshot.captureAttributes.encoded, qos: 1, retain: true))
+        messages.append(MQTTMessage(topic: topics.captureState, text: snapshot.captureProblem ? "ON" : "OFF", qos: 1, retain: true))
+        return messages
+    }
+
+    private static func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    // MARK: MQTTConnectionDelegate (the connection's thread)
+
+    package func connectionDidConnect(_ connection: MQTTConnection) -> MQTTConnection.Birth {
+        let (report, controls, first) = state.withLock { state -> ((@Sendable (HealthEvent) -> Void)?, ControlState?, Bool) in
+            defer {
+                state.saidUnavailable = false
+                state.connectedOnce = true
+            }
+            return (state.reportHealth, state.controls, !state.connectedOnce || state.saidUnavailable)
+        }
+        if first {
+            report?(HealthEvent(
+                state: .mqttConnected,
+                message: "connected to the MQTT broker \(connection.endpoint.description) as \(connection.endpoint.clientID), publishing under \(topics.base)",
+                details: ["broker": .string(connection.endpoint.description)]))
+        }
+        var birth = MQTTConnection.Birth()
+        birth.first = [MQTTMessage(topic: topics.availability, text: "online", qos: 1, retain: true)]
+        if settings.discovery, let controls { birth.first += configMessages(for: controls, deletingOthers: true) }
+        birth.subscriptions = [topics.commandFilter] + (settings.discovery ? [discovery.statusTopic, discovery.configFilter] : [])
+        birth.last = currentStates()
+        return birth
+    }
+
+    package func connection(_ connection: MQTTConnection, didFail cause: String, retryIn: Double?) {
+        let report = state.withLock { state -> (@Sendable (HealthEvent) -> Void)? in
+            guard !state.saidUnavailable, retryIn != nil else { return nil }
+            state.saidUnavailable = true
+            return state.reportHealth
+        }
+        guard let report, let retryIn else { return }
+        let (waiting, _) = connection.backlog
+        report(HealthEvent(
+            state: .mqttUnavailable,
+            message: "MQTT broker \(connection.endpoint.description): \(cause); retrying in \(Int(retryIn.rounded())) s, then every \(Int(MQTTConnection.maximumBackoff)) s at most; detection goes on and messages wait (\(waiting) now, up to 1000)",
+            details: ["broker": .string(connection.endpoint.description), "cause": .string(cause)]))
+    }
+
+    package func connection(_ connection: MQTTConnection, didReceive topic: String, payload: [UInt8], retained: Bool) {
+        if topic == discovery.statusTopic {
+            guard settings.discovery, payload == Array("online".utf8),
+                  let controls = state.withLock({ $0.controls }) else { return }
+            for message in configMessages(for: controls, deletingOthers: false) + currentStates() { connection.enqueue(message) }
+            return
+        }
+        if topic.hasPrefix(settings.discoveryPrefix + "/"), topic.hasSuffix("/config") {
+            // A config of this node's device left by an earlier run, for an entity this run does not have.
+            guard settings.discovery, !payload.isEmpty else { return }
+            let stale = state.withLock { state in state.controls != nil && !state.publishedConfigs.contains(topic) }
+            if stale { connection.enqueue(MQTTMessage(topic: topic, payload: [], qos: 1, retain: true)) }
+            return
+        }
+        guard let command = parseCommand(topic: topic, payload: payload, retained: retained) else { return }
+        commands(command)
+    }
+
+    /// The command on `topic`, or nil (and a log line, rate-limited) when it is not one.
+    package func parseCommand(topic: String, payload: [UInt8], retained: Bool) -> Command? {
+        let prefix = topics.base + "/"
+        let suffix = "/set"
+        func ignore(_ why: String) -> Command? {
+            let now = Self.uptime()
+            let count = state.withLock { state -> Int? in
+                state.ignoredCommands += 1
+                guard now - state.lastIgnoredLog >= 1 else { return nil }
+                state.lastIgnoredLog = now
+                defer { state.ignoredCommands = 0 }
+                return state.ignoredCommands
+            }
+            if let count {
+                let more = count > 1 ? " (\(count - 1) more ignored since the last such line)" : ""
+                log("MQTT: ignored a message on \(DaemonOutputText.shown(topic)): \(why)\(more)", 4)
+            }
+            return nil
+        }
+        guard topic.hasPrefix(prefix), topic.hasSuffix(suffix), topic.utf8.count > prefix.utf8.count + suffix.utf8.count else {
+            return ignore("not a command topic")
+        }
+        let name = String(topic.dropFirst(prefix.count).dropLast(suffix.count))
+        guard !retained else { return ignore("a retained command is not applied (publish it without the retain flag)") }
+        let on: Bool
+        switch payload {
+        case Array("ON".utf8): on = true
+        case Array("OFF".utf8): on = false
+        default: return ignore("the payload must be ON or OFF")
+        }
+        if name == "sleep" { return .setSleep(on) }
+        guard let controls = state.withLock({ $0.controls }), controls.groups.contains(name) else {
+            return ignore("\"\(DaemonOutputText.shown(name))\" is not a watched group")
+        }
+        return .setGroup(name, enabled: on)
+    }
+}
+
+/// Text from outside (a topic) made safe for one log line: control characters as `\xNN`, at most 80 characters.
+package enum DaemonOutputText {
+    package static func shown(_ text: String) -> String {
+        var out = ""
+        for (count, scalar) in text.unicodeScalars.enumerated() {
+            if count == 80 { return out + "..." }
+            if scalar.value < 0x20 || scalar.value == 0x7F {
+                out += "\\x" + String(scalar.value, radix: 16, uppercase: true).leftPadded(2)
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}

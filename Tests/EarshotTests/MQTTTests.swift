@@ -1,0 +1,471 @@
+import Foundation
+import Testing
+import Glibc
+import EarshotSupport
+import EarshotAudio
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+
+@Suite("MQTT: settings, outbox, discovery payloads and commands")
+struct MQTTUnitTests {
+    static func parse(_ mqtt: String) throws(EarshotError) -> DaemonConfiguration {
+        try DaemonConfiguration.parse("[mqtt]\n" + mqtt, source: "/etc/earshot/earshotd.conf")
+    }
+
+    static func error(_ mqtt: String) -> String? {
+        do {
+            _ = try parse(mqtt)
+            return nil
+        } catch {
+            return "\(error.code.exitStatus) \(error.message)"
+        }
+    }
+
+    @Test("[mqtt] defaults: off, localhost:1883, node from the host name, earshot-NODE, 30 s keep-alive")
+    func defaults() throws {
+        let settings = try Self.parse("").mqtt
+        #expect(!settings.enabled)
+        #expect(settings.host == "localhost")
+        #expect(settings.port == 1883)
+        #expect(settings.node == MQTTSettings.defaultNode)
+        #expect(settings.clientID == "earshot-\(settings.node)")
+        #expect(settings.topicPrefix == "earshot")
+        #expect(settings.discovery)
+        #expect(settings.discoveryPrefix == "homeassistant")
+        #expect(settings.keepaliveSeconds == 30)
+        #expect(try Self.parse("tls = true\n").mqtt.port == 8883)
+        #expect(try Self.parse("tls = true\nport = 1884\n").mqtt.port == 1884)
+        #expect(MQTTSettings.node(fromHostName: "Living-Room.local") == "living-room_local")
+        #expect(MQTTSettings.node(fromHostName: "...") == "earshot")
+    }
+
+    @Test("[mqtt] bad values: the key, file:line and the fix, exit 78")
+    func badValues() {
+        #expect(Self.error("password = hunter2\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] password: an inline password is refused (the configuration file is often world-readable); write it on the first line of a file only the daemon's user can read (chmod 600) and set password_file = /etc/earshot/mqtt-password")
+        #expect(Self.error("port = 0\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] port = 0: must be a whole number in [1, 65535]")
+        #expect(Self.error("node = Kitchen Mic\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] node = Kitchen Mic: must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen")
+        #expect(Self.error("topic_prefix = home/#\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] topic_prefix = home/#: must be topic levels without wildcards, e.g. earshot (no +, #, spaces, or leading/trailing /)")
+        #expect(Self.error("keepalive = 2\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] keepalive = 2: must be a whole number in [5, 3600] seconds")
+        #expect(Self.error("password_file = secret\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] password_file = secret: must be an absolute file path, e.g. /etc/earshot/mqtt-password")
+        #expect(Self.error("tls = true\ncertfile = /etc/earshot/c.pem\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] certfile and keyfile go together (set both, or neither)")
+        #expect(Self.error("cafile = /etc/earshot/ca.pem\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] cafile, certfile and keyfile need tls = true")
+        #expect(Self.error("hots = broker\n")?.hasPrefix("78 /etc/earshot/earshotd.conf:2: [mqtt] hots: unknown key (did you mean host? keys: enabled, host, port,") == true)
+    }
+
+    @Test("password_file: read at start; missing or empty is one line naming the key and its file:line")
+    func passwordFile() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-pw-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("password")
+        var configuration = try Self.parse("enabled = true\nusername = earshot\npassword_file = \(file.path)\n")
+        #expect(throws: EarshotError.self) { try configuration.readMQTTPassword() }
+        do {
+            try configuration.readMQTTPassword()
+        } catch {
+            #expect(error.message == "/etc/earshot/earshotd.conf:4: [mqtt] password_file = \(file.path): no such file (create it with the password on one line, mode 0600)")
+            #expect(error.code.exitStatus == 78)
+        }
+        try "\n".write(to: file, atomically: true, encoding: .utf8)
+        do {
+            try configuration.readMQTTPassword()
+            Issue.record("an empty password file was accepted")
+        } catch {
+            #expect(error.message == "/etc/earshot/earshotd.conf:4: [mqtt] password_file = \(file.path): is empty (write the password on its first line)")
+        }
+        try "s3cret pass\r\nignored\n".write(to: file, atomically: true, encoding: .utf8)
+        try configuration.readMQTTPassword()
+        #expect(configuration.mqtt.password == "s3cret pass")
+    }
+
+    static func message(_ topic: String, qos: Int32 = 1, retain: Bool = false, critical: Bool = false) -> MQTTMessage {
+        MQTTMessage(topic: topic, text: topic, qos: qos, retain: retain, critical: critical)
+    }
+
+    @Test("Outbox: order kept, acknowledged entries leave, a lost connection resends all unacknowledged in order")
+    func outboxOrder() {
+        var outbox = MQTTOutbox(limit: 10)
+        for index in 0..<5 { outbox.append(Self.message("e\(index)")) }
+        outbox.append(Self.message("level", qos: 0))
+        for (mid, entry) in outbox.unsent.enumerated() { outbox.markSent(sequence: entry.sequence, mid: Int32(mid + 1)) }
+        outbox.acknowledge(mid: 1)
+        outbox.acknowledge(mid: 3)
+        #expect(outbox.unsent.isEmpty)
+        outbox.connectionLost()
+        #expect(outbox.unsent.map(\.message.topic) == ["e1", "e3", "e4"])
+    }
+
+    @Test("Outbox: a retained message replaces an unsent one of its topic; a full outbox drops the oldest non-critical")
+    func outboxBound() {
+        var outbox = MQTTOutbox(limit: 4)
+        outbox.append(Self.message("smoke", critical: true))
+        outbox.append(Self.message("state", retain: true))
+        outbox.append(Self.message("a"))
+        outbox.append(Self.message("state", retain: true))
+        #expect(outbox.entries.map(\.message.topic) == ["smoke", "a", "state"])
+        outbox.append(Self.message("b"))
+        outbox.append(Self.message("c"))
+        #expect(outbox.entries.map(\.message.topic) == ["smoke", "state", "b", "c"])
+        #expect(outbox.dropped == 1)
+        var critical = MQTTOutbox(limit: 2)
+        for index in 0..<5 { critical.append(Self.message("co\(index)", critical: true)) }
+        #expect(critical.count == 5)
+        #expect(critical.dropped == 0)
+    }
+
+    static let controls = ControlState(
+        groups: ["smoke_alarm", "co_alarm", "glass_break", "baby_cry"],
+        eventGroups: ["smoke_alarm", "co_alarm", "glass_break", "baby_cry", "snoring", "alarm_chirp"])
+
+    @Test("Home Assistant discovery: one device, the entities, device classes, stable unique ids")
+    func discoveryPayloads() throws {
+        let discovery = HomeAssistantDiscovery(
+            discoveryPrefix: "homeassistant", node: "kitchen", topics: MQTTTopics(base: "earshot/kitchen"), version: "0.1.0")
+        let configs = discovery.configs(for: Self.controls)
+        #expect(configs.map(\.topic) == [
+            "homeassistant/binary_sensor/earshot_kitchen/smoke_alarm/config",
+            "homeassistant/switch/earshot_kitchen/smoke_alarm_enabled/config",
+            "homeassistant/binary_sensor/earshot_kitchen/co_alarm/config",
+            "homeassistant/switch/earshot_kitchen/co_alarm_enabled/config",
+            "homeassistant/binary_sensor/earshot_kitchen/glass_break/config",
+            "homeassistant/switch/earshot_kitchen/glass_break_enabled/config",
+            "homeassistant/binary_sensor/earshot_kitchen/baby_cry/config",
+            "homeassistant/switch/earshot_kitchen/baby_cry_enabled/config",
+            "homeassistant/event/earshot_kitchen/events/config",
+            "homeassistant/sensor/earshot_kitchen/level/config",
+            "homeassistant/binary_sensor/earshot_kitchen/capture_problem/config",
+            "homeassistant/switch/earshot_kitchen/sleep_session/config",
+        ])
+        func object(_ index: Int) throws -> JSONValue { try JSONValue.parse(configs[index].payload.encoded) }
+        let smoke = try object(0)
+        #expect(smoke["device_class"]?.stringValue == "smoke")
+        #expect(smoke["unique_id"]?.stringValue == "earshot_kitchen_smoke_alarm")
+        #expect(smoke["state_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/state")
+        #expect(smoke["availability_topic"]?.stringValue == "earshot/kitchen/availability")
+        #expect(smoke["device"]?["identifiers"]?.arrayValue == [.string("earshot_kitchen")])
+        #expect(smoke["device"]?["sw_version"]?.stringValue == "0.1.0")
+        #expect(try object(2)["device_class"]?.stringValue == "carbon_monoxide")
+        #expect(try object(4)["device_class"]?.stringValue == "safety")
+        #expect(try object(6)["device_class"]?.stringValue == "sound")
+        let mute = try object(1)
+        #expect(mute["command_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/set")
+        #expect(mute["state_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/enabled")
+        let events = try object(8)
+        #expect(events["event_types"]?.arrayValue?.compactMap(\.stringValue) == Self.controls.eventGroups)
+        let level = try object(9)
+        #expect(level["unit_of_measurement"]?.stringValue == "dBFS")
+        #expect(level["device_class"] == nil)
+        #expect(level["entity_category"]?.stringValue == "diagnostic")
+        #expect(try object(10)["device_class"]?.stringValue == "problem")
+        #expect(try object(11)["command_topic"]?.stringValue == "earshot/kitchen/sleep/set")
+    }
+
+    static func sink() throws -> MQTTSink {
+        var settings = MQTTSettings()
+        settings.enabled = true
+        settings.node = "kitchen"
+        settings.host = "127.0.0.1"
+        settings.port = 9  // never started: parseCommand needs no connection
+        return try MQTTSink(settings: settings, commands: { _ in }, log: { _, _ in })
+    }
+
+    @Test("Commands: ON/OFF on a watched group's or sleep's set topic; 10,000 random topics and payloads change nothing")
+    func commandFuzz() throws {
+        let sink = try Self.sink()
+        sink.deliver(RoutedOutput(output: .controls(Self.controls), time: Date()))
+        #expect(sink.parseCommand(topic: "earshot/kitchen/baby_cry/set", payload: Array("OFF".utf8), retained: false) == .setGroup("baby_cry", enabled: false))
+        #expect(sink.parseCommand(topic: "earshot/kitchen/smoke_alarm/set", payload: Array("ON".utf8), retained: false) == .setGroup("smoke_alarm", enabled: true))
+        #expect(sink.parseCommand(topic: "earshot/kitchen/sleep/set", payload: Array("ON".utf8), retained: false) == .setSleep(true))
+        #expect(sink.parseCommand(topic: "earshot/kitchen/sleep/set", payload: Array("ON".utf8), retained: true) == nil)
+        #expect(sink.parseCommand(topic: "earshot/kitchen/speech/set", payload: Array("ON".utf8), retained: false) == nil)
+        #expect(sink.parseCommand(topic: "earshot/kitchen/baby_cry/set", payload: Array("on".utf8), retained: false) == nil)
+        #expect(sink.parseCommand(topic: "earshot/kitchen//set", payload: Array("ON".utf8), retained: false) == nil)
+        var generator = SystemRandomNumberGenerator()
+        let pieces = ["earshot", "kitchen", "baby_cry", "sleep", "set", "", "+", "#", "\u{0}", "é", "ON", "smoke_alarm", "x/y"]
+        var accepted = 0
+        for _ in 0..<10_000 {
+            let levels = (0..<Int.random(in: 0...6, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }
+            let topic = levels.joined(separator: "/")
+            let payload = (0..<Int.random(in: 0...8, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            if let command = sink.parseCommand(topic: topic, payload: payload, retained: Bool.random(using: &generator)) {
+                // Only an exact command can pass: a valid topic and ON or OFF.
+                let valid = ["earshot/kitchen/baby_cry/set", "earshot/kitchen/smoke_alarm/set", "earshot/kitchen/sleep/set"].contains(topic)
+                    && (payload == Array("ON".utf8) || payload == Array("OFF".utf8))
+                #expect(valid, "accepted \(command) from \(topic) \(payload)")
+                accepted += 1
+            }
+        }
+        #expect(accepted < 50)
+    }
+}
+
+@Suite("MQTT against a real mosquitto broker", .serialized)
+struct MQTTBrokerTests {
+    static let alarm = "audio/alarm-ml-audio-classifier-example-for-pico/ALRMElec_Smoke_detector_alarm_(ID_0800)_BSB.wav"
+
+    /// The event JSON lines of standard output (detections, ends, health), without `time`.
+    static func events(_ objects: [[String: Any]]) -> [String] {
+        objects.filter { ($0["type"] as? String).map { ["detection", "detection_end"].contains($0) } ?? false }.map(Self.key)
+    }
+
+    static func key(_ object: [String: Any]) -> String {
+        var copy = object
+        copy["time"] = nil
+        copy["node"] = nil
+        let data = (try? JSONSerialization.data(withJSONObject: copy, options: [.sortedKeys])) ?? Data()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func mqttEvents(_ subscriber: MQTTSubscriber, node: String) -> [String] {
+        events(subscriber.messages(on: "earshot/\(node)/event").compactMap(\.json))
+    }
+
+    @Test("A real T3 alarm: discovery, online, the same event JSON as the socket's with its stream time, offline after a clean stop",
+          .needsMosquitto, .needsEarshotdBuilt, .needsShared)
+    func alarmEndToEnd() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port)
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "hall")
+        defer { setup.remove() }
+        let daemon = try DaemonProcess([
+            "--config", setup.config.path, "--foreground", "--input", TestPaths.sharedFile(Self.alarm).path,
+        ])
+        #expect(daemon.wait(seconds: 40) == 0, "\(daemon.errorText)")
+        #expect(subscriber.waitFor(seconds: 5) { $0.contains { $0.topic == "earshot/hall/availability" && $0.payload == "offline" } })
+        let socketEvents = Self.events(daemon.objects)
+        let smoke = daemon.objects.filter { $0["group"] as? String == "smoke_alarm" }
+        #expect(smoke.count >= 2, "\(daemon.objects)")
+        #expect(subscriber.waitFor(seconds: 5) { Self.mqttEvents(subscriber, node: "hall").count == socketEvents.count })
+        #expect(Self.mqttEvents(subscriber, node: "hall") == socketEvents)
+        let onset = try #require(subscriber.messages(on: "earshot/hall/event").compactMap(\.json).first { $0["type"] as? String == "detection" && $0["group"] as? String == "smoke_alarm" })
+        #expect(onset["node"] as? String == "hall")
+        #expect(onset["stream_time"] as? Double == smoke.first?["stream_time"] as? Double)
+        let availability = subscriber.messages(on: "earshot/hall/availability").map(\.payload)
+        #expect(availability.first == "online")
+        #expect(availability.last == "offline")
+        // Discovery: the device's entities, retained, and the state going ON then OFF.
+        let configs = subscriber.messages.filter { $0.topic.hasPrefix("homeassistant/") && $0.topic.hasSuffix("/config") }
+        #expect(Set(configs.map(\.topic)).contains("homeassistant/binary_sensor/earshot_hall/smoke_alarm/config"))
+        #expect(Set(configs.map(\.topic)).contains("homeassistant/event/earshot_hall/events/config"))
+        let states = subscriber.messages(on: "earshot/hall/smoke_alarm/state").map(\.payload)
+        #expect(states.contains("ON"))
+        #expect(states.last == "OFF")
+        let detected = subscriber.messages(on: "earshot/hall/detected").compactMap(\.json)
+        #expect(detected.contains { $0["event_type"] as? String == "smoke_alarm" })
+        // A late subscriber gets the retained configs and states.
+        let late = try MQTTSubscriber(port: broker.port, topic: "homeassistant/#")
+        #expect(late.waitFor(seconds: 5) { $0.contains { $0.retained && $0.topic == "homeassistant/binary_sensor/earshot_hall/smoke_alarm/config" } })
+    }
+
+    @Test("SIGKILL: the broker publishes the Last Will offline within 1.5 x keepalive", .needsMosquitto, .needsEarshotdBuilt)
+    func lastWill() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port, topic: "earshot/+/availability")
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "den", keepalive: 5)
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "samples/demo.flac"])
+        #expect(subscriber.waitFor(seconds: 20) { $0.contains { $0.payload == "online" } }, "\(daemon.errorText)")
+        let killed = Date()
+        daemon.signal(SIGKILL)
+        #expect(subscriber.waitFor(seconds: 10) { $0.last?.payload == "offline" })
+        let offline = try #require(subscriber.messages.last { $0.payload == "offline" })
+        let delay = offline.arrival.timeIntervalSince(killed)
+        #expect(delay <= 7.5 + 0.5, "offline \(delay) s after SIGKILL")
+        daemon.wait(seconds: 5)
+    }
+
+    @Test("The broker restarted in the middle of an alarm: one mqtt_unavailable, one mqtt_connected, every event delivered afterwards in order",
+          .needsMosquitto, .needsEarshotdBuilt, .needsShared)
+    func brokerRestart() throws {
+        let broker = try MosquittoBroker(persistence: true)
+        let subscriber = try MQTTSubscriber(port: broker.port, topic: "earshot/yard/event", session: "earshot-test-\(getpid())")
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "yard")
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", TestPaths.sharedFile(Self.alarm).path])
+        #expect(subscriber.waitFor(seconds: 20) { $0.contains { $0.payload.contains("\"capture_live\"") } }, "\(daemon.errorText)")
+        Thread.sleep(forTimeInterval: 1.5)
+        broker.stop()
+        Thread.sleep(forTimeInterval: 5)
+        try broker.start()
+        #expect(daemon.wait(seconds: 40) == 0, "\(daemon.errorText)")
+        let socketEvents = Self.events(daemon.objects)
+        #expect(socketEvents.count >= 2)
+        #expect(subscriber.waitFor(seconds: 15) { _ in Self.mqttEvents(subscriber, node: "yard").count >= socketEvents.count }, "\(subscriber.messages.map(\.payload))")
+        // In order, each once or more (QoS 1 is at least once): duplicates removed, the same sequence.
+        var seen = Set<String>()
+        let delivered = Self.mqttEvents(subscriber, node: "yard").filter { seen.insert($0).inserted }
+        #expect(delivered == socketEvents)
+        let health = daemon.objects.filter { $0["type"] as? String == "health" }.compactMap { $0["state"] as? String }
+        #expect(health.filter { $0 == "mqtt_unavailable" }.count == 1, "\(health)")
+        #expect(health.filter { $0 == "mqtt_connected" }.count == 2, "\(health)")
+        let unavailable = try #require(daemon.objects.first { $0["state"] as? String == "mqtt_unavailable" })
+        #expect(unavailable["broker"] as? String == "127.0.0.1:\(broker.port)")
+    }
+
+    @Test("A frozen broker (SIGSTOP): the daemon's own events are those of a free run, and it stops within 5 s",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func frozenBroker() throws {
+        let broker = try MosquittoBroker()
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "attic")
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "samples/demo.flac"])
+        #expect(TestWait.until(seconds: 20) { daemon.objects.contains { $0["state"] as? String == "mqtt_connected" } }, "\(daemon.errorText)")
+        broker.signal(SIGSTOP)
+        defer { broker.signal(SIGCONT) }
+        #expect(daemon.wait(seconds: 60) == 0)
+        let plain = setup.directory.appendingPathComponent("plain.conf")
+        try "[output]\njournal = false\nsocket = \(setup.directory.path)/r.sock\n[history]\nenabled = false\n".write(to: plain, atomically: true, encoding: .utf8)
+        let reference = try #require(EarshotdRun.run(["--foreground", "--input", TestPaths.packageRoot.appendingPathComponent("samples/demo.flac").path, "--config", plain.path]))
+        let expected = Self.events(reference.output.split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        })
+        #expect(!expected.isEmpty)
+        #expect(Self.events(daemon.objects) == expected)
+        let stopped = daemon.errorText.contains("earshotd: stopped (end of input)")
+        #expect(stopped, "\(daemon.errorText)")
+    }
+
+    @Test("Mute by MQTT: the group's switch echoes OFF, status lists it as muted, its events stop; garbage commands change nothing",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func muteByCommand() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port)
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "nursery", watch: "baby_cry | snoring | glass_break")
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "-"], standardInput: true)
+        #expect(subscriber.waitFor(seconds: 20) { $0.contains { $0.topic == "earshot/nursery/baby_cry/enabled" && $0.payload == "ON" } }, "\(daemon.errorText)")
+        // Garbage first: wrong payloads, unknown groups, other topics, retained commands.
+        try MQTTPublish.lines(port: broker.port, topic: "earshot/nursery/baby_cry/set", ["on", "off", "1", "", "ON ", "{\"state\":\"OFF\"}"])
+        try MQTTPublish.lines(port: broker.port, topic: "earshot/nursery/kettle/set", ["ON", "OFF"])
+        try MQTTPublish.send(port: broker.port, topic: "earshot/nursery/baby_cry/set", payload: "OFF", retain: true)
+        try MQTTPublish.send(port: broker.port, topic: "earshot/nursery/baby_cry/set", payload: "", retain: true)  // clears it
+        try MQTTPublish.send(port: broker.port, topic: "earshot/nursery/baby_cry/set", payload: "OFF")
+        #expect(subscriber.waitFor(seconds: 10) { $0.contains { $0.topic == "earshot/nursery/baby_cry/enabled" && $0.payload == "OFF" } })
+        let enabled = subscriber.messages(on: "earshot/nursery/baby_cry/enabled").map(\.payload)
+        #expect(enabled.filter { $0 == "OFF" }.count == 1, "\(enabled)")
+        // Stream the demo's first 16 s (a baby crying from 2.9 s, snoring from 11.5 s) as raw S16_LE.
+        let samples = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")).readAllMono()  // 16 kHz
+        var pcm = Data(capacity: 16 * 16_000 * 2)
+        for sample in samples.prefix(16 * 16_000) {
+            let value = Int16(max(-32_768, min(32_767, (sample * 32_768).rounded())))
+            withUnsafeBytes(of: value.littleEndian) { pcm.append(contentsOf: $0) }
+        }
+        daemon.input.fileHandleForWriting.write(pcm)
+        try daemon.input.fileHandleForWriting.close()
+        #expect(daemon.wait(seconds: 60) == 0, "\(daemon.errorText)")
+        let groups = daemon.objects.compactMap { $0["group"] as? String }
+        #expect(!groups.contains("baby_cry"), "\(groups)")
+        #expect(groups.contains("snoring"), "\(groups)")
+        #expect(daemon.errorText.contains("earshotd: baby_cry muted by an MQTT command: its events are not published until it is unmuted or the daemon restarts"))
+        #expect(daemon.errorText.contains("MQTT: ignored a message on earshot/nursery/baby_cry/set: the payload must be ON or OFF"))
+    }
+
+    @Test("--check-config tries the broker: accepted, refused password, nothing listening; each one line",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func checkConfigProbe() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-auth-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let passwords = directory.appendingPathComponent("passwd")
+        let made = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/mosquitto_passwd"), ["-b", "-c", passwords.path, "earshot", "right-one"], timeout: 20)
+        #expect(made.status == 0, "\(made.standardError)")
+        let broker = try MosquittoBroker(extraLines: ["allow_anonymous false", "password_file \(passwords.path)"])
+        let secret = directory.appendingPathComponent("secret")
+        func check(password: String, port: Int) throws -> (status: Int32, output: String, error: String) {
+            try password.write(to: secret, atomically: true, encoding: .utf8)
+            let setup = try MQTTDaemonSetup(port: port, node: "porch", extraMQTT: ["username = earshot", "password_file = \(secret.path)"])
+            defer { setup.remove() }
+            return try #require(EarshotdRun.run(["--config", setup.config.path, "--check-config"]))
+        }
+        let good = try check(password: "right-one\n", port: broker.port)
+        #expect(good.status == 0, "\(good.error)")
+        #expect(good.output.hasSuffix("; the MQTT broker 127.0.0.1:\(broker.port) accepted the connection\n"), "\(good.output)")
+        let wrong = try check(password: "wrong\n", port: broker.port)
+        #expect(wrong.status == 78)
+        #expect(wrong.error == "earshotd: [mqtt] broker 127.0.0.1:\(broker.port): the broker refused the connection: Connection Refused: not authorised (check [mqtt] username and password_file)\n", "\(wrong.error)")
+        let closed = try FreePort.pick()
+        let none = try check(password: "right-one\n", port: closed)
+        #expect(none.status == 69)
+        #expect(none.error == "earshotd: [mqtt] broker 127.0.0.1:\(closed): Connection refused (is the broker running? check [mqtt] host and port)\n", "\(none.error)")
+    }
+
+    @Test("A wrong password at run time: one mqtt_unavailable naming the broker and the cause; detection goes on",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func wrongPasswordAtRunTime() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-auth-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let passwords = directory.appendingPathComponent("passwd")
+        _ = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/mosquitto_passwd"), ["-b", "-c", passwords.path, "earshot", "right-one"], timeout: 20)
+        let broker = try MosquittoBroker(extraLines: ["allow_anonymous false", "password_file \(passwords.path)"])
+        let secret = directory.appendingPathComponent("secret")
+        try "wrong\n".write(to: secret, atomically: true, encoding: .utf8)
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "porch", extraMQTT: ["username = earshot", "password_file = \(secret.path)"])
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "samples/demo.flac"])
+        #expect(daemon.wait(seconds: 60) == 0)
+        let unavailable = daemon.objects.filter { $0["state"] as? String == "mqtt_unavailable" }
+        #expect(unavailable.count == 1, "\(daemon.objects)")
+        #expect((unavailable.first?["message"] as? String)?.hasPrefix("MQTT broker 127.0.0.1:\(broker.port): the broker refused the connection: Connection Refused: not authorised (check [mqtt] username and password_file); retrying in 1 s") == true)
+        #expect(daemon.objects.contains { $0["group"] as? String == "baby_cry" })
+    }
+
+    @Test("TLS: a broker with a test CA's certificate; the right CA connects, another CA fails in one line",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func tls() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let script = """
+        set -e
+        cd '\(directory.path)'
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=earshot-test-ca 2>/dev/null
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.pem -days 2 -subj /CN=other-ca 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
+        printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext 2>/dev/null
+        chmod 644 server.key
+        """
+        let made = try EarshotCLI.runProcess(URL(fileURLWithPath: "/bin/sh"), ["-c", script], timeout: 60)
+        #expect(made.status == 0, "\(made.standardError)")
+        let broker = try MosquittoBroker(extraLines: [
+            "allow_anonymous true", "cafile \(directory.path)/ca.pem", "certfile \(directory.path)/server.pem",
+            "keyfile \(directory.path)/server.key",
+        ])
+        func check(ca: String) throws -> (status: Int32, output: String, error: String) {
+            let setup = try MQTTDaemonSetup(port: broker.port, node: "garage", extraMQTT: ["tls = true", "cafile = \(directory.path)/\(ca)"])
+            defer { setup.remove() }
+            return try #require(EarshotdRun.run(["--config", setup.config.path, "--check-config"]))
+        }
+        let good = try check(ca: "ca.pem")
+        #expect(good.status == 0, "\(good.error)")
+        #expect(good.output.hasSuffix("; the MQTT broker 127.0.0.1:\(broker.port) accepted the connection\n"))
+        let other = try check(ca: "other.pem")
+        #expect(other.status == 69)
+        #expect(other.error.hasPrefix("earshotd: [mqtt] broker 127.0.0.1:\(broker.port): TLS: "), "\(other.error)")
+        #expect(other.error.contains("certificate verify failed"), "\(other.error)")
+        #expect(other.error.split(separator: "\n").count == 1)
+    }
+
+    @Test("Three daemons on one broker: three devices, each with its own node id, availability and events",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func threeRooms() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port)
+        let nodes = ["kitchen", "bedroom", "garage"]
+        let setups = try nodes.map { try MQTTDaemonSetup(port: broker.port, node: $0) }
+        defer { for setup in setups { setup.remove() } }
+        let daemons = try setups.map { try DaemonProcess(["--config", $0.config.path, "--foreground", "--input", "samples/demo.flac"]) }
+        for daemon in daemons { #expect(daemon.wait(seconds: 90) == 0, "\(daemon.errorText)") }
+        for (node, daemon) in zip(nodes, daemons) {
+            let events = Self.events(daemon.objects)
+            #expect(subscriber.waitFor(seconds: 10) { _ in Self.mqttEvents(subscriber, node: node).count == events.count })
+            #expect(Self.mqttEvents(subscriber, node: node) == events)
+            #expect(subscriber.messages(on: "earshot/\(node)/availability").map(\.payload) == ["online", "offline"])
+            let device = subscriber.messages.first { $0.topic == "homeassistant/binary_sensor/earshot_\(node)/baby_cry/config" }?.json
+            #expect((device?["device"] as? [String: Any])?["identifiers"] as? [String] == ["earshot_\(node)"])
+            #expect(subscriber.messages(on: "earshot/\(node)/event").allSatisfy { $0.json?["node"] as? String == node })
+        }
+    }
+}
