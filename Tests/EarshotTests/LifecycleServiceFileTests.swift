@@ -10,8 +10,8 @@ import EarshotTools
 @Suite("Lifecycle: systemd/earshotd.service")
 struct LifecycleServiceFileTests {
     /// `Key=value` lines of the unit's [Service] section; a key given more than once keeps every value.
-    static func serviceSettings() throws -> [String: [String]] {
-        let url = TestPaths.packageRoot.appendingPathComponent("systemd/earshotd.service")
+    static func serviceSettings(_ unit: String = "earshotd.service") throws -> [String: [String]] {
+        let url = TestPaths.packageRoot.appendingPathComponent("systemd/\(unit)")
         let text = try String(contentsOf: url, encoding: .utf8)
         var section = ""
         var settings: [String: [String]] = [:]
@@ -40,10 +40,27 @@ struct LifecycleServiceFileTests {
         // Bad configuration (78) and usage (64) are not retried.
         #expect(settings["RestartPreventExitStatus"] == ["64 78"])
         #expect(settings["SupplementaryGroups"] == ["audio"])
-        #expect(settings["RestrictAddressFamilies"] == ["AF_UNIX"])
+        // IP only for [mqtt], and only to the loopback and private ranges.
+        #expect(settings["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"])
+        #expect(settings["IPAddressDeny"] == ["any"])
+        #expect(settings["IPAddressAllow"] == ["localhost 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 169.254.0.0/16 fc00::/7 fe80::/10"])
         for key in ["NoNewPrivileges", "ProtectHome", "PrivateTmp", "DynamicUser"] {
             #expect(settings[key] == ["yes"], "\(key)")
         }
         #expect(settings["ProtectSystem"] == ["strict"])
+    }
+
+    @Test("earshotd@.service: the same service as earshotd.service, with the instance's config, socket and state")
+    func templateUnit() throws {
+        var single = try Self.serviceSettings()
+        var template = try Self.serviceSettings("earshotd@.service")
+        #expect(template["ExecStart"] == ["/usr/local/bin/earshotd --config /etc/earshot/%i.conf --socket /run/earshot/%i/earshot.sock"])
+        #expect(template["RuntimeDirectory"] == ["earshot/%i"])
+        #expect(template["StateDirectory"] == ["earshot/%i"])
+        for key in ["ExecStart", "RuntimeDirectory", "StateDirectory"] {
+            single[key] = nil
+            template[key] = nil
+        }
+        #expect(template == single)
     }
 }

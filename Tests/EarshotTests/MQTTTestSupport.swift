@@ -12,7 +12,6 @@ final class MosquittoBroker: @unchecked Sendable {
 
     let port: Int
     let directory: URL
-    private let extraLines: [String]
     private var process: Process?
     private let log: URL
 
@@ -54,10 +53,12 @@ final class MosquittoBroker: @unchecked Sendable {
         if let process, process.isRunning { kill(process.processIdentifier, number) }
     }
 
-    /// SIGTERM (persistence saved) and wait.
+    /// SIGKILL and wait. (Not SIGTERM: a child inherits the test process's signal mask, and a test that blocked
+    /// SIGTERM for the daemon's signal handling leaves it blocked in every process started later. Persistence, when
+    /// on, is saved every second.)
     func stop() {
         guard let process, process.isRunning else { return }
-        process.terminate()
+        kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }
 
@@ -166,9 +167,10 @@ final class MQTTSubscriber: @unchecked Sendable {
         TestWait.until(seconds: seconds) { condition(messages) }
     }
 
+    /// SIGKILL (see ``MosquittoBroker/stop()``) and wait.
     func stop() {
         if process.isRunning {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
     }
@@ -257,8 +259,7 @@ final class DaemonProcess: @unchecked Sendable {
     @discardableResult
     func wait(seconds: Double) -> Int32 {
         if !TestWait.until(seconds: seconds, { !process.isRunning }) {
-            process.terminate()
-            process.waitUntilExit()
+            kill(process.processIdentifier, SIGKILL)
         }
         process.waitUntilExit()
         Thread.sleep(forTimeInterval: 0.1)  // the last readability callbacks
@@ -271,7 +272,7 @@ final class DaemonProcess: @unchecked Sendable {
 
     deinit {
         if process.isRunning {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
     }

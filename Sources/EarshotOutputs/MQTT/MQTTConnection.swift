@@ -127,6 +127,9 @@ package final class MQTTConnection: @unchecked Sendable {
     /// The mids of the final messages (stopping), to wait for their acknowledgement.
     private var finalMids: Set<Int32> = []
     private var disconnectSent = false
+    /// A failure a callback saw: handled once libmosquitto's call returns (a handle is never destroyed inside its
+    /// own callback).
+    private var pendingFailure: String?
 
     private static let libraryReady: Bool = { mosquitto_lib_init() == Int32(MOSQ_ERR_SUCCESS.rawValue) }()
 
@@ -301,7 +304,10 @@ package final class MQTTConnection: @unchecked Sendable {
             if !connecting { sendQueued(on: handle) }
             rc = mosquitto_loop_misc(handle)
         }
-        if rc != success, self.handle != nil {
+        if let failure = pendingFailure {
+            pendingFailure = nil
+            fail(failure)
+        } else if rc != success, self.handle != nil {
             lastErrno = errno
             fail(cause(of: rc))
         }
@@ -388,7 +394,7 @@ package final class MQTTConnection: @unchecked Sendable {
         guard code == 0 else {
             let reason = String(cString: mosquitto_connack_string(code)).trimmingTrailingPeriod
             let advice = code == 4 || code == 5 ? " (check [mqtt] username and password_file)" : ""
-            fail("the broker refused the connection: \(reason)\(advice)")
+            pendingFailure = "the broker refused the connection: \(reason)\(advice)"
             return
         }
         guard let handle else { return }
@@ -458,6 +464,7 @@ package final class MQTTConnection: @unchecked Sendable {
         guard let handle else { return }
         self.handle = nil
         connecting = false
+        pendingFailure = nil
         finalMids.removeAll()
         shared.withLock { shared in
             shared.connected = false

@@ -12,7 +12,7 @@ package struct MQTTSettings: Sendable, Equatable {
     package var enabled = false
     /// The broker's host name or address. Key `host`, default `localhost`.
     package var host = "localhost"
-    /// The broker's TCP port. Key `port`, 1...65535; default 1883, or 8883 when ``tls`` is on and no port is set.
+    /// The broker's TCP port. Key `port`, 1...65535; empty or absent: 1883, or 8883 when ``tls`` is on.
     package var port: Int {
         get { explicitPort ?? (tls ? 8883 : 1883) }
         set { explicitPort = newValue }
@@ -39,7 +39,7 @@ package struct MQTTSettings: Sendable, Equatable {
     package var certFile = ""
     package var keyFile = ""
     /// This daemon's name on the broker: one per microphone (`kitchen`, `nursery`). Key `node`, 1 to 64 of
-    /// `[a-z0-9_-]`; default the host name, lowercased, other characters replaced by `_` (``defaultNode``).
+    /// `[a-z0-9_-]`; empty or absent: the host name, lowercased, other characters replaced by `_` (``defaultNode``).
     package var node = MQTTSettings.defaultNode
     /// The first topic level. Key `topic_prefix`, default `earshot`.
     package var topicPrefix = "earshot"
@@ -50,7 +50,7 @@ package struct MQTTSettings: Sendable, Equatable {
     /// Seconds between keep-alive pings; the broker declares the daemon gone (and publishes its `offline` Last
     /// Will) after 1.5 times this without a packet. Key `keepalive`, 5...3600, default 30.
     package var keepaliveSeconds = 30
-    /// The MQTT client identifier (unique per broker). Key `client_id`, default `earshot-NODE`.
+    /// The MQTT client identifier (unique per broker). Key `client_id`; empty or absent: `earshot-NODE`.
     package var clientID: String {
         get { explicitClientID ?? "earshot-\(node)" }
         set { explicitClientID = newValue }
@@ -96,6 +96,7 @@ package struct MQTTSettings: Sendable, Equatable {
             else { return "must be a host name or address, e.g. localhost or 192.168.1.10" }
             host = value
         case "port":
+            if value.isEmpty { explicitPort = nil; return nil }
             guard let number = Int(value), (1...65_535).contains(number) else { return "must be a whole number in [1, 65535]" }
             port = number
         case "username":
@@ -110,6 +111,7 @@ package struct MQTTSettings: Sendable, Equatable {
             default: keyFile = value
             }
         case "node":
+            if value.isEmpty { node = Self.defaultNode; return nil }
             guard (1...64).contains(value.count), value.allSatisfy(Self.isNodeCharacter) else {
                 return "must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen"
             }
@@ -123,6 +125,7 @@ package struct MQTTSettings: Sendable, Equatable {
             guard let seconds = Int(value), (5...3_600).contains(seconds) else { return "must be a whole number in [5, 3600] seconds" }
             keepaliveSeconds = seconds
         case "client_id":
+            if value.isEmpty { explicitClientID = nil; return nil }
             guard (1...128).contains(value.utf8.count), value.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F })
             else { return "must be 1 to 128 printable ASCII characters without spaces" }
             clientID = value
@@ -175,9 +178,8 @@ package struct MQTTSettings: Sendable, Equatable {
             throw EarshotError(.config, "\(passwordFile): cannot read: \(String(cString: strerror(errno)))")
         }
         guard count < bytes.count else { throw EarshotError(.config, "\(passwordFile): longer than 4096 bytes (it should hold the password alone)") }
-        let text = String(decoding: bytes[0..<count], as: UTF8.self)
-        let line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
-        let value = line.hasSuffix("\r") ? String(line.dropLast()) : line
+        let end = bytes[0..<count].firstIndex { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") } ?? count
+        let value = String(decoding: bytes[0..<end], as: UTF8.self)
         guard !value.isEmpty else {
             throw EarshotError(.config, "\(passwordFile): is empty (write the password on its first line)")
         }

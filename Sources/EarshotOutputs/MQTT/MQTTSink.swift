@@ -16,7 +16,7 @@ import EarshotDetection
 /// `mqtt_connected` when it is back; what happened meanwhile is delivered then, in order.
 ///
 /// Commands (`P/GROUP/set`, `P/sleep/set`, payload `ON` or `OFF`, not retained) go to `commands`; anything else on
-/// those topics is ignored with a log line (at most one a second, with the count ignored since the last).
+/// those topics is ignored with a log line (at most 20 a minute; the rest are counted in the next line).
 package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// A validated command from the broker.
     package enum Command: Sendable, Equatable {
@@ -34,6 +34,10 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     package let discovery: HomeAssistantDiscovery
     /// Groups whose events must survive a full outbox.
     package static let criticalGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
+    /// Ignored commands get a log line each, up to `ignoredLogLimit` per `ignoredLogWindow` seconds; the rest are
+    /// counted in the next line.
+    package static let ignoredLogLimit = 20
+    package static let ignoredLogWindow = 60.0
     /// Seconds between level messages at most.
     package static let levelInterval = 1.0
 
@@ -52,8 +56,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var publishedConfigs: Set<String> = []
         var saidUnavailable = false
         var connectedOnce = false
-        var ignoredCommands = 0
-        var lastIgnoredLog = -Double.infinity
+        var ignoredWindowStart = -Double.infinity
+        var ignoredLogged = 0
+        var ignoredUnsaid = 0
         var lastReport: JSONObject?
     }
 
@@ -333,15 +338,21 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         let suffix = "/set"
         func ignore(_ why: String) -> Command? {
             let now = Self.uptime()
-            let count = state.withLock { state -> Int? in
-                state.ignoredCommands += 1
-                guard now - state.lastIgnoredLog >= 1 else { return nil }
-                state.lastIgnoredLog = now
-                defer { state.ignoredCommands = 0 }
-                return state.ignoredCommands
+            let unsaid = state.withLock { state -> Int? in
+                if now - state.ignoredWindowStart >= Self.ignoredLogWindow {
+                    state.ignoredWindowStart = now
+                    state.ignoredLogged = 0
+                }
+                guard state.ignoredLogged < Self.ignoredLogLimit else {
+                    state.ignoredUnsaid += 1
+                    return nil
+                }
+                state.ignoredLogged += 1
+                defer { state.ignoredUnsaid = 0 }
+                return state.ignoredUnsaid
             }
-            if let count {
-                let more = count > 1 ? " (\(count - 1) more ignored since the last such line)" : ""
+            if let unsaid {
+                let more = unsaid > 0 ? " (and \(unsaid) more ignored without a line)" : ""
                 log("MQTT: ignored a message on \(DaemonOutputText.shown(topic)): \(why)\(more)", 4)
             }
             return nil
