@@ -496,4 +496,56 @@ struct MQTTBrokerTests {
             #expect(subscriber.messages(on: "earshot/\(node)/event").allSatisfy { $0.json?["node"] as? String == node })
         }
     }
+
+    @Test("Discovery lifecycle: configs again on homeassistant/status online, a group taken out of the watch list deleted on reload; 10,000 garbage commands change nothing",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func discoveryLifecycleAndFuzz() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port)
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "study", watch: "baby_cry | glass_break")
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "-"], standardInput: true)
+        let glassConfig = "homeassistant/binary_sensor/earshot_study/glass_break/config"
+        func configs(_ topic: String) -> [MQTTSubscriber.Message] { subscriber.messages(on: topic) }
+        #expect(subscriber.waitFor(seconds: 20) { _ in !configs(glassConfig).isEmpty }, "\(daemon.errorText)")
+        let before = configs(glassConfig).count
+        try MQTTPublish.send(port: broker.port, topic: "homeassistant/status", payload: "online")
+        #expect(subscriber.waitFor(seconds: 10) { _ in configs(glassConfig).count > before })
+
+        // 10,000 garbage commands: random levels under the node's prefix and random payloads (never exactly ON/OFF).
+        var generator = SystemRandomNumberGenerator()
+        let names = ["baby_cry", "glass_break", "sleep", "kettle", "", "+", "BABY_CRY", "baby_cry/x"]
+        for name in names {
+            let payloads = (0..<1_250).map { _ -> String in
+                let length = Int.random(in: 1...12, using: &generator)
+                let text = String((0..<length).map { _ in "ONFonf 01{}\"x".randomElement(using: &generator)! })
+                return text == "ON" || text == "OFF" ? text + "!" : text
+            }
+            try MQTTPublish.lines(port: broker.port, topic: "earshot/study/\(name)/set", payloads)
+        }
+        let client = try EventSubscriber(path: setup.socket)
+        try client.send(line: #"{"status":true}"#)
+        guard case .line(let reply) = try client.readLine(timeoutSeconds: 10),
+              let status = (try? JSONSerialization.jsonObject(with: Data(reply.utf8))) as? [String: Any] else {
+            Issue.record("no status reply after the garbage")
+            return
+        }
+        #expect(status["muted"] as? [String] == [])
+        #expect(daemon.process.isRunning)
+        #expect(!subscriber.messages.contains { $0.topic.hasSuffix("/enabled") && $0.payload == "OFF" })
+        #expect(!subscriber.messages.contains { $0.topic == "earshot/study/sleep/state" && $0.payload == "ON" })
+
+        // Reload without glass_break: its entities go (empty retained configs), baby_cry's stay.
+        try (try String(contentsOf: setup.config, encoding: .utf8)).replacingOccurrences(of: "watch = baby_cry | glass_break", with: "watch = baby_cry")
+            .write(to: setup.config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        #expect(subscriber.waitFor(seconds: 10) { _ in configs(glassConfig).last?.payload == "" }, "\(daemon.errorText)")
+        #expect(configs("homeassistant/switch/earshot_study/glass_break_enabled/config").last?.payload == "")
+        #expect(configs("homeassistant/binary_sensor/earshot_study/baby_cry/config").last?.payload.isEmpty == false)
+        let late = try MQTTSubscriber(port: broker.port, topic: "homeassistant/#")
+        #expect(late.waitFor(seconds: 5) { $0.contains { $0.topic == "homeassistant/binary_sensor/earshot_study/baby_cry/config" } })
+        #expect(!late.messages.contains { $0.topic == glassConfig })
+        try daemon.input.fileHandleForWriting.close()
+        #expect(daemon.wait(seconds: 20) == 0)
+    }
 }
