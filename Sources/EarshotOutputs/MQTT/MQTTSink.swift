@@ -173,8 +173,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
 
     package func stop() {
         let left = connection.stop(finally: [MQTTMessage(topic: topics.availability, text: "offline", qos: 1, retain: true)])
-        if left > 1 {
-            log("MQTT: \(left - 1) message\(left == 2 ? "" : "s") not delivered to \(connection.endpoint.description) before stopping (the broker was unreachable)", 4)
+        if left > 0 {
+            log("MQTT: \(left) message\(left == 1 ? " was" : "s were") not delivered to \(connection.endpoint.description) before stopping (the broker did not acknowledge \(left == 1 ? "it" : "them"))", 4)
         }
     }
 
