@@ -36,12 +36,16 @@ public struct AudioStreamFormat: Sendable, Equatable, Hashable {
 /// with zeros exactly as ``AudioFileAnalyzer`` pads a file's end (so a whole file streamed through this class gives
 /// the file analyzer's results), then calls `requestDidComplete`. The analyzer can then take a new stream.
 ///
+/// Results go to each request's observer (``add(_:withObserver:)``) and to the ``results`` streams, which another
+/// task may consume (`for try await result in analyzer.results`): the tutorial's Combine subject, in Swift's own
+/// form.
+///
 /// Cost: one YAMNet session and one log-mel front end per analyzer; buffers are reused, so after warm-up a window
 /// allocates only its result (the sorted classifications).
 ///
-/// - Important: Not thread-safe: call it from one thread or serial queue. Observers are called on that thread,
-///   synchronously, from ``analyze(_:atAudioFramePosition:)`` and ``completeAnalysis()``, and must not call back
-///   into the analyzer.
+/// - Important: Not thread-safe: call it from one thread or serial queue (the capture's consumer). Observers are
+///   called on that thread, synchronously, from ``analyze(_:atAudioFramePosition:)`` and ``completeAnalysis()``,
+///   and must not call back into the analyzer. The ``results`` streams are `Sendable`: hand them to any task.
 public final class AudioStreamAnalyzer {
     /// The input format given at creation.
     public let format: AudioStreamFormat
@@ -60,12 +64,12 @@ public final class AudioStreamAnalyzer {
 
     private final class Entry {
         let request: ClassifySoundRequest
-        let observer: any ResultsObserving
+        let observer: (any ResultsObserving)?
         let scorer: WindowScorer
         /// Start of the next window, in 16 kHz samples from the segment start.
         var nextWindowStart = 0
 
-        init(request: ClassifySoundRequest, observer: any ResultsObserving, scorer: WindowScorer) {
+        init(request: ClassifySoundRequest, observer: (any ResultsObserving)?, scorer: WindowScorer) {
             self.request = request
             self.observer = observer
             self.scorer = scorer
@@ -73,6 +77,7 @@ public final class AudioStreamAnalyzer {
     }
 
     private var entries: [Entry] = []
+    private let streams = ResultStreams()
     private let resampler: Resampler
     private var session: YAMNetSession?
     private let frontEnd = LogMelSpectrogram()
@@ -106,10 +111,37 @@ public final class AudioStreamAnalyzer {
         samples.reserveCapacity(Int(format.sampleRate) * 2)
     }
 
-    /// Adds a request whose results go to `observer` (kept with a strong reference).
+    /// Adds a request whose results go to `observer` (kept with a strong reference) and to the ``results`` streams
+    /// (Sound Analysis' `SNAudioStreamAnalyzer.add(_:withObserver:)`).
     /// - Throws: ``EarshotError`` when the request's model cannot be loaded, or `.usage` when the request was
     ///   already added.
     public func add(_ request: ClassifySoundRequest, withObserver observer: any ResultsObserving) throws(EarshotError) {
+        try add(request, observer: observer)
+    }
+
+    /// Adds a request whose results go only to the ``results`` streams (no observer; Apple's analyzers always
+    /// take one).
+    /// - Throws: as ``add(_:withObserver:)``.
+    public func add(_ request: ClassifySoundRequest) throws(EarshotError) {
+        try add(request, observer: nil)
+    }
+
+    /// The results of every request from now until the end of the stream (Sound Analysis has only observers; this
+    /// is the tutorial's subject in Swift's own form): each access makes a new stream (one consumer each), which
+    /// ends normally at ``completeAnalysis()``, or throws the error observers get with
+    /// `request(_:didFailWithError:)` (a buffer that is not whole frames, a resampler failure) and ends there,
+    /// while the analyzer goes on. A stream made after ``completeAnalysis()`` gets the next stream's results. With
+    /// several requests, ``results(for:)`` keeps them apart.
+    public var results: AsyncThrowingStream<ClassificationResult, any Error> {
+        streams.stream(for: nil)
+    }
+
+    /// The results of `request` alone, as ``results``.
+    public func results(for request: ClassifySoundRequest) -> AsyncThrowingStream<ClassificationResult, any Error> {
+        streams.stream(for: request)
+    }
+
+    private func add(_ request: ClassifySoundRequest, observer: (any ResultsObserving)?) throws(EarshotError) {
         guard !entries.contains(where: { $0.request === request }) else {
             throw EarshotError(.usage, "this request was already added to the analyzer (create another request)")
         }
@@ -127,18 +159,19 @@ public final class AudioStreamAnalyzer {
         samples.reserveCapacity(longest + Int(format.sampleRate))
     }
 
-    /// Removes a request; its observer gets no more calls.
+    /// Removes a request; its observer gets no more calls (Sound Analysis' `removeRequest(_:)`).
     public func removeRequest(_ request: ClassifySoundRequest) {
         entries.removeAll { $0.request === request }
     }
 
-    /// Removes every request.
+    /// Removes every request (Sound Analysis' `removeAllRequests()`).
     public func removeAllRequests() {
         entries.removeAll()
     }
 
     /// Analyzes a buffer of interleaved samples (`[frames, channelCount]`, full scale ±1) that starts at frame
-    /// `position` of the stream (in frames at the input sample rate). Samples are sanitized first
+    /// `position` of the stream (in frames at the input sample rate; Sound Analysis'
+    /// `analyze(_:atAudioFramePosition:)`, which takes an `AVAudioPCMBuffer`). Samples are sanitized first
     /// (``SampleSanitizer``: NaN -> 0, beyond ±1000 including ±inf -> ±1000).
     ///
     /// Results of the windows this buffer completes go to the observers before the call returns. A `position` other
@@ -194,8 +227,9 @@ public final class AudioStreamAnalyzer {
         discardConsumedSamples()
     }
 
-    /// Ends the stream: flushes the resampler, scores the remaining audio in zero-padded windows (as the file
-    /// analyzer pads a file's end), calls `requestDidComplete` on each observer, and resets for a new stream.
+    /// Ends the stream (Sound Analysis' `completeAnalysis()`): flushes the resampler, scores the remaining audio in
+    /// zero-padded windows (as the file analyzer pads a file's end), calls `requestDidComplete` on each observer,
+    /// ends the ``results`` streams, and resets for a new stream.
     public func completeAnalysis() {
         if segmentStartPosition != nil {
             do {
@@ -221,8 +255,9 @@ public final class AudioStreamAnalyzer {
             }
         }
         for entry in entries {
-            entry.observer.requestDidComplete(entry.request)
+            entry.observer?.requestDidComplete(entry.request)
         }
+        streams.finishAll()
         startSegment(at: nil)
     }
 
@@ -300,7 +335,8 @@ public final class AudioStreamAnalyzer {
             result = .scored(by: entry.request, timeRange: range, yamnetScores: scored.scores, embedding: scored.embedding,
                              yamnetLabels: entry.scorer.labels, levelDBFS: level)
         }
-        entry.observer.request(entry.request, didProduce: result)
+        entry.observer?.request(entry.request, didProduce: result)
+        streams.yield(result, of: entry.request)
     }
 
     /// Drops samples no request needs any more (before the earliest next window start).
@@ -315,7 +351,8 @@ public final class AudioStreamAnalyzer {
 
     private func fail(_ error: EarshotError) {
         for entry in entries {
-            entry.observer.request(entry.request, didFailWithError: error)
+            entry.observer?.request(entry.request, didFailWithError: error)
         }
+        streams.failAll(with: error)
     }
 }
