@@ -36,12 +36,12 @@ import EarshotModel
 ///   the blocking the blocking `analyze()`, the analyzer's own thread otherwise; they must not call back into the analyzer,
 ///   except ``cancelAnalysis()``. Inference runs on up to ``maximumThreads`` cores meanwhile.
 public final class AudioFileAnalyzer: Sendable {
-    /// The file being analyzed.
+    /// The file being analyzed (Apple's analyzer keeps it privately).
     public let url: URL
 
     /// Cores used for inference during an analysis (default: the active processor count). Above 1, OpenBLAS is
     /// set to one thread (`BLASThreads.set(1)`) so the workers do not oversubscribe the cores. Read when an analysis
-    /// starts.
+    /// starts. (Earshot's own.)
     public var maximumThreads: Int {
         get { shared.withLock { $0.maximumThreads } }
         set { shared.withLock { $0.maximumThreads = newValue } }
@@ -49,14 +49,14 @@ public final class AudioFileAnalyzer: Sendable {
 
     /// Windows scored per round, >= 1 (default 256, about 2 minutes of audio with the default request): a round's
     /// samples, log-mel frames, patches and scores are held in memory together, and its results are delivered
-    /// together; ``cancelAnalysis()`` takes effect within a round. Read when an analysis starts.
+    /// together; ``cancelAnalysis()`` takes effect within a round. Read when an analysis starts. (Earshot's own.)
     public var windowsPerRound: Int {
         get { shared.withLock { $0.windowsPerRound } }
         set { shared.withLock { $0.windowsPerRound = newValue } }
     }
 
     /// After an analysis: what the decoder warned of without failing, e.g. an MP3 that ends before the length its
-    /// header states (``AudioFileDecoder/truncationWarning``); nil when nothing.
+    /// header states (``AudioFileDecoder/truncationWarning``); nil when nothing. (Earshot's own.)
     public var decodingWarning: String? { shared.withLock { $0.decodingWarning } }
 
     /// A request and where its results go besides the streams.
@@ -82,7 +82,7 @@ public final class AudioFileAnalyzer: Sendable {
     /// Held by the analysis running: analyses of one analyzer run one at a time.
     private let analysisGate = DispatchSemaphore(value: 1)
 
-    /// Opens `url` and reads its header.
+    /// Opens `url` and reads its header (Sound Analysis' `SNAudioFileAnalyzer(url:)`).
     /// - Throws: ``EarshotError`` as ``AudioFileDecoder/init(url:)``: `.noInput` for a missing file, a directory or
     ///   no permission; `.data` for an empty file, a file that is not audio, MP3 data in a WAV container or a WAV
     ///   shorter than its header says.

@@ -5,13 +5,15 @@ import EarshotSupport
 import EarshotAudio
 import EarshotModel
 
-/// The sample format of the buffers an ``AudioStreamAnalyzer`` receives (Sound Analysis takes an `AVAudioFormat`).
+/// The sample format of the buffers an ``AudioStreamAnalyzer`` receives (Sound Analysis takes an `AVAudioFormat`;
+/// here interleaved 32-bit float samples at any rate).
 public struct AudioStreamFormat: Sendable, Equatable, Hashable {
-    /// Frames per second in Hz (> 0), e.g. 48000.
+    /// Frames per second in Hz (> 0), e.g. 48000 (`AVAudioFormat.sampleRate`).
     public var sampleRate: Double
-    /// Interleaved channels per frame (>= 1); the analyzer mixes them to mono (their mean).
+    /// Interleaved channels per frame (>= 1); the analyzer mixes them to mono (their mean) (`AVAudioFormat.channelCount`).
     public var channelCount: Int
 
+    /// A format of `channelCount` interleaved channels at `sampleRate` Hz (checked by ``AudioStreamAnalyzer/init(format:)``).
     public init(sampleRate: Double, channelCount: Int) {
         self.sampleRate = sampleRate
         self.channelCount = channelCount
@@ -47,9 +49,10 @@ public struct AudioStreamFormat: Sendable, Equatable, Hashable {
 ///   called on that thread, synchronously, from ``analyze(_:atAudioFramePosition:)`` and ``completeAnalysis()``,
 ///   and must not call back into the analyzer. The ``results`` streams are `Sendable`: hand them to any task.
 public final class AudioStreamAnalyzer {
-    /// The input format given at creation.
+    /// The input format given at creation (Sound Analysis gives it to `SNAudioStreamAnalyzer(format:)` too).
     public let format: AudioStreamFormat
     /// Windows whose RMS level in dBFS is below this get a gated result without inference; nil (default) = no gate.
+    /// (Earshot's own: the Create ML story gates buffers below -40 dB before `analyze`; this gates windows.)
     public var gateThresholdDBFS: Float?
     /// Called with the 16 kHz mono samples the windows are cut from, as soon as the resampler produces them (before
     /// the windows they complete are scored), with the index of the first one on the stream's 16 kHz timeline:
@@ -59,7 +62,8 @@ public final class AudioStreamAnalyzer {
     /// the file analyzer's length. Nil (default): nothing is called.
     ///
     /// The buffer is valid only during the call; called on the analyzer's thread, it must return at once. (The
-    /// daemon's clip saving keeps these samples: they are exactly what the classifier hears.)
+    /// daemon's clip saving keeps these samples: they are exactly what the classifier hears.) Earshot's own; no Sound
+    /// Analysis counterpart.
     public var onResampledAudio: ((_ samples: UnsafeBufferPointer<Float>, _ firstSampleIndex: Int64) -> Void)?
 
     private final class Entry {
@@ -96,7 +100,7 @@ public final class AudioStreamAnalyzer {
     /// Index (in 16 kHz samples from the segment start) of the first sample not yet given to ``onResampledAudio``.
     private var deliveredSamples = 0
 
-    /// Creates an analyzer for buffers in `format`.
+    /// Creates an analyzer for buffers in `format` (Sound Analysis' `SNAudioStreamAnalyzer(format:)`).
     /// - Throws: ``EarshotError`` `.usage` when the sample rate is not in (0, 10000000) Hz (the bound keeps buffers
     ///   sized from the rate small) or the channel count is not in 1...1024.
     public init(format: AudioStreamFormat) throws(EarshotError) {
@@ -182,7 +186,8 @@ public final class AudioStreamAnalyzer {
         buffer.withUnsafeBufferPointer { analyze($0, atAudioFramePosition: position) }
     }
 
-    /// Analyzes a buffer of interleaved samples without copying it; see ``analyze(_:atAudioFramePosition:)-([Float],_)``.
+    /// Analyzes a buffer of interleaved samples without copying it (Sound Analysis'
+    /// `analyze(_:atAudioFramePosition:)`); see ``analyze(_:atAudioFramePosition:)-([Float],_)``.
     public func analyze(_ buffer: UnsafeBufferPointer<Float>, atAudioFramePosition position: Int64) {
         let channels = format.channelCount
         guard buffer.count % channels == 0 else {

@@ -19,14 +19,17 @@ import EarshotModel
 ///
 /// Requests are immutable; invalid values are refused at creation.
 public final class ClassifySoundRequest: Sendable {
-    /// Which classifier scores the windows.
+    /// Which classifier scores the windows (Sound Analysis chooses with the initialiser:
+    /// `classifierIdentifier:` for the built-in one, `mlModel:` for a custom one).
     public enum Classifier: Sendable, Equatable {
-        /// YAMNet (TF Hub google/yamnet/1), loaded once per process from the installed `Models/` directory.
+        /// YAMNet (TF Hub google/yamnet/1), loaded once per process from the installed `Models/` directory
+        /// (``ClassifierIdentifier/version1``, Apple's `SNClassifierIdentifier.version1`).
         case builtIn
         /// A custom classifier head (``ClassifierHead``, made by `earshot train` or `earshot enroll`) on YAMNet's
-        /// embeddings; results carry the head's labels and its probabilities.
+        /// embeddings; results carry the head's labels and its probabilities (Apple's `mlModel:`, a Core ML model).
         case custom(ClassifierHead)
 
+        /// The same classifier: both built in, or the same head object.
         public static func == (lhs: Classifier, rhs: Classifier) -> Bool {
             switch (lhs, rhs) {
             case (.builtIn, .builtIn): true
@@ -36,21 +39,26 @@ public final class ClassifySoundRequest: Sendable {
         }
     }
 
-    /// The shortest window in seconds: one YAMNet patch (96 frames of 10 ms).
+    /// The shortest window in seconds: one YAMNet patch (96 frames of 10 ms); the lower bound of
+    /// ``windowDurationConstraint``.
     public static let minimumWindowDuration = 0.96
-    /// The longest window in seconds (one hour; a bound that keeps buffers and counts finite).
+    /// The longest window in seconds (one hour; a bound that keeps buffers and counts finite); the upper bound of
+    /// ``windowDurationConstraint``.
     public static let maximumWindowDuration = 3_600.0
 
-    /// The classifier.
+    /// The classifier (Sound Analysis fixes it at creation too).
     public let classifier: Classifier
-    /// Window length in seconds, 0.96...3600.
+    /// Window length in seconds, within ``windowDurationConstraint`` (0.96...3600) (Sound Analysis'
+    /// `windowDuration`, a settable `CMTime` there).
     public let windowDuration: Double
-    /// Fraction of a window shared with the next one, 0 <= overlapFactor < 1.
+    /// Fraction of a window shared with the next one, 0 <= overlapFactor < 1 (Sound Analysis' `overlapFactor`,
+    /// settable there).
     public let overlapFactor: Double
     /// Patch and hop sizes derived from the two values above.
     package let geometry: WindowGeometry
 
-    /// Creates a request.
+    /// Creates a request: Earshot's initialiser, with the classifier as a value; Apple's spellings are
+    /// ``init(classifierIdentifier:windowDuration:overlapFactor:)`` and ``init(model:windowDuration:overlapFactor:)``.
     /// - Parameters:
     ///   - classifier: the classifier (default: the built-in YAMNet).
     ///   - windowDuration: window length in seconds, 0.96...3600 (default 0.96).
@@ -170,6 +178,7 @@ public struct ClassifierIdentifier: RawRepresentable, Sendable, Hashable {
     /// The identifier's name.
     public let rawValue: String
 
+    /// An identifier by name (`SNClassifierIdentifier(rawValue:)`); only ``version1`` names a classifier here.
     public init(rawValue: String) {
         self.rawValue = rawValue
     }
@@ -193,6 +202,7 @@ public struct TimeDurationConstraint: Sendable, Equatable {
     /// The constraint (Apple's `type`).
     public let type: ConstraintType
 
+    /// A constraint of `type`.
     public init(_ type: ConstraintType) {
         self.type = type
     }
@@ -209,7 +219,7 @@ public struct TimeDurationConstraint: Sendable, Equatable {
         return nil
     }
 
-    /// Whether a window of `seconds` is allowed (within a nanosecond of an allowed value or bound).
+    /// Whether a window of `seconds` is allowed (within a nanosecond of an allowed value or bound). (Earshot's own.)
     public func allows(_ seconds: Double) -> Bool {
         guard seconds.isFinite else { return false }
         switch type {
@@ -220,7 +230,8 @@ public struct TimeDurationConstraint: Sendable, Equatable {
         }
     }
 
-    /// Refuses a window duration the constraint does not allow.
+    /// Refuses a window duration the constraint does not allow (Earshot's own: Apple's request raises an exception
+    /// when `windowDuration` is set outside its constraint).
     /// - Throws: ``EarshotError`` `.usage`: for a range, `windowDuration 0.5 s is out of range (allowed: 0.96 to
     ///   3600 seconds)`; for enumerated durations, `windowDuration 1.0 s is not allowed (allowed: 0.96, 1.44 seconds)`.
     public func check(windowDuration seconds: Double) throws(EarshotError) {
@@ -247,8 +258,11 @@ public struct KnownClassifications: RandomAccessCollection, Sendable, Equatable 
         labels = (try? outcome.get()) ?? []
     }
 
+    /// The first label's index, 0.
     public var startIndex: Int { labels.startIndex }
+    /// The number of labels.
     public var endIndex: Int { labels.endIndex }
+    /// The label of class `position`.
     public subscript(position: Int) -> String { labels[position] }
 
     /// The labels as an array.
@@ -258,12 +272,13 @@ public struct KnownClassifications: RandomAccessCollection, Sendable, Equatable 
     }
 }
 
-/// The built-in YAMNet, loaded once per process and shared (a `YAMNet` is immutable and thread-safe).
+/// The built-in YAMNet, loaded once per process and shared (a `YAMNet` is immutable and thread-safe). Earshot's own
+/// (Sound Analysis loads its classifier behind `SNClassifySoundRequest`).
 public enum BuiltInClassifier {
     private static let loaded = Mutex<YAMNet?>(nil)
 
     /// The process-wide built-in model; the first call loads it (`YAMNet.builtIn()`), later calls return the same
-    /// instance. Thread-safe.
+    /// instance. Thread-safe. (Earshot's own.)
     /// - Throws: as `YAMNet.builtIn()` (the model files cannot be found or read); a later call tries again.
     public static func shared() throws(EarshotError) -> YAMNet {
         try loaded.withLock { (model: inout YAMNet?) throws(EarshotError) -> YAMNet in
