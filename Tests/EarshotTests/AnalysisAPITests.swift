@@ -367,3 +367,33 @@ enum AnalysisAPIFixtures {
     }
     private static let made = Mutex<URL?>(nil)
 }
+
+/// How long `cancelAnalysis()` takes to stop a free-running analysis: not a timed test (nothing is asserted about
+/// time); run it by hand, `EARSHOT_MEASURE_CANCEL=1 swift test -c release --filter cancelLatency`, for the figures in
+/// README (The Sound Analysis API).
+@Suite("Analysis API measurements")
+struct AnalysisAPIMeasurements {
+    @Test(
+        "cancel latency on a 10-minute file: cancelAnalysis() to analyze() returning, cancels at several points",
+        .enabled(if: ProcessInfo.processInfo.environment["EARSHOT_MEASURE_CANCEL"] != nil,
+                 "a measurement, run by hand with EARSHOT_MEASURE_CANCEL=1")
+    )
+    func cancelLatency() async throws {
+        let file = try AnalysisAPIFixtures.tenMinuteFile()
+        for round in 0..<3 {
+            for delay in [0.15, 0.4, 0.7, 1.0] {
+                let analyzer = try AudioFileAnalyzer(url: file)
+                try analyzer.add(try ClassifySoundRequest())
+                let analysis = Task { try await analyzer.analyze() }
+                try await Task.sleep(for: .seconds(delay))
+                let cancelled = ContinuousClock.now
+                analyzer.cancelAnalysis()
+                let outcome = await analysis.result
+                let elapsed = ContinuousClock.now - cancelled
+                let statistics = analyzer.lastAnalysisStatistics
+                let ending = (try? outcome.get()) != nil ? "completed" : "cancelled"
+                print("cancel latency: run \(round), cancel at \(delay) s: \(ending) after \(elapsed) (\(statistics.windowsDelivered) of 1249 windows delivered, \(statistics.roundsStarted) rounds started, \(statistics.patchesScored) of \(statistics.windowsStarted) patches scored)")
+            }
+        }
+    }
+}
