@@ -138,6 +138,10 @@ public final class AudioFileAnalyzer: Sendable {
     /// ``cancelAnalysis()`` (or when the task running `analyze() async` is cancelled), dropping the results it had
     /// buffered, so that nothing is delivered after the cancel. Each access makes a new stream (one consumer each);
     /// a consumer that stops iterating is forgotten. With several requests, ``results(for:)`` keeps them apart.
+    ///
+    /// - Important: a stream buffers what its consumer has not taken yet, without limit (about 20 KB per result:
+    ///   521 classifications, scores and the embedding), so that the analysis never waits for it: consume every
+    ///   stream you make. A consumer that only wants the first results stops with ``cancelAnalysis()``.
     public var results: AsyncThrowingStream<ClassificationResult, any Error> {
         streams.stream(for: nil)
     }

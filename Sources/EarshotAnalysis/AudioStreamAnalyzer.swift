@@ -135,7 +135,8 @@ public final class AudioStreamAnalyzer {
     /// ends normally at ``completeAnalysis()``, or throws the error observers get with
     /// `request(_:didFailWithError:)` (a buffer that is not whole frames, a resampler failure) and ends there,
     /// while the analyzer goes on. A stream made after ``completeAnalysis()`` gets the next stream's results. With
-    /// several requests, ``results(for:)`` keeps them apart.
+    /// several requests, ``results(for:)`` keeps them apart. A stream buffers what its consumer has not taken yet,
+    /// without limit (about 20 KB per result), so that the analysis never waits for it: consume every stream you make.
     public var results: AsyncThrowingStream<ClassificationResult, any Error> {
         streams.stream(for: nil)
     }
