@@ -8,7 +8,11 @@
 import PackageDescription
 
 let earshotURL = Context.environment["EARSHOT_URL"] ?? "https://example.org/earshot.git"
-let earshot = Target.Dependency.product(name: "Earshot", package: "earshot")
+// SwiftPM names a dependency after its URL's last path component, lowercased, without `.git` ("earshot").
+let earshotIdentity = earshotURL.split(separator: "/").last.map { name in
+    (name.hasSuffix(".git") ? String(name.dropLast(4)) : String(name)).lowercased()
+} ?? "earshot"
+let earshot = Target.Dependency.product(name: "Earshot", package: earshotIdentity)
 
 let package = Package(
     name: "EarshotExamples",
