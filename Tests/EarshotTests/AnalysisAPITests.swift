@@ -135,12 +135,8 @@ struct AnalysisAPITests {
 
     @Test("a request added without an observer gets its results through the stream")
     func requestWithoutObserver() async throws {
-        let directory = try AnalysisAPIFixtures.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let url = directory.appendingPathComponent("tone.wav")
-        try AnalysisTestSupport.writeFloatWAV(
-            AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: 48_000), sampleRate: 16_000,
-            to: url)
+        let url = try AnalysisAPIFixtures.toneFile(samples: 48_000)
+        defer { try? FileManager.default.removeItem(at: url.deletingLastPathComponent()) }
         let request = try ClassifySoundRequest()
         let analyzer = try AudioFileAnalyzer(url: url)
         try analyzer.add(request)
@@ -247,12 +243,8 @@ struct AnalysisAPITests {
 
     @Test("cancelAnalysis() with no analysis running has no effect; analyze(completionHandler:) reports completion")
     func cancelWhenIdleAndCompletionHandler() async throws {
-        let directory = try AnalysisAPIFixtures.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let url = directory.appendingPathComponent("tone.wav")
-        try AnalysisTestSupport.writeFloatWAV(
-            AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: 32_000), sampleRate: 16_000,
-            to: url)
+        let url = try AnalysisAPIFixtures.toneFile(samples: 32_000)
+        defer { try? FileManager.default.removeItem(at: url.deletingLastPathComponent()) }
         let analyzer = try AudioFileAnalyzer(url: url)
         let observer = CollectingObserver()
         try analyzer.add(try ClassifySoundRequest(), withObserver: observer)
@@ -334,10 +326,15 @@ final class HoldingObserver: ResultsObserving, Sendable {
 }
 
 enum AnalysisAPIFixtures {
-    static func temporaryDirectory() throws -> URL {
+    /// `tone.wav` in a new temporary directory (the caller removes it): `samples` of a 440 Hz sine at -20 dBFS, 16 kHz.
+    static func toneFile(samples: Int) throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-api-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        return directory
+        let url = directory.appendingPathComponent("tone.wav")
+        try AnalysisTestSupport.writeFloatWAV(
+            AnalysisTestSupport.sine(frequency: 440, dbfs: -20, sampleRate: 16_000, count: samples), sampleRate: 16_000,
+            to: url)
+        return url
     }
 
     /// A 10-minute 16 kHz 16-bit WAV (19.2 MB, written once per test process): a tone whose pitch and level change

@@ -24,44 +24,21 @@ struct ExamplesTests {
         try FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: temporary) }
 
-        // HEAD tagged 0.1.0 in a bare repository (the dependency), and a checkout of it (the examples' sources).
-        let clone = temporary.appendingPathComponent("earshot.git"), checkout = temporary.appendingPathComponent("earshot")
-        for arguments in [
-            ["init", "--quiet", "--bare", clone.path],
-            ["-C", clone.path, "fetch", "--quiet", "--no-tags", root.path, "HEAD"],
-            ["-C", clone.path, "tag", "0.1.0", "FETCH_HEAD"],
-            ["clone", "--quiet", "--branch", "0.1.0", clone.path, checkout.path],
-        ] {
-            let step = try ConsumerBuild.run(git, arguments, timeout: 300)
-            try #require(step.status == 0, "git \(arguments.joined(separator: " ")) failed: \(step.tail)")
-        }
-        let examples = checkout.appendingPathComponent("Examples")
+        // HEAD tagged 0.1.0 in a bare repository (the dependency), and a checkout of the tag (the examples' sources).
+        let clone = try ConsumerBuild.tagHEAD(git: git, in: temporary)
+        let checkout = temporary.appendingPathComponent("earshot")
+        let step = try ConsumerBuild.run(git, ["clone", "--quiet", "--branch", "0.1.0", clone.path, checkout.path], timeout: 300)
+        try #require(step.status == 0, "git clone failed: \(step.tail)")
 
-        let home = temporary.appendingPathComponent("home"), scratchTemporary = temporary.appendingPathComponent("tmp")
-        for directory in [home, scratchTemporary] {
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        }
-        var environment = ProcessInfo.processInfo.environment
-        environment["HOME"] = home.path
-        environment["TMPDIR"] = scratchTemporary.path
-        environment["XDG_CACHE_HOME"] = home.appendingPathComponent(".cache").path
-        environment["XDG_CONFIG_HOME"] = home.appendingPathComponent(".config").path
-        environment["EARSHOT_URL"] = "file://" + clone.path
-        let common = [
-            "--package-path", examples.path, "--scratch-path", temporary.appendingPathComponent("build").path,
-            "--cache-path", temporary.appendingPathComponent("cache").path,
-            "--config-path", temporary.appendingPathComponent("config").path,
-            "--security-path", temporary.appendingPathComponent("security").path,
-            "--manifest-cache", "local", "--disable-dependency-cache",
-        ]
+        var swiftPM = try ConsumerBuild.IsolatedSwiftPM(
+            swift: swift, package: checkout.appendingPathComponent("Examples"), in: temporary)
+        swiftPM.environment["EARSHOT_URL"] = "file://" + clone.path
         let started = Date()
-        let build = try ConsumerBuild.run(swift, ["build"] + common, environment: environment, timeout: 40 * 60)
+        let build = try swiftPM.build()
         print("examples build: status \(build.status) after \(Int(Date().timeIntervalSince(started))) s")
         try #require(build.status == 0, "the examples did not build: \(build.tail)")
-        let binPath = try ConsumerBuild.run(swift, ["build", "--show-bin-path"] + common, environment: environment,
-                                            timeout: 300)
-        try #require(binPath.status == 0, "swift build --show-bin-path failed: \(binPath.tail)")
-        let bin = URL(fileURLWithPath: binPath.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines))
+        let bin = try swiftPM.binPath()
+        var environment = swiftPM.environment
         environment["EARSHOT_MODELS_DIR"] = root.appendingPathComponent("Models").path
         func run(_ name: String, _ arguments: [String]) throws -> EarshotCLI.Outcome {
             let began = Date()
