@@ -360,17 +360,13 @@ public final class AudioFileAnalyzer: Sendable {
             }
         } catch {
             for state in requests {
-                state.pending?.wait()  // its workers hold the sessions; its results are not delivered
-                state.pending = nil
+                state.abandonPending()
                 state.fail(error)
             }
             return run.isCancelled ? .cancelled : .failed(error)
         }
         guard !run.isCancelled else {
-            for state in requests {
-                state.pending?.wait()  // the workers stop at their next batch
-                state.pending = nil
-            }
+            for state in requests { state.abandonPending() }
             return .cancelled
         }
         // The decoding thread (if any) has delivered `.end`, through the handoff's lock: its writes are visible.
@@ -384,10 +380,7 @@ public final class AudioFileAnalyzer: Sendable {
             scoreReadyRounds(state, stream: stream, onlyFullRounds: false)
             deliverPending(state)
             guard !run.isCancelled else {
-                for state in requests {
-                    state.pending?.wait()
-                    state.pending = nil
-                }
+                for state in requests { state.abandonPending() }
                 return .cancelled
             }
             state.observer?.requestDidComplete(state.request)
@@ -454,6 +447,13 @@ public final class AudioFileAnalyzer: Sendable {
             self.windowsPerRound = windowsPerRound
             self.streams = streams
             self.statistics = statistics
+        }
+
+        /// Waits for the pending round's workers (they hold the sessions; after a cancel they stop at their next
+        /// batch) and drops its results.
+        func abandonPending() {
+            pending?.wait()
+            pending = nil
         }
 
         /// Reports `error` to the observer and the streams, unless the analysis was cancelled.
