@@ -272,6 +272,8 @@ public final class AudioFileAnalyzer: Sendable {
         statistics: RunCounters
     ) -> Outcome {
         guard !entries.isEmpty else { return run.end() ? .completed : .cancelled }
+        // Cancelled while it waited for the analysis before it (or its task was cancelled before it started).
+        guard !run.isCancelled else { return .cancelled }
         var failure: EarshotError?
         var requests: [RequestState] = []
         var sessionsByModel: [ObjectIdentifier: [YAMNetSession]] = [:]
