@@ -241,6 +241,25 @@ struct AnalysisAPITests {
         #expect(analyzer.lastAnalysisStatistics.roundsStarted <= 2)
     }
 
+    @Test("analyses of one analyzer run one at a time; one cancelled while it waits delivers nothing")
+    func queuedAnalysisCancelled() async throws {
+        let url = try AnalysisAPIFixtures.toneFile(samples: 48_000)
+        defer { try? FileManager.default.removeItem(at: url.deletingLastPathComponent()) }
+        let analyzer = try AudioFileAnalyzer(url: url)
+        let gate = HoldingObserver(holdAt: 2)
+        try analyzer.add(try ClassifySoundRequest(), withObserver: gate)
+        let first = Task { try await analyzer.analyze() }
+        await gate.waitUntilHeld()
+        // The second waits for the first; its task is cancelled meanwhile, so it never starts.
+        let second = Task { try await analyzer.analyze() }
+        try await Task.sleep(for: .milliseconds(50))
+        second.cancel()
+        gate.release()
+        try await first.value
+        await #expect(throws: CancellationError.self) { try await second.value }
+        #expect(gate.results == 6 && gate.completions == 1)
+    }
+
     @Test("cancelAnalysis() with no analysis running has no effect; analyze(completionHandler:) reports completion")
     func cancelWhenIdleAndCompletionHandler() async throws {
         let url = try AnalysisAPIFixtures.toneFile(samples: 32_000)
