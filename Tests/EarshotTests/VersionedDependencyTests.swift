@@ -21,7 +21,7 @@ struct VersionedDependencyTests {
         .enabled(if: ConsumerBuild.isGitCheckout, Comment(rawValue: ConsumerBuild.notACheckoutMessage)),
         .timeLimit(.minutes(45))
     )
-    func consumerPackageBuildsAndAnalyzes() throws {
+    func consumerPackageBuildsAndAnalyzes() async throws {
         let (git, swift) = try #require(ConsumerBuild.gitAndSwift)
         let root = TestPaths.packageRoot
         let demo = root.appendingPathComponent("samples/demo.flac")
@@ -41,16 +41,16 @@ struct VersionedDependencyTests {
 
         let swiftPM = try ConsumerBuild.IsolatedSwiftPM(swift: swift, package: consumer, in: temporary)
         let started = Date()
-        let build = try swiftPM.build()
+        let build = try await swiftPM.build()
         print("consumer build: status \(build.status) after \(Int(Date().timeIntervalSince(started))) s")
         #expect(!build.output.contains("unsafe build flags"), "\(build.tail)")
         try #require(build.status == 0, "the consumer package did not build: \(build.tail)")
-        let executable = try swiftPM.binPath().appendingPathComponent("Consumer")
+        let executable = try await swiftPM.binPath().appendingPathComponent("Consumer")
         var environment = swiftPM.environment
 
         // The model from this checkout (the consumer would also find it in its checkout of the dependency).
         environment["EARSHOT_MODELS_DIR"] = root.appendingPathComponent("Models").path
-        let run = try ConsumerBuild.run(executable, [demo.path], environment: environment, timeout: 10 * 60)
+        let run = try await ConsumerBuild.runOffThePool(executable, [demo.path], environment: environment, timeout: 10 * 60)
         try #require(run.status == 0, "the consumer failed: \(run.tail)")
         let theirs = run.standardOutput.split(separator: "\n").compactMap { ConsumerBuild.Window($0) }
 
@@ -143,13 +143,14 @@ enum ConsumerBuild {
         }
 
         /// `swift build` (debug), terminated after 40 minutes.
-        func build() throws -> Outcome {
-            try run(swift, ["build"] + options, environment: environment, timeout: 40 * 60)
+        func build() async throws -> Outcome {
+            try await runOffThePool(swift, ["build"] + options, environment: environment, timeout: 40 * 60)
         }
 
         /// The directory of the built executables.
-        func binPath() throws -> URL {
-            let binPath = try run(swift, ["build", "--show-bin-path"] + options, environment: environment, timeout: 300)
+        func binPath() async throws -> URL {
+            let binPath = try await runOffThePool(
+                swift, ["build", "--show-bin-path"] + options, environment: environment, timeout: 300)
             try #require(binPath.status == 0, "swift build --show-bin-path failed: \(binPath.tail)")
             return URL(fileURLWithPath: binPath.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines))
         }
@@ -244,6 +245,19 @@ enum ConsumerBuild {
     }
 
     typealias Outcome = EarshotCLI.Outcome
+
+    /// ``run(_:_:environment:timeout:)`` on a thread of its own, so that a build of minutes does not hold one of the
+    /// test run's few cooperative threads (two on a 2-core machine: two such tests would stall every other test, and
+    /// their time limits would expire).
+    static func runOffThePool(
+        _ executable: URL, _ arguments: [String], environment: [String: String]? = nil, timeout: TimeInterval
+    ) async throws -> Outcome {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                continuation.resume(with: Result { try run(executable, arguments, environment: environment, timeout: timeout) })
+            }.start()
+        }
+    }
 
     /// Runs `executable ARGUMENTS` with `environment` (this process's when nil); terminates it after `timeout`
     /// seconds.
