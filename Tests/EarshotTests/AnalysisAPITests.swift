@@ -356,13 +356,19 @@ enum AnalysisAPIFixtures {
         return url
     }
 
-    /// A 10-minute 16 kHz 16-bit WAV (19.2 MB, written once per test process): a tone whose pitch and level change
-    /// every second over low noise, so that windows differ. 1249 windows with the default request.
+    /// A 10-minute 16 kHz 16-bit WAV (19.2 MB): a tone whose pitch and level change every second over low noise, so
+    /// that windows differ. 1249 windows with the default request. Kept in the temporary directory under one fixed
+    /// name and reused by later runs (written beside it and renamed, so that concurrent runs never read half a file).
     static func tenMinuteFile() throws -> URL {
         try made.withLock { (url: inout URL?) throws -> URL in
-            if let url, FileManager.default.fileExists(atPath: url.path) { return url }
-            let path = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-api-ten-minutes-\(getpid()).wav")
+            if let url { return url }
             let rate = 16_000, seconds = 600
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-api-ten-minutes-v1.wav")
+            let size = (try? FileManager.default.attributesOfItem(atPath: path.path)[.size] as? Int) ?? nil
+            if size == 44 + rate * seconds * 2 {
+                url = path
+                return path
+            }
             var samples = [Int16](repeating: 0, count: rate * seconds)
             var noise: UInt32 = 12_345
             for second in 0..<seconds {
@@ -375,8 +381,12 @@ enum AnalysisAPIFixtures {
                 }
             }
             let data = samples.withUnsafeBytes { Array($0) }
+            let partial = path.deletingLastPathComponent().appendingPathComponent(".\(path.lastPathComponent).\(getpid())")
             try AudioTestFiles.write(
-                AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: rate, bitsPerSample: 16, data: data), to: path)
+                AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: rate, bitsPerSample: 16, data: data), to: partial)
+            guard rename(partial.path, path.path) == 0 else {
+                throw EarshotError(.cannotCreate, "cannot rename \(partial.path) to \(path.path): errno \(errno)")
+            }
             url = path
             return path
         }
