@@ -5,7 +5,7 @@ import EarshotSupport
 import EarshotAudio
 import EarshotModel
 
-/// How `earshot analyze` prints results.
+/// How `earshot analyze` prints results (Earshot's own; Sound Analysis has no output formats).
 public enum AnalysisOutputFormat: String, CaseIterable, Sendable {
     /// One line per window: `x.wav 0.48-1.44s  Speech 93.1%  Music 5.2%`.
     case text
@@ -15,7 +15,8 @@ public enum AnalysisOutputFormat: String, CaseIterable, Sendable {
     case csv
 }
 
-/// Formats window results and per-file summaries as text, JSON lines or CSV (RFC 4180 quoting).
+/// Formats window results and per-file summaries as text, JSON lines or CSV (RFC 4180 quoting): `earshot analyze`'s
+/// output (Earshot's own; no Sound Analysis counterpart).
 ///
 /// One result is one physical line whatever the file is called: in text, control characters of the file name are
 /// escaped (``singleLine(_:)``: a newline prints as `\n`); in JSON they are escaped as JSON requires; in CSV a name
@@ -32,6 +33,7 @@ public struct AnalysisReportFormatter: Sendable {
     /// Classes per window, highest first (>= 1).
     public let top: Int
 
+    /// A formatter for `format` printing the `top` classes of each window (at least 1).
     public init(format: AnalysisOutputFormat, top: Int) {
         self.format = format
         self.top = max(1, top)
@@ -149,13 +151,15 @@ public struct AnalysisReportFormatter: Sendable {
 }
 
 /// Counts, per label, the windows where it is the top class: the "percentage of the recording" summary of the
-/// Sound Analysis genre-detector story (count of windows per top label / all classified windows).
+/// Sound Analysis genre-detector story (count of windows per top label / all classified windows), which computes it in
+/// its observer's `requestDidComplete`; Sound Analysis itself has no such type.
 public struct TopClassTally: Sendable {
     /// Windows counted per label.
     public private(set) var counts: [String: Int] = [:]
     /// Windows with a top class (gated windows are not counted).
     public private(set) var windowCount = 0
 
+    /// An empty tally.
     public init() {}
 
     /// Counts `result`'s top class (ignored when the window was gated).

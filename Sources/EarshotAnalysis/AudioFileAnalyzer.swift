@@ -1,7 +1,6 @@
 import Dispatch
 import FoundationEssentials
 import Glibc
-import Dispatch
 import Synchronization
 import EarshotSupport
 import EarshotAudio
@@ -21,82 +20,280 @@ import EarshotModel
 /// ``windowsPerRound`` windows (the log-mel frames of a round are computed once; each frame depends only on its own
 /// 400 samples, so this equals one spectrogram of the whole padded waveform). Results are delivered after each round.
 ///
+/// Results go to each request's observer (``add(_:withObserver:)``, Apple's `SNResultsObserving`) and to the
+/// ``results`` streams, in time order per request. Three ways to run the analysis, as Apple's analyzer has:
+/// the blocking `analyze()` blocks the calling thread; `try await analyze()` runs it on a thread of its own and
+/// throws `CancellationError` when cancelled; ``analyze(completionHandler:)`` runs it on a thread of its own and
+/// then calls the handler. ``cancelAnalysis()`` stops it from any thread (or from an observer) within one round of
+/// windows: no result and no completion follow the cancel (Apple: no `requestDidComplete` after a cancel).
+///
 /// Errors found when the file is opened (missing, not audio, ...) are thrown by ``init(url:)``. Errors found while
 /// decoding (a truncated FLAC, a decoding failure) go to each observer's `request(_:didFailWithError:)`, after the
-/// results of the windows decoded before the failure; no completion follows.
+/// results of the windows decoded before the failure, and end the ``results`` streams; no completion follows.
 ///
-/// - Important: Not thread-safe; ``analyze()`` is synchronous and calls the observers on the calling thread, in time
-///   order per request. Inference runs on up to ``maximumThreads`` cores meanwhile. Observers must not call back
-///   into the analyzer.
-public final class AudioFileAnalyzer {
-    /// The file being analyzed.
+/// - Important: `Sendable`: share it across tasks and threads. Analyses of one analyzer run one at a time (a second
+///   `analyze` waits for the first). Observers are called on the thread that runs the analysis: the caller's for
+///   the blocking the blocking `analyze()`, the analyzer's own thread otherwise; they must not call back into the analyzer,
+///   except ``cancelAnalysis()``. Inference runs on up to ``maximumThreads`` cores meanwhile.
+public final class AudioFileAnalyzer: Sendable {
+    /// The file being analyzed (Apple's analyzer keeps it privately).
     public let url: URL
-    /// Cores used for inference during ``analyze()`` (default: the active processor count). Above 1, OpenBLAS is
-    /// set to one thread (`BLASThreads.set(1)`) so the workers do not oversubscribe the cores.
-    public var maximumThreads: Int = ProcessInfo.processInfo.activeProcessorCount
+
+    /// Cores used for inference during an analysis (default: the active processor count). Above 1, OpenBLAS is
+    /// set to one thread (`BLASThreads.set(1)`) so the workers do not oversubscribe the cores. Read when an analysis
+    /// starts. (Earshot's own.)
+    public var maximumThreads: Int {
+        get { shared.withLock { $0.maximumThreads } }
+        set { shared.withLock { $0.maximumThreads = newValue } }
+    }
 
     /// Windows scored per round, >= 1 (default 256, about 2 minutes of audio with the default request): a round's
     /// samples, log-mel frames, patches and scores are held in memory together, and its results are delivered
-    /// together.
-    public var windowsPerRound = 256
+    /// together; ``cancelAnalysis()`` takes effect within a round. Read when an analysis starts. (Earshot's own.)
+    public var windowsPerRound: Int {
+        get { shared.withLock { $0.windowsPerRound } }
+        set { shared.withLock { $0.windowsPerRound = newValue } }
+    }
 
-    /// After ``analyze()``: what the decoder warned of without failing, e.g. an MP3 that ends before the length its
-    /// header states (``AudioFileDecoder/truncationWarning``); nil when nothing.
-    public private(set) var decodingWarning: String?
+    /// After an analysis: what the decoder warned of without failing, e.g. an MP3 that ends before the length its
+    /// header states (``AudioFileDecoder/truncationWarning``); nil when nothing. (Earshot's own.)
+    public var decodingWarning: String? { shared.withLock { $0.decodingWarning } }
 
-    private var decoder: AudioFileDecoder?
-    private var entries: [(request: ClassifySoundRequest, observer: any ResultsObserving)] = []
+    /// A request and where its results go besides the streams.
+    private struct Entry: Sendable {
+        let request: ClassifySoundRequest
+        let observer: ObserverBox?
+    }
 
-    /// Opens `url` and reads its header.
+    private struct State: Sendable {
+        var maximumThreads = ProcessInfo.processInfo.activeProcessorCount
+        var windowsPerRound = 256
+        var decodingWarning: String?
+        /// The decoder opened by `init(url:)`, used by the first analysis (later ones open the file again).
+        var decoder: UncheckedBox<AudioFileDecoder>?
+        var entries: [Entry] = []
+        /// The analysis running, if any.
+        var currentRun: AnalysisRun?
+        var lastStatistics = AnalysisStatistics()
+    }
+
+    private let shared: Mutex<State>
+    private let streams = ResultStreams()
+    /// Held by the analysis running: analyses of one analyzer run one at a time.
+    private let analysisGate = DispatchSemaphore(value: 1)
+
+    /// Opens `url` and reads its header (Sound Analysis' `SNAudioFileAnalyzer(url:)`).
     /// - Throws: ``EarshotError`` as ``AudioFileDecoder/init(url:)``: `.noInput` for a missing file, a directory or
     ///   no permission; `.data` for an empty file, a file that is not audio, MP3 data in a WAV container or a WAV
     ///   shorter than its header says.
     public init(url: URL) throws(EarshotError) {
         self.url = url
-        decoder = try AudioFileDecoder(url: url)
+        var state = State()
+        state.decoder = UncheckedBox(try AudioFileDecoder(url: url))
+        shared = Mutex(state)
     }
 
-    /// Adds a request whose results go to `observer` (kept with a strong reference).
+    /// Adds a request whose results go to `observer` (kept with a strong reference) and to the ``results`` streams
+    /// (Sound Analysis' `SNAudioFileAnalyzer.add(_:withObserver:)`).
     /// - Throws: ``EarshotError`` when the request's model cannot be loaded, or `.usage` when the request was
     ///   already added.
     public func add(_ request: ClassifySoundRequest, withObserver observer: any ResultsObserving) throws(EarshotError) {
-        guard !entries.contains(where: { $0.request === request }) else {
-            throw EarshotError(.usage, "this request was already added to the analyzer (create another request)")
+        try add(Entry(request: request, observer: ObserverBox(observer)))
+    }
+
+    /// Adds a request whose results go only to the ``results`` streams (no observer; Apple's analyzers always
+    /// take one).
+    /// - Throws: as ``add(_:withObserver:)``.
+    public func add(_ request: ClassifySoundRequest) throws(EarshotError) {
+        try add(Entry(request: request, observer: nil))
+    }
+
+    private func add(_ entry: Entry) throws(EarshotError) {
+        _ = try entry.request.model()
+        try shared.withLock { (state: inout State) throws(EarshotError) in
+            guard !state.entries.contains(where: { $0.request === entry.request }) else {
+                throw EarshotError(.usage, "this request was already added to the analyzer (create another request)")
+            }
+            state.entries.append(entry)
         }
-        _ = try request.model()
-        entries.append((request, observer))
     }
 
-    /// Removes a request; its observer gets no more calls.
+    /// Removes a request; its observer gets no more calls, from the next analysis on (Sound Analysis'
+    /// `removeRequest(_:)`).
     public func removeRequest(_ request: ClassifySoundRequest) {
-        entries.removeAll { $0.request === request }
+        shared.withLock { $0.entries.removeAll { $0.request === request } }
     }
 
-    /// Removes every request.
+    /// Removes every request (Sound Analysis' `removeAllRequests()`).
     public func removeAllRequests() {
-        entries.removeAll()
+        shared.withLock { $0.entries.removeAll() }
     }
 
-    /// Decodes the file and delivers every window's result of every request, then `requestDidComplete`; on a
-    /// decoding error, `request(_:didFailWithError:)` instead of the completion. May be called again (the file is
-    /// read again).
-    public func analyze() {
-        guard !entries.isEmpty else { return }
-        decodingWarning = nil
+    /// The results of every request, as they are produced, for the analysis running when the stream is made or
+    /// else the next one to start (the tutorial's Combine subject, in Swift's own form; Apple's analyzers have only
+    /// observers). Make the stream before starting the analysis to get all its results.
+    ///
+    /// The stream ends when the analysis ends: normally once every request has completed; with the error of a
+    /// request that failed (a decoding failure fails them all); with `CancellationError` after
+    /// ``cancelAnalysis()`` (or when the task running `analyze() async` is cancelled), dropping the results it had
+    /// buffered, so that nothing is delivered after the cancel. Each access makes a new stream (one consumer each);
+    /// a consumer that stops iterating is forgotten. With several requests, ``results(for:)`` keeps them apart.
+    ///
+    /// - Important: a stream buffers what its consumer has not taken yet, without limit (about 20 KB per result:
+    ///   521 classifications, scores and the embedding), so that the analysis never waits for it: consume every
+    ///   stream you make. A consumer that only wants the first results stops with ``cancelAnalysis()``.
+    public var results: AsyncThrowingStream<ClassificationResult, any Error> {
+        streams.stream(for: nil)
+    }
+
+    /// The results of `request` alone, as ``results`` (ends with that request's own failure).
+    public func results(for request: ClassifySoundRequest) -> AsyncThrowingStream<ClassificationResult, any Error> {
+        streams.stream(for: request)
+    }
+
+    /// Decodes the file and delivers every window's result of every request, then `requestDidComplete`, on the
+    /// calling thread (Sound Analysis' `SNAudioFileAnalyzer.analyze()`); on a decoding error,
+    /// `request(_:didFailWithError:)` instead of the completion. May be called again (the file is read again).
+    /// - Returns: true when every request completed; false when the analysis was cancelled (no completion was
+    ///   delivered) or a request failed.
+    @discardableResult
+    public func analyze() -> Bool {
+        perform(AnalysisRun()) == .completed
+    }
+
+    /// Analyzes the file on a thread of its own and returns when every request has completed (Sound Analysis'
+    /// `analyze() async`, which returns false when cancelled; here a cancel throws). Observers are called on that
+    /// thread; ``results`` streams get the same results. Cancelling the calling task cancels the analysis.
+    /// - Throws: `CancellationError` after ``cancelAnalysis()`` or when the task is cancelled; the first request's
+    ///   ``EarshotError`` when the file turned out undecodable (truncated, damaged) or a model could not be loaded;
+    ///   `.system` when no thread could be started.
+    public func analyze() async throws {
+        let run = AnalysisRun()
+        let outcome = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Outcome, any Error>) in
+                do {
+                    try startThread(named: "earshot-analyze") { continuation.resume(returning: self.perform(run)) }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        } onCancel: {
+            cancel(run)
+        }
+        switch outcome {
+        case .completed: return
+        case .cancelled: throw CancellationError()
+        case .failed(let error): throw error
+        }
+    }
+
+    /// Analyzes the file on a thread of its own, then calls `completionHandler` there (Sound Analysis'
+    /// `analyze(completionHandler:)`).
+    /// - Parameter completionHandler: gets true when every request completed, false when the analysis was
+    ///   cancelled, a request failed, or no thread could be started (the observers then get that `.system` error).
+    public func analyze(completionHandler: @escaping @Sendable (_ didReachEndOfFile: Bool) -> Void) {
+        let run = AnalysisRun()
+        do {
+            try startThread(named: "earshot-analyze") { completionHandler(self.perform(run) == .completed) }
+        } catch {
+            for entry in shared.withLock({ $0.entries }) {
+                entry.observer?.value.request(entry.request, didFailWithError: error)
+                streams.fail(entry.request, with: error)
+            }
+            completionHandler(false)
+        }
+    }
+
+    /// Stops the analysis in progress (Sound Analysis' `cancelAnalysis()`), from any thread or task, or from an
+    /// observer: the windows being scored are abandoned within one round (the inference workers stop at their next
+    /// batch of 16 patches, the decoder at its next chunk); no further result, failure or completion reaches the
+    /// observers, the ``results`` streams throw `CancellationError` at their next element (what they had buffered
+    /// is dropped), and `analyze() async` throws `CancellationError` (the blocking `analyze()` returns false). No effect
+    /// when no analysis runs, or once it has completed.
+    ///
+    /// - Important: called from another thread while an observer is being called, that one call may still
+    ///   finish after this returns; no call starts after it.
+    public func cancelAnalysis() {
+        shared.withLock { state in
+            guard let run = state.currentRun, run.cancel() else { return }
+            streams.cancelAll()
+        }
+    }
+
+    /// Figures of the last analysis, for tests and benchmarks.
+    package var lastAnalysisStatistics: AnalysisStatistics { shared.withLock { $0.lastStatistics } }
+
+    /// Cancels `run` (the task running it was cancelled): its streams too once it has started.
+    private func cancel(_ run: AnalysisRun) {
+        shared.withLock { state in
+            guard run.cancel(), state.currentRun === run else { return }
+            streams.cancelAll()
+        }
+    }
+
+    /// How an analysis ended.
+    private enum Outcome: Sendable, Equatable {
+        case completed
+        case cancelled
+        case failed(EarshotError)
+    }
+
+    /// Runs `run` (after any analysis running on this analyzer), then ends the streams.
+    private func perform(_ run: AnalysisRun) -> Outcome {
+        analysisGate.wait()
+        defer { analysisGate.signal() }
+        let (entries, threads, roundSize, decoder) = shared.withLock { state in
+            state.currentRun = run
+            state.decodingWarning = nil
+            if run.isCancelled { streams.cancelAll() }
+            let decoder = state.entries.isEmpty ? nil : state.decoder
+            if !state.entries.isEmpty { state.decoder = nil }
+            return (state.entries, state.maximumThreads, state.windowsPerRound, decoder)
+        }
+        let statistics = RunCounters()
+        let outcome = analyzeFile(
+            entries: entries, threads: threads, windowsPerRound: max(1, roundSize), decoder: decoder?.value, run: run,
+            statistics: statistics)
+        if outcome == .cancelled {
+            streams.cancelAll()
+        } else {
+            streams.finishAll()
+        }
+        shared.withLock { state in
+            state.currentRun = nil
+            state.lastStatistics = statistics.snapshot()
+        }
+        return outcome
+    }
+
+    /// The analysis itself: decoding, rounds of windows, delivery, completion.
+    private func analyzeFile(
+        entries: [Entry], threads: Int, windowsPerRound: Int, decoder: AudioFileDecoder?, run: AnalysisRun,
+        statistics: RunCounters
+    ) -> Outcome {
+        guard !entries.isEmpty else { return run.end() ? .completed : .cancelled }
+        // Cancelled while it waited for the analysis before it (or its task was cancelled before it started).
+        guard !run.isCancelled else { return .cancelled }
+        var failure: EarshotError?
         var requests: [RequestState] = []
         var sessionsByModel: [ObjectIdentifier: [YAMNetSession]] = [:]
-        let workers = max(1, min(maximumThreads, 64))
+        let workers = max(1, min(threads, 64))
         for entry in entries {
             do {
                 let model = try entry.request.model()
                 let sessions = sessionsByModel[ObjectIdentifier(model)] ?? (0..<workers).map { _ in model.makeSession() }
                 sessionsByModel[ObjectIdentifier(model)] = sessions
-                requests.append(RequestState(request: entry.request, observer: entry.observer, model: model, sessions: sessions))
+                requests.append(RequestState(
+                    request: entry.request, observer: entry.observer?.value, model: model, sessions: sessions, run: run,
+                    windowsPerRound: windowsPerRound, streams: streams, statistics: statistics))
             } catch {
-                entry.observer.request(entry.request, didFailWithError: error)
+                guard !run.isCancelled else { return .cancelled }
+                entry.observer?.value.request(entry.request, didFailWithError: error)
+                streams.fail(entry.request, with: error)
+                failure = failure ?? error
             }
         }
-        guard !requests.isEmpty else { return }
+        guard !requests.isEmpty else { return .failed(failure ?? EarshotError(.usage, "no request could run")) }
         if workers > 1 { BLASThreads.set(1) }
 
         var stream = WaveformBuffer()
@@ -108,10 +305,9 @@ public final class AudioFileAnalyzer {
                 opened = try AudioFileDecoder(url: url)
             }
         } catch {
-            for state in requests { state.observer.request(state.request, didFailWithError: error) }
-            return
+            for state in requests { state.fail(error) }
+            return run.isCancelled ? .cancelled : .failed(error)
         }
-        decoder = nil
         // With more than one core, a thread decodes and resamples ahead (at most one round of audio) while this
         // one scores: decoding no longer waits for inference, nor inference for decoding. With one, inline.
         var decodingThread = workers > 1
@@ -121,7 +317,9 @@ public final class AudioFileAnalyzer {
             do {
                 try startThread(named: "earshot-decode") {
                     do {
-                        let expected = try Self.decode(box.value) { chunk in ahead.put(.samples(chunk)) }
+                        let expected = try Self.decode(box.value, isCancelled: { ahead.isCancelled }) { chunk in
+                            ahead.put(.samples(chunk))
+                        }
                         ahead.put(.end(expectedLength: expected))
                     } catch let error as EarshotError {
                         ahead.put(.failure(error))
@@ -135,7 +333,11 @@ public final class AudioFileAnalyzer {
             }
         }
         let ahead = decodingThread
-        defer { ahead?.waitUntilFinished() }
+        defer {
+            // After a cancel the decoding thread may be waiting for room: it stops at its next chunk.
+            ahead?.cancel()
+            ahead?.waitUntilFinished()
+        }
         /// Takes decoded 16 kHz audio: scores every round it completes.
         func consume(_ chunk: [Float]) {
             stream.samples.append(contentsOf: chunk)
@@ -146,7 +348,7 @@ public final class AudioFileAnalyzer {
         }
         do throws(EarshotError) {
             if let ahead {
-                loop: while true {
+                loop: while !run.isCancelled {
                     switch ahead.take() {
                     case .samples(let chunk): consume(chunk)
                     case .end(let expected):
@@ -156,18 +358,21 @@ public final class AudioFileAnalyzer {
                     }
                 }
             } else {
-                stream.setEnd(try Self.decode(opened, deliver: consume))
+                stream.setEnd(try Self.decode(opened, isCancelled: { run.isCancelled }, deliver: consume))
             }
         } catch {
             for state in requests {
-                state.pending?.wait()  // its workers hold the sessions; its results are not delivered
-                state.pending = nil
-                state.observer.request(state.request, didFailWithError: error)
+                state.abandonPending()
+                state.fail(error)
             }
-            return
+            return run.isCancelled ? .cancelled : .failed(error)
+        }
+        guard !run.isCancelled else {
+            for state in requests { state.abandonPending() }
+            return .cancelled
         }
         // The decoding thread (if any) has delivered `.end`, through the handoff's lock: its writes are visible.
-        decodingWarning = opened.truncationWarning
+        shared.withLock { $0.decodingWarning = opened.truncationWarning }
         let total = stream.end
         for state in requests {
             let geometry = state.request.geometry
@@ -176,21 +381,30 @@ public final class AudioFileAnalyzer {
             state.windowLimit = windows
             scoreReadyRounds(state, stream: stream, onlyFullRounds: false)
             deliverPending(state)
-            state.observer.requestDidComplete(state.request)
+            guard !run.isCancelled else {
+                for state in requests { state.abandonPending() }
+                return .cancelled
+            }
+            state.observer?.requestDidComplete(state.request)
         }
+        guard run.end() else { return .cancelled }
+        return failure.map { .failed($0) } ?? .completed
     }
 
     /// Decodes `opened` to 16 kHz mono in chunks handed to `deliver` (about 1.4 s of input each: memory must not
     /// follow the rate a header claims) and returns the waveform's length as the reference computes it,
     /// `round(frames * 16000 / rate)` (as `decodeMono16k`; soxr's flush may give one sample more or fewer).
+    /// Stops early, at a chunk boundary, once `isCancelled` returns true (the length returned is then meaningless).
     /// - Throws: the decoder's and the resampler's ``EarshotError``s.
-    private static func decode(_ opened: AudioFileDecoder, deliver: ([Float]) -> Void) throws(EarshotError) -> Int {
+    private static func decode(
+        _ opened: AudioFileDecoder, isCancelled: () -> Bool, deliver: ([Float]) -> Void
+    ) throws(EarshotError) -> Int {
         let resampler = try Resampler(inputRate: Double(opened.sampleRate), outputRate: Double(YAMNet.sampleRate))
         var mono: [Float] = []
         let chunk = 65_536
         mono.reserveCapacity(chunk)
         var output: [Float] = []
-        while true {
+        while !isCancelled() {
             mono.removeAll(keepingCapacity: true)
             guard try opened.readMono(maxFrames: chunk, appendingTo: &mono) > 0 else { break }
             output.removeAll(keepingCapacity: true)
@@ -207,10 +421,14 @@ public final class AudioFileAnalyzer {
     /// One request during ``analyze()``: its next window and its sessions.
     private final class RequestState {
         let request: ClassifySoundRequest
-        let observer: any ResultsObserving
+        let observer: (any ResultsObserving)?
         let model: YAMNet
         let sessions: [YAMNetSession]
         let frontEnd = LogMelSpectrogram()
+        let run: AnalysisRun
+        let windowsPerRound: Int
+        let streams: ResultStreams
+        let statistics: RunCounters
         /// Index of the next window to score.
         var nextWindow = 0
         /// Windows in the file, once known (at the end of decoding).
@@ -219,22 +437,44 @@ public final class AudioFileAnalyzer {
         var pending: Round?
         var nextWindowStart: Int { nextWindow * request.geometry.hopSamples }
 
-        init(request: ClassifySoundRequest, observer: any ResultsObserving, model: YAMNet, sessions: [YAMNetSession]) {
+        init(
+            request: ClassifySoundRequest, observer: (any ResultsObserving)?, model: YAMNet, sessions: [YAMNetSession],
+            run: AnalysisRun, windowsPerRound: Int, streams: ResultStreams, statistics: RunCounters
+        ) {
             self.request = request
             self.observer = observer
             self.model = model
             self.sessions = sessions
+            self.run = run
+            self.windowsPerRound = windowsPerRound
+            self.streams = streams
+            self.statistics = statistics
+        }
+
+        /// Waits for the pending round's workers (they hold the sessions; after a cancel they stop at their next
+        /// batch) and drops its results.
+        func abandonPending() {
+            pending?.wait()
+            pending = nil
+        }
+
+        /// Reports `error` to the observer and the streams, unless the analysis was cancelled.
+        func fail(_ error: EarshotError) {
+            guard !run.isCancelled else { return }
+            observer?.request(request, didFailWithError: error)
+            streams.fail(request, with: error)
         }
     }
 
     /// Scores the windows of `state` that `stream` holds completely, in rounds of ``windowsPerRound``
-    /// (`onlyFullRounds`: leave a partial round for later, while the file is still being decoded).
+    /// (`onlyFullRounds`: leave a partial round for later, while the file is still being decoded). Starts no round
+    /// once the analysis is cancelled.
     private func scoreReadyRounds(_ state: RequestState, stream: WaveformBuffer, onlyFullRounds: Bool) {
         let geometry = state.request.geometry
-        while true {
+        while !state.run.isCancelled {
             let available = stream.end >= geometry.windowSamples
                 ? (stream.end - geometry.windowSamples) / geometry.hopSamples + 1 : 0
-            let roundSize = max(1, windowsPerRound)
+            let roundSize = state.windowsPerRound
             let last = min(available, state.windowLimit, state.nextWindow + roundSize)
             guard last > state.nextWindow else { return }
             if onlyFullRounds && last - state.nextWindow < roundSize { return }
@@ -247,6 +487,7 @@ public final class AudioFileAnalyzer {
             let previous = state.pending
             previous?.wait()
             round.start(sessions: state.sessions)
+            state.statistics.roundStarted(round.windows.count)
             state.pending = round
             if let previous { deliver(previous, state: state) }
             state.nextWindow = last
@@ -261,11 +502,13 @@ public final class AudioFileAnalyzer {
         deliver(round, state: state)
     }
 
-    /// Averages the patches of each window of `round` (finished) and hands the results to the observer.
+    /// Averages the patches of each window of `round` (finished) and hands the results to the observer and the
+    /// streams, in time order; stops as soon as the analysis is cancelled (also by the observer itself).
     private func deliver(_ round: Round, state: RequestState) {
         let geometry = state.request.geometry
         let labels = state.model.classLabels
         for (index, window) in round.windows.enumerated() {
+            guard !state.run.isCancelled else { return }
             var windowScores = [Float](repeating: 0, count: YAMNet.classCount)
             var windowEmbedding = [Float](repeating: 0, count: YAMNet.embeddingSize)
             for patch in 0..<geometry.patchesPerWindow {
@@ -282,9 +525,12 @@ public final class AudioFileAnalyzer {
             }
             let range = TimeRange(start: Double(window * geometry.hopSamples) / Double(YAMNet.sampleRate),
                                   duration: state.request.windowDuration)
-            state.observer.request(state.request, didProduce: .scored(
+            let result = ClassificationResult.scored(
                 by: state.request, timeRange: range, yamnetScores: windowScores, embedding: windowEmbedding,
-                yamnetLabels: labels, levelDBFS: round.levels[index]))
+                yamnetLabels: labels, levelDBFS: round.levels[index])
+            state.observer?.request(state.request, didProduce: result)
+            state.streams.yield(result, of: state.request)
+            state.statistics.windowDelivered()
         }
     }
 
@@ -314,7 +560,8 @@ public final class AudioFileAnalyzer {
             let first = window * geometry.hopSamples - firstSample
             return ClassificationResult.level(of: UnsafeBufferPointer(rebasing: samples[first..<(first + geometry.windowSamples)]))
         }
-        return Round(windows: windows, firstFrame: firstFrame, logMel: logMel, starts: starts, levels: levels)
+        return Round(windows: windows, firstFrame: firstFrame, logMel: logMel, starts: starts, levels: levels,
+                     run: state.run, statistics: state.statistics)
     }
 }
 
@@ -367,8 +614,16 @@ private final class Round: @unchecked Sendable {
     let embeddings: UnsafeMutableBufferPointer<Float>
     private let group = DispatchGroup()
     private let next = Atomic<Int>(0)
+    /// Checked before each batch: a cancelled analysis abandons the rest of the round.
+    private let run: AnalysisRun
+    private let statistics: RunCounters
 
-    init(windows: Range<Int>, firstFrame: Int, logMel: [Float], starts: [Int], levels: [Float]) {
+    init(
+        windows: Range<Int>, firstFrame: Int, logMel: [Float], starts: [Int], levels: [Float], run: AnalysisRun,
+        statistics: RunCounters
+    ) {
+        self.run = run
+        self.statistics = statistics
         self.windows = windows
         self.firstFrame = firstFrame
         self.logMel = logMel
@@ -407,10 +662,11 @@ private final class Round: @unchecked Sendable {
     private func work(_ session: YAMNetSession) {
         let patchValues = YAMNet.patchFrames * YAMNet.melBands
         var patches: [Float] = []
-        while true {
+        while !run.isCancelled {
             let first = next.wrappingAdd(Self.batch, ordering: .relaxed).oldValue
             guard first < starts.count else { return }
             let range = first..<min(starts.count, first + Self.batch)
+            statistics.patchesScored(range.count)
             let scores = scores.baseAddress! + range.lowerBound * YAMNet.classCount
             let embeddings = embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize
             logMel.withUnsafeBufferPointer { logMel in
@@ -456,6 +712,8 @@ private final class DecodedAudio: Sendable {
         var items: [Item] = []
         var head = 0
         var queuedSamples = 0
+        /// The consumer stopped (a cancelled analysis): `put` no longer waits, the decoder stops.
+        var cancelled = false
     }
 
     private let queue = Mutex(Queue())
@@ -468,17 +726,28 @@ private final class DecodedAudio: Sendable {
         self.limit = limit
     }
 
-    /// Appends `item`; waits while the queue holds `limit` samples or more.
+    /// Appends `item`; waits while the queue holds `limit` samples or more. Drops it once cancelled.
     func put(_ item: Item) {
         if case .samples = item {
-            while queue.withLock({ $0.queuedSamples >= limit }) { roomMade.wait() }
+            while queue.withLock({ !$0.cancelled && $0.queuedSamples >= limit }) { roomMade.wait() }
         }
-        queue.withLock {
-            if case .samples(let chunk) = item { $0.queuedSamples += chunk.count }
-            $0.items.append(item)
+        let dropped = queue.withLock { queue in
+            guard !queue.cancelled else { return true }
+            if case .samples(let chunk) = item { queue.queuedSamples += chunk.count }
+            queue.items.append(item)
+            return false
         }
-        itemsQueued.signal()
+        if !dropped { itemsQueued.signal() }
     }
+
+    /// The consumer takes nothing more: a producer waiting for room goes on, and stops at its next chunk.
+    func cancel() {
+        queue.withLock { $0.cancelled = true }
+        roomMade.signal()
+    }
+
+    /// Whether ``cancel()`` was called.
+    var isCancelled: Bool { queue.withLock { $0.cancelled } }
 
     /// The oldest item; waits for one.
     func take() -> Item {
@@ -513,4 +782,61 @@ private final class DecodedAudio: Sendable {
 private struct UncheckedBox<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
+}
+
+/// An observer kept by a `Sendable` analyzer: called only on the thread running an analysis (one at a time), as
+/// ``ResultsObserving`` documents.
+private struct ObserverBox: @unchecked Sendable {
+    let value: any ResultsObserving
+    init(_ value: any ResultsObserving) { self.value = value }
+}
+
+/// One analysis of an ``AudioFileAnalyzer``: running, then cancelled or ended, never both.
+private final class AnalysisRun: Sendable {
+    private static let running = 0, cancelled = 1, ended = 2
+    private let phase = Atomic<Int>(running)
+
+    /// True once ``cancel()`` succeeded. Read on the analysis thread and by the inference workers.
+    var isCancelled: Bool { phase.load(ordering: .acquiring) == Self.cancelled }
+
+    /// Running -> cancelled; false when it had already ended or been cancelled.
+    func cancel() -> Bool {
+        phase.compareExchange(expected: Self.running, desired: Self.cancelled, ordering: .acquiringAndReleasing).exchanged
+    }
+
+    /// Running -> ended (every completion delivered); false when it was cancelled first.
+    func end() -> Bool {
+        phase.compareExchange(expected: Self.running, desired: Self.ended, ordering: .acquiringAndReleasing).exchanged
+    }
+}
+
+/// What an analysis did, for tests and benchmarks (``AudioFileAnalyzer/lastAnalysisStatistics``).
+package struct AnalysisStatistics: Sendable, Equatable {
+    /// Rounds whose inference started (all requests).
+    package var roundsStarted = 0
+    /// Windows in those rounds.
+    package var windowsStarted = 0
+    /// Patches the inference workers took up (in batches of 16; a cancelled round leaves the rest).
+    package var patchesScored = 0
+    /// Results delivered (to observers and streams).
+    package var windowsDelivered = 0
+}
+
+/// ``AnalysisStatistics`` counted during an analysis (the workers count patches concurrently).
+private final class RunCounters: Sendable {
+    private let rounds = Atomic<Int>(0), windows = Atomic<Int>(0), patches = Atomic<Int>(0)
+    private let delivered = Atomic<Int>(0)
+
+    func roundStarted(_ windowCount: Int) {
+        rounds.wrappingAdd(1, ordering: .relaxed)
+        windows.wrappingAdd(windowCount, ordering: .relaxed)
+    }
+    func patchesScored(_ count: Int) { patches.wrappingAdd(count, ordering: .relaxed) }
+    func windowDelivered() { delivered.wrappingAdd(1, ordering: .relaxed) }
+
+    func snapshot() -> AnalysisStatistics {
+        AnalysisStatistics(
+            roundsStarted: rounds.load(ordering: .relaxed), windowsStarted: windows.load(ordering: .relaxed),
+            patchesScored: patches.load(ordering: .relaxed), windowsDelivered: delivered.load(ordering: .relaxed))
+    }
 }

@@ -5,13 +5,15 @@ import EarshotSupport
 import EarshotAudio
 import EarshotModel
 
-/// The sample format of the buffers an ``AudioStreamAnalyzer`` receives (Sound Analysis takes an `AVAudioFormat`).
+/// The sample format of the buffers an ``AudioStreamAnalyzer`` receives (Sound Analysis takes an `AVAudioFormat`;
+/// here interleaved 32-bit float samples at any rate).
 public struct AudioStreamFormat: Sendable, Equatable, Hashable {
-    /// Frames per second in Hz (> 0), e.g. 48000.
+    /// Frames per second in Hz (> 0), e.g. 48000 (`AVAudioFormat.sampleRate`).
     public var sampleRate: Double
-    /// Interleaved channels per frame (>= 1); the analyzer mixes them to mono (their mean).
+    /// Interleaved channels per frame (>= 1); the analyzer mixes them to mono (their mean) (`AVAudioFormat.channelCount`).
     public var channelCount: Int
 
+    /// A format of `channelCount` interleaved channels at `sampleRate` Hz (checked by ``AudioStreamAnalyzer/init(format:)``).
     public init(sampleRate: Double, channelCount: Int) {
         self.sampleRate = sampleRate
         self.channelCount = channelCount
@@ -36,16 +38,21 @@ public struct AudioStreamFormat: Sendable, Equatable, Hashable {
 /// with zeros exactly as ``AudioFileAnalyzer`` pads a file's end (so a whole file streamed through this class gives
 /// the file analyzer's results), then calls `requestDidComplete`. The analyzer can then take a new stream.
 ///
+/// Results go to each request's observer (``add(_:withObserver:)``) and to the ``results`` streams, which another
+/// task may consume (`for try await result in analyzer.results`): the tutorial's Combine subject, in Swift's own
+/// form.
+///
 /// Cost: one YAMNet session and one log-mel front end per analyzer; buffers are reused, so after warm-up a window
 /// allocates only its result (the sorted classifications).
 ///
-/// - Important: Not thread-safe: call it from one thread or serial queue. Observers are called on that thread,
-///   synchronously, from ``analyze(_:atAudioFramePosition:)`` and ``completeAnalysis()``, and must not call back
-///   into the analyzer.
+/// - Important: Not thread-safe: call it from one thread or serial queue (the capture's consumer). Observers are
+///   called on that thread, synchronously, from ``analyze(_:atAudioFramePosition:)`` and ``completeAnalysis()``,
+///   and must not call back into the analyzer. The ``results`` streams are `Sendable`: hand them to any task.
 public final class AudioStreamAnalyzer {
-    /// The input format given at creation.
+    /// The input format given at creation (Sound Analysis gives it to `SNAudioStreamAnalyzer(format:)` too).
     public let format: AudioStreamFormat
     /// Windows whose RMS level in dBFS is below this get a gated result without inference; nil (default) = no gate.
+    /// (Earshot's own: the Create ML story gates buffers below -40 dB before `analyze`; this gates windows.)
     public var gateThresholdDBFS: Float?
     /// Called with the 16 kHz mono samples the windows are cut from, as soon as the resampler produces them (before
     /// the windows they complete are scored), with the index of the first one on the stream's 16 kHz timeline:
@@ -55,17 +62,18 @@ public final class AudioStreamAnalyzer {
     /// the file analyzer's length. Nil (default): nothing is called.
     ///
     /// The buffer is valid only during the call; called on the analyzer's thread, it must return at once. (The
-    /// daemon's clip saving keeps these samples: they are exactly what the classifier hears.)
+    /// daemon's clip saving keeps these samples: they are exactly what the classifier hears.) Earshot's own; no Sound
+    /// Analysis counterpart.
     public var onResampledAudio: ((_ samples: UnsafeBufferPointer<Float>, _ firstSampleIndex: Int64) -> Void)?
 
     private final class Entry {
         let request: ClassifySoundRequest
-        let observer: any ResultsObserving
+        let observer: (any ResultsObserving)?
         let scorer: WindowScorer
         /// Start of the next window, in 16 kHz samples from the segment start.
         var nextWindowStart = 0
 
-        init(request: ClassifySoundRequest, observer: any ResultsObserving, scorer: WindowScorer) {
+        init(request: ClassifySoundRequest, observer: (any ResultsObserving)?, scorer: WindowScorer) {
             self.request = request
             self.observer = observer
             self.scorer = scorer
@@ -73,6 +81,7 @@ public final class AudioStreamAnalyzer {
     }
 
     private var entries: [Entry] = []
+    private let streams = ResultStreams()
     private let resampler: Resampler
     private var session: YAMNetSession?
     private let frontEnd = LogMelSpectrogram()
@@ -91,7 +100,7 @@ public final class AudioStreamAnalyzer {
     /// Index (in 16 kHz samples from the segment start) of the first sample not yet given to ``onResampledAudio``.
     private var deliveredSamples = 0
 
-    /// Creates an analyzer for buffers in `format`.
+    /// Creates an analyzer for buffers in `format` (Sound Analysis' `SNAudioStreamAnalyzer(format:)`).
     /// - Throws: ``EarshotError`` `.usage` when the sample rate is not in (0, 10000000) Hz (the bound keeps buffers
     ///   sized from the rate small) or the channel count is not in 1...1024.
     public init(format: AudioStreamFormat) throws(EarshotError) {
@@ -106,10 +115,38 @@ public final class AudioStreamAnalyzer {
         samples.reserveCapacity(Int(format.sampleRate) * 2)
     }
 
-    /// Adds a request whose results go to `observer` (kept with a strong reference).
+    /// Adds a request whose results go to `observer` (kept with a strong reference) and to the ``results`` streams
+    /// (Sound Analysis' `SNAudioStreamAnalyzer.add(_:withObserver:)`).
     /// - Throws: ``EarshotError`` when the request's model cannot be loaded, or `.usage` when the request was
     ///   already added.
     public func add(_ request: ClassifySoundRequest, withObserver observer: any ResultsObserving) throws(EarshotError) {
+        try add(request, observer: observer)
+    }
+
+    /// Adds a request whose results go only to the ``results`` streams (no observer; Apple's analyzers always
+    /// take one).
+    /// - Throws: as ``add(_:withObserver:)``.
+    public func add(_ request: ClassifySoundRequest) throws(EarshotError) {
+        try add(request, observer: nil)
+    }
+
+    /// The results of every request from now until the end of the stream (Sound Analysis has only observers; this
+    /// is the tutorial's subject in Swift's own form): each access makes a new stream (one consumer each), which
+    /// ends normally at ``completeAnalysis()``, or throws the error observers get with
+    /// `request(_:didFailWithError:)` (a buffer that is not whole frames, a resampler failure) and ends there,
+    /// while the analyzer goes on. A stream made after ``completeAnalysis()`` gets the next stream's results. With
+    /// several requests, ``results(for:)`` keeps them apart. A stream buffers what its consumer has not taken yet,
+    /// without limit (about 20 KB per result), so that the analysis never waits for it: consume every stream you make.
+    public var results: AsyncThrowingStream<ClassificationResult, any Error> {
+        streams.stream(for: nil)
+    }
+
+    /// The results of `request` alone, as ``results``.
+    public func results(for request: ClassifySoundRequest) -> AsyncThrowingStream<ClassificationResult, any Error> {
+        streams.stream(for: request)
+    }
+
+    private func add(_ request: ClassifySoundRequest, observer: (any ResultsObserving)?) throws(EarshotError) {
         guard !entries.contains(where: { $0.request === request }) else {
             throw EarshotError(.usage, "this request was already added to the analyzer (create another request)")
         }
@@ -127,18 +164,19 @@ public final class AudioStreamAnalyzer {
         samples.reserveCapacity(longest + Int(format.sampleRate))
     }
 
-    /// Removes a request; its observer gets no more calls.
+    /// Removes a request; its observer gets no more calls (Sound Analysis' `removeRequest(_:)`).
     public func removeRequest(_ request: ClassifySoundRequest) {
         entries.removeAll { $0.request === request }
     }
 
-    /// Removes every request.
+    /// Removes every request (Sound Analysis' `removeAllRequests()`).
     public func removeAllRequests() {
         entries.removeAll()
     }
 
     /// Analyzes a buffer of interleaved samples (`[frames, channelCount]`, full scale ±1) that starts at frame
-    /// `position` of the stream (in frames at the input sample rate). Samples are sanitized first
+    /// `position` of the stream (in frames at the input sample rate; Sound Analysis'
+    /// `analyze(_:atAudioFramePosition:)`, which takes an `AVAudioPCMBuffer`). Samples are sanitized first
     /// (``SampleSanitizer``: NaN -> 0, beyond ±1000 including ±inf -> ±1000).
     ///
     /// Results of the windows this buffer completes go to the observers before the call returns. A `position` other
@@ -149,7 +187,8 @@ public final class AudioStreamAnalyzer {
         buffer.withUnsafeBufferPointer { analyze($0, atAudioFramePosition: position) }
     }
 
-    /// Analyzes a buffer of interleaved samples without copying it; see ``analyze(_:atAudioFramePosition:)-([Float],_)``.
+    /// Analyzes a buffer of interleaved samples without copying it (Sound Analysis'
+    /// `analyze(_:atAudioFramePosition:)`); see ``analyze(_:atAudioFramePosition:)-([Float],_)``.
     public func analyze(_ buffer: UnsafeBufferPointer<Float>, atAudioFramePosition position: Int64) {
         let channels = format.channelCount
         guard buffer.count % channels == 0 else {
@@ -194,8 +233,9 @@ public final class AudioStreamAnalyzer {
         discardConsumedSamples()
     }
 
-    /// Ends the stream: flushes the resampler, scores the remaining audio in zero-padded windows (as the file
-    /// analyzer pads a file's end), calls `requestDidComplete` on each observer, and resets for a new stream.
+    /// Ends the stream (Sound Analysis' `completeAnalysis()`): flushes the resampler, scores the remaining audio in
+    /// zero-padded windows (as the file analyzer pads a file's end), calls `requestDidComplete` on each observer,
+    /// ends the ``results`` streams, and resets for a new stream.
     public func completeAnalysis() {
         if segmentStartPosition != nil {
             do {
@@ -221,8 +261,9 @@ public final class AudioStreamAnalyzer {
             }
         }
         for entry in entries {
-            entry.observer.requestDidComplete(entry.request)
+            entry.observer?.requestDidComplete(entry.request)
         }
+        streams.finishAll()
         startSegment(at: nil)
     }
 
@@ -300,7 +341,8 @@ public final class AudioStreamAnalyzer {
             result = .scored(by: entry.request, timeRange: range, yamnetScores: scored.scores, embedding: scored.embedding,
                              yamnetLabels: entry.scorer.labels, levelDBFS: level)
         }
-        entry.observer.request(entry.request, didProduce: result)
+        entry.observer?.request(entry.request, didProduce: result)
+        streams.yield(result, of: entry.request)
     }
 
     /// Drops samples no request needs any more (before the earliest next window start).
@@ -315,7 +357,8 @@ public final class AudioStreamAnalyzer {
 
     private func fail(_ error: EarshotError) {
         for entry in entries {
-            entry.observer.request(entry.request, didFailWithError: error)
+            entry.observer?.request(entry.request, didFailWithError: error)
         }
+        streams.failAll(with: error)
     }
 }

@@ -7,13 +7,15 @@ import EarshotModel
 
 /// A span of audio in seconds, from the start of the file or stream (Sound Analysis' `CMTimeRange`, in seconds).
 public struct TimeRange: Sendable, Equatable, Hashable {
-    /// Start in seconds (>= 0 for files; for streams, frame position / sample rate of the first frame).
+    /// Start in seconds (>= 0 for files; for streams, frame position / sample rate of the first frame)
+    /// (`CMTimeRange.start`).
     public var start: Double
-    /// Duration in seconds (> 0).
+    /// Duration in seconds (> 0) (`CMTimeRange.duration`).
     public var duration: Double
-    /// `start + duration`, in seconds.
+    /// `start + duration`, in seconds (`CMTimeRange.end`).
     public var end: Double { start + duration }
 
+    /// A range of `duration` seconds from `start` (`CMTimeRange(start:duration:)`).
     public init(start: Double, duration: Double) {
         self.start = start
         self.duration = duration
@@ -23,11 +25,13 @@ public struct TimeRange: Sendable, Equatable, Hashable {
 /// One class and the classifier's confidence in it (Sound Analysis' `SNClassification`).
 public struct Classification: Sendable, Equatable, Hashable {
     /// The class label: for the built-in classifier, the AudioSet display name (e.g. `Speech`,
-    /// `Smoke detector, smoke alarm`), as in YAMNet's `yamnet_class_map.csv`.
+    /// `Smoke detector, smoke alarm`), as in YAMNet's `yamnet_class_map.csv` (`SNClassification.identifier`).
     public let identifier: String
-    /// The score in 0...1 (YAMNet's sigmoid output; classes are independent, so scores do not sum to 1).
+    /// The score in 0...1 (YAMNet's sigmoid output; classes are independent, so scores do not sum to 1)
+    /// (`SNClassification.confidence`).
     public let confidence: Double
 
+    /// A class and its confidence (e.g. for a custom classifier's results).
     public init(identifier: String, confidence: Double) {
         self.identifier = identifier
         self.confidence = confidence
@@ -36,28 +40,31 @@ public struct Classification: Sendable, Equatable, Hashable {
 
 /// The classifier's output for one analysis window (Sound Analysis' `SNClassificationResult`).
 public struct ClassificationResult: Sendable, Equatable {
-    /// The window's time range, in seconds; `duration` is the request's `windowDuration`.
+    /// The window's time range, in seconds; `duration` is the request's `windowDuration`
+    /// (`SNClassificationResult.timeRange`).
     public let timeRange: TimeRange
-    /// Every class with its confidence, highest first (ties: lower class index first); empty when ``isGated``.
+    /// Every class with its confidence, highest first (ties: lower class index first); empty when ``isGated``
+    /// (`SNClassificationResult.classifications`).
     public let classifications: [Classification]
     /// Scores by class index (`[521]` for the built-in classifier, index order of `YAMNet.classLabels`; for a custom
     /// model, the head's probabilities in the order of ``ClassifierHead/labels``, summing to 1); empty when
-    /// ``isGated``. The same numbers as ``classifications``, for code that works with class indices.
+    /// ``isGated``. The same numbers as ``classifications``, for code that works with class indices. (Earshot's own.)
     public let scores: [Float]
     /// The window's level: RMS of its 16 kHz samples in dBFS, `20 * log10(rms)` (a full-scale sine reads
-    /// -3.01 dBFS, digital silence reads the floor, ``ClassificationResult/levelFloorDBFS``).
+    /// -3.01 dBFS, digital silence reads the floor, ``ClassificationResult/levelFloorDBFS``). (Earshot's own.)
     public let levelDBFS: Float
     /// True when an ``AudioStreamAnalyzer``'s gate was closed (``levelDBFS`` below its threshold): no inference ran
-    /// and ``classifications`` is empty.
+    /// and ``classifications`` is empty. (Earshot's own.)
     public let isGated: Bool
     /// The window's YAMNet embedding `[1024]`: the mean over its 0.96 s patches of the 1024-d output of the last
     /// block (values >= 0). Classifier heads (``ClassifierHead``) take it, so one backbone pass serves every head.
-    /// Empty when ``isGated``.
+    /// Empty when ``isGated``. (Earshot's own; Sound Analysis does not expose its embeddings.)
     public let embedding: [Float]
 
-    /// The lowest level reported, in dBFS (for digital silence, where `log10(0)` is minus infinity).
+    /// The lowest level reported, in dBFS (for digital silence, where `log10(0)` is minus infinity). (Earshot's own.)
     public static let levelFloorDBFS: Float = -120
 
+    /// A result made of its parts (for a custom classifier's results, or tests; the analyzers make their own).
     public init(
         timeRange: TimeRange, classifications: [Classification], scores: [Float], levelDBFS: Float, isGated: Bool,
         embedding: [Float] = []
@@ -70,7 +77,8 @@ public struct ClassificationResult: Sendable, Equatable {
         self.embedding = embedding
     }
 
-    /// The classification for a class label, or nil when the label is unknown (or the window was gated).
+    /// The classification for a class label, or nil when the label is unknown (or the window was gated)
+    /// (`SNClassificationResult.classification(forIdentifier:)`).
     public func classification(forIdentifier identifier: String) -> Classification? {
         classifications.first { $0.identifier == identifier }
     }
@@ -121,11 +129,12 @@ public struct ClassificationResult: Sendable, Equatable {
 /// An analyzer keeps a strong reference to each observer until the request is removed or the analyzer is released
 /// (Apple's analyzers do not; here an observer cannot vanish mid-analysis).
 public protocol ResultsObserving: AnyObject {
-    /// A window's result.
+    /// A window's result (`request(_:didProduce:)`).
     func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult)
-    /// The request failed (e.g. the file turned out truncated); no more results or completion follow for it.
+    /// The request failed (e.g. the file turned out truncated); no more results or completion follow for it
+    /// (`request(_:didFailWithError:)`). Not called after a cancel.
     func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError)
-    /// The request finished: every window has been delivered.
+    /// The request finished: every window has been delivered (`requestDidComplete(_:)`). Not called after a cancel.
     func requestDidComplete(_ request: ClassifySoundRequest)
 }
 

@@ -19,14 +19,17 @@ import EarshotModel
 ///
 /// Requests are immutable; invalid values are refused at creation.
 public final class ClassifySoundRequest: Sendable {
-    /// Which classifier scores the windows.
+    /// Which classifier scores the windows (Sound Analysis chooses with the initialiser:
+    /// `classifierIdentifier:` for the built-in one, `mlModel:` for a custom one).
     public enum Classifier: Sendable, Equatable {
-        /// YAMNet (TF Hub google/yamnet/1), loaded once per process from the installed `Models/` directory.
+        /// YAMNet (TF Hub google/yamnet/1), loaded once per process from the installed `Models/` directory
+        /// (``ClassifierIdentifier/version1``, Apple's `SNClassifierIdentifier.version1`).
         case builtIn
         /// A custom classifier head (``ClassifierHead``, made by `earshot train` or `earshot enroll`) on YAMNet's
-        /// embeddings; results carry the head's labels and its probabilities.
+        /// embeddings; results carry the head's labels and its probabilities (Apple's `mlModel:`, a Core ML model).
         case custom(ClassifierHead)
 
+        /// The same classifier: both built in, or the same head object.
         public static func == (lhs: Classifier, rhs: Classifier) -> Bool {
             switch (lhs, rhs) {
             case (.builtIn, .builtIn): true
@@ -36,21 +39,26 @@ public final class ClassifySoundRequest: Sendable {
         }
     }
 
-    /// The shortest window in seconds: one YAMNet patch (96 frames of 10 ms).
+    /// The shortest window in seconds: one YAMNet patch (96 frames of 10 ms); the lower bound of
+    /// ``windowDurationConstraint``.
     public static let minimumWindowDuration = 0.96
-    /// The longest window in seconds (one hour; a bound that keeps buffers and counts finite).
+    /// The longest window in seconds (one hour; a bound that keeps buffers and counts finite); the upper bound of
+    /// ``windowDurationConstraint``.
     public static let maximumWindowDuration = 3_600.0
 
-    /// The classifier.
+    /// The classifier (Sound Analysis fixes it at creation too).
     public let classifier: Classifier
-    /// Window length in seconds, 0.96...3600.
+    /// Window length in seconds, within ``windowDurationConstraint`` (0.96...3600) (Sound Analysis'
+    /// `windowDuration`, a settable `CMTime` there).
     public let windowDuration: Double
-    /// Fraction of a window shared with the next one, 0 <= overlapFactor < 1.
+    /// Fraction of a window shared with the next one, 0 <= overlapFactor < 1 (Sound Analysis' `overlapFactor`,
+    /// settable there).
     public let overlapFactor: Double
     /// Patch and hop sizes derived from the two values above.
     package let geometry: WindowGeometry
 
-    /// Creates a request.
+    /// Creates a request: Earshot's initialiser, with the classifier as a value; Apple's spellings are
+    /// ``init(classifierIdentifier:windowDuration:overlapFactor:)`` and ``init(model:windowDuration:overlapFactor:)``.
     /// - Parameters:
     ///   - classifier: the classifier (default: the built-in YAMNet).
     ///   - windowDuration: window length in seconds, 0.96...3600 (default 0.96).
@@ -58,10 +66,7 @@ public final class ClassifySoundRequest: Sendable {
     /// - Throws: ``EarshotError`` `.usage` naming the value and the allowed range, also when the two leave windows
     ///   less than 5 ms apart (they start on the 10 ms log-mel hop; at most 0.994 overlap for a 0.96 s window).
     public init(classifier: Classifier = .builtIn, windowDuration: Double = 0.96, overlapFactor: Double = 0.5) throws(EarshotError) {
-        guard windowDuration.isFinite, windowDuration >= Self.minimumWindowDuration - 1e-9,
-              windowDuration <= Self.maximumWindowDuration else {
-            throw EarshotError(.usage, "windowDuration \(windowDuration) s is out of range (allowed: 0.96 to 3600 seconds)")
-        }
+        try Self.windowDurationConstraint.check(windowDuration: windowDuration)
         guard overlapFactor.isFinite, overlapFactor >= 0, overlapFactor < 1 else {
             throw EarshotError(.usage, "overlapFactor \(overlapFactor) is out of range (allowed: 0 <= overlapFactor < 1)")
         }
@@ -93,12 +98,67 @@ public final class ClassifySoundRequest: Sendable {
             overlapFactor: overlapFactor ?? head.metadata.overlapFactor)
     }
 
-    /// The labels this request can produce, index = class index (521 AudioSet display names for the built-in
-    /// classifier, the head's labels for a custom model).
-    /// - Throws: ``EarshotError`` when the built-in model cannot be loaded (see `YAMNet.builtIn()`).
-    public func knownClassifications() throws(EarshotError) -> [String] {
-        if let head { return head.labels }
-        return try model().classLabels
+    /// A request for a built-in classifier named by its identifier (Sound Analysis'
+    /// `SNClassifySoundRequest(classifierIdentifier:)`): `ClassifySoundRequest(classifierIdentifier: .version1)` is
+    /// the same request as `ClassifySoundRequest(classifier: .builtIn)`.
+    ///
+    /// Apple's request takes `windowDuration` and `overlapFactor` as settable properties; here a request is
+    /// immutable (it is `Sendable` and may be shared by analyzers on several threads), so they are passed here.
+    /// - Parameters:
+    ///   - classifierIdentifier: the built-in classifier, ``ClassifierIdentifier/version1`` (YAMNet).
+    ///   - windowDuration: window length in seconds, within ``windowDurationConstraint`` (default 0.96).
+    ///   - overlapFactor: overlap between successive windows, 0 <= value < 1 (default 0.5, a 0.48 s hop).
+    /// - Throws: ``EarshotError`` `.usage` for an identifier that names no built-in classifier here, and as
+    ///   ``init(classifier:windowDuration:overlapFactor:)`` for the window and the overlap.
+    public convenience init(
+        classifierIdentifier: ClassifierIdentifier, windowDuration: Double = 0.96, overlapFactor: Double = 0.5
+    ) throws(EarshotError) {
+        guard classifierIdentifier == .version1 else {
+            throw EarshotError(.usage, "unknown classifier identifier \"\(classifierIdentifier.rawValue)\" (built in: \"\(ClassifierIdentifier.version1.rawValue)\", YAMNet)")
+        }
+        try self.init(classifier: .builtIn, windowDuration: windowDuration, overlapFactor: overlapFactor)
+    }
+
+    /// The identifier of the built-in classifier this request uses, or nil for a custom model (Sound Analysis
+    /// names no identifier for `SNClassifySoundRequest(mlModel:)` either).
+    public var classifierIdentifier: ClassifierIdentifier? {
+        classifier == .builtIn ? .version1 : nil
+    }
+
+    /// The window durations this request's classifier accepts (Sound Analysis'
+    /// `SNClassifySoundRequest.windowDurationConstraint`): the same for every request, see the static
+    /// ``ClassifySoundRequest/windowDurationConstraint``.
+    public var windowDurationConstraint: TimeDurationConstraint { Self.windowDurationConstraint }
+
+    /// The window durations Earshot's classifiers accept: 0.96 to 3600 seconds (a range, Sound Analysis'
+    /// `SNTimeDurationConstraint` of type `.range`).
+    ///
+    /// Why: YAMNet, the built-in classifier and the backbone of every custom head, scores 0.96 s log-mel patches
+    /// (96 frames of 10 ms), so no window can be shorter than one patch. A longer window is scored as the mean of
+    /// the patches that fit inside it at 0.48 s steps, `1 + floor((windowDuration - 0.96) / 0.48)` of them: the
+    /// durations 0.96 + 0.48 k s (0.96, 1.44, 1.92, ...) are covered exactly; for any other duration the last
+    /// `(windowDuration - 0.96) mod 0.48` seconds of each window are outside its patches (they are still inside the
+    /// next window's). The upper bound keeps buffers and counts finite. A duration outside the range is refused by
+    /// every initialiser with ``TimeDurationConstraint/check(windowDuration:)``'s message, e.g.
+    /// `windowDuration 0.5 s is out of range (allowed: 0.96 to 3600 seconds)`.
+    public static let windowDurationConstraint = TimeDurationConstraint(
+        .durationRange(minimumWindowDuration...maximumWindowDuration))
+
+    /// The labels this request can produce, index = class index (Sound Analysis'
+    /// `SNClassifySoundRequest.knownClassifications`): 521 AudioSet display names for the built-in classifier, the
+    /// head's labels for a custom model.
+    ///
+    /// Spelt as Apple's property, `request.knownClassifications` (a collection of `String`), and callable as before,
+    /// `try request.knownClassifications()`, which also says why the labels are missing: the built-in labels come
+    /// with the model, which is loaded (once per process) on first use and may be absent. Through the property, a
+    /// model that cannot be loaded gives an empty collection.
+    public var knownClassifications: KnownClassifications {
+        if let head { return KnownClassifications(.success(head.labels)) }
+        do throws(EarshotError) {
+            return KnownClassifications(.success(try model().classLabels))
+        } catch {
+            return KnownClassifications(.failure(error))
+        }
     }
 
     /// The custom head, or nil for the built-in classifier.
@@ -113,12 +173,112 @@ public final class ClassifySoundRequest: Sendable {
     }
 }
 
-/// The built-in YAMNet, loaded once per process and shared (a `YAMNet` is immutable and thread-safe).
+/// Names a built-in sound classifier (Sound Analysis' `SNClassifierIdentifier`).
+public struct ClassifierIdentifier: RawRepresentable, Sendable, Hashable {
+    /// The identifier's name.
+    public let rawValue: String
+
+    /// An identifier by name (`SNClassifierIdentifier(rawValue:)`); only ``version1`` names a classifier here.
+    public init(rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// The first built-in classifier (Sound Analysis' `SNClassifierIdentifier.version1`): here YAMNet, TF Hub
+    /// google/yamnet/1 (521 AudioSet classes, 0.96 s patches), where Apple's is its own classifier of about 300
+    /// classes. The same as ``ClassifySoundRequest/Classifier/builtIn``.
+    public static let version1 = ClassifierIdentifier(rawValue: "version1")
+}
+
+/// Which window durations a classifier accepts (Sound Analysis' `SNTimeDurationConstraint`), in seconds.
+public struct TimeDurationConstraint: Sendable, Equatable {
+    /// The kind of constraint (Sound Analysis' `SNTimeDurationConstraintType`, with its values attached).
+    public enum ConstraintType: Sendable, Equatable {
+        /// Only these durations, in seconds (Apple's `.enumerated` with `enumeratedDurations`).
+        case enumeratedDurations([Double])
+        /// Any duration in this closed range, in seconds (Apple's `.range` with `durationRange`).
+        case durationRange(ClosedRange<Double>)
+    }
+
+    /// The constraint (Apple's `type`).
+    public let type: ConstraintType
+
+    /// A constraint of `type`.
+    public init(_ type: ConstraintType) {
+        self.type = type
+    }
+
+    /// The allowed durations for an enumerated constraint, else empty (Apple's `enumeratedDurations`).
+    public var enumeratedDurations: [Double] {
+        if case .enumeratedDurations(let durations) = type { return durations }
+        return []
+    }
+
+    /// The allowed range for a range constraint, else nil (Apple's `durationRange`).
+    public var durationRange: ClosedRange<Double>? {
+        if case .durationRange(let range) = type { return range }
+        return nil
+    }
+
+    /// Whether a window of `seconds` is allowed (within a nanosecond of an allowed value or bound). (Earshot's own.)
+    public func allows(_ seconds: Double) -> Bool {
+        guard seconds.isFinite else { return false }
+        switch type {
+        case .enumeratedDurations(let durations):
+            return durations.contains { abs($0 - seconds) <= 1e-9 }
+        case .durationRange(let range):
+            return seconds >= range.lowerBound - 1e-9 && seconds <= range.upperBound + 1e-9
+        }
+    }
+
+    /// Refuses a window duration the constraint does not allow (Earshot's own: Apple's request raises an exception
+    /// when `windowDuration` is set outside its constraint).
+    /// - Throws: ``EarshotError`` `.usage`: for a range, `windowDuration 0.5 s is out of range (allowed: 0.96 to
+    ///   3600 seconds)`; for enumerated durations, `windowDuration 1.0 s is not allowed (allowed: 0.96, 1.44 seconds)`.
+    public func check(windowDuration seconds: Double) throws(EarshotError) {
+        guard !allows(seconds) else { return }
+        switch type {
+        case .enumeratedDurations(let durations):
+            let list = durations.map { SettingRules.format($0) }.joined(separator: ", ")
+            throw EarshotError(.usage, "windowDuration \(seconds) s is not allowed (allowed: \(list) seconds)")
+        case .durationRange(let range):
+            throw EarshotError(.usage, "windowDuration \(seconds) s is out of range (allowed: \(SettingRules.format(range.lowerBound)) to \(SettingRules.format(range.upperBound)) seconds)")
+        }
+    }
+}
+
+/// A request's class labels (``ClassifySoundRequest/knownClassifications``): a collection of the labels, index =
+/// class index, which can also be called, `try request.knownClassifications()`, to get them as an array or the
+/// reason they are missing (the built-in model could not be loaded).
+public struct KnownClassifications: RandomAccessCollection, Sendable, Equatable {
+    private let outcome: Result<[String], EarshotError>
+    private let labels: [String]
+
+    init(_ outcome: Result<[String], EarshotError>) {
+        self.outcome = outcome
+        labels = (try? outcome.get()) ?? []
+    }
+
+    /// The first label's index, 0.
+    public var startIndex: Int { labels.startIndex }
+    /// The number of labels.
+    public var endIndex: Int { labels.endIndex }
+    /// The label of class `position`.
+    public subscript(position: Int) -> String { labels[position] }
+
+    /// The labels as an array.
+    /// - Throws: ``EarshotError`` when the built-in model cannot be loaded (see `YAMNet.builtIn()`).
+    public func callAsFunction() throws(EarshotError) -> [String] {
+        try outcome.get()
+    }
+}
+
+/// The built-in YAMNet, loaded once per process and shared (a `YAMNet` is immutable and thread-safe). Earshot's own
+/// (Sound Analysis loads its classifier behind `SNClassifySoundRequest`).
 public enum BuiltInClassifier {
     private static let loaded = Mutex<YAMNet?>(nil)
 
     /// The process-wide built-in model; the first call loads it (`YAMNet.builtIn()`), later calls return the same
-    /// instance. Thread-safe.
+    /// instance. Thread-safe. (Earshot's own.)
     /// - Throws: as `YAMNet.builtIn()` (the model files cannot be found or read); a later call tries again.
     public static func shared() throws(EarshotError) -> YAMNet {
         try loaded.withLock { (model: inout YAMNet?) throws(EarshotError) -> YAMNet in

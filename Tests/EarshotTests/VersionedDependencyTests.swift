@@ -21,7 +21,7 @@ struct VersionedDependencyTests {
         .enabled(if: ConsumerBuild.isGitCheckout, Comment(rawValue: ConsumerBuild.notACheckoutMessage)),
         .timeLimit(.minutes(45))
     )
-    func consumerPackageBuildsAndAnalyzes() throws {
+    func consumerPackageBuildsAndAnalyzes() async throws {
         let (git, swift) = try #require(ConsumerBuild.gitAndSwift)
         let root = TestPaths.packageRoot
         let demo = root.appendingPathComponent("samples/demo.flac")
@@ -30,17 +30,7 @@ struct VersionedDependencyTests {
         try FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: temporary) }
 
-        // A bare repository holding HEAD's history and one tag, 0.1.0, on HEAD (no other tags, so `from: "0.1.0"`
-        // resolves to exactly this commit).
-        let clone = temporary.appendingPathComponent("earshot.git")
-        for arguments in [
-            ["init", "--quiet", "--bare", clone.path],
-            ["-C", clone.path, "fetch", "--quiet", "--no-tags", root.path, "HEAD"],
-            ["-C", clone.path, "tag", "0.1.0", "FETCH_HEAD"],
-        ] {
-            let step = try ConsumerBuild.run(git, arguments, timeout: 300)
-            try #require(step.status == 0, "git \(arguments.joined(separator: " ")) failed: \(step.tail)")
-        }
+        let clone = try ConsumerBuild.tagHEAD(git: git, in: temporary)
 
         let consumer = temporary.appendingPathComponent("consumer")
         let sources = consumer.appendingPathComponent("Sources/Consumer")
@@ -49,39 +39,18 @@ struct VersionedDependencyTests {
             .write(to: consumer.appendingPathComponent("Package.swift"), atomically: true, encoding: .utf8)
         try ConsumerBuild.main.write(to: sources.appendingPathComponent("main.swift"), atomically: true, encoding: .utf8)
 
-        // SwiftPM keeps caches and fingerprints under HOME and ~/.cache by default, and lock files (and the compiler
-        // its scratch directories) in TMPDIR: all of it goes to `temporary`.
-        let home = temporary.appendingPathComponent("home"), scratchTemporary = temporary.appendingPathComponent("tmp")
-        for directory in [home, scratchTemporary] {
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        }
-        var environment = ProcessInfo.processInfo.environment
-        environment["HOME"] = home.path
-        environment["TMPDIR"] = scratchTemporary.path
-        environment["XDG_CACHE_HOME"] = home.appendingPathComponent(".cache").path
-        environment["XDG_CONFIG_HOME"] = home.appendingPathComponent(".config").path
-        let scratch = temporary.appendingPathComponent("build")
-        let common = [
-            "--package-path", consumer.path, "--scratch-path", scratch.path,
-            "--cache-path", temporary.appendingPathComponent("cache").path,
-            "--config-path", temporary.appendingPathComponent("config").path,
-            "--security-path", temporary.appendingPathComponent("security").path,
-            "--manifest-cache", "local", "--disable-dependency-cache",
-        ]
+        let swiftPM = try ConsumerBuild.IsolatedSwiftPM(swift: swift, package: consumer, in: temporary)
         let started = Date()
-        let build = try ConsumerBuild.run(swift, ["build"] + common, environment: environment, timeout: 40 * 60)
+        let build = try await swiftPM.build()
         print("consumer build: status \(build.status) after \(Int(Date().timeIntervalSince(started))) s")
         #expect(!build.output.contains("unsafe build flags"), "\(build.tail)")
         try #require(build.status == 0, "the consumer package did not build: \(build.tail)")
-        let binPath = try ConsumerBuild.run(swift, ["build", "--show-bin-path"] + common, environment: environment,
-                                            timeout: 300)
-        try #require(binPath.status == 0, "swift build --show-bin-path failed: \(binPath.tail)")
-        let executable = URL(fileURLWithPath: binPath.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines))
-            .appendingPathComponent("Consumer")
+        let executable = try await swiftPM.binPath().appendingPathComponent("Consumer")
+        var environment = swiftPM.environment
 
         // The model from this checkout (the consumer would also find it in its checkout of the dependency).
         environment["EARSHOT_MODELS_DIR"] = root.appendingPathComponent("Models").path
-        let run = try ConsumerBuild.run(executable, [demo.path], environment: environment, timeout: 10 * 60)
+        let run = try await ConsumerBuild.runOffThePool(executable, [demo.path], environment: environment, timeout: 10 * 60)
         try #require(run.status == 0, "the consumer failed: \(run.tail)")
         let theirs = run.standardOutput.split(separator: "\n").compactMap { ConsumerBuild.Window($0) }
 
@@ -126,6 +95,65 @@ enum ConsumerBuild {
             if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
         }
         return nil
+    }
+
+    /// A bare repository `earshot.git` in `temporary` holding HEAD's history and one tag, 0.1.0, on HEAD (no other
+    /// tags, so `from: "0.1.0"` resolves to exactly this commit).
+    static func tagHEAD(git: URL, in temporary: URL) throws -> URL {
+        let clone = temporary.appendingPathComponent("earshot.git")
+        for arguments in [
+            ["init", "--quiet", "--bare", clone.path],
+            ["-C", clone.path, "fetch", "--quiet", "--no-tags", TestPaths.packageRoot.path, "HEAD"],
+            ["-C", clone.path, "tag", "0.1.0", "FETCH_HEAD"],
+        ] {
+            let step = try run(git, arguments, timeout: 300)
+            try #require(step.status == 0, "git \(arguments.joined(separator: " ")) failed: \(step.tail)")
+        }
+        return clone
+    }
+
+    /// `swift build` of one package with everything SwiftPM writes kept under `temporary`: it keeps caches and
+    /// fingerprints under HOME and ~/.cache by default, and lock files (and the compiler its scratch directories) in
+    /// TMPDIR.
+    struct IsolatedSwiftPM {
+        let swift: URL
+        /// This process's environment with HOME, TMPDIR and the XDG directories in `temporary`; add to it.
+        var environment: [String: String]
+        /// `--package-path` and the scratch, cache, configuration and security paths.
+        let options: [String]
+
+        init(swift: URL, package: URL, in temporary: URL) throws {
+            self.swift = swift
+            let home = temporary.appendingPathComponent("home"), scratchTemporary = temporary.appendingPathComponent("tmp")
+            for directory in [home, scratchTemporary] {
+                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            }
+            environment = ProcessInfo.processInfo.environment
+            environment["HOME"] = home.path
+            environment["TMPDIR"] = scratchTemporary.path
+            environment["XDG_CACHE_HOME"] = home.appendingPathComponent(".cache").path
+            environment["XDG_CONFIG_HOME"] = home.appendingPathComponent(".config").path
+            options = [
+                "--package-path", package.path, "--scratch-path", temporary.appendingPathComponent("build").path,
+                "--cache-path", temporary.appendingPathComponent("cache").path,
+                "--config-path", temporary.appendingPathComponent("config").path,
+                "--security-path", temporary.appendingPathComponent("security").path,
+                "--manifest-cache", "local", "--disable-dependency-cache",
+            ]
+        }
+
+        /// `swift build` (debug), terminated after 40 minutes.
+        func build() async throws -> Outcome {
+            try await runOffThePool(swift, ["build"] + options, environment: environment, timeout: 40 * 60)
+        }
+
+        /// The directory of the built executables.
+        func binPath() async throws -> URL {
+            let binPath = try await runOffThePool(
+                swift, ["build", "--show-bin-path"] + options, environment: environment, timeout: 300)
+            try #require(binPath.status == 0, "swift build --show-bin-path failed: \(binPath.tail)")
+            return URL(fileURLWithPath: binPath.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
     }
 
     /// The consumer's manifest: Earshot by version from `dependencyURL`, as a user's package would have it.
@@ -217,6 +245,19 @@ enum ConsumerBuild {
     }
 
     typealias Outcome = EarshotCLI.Outcome
+
+    /// ``run(_:_:environment:timeout:)`` on a thread of its own, so that a build of minutes does not hold one of the
+    /// test run's few cooperative threads (two on a 2-core machine: two such tests would stall every other test, and
+    /// their time limits would expire).
+    static func runOffThePool(
+        _ executable: URL, _ arguments: [String], environment: [String: String]? = nil, timeout: TimeInterval
+    ) async throws -> Outcome {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                continuation.resume(with: Result { try run(executable, arguments, environment: environment, timeout: timeout) })
+            }.start()
+        }
+    }
 
     /// Runs `executable ARGUMENTS` with `environment` (this process's when nil); terminates it after `timeout`
     /// seconds.
