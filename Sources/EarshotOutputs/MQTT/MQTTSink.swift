@@ -310,7 +310,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         let (waiting, _) = connection.backlog
         report(HealthEvent(
             state: .mqttUnavailable,
-            message: "MQTT broker \(connection.endpoint.description): \(cause); retrying in \(Int(retryIn.rounded())) s, then every \(Int(MQTTConnection.maximumBackoff)) s at most; detection goes on and messages wait (\(waiting) now, up to 1000)",
+            message: "MQTT broker \(connection.endpoint.description): \(cause); retrying in \(Int(retryIn.rounded())) s (then twice as long each time, up to every \(Int(MQTTConnection.maximumBackoff)) s); detection goes on and messages wait (\(waiting) now, up to 1000)",
             details: ["broker": .string(connection.endpoint.description), "cause": .string(cause)]))
     }
 

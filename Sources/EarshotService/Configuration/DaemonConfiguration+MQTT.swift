@@ -48,7 +48,8 @@ extension DaemonConfiguration {
             return broker
         case .failed(let cause):
             let refused = cause.hasPrefix("the broker refused")
-            let advice = refused ? "" : cause.contains("TLS") ? "" : " (is the broker running? check [mqtt] host and port)"
+            // A cause that carries its own advice ("(check ...)") or a TLS failure needs no more.
+            let advice = refused || cause.contains("TLS") || cause.hasSuffix(")") ? "" : " (is the broker running? check [mqtt] host and port)"
             throw EarshotError(refused ? .config : .unavailable, "[mqtt] broker \(broker): \(cause)\(advice)")
         case nil:
             throw EarshotError(.unavailable, "[mqtt] broker \(broker): no answer within \(Int(timeout)) s (check [mqtt] host, port and tls)")
