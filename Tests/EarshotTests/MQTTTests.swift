@@ -370,6 +370,10 @@ struct MQTTBrokerTests {
             return
         }
         #expect(status["muted"] as? [String] == ["baby_cry"])
+        let mqtt = status["mqtt"] as? [String: Any]
+        #expect(mqtt?["broker"] as? String == "127.0.0.1:\(broker.port)")
+        #expect(mqtt?["connected"] as? Bool == true)
+        #expect(mqtt?["dropped"] as? Int == 0)
         #expect(status["watch"] as? [String] == ["baby_cry", "snoring", "glass_break"])
         // Stream the demo's first 16 s (a baby crying from 2.9 s, snoring from 11.5 s) as raw S16_LE.
         let samples = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")).readAllMono()  // 16 kHz

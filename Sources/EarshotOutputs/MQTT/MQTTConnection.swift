@@ -110,7 +110,6 @@ package final class MQTTConnection: @unchecked Sendable {
         /// Sent before disconnecting on ``stop(finally:timeout:)``.
         var finalMessages: [MQTTMessage] = []
         var stopDeadline: Double = 0
-        var finished = false
         var published = 0
     }
 
@@ -200,14 +199,9 @@ package final class MQTTConnection: @unchecked Sendable {
             shared.stopDeadline = Self.now() + max(0.5, timeout - 0.5)
             return true
         }
-        if first {
-            signal()
-            _ = done.wait(timeout: .now() + timeout)
-            done.signal()  // a later stop() returns at once
-        } else {
-            _ = done.wait(timeout: .now() + timeout)
-            done.signal()
-        }
+        if first { signal() }
+        _ = done.wait(timeout: .now() + timeout)
+        done.signal()  // a later stop() returns at once
         return shared.withLock { $0.outbox.count }
     }
 
@@ -225,7 +219,6 @@ package final class MQTTConnection: @unchecked Sendable {
     private func run() {
         defer {
             destroyHandle()
-            shared.withLock { $0.finished = true }
             done.signal()
         }
         while true {
@@ -285,6 +278,7 @@ package final class MQTTConnection: @unchecked Sendable {
     /// One round: wait for the socket or a wake-up, read, write, send what the outbox holds, keep alive.
     private func step(timeoutMilliseconds: Int32) {
         guard let handle else { return }
+        lastErrno = 0  // the disconnect callback keeps errno as libmosquitto left it
         let socket = mosquitto_socket(handle)
         var descriptors = [
             pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
@@ -308,7 +302,7 @@ package final class MQTTConnection: @unchecked Sendable {
             pendingFailure = nil
             fail(failure)
         } else if rc != success, self.handle != nil {
-            lastErrno = errno
+            if lastErrno == 0 { lastErrno = errno }
             fail(cause(of: rc))
         }
     }

@@ -346,7 +346,7 @@ package final class EarshotDaemon: @unchecked Sendable {
 
     fileprivate func statusObject() -> JSONObject {
         let snapshot = status.withLock { $0 }
-        return [
+        var object: JSONObject = [
             "type": "status",
             "uptime": .number(Date().timeIntervalSince(startTime), decimals: 1),
             "capture": .string(snapshot.capture),
@@ -365,6 +365,18 @@ package final class EarshotDaemon: @unchecked Sendable {
             "models": .array(snapshot.models.map { .object(["name": .string($0.name), "path": .string($0.path)]) }),
             "muted": .array(mutes.muted.sorted().map { .string($0) }),
         ]
+        object.merge(mqttStatus)
+        return object
+    }
+
+    /// `"mqtt":{"broker":"host:port","connected":true,"waiting":0,"dropped":0,"published":N}` with `[mqtt]` on.
+    private var mqttStatus: JSONObject {
+        guard let client = mqttSink?.client else { return [:] }
+        let backlog = client.backlog
+        return ["mqtt": .object([
+            "broker": .string(client.endpoint.description), "connected": .bool(client.isConnected),
+            "waiting": .int(backlog.waiting), "dropped": .int(backlog.dropped), "published": .int(client.publishedCount),
+        ])]
     }
 
     /// Copies the running custom models' names and files for the status reply.
