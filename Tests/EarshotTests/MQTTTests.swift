@@ -46,10 +46,11 @@ struct MQTTUnitTests {
         #expect(Self.error("password = hunter2\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] password: an inline password is refused (the configuration file is often world-readable); write it on the first line of a file only the daemon's user can read (chmod 600) and set password_file = /etc/earshot/mqtt-password")
         #expect(Self.error("port = 0\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] port = 0: must be a whole number in [1, 65535]")
         #expect(Self.error("node = Kitchen Mic\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] node = Kitchen Mic: must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen")
-        #expect(Self.error("topic_prefix = home/#\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] topic_prefix = home/#: must be topic levels without wildcards, e.g. earshot (no +, #, spaces, or leading/trailing /)")
+        #expect(Self.error("topic_prefix = home/#\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] topic_prefix = home/#: must be topic levels without wildcards, e.g. earshot (no +, #, spaces, leading $, or leading/trailing /)")
+        #expect(Self.error("topic_prefix = $SYS\n")?.hasPrefix("78 /etc/earshot/earshotd.conf:2: [mqtt] topic_prefix = $SYS: must be topic levels without wildcards") == true)
         #expect(Self.error("keepalive = 2\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] keepalive = 2: must be a whole number in [5, 3600] seconds")
         #expect(Self.error("password_file = secret\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] password_file = secret: must be an absolute file path, e.g. /etc/earshot/mqtt-password")
-        #expect(Self.error("tls = true\ncertfile = /etc/earshot/c.pem\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] certfile and keyfile go together (set both, or neither)")
+        #expect(Self.error("tls = true\ncertfile = /etc/earshot/c.pem\n") == "78 /etc/earshot/earshotd.conf:3: [mqtt] certfile and keyfile go together (set both, or neither)")
         #expect(Self.error("cafile = /etc/earshot/ca.pem\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] cafile, certfile and keyfile need tls = true")
         #expect(Self.error("hots = broker\n")?.hasPrefix("78 /etc/earshot/earshotd.conf:2: [mqtt] hots: unknown key (did you mean host? keys: enabled, host, port,") == true)
     }
@@ -78,6 +79,15 @@ struct MQTTUnitTests {
         try "s3cret pass\r\nignored\n".write(to: file, atomically: true, encoding: .utf8)
         try configuration.readMQTTPassword()
         #expect(configuration.mqtt.password == "s3cret pass")
+        // TLS files are checked with it: a missing one is a configuration error naming its key and line.
+        var tls = try Self.parse("enabled = true\ntls = true\ncafile = \(directory.path)/ca.pem\n")
+        do {
+            try tls.readMQTTPassword()
+            Issue.record("a missing cafile was accepted")
+        } catch {
+            #expect(error.message == "/etc/earshot/earshotd.conf:4: [mqtt] cafile = \(directory.path)/ca.pem: no such file (check the path; a PEM file)")
+            #expect(error.exitStatus == 78)
+        }
     }
 
     static func message(_ topic: String, qos: Int32 = 1, retain: Bool = false, critical: Bool = false) -> MQTTMessage {
@@ -250,6 +260,11 @@ struct MQTTBrokerTests {
         let configs = subscriber.messages.filter { $0.topic.hasPrefix("homeassistant/") && $0.topic.hasSuffix("/config") }
         #expect(Set(configs.map(\.topic)).contains("homeassistant/binary_sensor/earshot_hall/smoke_alarm/config"))
         #expect(Set(configs.map(\.topic)).contains("homeassistant/event/earshot_hall/events/config"))
+        // The end's attributes keep the onset's start.
+        let attributes = subscriber.messages(on: "earshot/hall/smoke_alarm/attributes").compactMap(\.json)
+        #expect(attributes.count >= 2)
+        #expect(attributes.last?["started"] as? String == attributes.first?["started"] as? String)
+        #expect(attributes.last?["ended"] != nil)
         let states = subscriber.messages(on: "earshot/hall/smoke_alarm/state").map(\.payload)
         #expect(states.contains("ON"))
         #expect(states.last == "OFF")

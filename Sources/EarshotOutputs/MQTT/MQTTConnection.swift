@@ -96,6 +96,9 @@ package final class MQTTConnection: @unchecked Sendable {
     package static let maximumBackoff = 60.0
     /// Seconds an attempt may take from its start to the broker's CONNACK.
     package static let connectTimeout = 10.0
+    /// Seconds a connection must last for the back-off to start again from ``firstBackoff``: a broker that drops
+    /// the client right after accepting it (another client took the same id) is retried ever more slowly.
+    package static let stableSeconds = 10.0
 
     package let endpoint: Endpoint
     private weak var delegateReference: (any MQTTConnectionDelegate)?
@@ -119,6 +122,8 @@ package final class MQTTConnection: @unchecked Sendable {
     private var handle: OpaquePointer?
     private var connecting = false
     private var connectDeadline: Double = 0
+    /// When the broker accepted the current connection (monotonic seconds); nil before CONNACK.
+    private var connectedAt: Double?
     private var nextAttempt: Double = 0
     private var backoff = MQTTConnection.firstBackoff
     private var lastLogLine: String?
@@ -372,6 +377,22 @@ package final class MQTTConnection: @unchecked Sendable {
     /// The words for a libmosquitto error code: errno's text for a system error, the TLS library's last line for a
     /// TLS error.
     private func cause(of rc: Int32) -> String {
+        if rc == Int32(MOSQ_ERR_KEEPALIVE.rawValue) {
+            return "no answer from the broker within the keep-alive time (\(endpoint.keepaliveSeconds) s; is it frozen or overloaded?)"
+        }
+        let beforeAccept = connectedAt == nil
+        if beforeAccept, endpoint.tls == nil,
+           rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) || rc == Int32(MOSQ_ERR_PROTOCOL.rawValue) {
+            return "the broker closed the connection before accepting it (a TLS port? then set [mqtt] tls = true)"
+        }
+        if beforeAccept, endpoint.tls != nil, endpoint.tls?.certFile == nil,
+           rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) || rc == Int32(MOSQ_ERR_PROTOCOL.rawValue) {
+            return "the broker closed the TLS connection before accepting it (does it require a client certificate? set [mqtt] certfile and keyfile)"
+        }
+        if !beforeAccept, let connectedAt, Self.now() - connectedAt < Self.stableSeconds,
+           rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) {
+            return "the broker dropped the connection \(String(cFormat: "%.1f", Self.now() - connectedAt)) s after accepting it (another client using the client id \(endpoint.clientID)? each daemon needs its own [mqtt] node or client_id)"
+        }
         if rc == Int32(MOSQ_ERR_ERRNO.rawValue), lastErrno != 0 {
             return String(cString: strerror(lastErrno))
         }
@@ -393,7 +414,7 @@ package final class MQTTConnection: @unchecked Sendable {
         }
         guard let handle else { return }
         connecting = false
-        backoff = Self.firstBackoff
+        connectedAt = Self.now()
         shared.withLock { shared in
             shared.connected = true
             shared.outbox.connectionLost()  // every held message is sent again on this connection
@@ -448,6 +469,8 @@ package final class MQTTConnection: @unchecked Sendable {
 
     private func schedule(after cause: String) {
         let stopping = shared.withLock { $0.stopping }
+        if let connectedAt, Self.now() - connectedAt >= Self.stableSeconds { backoff = Self.firstBackoff }
+        connectedAt = nil
         let delay = backoff
         nextAttempt = Self.now() + delay
         backoff = min(Self.maximumBackoff, backoff * 2)

@@ -118,7 +118,7 @@ package struct MQTTSettings: Sendable, Equatable {
             node = value
         case "topic_prefix", "discovery_prefix":
             guard Self.isTopicPrefix(value) else {
-                return "must be topic levels without wildcards, e.g. \(key == "topic_prefix" ? "earshot" : "homeassistant") (no +, #, spaces, or leading/trailing /)"
+                return "must be topic levels without wildcards, e.g. \(key == "topic_prefix" ? "earshot" : "homeassistant") (no +, #, spaces, leading $, or leading/trailing /)"
             }
             if key == "topic_prefix" { topicPrefix = value } else { discoveryPrefix = value }
         case "keepalive":
@@ -137,7 +137,9 @@ package struct MQTTSettings: Sendable, Equatable {
 
     /// A topic prefix: non-empty levels of printable characters, no wildcards.
     package static func isTopicPrefix(_ value: String) -> Bool {
-        guard !value.isEmpty, value.utf8.count <= 128, !value.hasPrefix("/"), !value.hasSuffix("/") else { return false }
+        // `$` topics are the broker's own ($SYS): a client's publishes there go nowhere.
+        guard !value.isEmpty, value.utf8.count <= 128, !value.hasPrefix("/"), !value.hasSuffix("/"), !value.hasPrefix("$")
+        else { return false }
         return value.unicodeScalars.allSatisfy { $0.value > 0x20 && $0 != "+" && $0 != "#" && $0.value != 0x7F }
             && !value.contains("//")
     }
@@ -184,6 +186,22 @@ package struct MQTTSettings: Sendable, Equatable {
             throw EarshotError(.config, "\(passwordFile): is empty (write the password on its first line)")
         }
         password = value
+    }
+
+    /// The TLS files named (`cafile`, `certfile`, `keyfile`) that are not readable regular files, with why, as
+    /// `(key, path, reason)`; empty when TLS is off.
+    package var tlsFileProblems: [(key: String, path: String, reason: String)] {
+        guard tls else { return [] }
+        var problems: [(String, String, String)] = []
+        for (key, path) in [("cafile", caFile), ("certfile", certFile), ("keyfile", keyFile)] where !path.isEmpty {
+            switch PathKind(path: path) {
+            case .regularFile:
+                if access(path, R_OK) != 0 { problems.append((key, path, "cannot be read: \(String(cString: strerror(errno))) (make it readable by the daemon's user)")) }
+            case .missing: problems.append((key, path, "no such file (check the path; a PEM file)"))
+            default: problems.append((key, path, "is not a regular file (point \(key) at a PEM file)"))
+            }
+        }
+        return problems
     }
 
     /// Holds the password outside equality (two configurations with the same keys are equal).

@@ -167,6 +167,18 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             if settings.discovery, previous?.groups != controls.groups || previous?.eventGroups != controls.eventGroups {
                 for message in configMessages(for: controls, deletingOthers: true) { connection.enqueue(message) }
             }
+            let added = controls.groups.filter { !(previous?.groups.contains($0) ?? false) }
+            let removed = (previous?.groups ?? []).filter { !controls.groups.contains($0) }
+            for group in added {
+                let on = state.withLock { $0.active[group] == true }
+                connection.enqueue(MQTTMessage(topic: topics.state(group), text: on ? "ON" : "OFF", qos: 1, retain: true))
+            }
+            // A group no longer watched leaves no retained topics behind.
+            for group in removed {
+                for topic in [topics.state(group), topics.attributes(group), topics.enabled(group)] {
+                    connection.enqueue(MQTTMessage(topic: topic, payload: [], qos: 1, retain: true))
+                }
+            }
             for message in controlStateMessages(controls) { connection.enqueue(message) }
         }
     }
@@ -201,10 +213,18 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case .alarm(let alarm) where alarm.kind == .onset: alarm.time - alarm.start
         default: 0
         }
-        let attributes = Self.attributes(of: object, onset: on, latency: latency, time: routed.time)
-        state.withLock { state in
+        let attributes = state.withLock { state -> JSONObject in
+            var attributes = Self.attributes(of: object, onset: on, latency: latency, time: routed.time)
+            if !on, let started = state.attributes[group]?["started"]?.stringValue, state.active[group] == true {
+                // The end keeps the onset's start; it ends `duration` later.
+                attributes["started"] = .string(started)
+                if let start = Self.date(started), let duration = object["duration"]?.doubleValue {
+                    attributes["ended"] = .string(EventJSON.timestamp(start.addingTimeInterval(duration)))
+                }
+            }
             state.active[group] = on
             state.attributes[group] = attributes
+            return attributes
         }
         connection.enqueue(MQTTMessage(topic: topics.attributes(group), text: attributes.encoded, qos: 1, retain: true, critical: critical))
         connection.enqueue(MQTTMessage(topic: topics.state(group), text: on ? "ON" : "OFF", qos: 1, retain: true, critical: critical))
@@ -219,7 +239,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         let keys = ["class", "confidence", "classifier_score", "source", "pattern", "cycles", "tone_hz", "tone_dbfs",
                     "peak_confidence", "mean_confidence", "duration", "reason"]
         for key in keys { if let value = object[key] { attributes[key] = value } }
-        if attributes["confidence"] == nil, let score = object["classifier_score"] { attributes["confidence"] = score }
+        if attributes["confidence"] == nil, let score = object["peak_confidence"] ?? object["classifier_score"] {
+            attributes["confidence"] = score
+        }
         let wall = EventJSON.timestamp(time)
         if onset {
             attributes["started"] = .string(EventJSON.timestamp(time.addingTimeInterval(-max(0, latency))))
@@ -272,6 +294,22 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         messages.append(MQTTMessage(topic: topics.captureAttributes, text: snapshot.captureAttributes.encoded, qos: 1, retain: true))
         messages.append(MQTTMessage(topic: topics.captureState, text: snapshot.captureProblem ? "ON" : "OFF", qos: 1, retain: true))
         return messages
+    }
+
+    /// The instant of an ``EventJSON/timestamp(_:)`` text (`2026-11-30T16:45:12.345Z`), or nil.
+    package static func date(_ text: String) -> Date? {
+        let parts = text.split(whereSeparator: { "-T:.Z".contains($0) }).compactMap { Int($0) }
+        guard parts.count == 7 else { return nil }
+        var fields = tm()
+        fields.tm_year = Int32(parts[0] - 1900)
+        fields.tm_mon = Int32(parts[1] - 1)
+        fields.tm_mday = Int32(parts[2])
+        fields.tm_hour = Int32(parts[3])
+        fields.tm_min = Int32(parts[4])
+        fields.tm_sec = Int32(parts[5])
+        let seconds = timegm(&fields)
+        guard seconds != -1 else { return nil }
+        return Date(timeIntervalSince1970: Double(seconds) + Double(parts[6]) / 1000)
     }
 
     private static func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -352,7 +390,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
                 return state.ignoredUnsaid
             }
             if let unsaid {
-                let more = unsaid > 0 ? " (and \(unsaid) more ignored without a line)" : ""
+                let logged = state.withLock { $0.ignoredLogged }
+                var more = unsaid > 0 ? " (and \(unsaid) more ignored without a line)" : ""
+                if logged == Self.ignoredLogLimit { more += "; further ones this minute are counted, not logged" }
                 log("MQTT: ignored a message on \(DaemonOutputText.shown(topic)): \(why)\(more)", 4)
             }
             return nil

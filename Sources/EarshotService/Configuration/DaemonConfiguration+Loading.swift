@@ -139,8 +139,6 @@ package struct ConfigurationParser {
     /// First line seen in each group section.
     private var groupLines: [String: Int] = [:]
     private var previous: INIEntry?
-    /// The first line of `[mqtt]`, for the errors about the section as a whole.
-    private var mqttLine: Int?
 
     package init(source: String) {
         self.source = source
@@ -305,8 +303,9 @@ package struct ConfigurationParser {
             if let requirement = configuration.mqtt.set(key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
             }
-            if entry.key == "password_file" { configuration.locations["mqtt.password_file"] = "\(source):\(entry.line)" }
-            mqttLine = mqttLine ?? entry.line
+            if ["password_file", "cafile", "certfile", "keyfile"].contains(entry.key) {
+                configuration.locations["mqtt.\(entry.key)"] = "\(source):\(entry.line)"
+            }
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
@@ -389,7 +388,9 @@ package struct ConfigurationParser {
         if let unknown = configuration.unknownClipGroup() {
             throw EarshotError(.config, "\(source):\(keyLine(section: "clips", key: "groups")): [clips] groups: \(unknown)")
         }
-        if let problem = configuration.mqtt.inconsistency, let line = mqttLine {
+        if let problem = configuration.mqtt.inconsistency {
+            // The line of the file key that needs the others (certfile, keyfile or cafile).
+            let line = ["certfile", "keyfile", "cafile"].map { keyLine(section: "mqtt", key: $0) }.first { $0 > 0 } ?? 0
             throw EarshotError(.config, "\(source):\(line): [mqtt] \(problem)")
         }
     }

@@ -9,12 +9,17 @@ extension DaemonConfiguration {
     /// `[mqtt]`: see ``MQTTSettings`` (the settings belong to the component that uses them).
     package typealias MQTT = MQTTSettings
 
-    /// Reads `[mqtt] password_file` (when MQTT is enabled and a file is named).
+    /// Reads `[mqtt] password_file` (when MQTT is enabled and a file is named), after checking that the TLS files
+    /// named are readable regular files.
     /// - Throws: `EarshotError(.config)` (78) naming where the key was set, e.g. `/etc/earshot/earshotd.conf:12:
     ///   [mqtt] password_file = /etc/earshot/mqtt-password: no such file (create it with the password on one line,
-    ///   mode 0600)`.
+    ///   mode 0600)`, or `...:9: [mqtt] cafile = /etc/earshot/ca.pem: no such file (check the path; a PEM file)`.
     package mutating func readMQTTPassword() throws(EarshotError) {
         guard mqtt.enabled else { return }
+        if let problem = mqtt.tlsFileProblems.first {
+            let origin = locations["mqtt.\(problem.key)"].map { "\($0): " } ?? ""
+            throw EarshotError(.config, "\(origin)[mqtt] \(problem.key) = \(problem.path): \(problem.reason)")
+        }
         do {
             try mqtt.readPassword()
         } catch {
