@@ -45,6 +45,9 @@ package final class DetectionStage {
         package var silenceSeconds: Double = 600
         /// Whether the smoke/CO pattern detector runs.
         package var alarmPatternDetection: Bool = true
+        /// Whether a watched `glass_break` group needs a shatter onset (`ShatterOnsets`) in or just before each
+        /// positive window.
+        package var glassOnsetGate: Bool = true
         /// The watch list: `smoke_alarm` and `co_alarm` pattern events go out when watched, `alarm_chirp` when
         /// either is.
         package var watch: [String] = []
@@ -73,6 +76,13 @@ package final class DetectionStage {
     private var request: ClassifySoundRequest
     private var alarms: AlarmDetector?
     private var alarmGroups: Set<String> = []
+    /// The glass-break onset finder, when `glass_break` is watched and the gate is on.
+    private var shatter: ShatterOnsets?
+    /// The group the shatter gate applies to.
+    package static let glassGroup = "glass_break"
+    /// Seconds before a window's start in which a shatter onset still counts for it (the classifier hears the
+    /// shatter's tail in the next window too).
+    static let shatterLead = 0.5
     private var outputs: [Output] = []
     private lazy var observer = Observer(stage: self)
     private var silentSeconds: Double = 0
@@ -107,6 +117,11 @@ package final class DetectionStage {
         self.heads = heads
         request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
         configureAlarms()
+        configureShatter()
+    }
+
+    private func configureShatter() {
+        shatter = settings.glassOnsetGate && engine.watches(Self.glassGroup) ? ShatterOnsets() : nil
     }
 
     /// Names of the groups with an open event.
@@ -161,6 +176,7 @@ package final class DetectionStage {
         self.settings = settings
         analyzer = nil  // rebuilt with the new window at the next chunk; the next window starts there
         configureAlarms()  // a fresh pattern detector: open alarm events end
+        configureShatter()
         return takeOutputs()
     }
 
@@ -192,7 +208,15 @@ package final class DetectionStage {
         do {
             let analyzer = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(sampleRate), channelCount: 1))
             analyzer.gateThresholdDBFS = Float(settings.gateThresholdDBFS)
-            analyzer.onResampledAudio = onResampledAudio
+            if let shatter {
+                let clips = onResampledAudio
+                analyzer.onResampledAudio = { samples, index in
+                    shatter.feed(samples, firstIndex: index)
+                    clips?(samples, index)
+                }
+            } else {
+                analyzer.onResampledAudio = onResampledAudio
+            }
             try analyzer.add(request, withObserver: observer)
             self.analyzer = analyzer
         } catch {
@@ -207,9 +231,14 @@ package final class DetectionStage {
         if result.isGated { counters.gatedWindows += 1 }
         counters.streamTime = result.timeRange.end
         counters.lastLevelDBFS = result.levelDBFS
+        var vetoed: Set<String> = []
+        if let shatter, !shatter.hasShatter(from: result.timeRange.start - Self.shatterLead, to: result.timeRange.end) {
+            vetoed.insert(Self.glassGroup)
+        }
         let events = engine.process(
             windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-            scores: result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding))
+            scores: result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding),
+            vetoed: vetoed)
         for event in events { outputs.append(.detection(event)) }
         if let alarms { appendAlarms(alarms.observe(classification: result)) }
     }
