@@ -52,6 +52,12 @@ package final class AlarmDetector {
         package var persistentMinimumBeepSeconds = 0.2
         /// Mean smoke/fire classifier score (0...1) over the windows within them.
         package var persistentScore: Float = 0.6
+        /// dB a T3 cycle's tone may be below the loudest tone sounding at its first beep (see `isDominant`).
+        package var dominanceDB = 16.0
+        /// Mean "Music" score over a first T3 cycle at or above which (with the smoke/fire score below
+        /// ``musicAlarmScore`` in all its windows) the second cycle in a row is needed.
+        package var musicScore: Float = 0.5
+        package var musicAlarmScore: Float = 0.1
         /// Relative frequency tolerance for a beep that keeps an open alarm event going (its tone, a harmonic or
         /// its fundamental).
         package var continuationTolerance = 0.04
@@ -80,7 +86,7 @@ package final class AlarmDetector {
     /// Finished segments waiting to be rejoined with a continuation before the second matcher gets them.
     private var joinPending: [ToneSegment] = []
     private var announcedOnsets: [(start: Double, frequencyHz: Double)] = []
-    private var windows: [(range: TimeRange, smoke: Float, smokeClass: String?, co: Float, coClass: String?)] = []
+    private var windows: [(range: TimeRange, smoke: Float, smokeClass: String?, co: Float, coClass: String?, music: Float)] = []
     private var recentTones: [ToneSegment] = []
     private var smoke: Active?
     private var co: Active?
@@ -210,7 +216,8 @@ package final class AlarmDetector {
         }
         let (smokeScore, smokeClass) = best(configuration.smokeClasses)
         let (coScore, coClass) = best(configuration.coClasses)
-        windows.append((result.timeRange, smokeScore, smokeClass, coScore, coClass))
+        let (musicScore, _) = best(["Music"])
+        windows.append((result.timeRange, smokeScore, smokeClass, coScore, coClass, musicScore))
         windows.removeAll { $0.range.end < result.timeRange.end - 60 }
         var events: [AlarmEvent] = []
         let toneSounds = toneFraction(from: result.timeRange.start, to: result.timeRange.end) >= 0.2
@@ -445,9 +452,35 @@ package final class AlarmDetector {
         return (best, label)
     }
 
+    /// Whether a T3 match's tone stands out: within ``Configuration/dominanceDB`` of the loudest tone sounding at
+    /// its cycle's first beep. A sounder is the loudest tone in the room (a square wave's harmonics are within
+    /// 17 dB of its fundamental); the weak overtones of a piano's chords, which can fall into a T3 rhythm, are not.
+    private func isDominant(_ match: PatternMatch) -> Bool {
+        if smoke != nil { return true }
+        let from = match.cycleStart - 0.02, to = match.cycleStart + 0.3
+        var loudest = -Double.infinity
+        for tone in recentTones + (tracker?.openSegments ?? []) where tone.end >= from && tone.start <= to {
+            loudest = max(loudest, tone.levelDBFS)
+        }
+        return match.levelDBFS >= loudest - configuration.dominanceDB
+    }
+
+    /// Whether a first T3 cycle is heard over music the classifier is sure of, with no alarm score at all: music
+    /// can fall into T3's rhythm once (a chord's overtone three times, then a rest); an alarm heard over music
+    /// repeats, so there the second cycle in a row decides (about 4 s later). Later cycles of an open event pass.
+    private func isMusicOnly(_ match: PatternMatch) -> Bool {
+        guard smoke == nil, match.count < 2 else { return false }
+        let cycle = windows.filter { $0.range.end > match.cycleStart && $0.range.start < match.decisionTime }
+        guard !cycle.isEmpty else { return false }
+        let music = cycle.map(\.music).reduce(0, +) / Float(cycle.count)
+        let alarm = cycle.map(\.smoke).max() ?? 0
+        return music >= configuration.musicScore && alarm < configuration.musicAlarmScore
+    }
+
     private func handle(_ match: PatternMatch) -> [AlarmEvent] {
         switch match.pattern {
         case .t3:
+            guard isDominant(match), !isMusicOnly(match) else { return [] }
             return patternCycle(match, group: AlarmEvent.smokeAlarm, co: false)
         case .t4:
             return patternCycle(match, group: AlarmEvent.coAlarm, co: true)
@@ -473,7 +506,7 @@ package final class AlarmDetector {
         var best = match.frequencyHz
         for divisor in 2...7 {
             let expected = match.frequencyHz / Double(divisor)
-            guard expected >= 380 else { break }
+            guard expected >= 400 * 0.97 else { break }
             if let tone = tones.first(where: { abs($0.frequencyHz - expected) <= 0.03 * expected }) {
                 best = min(best, tone.frequencyHz)
             }

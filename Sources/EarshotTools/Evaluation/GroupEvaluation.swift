@@ -76,6 +76,8 @@ package enum GroupEvaluation {
         package var decisionTime: Double
         /// Stream time the event starts (s).
         package var start: Double
+        /// For an alarm: its source, pattern and tone (for the problem lists).
+        package var detail = ""
     }
 
     /// What happened on one file.
@@ -89,7 +91,9 @@ package enum GroupEvaluation {
     package static func onset(of output: DetectionStage.Output) -> Onset? {
         switch output {
         case .detection(.onset(let onset)): Onset(group: onset.group, decisionTime: onset.decisionTime, start: onset.start)
-        case .alarm(let alarm) where alarm.kind == .onset: Onset(group: alarm.group, decisionTime: alarm.time, start: alarm.start)
+        case .alarm(let alarm) where alarm.kind == .onset:
+            Onset(group: alarm.group, decisionTime: alarm.time, start: alarm.start,
+                  detail: " (\(alarm.source.rawValue)\(alarm.pattern.map { " " + $0.rawValue } ?? "") \(Int(alarm.toneHz.rounded())) Hz, classifier \(alarm.classifierScore.map { JSONValue.format(Double($0), decimals: 2) } ?? "-"), decided at \(JSONValue.format(alarm.time, decimals: 1)))")
         default: nil
         }
     }
@@ -214,7 +218,7 @@ package enum GroupEvaluation {
                 let sample = Int(onset.start * 16_000)
                 guard let piece = stream.pieces.last(where: { $0.start <= sample }) else { continue }
                 let offset = JSONValue.format(Double(sample - piece.start) / 16_000, decimals: 1)
-                lines.append("part \(part) \(onset.group)@\(JSONValue.format(onset.start, decimals: 1)) (\(offset) s into the piece): \(names[piece.clip])"
+                lines.append("part \(part) \(onset.group)@\(JSONValue.format(onset.start, decimals: 1))\(onset.detail) (\(offset) s into the piece): \(names[piece.clip])"
                     + (piece.under.map { " + " + names[$0] } ?? ""))
             }
             sources.withLock { $0 += lines }
