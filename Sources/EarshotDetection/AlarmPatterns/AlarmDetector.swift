@@ -499,10 +499,11 @@ package final class AlarmDetector {
     }
 
     /// The sounder's fundamental for a match heard on `frequencyHz`: the lowest f / k (k = 2...7, at least 400 Hz)
-    /// with a tone that started with the cycle's first tone (within 60 ms), or the match's own frequency.
+    /// with a tone sounding at the cycle's first tone (starting within 0.15 s of it: in a room or in noise the
+    /// harmonics' onsets spread), or the match's own frequency.
     private func fundamental(of match: PatternMatch) -> Double {
-        var tones = recentTones.filter { abs($0.start - match.cycleStart) <= 0.06 }
-        tones += (tracker?.openSegments ?? []).filter { abs($0.start - match.cycleStart) <= 0.06 }
+        var tones = recentTones.filter { abs($0.start - match.cycleStart) <= 0.15 }
+        tones += (tracker?.openSegments ?? []).filter { abs($0.start - match.cycleStart) <= 0.15 }
         var best = match.frequencyHz
         for divisor in 2...7 {
             let expected = match.frequencyHz / Double(divisor)
