@@ -39,6 +39,8 @@ enum EvalCommand: EarshotCommand {
       --threads N       the stream runs in N parts at once (default 2)
       --config FILE     a daemon configuration file (its groups and alarm settings; the watch list is every preset)
       --problems        also list each missed positive, duplicate alert and false event
+      --cost S          also measure what each issue-13 rule costs in CPU on S seconds of the stream's audio
+                        (the stage, the alarm detector with and without the rules, the shatter finder; 3 rounds)
     """
 
     struct Options {
@@ -59,12 +61,13 @@ enum EvalCommand: EarshotCommand {
         var threads = 2
         var configPath: String?
         var problems = false
+        var costSeconds = 0.0
     }
 
     static let name = "eval"
     static let flags = ["--manifest", "--no-synthetic", "--no-classifier", "--only", "--cases", "--segments",
                         "--segment-hz", "--rate-factor", "--groups", "--stream-hours", "--stream-manifest", "--threads",
-                        "--config", "--problems"]
+                        "--config", "--problems", "--cost"]
 
     /// Numbers above 0.
     static let positive = Double.leastNonzeroMagnitude...Double.greatestFiniteMagnitude
@@ -82,6 +85,8 @@ enum EvalCommand: EarshotCommand {
                     options.manifests.append(options.manifest)
                 case "--stream-manifest":
                     options.streamManifest = URL(fileURLWithPath: try parser.value(of: flag, inline, allowed: "a MANIFEST.tsv file"))
+                case "--cost":
+                    options.costSeconds = try parser.number(of: flag, inline, in: 10...36_000, allowed: "seconds of audio, 10 to 36000")
                 case "--stream-hours":
                     options.streamHours = try parser.number(of: flag, inline, in: 0...1000, allowed: "hours, 0 to 1000")
                 case "--threads":
@@ -189,12 +194,17 @@ enum EvalCommand: EarshotCommand {
                 if options.problems { print(GroupEvaluation.problemLines(outcomes)) }
                 print("")
             }
-            if options.streamHours > 0 {
+            if options.streamHours > 0 || options.costSeconds > 0 {
                 let streamManifest = options.streamManifest ?? EvalCommand.Options().manifest
                 let clips = GroupEvaluation.streamClips(try GroupEvaluation.items(manifest: streamManifest))
                 guard !clips.isEmpty else {
                     throw EarshotError(.noInput, "no household, speech or music recordings in \(streamManifest.path) for the negative stream")
                 }
+                if options.costSeconds > 0 {
+                    print(GroupEvaluation.costReport(clips: clips.map(\.samples), seconds: options.costSeconds, rounds: 3, detection: detection))
+                    print("")
+                }
+                guard options.streamHours > 0 else { return 0 }
                 writeError("eval: a \(JSONValue.format(options.streamHours, decimals: 1)) h negative stream from \(clips.count) recordings")
                 let started = Date()
                 let stream = GroupEvaluation.runStream(

@@ -291,3 +291,95 @@ package enum GroupEvaluation {
         return lines.joined(separator: "\n")
     }
 }
+
+extension GroupEvaluation {
+    /// What each issue-13 rule costs in CPU, measured back to back in this process on `seconds` of the negative
+    /// stream (16 kHz, and resampled to 48 kHz for the tone detector), alternating `rounds` times: thread CPU time
+    /// per second of audio of the whole detection stage, of the alarm detector with and without the new rules
+    /// (rejoined second T3 matcher, persistent-tone rule, continuation; the dominance and music checks), and of the
+    /// shatter onset finder.
+    package static func costReport(clips: [[Float]], seconds: Double, rounds: Int, detection: FileDetection) -> String {
+        var stream = Stream(clips: clips, seconds: seconds, seed: 99)
+        var audio: [Float] = []
+        var chunk: [Float] = []
+        while true {
+            chunk.removeAll(keepingCapacity: true)
+            let more = stream.next(&chunk)
+            audio += chunk
+            if !more { break }
+        }
+        var audio48: [Float] = []
+        if let resampler = try? Resampler(inputRate: 16_000, outputRate: 48_000) {
+            try? resampler.process(audio, appendingTo: &audio48)
+            try? resampler.flush(appendingTo: &audio48)
+        }
+        var without = AlarmDetector.Configuration()
+        without.rejoinGapSeconds = 0
+        without.persistentToneDetection = false
+        without.dominanceDB = .infinity
+        without.musicScore = .infinity
+        func cpu(_ body: () -> Void) -> Double {
+            let before = AlarmEvaluation.threadCPUSeconds()
+            body()
+            return AlarmEvaluation.threadCPUSeconds() - before
+        }
+        func alarms(_ samples: [Float], rate: Int, _ configuration: AlarmDetector.Configuration) -> Double {
+            cpu {
+                let detector = AlarmDetector(configuration: configuration)
+                let block = rate / 5
+                samples.withUnsafeBufferPointer { all in
+                    var position = 0
+                    while position < all.count {
+                        let count = min(block, all.count - position)
+                        _ = detector.process(samples: UnsafeBufferPointer(rebasing: all[position..<(position + count)]),
+                                             sampleRate: rate, framePosition: Int64(position))
+                        position += count
+                    }
+                }
+                _ = detector.finish()
+            }
+        }
+        var totals: [String: Double] = [:]
+        for _ in 0..<max(1, rounds) {
+            totals["stage", default: 0] += cpu {
+                var offset = 0
+                _ = try? detection.run(sampleRate: 16_000, next: { out in
+                    let end = min(audio.count, offset + 3_200)
+                    out += audio[offset..<end]
+                    offset = end
+                    return offset < audio.count
+                }) { _ in }
+            }
+            totals["alarms16", default: 0] += alarms(audio, rate: 16_000, AlarmDetector.Configuration())
+            totals["alarms16-without", default: 0] += alarms(audio, rate: 16_000, without)
+            totals["alarms48", default: 0] += alarms(audio48, rate: 48_000, AlarmDetector.Configuration())
+            totals["alarms48-without", default: 0] += alarms(audio48, rate: 48_000, without)
+            totals["shatter", default: 0] += cpu {
+                let finder = ShatterOnsets()
+                audio.withUnsafeBufferPointer { all in
+                    var position = 0
+                    while position < all.count {
+                        let count = min(3_200, all.count - position)
+                        finder.feed(UnsafeBufferPointer(rebasing: all[position..<(position + count)]), firstIndex: Int64(position))
+                        position += count
+                    }
+                }
+            }
+        }
+        let audioSeconds = Double(audio.count) / 16_000 * Double(max(1, rounds))
+        func perSecond(_ key: String) -> Double { (totals[key] ?? 0) / audioSeconds * 1e6 }
+        func line(_ name: String, _ key: String) -> String {
+            let us = perSecond(key)
+            return "  \(name): \(fixed(us, 0)) us per second of audio (\(fixed(us / 1e4, 4)) % of a core; \(fixed(us / max(perSecond("stage"), 1) * 100, 2)) % of the stage)"
+        }
+        return ["CPU cost per rule (thread CPU time, \(fixed(audioSeconds / Double(max(1, rounds)), 0)) s of the negative stream x \(max(1, rounds)) rounds, back to back in one process)",
+                line("whole detection stage at 16 kHz (gate, YAMNet, groups, alarms, shatter)", "stage"),
+                line("alarm detector at 16 kHz, with the issue-13 rules", "alarms16"),
+                line("alarm detector at 16 kHz, without them", "alarms16-without"),
+                line("alarm detector at 48 kHz, with the issue-13 rules", "alarms48"),
+                line("alarm detector at 48 kHz, without them", "alarms48-without"),
+                line("shatter onsets (glass_break gate), 16 kHz", "shatter"),
+                "  ratio with/without the rules: 16 kHz \(fixed(perSecond("alarms16") / max(perSecond("alarms16-without"), 1e-9), 3)), 48 kHz \(fixed(perSecond("alarms48") / max(perSecond("alarms48-without"), 1e-9), 3))",
+        ].joined(separator: "\n")
+    }
+}
