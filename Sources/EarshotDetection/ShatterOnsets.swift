@@ -65,6 +65,8 @@ package final class ShatterOnsets {
     private let output: UnsafeMutablePointer<fftwf_complex>
     private let plan: fftwf_plan
     private var pending: [Float] = []
+    private var highPassed: Float = 0
+    private var previousSample: Float = 0
     /// Timeline index (16 kHz) of `pending[0]`.
     private var pendingStart: Int64?
     /// Per-frame level (dB) and flatness of the recent frames, with their time.
@@ -99,9 +101,15 @@ package final class ShatterOnsets {
         shatters.contains { $0.time >= start && $0.time <= end }
     }
 
-    /// Forgets the audio (a gap: the next samples start a new segment).
+    /// Forgets the audio and the onsets found (a gap, or a new excerpt: the next samples start afresh).
     package func reset() {
+        shatters.removeAll()
+        frames.removeAll()
+        frameCount = 0
+        background = -.infinity
         pending.removeAll()
+        highPassed = 0
+        previousSample = 0
         pendingStart = nil
         frames.removeAll()
         candidates.removeAll()
@@ -111,7 +119,13 @@ package final class ShatterOnsets {
     package func feed(_ samples: UnsafeBufferPointer<Float>, firstIndex: Int64) {
         if let start = pendingStart, start + Int64(pending.count) != firstIndex { reset() }
         if pendingStart == nil { pendingStart = firstIndex }
-        pending.append(contentsOf: samples)
+        // One-pole high-pass at 125 Hz (rumble and hum are not part of a shatter's level).
+        pending.reserveCapacity(pending.count + samples.count)
+        for sample in samples {
+            highPassed = 0.952 * (highPassed + sample - previousSample)
+            previousSample = sample
+            pending.append(highPassed)
+        }
         while pending.count >= Self.size, let start = pendingStart {
             analyseFrame(time: Double(start + Int64(Self.size / 2)) / 16_000)
             pending.removeFirst(Self.hop)
@@ -120,37 +134,60 @@ package final class ShatterOnsets {
     }
 
     private func analyseFrame(time: Double) {
-        for index in 0..<Self.size { input[index] = pending[index] * window[index] }
-        fftwf_execute(plan)
-        var total = 0.0, high = 0.0, logSum = 0.0, linearSum = 0.0
-        for bin in 2..<128 {
-            let re = Double(output[bin].0), im = Double(output[bin].1)
-            let power = re * re + im * im + 1e-20
-            total += power
-            if bin >= 32 { high += power }
-            if bin >= 16 {
-                logSum += log(power)
-                linearSum += power
-            }
+        // The level from the (high-passed) samples; the spectrum only where an onset is measured (its first
+        // 30 ms and its tail), which is rare: most frames cost one windowed sum of squares.
+        var energy: Float = 0
+        for index in 0..<Self.size {
+            let value = pending[index] * window[index]
+            input[index] = value
+            energy += value * value
         }
-        let flatCount = Double(128 - 16)
-        let flatness = exp(logSum / flatCount) / (linearSum / flatCount)
-        let level = 10 * log10(total + 1e-12)
+        let level = 10 * log10(Double(energy) + 1e-12)
+        frameCount += 1
+        if frames.count < 10 || frameCount % 10 == 0 { background = backgroundLevel() }
         // A sound that starts with the stream (or after a gap) rises from silence.
-        let background = frames.isEmpty ? level - parameters.riseDB : backgroundLevel()
+        let reference = frames.isEmpty ? level - parameters.riseDB : background
         let earlier = frames.count >= 2 ? frames[frames.count - 2].level : frames.isEmpty ? level - parameters.fastRiseDB : frames[0].level
-        frames.append((time, level, flatness, high / total))
+        let triggers = level - reference >= parameters.riseDB && level - earlier >= parameters.fastRiseDB
+            && !candidates.contains(where: { time - $0.time < 0.25 })
+            && !shatters.contains(where: { time - $0.time < 0.25 && time >= $0.time })
+        var flatness = 0.0, highShare = 0.0
+        if triggers || !candidates.isEmpty {
+            fftwf_execute(plan)
+            var total = 0.0, high = 0.0, logSum = 0.0, linearSum = 0.0
+            var product = 1.0
+            for bin in 2..<128 {
+                let re = Double(output[bin].0), im = Double(output[bin].1)
+                let power = re * re + im * im + 1e-20
+                total += power
+                if bin >= 32 { high += power }
+                if bin >= 16 {
+                    // The log of a product of 8 (powers 1e-20...1e6 stay inside a Double): 14 logs, not 112.
+                    product *= power
+                    if (bin - 16) % 8 == 7 {
+                        logSum += log(product)
+                        product = 1
+                    }
+                    linearSum += power
+                }
+            }
+            let flatCount = Double(128 - 16)
+            flatness = exp(logSum / flatCount) / (linearSum / flatCount)
+            highShare = high / total
+        }
+        frames.append((time, level, flatness, highShare))
         if frames.count > 60 { frames.removeFirst(frames.count - 60) }
         measureCandidates(now: time)
-        if let background, level - background >= parameters.riseDB, level - earlier >= parameters.fastRiseDB,
-           !candidates.contains(where: { time - $0.time < 0.25 }), !shatters.contains(where: { time - $0.time < 0.25 && time >= $0.time }) {
-            candidates.append(Onset(time: time, riseDB: level - background, flatness: 0, highShare: 0))
-        }
-        shatters.removeAll { $0.time < time - 10 }
+        if triggers { candidates.append(Onset(time: time, riseDB: level - reference, flatness: 0, highShare: 0)) }
+        if shatters.first.map({ $0.time < time - 10 }) ?? false { shatters.removeAll { $0.time < time - 10 } }
     }
 
-    /// The 0.2 quantile of the last 0.5 s of frame levels (before the current frame).
-    private func backgroundLevel() -> Double? {
+    /// The background level, refreshed every 0.1 s: the 0.2 quantile of the last 0.5 s of frame levels.
+    private var background = -Double.infinity
+    private var frameCount = 0
+
+    private func backgroundLevel() -> Double {
+        guard !frames.isEmpty else { return -.infinity }
         let levels = frames.suffix(50).map(\.level).sorted()
         return levels[levels.count / 5]
     }

@@ -76,8 +76,16 @@ package final class DetectionStage {
     private var request: ClassifySoundRequest
     private var alarms: AlarmDetector?
     private var alarmGroups: Set<String> = []
-    /// The glass-break onset finder, when `glass_break` is watched and the gate is on.
+    /// The glass-break onset finder, when `glass_break` is watched and the gate is on. It runs only over the audio
+    /// of a window that the classifier scores as glass (at the group's threshold), so it costs nothing on the
+    /// other windows: the last ``shatterAudioSeconds`` of the classifier's 16 kHz audio are kept for it.
     private var shatter: ShatterOnsets?
+    private var glassIndices: [Int] = []
+    private var glassThreshold: Float = 1
+    private var glassAudio: [Float] = []
+    /// Timeline index (16 kHz) of `glassAudio[0]`.
+    private var glassAudioStart: Int64 = 0
+    static let shatterAudioSeconds = 3.0
     /// The group the shatter gate applies to.
     package static let glassGroup = "glass_break"
     /// Seconds before a window's start in which a shatter onset still counts for it (the classifier hears the
@@ -121,7 +129,43 @@ package final class DetectionStage {
     }
 
     private func configureShatter() {
-        shatter = settings.glassOnsetGate && engine.watches(Self.glassGroup) ? ShatterOnsets() : nil
+        let glass = engine.watched.first { $0.group.name == Self.glassGroup }
+        shatter = settings.glassOnsetGate && glass != nil ? ShatterOnsets() : nil
+        glassIndices = glass?.classIndices ?? []
+        glassThreshold = glass?.group.threshold ?? 1
+        glassAudio.removeAll()
+    }
+
+    /// Keeps the classifier's audio for the shatter check (a discontinuity starts afresh).
+    private func keepGlassAudio(_ samples: UnsafeBufferPointer<Float>, firstIndex: Int64) {
+        if glassAudio.isEmpty || glassAudioStart + Int64(glassAudio.count) != firstIndex {
+            glassAudio.removeAll(keepingCapacity: true)
+            glassAudioStart = firstIndex
+        }
+        glassAudio.append(contentsOf: samples)
+        let keep = Int(Self.shatterAudioSeconds * 16_000)
+        if glassAudio.count > 2 * keep {
+            let drop = glassAudio.count - keep
+            glassAudio.removeFirst(drop)
+            glassAudioStart += Int64(drop)
+        }
+    }
+
+    /// Whether a window that scores as glass has a shatter onset in it or in the ``shatterLead`` before it.
+    private func windowHasShatter(_ result: ClassificationResult, scores: [Float]?, shatter: ShatterOnsets) -> Bool {
+        guard let scores, glassIndices.contains(where: { $0 < scores.count && scores[$0] >= glassThreshold }) else {
+            return true  // not a glass window: nothing to veto (it is negative for glass_break anyway)
+        }
+        // From 0.5 s before the lead (the onset's background) to the latest audio (the chunk that completed the
+        // window may hold up to one capture period more: the tail of an onset near the window's end).
+        let from = max(glassAudioStart, Int64(((result.timeRange.start - Self.shatterLead - 0.5) * 16_000).rounded()))
+        let to = glassAudioStart + Int64(glassAudio.count)
+        guard to > from else { return false }
+        shatter.reset()
+        glassAudio.withUnsafeBufferPointer { all in
+            shatter.feed(UnsafeBufferPointer(rebasing: all[Int(from - glassAudioStart)..<Int(to - glassAudioStart)]), firstIndex: from)
+        }
+        return shatter.hasShatter(from: result.timeRange.start - Self.shatterLead, to: result.timeRange.end)
     }
 
     /// Names of the groups with an open event.
@@ -208,10 +252,10 @@ package final class DetectionStage {
         do {
             let analyzer = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(sampleRate), channelCount: 1))
             analyzer.gateThresholdDBFS = Float(settings.gateThresholdDBFS)
-            if let shatter {
+            if shatter != nil {
                 let clips = onResampledAudio
-                analyzer.onResampledAudio = { samples, index in
-                    shatter.feed(samples, firstIndex: index)
+                analyzer.onResampledAudio = { [unowned self] samples, index in
+                    keepGlassAudio(samples, firstIndex: index)
                     clips?(samples, index)
                 }
             } else {
@@ -231,13 +275,11 @@ package final class DetectionStage {
         if result.isGated { counters.gatedWindows += 1 }
         counters.streamTime = result.timeRange.end
         counters.lastLevelDBFS = result.levelDBFS
+        let scores = result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding)
         var vetoed: Set<String> = []
-        if let shatter, !shatter.hasShatter(from: result.timeRange.start - Self.shatterLead, to: result.timeRange.end) {
-            vetoed.insert(Self.glassGroup)
-        }
+        if let shatter, !windowHasShatter(result, scores: scores, shatter: shatter) { vetoed.insert(Self.glassGroup) }
         let events = engine.process(
-            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-            scores: result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding),
+            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration, scores: scores,
             vetoed: vetoed)
         for event in events { outputs.append(.detection(event)) }
         if let alarms { appendAlarms(alarms.observe(classification: result)) }

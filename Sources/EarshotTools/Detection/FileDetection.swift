@@ -59,10 +59,11 @@ package struct FileDetection {
     /// the samples are handed over in the same 0.2 s periods as a file's.
     /// - Returns: seconds of audio analysed.
     @discardableResult
-    package func run(sampleRate: Int, next: (inout [Float]) -> Bool, _ body: (DetectionStage.Output) -> Void)
-        throws(EarshotError) -> Double
+    /// `settings`: the stage's settings instead of the plan's (to measure what one setting costs).
+    package func run(sampleRate: Int, settings: DetectionStage.Settings? = nil, next: (inout [Float]) -> Bool,
+                     _ body: (DetectionStage.Output) -> Void) throws(EarshotError) -> Double
     {
-        let stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads)
+        let stage = try DetectionStage(settings: settings ?? plan.stageSettings, engine: plan.engine, heads: heads)
         let period = max(1, Int((Double(sampleRate) * CaptureConfiguration.defaultPeriodDuration).rounded()))
         var pending: [Float] = []
         var chunk: [Float] = []
