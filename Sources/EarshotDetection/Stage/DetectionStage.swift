@@ -85,7 +85,7 @@ package final class DetectionStage {
     private var glassAudio: [Float] = []
     /// Timeline index (16 kHz) of `glassAudio[0]`.
     private var glassAudioStart: Int64 = 0
-    static let shatterAudioSeconds = 3.0
+    static let shatterAudioSeconds = 2.5
     /// The group the shatter gate applies to.
     package static let glassGroup = "glass_break"
     /// Seconds before a window's start in which a shatter onset still counts for it (the classifier hears the
@@ -142,13 +142,15 @@ package final class DetectionStage {
             glassAudio.removeAll(keepingCapacity: true)
             glassAudioStart = firstIndex
         }
-        glassAudio.append(contentsOf: samples)
-        let keep = Int(Self.shatterAudioSeconds * 16_000)
-        if glassAudio.count > 2 * keep {
-            let drop = glassAudio.count - keep
+        // One allocation of 3 s; trimmed to the last 2.5 s whenever it is full (about every 0.5 s).
+        let keep = Int(Self.shatterAudioSeconds * 16_000), limit = keep + 8_000
+        if glassAudio.capacity < limit { glassAudio.reserveCapacity(limit) }
+        if glassAudio.count + samples.count > limit {
+            let drop = min(glassAudio.count, glassAudio.count + samples.count - keep)
             glassAudio.removeFirst(drop)
             glassAudioStart += Int64(drop)
         }
+        glassAudio.append(contentsOf: samples)
     }
 
     /// Whether a window that scores as glass has a shatter onset in it or in the ``shatterLead`` before it.
