@@ -8,7 +8,7 @@ import Foundation
 /// `earshot eval`: runs the smoke/CO alarm detector over labelled recordings and synthetic alarms and prints recall,
 /// false events per file class, time to detection and CPU cost.
 enum EvalCommand: EarshotCommand {
-    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F]\n       earshot eval --groups [--manifest FILE]... [--stream-hours H] [--stream-manifest FILE] [--threads N] [--config FILE] [--problems]"
+    static let usage = "usage: earshot eval [--manifest FILE]... [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F] [--groups [--stream-hours H] [--stream-manifest FILE] [--threads N] [--config FILE] [--problems] [--cost S]]"
 
     static let help = """
     \(usage)
