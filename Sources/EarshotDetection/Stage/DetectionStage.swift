@@ -82,9 +82,11 @@ package final class DetectionStage {
     private var shatter: ShatterOnsets?
     private var glassIndices: [Int] = []
     private var glassThreshold: Float = 1
+    /// A ring of the last ``shatterAudioSeconds`` of 16 kHz audio: timeline index `i` (for `glassAudioStart <= i <
+    /// glassAudioEnd`) is at `glassAudio[i % glassAudio.count]`; allocated when the gate is on.
     private var glassAudio: [Float] = []
-    /// Timeline index (16 kHz) of `glassAudio[0]`.
     private var glassAudioStart: Int64 = 0
+    private var glassAudioEnd: Int64 = 0
     static let shatterAudioSeconds = 2.5
     /// The group the shatter gate applies to.
     package static let glassGroup = "glass_break"
@@ -133,24 +135,33 @@ package final class DetectionStage {
         shatter = settings.glassOnsetGate && glass != nil ? ShatterOnsets() : nil
         glassIndices = glass?.classIndices ?? []
         glassThreshold = glass?.group.threshold ?? 1
-        glassAudio.removeAll()
+        glassAudio = shatter != nil ? [Float](repeating: 0, count: Int(Self.shatterAudioSeconds * 16_000)) : []
+        glassAudioStart = 0
+        glassAudioEnd = 0
     }
 
     /// Keeps the classifier's audio for the shatter check (a discontinuity starts afresh).
     private func keepGlassAudio(_ samples: UnsafeBufferPointer<Float>, firstIndex: Int64) {
-        if glassAudio.isEmpty || glassAudioStart + Int64(glassAudio.count) != firstIndex {
-            glassAudio.removeAll(keepingCapacity: true)
+        let size = glassAudio.count
+        guard size > 0 else { return }
+        if firstIndex != glassAudioEnd {
             glassAudioStart = firstIndex
+            glassAudioEnd = firstIndex
         }
-        // One allocation of 3 s; trimmed to the last 2.5 s whenever it is full (about every 0.5 s).
-        let keep = Int(Self.shatterAudioSeconds * 16_000), limit = keep + 8_000
-        if glassAudio.capacity < limit { glassAudio.reserveCapacity(limit) }
-        if glassAudio.count + samples.count > limit {
-            let drop = min(glassAudio.count, glassAudio.count + samples.count - keep)
-            glassAudio.removeFirst(drop)
-            glassAudioStart += Int64(drop)
+        glassAudio.withUnsafeMutableBufferPointer { ring in
+            // Only the last `size` samples of a long chunk can be kept.
+            let skip = max(0, samples.count - size)
+            var index = Int((firstIndex + Int64(skip)) % Int64(size))
+            var offset = skip
+            while offset < samples.count {
+                let count = min(samples.count - offset, size - index)
+                ring.baseAddress!.advanced(by: index).update(from: samples.baseAddress!.advanced(by: offset), count: count)
+                offset += count
+                index = (index + count) % size
+            }
         }
-        glassAudio.append(contentsOf: samples)
+        glassAudioEnd = firstIndex + Int64(samples.count)
+        glassAudioStart = max(glassAudioStart, glassAudioEnd - Int64(size))
     }
 
     /// Whether a window that scores as glass has a shatter onset in it or in the ``shatterLead`` before it.
@@ -161,11 +172,18 @@ package final class DetectionStage {
         // From 0.5 s before the lead (the onset's background) to the latest audio (the chunk that completed the
         // window may hold up to one capture period more: the tail of an onset near the window's end).
         let from = max(glassAudioStart, Int64(((result.timeRange.start - Self.shatterLead - 0.5) * 16_000).rounded()))
-        let to = glassAudioStart + Int64(glassAudio.count)
+        let to = glassAudioEnd
         guard to > from else { return false }
         shatter.reset()
-        glassAudio.withUnsafeBufferPointer { all in
-            shatter.feed(UnsafeBufferPointer(rebasing: all[Int(from - glassAudioStart)..<Int(to - glassAudioStart)]), firstIndex: from)
+        let size = Int64(glassAudio.count)
+        glassAudio.withUnsafeBufferPointer { ring in
+            var index = from
+            while index < to {  // at most two pieces: up to the ring's end, then from its start
+                let position = Int(index % size)
+                let count = Int(min(to - index, size - Int64(position)))
+                shatter.feed(UnsafeBufferPointer(rebasing: ring[position..<(position + count)]), firstIndex: index)
+                index += Int64(count)
+            }
         }
         return shatter.hasShatter(from: result.timeRange.start - Self.shatterLead, to: result.timeRange.end)
     }
