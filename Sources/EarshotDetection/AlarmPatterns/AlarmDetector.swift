@@ -85,6 +85,11 @@ package final class AlarmDetector {
     private var joinedMatcher = AlarmPatternMatcher()
     /// Finished segments waiting to be rejoined with a continuation before the second matcher gets them.
     private var joinPending: [ToneSegment] = []
+    /// Start times of rejoined segments (made of two pieces or more) handed to the second matcher, last 30 s: its
+    /// T3 matches count only where one of them is in the cycle (elsewhere it saw what the first matcher saw).
+    private var rejoinedStarts: [Double] = []
+    /// Start times of pending segments that have taken a second piece.
+    private var mergedStarts: [Double] = []
     private var announcedOnsets: [(start: Double, frequencyHz: Double)] = []
     private var windows: [(range: TimeRange, smoke: Float, smokeClass: String?, co: Float, coClass: String?, music: Float)] = []
     private var recentTones: [ToneSegment] = []
@@ -176,7 +181,9 @@ package final class AlarmDetector {
             matches += matcher.toneStarted(segment, now: streamTime)
         }
         matches += matcher.advance(to: streamTime)
-        matches += joinedMatcher.advance(to: streamTime).filter { $0.pattern == .t3 }
+        matches += joinedMatcher.advance(to: streamTime).filter { match in
+            match.pattern == .t3 && rejoinedStarts.contains { $0 >= match.cycleStart - 0.05 && $0 <= match.decisionTime }
+        }
         recentTones.removeAll { $0.end < streamTime - 30 }
         for match in matches.sorted(by: { $0.decisionTime < $1.decisionTime }) { events += handle(match) }
         events += expire(at: streamTime)
@@ -305,6 +312,7 @@ package final class AlarmDetector {
         }) {
             var joined = joinPending[index]
             joined.end = max(joined.end, segment.end)
+            if !mergedStarts.contains(joined.start) { mergedStarts.append(joined.start) }
             joined.peakLevelDBFS = max(joined.peakLevelDBFS, segment.peakLevelDBFS)
             joined.peakSNRDB = max(joined.peakSNRDB, segment.peakSNRDB)
             joinPending[index] = joined
@@ -326,9 +334,18 @@ package final class AlarmDetector {
             }
             guard !continuing, streamTime - first.end > gap + 0.02 else { break }
             joinPending.removeFirst()
+            if let merged = mergedStarts.firstIndex(of: first.start) {
+                mergedStarts.remove(at: merged)
+                rejoinedStarts.append(first.start)
+            }
             matches += joinedMatcher.add(first, now: streamTime).filter { $0.pattern == .t3 }
         }
+        rejoinedStarts.removeAll { $0 < streamTime - 30 }
+        matches = matches.filter { match in
+            rejoinedStarts.contains { $0 >= match.cycleStart - 0.05 && $0 <= match.decisionTime }
+        }
         if joinPending.count > 64 { joinPending.removeFirst(joinPending.count - 64) }
+        if mergedStarts.count > 64 { mergedStarts.removeFirst(mergedStarts.count - 64) }
         return matches
     }
 
@@ -405,6 +422,8 @@ package final class AlarmDetector {
         matcher.reset()
         joinedMatcher.reset()
         joinPending.removeAll()
+        rejoinedStarts.removeAll()
+        mergedStarts.removeAll()
         if let tracker { _ = tracker.finish() }
         recentTones.removeAll()
         windows.removeAll()
