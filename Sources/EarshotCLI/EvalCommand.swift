@@ -8,7 +8,7 @@ import Foundation
 /// `earshot eval`: runs the smoke/CO alarm detector over labelled recordings and synthetic alarms and prints recall,
 /// false events per file class, time to detection and CPU cost.
 enum EvalCommand: EarshotCommand {
-    static let usage = "usage: earshot eval [--manifest FILE] [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F]"
+    static let usage = "usage: earshot eval [--manifest FILE]... [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F] [--groups [--stream-hours H] [--stream-manifest FILE] [--threads N] [--config FILE] [--problems] [--cost S]]"
 
     static let help = """
     \(usage)
@@ -28,6 +28,19 @@ enum EvalCommand: EarshotCommand {
       --rate-factor F   a stress test: every case is read as if recorded at F times its sample rate (pitch and
                         tempo scaled by F, e.g. 0.9 or 1.1), so that other tones and rhythms line up (alarm start
                         and deadline scale by 1/F); cases that fall below 8 kHz are left out
+
+    With --groups: every preset group through the daemon's whole detection (the code `earshot detect` runs,
+    watching every preset), over each labelled manifest (repeat --manifest; a `group` column, `-` for a
+    negative, and an `onset` column are used when present, else the label says the group) and over a negative
+    stream of household, speech, TV-like, music and appliance audio assembled from --stream-manifest (default
+    ../shared/audio/MANIFEST.tsv): per group recall, alerts per detected positive (for alarms: smoke, fire and
+    CO events on the same file), time to detection, false events on the labelled negatives and per 24 h.
+      --stream-hours H  length of the negative stream (default 24; 0: none)
+      --threads N       the stream runs in N parts at once (default 2)
+      --config FILE     a daemon configuration file (its groups and alarm settings; the watch list is every preset)
+      --problems        also list each missed positive, duplicate alert and false event
+      --cost S          also measure what each issue-13 rule costs in CPU on S seconds of the stream's audio
+                        (the stage, the alarm detector with and without the rules, the shatter finder; 3 rounds)
     """
 
     struct Options {
@@ -41,11 +54,20 @@ enum EvalCommand: EarshotCommand {
         var printCases = false
         var segmentHz: Double?
         var rateFactor: Double?
+        var groups = false
+        var manifests: [URL] = []
+        var streamHours = 24.0
+        var streamManifest: URL?
+        var threads = 2
+        var configPath: String?
+        var problems = false
+        var costSeconds = 0.0
     }
 
     static let name = "eval"
     static let flags = ["--manifest", "--no-synthetic", "--no-classifier", "--only", "--cases", "--segments",
-                        "--segment-hz", "--rate-factor"]
+                        "--segment-hz", "--rate-factor", "--groups", "--stream-hours", "--stream-manifest", "--threads",
+                        "--config", "--problems", "--cost"]
 
     /// Numbers above 0.
     static let positive = Double.leastNonzeroMagnitude...Double.greatestFiniteMagnitude
@@ -60,6 +82,20 @@ enum EvalCommand: EarshotCommand {
                 switch flag {
                 case "--manifest":
                     options.manifest = URL(fileURLWithPath: try parser.value(of: flag, inline, allowed: "a MANIFEST.tsv file"))
+                    options.manifests.append(options.manifest)
+                case "--stream-manifest":
+                    options.streamManifest = URL(fileURLWithPath: try parser.value(of: flag, inline, allowed: "a MANIFEST.tsv file"))
+                case "--cost":
+                    options.costSeconds = try parser.number(of: flag, inline, in: 10...36_000, allowed: "seconds of audio, 10 to 36000")
+                case "--stream-hours":
+                    options.streamHours = try parser.number(of: flag, inline, in: 0...1000, allowed: "hours, 0 to 1000")
+                case "--threads":
+                    options.threads = Int(try parser.number(of: flag, inline, in: 1...64, allowed: "a count, 1 to 64"))
+                case "--config":
+                    options.configPath = try parser.value(of: flag, inline, allowed: "a configuration file", allowEmpty: false)
+                case "--groups", "--problems":
+                    try parser.noValue(of: flag, inline)
+                    if flag == "--groups" { options.groups = true } else { options.problems = true }
                 case "--only": options.only = try parser.value(of: flag, inline, allowed: "text in the cases' names or labels")
                 case "--segment-hz":
                     options.segmentHz = try parser.number(of: flag, inline, in: positive, allowed: "a frequency in Hz, above 0")
@@ -85,6 +121,7 @@ enum EvalCommand: EarshotCommand {
     }
 
     static func execute(_ options: Options) -> Int32 {
+        if options.groups { return executeGroups(options) }
         do {
             var skipped: [String] = []
             let recordings = try AlarmEvaluation.manifestCases(manifest: options.manifest, skipped: &skipped)
@@ -129,6 +166,54 @@ enum EvalCommand: EarshotCommand {
             }
             if options.printCases { print(AlarmEvaluation.caseLines(outcomes) + "\n") }
             print(AlarmEvaluation.report(outcomes))
+            if !skipped.isEmpty {
+                print("\nSkipped (cannot decode): \(skipped.count)")
+                for line in skipped { print("  \(line)") }
+            }
+            return 0
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+    }
+
+    /// `--groups`: every preset group over the labelled manifests and the negative stream.
+    static func executeGroups(_ options: Options) -> Int32 {
+        do throws(EarshotError) {
+            var configuration = try DaemonConfiguration.load(path: options.configPath, overrides: .init())
+            configuration.detection.watch = GroupEvaluation.groups.filter { LabelGroup.presets[$0] != nil }
+            let detection = try FileDetection(configuration: configuration, configPath: options.configPath)
+            let manifests = options.manifests.isEmpty ? [options.manifest] : options.manifests
+            var skipped: [String] = []
+            for manifest in manifests {
+                let items = try GroupEvaluation.items(manifest: manifest)
+                let outcomes = GroupEvaluation.run(items, detection: detection, skipped: &skipped) { number in
+                    if number % 100 == 0 { writeError("eval: \(manifest.lastPathComponent) \(number)/\(items.count)") }
+                }
+                print(GroupEvaluation.report(outcomes, stream: nil, title: "Labelled files: \(manifest.path)"))
+                if options.problems { print(GroupEvaluation.problemLines(outcomes)) }
+                print("")
+            }
+            if options.streamHours > 0 || options.costSeconds > 0 {
+                let streamManifest = options.streamManifest ?? EvalCommand.Options().manifest
+                let clips = GroupEvaluation.streamClips(try GroupEvaluation.items(manifest: streamManifest))
+                guard !clips.isEmpty else {
+                    throw EarshotError(.noInput, "no household, speech or music recordings in \(streamManifest.path) for the negative stream")
+                }
+                if options.costSeconds > 0 {
+                    print(GroupEvaluation.costReport(clips: clips.map(\.samples), seconds: options.costSeconds, rounds: 3, detection: detection))
+                    print("")
+                }
+                guard options.streamHours > 0 else { return 0 }
+                writeError("eval: a \(JSONValue.format(options.streamHours, decimals: 1)) h negative stream from \(clips.count) recordings")
+                let started = Date()
+                let stream = GroupEvaluation.runStream(
+                    clips: clips.map(\.samples), names: clips.map { URL(fileURLWithPath: $0.path).lastPathComponent }, seconds: options.streamHours * 3600, parts: options.threads, detection: detection)
+                let elapsed = Date().timeIntervalSince(started)
+                print("Negative stream: \(JSONValue.format(options.streamHours, decimals: 1)) h assembled from \(clips.count) recordings of \(streamManifest.path) (\(Set(clips.map(\.label)).count) labels), in \(JSONValue.format(elapsed, decimals: 0)) s")
+                print(GroupEvaluation.report([], stream: stream, title: "False events in the negative stream"))
+                if options.problems { print(stream.sources.filter { !$0.contains(" speech@") }.joined(separator: "\n")) }
+            }
             if !skipped.isEmpty {
                 print("\nSkipped (cannot decode): \(skipped.count)")
                 for line in skipped { print("  \(line)") }

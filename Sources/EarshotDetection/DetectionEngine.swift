@@ -79,8 +79,11 @@ package struct DetectionEngine: Sendable {
     ///   - scores: the window's class scores in 0...1, `classLabels.count` of them (521 for YAMNet), or nil when
     ///     the level gate kept the window out of inference (a quiet window: negative for every group). An array of
     ///     the wrong length is treated as a quiet window.
+    ///   - vetoed: groups for which this window counts as negative whatever its scores (a `glass_break` window
+    ///     with no shatter onset in it, see `ShatterOnsets`).
     /// - Returns: the events of this window, grouped in watch-list order.
-    package mutating func process(windowStart: Double, windowDuration: Double, scores: [Float]?) -> [DetectionEvent] {
+    package mutating func process(windowStart: Double, windowDuration: Double, scores: [Float]?,
+                                  vetoed: Set<String> = []) -> [DetectionEvent] {
         let usable = scores.flatMap { $0.count == classLabels.count ? $0 : nil }
         var events: [DetectionEvent] = []
         for index in debouncers.indices {
@@ -95,7 +98,7 @@ package struct DetectionEngine: Sendable {
                         topClass = classLabels[classIndex]
                     }
                 }
-                if groupScore == nil { groupScore = 0 }
+                if groupScore == nil || vetoed.contains(watched[index].group.name) { groupScore = 0 }
             }
             events += debouncers[index].process(
                 windowStart: windowStart, windowDuration: windowDuration, score: groupScore, topClass: topClass)
@@ -118,6 +121,9 @@ package struct DetectionEngine: Sendable {
         for index in debouncers.indices { events += debouncers[index].finish(reason: reason) }
         return events
     }
+
+    /// Whether a group of this name is watched.
+    package func watches(_ name: String) -> Bool { watched.contains { $0.group.name == name } }
 
     /// The names of the groups with an open event, in watch-list order.
     package var activeGroups: [String] {

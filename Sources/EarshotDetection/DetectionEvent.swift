@@ -46,6 +46,11 @@ package enum DetectionEvent: Sendable, Equatable {
         case streamEnd = "stream_end"
         /// The daemon reloaded a configuration that changes the window, the gate, the groups or the models.
         case reload = "reload"
+        /// A smoke or CO alarm event (`AlarmDetector`): no cycle of its pattern, no beep of its tone and no agreeing
+        /// classifier window for the alarm's hold time (10 s smoke, 16 s CO).
+        case patternStopped = "pattern_stopped"
+        /// An onset-only event (`alarm_chirp`) as the history stores it: start = end, no end was sent.
+        case pointEvent = "point_event"
     }
 
     /// The end of a sound event, with its summary.

@@ -11,16 +11,23 @@ import EarshotAnalysis
 /// ``ToneTracker`` and an ``AlarmPatternMatcher`` run on it) and, optionally, each classifier window with
 /// ``observe(classification:)``. It returns ``AlarmEvent``s:
 /// - `smoke_alarm` onset when a T3 cycle is seen (decided at the next cycle's first tone: about 4 s after the
-///   alarm starts), whatever the tone's frequency (a 3 kHz piezo or a 520 Hz low-frequency sounder);
-/// - `smoke_alarm` onset, source `classifier`, when the classifier's smoke-alarm classes score at least
-///   ``Configuration/classifierThreshold`` in ``Configuration/classifierWindows`` consecutive windows while a tone
-///   sounds in each of them (alarms with another pattern; a continuous tone alone or the classifier alone is not
-///   enough: the classifier scores a hospital monitor 0.88 and an alarm clock 0.70);
+///   alarm starts), whatever the tone's frequency (a 3 kHz piezo or a 520 Hz low-frequency sounder). Tone segments
+///   a lossy codec or noise broke into pieces (gaps of at most ``Configuration/rejoinGapSeconds``) are also
+///   rejoined and matched again for T3 (a second matcher, so that T4's 0.1 s gaps are never bridged);
+/// - `smoke_alarm` onset, source `tone+classifier`, for a smoke alarm whose cadence is not T3: one tone in 400 Hz-4
+///   kHz sounding in long beeps most of the time (``Configuration/persistentCoverage`` of the last
+///   ``Configuration/persistentSeconds``, no silence longer than ``Configuration/persistentMaxGapSeconds``, beeps
+///   of ``Configuration/persistentMinimumBeepSeconds`` or more) while the classifier's smoke/fire score averages
+///   ``Configuration/persistentScore`` or more. Short beeps, half-duty beeping (timers, clocks, monitors, a
+///   reversing truck, a fridge door) and the classifier alone never are (it scores a kitchen timer 0.9);
 /// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart;
 /// - `alarm_chirp` (onset only) when two isolated short chirps of one frequency come 15 to 120 s apart, then at most
 ///   once per ``Configuration/chirpRepeatSeconds``;
-/// - an end (`detection_end`) for `smoke_alarm` and `co_alarm` when no new cycle (or positive classifier window)
-///   came for ``Configuration/holdSeconds``, or at a gap or the end of the stream.
+/// - one event per alarm: once a `smoke_alarm` (or `co_alarm`) is open, every later cycle, every beep of its tone
+///   (within ``Configuration/continuationTolerance`` of it, a harmonic or its fundamental) and every classifier
+///   window agreeing while a tone sounds keep it open, whatever the evidence that opened it; it ends
+///   (`pattern_stopped`) when none came for ``Configuration/holdSeconds`` (CO: ``Configuration/coHoldSeconds``),
+///   or at a gap (`stream_gap`), the end of the stream (`stream_end`) or a reload (`reload`).
 ///
 /// Stream time is `framePosition / sampleRate` for the audio and `ClassificationResult.timeRange` for windows: both
 /// count from the stream's first frame.
@@ -35,9 +42,28 @@ package final class AlarmDetector {
         package var coClasses = ["Smoke detector, smoke alarm", "Alarm", "Beep, bleep"]
         /// Score (0...1) at or above which a window counts as the classifier agreeing.
         package var classifierThreshold: Float = 0.5
-        /// Consecutive agreeing windows with a tone for a classifier-sourced smoke_alarm (16 at the 0.48 s hop:
-        /// 8 s, longer than a monitor's or a clock's beeping usually lasts while the classifier confuses it).
-        package var classifierWindows = 16
+        /// Seconds a persistent tone must sound (with the classifier agreeing) for a `tone+classifier` smoke alarm.
+        package var persistentSeconds = 8.0
+        /// Fraction (0...1) of those seconds the tone must be on (a T3 is on 50 %, half-duty beepers 50 %).
+        package var persistentCoverage = 0.75
+        /// Longest silence of the tone within them, seconds.
+        package var persistentMaxGapSeconds = 0.6
+        /// Median length of its beeps (after rejoining fragments), seconds: a timer's or a clock's beeps are short.
+        package var persistentMinimumBeepSeconds = 0.2
+        /// Mean smoke/fire classifier score (0...1) over the windows within them.
+        package var persistentScore: Float = 0.6
+        /// dB a T3 cycle's tone may be below the loudest tone sounding at its first beep (see `isDominant`).
+        package var dominanceDB = 16.0
+        /// Mean "Music" score over a first T3 cycle at or above which (with the smoke/fire score below
+        /// ``musicAlarmScore`` in all its windows) the second cycle in a row is needed.
+        package var musicScore: Float = 0.5
+        package var musicAlarmScore: Float = 0.1
+        /// Relative frequency tolerance for a beep that keeps an open alarm event going (its tone, a harmonic or
+        /// its fundamental).
+        package var continuationTolerance = 0.04
+        /// Longest gap (s, frame centre to frame centre) between two pieces of one tone that are rejoined for the
+        /// second T3 matcher (a lossy codec's or noise's fragments: 0.02-0.05 s).
+        package var rejoinGapSeconds = 0.05
         /// Seconds without a new cycle (or agreeing window) before an event ends; 10 s is 2.5 T3 cycles.
         package var holdSeconds = 10.0
         /// The same for CO: 16 s is 2.5 T4 cycles.
@@ -46,8 +72,8 @@ package final class AlarmDetector {
         package var chirpRepeatSeconds = 900.0
         /// Whether `alarm_chirp` events are emitted.
         package var reportChirps = true
-        /// Whether the classifier-only `smoke_alarm` decision is made.
-        package var classifierFallback = true
+        /// Whether the `tone+classifier` decision (a persistent alarm tone that is not T3) is made.
+        package var persistentToneDetection = true
 
         package init() {}
     }
@@ -55,10 +81,17 @@ package final class AlarmDetector {
     package let configuration: Configuration
     private var tracker: ToneTracker?
     private var matcher = AlarmPatternMatcher()
+    /// The second matcher, fed rejoined segments; only its T3 matches are used.
+    private var joinedMatcher = AlarmPatternMatcher()
+    /// Finished segments waiting to be rejoined with a continuation before the second matcher gets them.
+    private var joinPending: [ToneSegment] = []
+    /// Start times of rejoined segments (made of two pieces or more) handed to the second matcher, last 30 s: its
+    /// T3 matches count only where one of them is in the cycle (elsewhere it saw what the first matcher saw).
+    private var rejoinedStarts: [Double] = []
+    /// Start times of pending segments that have taken a second piece.
+    private var mergedStarts: [Double] = []
     private var announcedOnsets: [(start: Double, frequencyHz: Double)] = []
-    private var windows: [(range: TimeRange, smoke: Float, smokeClass: String?, co: Float, coClass: String?)] = []
-    private var classifierRun = 0
-    private var classifierRunStart = 0.0
+    private var windows: [(range: TimeRange, smoke: Float, smokeClass: String?, co: Float, coClass: String?, music: Float)] = []
     private var recentTones: [ToneSegment] = []
     private var smoke: Active?
     private var co: Active?
@@ -70,11 +103,20 @@ package final class AlarmDetector {
         var pattern: AlarmPattern?
         var start: Double
         var lastEvidence: Double
+        /// Decision time of the last pattern cycle counted (-infinity: none yet).
+        var lastCycle = -Double.infinity
         var cycles: Int
         var toneHz: Double
         var levelDBFS: Double
         var score: Float?
         var scoreClass: String?
+
+        /// Takes a better classifier score.
+        mutating func take(score newScore: Float?, label: String?) {
+            guard let newScore, score.map({ newScore > $0 }) ?? true else { return }
+            score = newScore
+            scoreClass = label
+        }
     }
 
     package init(configuration: Configuration = Configuration()) {
@@ -123,8 +165,11 @@ package final class AlarmDetector {
         for segment in segments {
             recentTones.append(segment)
             matches += matcher.add(segment, now: min(streamTime, segment.end + 0.03))
+            rejoin(segment)
         }
         let open = tracker.openSegments
+        matches += releaseJoined(open: open)
+        continueActive(with: segments, open: open)
         // Open segments are told to the matcher once, when they appear (keyed by start and frequency: a square
         // wave's harmonics start together).
         func same(_ a: ToneSegment, _ b: (start: Double, frequencyHz: Double)) -> Bool {
@@ -136,6 +181,9 @@ package final class AlarmDetector {
             matches += matcher.toneStarted(segment, now: streamTime)
         }
         matches += matcher.advance(to: streamTime)
+        matches += joinedMatcher.advance(to: streamTime).filter { match in
+            match.pattern == .t3 && rejoinedStarts.contains { $0 >= match.cycleStart - 0.05 && $0 <= match.decisionTime }
+        }
         recentTones.removeAll { $0.end < streamTime - 30 }
         for match in matches.sorted(by: { $0.decisionTime < $1.decisionTime }) { events += handle(match) }
         events += expire(at: streamTime)
@@ -175,55 +223,180 @@ package final class AlarmDetector {
         }
         let (smokeScore, smokeClass) = best(configuration.smokeClasses)
         let (coScore, coClass) = best(configuration.coClasses)
-        windows.append((result.timeRange, smokeScore, smokeClass, coScore, coClass))
+        let (musicScore, _) = best(["Music"])
+        windows.append((result.timeRange, smokeScore, smokeClass, coScore, coClass, musicScore))
         windows.removeAll { $0.range.end < result.timeRange.end - 60 }
         var events: [AlarmEvent] = []
-        let agrees = smokeScore >= configuration.classifierThreshold
-            && toneFraction(from: result.timeRange.start, to: result.timeRange.end) >= 0.2
-        if agrees {
-            if classifierRun == 0 { classifierRunStart = result.timeRange.start }
-            classifierRun += 1
-            if var active = smoke {
-                active.lastEvidence = max(active.lastEvidence, result.timeRange.end)
-                if active.score.map({ smokeScore > $0 }) ?? true {
-                    active.score = smokeScore
-                    active.scoreClass = smokeClass
-                }
-                smoke = active
-            } else if configuration.classifierFallback, classifierRun >= configuration.classifierWindows {
-                let tone = dominantTone(from: classifierRunStart, to: result.timeRange.end)
+        let toneSounds = toneFraction(from: result.timeRange.start, to: result.timeRange.end) >= 0.2
+        if var active = smoke, toneSounds, smokeScore >= configuration.classifierThreshold {
+            active.lastEvidence = max(active.lastEvidence, result.timeRange.end)
+            active.take(score: smokeScore, label: smokeClass)
+            if active.source == .pattern { active.source = .patternAndClassifier }
+            smoke = active
+        } else if var active = co, toneSounds, coScore >= configuration.classifierThreshold {
+            active.lastEvidence = max(active.lastEvidence, result.timeRange.end)
+            active.take(score: coScore, label: coClass)
+            if active.source == .pattern { active.source = .patternAndClassifier }
+            co = active
+        } else if smoke == nil, co == nil, configuration.persistentToneDetection,
+                  let tone = persistentTone(endingAt: result.timeRange.end) {
+            let span = (result.timeRange.end - configuration.persistentSeconds, result.timeRange.end)
+            let scores = windows.filter { $0.range.start >= span.0 - 0.5 && $0.range.end <= span.1 + 0.01 }
+            let mean = scores.isEmpty ? 0 : scores.reduce(Float(0)) { $0 + $1.smoke } / Float(scores.count)
+            if scores.count >= 8, mean >= configuration.persistentScore {
+                let best = scores.max { $0.smoke < $1.smoke }
                 let active = Active(
-                    source: .classifier, pattern: nil, start: classifierRunStart, lastEvidence: result.timeRange.end,
-                    cycles: 0, toneHz: tone.frequencyHz, levelDBFS: tone.levelDBFS, score: smokeScore,
-                    scoreClass: smokeClass)
+                    source: .toneAndClassifier, pattern: nil, start: tone.start, lastEvidence: result.timeRange.end,
+                    cycles: 0, toneHz: tone.frequencyHz, levelDBFS: tone.levelDBFS, score: best?.smoke,
+                    scoreClass: best?.smokeClass)
                 smoke = active
                 events.append(onsetEvent(group: AlarmEvent.smokeAlarm, active, time: result.timeRange.end))
             }
-        } else {
-            classifierRun = 0
         }
         return events
     }
 
-    /// Ends open events (the stream ended) and forgets all state.
-    package func finish() -> [AlarmEvent] {
-        let events = reset(at: streamTime)
+    /// A tone that sounded most of the last ``Configuration/persistentSeconds`` in long beeps (see the type's
+    /// rules), with its first beep's start, frequency and mean level; nil when none did.
+    private func persistentTone(endingAt end: Double) -> (start: Double, frequencyHz: Double, levelDBFS: Double)? {
+        let begin = end - configuration.persistentSeconds
+        var tones = recentTones.filter { $0.end >= begin }
+        for open in tracker?.openSegments ?? [] {
+            var segment = open
+            segment.end = max(segment.end, min(end, streamTime))
+            tones.append(segment)
+        }
+        // The loudest-in-total frequency, then every piece of it (rejoined where a codec broke it).
+        guard let main = tones.max(by: { $0.duration < $1.duration }), main.duration >= 0.15
+        else { return nil }
+        let tolerance = 0.03 * main.frequencyHz
+        var pieces = tones.filter { abs($0.frequencyHz - main.frequencyHz) <= tolerance }.sorted { $0.start < $1.start }
+        var joined: [ToneSegment] = []
+        for piece in pieces {
+            if var last = joined.last, piece.start - last.end <= configuration.rejoinGapSeconds {
+                last.end = max(last.end, piece.end)
+                joined[joined.count - 1] = last
+            } else {
+                joined.append(piece)
+            }
+        }
+        pieces = joined
+        var covered = 0.0
+        var longestGap = 0.0
+        var cursor = begin
+        for piece in pieces {
+            let from = max(piece.start, begin), to = min(piece.end + 0.01, end)
+            guard to > from else { continue }
+            longestGap = max(longestGap, from - cursor)
+            covered += to - max(from, cursor)
+            cursor = max(cursor, to)
+        }
+        longestGap = max(longestGap, end - cursor)
+        let beeps = pieces.map { $0.end - $0.start + 0.01 }.sorted()
+        guard !beeps.isEmpty, covered >= configuration.persistentCoverage * configuration.persistentSeconds,
+              longestGap <= configuration.persistentMaxGapSeconds,
+              beeps[beeps.count / 2] >= configuration.persistentMinimumBeepSeconds,
+              pieces.first.map({ $0.start <= begin + configuration.persistentMaxGapSeconds }) ?? false
+        else { return nil }
+        let level = pieces.reduce(0) { $0 + $1.levelDBFS } / Double(pieces.count)
+        return (pieces[0].start, main.frequencyHz, level)
+    }
+
+    /// Hands a finished segment to the rejoining buffer: a piece that starts within the rejoin gap after a pending
+    /// piece of the same tone ends extends it.
+    private func rejoin(_ segment: ToneSegment) {
+        let tolerance = 0.015 * segment.frequencyHz
+        if let index = joinPending.lastIndex(where: {
+            abs($0.frequencyHz - segment.frequencyHz) <= tolerance && segment.start >= $0.start
+                && segment.start - $0.end <= configuration.rejoinGapSeconds
+        }) {
+            var joined = joinPending[index]
+            joined.end = max(joined.end, segment.end)
+            if !mergedStarts.contains(joined.start) { mergedStarts.append(joined.start) }
+            joined.peakLevelDBFS = max(joined.peakLevelDBFS, segment.peakLevelDBFS)
+            joined.peakSNRDB = max(joined.peakSNRDB, segment.peakSNRDB)
+            joinPending[index] = joined
+        } else {
+            joinPending.append(segment)
+        }
+    }
+
+    /// Gives the second matcher the rejoined segments that can no longer grow (no piece of their tone is open or
+    /// due within the rejoin gap); returns its T3 matches.
+    private func releaseJoined(open: [ToneSegment]) -> [PatternMatch] {
+        var matches: [PatternMatch] = []
+        let gap = configuration.rejoinGapSeconds
+        joinPending.sort { $0.start < $1.start }
+        while let first = joinPending.first {
+            let tolerance = 0.015 * first.frequencyHz
+            let continuing = open.contains {
+                abs($0.frequencyHz - first.frequencyHz) <= tolerance && $0.start >= first.start && $0.start - first.end <= gap
+            }
+            guard !continuing, streamTime - first.end > gap + 0.02 else { break }
+            joinPending.removeFirst()
+            if let merged = mergedStarts.firstIndex(of: first.start) {
+                mergedStarts.remove(at: merged)
+                rejoinedStarts.append(first.start)
+            }
+            matches += joinedMatcher.add(first, now: streamTime).filter { $0.pattern == .t3 }
+        }
+        rejoinedStarts.removeAll { $0 < streamTime - 30 }
+        matches = matches.filter { match in
+            rejoinedStarts.contains { $0 >= match.cycleStart - 0.05 && $0 <= match.decisionTime }
+        }
+        if joinPending.count > 64 { joinPending.removeFirst(joinPending.count - 64) }
+        if mergedStarts.count > 64 { mergedStarts.removeFirst(mergedStarts.count - 64) }
+        return matches
+    }
+
+    /// Beeps of an open alarm's tone (or a harmonic, or its fundamental) keep it open: an alarm whose cycles grew
+    /// irregular or were masked is still the same alarm while it sounds.
+    private func continueActive(with finished: [ToneSegment], open: [ToneSegment]) {
+        func belongs(_ segment: ToneSegment, to active: Active) -> Bool {
+            guard active.toneHz > 0, segment.duration >= 0.07 else { return false }
+            let ratio = segment.frequencyHz / active.toneHz
+            let harmonic = (ratio >= 1 ? ratio : 1 / ratio).rounded()
+            guard harmonic >= 1, harmonic <= 7 else { return false }
+            let expected = ratio >= 1 ? active.toneHz * harmonic : active.toneHz / harmonic
+            return abs(segment.frequencyHz - expected) <= configuration.continuationTolerance * expected
+        }
+        for segment in finished + open {
+            let end = open.contains(segment) ? streamTime : segment.end
+            if var active = smoke, belongs(segment, to: active) {
+                active.lastEvidence = max(active.lastEvidence, end)
+                smoke = active
+            }
+            if var active = co, belongs(segment, to: active) {
+                active.lastEvidence = max(active.lastEvidence, end)
+                co = active
+            }
+        }
+    }
+
+    /// Ends open events (`reason`: the stream ended, or a reload) and forgets all state.
+    package func finish(reason: DetectionEvent.EndReason = .streamEnd) -> [AlarmEvent] {
+        let events = reset(at: streamTime, reason: reason)
         tracker = nil
         expectedPosition = nil
         return events
     }
 
+    /// The group folded into `smoke_alarm` when the pattern detector runs.
+    package static let fireAlarm = "fire_alarm"
+
     /// The groups the classifier-only `DetectionEngine` watches when the pattern detector runs: `watch` without
-    /// smoke_alarm and co_alarm (the detector decides those, with the classifier's scores as evidence), or `watch`
-    /// unchanged when `patternDetection` is false.
+    /// smoke_alarm, co_alarm and fire_alarm (the detector decides those, with the classifier's scores, "Fire alarm"
+    /// included, as evidence: one alarm is one event), or `watch` unchanged when `patternDetection` is false.
     package static func engineWatchList(_ watch: [String], patternDetection: Bool) -> [String] {
-        patternDetection ? watch.filter { $0 != AlarmEvent.smokeAlarm && $0 != AlarmEvent.coAlarm } : watch
+        patternDetection ? watch.filter { ![AlarmEvent.smokeAlarm, AlarmEvent.coAlarm, fireAlarm].contains($0) } : watch
     }
 
-    /// The alarm groups to publish for a watch list: smoke_alarm and co_alarm when watched, alarm_chirp when either
-    /// is (a chirp is a smoke or CO alarm asking for a battery).
+    /// The alarm groups to publish for a watch list: smoke_alarm when smoke_alarm or fire_alarm is watched
+    /// (fire_alarm is folded into it), co_alarm when watched, alarm_chirp when either is (a chirp is a smoke or CO
+    /// alarm asking for a battery).
     package static func emittedGroups(watch: [String]) -> Set<String> {
         var groups = Set(watch).intersection([AlarmEvent.smokeAlarm, AlarmEvent.coAlarm])
+        if watch.contains(fireAlarm) { groups.insert(AlarmEvent.smokeAlarm) }
         if !groups.isEmpty { groups.insert(AlarmEvent.alarmChirp) }
         return groups
     }
@@ -240,17 +413,20 @@ package final class AlarmDetector {
         (smoke != nil ? [AlarmEvent.smokeAlarm] : []) + (co != nil ? [AlarmEvent.coAlarm] : [])
     }
 
-    private func reset(at time: Double) -> [AlarmEvent] {
+    private func reset(at time: Double, reason: DetectionEvent.EndReason = .streamGap) -> [AlarmEvent] {
         var events: [AlarmEvent] = []
-        if let active = smoke { events.append(endEvent(group: AlarmEvent.smokeAlarm, active)) }
-        if let active = co { events.append(endEvent(group: AlarmEvent.coAlarm, active)) }
+        if let active = smoke { events.append(endEvent(group: AlarmEvent.smokeAlarm, active, reason: reason)) }
+        if let active = co { events.append(endEvent(group: AlarmEvent.coAlarm, active, reason: reason)) }
         smoke = nil
         co = nil
         matcher.reset()
+        joinedMatcher.reset()
+        joinPending.removeAll()
+        rejoinedStarts.removeAll()
+        mergedStarts.removeAll()
         if let tracker { _ = tracker.finish() }
         recentTones.removeAll()
         windows.removeAll()
-        classifierRun = 0
         announcedOnsets.removeAll()
         return events
     }
@@ -258,11 +434,11 @@ package final class AlarmDetector {
     private func expire(at time: Double) -> [AlarmEvent] {
         var events: [AlarmEvent] = []
         if let active = smoke, time - active.lastEvidence >= configuration.holdSeconds {
-            events.append(endEvent(group: AlarmEvent.smokeAlarm, active))
+            events.append(endEvent(group: AlarmEvent.smokeAlarm, active, reason: .patternStopped))
             smoke = nil
         }
         if let active = co, time - active.lastEvidence >= configuration.coHoldSeconds {
-            events.append(endEvent(group: AlarmEvent.coAlarm, active))
+            events.append(endEvent(group: AlarmEvent.coAlarm, active, reason: .patternStopped))
             co = nil
         }
         return events
@@ -281,14 +457,6 @@ package final class AlarmDetector {
         return min(1, covered / (end - start))
     }
 
-    /// The loudest-in-total tone frequency over [start, end], with its mean level.
-    private func dominantTone(from start: Double, to end: Double) -> (frequencyHz: Double, levelDBFS: Double) {
-        var tones = recentTones.filter { $0.end >= start && $0.start <= end }
-        tones += tracker?.openSegments ?? []
-        guard let longest = tones.max(by: { $0.duration < $1.duration }) else { return (0, -120) }
-        return (longest.frequencyHz, longest.levelDBFS)
-    }
-
     /// The best classifier score over windows overlapping [start, end].
     private func classifierEvidence(from start: Double, to end: Double, co: Bool) -> (Float?, String?) {
         var best: Float?
@@ -303,9 +471,35 @@ package final class AlarmDetector {
         return (best, label)
     }
 
+    /// Whether a T3 match's tone stands out: within ``Configuration/dominanceDB`` of the loudest tone sounding at
+    /// its cycle's first beep. A sounder is the loudest tone in the room (a square wave's harmonics are within
+    /// 17 dB of its fundamental); the weak overtones of a piano's chords, which can fall into a T3 rhythm, are not.
+    private func isDominant(_ match: PatternMatch) -> Bool {
+        if smoke != nil { return true }
+        let from = match.cycleStart - 0.02, to = match.cycleStart + 0.3
+        var loudest = -Double.infinity
+        for tone in recentTones + (tracker?.openSegments ?? []) where tone.end >= from && tone.start <= to {
+            loudest = max(loudest, tone.levelDBFS)
+        }
+        return match.levelDBFS >= loudest - configuration.dominanceDB
+    }
+
+    /// Whether a first T3 cycle is heard over music the classifier is sure of, with no alarm score at all: music
+    /// can fall into T3's rhythm once (a chord's overtone three times, then a rest); an alarm heard over music
+    /// repeats, so there the second cycle in a row decides (about 4 s later). Later cycles of an open event pass.
+    private func isMusicOnly(_ match: PatternMatch) -> Bool {
+        guard smoke == nil, match.count < 2 else { return false }
+        let cycle = windows.filter { $0.range.end > match.cycleStart && $0.range.start < match.decisionTime }
+        guard !cycle.isEmpty else { return false }
+        let music = cycle.map(\.music).reduce(0, +) / Float(cycle.count)
+        let alarm = cycle.map(\.smoke).max() ?? 0
+        return music >= configuration.musicScore && alarm < configuration.musicAlarmScore
+    }
+
     private func handle(_ match: PatternMatch) -> [AlarmEvent] {
         switch match.pattern {
         case .t3:
+            guard isDominant(match), !isMusicOnly(match) else { return [] }
             return patternCycle(match, group: AlarmEvent.smokeAlarm, co: false)
         case .t4:
             return patternCycle(match, group: AlarmEvent.coAlarm, co: true)
@@ -323,27 +517,46 @@ package final class AlarmDetector {
         }
     }
 
+    /// The sounder's fundamental for a match heard on `frequencyHz`: the lowest f / k (k = 2...7, at least 400 Hz)
+    /// with a tone sounding at the cycle's first tone (starting within 0.15 s of it: in a room or in noise the
+    /// harmonics' onsets spread), or the match's own frequency.
+    private func fundamental(of match: PatternMatch) -> Double {
+        var tones = recentTones.filter { abs($0.start - match.cycleStart) <= 0.15 }
+        tones += (tracker?.openSegments ?? []).filter { abs($0.start - match.cycleStart) <= 0.15 }
+        var best = match.frequencyHz
+        for divisor in 2...7 {
+            let expected = match.frequencyHz / Double(divisor)
+            guard expected >= 400 * 0.97 else { break }
+            if let tone = tones.first(where: { abs($0.frequencyHz - expected) <= 0.03 * expected }) {
+                best = min(best, tone.frequencyHz)
+            }
+        }
+        return best
+    }
+
     private func patternCycle(_ match: PatternMatch, group: String, co isCO: Bool) -> [AlarmEvent] {
+        var match = match
+        match.frequencyHz = fundamental(of: match)
         let (score, label) = classifierEvidence(from: match.cycleStart, to: match.decisionTime, co: isCO)
         let agrees = (score ?? 0) >= configuration.classifierThreshold
         if var active = isCO ? co : smoke {
             // A harmonic of the same sounder completes the same cycle at about the same time: count it once.
-            if match.decisionTime - active.lastEvidence >= 1.5 { active.cycles += 1 }
+            if match.decisionTime - active.lastCycle >= 1.5 { active.cycles += 1 }
+            active.lastCycle = max(active.lastCycle, match.decisionTime)
             active.lastEvidence = max(active.lastEvidence, match.decisionTime)
             if active.pattern == nil {
                 active.pattern = match.pattern
                 active.toneHz = match.frequencyHz
+                if active.source == .toneAndClassifier { active.source = .patternAndClassifier }
             }
-            if let score, active.score.map({ score > $0 }) ?? true {
-                active.score = score
-                active.scoreClass = label
-            }
+            if agrees, active.source == .pattern { active.source = .patternAndClassifier }
+            active.take(score: score, label: label)
             if isCO { co = active } else { smoke = active }
             return []
         }
         let active = Active(
             source: agrees ? .patternAndClassifier : .pattern, pattern: match.pattern, start: match.cycleStart,
-            lastEvidence: match.decisionTime, cycles: 1, toneHz: match.frequencyHz, levelDBFS: match.levelDBFS,
+            lastEvidence: match.decisionTime, lastCycle: match.decisionTime, cycles: 1, toneHz: match.frequencyHz, levelDBFS: match.levelDBFS,
             score: score, scoreClass: label)
         if isCO { co = active } else { smoke = active }
         return [onsetEvent(group: group, active, time: match.decisionTime)]
@@ -356,10 +569,10 @@ package final class AlarmDetector {
             classifierClass: active.scoreClass, start: active.start, time: time)
     }
 
-    private func endEvent(group: String, _ active: Active) -> AlarmEvent {
+    private func endEvent(group: String, _ active: Active, reason: DetectionEvent.EndReason) -> AlarmEvent {
         AlarmEvent(
             kind: .end, group: group, source: active.source, pattern: active.pattern, cycles: active.cycles,
             toneHz: active.toneHz, toneLevelDBFS: active.levelDBFS, classifierScore: active.score,
-            classifierClass: active.scoreClass, start: active.start, time: active.lastEvidence)
+            classifierClass: active.scoreClass, start: active.start, time: active.lastEvidence, reason: reason)
     }
 }

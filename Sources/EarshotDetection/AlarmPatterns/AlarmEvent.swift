@@ -13,12 +13,15 @@ package struct AlarmEvent: Sendable, Equatable {
         case end
     }
 
-    /// What the decision rests on.
+    /// What the decision rests on (at the onset: the evidence seen so far; at the end: over the whole event, so a
+    /// `tone+classifier` alarm whose T3 cycles came later ends as `pattern+classifier`).
     package enum Source: String, Sendable, Equatable {
         /// A temporal pattern (T3, T4, chirp) of a tone.
         case pattern
-        /// The classifier's smoke-alarm classes held for several windows while a tone sounded.
-        case classifier
+        /// A persistent alarm tone (one frequency in 400 Hz-4 kHz sounding most of the time, in long beeps, for
+        /// `AlarmDetector.Configuration.persistentSeconds`) while the classifier's smoke/fire score stayed high:
+        /// a smoke alarm whose cadence is not T3.
+        case toneAndClassifier = "tone+classifier"
         /// A pattern, with the classifier agreeing (its alarm score at or above the fusion threshold).
         case patternAndClassifier = "pattern+classifier"
     }
@@ -51,12 +54,25 @@ package struct AlarmEvent: Sendable, Equatable {
     package var time: Double
     /// For a chirp: seconds between the last two chirps; 0 otherwise.
     package var intervalSeconds: Double
+    /// For an end: why it ended (`pattern_stopped`: the hold passed with no cycle, beep or agreeing window;
+    /// `stream_gap`, `stream_end`, `reload` as for classifier events).
+    package var reason: DetectionEvent.EndReason
+
+    /// How sure the decision is, 0...1: `1 - (1 - p) (1 - c)`, with p = 0.8 for one cycle of a pattern, 0.9 for two
+    /// or more (0.7 for a persistent tone), and c the classifier score (0 when no window was classified). A
+    /// heuristic ranking (a T3 heard twice with the classifier at 0.8 gives 0.98), not a calibrated probability.
+    package var confidence: Float {
+        let p: Float = source == .toneAndClassifier && cycles == 0 ? 0.7 : cycles >= 2 ? 0.9 : 0.8
+        let c = min(max(classifierScore ?? 0, 0), 1)
+        return 1 - (1 - p) * (1 - c)
+    }
 
     package init(
         kind: Kind, group: String, source: Source, pattern: AlarmPattern?, cycles: Int, toneHz: Double,
         toneLevelDBFS: Double, classifierScore: Float?, classifierClass: String?, start: Double, time: Double,
-        intervalSeconds: Double = 0
+        intervalSeconds: Double = 0, reason: DetectionEvent.EndReason = .patternStopped
     ) {
+        self.reason = reason
         self.kind = kind
         self.group = group
         self.source = source
@@ -76,9 +92,9 @@ package struct AlarmEvent: Sendable, Equatable {
 
     /// The socket's JSON object, e.g.
     /// `{"type":"detection","group":"smoke_alarm","source":"pattern","pattern":"T3","cycles":1,"tone_hz":3150,
-    /// "tone_dbfs":-21.3,"classifier_score":0.81,"class":"Smoke detector, smoke alarm","stream_time":12.01,
-    /// "decision_time":16.02,"time":"2026-11-30T16:45:12.345Z"}`; an end is `"detection_end"` with `start`, `end`,
-    /// `duration` and `reason` `"pattern_stopped"`. Frequencies are rounded to 1 Hz, levels to 0.1 dB.
+    /// "tone_dbfs":-21.3,"confidence":0.9620,"classifier_score":0.81,"class":"Smoke detector, smoke alarm",
+    /// "stream_time":12.01,"decision_time":16.02,"time":"2026-11-30T16:45:12.345Z"}`; an end is `"detection_end"`
+    /// with `start`, `end`, `duration` and its `reason`. Frequencies are rounded to 1 Hz, levels to 0.1 dB.
     package func object(wallClock: Date) -> JSONObject {
         var object: JSONObject = [
             "type": .string(kind == .onset ? "detection" : "detection_end"),
@@ -90,6 +106,7 @@ package struct AlarmEvent: Sendable, Equatable {
         object["tone_hz"] = .int(Int(toneHz.rounded()))
         object["tone_dbfs"] = .number(toneLevelDBFS, decimals: 1)
         if pattern == .chirp { object["interval"] = .number(intervalSeconds, decimals: 1) }
+        object["confidence"] = .number(Double(confidence), decimals: EventJSON.confidenceDecimals)
         if let classifierScore {
             object["classifier_score"] = .number(Double(classifierScore), decimals: EventJSON.confidenceDecimals)
             if let classifierClass { object["class"] = .string(classifierClass) }
@@ -102,7 +119,7 @@ package struct AlarmEvent: Sendable, Equatable {
             object["start"] = .number(start, decimals: EventJSON.timeDecimals)
             object["end"] = .number(time, decimals: EventJSON.timeDecimals)
             object["duration"] = .number(time - start, decimals: EventJSON.timeDecimals)
-            object["reason"] = "pattern_stopped"
+            object["reason"] = .string(reason.rawValue)
         }
         object["time"] = .string(EventJSON.timestamp(wallClock))
         return object
@@ -110,29 +127,31 @@ package struct AlarmEvent: Sendable, Equatable {
 
 
     /// The same event as a plain ``DetectionEvent`` (for consumers that only know those, such as an event store):
-    /// class label `"T3 pattern"`, `"T4 pattern"`, `"chirp pattern"` or the classifier's class; confidence the
-    /// classifier score, or 1 for a pattern the classifier did not score.
+    /// class label `"T3 pattern"`, `"T4 pattern"`, `"chirp pattern"` or `"alarm tone"` (a persistent tone);
+    /// confidence ``confidence``; an end's reason as sent.
     package var detectionEvent: DetectionEvent {
-        let label = pattern.map { "\($0.rawValue) pattern" } ?? classifierClass ?? "alarm"
-        let confidence = classifierScore ?? 1
+        let label = pattern.map { "\($0.rawValue) pattern" } ?? "alarm tone"
+        let confidence = self.confidence
         switch kind {
         case .onset:
             return .onset(.init(group: group, classLabel: label, confidence: confidence, start: start, decisionTime: time))
         case .end:
             return .offset(.init(
                 group: group, classLabel: label, start: start, end: time, peakConfidence: confidence,
-                meanConfidence: confidence, positiveWindows: cycles, reason: .holdElapsed))
+                meanConfidence: confidence, positiveWindows: cycles, reason: reason))
         }
     }
 
     /// The event as a finished ``DetectionEvent/offset(_:)`` for an event store: an end as itself, an onset as a
     /// point event (start = end = its start; how a chirp, which has no end, is stored). Class label, confidence and
-    /// window count as in ``detectionEvent`` (`positiveWindows` = cycles); reason `hold_elapsed`.
+    /// window count as in ``detectionEvent`` (`positiveWindows` = cycles); an end's reason as sent, `point_event`
+    /// for an onset.
     package var finishedEvent: DetectionEvent {
         guard kind == .onset else { return detectionEvent }
         var point = self
         point.kind = .end
         point.time = start
+        point.reason = .pointEvent
         return point.detectionEvent
     }
 
@@ -142,7 +161,7 @@ package struct AlarmEvent: Sendable, Equatable {
         let what: String
         switch pattern {
         case .some(let pattern): what = "\(pattern.rawValue) pattern at \(Int(toneHz.rounded())) Hz"
-        case nil: what = "classifier with a tone at \(Int(toneHz.rounded())) Hz"
+        case nil: what = "alarm tone at \(Int(toneHz.rounded())) Hz"
         }
         let unit = pattern == .chirp ? "chirp" : "cycle"
         let count = "\(cycles) \(unit)\(cycles == 1 ? "" : "s")"

@@ -45,6 +45,9 @@ package final class DetectionStage {
         package var silenceSeconds: Double = 600
         /// Whether the smoke/CO pattern detector runs.
         package var alarmPatternDetection: Bool = true
+        /// Whether a watched `glass_break` group needs a shatter onset (`ShatterOnsets`) in or just before each
+        /// positive window.
+        package var glassOnsetGate: Bool = true
         /// The watch list: `smoke_alarm` and `co_alarm` pattern events go out when watched, `alarm_chirp` when
         /// either is.
         package var watch: [String] = []
@@ -73,6 +76,23 @@ package final class DetectionStage {
     private var request: ClassifySoundRequest
     private var alarms: AlarmDetector?
     private var alarmGroups: Set<String> = []
+    /// The glass-break onset finder, when `glass_break` is watched and the gate is on. It runs only over the audio
+    /// of a window that the classifier scores as glass (at the group's threshold), so it costs nothing on the
+    /// other windows: the last ``shatterAudioSeconds`` of the classifier's 16 kHz audio are kept for it.
+    private var shatter: ShatterOnsets?
+    private var glassIndices: [Int] = []
+    private var glassThreshold: Float = 1
+    /// A ring of the last ``shatterAudioSeconds`` of 16 kHz audio: timeline index `i` (for `glassAudioStart <= i <
+    /// glassAudioEnd`) is at `glassAudio[i % glassAudio.count]`; allocated when the gate is on.
+    private var glassAudio: [Float] = []
+    private var glassAudioStart: Int64 = 0
+    private var glassAudioEnd: Int64 = 0
+    static let shatterAudioSeconds = 2.5
+    /// The group the shatter gate applies to.
+    package static let glassGroup = "glass_break"
+    /// Seconds before a window's start in which a shatter onset still counts for it (the classifier hears the
+    /// shatter's tail in the next window too).
+    static let shatterLead = 0.5
     private var outputs: [Output] = []
     private lazy var observer = Observer(stage: self)
     private var silentSeconds: Double = 0
@@ -107,6 +127,65 @@ package final class DetectionStage {
         self.heads = heads
         request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
         configureAlarms()
+        configureShatter()
+    }
+
+    private func configureShatter() {
+        let glass = engine.watched.first { $0.group.name == Self.glassGroup }
+        shatter = settings.glassOnsetGate && glass != nil ? ShatterOnsets() : nil
+        glassIndices = glass?.classIndices ?? []
+        glassThreshold = glass?.group.threshold ?? 1
+        glassAudio = shatter != nil ? [Float](repeating: 0, count: Int(Self.shatterAudioSeconds * 16_000)) : []
+        glassAudioStart = 0
+        glassAudioEnd = 0
+    }
+
+    /// Keeps the classifier's audio for the shatter check (a discontinuity starts afresh).
+    private func keepGlassAudio(_ samples: UnsafeBufferPointer<Float>, firstIndex: Int64) {
+        let size = glassAudio.count
+        guard size > 0 else { return }
+        if firstIndex != glassAudioEnd {
+            glassAudioStart = firstIndex
+            glassAudioEnd = firstIndex
+        }
+        glassAudio.withUnsafeMutableBufferPointer { ring in
+            // Only the last `size` samples of a long chunk can be kept.
+            let skip = max(0, samples.count - size)
+            var index = Int((firstIndex + Int64(skip)) % Int64(size))
+            var offset = skip
+            while offset < samples.count {
+                let count = min(samples.count - offset, size - index)
+                ring.baseAddress!.advanced(by: index).update(from: samples.baseAddress!.advanced(by: offset), count: count)
+                offset += count
+                index = (index + count) % size
+            }
+        }
+        glassAudioEnd = firstIndex + Int64(samples.count)
+        glassAudioStart = max(glassAudioStart, glassAudioEnd - Int64(size))
+    }
+
+    /// Whether a window that scores as glass has a shatter onset in it or in the ``shatterLead`` before it.
+    private func windowHasShatter(_ result: ClassificationResult, scores: [Float]?, shatter: ShatterOnsets) -> Bool {
+        guard let scores, glassIndices.contains(where: { $0 < scores.count && scores[$0] >= glassThreshold }) else {
+            return true  // not a glass window: nothing to veto (it is negative for glass_break anyway)
+        }
+        // From 0.5 s before the lead (the onset's background) to the latest audio (the chunk that completed the
+        // window may hold up to one capture period more: the tail of an onset near the window's end).
+        let from = max(glassAudioStart, Int64(((result.timeRange.start - Self.shatterLead - 0.5) * 16_000).rounded()))
+        let to = glassAudioEnd
+        guard to > from else { return false }
+        shatter.reset()
+        let size = Int64(glassAudio.count)
+        glassAudio.withUnsafeBufferPointer { ring in
+            var index = from
+            while index < to {  // at most two pieces: up to the ring's end, then from its start
+                let position = Int(index % size)
+                let count = Int(min(to - index, size - Int64(position)))
+                shatter.feed(UnsafeBufferPointer(rebasing: ring[position..<(position + count)]), firstIndex: index)
+                index += Int64(count)
+            }
+        }
+        return shatter.hasShatter(from: result.timeRange.start - Self.shatterLead, to: result.timeRange.end)
     }
 
     /// Names of the groups with an open event.
@@ -161,6 +240,7 @@ package final class DetectionStage {
         self.settings = settings
         analyzer = nil  // rebuilt with the new window at the next chunk; the next window starts there
         configureAlarms()  // a fresh pattern detector: open alarm events end
+        configureShatter()
         return takeOutputs()
     }
 
@@ -179,7 +259,7 @@ package final class DetectionStage {
 
     /// A fresh pattern detector (open alarm events end) or none, per the settings.
     private func configureAlarms() {
-        appendAlarms(alarms?.finish() ?? [])
+        appendAlarms(alarms?.finish(reason: .reload) ?? [])
         alarms = settings.alarmPatternDetection ? AlarmDetector() : nil
         alarmGroups = AlarmDetector.emittedGroups(watch: settings.watch)
     }
@@ -192,7 +272,15 @@ package final class DetectionStage {
         do {
             let analyzer = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(sampleRate), channelCount: 1))
             analyzer.gateThresholdDBFS = Float(settings.gateThresholdDBFS)
-            analyzer.onResampledAudio = onResampledAudio
+            if shatter != nil {
+                let clips = onResampledAudio
+                analyzer.onResampledAudio = { [unowned self] samples, index in
+                    keepGlassAudio(samples, firstIndex: index)
+                    clips?(samples, index)
+                }
+            } else {
+                analyzer.onResampledAudio = onResampledAudio
+            }
             try analyzer.add(request, withObserver: observer)
             self.analyzer = analyzer
         } catch {
@@ -207,9 +295,12 @@ package final class DetectionStage {
         if result.isGated { counters.gatedWindows += 1 }
         counters.streamTime = result.timeRange.end
         counters.lastLevelDBFS = result.levelDBFS
+        let scores = result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding)
+        var vetoed: Set<String> = []
+        if let shatter, !windowHasShatter(result, scores: scores, shatter: shatter) { vetoed.insert(Self.glassGroup) }
         let events = engine.process(
-            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-            scores: result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding))
+            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration, scores: scores,
+            vetoed: vetoed)
         for event in events { outputs.append(.detection(event)) }
         if let alarms { appendAlarms(alarms.observe(classification: result)) }
     }

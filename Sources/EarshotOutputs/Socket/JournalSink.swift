@@ -226,8 +226,8 @@ extension DetectionEvent {
 extension AlarmEvent {
     /// The journal fields, in the order they are sent: `MESSAGE`, `PRIORITY` (5 onset, 6 end), `SYSLOG_IDENTIFIER`,
     /// `EARSHOT_EVENT` (`onset` or `end`), `EARSHOT_GROUP`, `EARSHOT_SOURCE`, `EARSHOT_PATTERN` (when one),
-    /// `EARSHOT_CYCLES`, `EARSHOT_TONE_HZ`, `EARSHOT_CONFIDENCE` (the classifier score, when one),
-    /// `EARSHOT_STREAM_TIME` (start) and, for an end, `EARSHOT_END_TIME`.
+    /// `EARSHOT_CYCLES`, `EARSHOT_TONE_HZ`, `EARSHOT_CONFIDENCE` (`confidence`), `EARSHOT_CLASSIFIER_SCORE` (when
+    /// one), `EARSHOT_STREAM_TIME` (start) and, for an end, `EARSHOT_END_TIME` and `EARSHOT_END_REASON`.
     package func journalFields(identifier: String) -> [JournalSink.Field] {
         var fields: [JournalSink.Field] = [
             .init("MESSAGE", message),
@@ -240,11 +240,15 @@ extension AlarmEvent {
         if let pattern { fields.append(.init("EARSHOT_PATTERN", pattern.rawValue)) }
         fields.append(.init("EARSHOT_CYCLES", String(cycles)))
         fields.append(.init("EARSHOT_TONE_HZ", String(Int(toneHz.rounded()))))
+        fields.append(.init("EARSHOT_CONFIDENCE", JSONValue.format(Double(confidence), decimals: EventJSON.confidenceDecimals)))
         if let classifierScore {
-            fields.append(.init("EARSHOT_CONFIDENCE", JSONValue.format(Double(classifierScore), decimals: EventJSON.confidenceDecimals)))
+            fields.append(.init("EARSHOT_CLASSIFIER_SCORE", JSONValue.format(Double(classifierScore), decimals: EventJSON.confidenceDecimals)))
         }
         fields.append(.init("EARSHOT_STREAM_TIME", JSONValue.format(start, decimals: EventJSON.timeDecimals)))
-        if kind == .end { fields.append(.init("EARSHOT_END_TIME", JSONValue.format(time, decimals: EventJSON.timeDecimals))) }
+        if kind == .end {
+            fields.append(.init("EARSHOT_END_TIME", JSONValue.format(time, decimals: EventJSON.timeDecimals)))
+            fields.append(.init("EARSHOT_END_REASON", reason.rawValue))
+        }
         return fields
     }
 }

@@ -53,4 +53,38 @@ package struct FileDetection {
         for output in stage.finishInput() { body(output) }
         return Double(position) / Double(decoder.sampleRate)
     }
+
+    /// Runs the stage over audio that is not a file (an evaluation stream assembled in memory): `next` fills the
+    /// buffer with the next samples at `sampleRate` (mono, -1...1) and returns false when the stream has ended;
+    /// the samples are handed over in the same 0.2 s periods as a file's.
+    /// - Returns: seconds of audio analysed.
+    @discardableResult
+    /// `settings`: the stage's settings instead of the plan's (to measure what one setting costs).
+    package func run(sampleRate: Int, settings: DetectionStage.Settings? = nil, next: (inout [Float]) -> Bool,
+                     _ body: (DetectionStage.Output) -> Void) throws(EarshotError) -> Double
+    {
+        let stage = try DetectionStage(settings: settings ?? plan.stageSettings, engine: plan.engine, heads: heads)
+        let period = max(1, Int((Double(sampleRate) * CaptureConfiguration.defaultPeriodDuration).rounded()))
+        var pending: [Float] = []
+        var chunk: [Float] = []
+        var position: Int64 = 0
+        var more = true
+        while more || !pending.isEmpty {
+            while more && pending.count < period {
+                chunk.removeAll(keepingCapacity: true)
+                more = next(&chunk)
+                pending += chunk
+            }
+            let count = min(period, pending.count)
+            if count == 0 { break }
+            let outputs = pending.withUnsafeBufferPointer { buffer in
+                stage.process(UnsafeBufferPointer(rebasing: buffer[0..<count]), sampleRate: sampleRate, framePosition: position)
+            }
+            pending.removeFirst(count)
+            for output in outputs { body(output) }
+            position += Int64(count)
+        }
+        for output in stage.finishInput() { body(output) }
+        return Double(position) / Double(sampleRate)
+    }
 }

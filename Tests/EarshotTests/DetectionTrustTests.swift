@@ -1,0 +1,306 @@
+import Foundation
+import Testing
+
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
+
+/// Issue 13: one alarm is one alert, beeping that is not an alarm stays quiet, glass needs a shatter.
+@Suite("Detection people can trust")
+struct DetectionTrustTests {
+    /// Feeds `samples` in 40 ms chunks; every 0.48 s (once the audio of a 0.96 s window is in) hands the detector
+    /// a classifier window scoring `smoke` for "Smoke detector, smoke alarm" (nil: no windows). Returns every
+    /// event, `finish()` included.
+    private static func run(_ samples: [Float], sampleRate: Int, smoke: Float? = nil,
+                            configuration: AlarmDetector.Configuration = AlarmDetector.Configuration()) -> [AlarmEvent] {
+        let detector = AlarmDetector(configuration: configuration)
+        var events: [AlarmEvent] = []
+        let chunk = sampleRate / 25
+        var position = 0
+        var nextWindowEnd = 0.96
+        while position < samples.count {
+            let end = min(samples.count, position + chunk)
+            events += detector.process(samples: Array(samples[position..<end]), sampleRate: sampleRate, framePosition: Int64(position))
+            position = end
+            while let smoke, Double(position) / Double(sampleRate) >= nextWindowEnd {
+                let window = ClassificationResult.scored(
+                    timeRange: TimeRange(start: nextWindowEnd - 0.96, duration: 0.96), scores: [smoke, 0],
+                    labels: ["Smoke detector, smoke alarm", "Music"], levelDBFS: -20)
+                events += detector.observe(classification: window)
+                nextWindowEnd += 0.48
+            }
+        }
+        return events + detector.finish()
+    }
+
+    private static func onsets(_ events: [AlarmEvent], _ group: String = AlarmEvent.smokeAlarm) -> [AlarmEvent] {
+        events.filter { $0.kind == .onset && $0.group == group }
+    }
+
+    /// Beeps of `on` s every `on + off` s from `start` for `seconds`.
+    private static func beeps(start: Double, seconds: Double, on: Double, off: Double, hz: Double) -> [AlarmSignals.Tone] {
+        stride(from: start, to: start + seconds, by: on + off).map { AlarmSignals.Tone(start: $0, duration: on, frequencyHz: hz) }
+    }
+
+    @Test("a T3 alarm whose cycles grow irregular stays one smoke_alarm event until its last beep, then ends: pattern_stopped")
+    func irregularAlarmIsOneEvent() throws {
+        // Three regular cycles from 1 s (to 13 s), then the same sounder beeping 0.5 s with gaps that no longer
+        // make a T3 (0.7 to 3 s), up to 60 s; silence after.
+        var tones = AlarmSignals.t3(frequencyHz: 3100, cycles: 3, start: 1)
+        let gaps = [0.7, 1.9, 0.4, 2.6, 1.1, 3.0]
+        var time = 13.0
+        var index = 0
+        while time < 60 {
+            tones.append(AlarmSignals.Tone(start: time, duration: 0.5, frequencyHz: 3100))
+            time += 0.5 + gaps[index % gaps.count]
+            index += 1
+        }
+        let lastBeepEnd = try #require(tones.last).start + 0.5
+        let samples = AlarmSignals.render(tones, seconds: 80, sampleRate: 16_000, amplitude: 0.3)
+        let events = Self.run(samples, sampleRate: 16_000)
+        let onsets = Self.onsets(events)
+        #expect(onsets.count == 1)
+        let onset = try #require(onsets.first)
+        #expect(abs(onset.start - 1.0) <= 0.03)
+        #expect(onset.time >= 5.0 && onset.time <= 5.06)
+        let ends = events.filter { $0.kind == .end }
+        #expect(ends.count == 1)
+        let end = try #require(ends.first)
+        #expect(end.group == AlarmEvent.smokeAlarm)
+        #expect(end.reason == .patternStopped)
+        #expect(end.time >= lastBeepEnd - 0.06 && end.time <= lastBeepEnd)
+        #expect(Self.onsets(events, AlarmEvent.coAlarm).isEmpty)
+    }
+
+    @Test("an alarm that stops for longer than the hold and sounds again is two events, each ending when it stopped")
+    func holdSeparatesAlarms() throws {
+        let tones = AlarmSignals.t3(frequencyHz: 3100, cycles: 3, start: 1) + AlarmSignals.t3(frequencyHz: 3100, cycles: 3, start: 40)
+        let samples = AlarmSignals.render(tones, seconds: 70, sampleRate: 16_000, amplitude: 0.3)
+        let events = Self.run(samples, sampleRate: 16_000)
+        #expect(Self.onsets(events).map { ($0.start * 10).rounded() / 10 } == [1.0, 40.0])
+        let ends = events.filter { $0.kind == .end }
+        #expect(ends.map(\.reason) == [.patternStopped, .patternStopped])
+        // Each ends at its last beep: 1 + 8 + 2.5 = 11.5 s and 40 + 8 + 2.5 = 50.5 s.
+        #expect(ends.map { abs($0.time - 11.5) <= 0.06 || abs($0.time - 50.5) <= 0.06 } == [true, true])
+    }
+
+    @Test("end reasons are sent and stored as sent: pattern_stopped, stream_end; a chirp is stored as point_event")
+    func endReasonsAsSent() throws {
+        let samples = AlarmSignals.render(AlarmSignals.t3(frequencyHz: 3100, cycles: 3, start: 1), seconds: 12,
+                                          sampleRate: 16_000, amplitude: 0.3)
+        let events = Self.run(samples, sampleRate: 16_000)
+        let end = try #require(events.first { $0.kind == .end })
+        // The file ends 0.5 s after the last beep, inside the hold: the end of the stream ends the event.
+        #expect(end.reason == .streamEnd)
+        let object = end.object(wallClock: Date(timeIntervalSince1970: 0))
+        #expect(object["reason"] == .string("stream_end"))
+        guard case .offset(let stored) = end.finishedEvent else { Issue.record("not an offset"); return }
+        #expect(stored.reason == .streamEnd)
+        #expect(stored.classLabel == "T3 pattern")
+        #expect(stored.peakConfidence == end.confidence)
+        let chirp = AlarmEvent(kind: .onset, group: AlarmEvent.alarmChirp, source: .pattern, pattern: .chirp, cycles: 2,
+                               toneHz: 3200, toneLevelDBFS: -30, classifierScore: nil, classifierClass: nil, start: 45, time: 45.5)
+        guard case .offset(let point) = chirp.finishedEvent else { Issue.record("not an offset"); return }
+        #expect(point.reason == .pointEvent)
+        #expect(point.start == 45 && point.end == 45)
+        #expect(DetectionEvent.EndReason.patternStopped.rawValue == "pattern_stopped")
+    }
+
+    @Test("every alarm event carries confidence: 1 - (1 - p)(1 - classifier score)")
+    func confidence() {
+        func event(_ source: AlarmEvent.Source, _ pattern: AlarmPattern?, cycles: Int, score: Float?) -> Float {
+            AlarmEvent(kind: .onset, group: "smoke_alarm", source: source, pattern: pattern, cycles: cycles, toneHz: 3100,
+                       toneLevelDBFS: -20, classifierScore: score, classifierClass: nil, start: 0, time: 4).confidence
+        }
+        #expect(abs(event(.pattern, .t3, cycles: 1, score: nil) - 0.8) < 1e-6)
+        #expect(abs(event(.pattern, .t3, cycles: 2, score: 0.0) - 0.9) < 1e-6)
+        #expect(abs(event(.patternAndClassifier, .t3, cycles: 1, score: 0.5) - 0.9) < 1e-6)
+        #expect(abs(event(.toneAndClassifier, nil, cycles: 0, score: 0.9) - 0.97) < 1e-6)
+        let line = JSONValue.object(AlarmEvent(
+            kind: .end, group: "co_alarm", source: .pattern, pattern: .t4, cycles: 3, toneHz: 3100, toneLevelDBFS: -20,
+            classifierScore: nil, classifierClass: nil, start: 1, time: 20, reason: .streamGap
+        ).object(wallClock: Date(timeIntervalSince1970: 0))).encoded
+        #expect(line == #"{"type":"detection_end","group":"co_alarm","source":"pattern","pattern":"T4","cycles":3,"tone_hz":3100,"tone_dbfs":-20.0,"confidence":0.9,"start":1.0,"end":20.0,"duration":19.0,"reason":"stream_gap","time":"1970-01-01T00:00:00.000Z"}"#)
+    }
+
+    @Test("fire_alarm is folded into smoke_alarm when the pattern detector runs, and stays a classifier group when it does not")
+    func fireAlarmFolded() {
+        let watch = ["smoke_alarm", "fire_alarm", "co_alarm", "baby_cry", "glass_break"]
+        #expect(AlarmDetector.engineWatchList(watch, patternDetection: true) == ["baby_cry", "glass_break"])
+        #expect(AlarmDetector.engineWatchList(watch, patternDetection: false) == watch)
+        #expect(AlarmDetector.emittedGroups(watch: ["fire_alarm", "baby_cry"]) == ["smoke_alarm", "alarm_chirp"])
+        #expect(AlarmDetector.extraGroups(watch: ["fire_alarm"], patternDetection: true) == ["alarm_chirp", "smoke_alarm"])
+        #expect(AlarmDetector.emittedGroups(watch: ["baby_cry"]).isEmpty)
+    }
+
+    @Test("a 520 Hz square-wave T3 reports the fundamental as tone_hz, whichever harmonic the matcher heard first")
+    func fundamental() throws {
+        let samples = AlarmSignals.render(AlarmSignals.t3(frequencyHz: 520, cycles: 4, start: 1), seconds: 20,
+                                          sampleRate: 48_000, waveform: .square, amplitude: 0.3)
+        let events = Self.run(samples, sampleRate: 48_000)
+        let onset = try #require(Self.onsets(events).first)
+        #expect(abs(onset.toneHz - 520) <= 3)
+        #expect(events.filter { $0.kind == .end }.allSatisfy { abs($0.toneHz - 520) <= 3 })
+    }
+
+    @Test("a non-T3 smoke alarm (0.26 s beeps, 0.07 s gaps at 3.4 kHz) with the classifier at 0.9 is a tone+classifier smoke_alarm")
+    func persistentTone() throws {
+        let tones = Self.beeps(start: 1, seconds: 30, on: 0.26, off: 0.07, hz: 3400)
+        let samples = AlarmSignals.render(tones, seconds: 40, sampleRate: 16_000, amplitude: 0.3)
+        let events = Self.run(samples, sampleRate: 16_000, smoke: 0.9)
+        let onsets = Self.onsets(events)
+        #expect(onsets.count == 1)
+        let onset = try #require(onsets.first)
+        #expect(onset.source == .toneAndClassifier)
+        #expect(onset.pattern == nil)
+        #expect(abs(onset.start - 1.0) <= 0.03)
+        // 8 s of tone are needed: the first window ending at or after 8.6 s that sees them (8.64 or 9.12 s).
+        #expect(onset.time >= 8.6 && onset.time <= 9.13)
+        #expect(abs(onset.toneHz - 3400) <= 10)
+        #expect(abs(onset.confidence - 0.97) <= 0.001)
+        // It lasts to the end of the last window that heard the tone with the classifier agreeing: the beeps stop
+        // at 30.96 s; the window from 30.72 s ends at 31.68 s.
+        let end = try #require(events.first { $0.kind == .end })
+        #expect(abs(end.time - 31.68) <= 0.001)
+        // The classifier alone at 0.9, on the same beeps at half duty or in short beeps: nothing.
+        for (on, off) in [(0.25, 0.25), (0.5, 0.5), (0.1, 0.1), (1.0, 1.0)] {
+            let beeping = AlarmSignals.render(Self.beeps(start: 1, seconds: 40, on: on, off: off, hz: 3150), seconds: 45,
+                                              sampleRate: 16_000, amplitude: 0.3)
+            let found = Self.run(beeping, sampleRate: 16_000, smoke: 0.9).filter { $0.group != AlarmEvent.alarmChirp }
+            #expect(found.isEmpty, "\(on) s on, \(off) s off: \(found)")
+        }
+    }
+
+    @Test("a T3 whose beeps a codec broke into three pieces is detected through the rejoined segments, not without them")
+    func codecFragments() throws {
+        var tones: [AlarmSignals.Tone] = []
+        for tone in AlarmSignals.t3(frequencyHz: 3100, cycles: 4, start: 1) {
+            tones += [(0.0, 0.15), (0.18, 0.14), (0.35, 0.15)].map {
+                AlarmSignals.Tone(start: tone.start + $0.0, duration: $0.1, frequencyHz: tone.frequencyHz)
+            }
+        }
+        let samples = AlarmSignals.render(tones, seconds: 20, sampleRate: 8_000, amplitude: 0.3)
+        let onset = try #require(Self.onsets(Self.run(samples, sampleRate: 8_000)).first)
+        #expect(onset.pattern == .t3)
+        #expect(abs(onset.start - 1.0) <= 0.03)
+        // The rejoined third beep of the second cycle is complete at 5.5 s: decided within 0.2 s of it.
+        #expect(onset.time >= 5.0 && onset.time <= 5.7)
+        var noRejoin = AlarmDetector.Configuration()
+        noRejoin.rejoinGapSeconds = 0
+        #expect(Self.onsets(Self.run(samples, sampleRate: 8_000, configuration: noRejoin)).isEmpty)
+    }
+
+    /// Seeded noise in -1...1 (SplitMix64).
+    private static func noise(count: Int, seed: UInt64) -> [Float] {
+        var random = SeededRandom(seed: seed)
+        return (0..<count).map { _ in Float.random(in: -1...1, using: &random) }
+    }
+
+    private static func shatters(_ samples: [Float]) -> [ShatterOnsets.Onset] {
+        let finder = ShatterOnsets()
+        finder.keepCandidates = true
+        samples.withUnsafeBufferPointer { finder.feed($0, firstIndex: 0) }
+        return finder.measured.filter(\.isShatter)
+    }
+
+    @Test("a shatter (bright broadband crack with a decaying tail) is found at its onset; a beep, a click and a thud are not")
+    func shatterOnsets() throws {
+        let rate = 16_000
+        let background = Self.noise(count: rate * 3, seed: 1).map { $0 * 0.0005 }
+        // Glass: white noise, differenced (brighter), decaying with a 0.25 s time constant from 1.0 s.
+        var glass = background
+        let burst = Self.noise(count: rate, seed: 2)
+        for n in 1..<rate { glass[rate + n] += 0.4 * (burst[n] - burst[n - 1]) * Float(exp(-Double(n) / (0.25 * Double(rate)))) }
+        let found = Self.shatters(glass)
+        #expect(found.count == 1)
+        let onset = try #require(found.first)
+        #expect(abs(onset.time - 1.0) <= 0.012)
+        // A 3 kHz beep from 1.0 s (0.5 s), a 5 ms click, a 120 Hz thud decaying in 80 ms.
+        var beep = background, click = background, thud = background
+        for n in 0..<(rate / 2) { beep[rate + n] += 0.3 * Float(sin(2 * Double.pi * 3000 * Double(n) / Double(rate))) }
+        for n in 0..<80 { click[rate + n] += 0.5 * burst[n] }
+        for n in 0..<(rate / 2) {
+            thud[rate + n] += 0.6 * Float(sin(2 * Double.pi * 120 * Double(n) / Double(rate)) * exp(-Double(n) / (0.08 * Double(rate))))
+        }
+        #expect(Self.shatters(beep).isEmpty)
+        #expect(Self.shatters(click).isEmpty)
+        #expect(Self.shatters(thud).isEmpty)
+    }
+
+    @Test("eval manifests: group and onset columns are read, else the label names the group")
+    func manifestItems() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-eval-\(getpid())")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let withGroups = folder.appendingPathComponent("a.tsv")
+        try "path\tsource\tlicense\tlabel\tduration_s\tsample_rate\tchannels\tcommittable\tgroup\tonset\nx.wav\ts\tl\tsmoke_alarm_t3\t1\t16000\t1\tno\tsmoke_alarm\t4.25\ny.wav\ts\tl\tconfuser_oven\t1\t16000\t1\tno\t-\t0\n"
+            .write(to: withGroups, atomically: true, encoding: .utf8)
+        let items = try GroupEvaluation.items(manifest: withGroups)
+        #expect(items.map(\.group) == ["smoke_alarm", nil])
+        #expect(items.map(\.onset) == [4.25, 0])
+        #expect(items.first?.path == folder.appendingPathComponent("x.wav").path)
+        let byLabel = folder.appendingPathComponent("b.tsv")
+        try "path\tsource\tlicense\tlabel\nc.flac\ts\tl\tbaby_crying\nd.flac\ts\tl\tglass_breaking\ne.flac\ts\tl\tmusic\n"
+            .write(to: byLabel, atomically: true, encoding: .utf8)
+        #expect(try GroupEvaluation.items(manifest: byLabel).map(\.group) == ["baby_cry", "glass_break", nil])
+        do throws(EarshotError) {
+            _ = try GroupEvaluation.items(manifest: folder.appendingPathComponent("missing.tsv"))
+            Issue.record("a missing manifest was read")
+        } catch {
+            #expect(error.message == "cannot read the manifest \(folder.path)/missing.tsv (check the path)")
+            #expect(error.exitStatus == 66)
+        }
+    }
+
+    @Test("the negative stream has the length asked for, is the same for a seed, and is not one clip looped")
+    func negativeStream() {
+        let clips: [[Float]] = [[Float](repeating: 0.1, count: 80_000), [Float](repeating: -0.2, count: 200_000), [Float](repeating: 0.05, count: 40_000)]
+        func render(seed: UInt64) -> (samples: Int, pieces: [Int]) {
+            var stream = GroupEvaluation.Stream(clips: clips, seconds: 600, seed: seed)
+            var total = 0
+            var chunk: [Float] = []
+            while true {
+                chunk.removeAll()
+                let more = stream.next(&chunk)
+                total += chunk.count
+                if !more { break }
+            }
+            return (total, stream.pieces.map(\.clip))
+        }
+        let first = render(seed: 13), again = render(seed: 13), other = render(seed: 14)
+        #expect(first.samples == 600 * 16_000)
+        #expect(first.pieces == again.pieces)
+        #expect(first.pieces != other.pieces)
+        #expect(Set(first.pieces) == [0, 1, 2])
+    }
+
+    /// The default configuration's detection over a file: every onset's group.
+    private static func onsetGroups(_ path: String) throws -> [String] {
+        let detection = try FileDetection(configuration: DaemonConfiguration(), configPath: nil)
+        var groups: [String] = []
+        try detection.run(url: TestPaths.sharedFile(path)) { output in
+            if let onset = GroupEvaluation.onset(of: output) { groups.append(onset.group) }
+        }
+        return groups
+    }
+
+    @Test("the four real T3 smoke alarms are one smoke_alarm each under the default watch list (no fire_alarm beside it)",
+          .needsShared,
+          arguments: ["alarm-ml-audio-classifier-example-for-pico/325367__moonlightshadow__fire-house-alarm.wav",
+                      "alarm-ml-audio-classifier-example-for-pico/ALRMElec_Smoke_detector_alarm_(ID_0800)_BSB.wav",
+                      "alarm-real-time-emergency-sound-detection-syst/fire_alarm_1.wav",
+                      "alarm-firealarm-detector/Alarm_0.wav"])
+    func realAlarmsOneEvent(path: String) throws {
+        #expect(try Self.onsetGroups("audio/" + path) == ["smoke_alarm"])
+    }
+
+    @Test("breaking glass still raises glass_break; the freedesktop alarm clock and the Lomiri alarm clock raise nothing",
+          .needsShared)
+    func glassAndClocks() throws {
+        #expect(try Self.onsetGroups("audio/debian-brainparty-data/games/brainparty/glass_break.wav") == ["glass_break"])
+        #expect(try Self.onsetGroups("audio/debian-sound-theme-freedesktop/sounds/freedesktop/stereo/alarm-clock-elapsed.oga") == [])
+        #expect(try Self.onsetGroups("audio/debian-lomiri-sounds/sounds/lomiri/ringtones/Alarm_clock.ogg") == [])
+    }
+}
