@@ -20,6 +20,11 @@ package struct DetectionPlan {
     package let subscribable: [String]
     package let unwatched: EventServer.UnwatchedGroups
     package let classLabels: [String]
+    /// The groups whose events are published with an on/off state (MQTT's binary sensors and mute switches): the
+    /// watched groups, with `fire_alarm` shown as `smoke_alarm` when the pattern detector folds it in.
+    package let stateGroups: [String]
+    /// Every group that publishes events: ``stateGroups``, `snoring` (sleep sessions), `alarm_chirp` with patterns.
+    package let eventGroups: [String]
 
     /// - Parameters:
     ///   - yamnetLabels: the built-in classifier's 521 class labels.
@@ -47,5 +52,13 @@ package struct DetectionPlan {
         subscribable = names + [SnoreDetector.groupName]
             + AlarmDetector.extraGroups(watch: names, patternDetection: patterns)
         unwatched = configuration.unwatchedGroups(subscribable: subscribable, configPath: configPath)
+        var shown = names
+        if patterns, let fire = shown.firstIndex(of: AlarmDetector.fireAlarm) {
+            // fire_alarm is folded into smoke_alarm: its events are smoke_alarm's.
+            shown.remove(at: fire)
+            if !shown.contains(AlarmEvent.smokeAlarm) { shown.insert(AlarmEvent.smokeAlarm, at: fire) }
+        }
+        stateGroups = shown
+        eventGroups = uniqued(shown + subscribable.filter { !(patterns && $0 == AlarmDetector.fireAlarm) })
     }
 }

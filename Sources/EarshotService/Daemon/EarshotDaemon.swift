@@ -150,7 +150,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             : nil
         self.mqttSink = mqttSink
         if let mqttSink { sinks.append(mqttSink) }
-        controlGroups.withLock { $0 = (plan.groups.map(\.name), uniqued(plan.subscribable)) }
+        controlGroups.withLock { $0 = (plan.stateGroups, plan.eventGroups) }
         let router = OutputRouter(sinks: sinks)
         self.router = router
         var clips: ClipRecorder?
@@ -449,7 +449,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             for line in loaded.problems { journal.log(line, priority: 4) }
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(plan.subscribable, unwatched: plan.unwatched)
-            controlGroups.withLock { $0 = (groups.map(\.name), uniqued(plan.subscribable)) }
+            controlGroups.withLock { $0 = (plan.stateGroups, plan.eventGroups) }
             routeControls()
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
