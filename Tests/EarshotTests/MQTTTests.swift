@@ -3,6 +3,7 @@ import Testing
 import Glibc
 import EarshotSupport
 import EarshotAudio
+import EarshotModel
 import EarshotDetection
 import EarshotOutputs
 import EarshotService
@@ -170,6 +171,23 @@ struct MQTTUnitTests {
         #expect(level["entity_category"]?.stringValue == "diagnostic")
         #expect(try object(10)["device_class"]?.stringValue == "problem")
         #expect(try object(11)["command_topic"]?.stringValue == "earshot/kitchen/sleep/set")
+    }
+
+    @Test("The switchable groups: fire_alarm is shown as smoke_alarm when the pattern detector folds it in")
+    func stateGroups() throws {
+        let defaults = try DetectionPlan(
+            configuration: DaemonConfiguration(), yamnetLabels: ClassMapFixture.labels, heads: HeadModelSet(), configPath: nil)
+        #expect(defaults.stateGroups == ["smoke_alarm", "co_alarm", "baby_cry", "glass_break"])
+        #expect(defaults.eventGroups == ["smoke_alarm", "co_alarm", "baby_cry", "glass_break", "snoring", "alarm_chirp"])
+        var fireOnly = DaemonConfiguration()
+        fireOnly.detection.watch = ["fire_alarm", "dog_bark"]
+        let folded = try DetectionPlan(configuration: fireOnly, yamnetLabels: ClassMapFixture.labels, heads: HeadModelSet(), configPath: nil)
+        #expect(folded.stateGroups == ["smoke_alarm", "dog_bark"])
+        var classifierOnly = fireOnly
+        classifierOnly.alarms.patternDetection = false
+        let plain = try DetectionPlan(configuration: classifierOnly, yamnetLabels: ClassMapFixture.labels, heads: HeadModelSet(), configPath: nil)
+        #expect(plain.stateGroups == ["fire_alarm", "dog_bark"])
+        #expect(plain.eventGroups == ["fire_alarm", "dog_bark", "snoring"])
     }
 
     static func sink() throws -> MQTTSink {
