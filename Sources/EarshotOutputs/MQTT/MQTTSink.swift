@@ -293,6 +293,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if let controls = snapshot.controls { messages += controlStateMessages(controls) }
         messages.append(MQTTMessage(topic: topics.captureAttributes, text: snapshot.captureAttributes.encoded, qos: 1, retain: true))
         messages.append(MQTTMessage(topic: topics.captureState, text: snapshot.captureProblem ? "ON" : "OFF", qos: 1, retain: true))
+        if let report = snapshot.lastReport {
+            messages.append(MQTTMessage(topic: topics.sleepReport, text: report.encoded, qos: 1, retain: true))
+        }
         return messages
     }
 
