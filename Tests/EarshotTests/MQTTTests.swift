@@ -247,6 +247,14 @@ struct MQTTBrokerTests {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// The daemon's `{"status":true}` reply on `socket`, parsed; nil when none came within `timeout` seconds.
+    static func status(socket: String, timeout: Double) throws -> [String: Any]? {
+        let client = try EventSubscriber(path: socket)
+        try client.send(line: #"{"status":true}"#)
+        guard case .line(let reply) = try client.readLine(timeoutSeconds: timeout) else { return nil }
+        return (try? JSONSerialization.jsonObject(with: Data(reply.utf8))) as? [String: Any]
+    }
+
     static func mqttEvents(_ subscriber: MQTTSubscriber, node: String) -> [String] {
         events(subscriber.messages(on: "earshot/\(node)/event").compactMap(\.json))
     }
@@ -395,13 +403,7 @@ struct MQTTBrokerTests {
         #expect(subscriber.waitFor(seconds: 10) { $0.contains { $0.topic == "earshot/nursery/baby_cry/enabled" && $0.payload == "OFF" } })
         let enabled = subscriber.messages(on: "earshot/nursery/baby_cry/enabled").map(\.payload)
         #expect(enabled.filter { $0 == "OFF" }.count == 1, "\(enabled)")
-        let client = try EventSubscriber(path: setup.socket)
-        try client.send(line: #"{"status":true}"#)
-        guard case .line(let reply) = try client.readLine(timeoutSeconds: 5),
-              let status = (try? JSONSerialization.jsonObject(with: Data(reply.utf8))) as? [String: Any] else {
-            Issue.record("no status reply")
-            return
-        }
+        let status = try #require(try Self.status(socket: setup.socket, timeout: 5), "no status reply")
         #expect(status["muted"] as? [String] == ["baby_cry"])
         let mqtt = status["mqtt"] as? [String: Any]
         #expect(mqtt?["broker"] as? String == "127.0.0.1:\(broker.port)")
@@ -561,13 +563,7 @@ struct MQTTBrokerTests {
             try MQTTPublish.lines(port: broker.port, topic: "earshot/study/\(name)/set", payloads)
         }
         Thread.sleep(forTimeInterval: 1)  // what the broker still forwards
-        let client = try EventSubscriber(path: setup.socket)
-        try client.send(line: #"{"status":true}"#)
-        guard case .line(let reply) = try client.readLine(timeoutSeconds: 10),
-              let status = (try? JSONSerialization.jsonObject(with: Data(reply.utf8))) as? [String: Any] else {
-            Issue.record("no status reply after the garbage")
-            return
-        }
+        let status = try #require(try Self.status(socket: setup.socket, timeout: 10), "no status reply after the garbage")
         #expect(status["muted"] as? [String] == [])
         #expect(daemon.process.isRunning)
         #expect(!subscriber.messages.contains { $0.topic.hasSuffix("/enabled") && $0.payload == "OFF" })

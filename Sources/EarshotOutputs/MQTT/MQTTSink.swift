@@ -50,6 +50,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var controls: ControlState?
         var active: [String: Bool] = [:]
         var attributes: [String: JSONObject] = [:]
+        /// The wall clock each open event started at (its onset's decision time less its latency).
+        var startedAt: [String: Date] = [:]
         var captureProblem = false
         var captureAttributes: JSONObject = [:]
         var lastLevel = -Double.infinity
@@ -214,15 +216,13 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         default: 0
         }
         let attributes = state.withLock { state -> JSONObject in
-            var attributes = Self.attributes(of: object, onset: on, latency: latency, time: routed.time)
-            if !on, let started = state.attributes[group]?["started"]?.stringValue, state.active[group] == true {
-                // The end keeps the onset's start; it ends `duration` later.
-                attributes["started"] = .string(started)
-                if let start = Self.date(started), let duration = object["duration"]?.doubleValue {
-                    attributes["ended"] = .string(EventJSON.timestamp(start.addingTimeInterval(duration)))
-                }
-            }
+            // An end keeps its onset's start (without one, e.g. after a mute: its time less the duration).
+            let started = on ? routed.time.addingTimeInterval(-max(0, latency))
+                : state.startedAt[group].flatMap { state.active[group] == true ? $0 : nil }
+                    ?? routed.time.addingTimeInterval(-(object["duration"]?.doubleValue ?? 0))
+            let attributes = Self.attributes(of: object, onset: on, started: started)
             state.active[group] = on
+            state.startedAt[group] = on ? started : nil
             state.attributes[group] = attributes
             return attributes
         }
@@ -230,11 +230,10 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         connection.enqueue(MQTTMessage(topic: topics.state(group), text: on ? "ON" : "OFF", qos: 1, retain: true, critical: critical))
     }
 
-    /// A group's attributes from its event's JSON: class, confidence, when it started (wall clock), and for
-    /// alarms their evidence; at an end also when it ended, its duration, peak confidence and reason. `started` is
-    /// the wall clock at `time` less the onset's `latency` (decision time less start, in stream seconds) or the
-    /// end's duration.
-    package static func attributes(of object: JSONObject, onset: Bool, latency: Double, time: Date) -> JSONObject {
+    /// A group's attributes from its event's JSON: class, confidence, when it started (wall clock, `started`), and
+    /// for alarms their evidence; at an end also when it ended (`started` plus the duration), its duration, peak
+    /// confidence and reason.
+    package static func attributes(of object: JSONObject, onset: Bool, started: Date) -> JSONObject {
         var attributes: JSONObject = [:]
         let keys = ["class", "confidence", "classifier_score", "source", "pattern", "cycles", "tone_hz", "tone_dbfs",
                     "peak_confidence", "mean_confidence", "duration", "reason"]
@@ -242,14 +241,12 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if attributes["confidence"] == nil, let score = object["peak_confidence"] ?? object["classifier_score"] {
             attributes["confidence"] = score
         }
-        let wall = EventJSON.timestamp(time)
+        attributes["started"] = .string(EventJSON.timestamp(started))
         if onset {
-            attributes["started"] = .string(EventJSON.timestamp(time.addingTimeInterval(-max(0, latency))))
             if let start = object["stream_time"] { attributes["stream_time"] = start }
         } else {
             let duration = object["duration"]?.doubleValue ?? 0
-            attributes["started"] = .string(EventJSON.timestamp(time.addingTimeInterval(-duration)))
-            attributes["ended"] = .string(wall)
+            attributes["ended"] = .string(EventJSON.timestamp(started.addingTimeInterval(duration)))
         }
         return attributes
     }
@@ -297,22 +294,6 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             messages.append(MQTTMessage(topic: topics.sleepReport, text: report.encoded, qos: 1, retain: true))
         }
         return messages
-    }
-
-    /// The instant of an ``EventJSON/timestamp(_:)`` text (`2026-11-30T16:45:12.345Z`), or nil.
-    package static func date(_ text: String) -> Date? {
-        let parts = text.split(whereSeparator: { "-T:.Z".contains($0) }).compactMap { Int($0) }
-        guard parts.count == 7 else { return nil }
-        var fields = tm()
-        fields.tm_year = Int32(parts[0] - 1900)
-        fields.tm_mon = Int32(parts[1] - 1)
-        fields.tm_mday = Int32(parts[2])
-        fields.tm_hour = Int32(parts[3])
-        fields.tm_min = Int32(parts[4])
-        fields.tm_sec = Int32(parts[5])
-        let seconds = timegm(&fields)
-        guard seconds != -1 else { return nil }
-        return Date(timeIntervalSince1970: Double(seconds) + Double(parts[6]) / 1000)
     }
 
     private static func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
