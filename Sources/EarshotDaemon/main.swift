@@ -5,7 +5,8 @@ import Glibc
 // `earshotd`: argument parsing and wiring only; the daemon lives in `EarshotDaemon` (Sources/EarshotService/Daemon).
 
 func fail(_ error: EarshotError) -> Never {
-    let line = Array("earshotd: \(error.message)\n".utf8)
+    // Control characters in the message (from a config value or a path) are escaped: one line, no terminal codes.
+    let line = Array("earshotd: \(DisplayText.escaped(error.message))\n".utf8)
     _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
     exit(error.exitStatus)
 }
@@ -22,7 +23,7 @@ do {
         print("earshotd \(earshotVersion)")
         exit(0)
     case .checkConfig:
-        print("earshotd: \(try DaemonConfiguration.check(commandLine: commandLine))")
+        print("earshotd: \(DisplayText.escaped(try DaemonConfiguration.check(commandLine: commandLine)))")
         exit(0)
     case .run:
         try EarshotDaemon(commandLine: commandLine).run()

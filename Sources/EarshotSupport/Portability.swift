@@ -115,23 +115,136 @@ package func joinedPath(_ directory: String, _ name: String) -> String {
 
 /// What is at a path: nothing (or nothing `stat` may see), a directory, a regular file, or something else (a
 /// device, a FIFO, a socket). Follows symbolic links. The corresponding C function is `stat`.
-package enum PathKind {
+package enum PathKind: Equatable, Sendable {
     case missing
     case directory
     case regularFile
+    /// A named pipe: open(2) for reading waits for a writer, and reads wait for data.
+    case fifo
+    case socket
+    case characterDevice
+    case blockDevice
     case other
 
+    /// What `stat(2)` (following symbolic links) says `path` is; `.missing` when it cannot be stat'ed.
     package init(path: String) {
         var info = stat()
         guard stat(path, &info) == 0 else {
             self = .missing
             return
         }
-        switch info.st_mode & S_IFMT {
+        self.init(mode: info.st_mode)
+    }
+
+    /// The kind an `st_mode` gives.
+    package init(mode: mode_t) {
+        switch mode & S_IFMT {
         case S_IFDIR: self = .directory
         case S_IFREG: self = .regularFile
+        case S_IFIFO: self = .fifo
+        case S_IFSOCK: self = .socket
+        case S_IFCHR: self = .characterDevice
+        case S_IFBLK: self = .blockDevice
         default: self = .other
         }
+    }
+
+    /// The kind in words, for errors: "a directory", "a FIFO (named pipe)", "a character device", ...
+    package var phrase: String {
+        switch self {
+        case .missing: "missing"
+        case .directory: "a directory"
+        case .regularFile: "a regular file"
+        case .fifo: "a FIFO (named pipe)"
+        case .socket: "a socket"
+        case .characterDevice: "a character device"
+        case .blockDevice: "a block device"
+        case .other: "not a regular file"
+        }
+    }
+}
+
+/// Reading files named by a configuration or a flag without ever waiting on something that is not a file: a FIFO
+/// given as a model path would make open(2) wait for a writer forever (and a reload or `--check-config` with it).
+///
+/// ``open(_:)`` opens with `O_NONBLOCK` (open(2) of a FIFO returns at once), checks the kind with fstat(2) on the
+/// descriptor (no race with a swapped path) and refuses anything but a regular file.
+/// The corresponding C functions are `open`, `fstat` and `read`.
+package enum RegularFile {
+    /// Why a file could not be read.
+    package enum Failure: Error, Equatable {
+        /// open(2) failed with this errno (ENOENT, EACCES, ...).
+        case cannotOpen(errno: Int32)
+        /// The path is of this kind, not a regular file.
+        case notRegularFile(PathKind)
+        /// The file holds more than the limit, in bytes.
+        case tooLarge(bytes: Int)
+        /// fstat(2) or read(2) failed with this errno.
+        case readFailed(errno: Int32)
+
+        /// "no such file", "is a FIFO (named pipe), not a regular file", "is 3 GiB, more than ...": what follows
+        /// the path in an error line (no fix; the caller adds it).
+        package var reason: String {
+            switch self {
+            case .cannotOpen(let code) where code == ENOENT: "no such file"
+            case .cannotOpen(let code), .readFailed(let code): String(cString: strerror(code))
+            case .notRegularFile(let kind): "is \(kind.phrase), not a regular file"
+            case .tooLarge(let bytes): "is \(bytes) bytes, too large"
+            }
+        }
+
+        /// The errno closest to the failure (for `EarshotError.posix`).
+        package var errno: Int32 {
+            switch self {
+            case .cannotOpen(let code), .readFailed(let code): code
+            case .notRegularFile(let kind): kind == .directory ? EISDIR : EINVAL
+            case .tooLarge: EFBIG
+            }
+        }
+    }
+
+    /// Opens `path` read-only for a regular file only; the caller closes the descriptor (blocking mode restored).
+    package static func open(_ path: String) throws(Failure) -> Int32 {
+        var descriptor: Int32
+        repeat {
+            descriptor = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        } while descriptor < 0 && errno == EINTR
+        guard descriptor >= 0 else { throw .cannotOpen(errno: errno) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            close(descriptor)
+            throw .readFailed(errno: code)
+        }
+        let kind = PathKind(mode: info.st_mode)
+        guard kind == .regularFile else {
+            close(descriptor)
+            throw .notRegularFile(kind)
+        }
+        let flags = fcntl(descriptor, F_GETFL)
+        if flags >= 0 { _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK) }
+        return descriptor
+    }
+
+    /// The whole content of the regular file at `path`, at most `limit` bytes (a longer file is `.tooLarge`).
+    package static func read(_ path: String, limit: Int) throws(Failure) -> [UInt8] {
+        let descriptor = try open(path)
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw .readFailed(errno: errno) }
+        guard Int(info.st_size) <= limit else { throw .tooLarge(bytes: Int(info.st_size)) }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
+        var filled = 0
+        while filled < bytes.count {
+            let count = bytes.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress! + filled, $0.count - filled) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw .readFailed(errno: errno)
+            }
+            if count == 0 { break }
+            filled += count
+        }
+        return filled == bytes.count ? bytes : Array(bytes[0..<filled])
     }
 }
 

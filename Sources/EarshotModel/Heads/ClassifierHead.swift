@@ -96,32 +96,23 @@ public final class ClassifierHead: Sendable {
         return probabilities(embeddings: embedding, count: 1)
     }
 
-    /// Reads a whole regular file of at most ``maximumFileBytes``.
+    /// Reads a whole regular file of at most ``maximumFileBytes`` (never waiting on a FIFO: ``RegularFile``).
+    /// - Throws: `.noInput` when it cannot be opened or is not a regular file (`cannot open head model PATH: is a
+    ///   FIFO (named pipe), not a regular file`), `.data` when it is larger than any head model.
     package static func readFile(_ path: String) throws(EarshotError) -> [UInt8] {
-        var descriptor: Int32
-        repeat { descriptor = open(path, O_RDONLY | O_CLOEXEC) } while descriptor < 0 && errno == EINTR
-        guard descriptor >= 0 else { throw .posix(.noInput, "cannot open head model \(path)", errno: errno) }
-        defer { close(descriptor) }
-        var status = stat()
-        guard fstat(descriptor, &status) == 0 else { throw .posix(.noInput, "cannot read head model \(path)", errno: errno) }
-        if (status.st_mode & S_IFMT) == S_IFDIR {
-            throw .posix(.noInput, "cannot read head model \(path)", errno: EISDIR)
-        }
-        guard Int(status.st_size) <= maximumFileBytes else {
-            throw EarshotError(.data, "head model \(path) is \(status.st_size) bytes, more than any head model (\(maximumFileBytes >> 20) MiB); is it the right file?")
-        }
-        var bytes = [UInt8](repeating: 0, count: Int(status.st_size))
-        var filled = 0
-        while filled < bytes.count {
-            let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress! + filled, $0.count - filled) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw .posix(.noInput, "cannot read head model \(path)", errno: errno)
+        do {
+            return try RegularFile.read(path, limit: maximumFileBytes)
+        } catch {
+            switch error {
+            case .cannotOpen(let code): throw .posix(.noInput, "cannot open head model \(path)", errno: code)
+            case .readFailed(let code): throw .posix(.noInput, "cannot read head model \(path)", errno: code)
+            case .notRegularFile(.directory): throw .posix(.noInput, "cannot read head model \(path)", errno: EISDIR)
+            case .notRegularFile(let kind):
+                throw EarshotError(.noInput, "cannot open head model \(path): \(error.reason)")
+            case .tooLarge(let bytes):
+                throw EarshotError(.data, "head model \(path) is \(bytes) bytes, more than any head model (\(maximumFileBytes >> 20) MiB); is it the right file?")
             }
-            if count == 0 { break }
-            filled += count
         }
-        return Array(bytes[0..<filled])
     }
 }
 

@@ -116,9 +116,12 @@ package struct SHA256 {
     /// - Throws: `EarshotError(.noInput)` when the file cannot be opened, `.io` when a read fails.
     ///   The corresponding C functions are `open` and `read`.
     package static func hex(ofFileAt path: String) throws(EarshotError) -> String {
-        var descriptor: Int32
-        repeat { descriptor = open(path, O_RDONLY | O_CLOEXEC) } while descriptor < 0 && errno == EINTR
-        guard descriptor >= 0 else { throw .posix(.noInput, "cannot open \(path)", errno: errno) }
+        let descriptor: Int32
+        do {
+            descriptor = try RegularFile.open(path)
+        } catch {
+            throw .posix(.noInput, "cannot open \(path)", errno: error.errno)
+        }
         defer { close(descriptor) }
         var hasher = SHA256()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)

@@ -10,7 +10,8 @@ package enum ClassMap {
     /// - Throws: `EarshotError(.noInput)` when the file cannot be read, `.data` when a row is malformed or the
     ///   indices are not 0, 1, 2, ...
     package static func load(path: String) throws(EarshotError) -> [String] {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+        guard let bytes = try? RegularFile.read(path, limit: 1 << 20), let text = String(validating: bytes, as: UTF8.self)
+        else {
             throw EarshotError(.noInput, "cannot read class map \(path) (reinstall Earshot or re-run Models/convert-yamnet)")
         }
         var labels: [String] = []

@@ -27,9 +27,11 @@ package final class SafeTensorsFile {
     ///   well-formed safetensors file (short, bad header, offsets past the end, a dtype other than F32).
     package init(path: String) throws(EarshotError) {
         self.path = path
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw .posix(.noInput, "cannot open model file \(path)", errno: errno)
+        let fd: Int32
+        do {
+            fd = try RegularFile.open(path)
+        } catch {
+            throw .posix(.noInput, "cannot open model file \(path)", errno: error.errno)
         }
         defer { close(fd) }
         var info = stat()

@@ -377,7 +377,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
                 let logged = state.withLock { $0.ignoredLogged }
                 var more = unsaid > 0 ? " (and \(unsaid) more ignored without a line)" : ""
                 if logged == Self.ignoredLogLimit { more += "; further ones this minute are counted, not logged" }
-                log("MQTT: ignored a message on \(DaemonOutputText.shown(topic)): \(why)\(more)", 4)
+                log("MQTT: ignored a message on \(DisplayText.escaped(topic, limit: 80)): \(why)\(more)", 4)
             }
             return nil
         }
@@ -394,30 +394,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         }
         if name == "sleep" { return .setSleep(on) }
         guard let controls = state.withLock({ $0.controls }), controls.groups.contains(name) else {
-            return ignore("\"\(DaemonOutputText.shown(name))\" is not a watched group")
+            return ignore("\"\(DisplayText.escaped(name, limit: 80))\" is not a watched group")
         }
         return .setGroup(name, enabled: on)
-    }
-}
-
-/// Text from outside (a topic) made safe for one log line: control characters as `\xNN`, at most 80 characters.
-package enum DaemonOutputText {
-    package static func shown(_ text: String) -> String {
-        var out = ""
-        for (count, scalar) in text.unicodeScalars.enumerated() {
-            if count == 80 { return out + "..." }
-            if scalar.value < 0x20 || scalar.value == 0x7F {
-                out += "\\x" + String(scalar.value, radix: 16, uppercase: true).leftPadded(2)
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-        return out
-    }
-}
-
-extension String {
-    fileprivate func leftPadded(_ width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }

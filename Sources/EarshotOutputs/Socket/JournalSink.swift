@@ -174,8 +174,19 @@ package final class JournalSink: Sendable {
         return "\(identifier): \(message)\n"
     }
 
-    private func write(_ fields: [Field]) {
+    /// Logs a message as ``log(_:priority:)`` does, but without waiting for standard error: when it would block
+    /// (a full pipe nobody reads) the line is left out. For the last words of a process that must exit now.
+    package func logWithoutWaiting(_ message: String, priority: Int) {
+        write([Field("MESSAGE", message), Field("PRIORITY", String(priority)), Field("SYSLOG_IDENTIFIER", identifier)],
+              waiting: false)
+    }
+
+    private func write(_ fields: [Field], waiting: Bool = true) {
         if destination == .journal, Self.send(fields) >= 0 { return }
+        if !waiting {
+            var poller = pollfd(fd: fallbackDescriptor, events: Int16(POLLOUT), revents: 0)
+            guard poll(&poller, 1, 0) == 1, poller.revents & Int16(POLLOUT) != 0 else { return }
+        }
         // No journal, or it refused the entry: the line still reaches the log via stderr.
         let bytes = Array(Self.fallbackLine(for: fields, identifier: identifier).utf8)
         var offset = 0

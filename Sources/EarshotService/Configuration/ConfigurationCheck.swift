@@ -52,29 +52,64 @@ extension DaemonConfiguration {
         }
     }
 
-    /// Checks that the places the daemon stores to are of the right kind, so that a mistake is one line at start
-    /// rather than a failure at the first event: with `[history] enabled`, `[history] path` must not be a
-    /// directory; with `[clips] enabled`, `[clips] directory` must be a directory when it exists. Paths that do not
-    /// exist yet pass (the writers create them and report what stops them).
+    /// Checks that every path the daemon opens is of the right kind before anything opens it, so that a mistake is
+    /// one line at start (and in `--check-config`) rather than a hang or a failure at the first event:
+    /// - `[history] path` (with `[history] enabled`): a regular file, or missing (it is created);
+    /// - `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir`: a directory, or missing;
+    /// - `[sleep] model`: an existing regular file;
+    /// - `[output] socket` (or `--socket`): a socket or missing, in an existing directory.
+    /// A FIFO, a device (`/dev/zero`) or a directory where a file belongs is refused: opening one could wait forever
+    /// or read endless bytes. (Model files, `[models] files`, are read through ``RegularFile``, which refuses them
+    /// without waiting.)
     ///
-    /// - Throws: `EarshotError(.config)` (78) naming where the key was set, the path and the fix, e.g.
+    /// - Throws: `EarshotError(.config)` (78) naming where the key was set, the path, its kind and the fix, e.g.
     ///   `/etc/earshot/earshotd.conf:3: [clips] directory = /srv/clips: is a regular file, not a directory (move
     ///   the file aside, or set [clips] directory to a directory, e.g. /var/lib/earshot/clips)`.
     package func checkStoragePaths() throws(EarshotError) {
-        func origin(_ key: String) -> String {
-            locations[key].map { "\($0): " } ?? ""
+        func refuse(_ key: String, _ path: String, _ what: String, _ fix: String) -> EarshotError {
+            let origin = locations[key]
+            let name = "[" + key.split(separator: ".", maxSplits: 1).joined(separator: "] ")
+            let subject = origin == "--socket" ? "--socket \(path)" : "\(origin.map { "\($0): " } ?? "")\(name) = \(path)"
+            return EarshotError(.config, "\(subject): \(what) (\(fix))")
         }
-        if history.enabled, PathKind(path: history.path) == .directory {
-            throw EarshotError(
-                .config,
-                "\(origin("history.path"))[history] path = \(history.path): is a directory, not a database file (set [history] path to a file, e.g. \(EventHistory.defaultPath))")
+        if history.enabled {
+            let kind = PathKind(path: history.path)
+            if kind == .directory {
+                throw refuse("history.path", history.path, "is a directory, not a database file", "set [history] path to a file, e.g. \(EventHistory.defaultPath)")
+            }
+            if kind != .missing, kind != .regularFile {
+                throw refuse("history.path", history.path, "is \(kind.phrase), not a database file", "set [history] path to a regular file, e.g. \(EventHistory.defaultPath)")
+            }
         }
         let clipsKind = PathKind(path: clips.directory)
         if clips.enabled, clipsKind != .missing, clipsKind != .directory {
-            let what = clipsKind == .regularFile ? "is a regular file, not a directory" : "is not a directory"
-            throw EarshotError(
-                .config,
-                "\(origin("clips.directory"))[clips] directory = \(clips.directory): \(what) (move the file aside, or set [clips] directory to a directory, e.g. \(Clips().directory))")
+            let what = clipsKind == .regularFile ? "is a regular file, not a directory" : "is \(clipsKind.phrase), not a directory"
+            throw refuse("clips.directory", clips.directory, what, "move the file aside, or set [clips] directory to a directory, e.g. \(Clips().directory)")
+        }
+        let reportKind = PathKind(path: sleep.reportDirectory)
+        if reportKind != .missing, reportKind != .directory {
+            throw refuse("sleep.report_dir", sleep.reportDirectory, "is \(reportKind.phrase), not a directory", "set [sleep] report_dir to a directory, e.g. \(Sleep().reportDirectory)")
+        }
+        if let model = sleep.modelPath {
+            let kind = PathKind(path: model)
+            if kind == .missing {
+                throw refuse("sleep.model", model, "no such file", "check the path, or leave [sleep] model empty for the built-in scores")
+            }
+            if kind != .regularFile {
+                throw refuse("sleep.model", model, "is \(kind.phrase), not a regular file", "name a head model file made by earshot train")
+            }
+        }
+        let socket = output.socketPath
+        let socketKind = PathKind(path: socket)
+        if socketKind != .missing, socketKind != .socket {
+            throw refuse("output.socket", socket, "is \(socketKind.phrase), not a socket", "remove it, or choose another socket path")
+        }
+        let directory = socket.hasPrefix("/") ? String(socket[..<socket.lastIndex(of: "/")!]) : "."
+        let directoryKind = PathKind(path: directory.isEmpty ? "/" : directory)
+        if directoryKind != .directory, !(directoryKind == .missing && socket == EventServer.defaultPath) {
+            // The default /run/earshot is made by systemd's RuntimeDirectory= when the service starts.
+            let what = directoryKind == .missing ? "its directory \(directory) does not exist" : "\(directory) is \(directoryKind.phrase), not a directory"
+            throw refuse("output.socket", socket, what, "create the directory, or choose another socket path")
         }
     }
 }

@@ -81,6 +81,7 @@ extension DaemonConfiguration {
         }
         if let path = try checked(overrides.socketPath, SettingRules.socketPath, flag: "--socket", shown: { $0 }) {
             result.output.socketPath = path
+            result.locations["output.socket"] = "--socket"
         }
         if let window = try checked(overrides.windowDuration, SettingRules.windowDuration, flag: "--window",
                                     shown: SettingRules.format) {

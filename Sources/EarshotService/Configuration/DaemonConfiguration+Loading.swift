@@ -60,18 +60,7 @@ extension DaemonConfiguration {
 
     /// A problem line as it is quoted in an error: control characters as `\xNN`, undecodable bytes as `?`, at most
     /// 60 characters (then `...`), so that a binary file does not fill the terminal with garbage.
-    package static func shown(_ text: String) -> String {
-        var out = ""
-        for (count, scalar) in text.unicodeScalars.enumerated() {
-            if count == 60 { return out + "..." }
-            switch scalar {
-            case "\u{FFFD}": out += "?"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F: out += String(cFormat: "\\x%02X", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out
-    }
+    package static func shown(_ text: String) -> String { DisplayText.escaped(text, limit: 60) }
 
     /// Reads one configuration file.
     ///
@@ -208,6 +197,10 @@ package struct ConfigurationParser {
         if let groupName {
             try setGroupKey(entry, group: groupName)
         } else {
+            // Where each key was set ("SECTION.KEY"), for checks after loading (paths of the wrong kind).
+            if configuration.locations["\(entry.section).\(entry.key)"] == nil {
+                configuration.locations["\(entry.section).\(entry.key)"] = "\(source):\(entry.line)"
+            }
             try setKey(entry)
         }
     }
@@ -447,40 +440,21 @@ package struct FileReadError: Error {
     package var hint: String
 }
 
-/// Reads a whole regular file of at most `DaemonConfiguration.maximumFileBytes` bytes.
-/// The corresponding C functions are `open`, `fstat` and `read`.
+/// Reads a whole regular file of at most `DaemonConfiguration.maximumFileBytes` bytes, never waiting on a FIFO
+/// (``RegularFile``).
 package func readConfigurationFile(_ path: String) throws(FileReadError) -> [UInt8] {
-    func failure(_ code: Int32, hint: String = "check the path") -> FileReadError {
-        FileReadError(errno: code, text: String(cString: strerror(code)), hint: hint)
-    }
-    var descriptor: Int32
-    repeat {
-        descriptor = open(path, O_RDONLY | O_CLOEXEC)
-    } while descriptor < 0 && errno == EINTR
-    guard descriptor >= 0 else { throw failure(errno) }
-    defer { close(descriptor) }
-    var status = stat()
-    guard fstat(descriptor, &status) == 0 else { throw failure(errno) }
-    if (status.st_mode & S_IFMT) == S_IFDIR { throw failure(EISDIR, hint: "name the file, not its directory") }
-    guard (status.st_mode & S_IFMT) == S_IFREG else {
-        throw FileReadError(errno: EINVAL, text: "not a regular file", hint: "name a text file")
-    }
-    guard Int(status.st_size) <= DaemonConfiguration.maximumFileBytes else {
-        throw FileReadError(errno: EFBIG, text: "larger than 1 MiB", hint: "this is not a configuration file")
-    }
-    var bytes = [UInt8](repeating: 0, count: Int(status.st_size))
-    var filled = 0
-    while filled < bytes.count {
-        let count = bytes.withUnsafeMutableBytes { buffer -> Int in
-            guard let base = buffer.baseAddress else { return 0 }
-            return read(descriptor, base + filled, buffer.count - filled)
+    do {
+        return try RegularFile.read(path, limit: DaemonConfiguration.maximumFileBytes)
+    } catch {
+        switch error {
+        case .cannotOpen(let code), .readFailed(let code):
+            throw FileReadError(errno: code, text: String(cString: strerror(code)), hint: "check the path")
+        case .notRegularFile(.directory):
+            throw FileReadError(errno: EISDIR, text: String(cString: strerror(EISDIR)), hint: "name the file, not its directory")
+        case .notRegularFile(let kind):
+            throw FileReadError(errno: EINVAL, text: "\(kind.phrase), not a regular file", hint: "name a text file")
+        case .tooLarge:
+            throw FileReadError(errno: EFBIG, text: "larger than 1 MiB", hint: "this is not a configuration file")
         }
-        if count < 0 {
-            if errno == EINTR { continue }
-            throw failure(errno)
-        }
-        if count == 0 { break }
-        filled += count
     }
-    return Array(bytes[0..<filled])
 }

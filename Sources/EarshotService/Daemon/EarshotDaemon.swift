@@ -49,6 +49,13 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Set once `--fallback-input` replaced a device that could not be opened.
     private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
+    /// Where SIGTERM, SIGINT and SIGHUP arrive: a queue of their own, so that a reload (on `control`) that waits on a
+    /// file or the analysis queue can never keep the daemon from stopping.
+    private let signalQueue = DispatchQueue(label: "earshot.signals")
+    /// Set by the first shutdown (a signal, the end of the input): later ones and reloads do nothing.
+    private let stopping = Atomic<Bool>(false)
+    /// The shutdown step running now, named in the line written if the stop deadline passes.
+    private let stopStep = Mutex("starting to stop")
     private let analysisQueue = DispatchQueue(label: "earshot.analysis", qos: .userInitiated)
     private let audioArrived: AudioArrivedSignal
     private let notifier = ServiceNotifier()
@@ -218,9 +225,9 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Starts capture, analysis, signal handling and the watchdog, then runs the main dispatch loop forever.
     package func run() -> Never {
         signals = SignalHandling.install(
-            queue: control,
+            queue: signalQueue,
             onTerminate: { [unowned self] signal in shutdown(reason: "signal \(signal)", status: 0) },
-            onReload: { [unowned self] in reload() })
+            onReload: { [unowned self] in control.async { self.reload() } })
         // Until Dispatch has installed its handlers, a signal landing on a thread that does not block it (OpenBLAS's,
         // started before main) takes its default action: nothing below may announce the daemon before that.
         if signals?.waitUntilRegistered(timeout: .now() + 5) == false {
@@ -422,9 +429,11 @@ package final class EarshotDaemon: @unchecked Sendable {
     // MARK: Lifecycle
 
     private func reload() {
+        guard !stopping.load(ordering: .acquiring) else { return }
         _ = try? notifier.reloading(status: "reloading configuration")
         do {
             let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+            try fresh.checkStoragePaths()
             let model = try BuiltInClassifier.shared()
             let loaded = try HeadModelSet.load(paths: fresh.models.files, previous: heads, locations: fresh.modelLocations)
             let plan = try DetectionPlan(
@@ -435,6 +444,8 @@ package final class EarshotDaemon: @unchecked Sendable {
             let eventsUnchanged = fresh.analysis == configuration.analysis && fresh.detection == configuration.detection
                 && fresh.alarms == configuration.alarms && loaded.set.classLabels == heads.classLabels
             let failure: EarshotError? = analysisQueue.sync {
+                // A shutdown that began while the files were read has stopped the pipeline: leave it stopped.
+                if stopping.load(ordering: .acquiring) { return EarshotError(.unavailable, "the daemon is stopping") }
                 do throws(EarshotError) {
                     if eventsUnchanged, pipeline.replaceHeads(loaded.set) { return nil }
                     try pipeline.reconfigure(plan: plan, heads: loaded.set)
@@ -464,23 +475,37 @@ package final class EarshotDaemon: @unchecked Sendable {
             journal.log("configuration reloaded: watching \(groups.map(\.name).joined(separator: ", "))\(note)")
         } catch {
             let line = (error as? EarshotError)?.message ?? "\(error)"
-            journal.log("reload failed, keeping the running configuration: \(line)", priority: 3)
+            journal.log("reload failed, keeping the running configuration: \(DisplayText.escaped(line))", priority: 3)
         }
         _ = try? notifier.ready(status: "listening to \(sourceDescription)")
     }
 
-    /// Stops in the reverse order of start, each step finishing its work, then exits with `status`.
+    /// How long a stop may take, in seconds, before the daemon exits without waiting for the rest: 4.5 s, inside
+    /// the 5 s a supervisor may be promised (systemd's default stop timeout is 90 s, then SIGKILL loses open events).
+    static let stopDeadlineSeconds = 4.5
+
+    /// Stops in the reverse order of start, each step finishing its work, then exits with `status`. Only the first
+    /// call does anything (a signal and the end of the input may race); it may run on the signal queue while a
+    /// reload waits on the control queue. Past ``stopDeadlineSeconds`` a watchdog thread writes which step was still
+    /// running and exits with `status` at once.
     private func shutdown(reason: String, status: Int32) {
+        let (first, _) = stopping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
+        guard first else { return }
+        startStopDeadline(status: status)
         _ = try? notifier.stopping(status: "stopping: \(reason)")
+        stopStep.withLock { $0 = "stopping capture" }
         supervisor.stop()
+        stopStep.withLock { $0 = "draining the analysis queue" }
         analysisQueue.sync {
             pipeline.stop()
             if sleep.isActive { _ = sleep.stop(at: Date()) }
             // Clips still waiting for their post-roll end with the audio there is.
             clips?.finish()
         }
+        stopStep.withLock { $0 = "writing sleep reports and clips" }
         sleep.flushReports()
         clipWriter?.close()
+        stopStep.withLock { $0 = "delivering outputs to the sinks" }
         router.stop()
         if let writer = historySink?.recorder.writer, writer.statistics.backlog > 0 {
             let count = writer.statistics.backlog
@@ -489,6 +514,21 @@ package final class EarshotDaemon: @unchecked Sendable {
         watchdog?.cancel()
         journal.log("stopped (\(reason))")
         exit(status)
+    }
+
+    /// A thread of its own (not Dispatch's pool, which a stuck queue may have used up) that ends the process if the
+    /// stop is not done by ``stopDeadlineSeconds``.
+    private func startStopDeadline(status: Int32) {
+        do {
+            try startThread(named: "earshot-stop") { [self] in
+                usleep(UInt32(Self.stopDeadlineSeconds * 1_000_000))
+                let running = stopStep.withLock { $0 }
+                journal.logWithoutWaiting("stop did not finish within \(SettingRules.format(Self.stopDeadlineSeconds)) s (still \(running)); exiting without waiting for it", priority: 3)
+                _exit(status)
+            }
+        } catch {
+            journal.log("no stop deadline: \(error.message)", priority: 4)
+        }
     }
 }
 
