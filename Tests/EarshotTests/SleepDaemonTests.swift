@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Synchronization
 
 #if canImport(FoundationXML)
 import FoundationXML
@@ -38,6 +39,7 @@ struct SleepDaemonTests {
             let again = service.start(at: started.addingTimeInterval(5), scheduled: false)
             // An onset during the session is silenced, and so is its offset even after the session ended.
             var admitted = [service.admits(onset), service.admits(smoke)]
+            service.observe(Self.quietWindow(at: 0))
             service.stop(at: started.addingTimeInterval(60))
             admitted += [service.admits(offset), service.admits(onset)]
             return (admitted, reply, again)
@@ -48,6 +50,57 @@ struct SleepDaemonTests {
         service.flushReports()
         let written = try FileManager.default.contentsOfDirectory(atPath: settings.reportDirectory).sorted()
         #expect(written == ["snore-20260301-2200.json", "snore-20260301-2200.svg"])
+    }
+
+    /// A gated window of quiet at `start` seconds of stream time (0.96 s long).
+    static func quietWindow(at start: Double) -> ClassificationResult {
+        ClassificationResult(
+            timeRange: TimeRange(start: start, duration: 0.96), classifications: [], scores: [], levelDBFS: -80, isGated: true)
+    }
+
+    @Test("sleep service: sessions of one minute get their own reports (-2, -3); a session with no audio writes none and says so")
+    func reportNames() throws {
+        let queue = DispatchQueue(label: "test.analysis")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-sleep-names-\(getpid())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var settings = DaemonConfiguration.Sleep()
+        settings.reportDirectory = directory.path
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        let published = Mutex<Int>(0)
+        let service = SleepService(
+            analysisQueue: queue, classLabels: ClassMapFixture.labels, settings: settings, timeZone: utc,
+            publish: { _ in }, publishReport: { _ in published.withLock { $0 += 1 } }, log: { _, _ in })
+        let started = Date(timeIntervalSince1970: 1_772_402_400)  // 2026-03-01 22:00:00 UTC
+        let replies: [JSONObject] = queue.sync {
+            var replies: [JSONObject] = []
+            for index in 0..<3 {
+                service.start(at: started.addingTimeInterval(Double(index)), scheduled: false)
+                service.observe(Self.quietWindow(at: 0))
+                service.observe(Self.quietWindow(at: 0.48))
+                replies.append(service.stop(at: started.addingTimeInterval(Double(index) + 0.5)))
+            }
+            // Started and stopped with no window in between: nothing heard.
+            service.start(at: started.addingTimeInterval(10), scheduled: false)
+            replies.append(service.stop(at: started.addingTimeInterval(10.1)))
+            return replies
+        }
+        service.flushReports()
+        #expect(replies.prefix(3).map { $0["report_json"]?.stringValue } == [
+            directory.path + "/snore-20260301-2200.json", directory.path + "/snore-20260301-2200-2.json",
+            directory.path + "/snore-20260301-2200-3.json",
+        ])
+        #expect(replies[0]["audio_seconds"] == .number(1.44, decimals: 1))
+        #expect(replies[3] == [
+            "type": "sleep", "state": "stopped", "start": "2026-03-01T22:00:10.000Z", "end": "2026-03-01T22:00:10.100Z",
+            "audio_seconds": 0,
+            "message": "sleep session from 2026-03-01T22:00:10.000Z to 2026-03-01T22:00:10.100Z heard no audio: no report written",
+        ])
+        let written = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+        #expect(written == [
+            "snore-20260301-2200-2.json", "snore-20260301-2200-2.svg", "snore-20260301-2200-3.json",
+            "snore-20260301-2200-3.svg", "snore-20260301-2200.json", "snore-20260301-2200.svg",
+        ])
+        #expect(published.withLock { $0 } == 3)
     }
 
     @Test("earshotd: sleep start, snoring from a real recording through ALSA capture, sleep stop writes the report and the history", .needsShared)

@@ -2,6 +2,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import Dispatch
+import Synchronization
 import EarshotSupport
 import EarshotAudio
 import EarshotCapture
@@ -14,8 +15,10 @@ import EarshotOutputs
 /// `{"cmd":"sleep_stop"}`, `{"cmd":"sleep_status"}`, sent by `earshot sleep start|stop|status`) or by the daily
 /// `[sleep] schedule`; while one runs, the ``SnoreDetector`` looks at every analysis window and its snoring events
 /// are published like any detection (group `snoring`). At the end the ``SnoreReport`` is written to
-/// `[sleep] report_dir` as `snore-YYYYMMDD-HHMM.json` and `.svg` (local time of the start) and sent to subscribers
-/// as one `{"type":"snore_report",...}` line.
+/// `[sleep] report_dir` as `snore-YYYYMMDD-HHMM.json` and `.svg` (local time of the start; `-2`, `-3`, ... added
+/// when that name is taken, so that no report replaces another) and sent to subscribers as one
+/// `{"type":"snore_report",...}` line. A session that heard no audio writes and sends no report; its stop reply says
+/// so (`"audio_seconds":0` and a `message`).
 ///
 /// The plain `snoring` label group (the "Snoring" class alone), when it is in the watch list, is silenced while a
 /// session runs (``admits(_:)``), so that subscribers do not see snoring twice.
@@ -36,6 +39,9 @@ package final class SleepService: @unchecked Sendable {
 
     private let analysisQueue: DispatchQueue
     private let reportQueue = DispatchQueue(label: "earshot.sleep-reports", qos: .utility)
+    /// Report files chosen but not yet written (``claimReportPaths(start:)``), so that two sessions of one minute
+    /// never share a name.
+    private let claimedStems = Mutex<Set<String>>([])
     private let classLabels: [String]
     private var settings: DaemonConfiguration.Sleep
     private let publish: (DetectionEvent) -> Void
@@ -188,14 +194,26 @@ package final class SleepService: @unchecked Sendable {
         session = nil
         if startedBySchedule, settings.schedule?.contains(date, timeZone: zone(at: date)) == true { scheduleSkipped = true }
         startedBySchedule = false
+        let monitored = running.monitoredSeconds
         let (report, events) = running.stop()
         for event in events { publish(event) }
         stateChanged(false)
-        let paths = Self.reportPaths(directory: settings.reportDirectory, start: report.startDate ?? date, timeZone: zone(at: report.startDate ?? date))
+        guard monitored > 0 else {
+            // Nothing was heard (capture down, or a start and stop with no window between them): no report file,
+            // so that an empty session never stands in for a night's report, and no report message.
+            let line = "sleep session from \(EventJSON.timestamp(running.startDate)) to \(EventJSON.timestamp(date)) heard no audio: no report written"
+            log(line, 4)
+            return [
+                "type": "sleep", "state": "stopped",
+                "start": .string(EventJSON.timestamp(running.startDate)), "end": .string(EventJSON.timestamp(date)),
+                "audio_seconds": 0, "message": .string(line),
+            ]
+        }
+        let paths = claimReportPaths(start: report.startDate ?? date)
         let reportObject = report.json
         let svg = report.svg(timeZone: zone(at: report.startDate ?? date))
         let directory = settings.reportDirectory
-        reportQueue.async { [log, publishReport] in
+        reportQueue.async { [self] in
             publishReport(reportObject)
             do throws(EarshotError) {
                 try Self.write(json: reportObject, svg: svg, to: paths, directory: directory)
@@ -203,12 +221,14 @@ package final class SleepService: @unchecked Sendable {
             } catch {
                 log(error.message, 4)
             }
+            _ = self.claimedStems.withLock { $0.remove(paths.json) }
         }
         return [
             "type": "sleep", "state": "stopped",
             "start": .string(EventJSON.timestamp(running.startDate)), "end": .string(EventJSON.timestamp(date)),
             "snoring_minutes": .number(report.snoringMinutes, decimals: 2),
             "snoring_percent": .number(report.snoringPercent, decimals: 2),
+            "audio_seconds": .number(monitored, decimals: 1),
             "episodes": .int(report.episodes.count), "events": .int(report.events.count),
             "report_json": .string(paths.json), "report_svg": .string(paths.svg),
         ]
@@ -251,6 +271,23 @@ package final class SleepService: @unchecked Sendable {
     /// `DIR/snore-YYYYMMDD-HHMM.json` and `.svg`, local time of `start`.
     /// The zone for wall-clock times at `date`.
     private func zone(at date: Date) -> TimeZone { fixedTimeZone ?? LocalTime.zone(at: date) }
+
+    /// The report files for a session that started at `start`: ``reportPaths(directory:start:timeZone:)``, or with
+    /// `-2`, `-3`, ... before the extension when a report of that minute exists or is still being written, so that
+    /// no report ever replaces another (analysis queue).
+    private func claimReportPaths(start: Date) -> (json: String, svg: String) {
+        let first = Self.reportPaths(directory: settings.reportDirectory, start: start, timeZone: zone(at: start))
+        return claimedStems.withLock { claimed -> (json: String, svg: String) in
+            var paths = first
+            var suffix = 2
+            while claimed.contains(paths.json) || PathKind(path: paths.json) != .missing || PathKind(path: paths.svg) != .missing {
+                paths = (String(first.json.dropLast(5)) + "-\(suffix).json", String(first.svg.dropLast(4)) + "-\(suffix).svg")
+                suffix += 1
+            }
+            claimed.insert(paths.json)
+            return paths
+        }
+    }
 
     package static func reportPaths(directory: String, start: Date, timeZone: TimeZone) -> (json: String, svg: String) {
         var calendar = Calendar(identifier: .gregorian)
