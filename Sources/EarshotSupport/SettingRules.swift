@@ -74,6 +74,14 @@ package enum SettingRules {
         isValid: { $0 <= 0o777 })
     package static let clientQueueKiB = wholeNumber(in: 16...65_536, unit: "KiB")
     package static let maxClients = wholeNumber(in: 1...4_096)
+    package static let stalledClientSeconds = wholeNumber(in: 1...86_400, unit: "seconds")
+
+    /// The uid of a user name or a decimal uid (`getpwnam`), nil for an unknown name.
+    package static func userID(_ text: String) -> UInt32? {
+        if let uid = UInt32(text) { return uid }
+        guard let entry = getpwnam(text) else { return nil }
+        return entry.pointee.pw_uid
+    }
 
     // [clips]
     package static let clipSeconds = number(in: 0...30, "in [0, 30] seconds")

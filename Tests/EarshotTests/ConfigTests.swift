@@ -210,7 +210,7 @@ struct ConfigFileTests {
         .init(text: "[analysis]\nwindw = 1",
               message: "test.conf:2: [analysis] windw: unknown key (did you mean window? keys: window, overlap, gate_dbfs, silence_minutes)"),
         .init(text: "[output]\ncolour = red",
-              message: "test.conf:2: [output] colour: unknown key (keys: socket, socket_mode, client_queue_kib, max_clients, journal)"),
+              message: "test.conf:2: [output] colour: unknown key (keys: socket, socket_mode, client_queue_kib, max_clients, max_clients_per_user, stalled_client_seconds, control_users, journal)"),
         .init(text: "[analysys]\nwindow = 1",
               message: "test.conf:2: [analysys]: unknown section (did you mean [analysis]? sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, group.NAME)"),
         .init(text: "[groups.kettle]\nthreshold = 1",

@@ -138,7 +138,7 @@ struct EventServerTests {
                 Issue.record("no status reply to \(request)")
                 return
             }
-            #expect(line.hasPrefix(#"{"type":"status","uptime_seconds":12.5,"device":"hw:1,0","xruns":3,"windows_analysed":1234,"subscribers":1,"events_published":1,"dropped_lines":0,"your_dropped_lines":0,"time":"20"#))
+            #expect(line.hasPrefix(#"{"type":"status","uptime_seconds":12.5,"device":"hw:1,0","xruns":3,"windows_analysed":1234,"subscribers":1,"events_published":1,"dropped_lines":0,"your_dropped_lines":0,"evicted_clients":0,"refused_clients":0,"time":"20"#))
             #expect(line.hasSuffix("Z\"}"))
         }
     }

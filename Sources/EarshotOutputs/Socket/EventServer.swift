@@ -1,6 +1,7 @@
 import Dispatch
 import FoundationEssentials
 import Glibc
+import Synchronization
 import Dispatch
 import EarshotSupport
 import EarshotModel
@@ -29,14 +30,23 @@ import EarshotDetection
 ///   `sleep_stop`, `sleep_status`) gets the handler's reply object.
 /// - `{"status":true}` or `{"cmd":"status"}` asks for a status reply: the daemon's fields (from the `status`
 ///   closure) followed by `subscribers`, `events_published`, `dropped_lines` (total over all clients),
-///   `your_dropped_lines` and `time`.
+///   `your_dropped_lines`, `evicted_clients`, `refused_clients` and `time`.
 /// - Anything else, malformed JSON, or a line longer than `maxRequestLineBytes` gets an error reply; the client
 ///   stays connected. Empty lines are ignored. A client that closes its sending side (shutdown `SHUT_WR`) keeps
 ///   receiving events.
 ///
 /// A slow or stuck client never delays the publisher: each client has an outgoing queue bounded by
 /// `clientQueueLimitBytes`; a line that does not fit is dropped for that client and counted (in its `dropped` notice
-/// and in the status reply).
+/// and in the status reply). A client whose queue stays full for `stalledClientSeconds` is disconnected (evicted),
+/// so that clients that never read cannot keep their slots.
+///
+/// Requests are read and parsed on a queue of their own, one batch per client at a time (the client's next bytes
+/// are read once its batch is answered): a client writing heavy lines costs that queue, never the publishing one.
+///
+/// Access: the socket file's mode and group decide who may connect. Each connection's peer credentials
+/// (`SO_PEERCRED`) are read at accept: a user may hold at most `maxClientsPerUser` connections; commands that change
+/// state (`Configuration.controlCommands`: `sleep_start`, `sleep_stop`) are answered only for the uids in
+/// `Configuration.controlUsers` and refused with an error line for anyone else.
 ///
 /// - Important: `publish` may be called from any thread (the analysis queue) and returns at once: the work is handed
 ///   to the server's own serial queue, where all socket I/O happens through non-blocking calls driven by Dispatch read
@@ -75,12 +85,30 @@ package final class EventServer: @unchecked Sendable {
         /// Groups that exist but are not watched (presets and `[group.NAME]` sections left out of the watch list),
         /// with ``watchAdvice``: a subscribe request naming one is told how to watch it rather than "unknown group".
         package var unwatchedGroups: UnwatchedGroups
+        /// The most connections one user (peer uid) may hold (default 16, the daemon's `[output]
+        /// max_clients_per_user`): a newcomer beyond it gets an error line and is disconnected, so one user of the
+        /// socket's group cannot lock out the others.
+        package var maxClientsPerUser: Int
+        /// Seconds a client's outgoing queue may stay full (lines being dropped for it) before it is disconnected
+        /// (default 60, `[output] stalled_client_seconds`).
+        package var stalledClientSeconds: Double
+        /// The uids whose connections may run ``controlCommands`` (default: root and the daemon's own user,
+        /// `[output] control_users`).
+        package var controlUsers: Set<UInt32>
+        /// Commands that change state and need a control user.
+        package var controlCommands: Set<String>
 
         package init(
             path: String = EventServer.defaultPath, mode: UInt32 = 0o660, groupID: UInt32? = nil,
             clientQueueLimitBytes: Int = 256 * 1024, maxRequestLineBytes: Int = 64 * 1024, maxClients: Int = 64,
-            knownGroups: [String]? = nil, unwatchedGroups: UnwatchedGroups = UnwatchedGroups()
+            knownGroups: [String]? = nil, unwatchedGroups: UnwatchedGroups = UnwatchedGroups(),
+            maxClientsPerUser: Int = 16, stalledClientSeconds: Double = 60,
+            controlUsers: Set<UInt32> = [0, geteuid()], controlCommands: Set<String> = ["sleep_start", "sleep_stop"]
         ) {
+            self.maxClientsPerUser = maxClientsPerUser
+            self.stalledClientSeconds = stalledClientSeconds
+            self.controlUsers = controlUsers
+            self.controlCommands = controlCommands
             self.path = path
             self.mode = mode
             self.groupID = groupID
@@ -116,6 +144,10 @@ package final class EventServer: @unchecked Sendable {
         package var eventsPublished: Int
         /// Lines dropped for clients that fell behind, since start, over all clients.
         package var droppedLines: Int
+        /// Clients disconnected because their queue stayed full for `stalledClientSeconds`, since start.
+        package var evictedClients: Int = 0
+        /// Connections refused (the server or the user at its cap), since start.
+        package var refusedClients: Int = 0
     }
 
     /// Returns the daemon's status fields (uptime, device, xruns, windows analysed, ...); runs on the server queue.
@@ -124,6 +156,12 @@ package final class EventServer: @unchecked Sendable {
     package let configuration: Configuration
     private let statusProvider: StatusProvider
     private let queue = DispatchQueue(label: "earshot.event-server")
+    /// Where clients' requests are read and parsed (``readRequests(from:)``), apart from the publishing queue.
+    private let requestQueue = DispatchQueue(label: "earshot.event-server.requests", qos: .utility)
+    /// The registered command names, read by the request queue's parser.
+    private let parsedCommands = Mutex<[String]>([])
+    /// Checks for stalled clients (server queue).
+    private var stallTimer: DispatchSourceTimer?
     private let queueKey = DispatchSpecificKey<Bool>()
     private let listenFD: Int32
     /// Identity of the socket file we created, so that stop() never removes another daemon's socket.
@@ -140,6 +178,7 @@ package final class EventServer: @unchecked Sendable {
     /// The shutdown notice is queued for every client: nothing is sent after it.
     private var shutdownAnnounced = false
     private var stats = Statistics(subscribers: 0, subscribersAccepted: 0, eventsPublished: 0, droppedLines: 0)
+    /// Used on the request queue only.
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
     /// Extra `{"cmd":NAME}` commands and who answers them (`register(commands:handler:)`).
     private var commandNames: [String] = []
@@ -212,6 +251,12 @@ package final class EventServer: @unchecked Sendable {
         source.setCancelHandler { SocketCall.close(fd) }
         listenSource = source
         source.resume()
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let period = max(0.05, min(5, configuration.stalledClientSeconds / 4))
+        timer.schedule(deadline: .now() + period, repeating: period, leeway: .milliseconds(50))
+        timer.setEventHandler { [weak self] in self?.evictStalledClients() }
+        stallTimer = timer
+        timer.resume()
     }
 
     deinit {
@@ -259,6 +304,7 @@ package final class EventServer: @unchecked Sendable {
             commandNames = commands
             commandHandler = handler
         }
+        parsedCommands.withLock { $0 = commands }
     }
 
     /// Replaces the group names clients may subscribe to (after a configuration reload); nil accepts any name.
@@ -316,6 +362,8 @@ package final class EventServer: @unchecked Sendable {
             source.cancel()
         }
         listenSource = nil
+        stallTimer?.cancel()
+        stallTimer = nil
         for client in clients.values { client.close() }
         clients.removeAll()
     }
@@ -350,20 +398,16 @@ package final class EventServer: @unchecked Sendable {
                 SocketCall.close(fd)
                 continue
             }
-            // Slots held by clients that have hung up (whose close the read handler has not seen yet, or that shut
-            // down their sending side first and are no longer read) are freed before anyone is refused.
-            if clients.count >= configuration.maxClients { dropHungUpClients() }
-            if clients.count >= configuration.maxClients {
-                let notice: JSONObject = [
-                    "type": "error",
-                    "message": .string("too many subscribers (\(configuration.maxClients) connected); try again later"),
-                ]
+            let peer = Self.peerCredentials(fd)
+            if let refusal = admit(uid: peer.uid) {
+                stats.refusedClients += 1
+                let notice: JSONObject = ["type": "error", "message": .string(refusal)]
                 let bytes = Array((notice.encoded + "\n").utf8)
                 _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
                 SocketCall.close(fd)
                 continue
             }
-            let client = Client(id: nextClientID, fd: fd, queue: queue)
+            let client = Client(id: nextClientID, fd: fd, uid: peer.uid, queue: queue, requestQueue: requestQueue)
             nextClientID += 1
             clients[client.id] = client
             stats.subscribersAccepted += 1
@@ -376,6 +420,61 @@ package final class EventServer: @unchecked Sendable {
                 self.flush(client)
             }
             client.readSource?.resume()
+        }
+    }
+
+    /// The peer's uid (and pid) from `SO_PEERCRED` (`struct ucred`: pid, uid, gid, 32 bits each on Linux); uid
+    /// `UInt32.max` if the kernel does not say (never matches a control user).
+    /// The corresponding C function is `getsockopt`.
+    private static func peerCredentials(_ fd: Int32) -> (uid: UInt32, pid: Int32) {
+        var credentials: (pid: Int32, uid: UInt32, gid: UInt32) = (0, UInt32.max, UInt32.max)
+        var length = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return (UInt32.max, 0) }
+        return (credentials.uid, credentials.pid)
+    }
+
+    /// Whether a newcomer of `uid` gets a slot: nil if so (a slot was free or was made free), else the refusal line.
+    /// Slots of clients that hung up are freed first, then those of stalled clients; with the server still full, the
+    /// oldest connection of the user holding the most is closed when that user holds more than the newcomer's would.
+    private func admit(uid: UInt32) -> String? {
+        var held = clients.values.filter { $0.uid == uid && !$0.isClosed }.count
+        if held >= configuration.maxClientsPerUser { dropHungUpClients() }
+        held = clients.values.filter { $0.uid == uid && !$0.isClosed }.count
+        if held >= configuration.maxClientsPerUser {
+            return "too many connections from uid \(uid) (\(held) open, at most \(configuration.maxClientsPerUser) per user); close some, or raise [output] max_clients_per_user"
+        }
+        // Slots held by clients that have hung up (whose close the read handler has not seen yet, or that shut
+        // down their sending side first and are no longer read) are freed before anyone is refused.
+        if clients.count >= configuration.maxClients { dropHungUpClients() }
+        if clients.count >= configuration.maxClients { evictStalledClients(force: true) }
+        if clients.count >= configuration.maxClients {
+            var perUser: [UInt32: [Client]] = [:]
+            for client in clients.values { perUser[client.uid, default: []].append(client) }
+            if let (_, heaviest) = perUser.max(by: { $0.value.count < $1.value.count }), heaviest.count > held + 1,
+               let oldest = heaviest.min(by: { $0.id < $1.id })
+            {
+                reply(Self.error("disconnected to make room for another user (the socket holds at most \(configuration.maxClients) clients)"), to: oldest)
+                flush(oldest)
+                drop(oldest)
+            }
+        }
+        if clients.count >= configuration.maxClients {
+            return "too many subscribers (\(configuration.maxClients) connected); try again later"
+        }
+        return nil
+    }
+
+    /// Disconnects clients whose queue has stayed full for `stalledClientSeconds` (`force`: any whose queue is full
+    /// now, when a newcomer needs the slot).
+    private func evictStalledClients(force: Bool = false) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let limit = UInt64(configuration.stalledClientSeconds * 1e9)
+        for client in clients.values where !client.isClosed {
+            guard let since = client.stalledSince else { continue }
+            if force || now - since >= limit {
+                stats.evictedClients += 1
+                drop(client)
+            }
         }
     }
 
@@ -435,6 +534,7 @@ package final class EventServer: @unchecked Sendable {
             client.droppedPending += 1
             client.droppedTotal += 1
             stats.droppedLines += 1
+            if client.stalledSince == nil { client.stalledSince = DispatchTime.now().uptimeNanoseconds }
             return
         }
         client.append(line)
@@ -468,6 +568,7 @@ package final class EventServer: @unchecked Sendable {
                 }
             }
             client.waitForWritable(false)
+            client.stalledSince = nil  // the queue drained: the client reads again
             guard client.droppedPending > 0 else { return }
             let notice: JSONObject = ["type": "dropped", "count": .int(client.droppedPending)]
             client.droppedPending = 0
@@ -475,54 +576,99 @@ package final class EventServer: @unchecked Sendable {
         }
     }
 
+    /// What one line of a client comes to, decided on the request queue.
+    private enum Incoming: Sendable {
+        case request(EventRequest)
+        case reply(JSONObject)
+    }
+
+    /// Request queue: reads what the client sent (up to 64 KiB), splits and parses its lines, and hands the batch to
+    /// the server queue; the client is not read again until that batch is answered (back-pressure: a client that
+    /// floods requests slows itself only). End of file drops the client, or keeps it receiving after `SHUT_WR`.
     private func readRequests(from client: Client) {
-        for _ in 0..<16 {  // then yield to other work; the level-triggered source fires again
-            guard !client.isClosed else { return }
+        guard client.isReading else { return }
+        var batch: [Incoming] = []
+        var ended = false
+        reading: for _ in 0..<4 {
             let count = readBuffer.withUnsafeMutableBytes { recv(client.fd, $0.baseAddress, $0.count, 0) }
             if count > 0 {
-                for byte in readBuffer[0..<count] { consume(byte, from: client) }
+                split(readBuffer[0..<count], from: client, into: &batch)
+                if count < readBuffer.count { break }
                 continue
             }
             if count == 0 {
-                // The client closed its sending side. If it closed the whole connection, drop it now; if it only
-                // shut down writing, keep delivering events to it.
-                var poller = pollfd(fd: client.fd, events: 0, revents: 0)
-                if poll(&poller, 1, 0) > 0, poller.revents & Int16(POLLHUP) != 0 {
-                    drop(client)
-                } else {
-                    client.stopReading()
-                }
-                return
+                ended = true
+                break
             }
             switch errno {
             case EINTR: continue
-            case EAGAIN, EWOULDBLOCK: return
+            case EAGAIN, EWOULDBLOCK: break reading
             default:
-                drop(client)
-                return
+                ended = true
+                break reading
             }
+        }
+        if ended {
+            // The client closed its sending side. If it closed the whole connection, drop it; if it only shut down
+            // writing, keep delivering events to it.
+            var poller = pollfd(fd: client.fd, events: 0, revents: 0)
+            let hungUp = poll(&poller, 1, 0) > 0 && poller.revents & Int16(POLLHUP) != 0
+            client.cancelReading()
+            queue.async { [self, batch] in
+                answer(batch, from: client)
+                if hungUp { drop(client) }
+            }
+            return
+        }
+        guard !batch.isEmpty else { return }
+        client.suspendReading()
+        queue.async { [self, batch] in
+            answer(batch, from: client)
+            requestQueue.async { client.resumeReading() }
         }
     }
 
-    private func consume(_ byte: UInt8, from client: Client) {
-        if byte == UInt8(ascii: "\n") {
+    /// Request queue: the complete lines in `bytes` (after what the client sent before) as parsed requests.
+    private func split(_ bytes: ArraySlice<UInt8>, from client: Client, into batch: inout [Incoming]) {
+        let commands = parsedCommands.withLock { $0 }
+        let limit = configuration.maxRequestLineBytes
+        var rest = bytes
+        while !rest.isEmpty {
+            let newline = rest.firstIndex(of: UInt8(ascii: "\n"))
+            let piece = rest[rest.startIndex..<(newline ?? rest.endIndex)]
+            if !client.discardingLine {
+                if client.inbound.count + piece.count > limit {
+                    client.inbound.removeAll()
+                    client.discardingLine = true
+                    batch.append(.reply(Self.error("request line longer than \(limit) bytes; ignored")))
+                } else {
+                    client.inbound.append(contentsOf: piece)
+                }
+            }
+            guard let newline else { return }
             if client.discardingLine {
                 client.discardingLine = false
             } else {
-                handleRequest(client.inbound, from: client)
+                switch EventRequest.parse(client.inbound, commands: commands) {
+                case .empty: break
+                case .failure(let message): batch.append(.reply(Self.error(message)))
+                case .request(let request): batch.append(.request(request))
+                }
             }
-            client.inbound.removeAll(keepingCapacity: true)
-            return
+            client.inbound.removeAll(keepingCapacity: client.inbound.capacity <= 4096)
+            rest = rest[(newline + 1)...]
         }
-        guard !client.discardingLine else { return }
-        if client.inbound.count >= configuration.maxRequestLineBytes {
-            client.inbound.removeAll()
-            client.discardingLine = true
-            reply(
-                Self.error("request line longer than \(configuration.maxRequestLineBytes) bytes; ignored"), to: client)
-            return
+    }
+
+    /// Server queue: answers a batch of one client's requests, in order.
+    private func answer(_ batch: [Incoming], from client: Client) {
+        for item in batch {
+            guard !client.isClosed else { return }
+            switch item {
+            case .reply(let object): reply(object, to: client)
+            case .request(let request): handleRequest(request, from: client)
+            }
         }
-        client.inbound.append(byte)
     }
 
     private static func error(_ message: String) -> JSONObject {
@@ -531,15 +677,7 @@ package final class EventServer: @unchecked Sendable {
 
     package static let requestHint = "send {\"subscribe\":[\"group\",...]} or {\"status\":true}"
 
-    private func handleRequest(_ bytes: [UInt8], from client: Client) {
-        let request: EventRequest
-        switch EventRequest.parse(bytes, commands: commandNames) {
-        case .empty: return
-        case .failure(let message):
-            reply(Self.error(message), to: client)
-            return
-        case .request(let parsed): request = parsed
-        }
+    private func handleRequest(_ request: EventRequest, from client: Client) {
         switch request {
         case .subscribe(let names):
             switch policy.decide(names) {
@@ -553,6 +691,11 @@ package final class EventServer: @unchecked Sendable {
                 reply(Self.error(message), to: client)
             }
         case .command(let name):
+            if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
+                let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
+                reply(Self.error("\(name) is refused: uid \(client.uid) may not change the daemon's state (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
+                return
+            }
             if let commandHandler { reply(commandHandler(name), to: client) }
         case .status:
             dropHungUpClients()
@@ -562,6 +705,8 @@ package final class EventServer: @unchecked Sendable {
             object["events_published"] = .int(stats.eventsPublished)
             object["dropped_lines"] = .int(stats.droppedLines)
             object["your_dropped_lines"] = .int(client.droppedTotal)
+            object["evicted_clients"] = .int(stats.evictedClients)
+            object["refused_clients"] = .int(stats.refusedClients)
             object["time"] = .string(EventJSON.timestamp(Date()))
             reply(object, to: client)
         }
@@ -600,32 +745,43 @@ package final class EventServer: @unchecked Sendable {
     }
 }
 
-/// One connected client. Touched only on the server queue.
+/// One connected client. Touched on the server queue, except the read side (`inbound`, `discardingLine` and the
+/// read source), which only the request queue touches.
 private final class Client: @unchecked Sendable {
     let id: Int
     let fd: Int32
+    /// The peer's uid (`SO_PEERCRED`).
+    let uid: UInt32
+    private let requestQueue: DispatchQueue
+    /// Request queue only.
     private(set) var readSource: DispatchSourceRead?
+    private var readSuspended = false
     let writeSource: DispatchSourceWrite
     private(set) var waitingForWritable = false
     private(set) var isClosed = false
     /// Groups this client receives; nil = all.
     var filter: Set<String>?
+    /// Request queue only.
     var inbound: [UInt8] = []
     var discardingLine = false
     var droppedPending = 0
     var droppedTotal = 0
+    /// Monotonic nanoseconds since the client's queue has been full (a line dropped), nil while it keeps up.
+    var stalledSince: UInt64?
 
     private var chunks: [[UInt8]] = []
     private var headIndex = 0
     private var headOffset = 0
     private(set) var queuedBytes = 0
 
-    init(id: Int, fd: Int32, queue: DispatchQueue) {
+    init(id: Int, fd: Int32, uid: UInt32, queue: DispatchQueue, requestQueue: DispatchQueue) {
         self.id = id
         self.fd = fd
+        self.uid = uid
+        self.requestQueue = requestQueue
         // The descriptor closes once both sources are cancelled (a source must not outlive its descriptor).
         let closer = DescriptorCloser(fd: fd, users: 2)
-        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: requestQueue)
         read.setCancelHandler { closer.release() }
         readSource = read
         writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
@@ -664,34 +820,54 @@ private final class Client: @unchecked Sendable {
         if wait { writeSource.resume() } else { writeSource.suspend() }
     }
 
-    /// Stops watching for requests after the client shut down its sending side.
-    func stopReading() {
-        readSource?.cancel()
+    // Request queue.
+
+    /// Whether requests are still read (not after end of file or close).
+    var isReading: Bool { readSource != nil }
+
+    func suspendReading() {
+        guard let readSource, !readSuspended else { return }
+        readSuspended = true
+        readSource.suspend()
+    }
+
+    func resumeReading() {
+        guard let readSource, readSuspended else { return }
+        readSuspended = false
+        readSource.resume()
+    }
+
+    /// Stops watching for requests (end of file, or the client is closed).
+    func cancelReading() {
+        guard let source = readSource else { return }
+        if readSuspended { source.resume() }  // a suspended source must be resumed to be released
+        readSuspended = false
+        source.cancel()
         readSource = nil
     }
+
+    // Server queue.
 
     func close() {
         guard !isClosed else { return }
         isClosed = true
-        readSource?.cancel()
-        readSource = nil
+        requestQueue.async { [self] in cancelReading() }
         if !waitingForWritable { writeSource.resume() }  // a suspended source must be resumed to be released
         writeSource.cancel()
     }
 }
 
-/// Closes a descriptor after its last Dispatch source is cancelled. Used only on the server queue.
-private final class DescriptorCloser: @unchecked Sendable {
+/// Closes a descriptor after its last Dispatch source is cancelled (the sources' queues differ: the count is atomic).
+private final class DescriptorCloser: Sendable {
     private let fd: Int32
-    private var users: Int
+    private let users: Atomic<Int>
 
     init(fd: Int32, users: Int) {
         self.fd = fd
-        self.users = users
+        self.users = Atomic(users)
     }
 
     func release() {
-        users -= 1
-        if users == 0 { SocketCall.close(fd) }
+        if users.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { SocketCall.close(fd) }
     }
 }

@@ -57,7 +57,7 @@ extension DaemonConfiguration {
     /// - `[history] path` (with `[history] enabled`): a regular file, or missing (it is created);
     /// - `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir`: a directory, or missing;
     /// - `[sleep] model`: an existing regular file;
-    /// - `[output] socket` (or `--socket`): a socket or missing, in an existing directory.
+    /// - `[output] socket` (or `--socket`): a socket or missing (a missing directory is the server's to report).
     /// A FIFO, a device (`/dev/zero`) or a directory where a file belongs is refused: opening one could wait forever
     /// or read endless bytes. (Model files, `[models] files`, are read through ``RegularFile``, which refuses them
     /// without waiting.)
@@ -103,13 +103,6 @@ extension DaemonConfiguration {
         let socketKind = PathKind(path: socket)
         if socketKind != .missing, socketKind != .socket {
             throw refuse("output.socket", socket, "is \(socketKind.phrase), not a socket", "remove it, or choose another socket path")
-        }
-        let directory = socket.hasPrefix("/") ? String(socket[..<socket.lastIndex(of: "/")!]) : "."
-        let directoryKind = PathKind(path: directory.isEmpty ? "/" : directory)
-        if directoryKind != .directory, !(directoryKind == .missing && socket == EventServer.defaultPath) {
-            // The default /run/earshot is made by systemd's RuntimeDirectory= when the service starts.
-            let what = directoryKind == .missing ? "its directory \(directory) does not exist" : "\(directory) is \(directoryKind.phrase), not a directory"
-            throw refuse("output.socket", socket, what, "create the directory, or choose another socket path")
         }
     }
 }

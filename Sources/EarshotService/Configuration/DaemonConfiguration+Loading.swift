@@ -16,7 +16,10 @@ extension DaemonConfiguration {
         "analysis": ["window", "overlap", "gate_dbfs", "silence_minutes"],
         "models": ["files"],
         "detection": ["watch"],
-        "output": ["socket", "socket_mode", "client_queue_kib", "max_clients", "journal"],
+        "output": [
+            "socket", "socket_mode", "client_queue_kib", "max_clients", "max_clients_per_user", "stalled_client_seconds",
+            "control_users", "journal",
+        ],
         "daemon": ["watchdog"],
         "alarms": alarmKeys,
         "history": historyKeys,
@@ -279,6 +282,19 @@ package struct ConfigurationParser {
             configuration.output.clientQueueKiB = try value(SettingRules.clientQueueKiB, entry)
         case ("output", "max_clients"):
             configuration.output.maxClients = try value(SettingRules.maxClients, entry)
+        case ("output", "max_clients_per_user"):
+            configuration.output.maxClientsPerUser = try value(SettingRules.maxClients, entry)
+        case ("output", "stalled_client_seconds"):
+            configuration.output.stalledClientSeconds = try value(SettingRules.stalledClientSeconds, entry)
+        case ("output", "control_users"):
+            var uids: [UInt32] = []
+            for name in SettingRules.listItems(entry.value, separators: [",", " "]) {
+                guard let uid = SettingRules.userID(name) else {
+                    throw badValue(entry, "\"\(DaemonConfiguration.shown(name))\" is not a user on this system (give user names or uids, e.g. root, earshot, 1000)")
+                }
+                if !uids.contains(uid) { uids.append(uid) }
+            }
+            configuration.output.controlUsers = uids
         case ("output", "journal"):
             configuration.output.journal = try value(SettingRules.flag, entry)
         case ("models", "files"):

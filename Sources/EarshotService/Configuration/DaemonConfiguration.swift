@@ -127,6 +127,16 @@ package struct DaemonConfiguration: Sendable, Equatable {
         /// disconnected. Key `max_clients`, default 64, allowed 1...4096 (each costs a descriptor and up to
         /// ``clientQueueKiB`` of memory).
         package var maxClients: Int = 64
+        /// The most connections one user (the peer's uid, `SO_PEERCRED`) may hold at once, so that one member of the
+        /// socket's group cannot lock the others out. Key `max_clients_per_user`, default 16, allowed 1...4096.
+        package var maxClientsPerUser: Int = 16
+        /// Seconds a subscriber's queue may stay full (lines dropped for it, the client not reading) before it is
+        /// disconnected and its slot freed. Key `stalled_client_seconds`, default 60, allowed 1...86400.
+        package var stalledClientSeconds: Int = 60
+        /// The users whose connections may change the daemon's state over the socket (`sleep_start`, `sleep_stop`),
+        /// as uids (names are looked up when the file is read). Key `control_users`, names or uids separated by
+        /// commas or spaces; default empty: root and the daemon's own user.
+        package var controlUsers: [UInt32] = []
         /// Whether each detection is also written to the systemd journal (structured fields `EARSHOT_*`); when false,
         /// or when there is no journal, the same line goes to standard error. Key `journal`, default true.
         package var journal: Bool = true

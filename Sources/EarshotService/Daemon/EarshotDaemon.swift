@@ -140,7 +140,9 @@ package final class EarshotDaemon: @unchecked Sendable {
         let server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
-                maxClients: output.maxClients, knownGroups: plan.subscribable, unwatchedGroups: plan.unwatched),
+                maxClients: output.maxClients, knownGroups: plan.subscribable, unwatchedGroups: plan.unwatched,
+                maxClientsPerUser: output.maxClientsPerUser, stalledClientSeconds: Double(output.stalledClientSeconds),
+                controlUsers: output.controlUsers.isEmpty ? [0, geteuid()] : Set(output.controlUsers)),
             status: { link.daemon?.statusObject() ?? ["type": "status"] })
         self.server = server
         // The sinks in start order; they stop in reverse (the history commits before the socket goes).
