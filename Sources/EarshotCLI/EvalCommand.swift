@@ -166,11 +166,7 @@ enum EvalCommand: EarshotCommand {
             }
             if options.printCases { print(AlarmEvaluation.caseLines(outcomes) + "\n") }
             print(AlarmEvaluation.report(outcomes))
-            if !skipped.isEmpty {
-                print("\nSkipped (cannot decode): \(skipped.count)")
-                for line in skipped { print("  \(line)") }
-            }
-            return 0
+            return finish(skipped: skipped)
         } catch {
             reportError(error.message)
             return error.exitStatus
@@ -214,14 +210,19 @@ enum EvalCommand: EarshotCommand {
                 print(GroupEvaluation.report([], stream: stream, title: "False events in the negative stream"))
                 if options.problems { print(stream.sources.filter { !$0.contains(" speech@") }.joined(separator: "\n")) }
             }
-            if !skipped.isEmpty {
-                print("\nSkipped (cannot decode): \(skipped.count)")
-                for line in skipped { print("  \(line)") }
-            }
-            return 0
+            return finish(skipped: skipped)
         } catch {
             reportError(error.message)
             return error.exitStatus
         }
+    }
+
+    /// Lists the files that could not be decoded (after the report) and gives the exit status 0.
+    private static func finish(skipped: [String]) -> Int32 {
+        if !skipped.isEmpty {
+            print("\nSkipped (cannot decode): \(skipped.count)")
+            for line in skipped { print("  \(line)") }
+        }
+        return 0
     }
 }
