@@ -22,7 +22,7 @@ struct EventServerAccessTests {
                 path: path, mode: mode, clientQueueLimitBytes: clientQueueLimitBytes, maxClients: maxClients,
                 maxClientsPerUser: perUser, stalledClientSeconds: stalledSeconds, controlUsers: controlUsers),
             status: S.status)
-        server.register(commands: ["sleep_start", "sleep_stop", "sleep_status"]) { command in
+        server.register(commands: ["sleep_start", "sleep_stop", "sleep_status"]) { command, _ in
             ["type": "sleep", "state": .string(command == "sleep_start" ? "started" : command == "sleep_stop" ? "stopped" : "idle")]
         }
         return server
@@ -142,6 +142,39 @@ struct EventServerAccessTests {
         let open = try Self.server(path, controlUsers: [0, 65534], mode: 0o666)
         defer { open.stop() }
         #expect(try Self.asNobody(["--command", path, "sleep_start"]) == #"{"type":"sleep","state":"started"}"#)
+    }
+
+    @Test("earshotd: mute and unmute a watched group over the socket; the status lists it; a missing or unknown group is an error", .needsEarshotdBuilt)
+    func muteOverTheSocket() throws {
+        let scratch = try StopAndPathTests.Scratch()
+        defer { scratch.remove() }
+        let config = scratch.path("earshotd.conf")
+        try "[detection]\nwatch = smoke_alarm, baby_cry\n[history]\nenabled = false\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let socket = scratch.path("e.sock")
+        let (process, input) = try StopAndPathTests.foregroundDaemon(
+            config: config, socket: socket, standardOutput: FileHandle.nullDevice, standardError: FileHandle.nullDevice)
+        defer {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            try? input.fileHandleForWriting.close()
+        }
+        #expect(TestWait.until(seconds: 20) { FileManager.default.fileExists(atPath: socket) })
+        let client = try EventSubscriber(path: socket)
+        func ask(_ line: String) throws -> String? {
+            try client.send(line: line)
+            while true {
+                guard let reply = try Self.firstLine(client) else { return nil }
+                if !reply.hasPrefix(#"{"type":"health""#) { return reply }
+            }
+        }
+        #expect(try ask(#"{"cmd":"mute","group":"baby_cry"}"#) == #"{"type":"mute","group":"baby_cry","muted":true,"changed":true}"#)
+        #expect(try ask(#"{"cmd":"mute","group":"baby_cry"}"#) == #"{"type":"mute","group":"baby_cry","muted":true,"changed":false}"#)
+        #expect(try ask(#"{"status":true}"#)?.contains(#""muted":["baby_cry"]"#) == true)
+        #expect(try ask(#"{"cmd":"unmute","group":"baby_cry"}"#) == #"{"type":"mute","group":"baby_cry","muted":false,"changed":true}"#)
+        #expect(try ask(#"{"status":true}"#)?.contains(#""muted":[]"#) == true)
+        #expect(try ask(#"{"cmd":"mute","group":"dog_bark"}"#) == #"{"type":"error","message":"mute: \"dog_bark\" is not a watched group (watched: smoke_alarm, baby_cry)"}"#)
+        #expect(try ask(#"{"cmd":"mute"}"#) == #"{"type":"error","message":"mute needs a group: {\"cmd\":\"mute\",\"group\":\"smoke_alarm\"}"}"#)
+        #expect(try ask(#"{"cmd":"mute","group":7}"#) == #"{"type":"error","message":"malformed request: \"group\" must be a group name (a string)"}"#)
     }
 
     @Test("[output] control_users: names and uids are read as uids; an unknown user is one line naming the key")

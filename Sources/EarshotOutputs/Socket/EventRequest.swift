@@ -12,8 +12,9 @@ package enum EventRequest: Equatable {
     case subscribe([String])
     /// `{"status":true}` or `{"cmd":"status"}`.
     case status
-    /// `{"cmd":"NAME"}` for a command registered with `EventServer.register(commands:handler:)`.
-    case command(String)
+    /// `{"cmd":"NAME"}` for a command registered with `EventServer.register(commands:handler:)`, with the
+    /// request's `"group"` string when it has one (`{"cmd":"mute","group":"baby_cry"}`).
+    case command(String, group: String? = nil)
 
     package enum Parsed: Equatable {
         /// A blank line: ignored.
@@ -62,7 +63,11 @@ package enum EventRequest: Equatable {
         }
         if let command = object["cmd"] {
             if let name = command.stringValue, commands.contains(name), name != "status" {
-                return .request(.command(name))
+                guard let group = object["group"] else { return .request(.command(name)) }
+                guard let text = group.stringValue else {
+                    return .failure("malformed request: \"group\" must be a group name (a string)")
+                }
+                return .request(.command(name, group: text))
             }
             guard let name = command.stringValue, name == "status" else {
                 let shown = command.stringValue.map { "\"\($0)\"" } ?? command.encoded

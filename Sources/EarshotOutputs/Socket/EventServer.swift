@@ -103,7 +103,8 @@ package final class EventServer: @unchecked Sendable {
             clientQueueLimitBytes: Int = 256 * 1024, maxRequestLineBytes: Int = 64 * 1024, maxClients: Int = 64,
             knownGroups: [String]? = nil, unwatchedGroups: UnwatchedGroups = UnwatchedGroups(),
             maxClientsPerUser: Int = 16, stalledClientSeconds: Double = 60,
-            controlUsers: Set<UInt32> = [0, geteuid()], controlCommands: Set<String> = ["sleep_start", "sleep_stop"]
+            controlUsers: Set<UInt32> = [0, geteuid()],
+            controlCommands: Set<String> = ["sleep_start", "sleep_stop", "mute", "unmute"]
         ) {
             self.maxClientsPerUser = maxClientsPerUser
             self.stalledClientSeconds = stalledClientSeconds
@@ -217,6 +218,13 @@ package final class EventServer: @unchecked Sendable {
                     .cannotCreate, "cannot create socket \(path): \(SocketCall.describe(code))\(hint)",
                     cause: SocketCall.describe(code))
             }
+            // listen(2) at once: a client that sees the file appear must not get ECONNREFUSED. Until chmod(2) the
+            // file has bind's mode (0777 less the umask: with systemd's 0022 only the daemon's user may connect).
+            if listen(fd, 64) != 0 {
+                let code = errno
+                _ = unlink(path)
+                throw EarshotError.posix(.system, "cannot listen on socket \(path)", errno: code)
+            }
             if chmod(path, mode_t(configuration.mode)) != 0 {
                 let code = errno
                 _ = unlink(path)
@@ -226,11 +234,6 @@ package final class EventServer: @unchecked Sendable {
                 let code = errno
                 _ = unlink(path)
                 throw EarshotError.posix(.system, "cannot give socket \(path) to group \(group)", errno: code)
-            }
-            if listen(fd, 64) != 0 {
-                let code = errno
-                _ = unlink(path)
-                throw EarshotError.posix(.system, "cannot listen on socket \(path)", errno: code)
             }
             if lstat(path, &info) != 0 {
                 let code = errno
@@ -293,9 +296,9 @@ package final class EventServer: @unchecked Sendable {
         }
     }
 
-    /// Answers a registered command: gets its name, returns the reply object. Runs on the server's queue; it may
-    /// wait briefly for another queue, never for the server's.
-    package typealias CommandHandler = @Sendable (_ command: String) -> JSONObject
+    /// Answers a registered command: gets its name and the request's `group` (nil without one), returns the reply
+    /// object. Runs on the server's queue; it may wait briefly for another queue, never for the server's.
+    package typealias CommandHandler = @Sendable (_ command: String, _ group: String?) -> JSONObject
 
     /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with `handler`'s object. A later
     /// call replaces the earlier one.
@@ -690,13 +693,13 @@ package final class EventServer: @unchecked Sendable {
             case .refused(let message):
                 reply(Self.error(message), to: client)
             }
-        case .command(let name):
+        case .command(let name, let group):
             if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
                 let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
                 reply(Self.error("\(name) is refused: uid \(client.uid) may not change the daemon's state (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
                 return
             }
-            if let commandHandler { reply(commandHandler(name), to: client) }
+            if let commandHandler { reply(commandHandler(name, group), to: client) }
         case .status:
             dropHungUpClients()
             var object: JSONObject = ["type": "status"]

@@ -195,7 +195,14 @@ package final class EarshotDaemon: @unchecked Sendable {
             log: { line, priority in journal.log(line, priority: priority) },
             stateChanged: { active in link.daemon?.sleepStateChanged(active) })
         self.sleep = sleep
-        server.register(commands: SleepService.commands) { command in sleep.handle(command: command) }
+        server.register(commands: SleepService.commands + ["mute", "unmute"]) { command, group in
+            switch command {
+            case "mute", "unmute":
+                link.daemon?.setMute(group, muted: command == "mute") ?? ["type": "error", "message": "the daemon is stopping"]
+            default:
+                sleep.handle(command: command)
+            }
+        }
         let stage: DetectionStage
         do {
             stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads)
@@ -406,6 +413,27 @@ package final class EarshotDaemon: @unchecked Sendable {
     fileprivate func sleepStateChanged(_ active: Bool) {
         sleepActive.store(active, ordering: .relaxed)
         routeControls()
+    }
+
+    /// `{"cmd":"mute"|"unmute","group":NAME}` from the socket (server queue; the event server has checked that the
+    /// peer is a control user). Mutes are a lock of their own: nothing here waits for the control queue.
+    /// - Returns: `{"type":"mute","group":NAME,"muted":true,"changed":true}`, or an error reply for a missing or
+    ///   unknown group.
+    fileprivate func setMute(_ group: String?, muted: Bool) -> JSONObject {
+        let command = muted ? "mute" : "unmute"
+        let groups = controlGroups.withLock { $0.groups }
+        guard let group else {
+            return ["type": "error", "message": .string("\(command) needs a group: {\"cmd\":\"\(command)\",\"group\":\"\(groups.first ?? "baby_cry")\"}")]
+        }
+        guard groups.contains(group) else {
+            return ["type": "error", "message": .string("\(command): \"\(DisplayText.escaped(group, limit: 80))\" is not a watched group (watched: \(groups.joined(separator: ", ")))")]
+        }
+        let changed = mutes.set(group, muted: muted)
+        if changed {
+            journal.log("\(group) \(muted ? "muted" : "unmuted") over the event socket\(muted ? ": its events are not published until it is unmuted or the daemon restarts" : "")")
+            routeControls()
+        }
+        return ["type": "mute", "group": .string(group), "muted": .bool(muted), "changed": .bool(changed)]
     }
 
     /// A command from the MQTT broker (on its connection's thread): applied on the control queue.
