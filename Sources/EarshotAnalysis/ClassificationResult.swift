@@ -63,7 +63,7 @@ public struct ClassificationResult: Sendable, Equatable {
     /// Seconds the classifier took over this window (the model and a custom head; monotonic clock), or nil when
     /// ``isGated`` or for a result made with ``init(timeRange:classifications:scores:levelDBFS:isGated:embedding:)``.
     /// Not part of equality: two results of the same audio are equal however long each took. (Earshot's own.)
-    public internal(set) var inferenceDuration: Double?
+    public var inferenceDuration: Double?
 
     /// Equal time range, classifications, scores, level, gate and embedding (``inferenceDuration`` is ignored).
     public static func == (lhs: ClassificationResult, rhs: ClassificationResult) -> Bool {

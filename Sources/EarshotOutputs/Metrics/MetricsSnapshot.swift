@@ -108,7 +108,7 @@ package struct MetricsSnapshot: Sendable, Equatable {
                one(String(stats.historyWriteErrors)))
         if let mqtt = stats.mqtt {
             metric("earshot_mqtt_connected", "gauge", "1 while connected to the MQTT broker, else 0.", one(mqtt.connected ? "1" : "0"))
-            metric("earshot_mqtt_published_total", "counter", "Messages the MQTT broker acknowledged or took.",
+            metric("earshot_mqtt_published_total", "counter", "Messages published to the MQTT broker.",
                    one(String(mqtt.published)))
             metric("earshot_mqtt_dropped_total", "counter", "MQTT messages dropped because the outbox was full.",
                    one(String(mqtt.dropped)))
