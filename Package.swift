@@ -44,6 +44,7 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
         .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .target(name: "EarshotKernels"),
         .target(name: "EarshotKernelsAVX512"),
         // The pipeline, one module per stage; each depends only on the ones below it (see README, Layout).
@@ -59,7 +60,7 @@ let package = Package(
             name: "EarshotOutputs",
             dependencies: [
                 "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
-                "CSystemd", "CSQLite", "CSndFile", "CMosquitto",
+                "CSystemd", "CSQLite", "CSndFile", "CMosquitto", "CMicroHTTPD",
             ]
         ),
         .target(

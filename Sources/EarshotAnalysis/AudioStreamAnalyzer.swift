@@ -337,9 +337,13 @@ public final class AudioStreamAnalyzer {
         if let gate = gateThresholdDBFS, level < gate {
             result = .gated(timeRange: range, levelDBFS: level)
         } else {
+            let began = DispatchTime.now().uptimeNanoseconds
             let scored = entry.scorer.score(window: window)
-            result = .scored(by: entry.request, timeRange: range, yamnetScores: scored.scores, embedding: scored.embedding,
-                             yamnetLabels: entry.scorer.labels, levelDBFS: level)
+            var classified = ClassificationResult.scored(
+                by: entry.request, timeRange: range, yamnetScores: scored.scores, embedding: scored.embedding,
+                yamnetLabels: entry.scorer.labels, levelDBFS: level)
+            classified.inferenceDuration = Double(DispatchTime.now().uptimeNanoseconds - began) / 1e9
+            result = classified
         }
         entry.observer?.request(entry.request, didProduce: result)
         streams.yield(result, of: entry.request)

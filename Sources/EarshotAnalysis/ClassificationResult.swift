@@ -60,6 +60,16 @@ public struct ClassificationResult: Sendable, Equatable {
     /// block (values >= 0). Classifier heads (``ClassifierHead``) take it, so one backbone pass serves every head.
     /// Empty when ``isGated``. (Earshot's own; Sound Analysis does not expose its embeddings.)
     public let embedding: [Float]
+    /// Seconds the classifier took over this window (the model and a custom head; monotonic clock), or nil when
+    /// ``isGated`` or for a result made with ``init(timeRange:classifications:scores:levelDBFS:isGated:embedding:)``.
+    /// Not part of equality: two results of the same audio are equal however long each took. (Earshot's own.)
+    public var inferenceDuration: Double?
+
+    /// Equal time range, classifications, scores, level, gate and embedding (``inferenceDuration`` is ignored).
+    public static func == (lhs: ClassificationResult, rhs: ClassificationResult) -> Bool {
+        lhs.timeRange == rhs.timeRange && lhs.classifications == rhs.classifications && lhs.scores == rhs.scores
+            && lhs.levelDBFS == rhs.levelDBFS && lhs.isGated == rhs.isGated && lhs.embedding == rhs.embedding
+    }
 
     /// The lowest level reported, in dBFS (for digital silence, where `log10(0)` is minus infinity). (Earshot's own.)
     public static let levelFloorDBFS: Float = -120

@@ -10,7 +10,8 @@ enum Commands {
     static let all: [any EarshotCommand.Type] = [
         AnalyzeCommand.self, DetectCommand.self, TrainCommand.self, EnrollCommand.self, SubscribeCommand.self, ClassesCommand.self,
         DevicesCommand.self, EvalCommand.self, BenchCommand.self, HistoryCommand.self, ReportCommand.self,
-        SleepCommand.self, EvalSnoreCommand.self, HelpCommand.self, VersionCommand.self,
+        SleepCommand.self, StatusCommand.self, ListenCommand.self, EvalSnoreCommand.self, HelpCommand.self,
+        VersionCommand.self,
     ]
 
     /// The command named `name`; `--help`, `-h` and `--version` name `help` and `version`.
@@ -33,6 +34,8 @@ enum Commands {
         (TrainCommand.usage, "train a custom classifier from one folder of recordings per label"),
         (EnrollCommand.usage, "teach earshot one sound by recording it a few times (or from files)"),
         (SubscribeCommand.usage, "print the daemon's detection events as they arrive"),
+        (StatusCommand.usage, "what the daemon hears now (level, gate, top classes) and how it runs"),
+        (ListenCommand.usage, "print what the daemon hears, a line per window, live (for setting thresholds)"),
         (ClassesCommand.usage, "list the built-in classifier's AudioSet class labels"),
         (DevicesCommand.usage, "list ALSA capture devices"),
         (EvalCommand.usage, "measure the smoke/CO alarm detector: recall, false events, time to detection"),

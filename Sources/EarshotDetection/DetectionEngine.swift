@@ -79,17 +79,21 @@ package struct DetectionEngine: Sendable {
     ///   - scores: the window's class scores in 0...1, `classLabels.count` of them (521 for YAMNet), or nil when
     ///     the level gate kept the window out of inference (a quiet window: negative for every group). An array of
     ///     the wrong length is treated as a quiet window.
+    ///   - levelDBFS: the window's RMS level in dBFS (gated windows too), for level-driven groups
+    ///     (``LabelGroup/levelThresholdDBFS``); nil counts as below every threshold.
     ///   - vetoed: groups for which this window counts as negative whatever its scores (a `glass_break` window
     ///     with no shatter onset in it, see `ShatterOnsets`).
     /// - Returns: the events of this window, grouped in watch-list order.
     package mutating func process(windowStart: Double, windowDuration: Double, scores: [Float]?,
-                                  vetoed: Set<String> = []) -> [DetectionEvent] {
+                                  levelDBFS: Float? = nil, vetoed: Set<String> = []) -> [DetectionEvent] {
         let usable = scores.flatMap { $0.count == classLabels.count ? $0 : nil }
         var events: [DetectionEvent] = []
         for index in debouncers.indices {
             var groupScore: Float?
             var topClass: String?
-            if let usable {
+            if let threshold = watched[index].group.levelThresholdDBFS {
+                (groupScore, topClass) = LabelGroup.levelScore(levelDBFS: levelDBFS, thresholdDBFS: threshold)
+            } else if let usable {
                 for classIndex in watched[index].classIndices {
                     let value = usable[classIndex]
                     if value.isNaN { continue }
@@ -139,7 +143,7 @@ package struct DetectionEngine: Sendable {
         guard nameIsValid else {
             throw EarshotError(.config, "group name \"\(name)\" is invalid (use lowercase letters, digits and _)")
         }
-        guard !group.classLabels.isEmpty else {
+        guard !group.classLabels.isEmpty || group.levelThresholdDBFS != nil else {
             throw EarshotError(.config, "group \"\(name)\" has no class labels (list at least one AudioSet class label)")
         }
         guard group.threshold >= 0, group.threshold <= 1 else {

@@ -23,11 +23,16 @@ package struct LabelGroup: Sendable, Equatable {
     package var holdSeconds: Double
     /// Seconds after an event's end before the same group may start a new event.
     package var minIntervalSeconds: Double
+    /// For a group driven by level alone (the `loud` preset): the RMS level in dBFS at or above which a window is
+    /// positive, whatever the classifier says (``classLabels`` is empty, ``threshold`` is 0.5 on the score
+    /// ``levelScore(levelDBFS:thresholdDBFS:)`` gives). Nil for a classifier group.
+    package var levelThresholdDBFS: Double?
 
     package init(
         name: String, classLabels: [String], threshold: Float, onsetWindows: Int = 2, onsetOf: Int = 3,
-        holdSeconds: Double = 2.0, minIntervalSeconds: Double = 0
+        holdSeconds: Double = 2.0, minIntervalSeconds: Double = 0, levelThresholdDBFS: Double? = nil
     ) {
+        self.levelThresholdDBFS = levelThresholdDBFS
         self.name = name
         self.classLabels = classLabels
         self.threshold = threshold
@@ -57,9 +62,41 @@ package struct LabelGroup: Sendable, Equatable {
             LabelGroup(name: "doorbell_knock", classLabels: ["Doorbell", "Ding-dong", "Knock"], threshold: 0.3,
                        onsetWindows: 1, onsetOf: 1, holdSeconds: 2),
             LabelGroup(name: "speech", classLabels: ["Speech"], threshold: 0.6, holdSeconds: 2),
+            loudPreset,
         ]
         return Dictionary(uniqueKeysWithValues: list.map { ($0.name, $0) })
     }()
+
+    /// The level-driven preset: "wake me if the nursery gets loud". Every window of at least `min_seconds` (2 s
+    /// by default: 4 windows at the default 0.96 s window and 0.48 s hop, see ``levelWindows(minSeconds:windowDuration:hopSeconds:)``)
+    /// at or above -30 dBFS (a raised voice or a crying baby a few metres from a typical USB microphone; a quiet
+    /// room reads -60 to -45) raises an event; it ends after 3 s below. Off by default (not in
+    /// ``defaultWatchList``).
+    package static let loudName = "loud"
+    package static let loudDefaultThresholdDBFS = -30.0
+    package static let loudDefaultMinSeconds = 2.0
+    package static let loudPreset = LabelGroup(
+        name: loudName, classLabels: [], threshold: 0.5, onsetWindows: 4, onsetOf: 4, holdSeconds: 3,
+        levelThresholdDBFS: loudDefaultThresholdDBFS)
+
+    /// How many windows in a row a level-driven group needs for an onset: the fewest consecutive windows that
+    /// span `minSeconds` (`windowDuration + (n - 1) * hopSeconds >= minSeconds`), at least 1.
+    package static func levelWindows(minSeconds: Double, windowDuration: Double, hopSeconds: Double) -> Int {
+        guard minSeconds > windowDuration, hopSeconds > 0 else { return 1 }
+        return Int(((minSeconds - windowDuration) / hopSeconds - 1e-9).rounded(.up)) + 1
+    }
+
+    /// A level-driven group's score of one window and its class: below the threshold 0 (negative); at or above it
+    /// 0.5 at the threshold rising to 1 at 0 dBFS, so that the event's peak is its loudest window; the class is the
+    /// window's level, e.g. `-12.5 dBFS`.
+    package static func levelScore(levelDBFS: Float?, thresholdDBFS: Double) -> (score: Float, classLabel: String) {
+        guard let levelDBFS, Double(levelDBFS) >= thresholdDBFS else {
+            return (0, levelDBFS.map { "\(JSONValue.format(Double($0), decimals: 1)) dBFS" } ?? "level")
+        }
+        let span = max(1e-6, -thresholdDBFS)
+        let score = 0.5 + 0.5 * min(1, max(0, (Double(levelDBFS) - thresholdDBFS) / span))
+        return (Float(score), "\(JSONValue.format(Double(levelDBFS), decimals: 1)) dBFS")
+    }
 
     /// Groups that emit events when the configuration does not name a watch list.
     package static let defaultWatchList = ["smoke_alarm", "fire_alarm", "co_alarm", "baby_cry", "glass_break"]

@@ -58,6 +58,9 @@ package enum SettingRules {
     package static let onsetCount = wholeNumber(in: 1...100)
     package static let holdSeconds = number(in: 0...3600, "in [0, 3600] seconds")
     package static let minIntervalSeconds = number(in: 0...86_400, "in [0, 86400] seconds")
+    /// `[group.loud] level_dbfs` and `min_seconds`.
+    package static let levelDBFS = number(in: -120...0, "in [-120, 0] dBFS")
+    package static let loudMinSeconds = number(in: 0...600, "in [0, 600] seconds")
 
     // [output]
     /// `sun_path` holds 108 bytes including the terminating NUL.

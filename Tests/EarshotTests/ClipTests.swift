@@ -101,11 +101,11 @@ struct ClipTests {
         .init(text: "[clips]\ngroups = Smoke",
               message: "t.conf:2: [clips] groups = Smoke: \"Smoke\" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |)"),
         .init(text: "[clips]\nenabled = true\n\ngroups = smoke_alrm",
-              message: "t.conf:4: [clips] groups: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: alarm_chirp, baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech)"),
+              message: "t.conf:4: [clips] groups: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: alarm_chirp, baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech)"),
         .init(text: "[clips]\nmax_clip = 3",
               message: "t.conf:2: [clips] max_clip: unknown key (did you mean max_clips? keys: enabled, directory, pre_seconds, post_seconds, max_clips, retention_days, groups)"),
         .init(text: "[clip]\nenabled = true",
-              message: "t.conf:2: [clip]: unknown section (did you mean [clips]? sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, group.NAME)"),
+              message: "t.conf:2: [clip]: unknown section (did you mean [clips]? sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, metrics, group.NAME)"),
     ]
 
     @Test("[clips] errors name the file, line, key, value and what is allowed; exit status 78", arguments: badValues)

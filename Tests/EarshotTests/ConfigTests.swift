@@ -76,9 +76,13 @@ struct ConfigFileTests {
         for (section, keys) in DaemonConfiguration.sectionKeys {
             #expect(documented[section] == keys, "section [\(section)]")
         }
-        // Every preset is documented with every group key and exactly its values.
+        // Every preset is documented with every group key it takes and exactly its values (the level-driven
+        // loud group takes level_dbfs and min_seconds instead of the classifier's keys).
         for (name, preset) in LabelGroup.presets {
-            #expect(documented["group.\(name)"] == DaemonConfiguration.groupKeys, "section [group.\(name)]")
+            let excluded = preset.levelThresholdDBFS != nil
+                ? DaemonConfiguration.classifierOnlyGroupKeys : DaemonConfiguration.levelOnlyGroupKeys
+            let keys = DaemonConfiguration.groupKeys.filter { !excluded.contains($0) }
+            #expect(documented["group.\(name)"] == keys, "section [group.\(name)]")
             #expect(configuration.mergedGroup(named: name) == preset, "values of [group.\(name)]")
         }
         #expect(Set(configuration.detection.groups.keys) == Set(LabelGroup.presets.keys))
@@ -212,9 +216,9 @@ struct ConfigFileTests {
         .init(text: "[output]\ncolour = red",
               message: "test.conf:2: [output] colour: unknown key (keys: socket, socket_mode, client_queue_kib, max_clients, max_clients_per_user, stalled_client_seconds, control_users, journal)"),
         .init(text: "[analysys]\nwindow = 1",
-              message: "test.conf:2: [analysys]: unknown section (did you mean [analysis]? sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, group.NAME)"),
+              message: "test.conf:2: [analysys]: unknown section (did you mean [analysis]? sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, metrics, group.NAME)"),
         .init(text: "[groups.kettle]\nthreshold = 1",
-              message: "test.conf:2: [groups.kettle]: unknown section (sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, group.NAME)"),
+              message: "test.conf:2: [groups.kettle]: unknown section (sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, metrics, group.NAME)"),
         .init(text: "device = hw:0\n[capture]",
               message: "test.conf:1: device: key outside a section; put it under its [section] header"),
         .init(text: "[analysis]\nwindow = 1\n\n[capture]\n[analysis]\nwindow = 2",
@@ -232,9 +236,9 @@ struct ConfigFileTests {
         .init(text: "[group.Kettle]\nthreshold = 0.4",
               message: "test.conf:2: [group.Kettle]: a group name is 1 to 64 lowercase letters, digits and _ (e.g. [group.kettle])"),
         .init(text: "[group.kettle]\nclasses = Whistle",
-              message: "test.conf:2: [group.kettle]: a new group needs threshold (presets, which need neither: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech)"),
+              message: "test.conf:2: [group.kettle]: a new group needs threshold (presets, which need neither: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech)"),
         .init(text: "[group.kettle]\nhold_seconds = 5",
-              message: "test.conf:2: [group.kettle]: a new group needs classes and threshold (presets, which need neither: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech)"),
+              message: "test.conf:2: [group.kettle]: a new group needs classes and threshold (presets, which need neither: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech)"),
         .init(text: "[group.kettle]\nclasses = |\nthreshold = 0.4",
               message: "test.conf:2: [group.kettle] classes: must name at least one class label (separate labels with |)"),
         .init(text: "[group.dog_bark]\nonset_windows = 2",
@@ -242,7 +246,7 @@ struct ConfigFileTests {
         .init(text: "[group.smoke_alarm]\nonset_of = 1",
               message: "test.conf:2: [group.smoke_alarm] onset_of = 1: onset_windows (2) must be at most onset_of (1)"),
         .init(text: "[detection]\nwatch = smoke_alarm | smoke_alrm",
-              message: "test.conf:2: [detection] watch: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, smoke_alarm, snoring, speech; a new group needs a [group.smoke_alrm] section with classes and threshold)"),
+              message: "test.conf:2: [detection] watch: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a new group needs a [group.smoke_alrm] section with classes and threshold)"),
         .init(text: "[detection]\nwatch = |",
               message: "test.conf:2: [detection] watch: must name at least one group (separate names with |)"),
         .init(text: "[capture]\ndevice = " + String(repeating: "x", count: 200) + "\n",
@@ -406,7 +410,7 @@ struct ConfigFileTests {
         #expect(applied.output.journal == false)
         #expect(try applied.resolvedGroups(classLabels: ClassMapFixture.labels).map(\.name) == ["kettle", "smoke_alarm"])
 
-        #expect(throws: EarshotError(.usage, "--watch kettel: \"kettel\" is not a group (did you mean kettle? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, kettle, smoke_alarm, snoring, speech; a new group needs a [group.kettel] section with classes and threshold)")) {
+        #expect(throws: EarshotError(.usage, "--watch kettel: \"kettel\" is not a group (did you mean kettle? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, kettle, loud, smoke_alarm, snoring, speech; a new group needs a [group.kettel] section with classes and threshold)")) {
             try file.applying(.init(watch: ["kettel"]))
         }
         #expect(throws: EarshotError(.usage, "--overlap 1.5: must be in [0, 1)")) {

@@ -164,7 +164,7 @@ struct EventServerClientTests {
         let subscribable = LabelGroup.defaultWatchList + [SnoreDetector.groupName]
         let unwatched = DaemonConfiguration().unwatchedGroups(subscribable: subscribable, configPath: nil)
         #expect(unwatched == EventServer.UnwatchedGroups(
-            names: ["dog_bark", "doorbell_knock", "speech"],
+            names: ["dog_bark", "doorbell_knock", "loud", "speech"],
             advice: "[detection] watch in /etc/earshot/earshotd.conf, then reload earshotd (systemctl reload earshotd)"))
         let server = try EventServer(
             configuration: .init(path: path, knownGroups: subscribable, unwatchedGroups: unwatched), status: S.status)

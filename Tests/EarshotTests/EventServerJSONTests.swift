@@ -73,7 +73,7 @@ struct EventServerJSONTests {
         #expect(parse(#"{"status":true}"#) == .request(.status))
         #expect(parse(#"{"cmd":"status"}"#) == .request(.status))
         #expect(parse(#"{"status":false}"#) == .failure(#"unknown request (send {"subscribe":["group",...]} or {"status":true})"#))
-        #expect(parse(#"{"cmd":5}"#) == .failure(#"unknown command 5 (supported: "status")"#))
+        #expect(parse(#"{"cmd":5}"#) == .failure(#"unknown command 5 (supported: "status", "listen")"#))
         #expect(parse("\r") == .empty)
         #expect(parse(#"{"a":"[[[[[[[[[[[[[[[[[[[[[[["}"#) == .failure(#"unknown request (send {"subscribe":["group",...]} or {"status":true})"#))
         #expect(EventRequest.parse([0xFF, 0xFE]) == .failure(#"malformed request: not valid JSON (send {"subscribe":["group",...]} or {"status":true})"#))

@@ -93,7 +93,7 @@ struct EventServerTests {
             ("[1,2]", "malformed request: expected a JSON object \(hint)"),
             (#"{"subscribe":5}"#, #"malformed request: \"subscribe\" must be a list of group names"#),
             (#"{"subscribe":["smoke_alarm",7]}"#, #"malformed request: \"subscribe\" must be a list of group names"#),
-            (#"{"cmd":"reboot"}"#, #"unknown command \"reboot\" (supported: \"status\")"#),
+            (#"{"cmd":"reboot"}"#, #"unknown command \"reboot\" (supported: \"status\", \"listen\")"#),
             (#"{"hello":1}"#, "unknown request \(hint)"),
             (String(repeating: "[", count: 40), "malformed request: nested more than 16 levels deep \(hint)"),
             (#"{"subscribe":["smok"]}"#, #"unknown group \"smok\" in subscribe (watched groups: baby_cry, smoke_alarm)"#),

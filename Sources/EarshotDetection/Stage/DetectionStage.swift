@@ -63,7 +63,21 @@ package final class DetectionStage {
         /// Stream time (s) of the latest window's end.
         package var streamTime: Double = 0
         package var lastLevelDBFS: Float = ClassificationResult.levelFloorDBFS
+        /// Whether the latest window's gate was open (it was classified).
+        package var lastGateOpen = false
+        /// The latest window's time range (nil before the first).
+        package var lastWindow: TimeRange?
+        /// The latest window's highest-scoring classes, at most ``topClassCount``, highest first (YAMNet's, or a
+        /// custom model's when the request uses one); empty when it was gated.
+        package var lastTopClasses: [Classification] = []
+        /// Seconds of audio handed to ``process(_:sampleRate:framePosition:gap:)`` (samples / sample rate).
+        package var processedSeconds: Double = 0
+        /// Seconds of audio lost in the gaps reported to it.
+        package var lostSeconds: Double = 0
     }
+
+    /// How many classes ``Counters/lastTopClasses`` keeps.
+    package static let topClassCount = 5
 
     /// One `overrun` health event per gap, at most one per this much wall time (nanoseconds).
     static let gapReportInterval: UInt64 = 10_000_000_000
@@ -94,6 +108,10 @@ package final class DetectionStage {
     /// shatter's tail in the next window too).
     static let shatterLead = 0.5
     private var outputs: [Output] = []
+    /// Audio handed in and lost, counted in frames so that the seconds stay exact (16 000 frames at 16 kHz are 1 s,
+    /// not a sum of float fractions).
+    private var processedAudio = AudioDuration()
+    private var lostAudio = AudioDuration()
     private lazy var observer = Observer(stage: self)
     private var silentSeconds: Double = 0
     private var silenceReported = false
@@ -197,6 +215,12 @@ package final class DetectionStage {
     package func process(
         _ samples: UnsafeBufferPointer<Float>, sampleRate: Int, framePosition: Int64, gap: Int64? = nil
     ) -> [Output] {
+        processedAudio.add(frames: Int64(samples.count), sampleRate: sampleRate)
+        counters.processedSeconds = processedAudio.seconds
+        if let gap {
+            lostAudio.add(frames: max(gap, 0), sampleRate: sampleRate)
+            counters.lostSeconds = lostAudio.seconds
+        }
         if let gap, analyzer != nil {
             counters.gaps += 1
             for event in engine.reset(at: counters.streamTime) { outputs.append(.detection(event)) }
@@ -295,12 +319,15 @@ package final class DetectionStage {
         if result.isGated { counters.gatedWindows += 1 }
         counters.streamTime = result.timeRange.end
         counters.lastLevelDBFS = result.levelDBFS
+        counters.lastGateOpen = !result.isGated
+        counters.lastWindow = result.timeRange
+        counters.lastTopClasses = Array(result.classifications.prefix(Self.topClassCount))
         let scores = result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding)
         var vetoed: Set<String> = []
         if let shatter, !windowHasShatter(result, scores: scores, shatter: shatter) { vetoed.insert(Self.glassGroup) }
         let events = engine.process(
             windowStart: result.timeRange.start, windowDuration: result.timeRange.duration, scores: scores,
-            vetoed: vetoed)
+            levelDBFS: result.levelDBFS, vetoed: vetoed)
         for event in events { outputs.append(.detection(event)) }
         if let alarms { appendAlarms(alarms.observe(classification: result)) }
     }
@@ -343,4 +370,23 @@ package final class DetectionStage {
             }
         }
     }
+}
+
+/// A duration counted in frames at the current sample rate, plus the seconds counted at earlier rates.
+struct AudioDuration {
+    private var earlierSeconds: Double = 0
+    private var frames: Int64 = 0
+    private var sampleRate = 0
+
+    mutating func add(frames count: Int64, sampleRate rate: Int) {
+        guard rate > 0 else { return }
+        if rate != sampleRate {
+            earlierSeconds = seconds
+            frames = 0
+            sampleRate = rate
+        }
+        frames += count
+    }
+
+    var seconds: Double { sampleRate > 0 ? earlierSeconds + Double(frames) / Double(sampleRate) : earlierSeconds }
 }

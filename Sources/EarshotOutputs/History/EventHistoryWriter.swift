@@ -139,6 +139,10 @@ package final class EventHistoryWriter: @unchecked Sendable {
         counters.withLock { $0 }
     }
 
+    /// Writes of the backlog that failed since start (each retry that fails counts); any thread.
+    package var writeErrors: Int { failedWrites.load(ordering: .relaxed) }
+    private let failedWrites = Atomic<Int>(0)
+
     // MARK: On the queue
 
     /// Opens the database when needed and writes the backlog in one transaction.
@@ -163,6 +167,7 @@ package final class EventHistoryWriter: @unchecked Sendable {
             let note = lost == 0 ? "no events were lost" : "\(lost) event\(lost == 1 ? " was" : "s were") lost"
             report(.recovered("event history \(path) is writable again (\(note))"))
         } catch {
+            failedWrites.wrappingAdd(1, ordering: .relaxed)
             let firstFailure = counters.withLock { counters -> Bool in
                 defer { counters.failing = true }
                 return !counters.failing

@@ -102,7 +102,10 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
 
     // MARK: OutputSink
 
-    package func accepts(_ output: DaemonOutput) -> Bool { true }
+    package func accepts(_ output: DaemonOutput) -> Bool {
+        if case .statistics = output { return false }
+        return true
+    }
 
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
         state.withLock { $0.reportHealth = reportHealth }
@@ -159,6 +162,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case .sleepReport(let object):
             state.withLock { $0.lastReport = object }
             connection.enqueue(MQTTMessage(topic: topics.sleepReport, text: object.encoded, qos: 1, retain: true))
+        case .statistics:
+            break
         case .controls(let controls):
             let previous = state.withLock { state -> ControlState? in
                 defer { state.controls = controls }

@@ -24,6 +24,9 @@ package enum DaemonOutput: Sendable {
     /// What can be switched at run time and how it is set now (watched groups, muted groups, the sleep session):
     /// routed at start and whenever it changes, for outputs that show it (MQTT's switches and discovery).
     case controls(ControlState)
+    /// The daemon's counters that no other output carries (capture xruns, audio lost, socket clients, history
+    /// write errors, MQTT figures): routed once a second while `[metrics]` is on, for the metrics sink.
+    case statistics(RuntimeStatistics)
 
     /// The group whose socket subscribers get it; nil for every subscriber (health, sleep reports) and for windows.
     package var group: String? {
@@ -31,7 +34,7 @@ package enum DaemonOutput: Sendable {
         case .detection(let event): event.group
         case .alarm(let alarm): alarm.group
         case .clip(let clip): clip.group
-        case .window, .health, .sleepReport, .controls: nil
+        case .window, .health, .sleepReport, .controls, .statistics: nil
         }
     }
 
@@ -63,6 +66,39 @@ package struct ControlState: Sendable, Equatable {
         self.muted = muted
         self.sleepActive = sleepActive
     }
+}
+
+/// Counters of the daemon's components at one moment, as values (see ``DaemonOutput/statistics(_:)``).
+package struct RuntimeStatistics: Sendable, Equatable {
+    /// Seconds of audio the detection stage has analysed since start (samples / sample rate).
+    package var audioProcessedSeconds: Double = 0
+    /// Capture overruns (xruns) since start.
+    package var captureXruns = 0
+    /// Seconds of audio lost in gaps (xruns, a reopened device) since start.
+    package var audioLostSeconds: Double = 0
+    /// Clients connected to the event socket now, and lines dropped for slow ones since start.
+    package var socketClients = 0
+    package var socketDroppedLines = 0
+    /// Failed writes to the event history since start.
+    package var historyWriteErrors = 0
+    /// The MQTT client's figures, with `[mqtt] enabled`.
+    package var mqtt: MQTTFigures?
+
+    package struct MQTTFigures: Sendable, Equatable {
+        package var connected: Bool
+        package var published: Int
+        package var dropped: Int
+        package var waiting: Int
+
+        package init(connected: Bool, published: Int, dropped: Int, waiting: Int) {
+            self.connected = connected
+            self.published = published
+            self.dropped = dropped
+            self.waiting = waiting
+        }
+    }
+
+    package init() {}
 }
 
 /// An output with the wall-clock time the router took it at: every sink writes the same `time` for it.

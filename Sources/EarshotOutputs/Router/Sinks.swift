@@ -21,7 +21,8 @@ package final class SocketSink: OutputSink {
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
-        case .window, .controls: false
+        case .window: server.hasListeners  // a line per window only while someone listens
+        case .controls, .statistics: false
         case .detection, .alarm, .health, .clip, .sleepReport: true
         }
     }
@@ -29,6 +30,10 @@ package final class SocketSink: OutputSink {
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
 
     package func deliver(_ routed: RoutedOutput) {
+        if case .window(let result) = routed.output {
+            server.publish(window: EventLines.windowObject(for: result, time: routed.time))
+            return
+        }
         guard let object = EventLines.object(for: routed) else { return }
         server.publish(object: object, group: routed.output.group)
     }
@@ -46,7 +51,7 @@ package final class JournalOutputSink: OutputSink {
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
-        case .window, .sleepReport, .controls: false
+        case .window, .sleepReport, .controls, .statistics: false
         case .detection, .alarm, .health, .clip: true
         }
     }
@@ -55,7 +60,7 @@ package final class JournalOutputSink: OutputSink {
 
     package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
-        case .window, .sleepReport, .controls: break
+        case .window, .sleepReport, .controls, .statistics: break
         case .detection(let event): journal.record(event)
         case .alarm(let alarm): journal.record(fields: alarm.journalFields(identifier: journal.identifier))
         case .health(let health): journal.record(health)
@@ -76,7 +81,7 @@ package final class StandardOutputSink: OutputSink {
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
-        case .window, .sleepReport, .controls: false
+        case .window, .sleepReport, .controls, .statistics: false
         case .detection, .alarm, .health, .clip: true
         }
     }
@@ -93,9 +98,30 @@ package final class StandardOutputSink: OutputSink {
 
 /// The JSON object of an output as the socket and standard output write it (nil for windows and control states).
 package enum EventLines {
+    /// The line a listening client gets per window (`{"cmd":"listen"}`): stream times in seconds, the RMS level
+    /// in dBFS, whether the gate let it through to the classifier, and its top classes (at most 5, highest first;
+    /// empty when gated), e.g. `{"type":"window","start":12.48,"end":13.44,"level_dbfs":-23.4,"gate_open":true,
+    /// "classes":[{"class":"Speech","confidence":0.9123},...],"time":"2026-12-02T20:15:03.120+00:00"}`.
+    package static func windowObject(for result: ClassificationResult, time: Date) -> JSONObject {
+        [
+            "type": "window",
+            "start": .number(result.timeRange.start, decimals: 3),
+            "end": .number(result.timeRange.end, decimals: 3),
+            "level_dbfs": .number(Double(result.levelDBFS), decimals: 1),
+            "gate_open": .bool(!result.isGated),
+            "classes": classesArray(result.classifications.prefix(5)),
+            "time": .string(EventJSON.timestamp(time)),
+        ]
+    }
+
+    /// `[{"class":"Speech","confidence":0.9123},...]`, 4 decimals as events carry them.
+    package static func classesArray(_ classes: some Sequence<Classification>) -> JSONValue {
+        .array(classes.map { .object(["class": .string($0.identifier), "confidence": .number($0.confidence, decimals: 4)]) })
+    }
+
     package static func object(for routed: RoutedOutput) -> JSONObject? {
         switch routed.output {
-        case .window, .controls: nil
+        case .window, .controls, .statistics: nil
         case .detection(let event): EventJSON.object(for: event, time: routed.time)
         case .alarm(let alarm): alarm.object(wallClock: routed.time)
         case .health(let health): EventJSON.object(for: health, time: routed.time)
@@ -131,7 +157,7 @@ package final class HistorySink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .detection, .alarm: true
-        case .health, .clip, .sleepReport, .controls: false
+        case .health, .clip, .sleepReport, .controls, .statistics: false
         }
     }
 
@@ -149,7 +175,7 @@ package final class HistorySink: OutputSink {
                     peakConfidence: finished.peakConfidence, meanConfidence: finished.meanConfidence,
                     windows: finished.positiveWindows, endReason: finished.reason, now: routed.time)
             }
-        case .health, .clip, .sleepReport, .controls: break
+        case .health, .clip, .sleepReport, .controls, .statistics: break
         }
     }
 

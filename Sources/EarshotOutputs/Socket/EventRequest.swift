@@ -12,6 +12,9 @@ package enum EventRequest: Equatable {
     case subscribe([String])
     /// `{"status":true}` or `{"cmd":"status"}`.
     case status
+    /// `{"cmd":"listen"}`: from now on the client also gets a `{"type":"window",...}` line per analysis window
+    /// (level, gate, top classes: `EventLines.windowObject`), until it disconnects.
+    case listen
     /// `{"cmd":"NAME"}` for a command registered with `EventServer.register(commands:handler:)`, with the
     /// request's `"group"` string when it has one (`{"cmd":"mute","group":"baby_cry"}`).
     case command(String, group: String? = nil)
@@ -62,6 +65,7 @@ package enum EventRequest: Equatable {
             return .request(.subscribe(names))
         }
         if let command = object["cmd"] {
+            if command.stringValue == "listen" { return .request(.listen) }
             if let name = command.stringValue, commands.contains(name), name != "status" {
                 guard let group = object["group"] else { return .request(.command(name)) }
                 guard let text = group.stringValue else {
@@ -71,7 +75,7 @@ package enum EventRequest: Equatable {
             }
             guard let name = command.stringValue, name == "status" else {
                 let shown = command.stringValue.map { "\"\($0)\"" } ?? command.encoded
-                let supported = (["status"] + commands.filter { $0 != "status" }).map { "\"\($0)\"" }
+                let supported = (["status", "listen"] + commands.filter { $0 != "status" && $0 != "listen" }).map { "\"\($0)\"" }
                 return .failure("unknown command \(shown) (supported: \(supported.joined(separator: ", ")))")
             }
             return .request(.status)

@@ -28,6 +28,8 @@ import EarshotDetection
 ///   and the filter is left as it was. Before any subscribe request a client receives every group.
 /// - `{"cmd":NAME}` for a command registered with ``register(commands:handler:)`` (the daemon's `sleep_start`,
 ///   `sleep_stop`, `sleep_status`) gets the handler's reply object.
+/// - `{"cmd":"listen"}` (answered `{"type":"listening"}`): the client also gets a `{"type":"window",...}` line per
+///   analysis window, whatever its group filter (``publish(window:)``), until it disconnects (`earshot listen`).
 /// - `{"status":true}` or `{"cmd":"status"}` asks for a status reply: the daemon's fields (from the `status`
 ///   closure) followed by `subscribers`, `events_published`, `dropped_lines` (total over all clients),
 ///   `your_dropped_lines`, `evicted_clients`, `refused_clients` and `time`.
@@ -184,6 +186,8 @@ package final class EventServer: @unchecked Sendable {
     /// Extra `{"cmd":NAME}` commands and who answers them (`register(commands:handler:)`).
     private var commandNames: [String] = []
     private var commandHandler: CommandHandler?
+    /// Clients that sent `{"cmd":"listen"}`, for ``hasListeners`` (written on the queue).
+    private let listeners = Atomic<Int>(0)
 
     /// Creates the socket file and starts accepting clients.
     ///
@@ -294,6 +298,25 @@ package final class EventServer: @unchecked Sendable {
             guard !stopped else { return }
             broadcast(object, group: group)
         }
+    }
+
+    /// Whether a client sent `{"cmd":"listen"}` and is still connected: only then are windows worth a line.
+    /// Any thread (an atomic load).
+    package var hasListeners: Bool { listeners.load(ordering: .relaxed) > 0 }
+
+    /// Queues `object` (a `{"type":"window",...}` line) for the clients that asked to listen, whatever their
+    /// group filter; like ``publish(object:group:)``, it returns at once and a slow client loses lines, counted.
+    package func publish(window object: JSONObject) {
+        queue.async { [self] in
+            guard !stopped, !shutdownAnnounced else { return }
+            let line = Array((object.encoded + "\n").utf8)
+            for client in clients.values where client.listening { enqueue(line, to: client) }
+        }
+    }
+
+    /// Recounts the listening clients (on the queue, after one starts listening or is dropped).
+    private func countListeners() {
+        listeners.store(clients.values.filter(\.listening).count, ordering: .relaxed)
     }
 
     /// Answers a registered command: gets its name and the request's `group` (nil without one), returns the reply
@@ -518,6 +541,7 @@ package final class EventServer: @unchecked Sendable {
     private func drop(_ client: Client) {
         client.close()
         clients[client.id] = nil
+        if client.listening { countListeners() }
     }
 
     private func broadcast(_ object: JSONObject, group: String?) {
@@ -693,6 +717,10 @@ package final class EventServer: @unchecked Sendable {
             case .refused(let message):
                 reply(Self.error(message), to: client)
             }
+        case .listen:
+            client.listening = true
+            countListeners()
+            reply(["type": "listening"], to: client)
         case .command(let name, let group):
             if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
                 let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
@@ -764,6 +792,8 @@ private final class Client: @unchecked Sendable {
     private(set) var isClosed = false
     /// Groups this client receives; nil = all.
     var filter: Set<String>?
+    /// Whether it asked for a line per window (`{"cmd":"listen"}`).
+    var listening = false
     /// Request queue only.
     var inbound: [UInt8] = []
     var discardingLine = false

@@ -171,6 +171,15 @@ extension DaemonConfiguration {
         if let onsetOf = settings.onsetOf { group.onsetOf = onsetOf }
         if let holdSeconds = settings.holdSeconds { group.holdSeconds = holdSeconds }
         if let minIntervalSeconds = settings.minIntervalSeconds { group.minIntervalSeconds = minIntervalSeconds }
+        if group.levelThresholdDBFS != nil {
+            // Level-driven (`loud`): the onset rule is min_seconds of consecutive windows on the configured grid.
+            group.levelThresholdDBFS = settings.levelDBFS ?? LabelGroup.loudDefaultThresholdDBFS
+            let windows = LabelGroup.levelWindows(
+                minSeconds: settings.minSeconds ?? LabelGroup.loudDefaultMinSeconds,
+                windowDuration: analysis.windowDuration, hopSeconds: analysis.hopSeconds)
+            group.onsetWindows = windows
+            group.onsetOf = windows
+        }
         return group
     }
 }

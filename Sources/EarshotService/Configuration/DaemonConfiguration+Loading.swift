@@ -26,9 +26,17 @@ extension DaemonConfiguration {
         "clips": clipsKeys,
         "sleep": sleepKeys,
         "mqtt": MQTT.keys,
+        "metrics": Metrics.keys,
     ]
-    /// The keys of a `[group.NAME]` section.
-    package static let groupKeys = ["classes", "threshold", "onset_windows", "onset_of", "hold_seconds", "min_interval_seconds"]
+    /// The keys of a `[group.NAME]` section (`level_dbfs` and `min_seconds` in `[group.loud]` only, which takes
+    /// neither `classes`, `threshold`, `onset_windows` nor `onset_of`).
+    package static let groupKeys = [
+        "classes", "threshold", "onset_windows", "onset_of", "hold_seconds", "min_interval_seconds", "level_dbfs",
+        "min_seconds",
+    ]
+    /// The keys `[group.loud]` refuses (the level decides, not the classifier) and those only it takes.
+    package static let classifierOnlyGroupKeys = ["classes", "threshold", "onset_windows", "onset_of"]
+    package static let levelOnlyGroupKeys = ["level_dbfs", "min_seconds"]
     /// Prefix of group section names: `[group.NAME]`.
     package static let groupSectionPrefix = "group."
     /// Largest configuration file read, in bytes: far above any real one, small enough to refuse a wrong file fast.
@@ -308,6 +316,11 @@ package struct ConfigurationParser {
                 throw badValue(entry, requirement)
             }
             if entry.key == "directory" { configuration.locations["clips.directory"] = "\(source):\(entry.line)" }
+        case ("metrics", _):
+            if let requirement = configuration.metrics.set(key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
+            configuration.locations["metrics.\(entry.key)"] = "\(source):\(entry.line)"
         case ("mqtt", _):
             if let requirement = configuration.mqtt.set(key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
@@ -331,6 +344,13 @@ package struct ConfigurationParser {
 
     private mutating func setGroupKey(_ entry: INIEntry, group name: String) throws(EarshotError) {
         var settings = configuration.detection.groups[name] ?? DaemonConfiguration.GroupSettings()
+        let isLevelGroup = LabelGroup.presets[name]?.levelThresholdDBFS != nil
+        if isLevelGroup, DaemonConfiguration.classifierOnlyGroupKeys.contains(entry.key) {
+            throw failure(entry, "\(entry.key): the \(name) group is driven by the level alone, not the classifier (set level_dbfs and min_seconds instead)")
+        }
+        if !isLevelGroup, DaemonConfiguration.levelOnlyGroupKeys.contains(entry.key) {
+            throw failure(entry, "\(entry.key): only the \(LabelGroup.loudName) group is driven by level (use [group.\(LabelGroup.loudName)] and add \(LabelGroup.loudName) to [detection] watch)")
+        }
         switch entry.key {
         case "classes":
             settings.classLabels = SettingRules.listItems(entry.value, separators: SettingRules.classSeparators)
@@ -345,6 +365,10 @@ package struct ConfigurationParser {
             settings.holdSeconds = try value(SettingRules.holdSeconds, entry)
         case "min_interval_seconds":
             settings.minIntervalSeconds = try value(SettingRules.minIntervalSeconds, entry)
+        case "level_dbfs":
+            settings.levelDBFS = try value(SettingRules.levelDBFS, entry)
+        case "min_seconds":
+            settings.minSeconds = try value(SettingRules.loudMinSeconds, entry)
         default:
             throw failure(entry, "\(entry.key): known key without a setter (report this as a bug)")
         }
@@ -396,6 +420,10 @@ package struct ConfigurationParser {
         }
         if let unknown = configuration.unknownClipGroup() {
             throw EarshotError(.config, "\(source):\(keyLine(section: "clips", key: "groups")): [clips] groups: \(unknown)")
+        }
+        if configuration.metrics.enabled, let problem = configuration.metrics.remoteProblem {
+            let line = keyLine(section: "metrics", key: "listen")
+            throw EarshotError(.config, "\(source):\(line): [metrics] \(problem)")
         }
         if let problem = configuration.mqtt.inconsistency {
             // The line of the file key that needs the others (certfile, keyfile or cafile).

@@ -98,11 +98,21 @@ package struct DaemonConfiguration: Sendable, Equatable {
         package var holdSeconds: Double?
         /// Key `min_interval_seconds`: seconds after an event's end before the group may start another, 0...86400.
         package var minIntervalSeconds: Double?
+        /// Key `level_dbfs` (`[group.loud]` only): the RMS level in dBFS at or above which a window is loud,
+        /// -120...0; default -30 (``LabelGroup/loudDefaultThresholdDBFS``).
+        package var levelDBFS: Double?
+        /// Key `min_seconds` (`[group.loud]` only): how long the level must stay at or above `level_dbfs` before
+        /// an event starts, 0...600 seconds; default 2 (``LabelGroup/loudDefaultMinSeconds``). It sets the onset
+        /// rule: that many consecutive windows (``LabelGroup/levelWindows(minSeconds:windowDuration:hopSeconds:)``).
+        package var minSeconds: Double?
 
         package init(
             classLabels: [String]? = nil, threshold: Float? = nil, onsetWindows: Int? = nil, onsetOf: Int? = nil,
-            holdSeconds: Double? = nil, minIntervalSeconds: Double? = nil
+            holdSeconds: Double? = nil, minIntervalSeconds: Double? = nil, levelDBFS: Double? = nil,
+            minSeconds: Double? = nil
         ) {
+            self.levelDBFS = levelDBFS
+            self.minSeconds = minSeconds
             self.classLabels = classLabels
             self.threshold = threshold
             self.onsetWindows = onsetWindows
@@ -183,6 +193,8 @@ package struct DaemonConfiguration: Sendable, Equatable {
     package var models = Models()
     /// `[mqtt]`: see ``MQTT``.
     package var mqtt = MQTT()
+    /// `[metrics]`: see ``Metrics``.
+    package var metrics = Metrics()
 
     /// Where each file-set list came from ("path:line"), for error messages that are raised after parsing
     /// (unknown class names, an input file that cannot be opened, a storage path of the wrong kind). Keys:

@@ -67,6 +67,9 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let historySink: HistorySink?
     /// The MQTT broker (`[mqtt] enabled`), or nil.
     private let mqttSink: MQTTSink?
+    /// Prometheus metrics (`[metrics] enabled`), or nil; it gets a `.statistics` output every second.
+    private let metricsSink: MetricsSink?
+    private var statisticsTimer: DispatchSourceTimer?
     /// Groups muted at run time (MQTT switches).
     private let mutes = GroupMutes()
     /// The groups the control state lists (the watched ones, and every one that publishes), set at start and reload.
@@ -101,6 +104,10 @@ package final class EarshotDaemon: @unchecked Sendable {
         var gaps = 0
         var streamTime: Double = 0
         var levelDBFS: Float = ClassificationResult.levelFloorDBFS
+        var gateOpen = false
+        var topClasses: [Classification] = []
+        var processedSeconds: Double = 0
+        var lostSeconds: Double = 0
         var activeGroups: [String] = []
         var gateDBFS: Double = 0
         var watch: [String] = []
@@ -136,6 +143,9 @@ package final class EarshotDaemon: @unchecked Sendable {
         let signal = AudioArrivedSignal(queue: analysisQueue)
         audioArrived = signal
         ring = SampleRingBuffer(minimumCapacity: Self.ringSeconds * 48_000, didWrite: { signal.raise() })
+        // Before the socket: a metrics address in use stops the start before anything else is created.
+        let metricsSink = try configuration.makeMetricsSink()
+        self.metricsSink = metricsSink
         let link = DaemonLink()
         let server = try EventServer(
             configuration: EventServer.Configuration(
@@ -151,6 +161,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let historySink = historySettings.enabled ? HistorySink(settings: historySettings, log: { journal.log($0) }) : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
+        if let metricsSink { sinks.append(metricsSink) }
         // Last, so that it stops first: `offline` goes out while the other outputs still run.
         let mqttSink = mqttSettings.enabled
             ? try MQTTSink(
@@ -265,6 +276,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             updateStatus()
         }
         heartbeatTimer.resume()
+        startStatistics()
         supervisor.start()
         _ = try? notifier.status("opening \(sourceDescription)")
         withExtendedLifetime(heartbeatTimer) { dispatchMain() }
@@ -348,6 +360,10 @@ package final class EarshotDaemon: @unchecked Sendable {
             $0.gaps = counters.gaps
             $0.streamTime = counters.streamTime
             $0.levelDBFS = counters.lastLevelDBFS
+            $0.gateOpen = counters.lastGateOpen
+            $0.topClasses = counters.lastTopClasses
+            $0.processedSeconds = counters.processedSeconds
+            $0.lostSeconds = counters.lostSeconds
             $0.activeGroups = active
         }
     }
@@ -374,6 +390,8 @@ package final class EarshotDaemon: @unchecked Sendable {
             "gated_windows": .int(snapshot.gatedWindows),
             "stream_time": .number(snapshot.streamTime, decimals: 3),
             "level_dbfs": .number(Double(snapshot.levelDBFS), decimals: 1),
+            "gate_open": .bool(snapshot.gateOpen),
+            "classes": EventLines.classesArray(snapshot.topClasses),
             "gate_dbfs": .number(snapshot.gateDBFS, decimals: 1),
             "watch": .array(snapshot.watch.map { .string($0) }),
             "active": .array(snapshot.activeGroups.map { .string($0) }),
@@ -393,6 +411,36 @@ package final class EarshotDaemon: @unchecked Sendable {
             "broker": .string(client.endpoint.description), "connected": .bool(client.isConnected),
             "waiting": .int(backlog.waiting), "dropped": .int(backlog.dropped), "published": .int(client.publishedCount),
         ])]
+    }
+
+    /// With `[metrics]` on: routes the counters no output carries (``RuntimeStatistics``) every second, from the
+    /// control queue (the socket's counters are read on its queue, never the analysis queue's).
+    private func startStatistics() {
+        guard metricsSink != nil else { return }
+        let timer = DispatchSource.makeTimerSource(queue: control)
+        timer.schedule(deadline: .now(), repeating: .seconds(1), leeway: .milliseconds(100))
+        timer.setEventHandler { [unowned self] in router.route(.statistics(runtimeStatistics())) }
+        statisticsTimer = timer
+        timer.resume()
+    }
+
+    private func runtimeStatistics() -> RuntimeStatistics {
+        let snapshot = status.withLock { $0 }
+        let socket = server.statistics
+        var statistics = RuntimeStatistics()
+        statistics.audioProcessedSeconds = snapshot.processedSeconds
+        statistics.audioLostSeconds = snapshot.lostSeconds
+        statistics.captureXruns = supervisor.xrunCount
+        statistics.socketClients = socket.subscribers
+        statistics.socketDroppedLines = socket.droppedLines
+        statistics.historyWriteErrors = historySink?.recorder.writer.writeErrors ?? 0
+        if let client = mqttSink?.client {
+            let backlog = client.backlog
+            statistics.mqtt = RuntimeStatistics.MQTTFigures(
+                connected: client.isConnected, published: client.publishedCount, dropped: backlog.dropped,
+                waiting: backlog.waiting)
+        }
+        return statistics
     }
 
     /// Copies the running custom models' names and files for the status reply.
@@ -498,6 +546,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             if fresh.history != historySettings { restartNeeded.append("[history]") }
             if fresh.clips != clipSettings { restartNeeded.append("[clips]") }
             if fresh.mqtt != mqttSettings { restartNeeded.append("[mqtt]") }
+            if fresh.metrics != configuration.metrics { restartNeeded.append("[metrics]") }
             analysisQueue.async { [sleep] in sleep.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)
@@ -535,6 +584,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         stopStep.withLock { $0 = "writing sleep reports and clips" }
         sleep.flushReports()
         clipWriter?.close()
+        statisticsTimer?.cancel()
         stopStep.withLock { $0 = "delivering outputs to the sinks" }
         router.stop()
         if let writer = historySink?.recorder.writer, writer.statistics.backlog > 0 {

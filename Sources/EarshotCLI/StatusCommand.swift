@@ -1,0 +1,136 @@
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
+import Foundation
+
+/// `earshot status [--socket PATH] [--json]`: what the daemon hears now (level, gate, top classes) and how it runs.
+/// Exit status: 0, 64 usage, 69 daemon unreachable or no reply, 77 no permission.
+enum StatusCommand: EarshotCommand {
+    static let usage = "usage: earshot status [--socket PATH] [--json]"
+    static let help = """
+        \(usage)
+
+        Shows what earshotd hears now: the level of the last window (dBFS), whether the gate let it through to the
+        classifier, its top 5 classes with their scores, the watched and active groups, and counters.
+          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --json          print the daemon's status reply as JSON
+
+        Exit status: 0; 69 when the daemon cannot be reached or does not answer within 10 s; 77 permission
+        denied; 64 bad usage.
+        """
+
+    static let name = "status"
+    static let flags = ["--socket", "--json"]
+
+    struct Options {
+        var socket = EventServer.defaultPath
+        var json = false
+    }
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
+        var options = Options()
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let text):
+                throw parser.unexpected(text)
+            case .flag("--json", let inline):
+                try parser.noValue(of: "--json", inline)
+                options.json = true
+            case .flag("--socket", let inline):
+                options.socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
+            case .flag(let flag, _):
+                throw parser.unknown(flag)
+            }
+        }
+        return options
+    }
+
+    static func execute(_ options: Options) -> Int32 {
+        let client: EventSubscriber
+        do {
+            client = try EventSubscriber(path: options.socket)
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+        do {
+            try client.send(line: "{\"cmd\":\"status\"}")
+            // Events may arrive before the reply: skip them.
+            while true {
+                guard case .line(let line) = try client.readLine(timeoutSeconds: 10) else {
+                    reportError("no status reply from earshotd on \(options.socket) within 10 s (is it stuck? see journalctl -u earshotd)")
+                    return 69
+                }
+                guard let text = HearingTextFormat.status(line: line) else { continue }
+                print(options.json ? line : text)
+                return 0
+            }
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+    }
+}
+
+/// `earshot listen [--socket PATH] [--json]`: a line per analysis window (level, gate, top classes), live, until
+/// the daemon stops. Exit status: 0 after the daemon's shutdown notice, 69 when the connection is refused or ends
+/// without it, 77 no permission, 64 usage.
+enum ListenCommand: EarshotCommand {
+    static let usage = "usage: earshot listen [--socket PATH] [--json]"
+    static let help = """
+        \(usage)
+
+        Prints what earshotd hears, one line per analysis window (every 0.48 s by default) until the daemon stops:
+        the window's start (stream seconds), its level (dBFS), whether the gate was open, and its top 5 classes
+        with their scores. Use it to set [analysis] gate_dbfs, [group.loud] level_dbfs and group thresholds.
+          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --json          print the daemon's {"type":"window",...} lines as they are
+
+        Exit status: 0 when the daemon stopped cleanly; 69 when the connection cannot be made or ends without the
+        daemon's shutdown notice; 77 permission denied; 64 bad usage.
+        """
+
+    static let name = "listen"
+    static let flags = ["--socket", "--json"]
+
+    static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> StatusCommand.Options {
+        try StatusCommand.parse(&parser)
+    }
+
+    static func execute(_ options: StatusCommand.Options) -> Int32 {
+        let client: EventSubscriber
+        do {
+            client = try EventSubscriber(path: options.socket)
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+        do {
+            try client.send(line: "{\"cmd\":\"listen\"}")
+            while true {
+                guard case .line(let line) = try client.readLine() else {
+                    reportError(SubscribeCommand.droppedMessage(path: options.socket))
+                    return 69
+                }
+                switch SubscribeCommand.lineType(line) {
+                case "window":
+                    let text = options.json ? line : HearingTextFormat.window(line: line)
+                    if let text { SubscribeCommand.writeOut(text + "\n") }
+                case "shutdown":
+                    return 0
+                case "error":
+                    // A daemon from before `listen` answers `unknown command "listen"`.
+                    reportError(SubscribeCommand.errorMessage(line) ?? line)
+                    return 69
+                default:
+                    continue  // events and health lines: `earshot subscribe` shows those
+                }
+            }
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import Glibc
+import Synchronization
+import EarshotSupport
+internal import CMicroHTTPD
+
+/// A small HTTP server for `GET /metrics`, on libmicrohttpd's own thread.
+///
+/// ``init(endpoint:body:)`` binds and listens at once, so that an address in use is one error at start;
+/// ``start()`` hands the listening socket to libmicrohttpd, which answers from its internal polling thread:
+/// `GET` (or `HEAD`) `/metrics` gets 200 with `body()` as `text/plain; version=0.0.4; charset=utf-8` (Prometheus'
+/// text exposition format), another path 404, another method 405. At most 16 connections at once, each closed after
+/// 10 s without traffic. ``stop()`` stops the thread and closes the socket.
+///
+/// - Important: `body` runs on libmicrohttpd's thread, once per scrape; it must be thread-safe and must not wait
+///   for the analysis (the metrics sink copies a snapshot under its lock).
+package final class MetricsHTTPServer: @unchecked Sendable {
+    // @unchecked: `daemon` and `listenFD` change only in start() and stop(), which the owner calls in order on one
+    // queue; libmicrohttpd's thread reads `body` only, a `let`.
+    package let endpoint: MetricsEndpoint
+    fileprivate let body: @Sendable () -> String
+    private var listenFD: Int32
+    private var daemon: OpaquePointer?
+
+    /// The content type of the exposition format.
+    package static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    /// Binds `endpoint` and listens on it (backlog 16); nothing is answered before ``start()``.
+    ///
+    /// - Throws: `EarshotError(.config)` when the address cannot be bound, e.g. `listen = 127.0.0.1:9464: Address
+    ///   already in use (another program, or another earshotd, listens there; choose another port)` (the caller
+    ///   puts where the key was set in front); `EarshotError(.system)` when socket(2) or listen(2) fails. The
+    ///   corresponding C functions are `socket`, `bind` and `listen`.
+    package init(endpoint: MetricsEndpoint, body: @escaping @Sendable () -> String) throws(EarshotError) {
+        self.endpoint = endpoint
+        self.body = body
+        listenFD = try MetricsListener.listen(on: endpoint)
+    }
+
+    /// Starts answering, on libmicrohttpd's thread.
+    /// - Throws: `EarshotError(.system)` when libmicrohttpd cannot start its thread. The corresponding C function
+    ///   is `MHD_start_daemon_va`.
+    package func start() throws(EarshotError) {
+        guard daemon == nil, listenFD >= 0 else { return }
+        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue
+        if endpoint.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        let options: [any CVarArg] = [
+            MHD_OPTION.LISTEN_SOCKET.rawValue, listenFD,
+            MHD_OPTION.CONNECTION_LIMIT.rawValue, UInt32(16),
+            MHD_OPTION.CONNECTION_TIMEOUT.rawValue, UInt32(10),
+            MHD_OPTION.END.rawValue,
+        ]
+        let started = withVaList(options) { list in
+            MHD_start_daemon_va(UInt32(flags), 0, nil, nil, metricsRequestHandler, context, list)
+        }
+        guard let started else {
+            throw EarshotError(.system, "cannot start the metrics server on \(endpoint) (libmicrohttpd refused to start its thread)")
+        }
+        daemon = started
+    }
+
+    /// Stops answering and closes the socket (waits for a scrape in progress). Idempotent. The corresponding C
+    /// function is `MHD_stop_daemon` (which closes the listening socket it was given).
+    package func stop() {
+        if let daemon {
+            MHD_stop_daemon(daemon)
+            self.daemon = nil
+            listenFD = -1
+        } else if listenFD >= 0 {
+            close(listenFD)
+            listenFD = -1
+        }
+    }
+
+    deinit { stop() }
+}
+
+/// libmicrohttpd's access handler: one call per request (GET has no body to wait for).
+private func metricsRequestHandler(
+    _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
+    _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
+    _ uploadSize: UnsafeMutablePointer<Int>?, _ requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> MHD_Result {
+    guard let context, let connection else { return .NO }
+    let server = Unmanaged<MetricsHTTPServer>.fromOpaque(context).takeUnretainedValue()
+    let path = url.map { String(cString: $0) } ?? ""
+    let verb = method.map { String(cString: $0) } ?? ""
+    let status: UInt32
+    let text: String
+    var contentType = "text/plain; charset=utf-8"
+    if verb != "GET" && verb != "HEAD" {
+        status = 405
+        text = "method not allowed: use GET /metrics\n"
+    } else if path != "/metrics" {
+        status = 404
+        text = "not found: the metrics are at /metrics\n"
+    } else {
+        status = 200
+        text = server.body()
+        contentType = MetricsHTTPServer.contentType
+    }
+    var bytes = Array(text.utf8)
+    let response = bytes.withUnsafeMutableBytes { raw in
+        MHD_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
+    }
+    guard let response else { return .NO }
+    defer { MHD_destroy_response(response) }
+    _ = MHD_add_response_header(response, "Content-Type", contentType)
+    if status == 405 { _ = MHD_add_response_header(response, "Allow", "GET, HEAD") }
+    return MHD_queue_response(connection, status, response)
+}

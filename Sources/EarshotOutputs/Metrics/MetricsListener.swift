@@ -1,0 +1,59 @@
+import Glibc
+import EarshotSupport
+
+/// The metrics server's listening TCP socket (kept apart from the libmicrohttpd calls: this file needs only Glibc).
+enum MetricsListener {
+    /// A socket bound to `endpoint` and listening (backlog 16), close-on-exec, with `SO_REUSEADDR` (and
+    /// `IPV6_V6ONLY` for IPv6). The corresponding C functions are `socket`, `bind` and `listen`.
+    /// - Throws: see ``MetricsHTTPServer/init(endpoint:body:)``.
+    static func listen(on endpoint: MetricsEndpoint) throws(EarshotError) -> Int32 {
+        let family = endpoint.isIPv6 ? AF_INET6 : AF_INET
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .posix(.system, "cannot create the metrics socket", errno: errno) }
+        var one: Int32 = 1
+        // A restarted daemon may bind again while the last one's connections sit in TIME_WAIT.
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if endpoint.isIPv6 { _ = setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        let bound: Int32
+        if endpoint.isIPv6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = in_port_t(UInt16(endpoint.port).bigEndian)
+            _ = inet_pton(AF_INET6, endpoint.host, &address.sin6_addr)
+            bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(endpoint.port).bigEndian)
+            _ = inet_pton(AF_INET, endpoint.host, &address.sin_addr)
+            bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+        if bound != 0 {
+            let code = errno
+            close(fd)
+            throw EarshotError(.config, "listen = \(endpoint): \(String(cString: strerror(code))) (\(bindAdvice(code)))",
+                               cause: String(cString: strerror(code)))
+        }
+        guard Glibc.listen(fd, 16) == 0 else {
+            let code = errno
+            close(fd)
+            throw .posix(.system, "cannot listen on \(endpoint) for metrics", errno: code)
+        }
+        return fd
+    }
+
+    /// What to do about a bind(2) failure.
+    static func bindAdvice(_ code: Int32) -> String {
+        switch code {
+        case EADDRINUSE: "another program, or another earshotd, listens there; choose another port"
+        case EADDRNOTAVAIL: "no interface of this machine has that address; use 127.0.0.1 or one of its addresses"
+        case EACCES, EPERM: "ports below 1024 need privileges; choose a port above 1023"
+        default: "check [metrics] listen"
+        }
+    }
+
+}

@@ -1,0 +1,82 @@
+import FoundationEssentials
+import Synchronization
+import EarshotSupport
+import EarshotAnalysis
+import EarshotDetection
+
+/// Prometheus metrics (`[metrics] enabled`): a sink of the router that keeps a ``MetricsSnapshot`` from the
+/// outputs it reads, and serves it as `GET /metrics` (``MetricsHTTPServer``, libmicrohttpd).
+///
+/// It reads analysis windows (level, gate, inference time), detections and alarms (events by group and which are
+/// open), the control state (the groups, listed at 0 before their first event) and the daemon's periodic
+/// ``RuntimeStatistics`` (xruns, lost audio, socket, history and MQTT counters). Each delivery is a few additions
+/// under a lock, on the routing thread (``deliversWithoutWaiting``: no queue hop per window); a scrape copies the
+/// snapshot under the same lock and renders it on libmicrohttpd's thread, so a scrape never delays the analysis.
+///
+/// Order: ``init(settings:version:)`` binds the address and starts answering (an address in use is an error at
+/// start; until the router starts, a scrape shows the metrics at zero); ``stop()`` stops the server and closes the
+/// socket.
+package final class MetricsSink: OutputSink {
+    package let name = "metrics"
+    package let deliversWithoutWaiting = true
+    package let settings: MetricsSettings
+    private let snapshot: SharedSnapshot
+    private let server: MetricsHTTPServer
+
+    /// The snapshot behind its lock, shared with the server's closure.
+    private final class SharedSnapshot: Sendable {
+        let value = Mutex(MetricsSnapshot())
+        func withLock<T: Sendable>(_ body: (inout MetricsSnapshot) -> T) -> T { value.withLock { body(&$0) } }
+    }
+
+    /// - Parameters:
+    ///   - settings: `[metrics]`; ``MetricsSettings/listen`` is bound here.
+    ///   - version: `earshot_build_info`'s `version` label.
+    /// - Throws: `EarshotError(.config)` when the address cannot be bound (in use, not an address of this machine, a
+    ///   privileged port): see ``MetricsHTTPServer/init(endpoint:body:)``; `.system` when socket(2) fails or
+    ///   libmicrohttpd cannot start its thread.
+    package init(settings: MetricsSettings, version: String = earshotVersion) throws(EarshotError) {
+        self.settings = settings
+        let snapshot = SharedSnapshot()
+        self.snapshot = snapshot
+        server = try MetricsHTTPServer(endpoint: settings.listen) {
+            snapshot.withLock { $0 }.exposition(version: version)
+        }
+        try server.start()
+    }
+
+    /// The snapshot as it is now (what the next scrape renders).
+    package var current: MetricsSnapshot { snapshot.withLock { $0 } }
+
+    package func accepts(_ output: DaemonOutput) -> Bool {
+        switch output {
+        case .window, .detection, .alarm, .controls, .statistics: true
+        case .health, .clip, .sleepReport: false
+        }
+    }
+
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
+
+    package func deliver(_ routed: RoutedOutput) {
+        switch routed.output {
+        case .window(let result):
+            snapshot.withLock { $0.observe(window: result) }
+        case .detection(.onset(let onset)):
+            snapshot.withLock { $0.observe(group: onset.group, counted: true, open: true) }
+        case .detection(.offset(let offset)):
+            snapshot.withLock { $0.observe(group: offset.group, counted: false, open: false) }
+        case .alarm(let alarm):
+            // A chirp is a point event: counted, never open.
+            let isPoint = alarm.group == AlarmEvent.alarmChirp
+            snapshot.withLock { $0.observe(group: alarm.group, counted: alarm.kind == .onset, open: alarm.kind == .onset && !isPoint) }
+        case .controls(let controls):
+            snapshot.withLock { $0.declare(groups: controls.eventGroups) }
+        case .statistics(let statistics):
+            snapshot.withLock { $0.statistics = statistics }
+        case .health, .clip, .sleepReport:
+            break
+        }
+    }
+
+    package func stop() { server.stop() }
+}

@@ -1,0 +1,71 @@
+import FoundationEssentials
+import Glibc
+import EarshotSupport
+
+/// The human form of "what the daemon hears now": `earshot status` (the socket's status reply) and `earshot
+/// listen` (one `{"type":"window",...}` line per analysis window), for setting thresholds.
+///
+/// ```
+/// $ earshot status
+/// earshotd: capture live from input file samples/demo.flac (16000 Hz, 1 channel), up 12.3 s
+/// level: -23.4 dBFS, gate open (gate -50.0 dBFS)
+/// hears: Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, Music 0.02, Inside, small room 0.01
+/// watching: baby_cry, loud; active: baby_cry
+/// windows: 24 (7 gated), detections: 2, xruns: 0, clients: 1
+/// $ earshot listen
+///    12.48 s   -23.4 dBFS  open   Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, ...
+///    12.96 s   -61.0 dBFS  gated
+/// ```
+package enum HearingTextFormat {
+    /// The lines of `earshot status` for a status reply (JSON text); nil when it is not one.
+    package static func status(line: String) -> String? {
+        guard let object = try? JSONValue.parse(line), object["type"]?.stringValue == "status" else { return nil }
+        func text(_ key: String) -> String { object[key]?.stringValue ?? "?" }
+        func list(_ key: String) -> [String] { object[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+        func int(_ key: String) -> Int { object[key]?.intValue ?? 0 }
+        let source = text("source")
+        let from = source.isEmpty ? "" : " from \(source)"
+        let uptime = String(cFormat: "%.1f", object["uptime"]?.doubleValue ?? 0)
+        let gateOpen = object["gate_open"]?.boolValue == true
+        let gate = decibels(object["gate_dbfs"])
+        let active = list("active")
+        var lines = [
+            "earshotd: capture \(text("capture"))\(from), up \(uptime) s",
+            "level: \(decibels(object["level_dbfs"])) dBFS, gate \(gateOpen ? "open" : "closed") (gate \(gate) dBFS)",
+        ]
+        let classes = classList(object["classes"])
+        if gateOpen {
+            lines.append("hears: \(classes.isEmpty ? "(no classes)" : classes)")
+        } else {
+            lines.append("hears: nothing classified (the level is below the gate)")
+        }
+        lines.append("watching: \(list("watch").joined(separator: ", "))\(active.isEmpty ? "" : "; active: \(active.joined(separator: ", "))")")
+        lines.append("windows: \(int("windows")) (\(int("gated_windows")) gated), detections: \(int("detections")), xruns: \(int("xruns")), clients: \(int("subscribers"))")
+        return lines.joined(separator: "\n")
+    }
+
+    /// The `earshot listen` line of one `{"type":"window",...}` line: stream time of the window's start, its
+    /// level, `open` or `gated`, and its top classes with scores; nil for any other line.
+    package static func window(line: String) -> String? {
+        guard let object = try? JSONValue.parse(line), object["type"]?.stringValue == "window" else { return nil }
+        let start = String(cFormat: "%8.2f", object["start"]?.doubleValue ?? 0)
+        let level = decibels(object["level_dbfs"])
+        let paddedLevel = String(repeating: " ", count: max(0, 6 - level.count)) + level
+        guard object["gate_open"]?.boolValue == true else { return "\(start) s  \(paddedLevel) dBFS  gated" }
+        return "\(start) s  \(paddedLevel) dBFS  open   \(classList(object["classes"]))"
+    }
+
+    /// `Speech 0.91, Music 0.05` from `[{"class":"Speech","confidence":0.9123},...]`.
+    static func classList(_ value: JSONValue?) -> String {
+        let entries = value?.arrayValue ?? []
+        return entries.compactMap { entry -> String? in
+            guard let name = entry["class"]?.stringValue else { return nil }
+            return "\(name) \(String(cFormat: "%.2f", entry["confidence"]?.doubleValue ?? 0))"
+        }.joined(separator: ", ")
+    }
+
+    private static func decibels(_ value: JSONValue?) -> String {
+        guard let number = value?.doubleValue, number.isFinite else { return "?" }
+        return String(cFormat: "%.1f", number)
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import Testing
+import Earshot
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+import EarshotTools
+
+/// "What it hears now": the status reply's level, gate and top classes; `{"cmd":"listen"}` window lines;
+/// `earshot status` and `earshot listen`.
+@Suite("What it hears now: status fields, listen lines, earshot status and earshot listen")
+struct HearingTests {
+    @Test("the text of a window line and of a status reply, exactly")
+    func textFormats() {
+        let window = #"{"type":"window","start":12.48,"end":13.44,"level_dbfs":-23.4,"gate_open":true,"classes":[{"class":"Speech","confidence":0.9123},{"class":"Music","confidence":0.0512}],"time":"2026-12-02T20:15:03.120Z"}"#
+        #expect(HearingTextFormat.window(line: window) == "   12.48 s   -23.4 dBFS  open   Speech 0.91, Music 0.05")
+        let gated = #"{"type":"window","start":0.0,"end":0.96,"level_dbfs":-120.0,"gate_open":false,"classes":[],"time":"2026-12-02T20:15:03.120Z"}"#
+        #expect(HearingTextFormat.window(line: gated) == "    0.00 s  -120.0 dBFS  gated")
+        #expect(HearingTextFormat.window(line: #"{"type":"health","state":"capture_live"}"#) == nil)
+        let status = #"{"type":"status","uptime":8.04,"capture":"live","source":"raw input","xruns":0,"windows":13,"gated_windows":5,"level_dbfs":-21.2,"gate_open":true,"classes":[{"class":"Speech","confidence":0.1712}],"gate_dbfs":-50.0,"watch":["baby_cry","loud"],"active":["loud"],"detections":2,"subscribers":1}"#
+        #expect(HearingTextFormat.status(line: status) == """
+            earshotd: capture live from raw input, up 8.0 s
+            level: -21.2 dBFS, gate open (gate -50.0 dBFS)
+            hears: Speech 0.17
+            watching: baby_cry, loud; active: loud
+            windows: 13 (5 gated), detections: 2, xruns: 0, clients: 1
+            """)
+        let quiet = status.replacingOccurrences(of: #""gate_open":true"#, with: #""gate_open":false"#)
+        #expect(HearingTextFormat.status(line: quiet)?.split(separator: "\n")[2] == "hears: nothing classified (the level is below the gate)")
+    }
+
+    @Test("a running daemon: listen lines per window with exact times and levels; the status reply shows the last window; earshot status and listen print them",
+          .needsEarshotdBuilt, .needsEarshotBuilt)
+    func liveDaemon() throws {
+        let scratch = try DaemonScratch([])
+        defer { scratch.remove() }
+        let daemon = try DaemonProcess(["--config", scratch.config.path, "--input", "-"], standardInput: true)
+        var connected: EventSubscriber?
+        #expect(TestWait.until(seconds: 30) { connected = try? EventSubscriber(path: scratch.socket); return connected != nil }, "\(daemon.errorText)")
+        let listener = try #require(connected)
+        try listener.send(line: #"{"cmd":"listen"}"#)
+        guard case .line(let reply) = try listener.readLine(timeoutSeconds: 10) else { Issue.record("no reply"); return }
+        #expect(reply == #"{"type":"listening"}"#)
+        // 3 s of digital silence, then 3 s of a 1 kHz sine at amplitude 0.1: RMS 0.0707, -23.0 dBFS.
+        daemon.input.fileHandleForWriting.write(SyntheticAudio.pcm(
+            SyntheticAudio.silence(seconds: 3) + SyntheticAudio.sine(seconds: 3, amplitude: 0.1)))
+        var windows: [[String: Any]] = []
+        while windows.count < 11 {
+            guard case .line(let line) = try listener.readLine(timeoutSeconds: 30) else { break }
+            guard let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any],
+                  object["type"] as? String == "window" else { continue }
+            windows.append(object)
+        }
+        // Windows of 0.96 s every 0.48 s: 0, 0.48, ... 4.80.
+        let starts: [Double] = windows.map { $0["start"] as? Double ?? -1 }
+        let grid: [Double] = (0..<11).map { (Double($0) * 0.48 * 1000).rounded() / 1000 }
+        #expect(starts == grid)
+        #expect(windows.map { $0["level_dbfs"] as? Double }[0..<5] == [-120, -120, -120, -120, -120])
+        #expect(windows.map { $0["gate_open"] as? Bool }[0..<5] == [false, false, false, false, false])
+        #expect(windows.prefix(5).allSatisfy { ($0["classes"] as? [Any])?.isEmpty == true })
+        // 3.36 s on every window holds the sine alone.
+        for window in windows.suffix(4) {
+            #expect(window["level_dbfs"] as? Double == -23.0, "\(window)")
+            #expect(window["gate_open"] as? Bool == true)
+            let classes = window["classes"] as? [[String: Any]] ?? []
+            #expect(classes.count == 5)
+            let scores = classes.compactMap { $0["confidence"] as? Double }
+            #expect(scores == scores.sorted(by: >), "\(classes)")
+        }
+        // The status reply shows the latest window (4.80-5.76 s: the resampler holds back the last samples until
+        // more audio comes) once the daemon's 1 s status copy has caught up.
+        var status: [String: Any] = [:]
+        let caughtUp = TestWait.until(seconds: 20) {
+            status = (try? MQTTBrokerTests.status(socket: scratch.socket, timeout: 5)) ?? [:]
+            return status["stream_time"] as? Double == 5.76
+        }
+        #expect(caughtUp, "\(status)")
+        #expect(status["level_dbfs"] as? Double == -23.0)
+        #expect(status["gate_open"] as? Bool == true)
+        let lastWindow = try #require(windows.last)
+        let statusClasses = (status["classes"] as? [[String: Any]] ?? []).map { "\($0["class"] ?? "")=\($0["confidence"] ?? "")" }
+        let windowClasses = (lastWindow["classes"] as? [[String: Any]] ?? []).map { "\($0["class"] ?? "")=\($0["confidence"] ?? "")" }
+        #expect(statusClasses.count == 5)
+        #expect(statusClasses == windowClasses)
+        // earshot status: the same, as text.
+        let text = try #require(try EarshotCLI.run(["status", "--socket", scratch.socket], in: scratch.directory, timeout: 30))
+        #expect(text.status == 0, "\(text.standardError)")
+        #expect(text.outputLines.count == 5)
+        #expect(text.outputLines.dropFirst().first == "level: -23.0 dBFS, gate open (gate -50.0 dBFS)")
+        #expect(text.outputLines.dropFirst(3).first == "watching: smoke_alarm, fire_alarm, co_alarm, baby_cry, glass_break")
+        // earshot listen, until the daemon stops: 2 s more of silence after the sine (its first window is 5.28 s, the
+        // one the resampler's held-back samples kept waiting).
+        let listen = Process()
+        listen.executableURL = try #require(EarshotCLI.executable)
+        listen.arguments = ["listen", "--socket", scratch.socket]
+        let output = Pipe()
+        listen.standardOutput = output
+        listen.standardError = output
+        try listen.run()
+        // Connected (with the listener above and the status client itself: 3), then a moment for its request.
+        let cliConnected = TestWait.until(seconds: 10) {
+            let reply = (try? MQTTBrokerTests.status(socket: scratch.socket, timeout: 5)) ?? [:]
+            return (reply["subscribers"] as? Int ?? 0) >= 3
+        }
+        #expect(cliConnected)
+        Thread.sleep(forTimeInterval: 1)
+        daemon.input.fileHandleForWriting.write(SyntheticAudio.pcm(SyntheticAudio.silence(seconds: 2)))
+        try daemon.input.fileHandleForWriting.close()
+        #expect(daemon.wait(seconds: 60) == 0, "\(daemon.errorText)")
+        listen.waitUntilExit()
+        #expect(listen.terminationStatus == 0)
+        let lines = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n").map(String.init)
+        #expect(lines.contains("    6.24 s  -120.0 dBFS  gated"), "\(lines)")
+        // 5.28-6.24 s: three quarters sine, -23.0 + 10 log10(0.75) = -24.3 dBFS.
+        #expect(lines.first?.hasPrefix("    5.28 s   -24.3 dBFS  open   ") == true, "\(lines)")
+    }
+
+    @Test("{\"cmd\":\"listen\"} parses; unknown commands name it among the supported ones")
+    func listenRequest() {
+        #expect(EventRequest.parse(Array(#"{"cmd":"listen"}"#.utf8)) == .request(.listen))
+        #expect(EventRequest.parse(Array(#"{"cmd":"reboot"}"#.utf8), commands: ["sleep_start"])
+            == .failure(#"unknown command "reboot" (supported: "status", "listen", "sleep_start")"#))
+    }
+}
