@@ -168,12 +168,21 @@ final class MP3Stream {
                 return EarshotError(.data, "\(name): no audio frames (the file holds an ID3 tag but no MPEG audio)")
             }
         }
-        let header = MPEGAudioHeader(bytes(of: descriptor, at: audioStart, count: 4))
-        if let length = header?.frameLength, audioStart + Int64(length) > fileSize {
-            return EarshotError(.data, "\(name): truncated: the MP3 ends inside its first audio frame (\(fileSize) bytes; the copy or recording was cut short; copy it again)")
-        }
-        if header != nil, audioStart + 4 >= fileSize {
-            return EarshotError(.data, "\(name): truncated: the MP3 ends inside its first audio frame (\(fileSize) bytes; the copy or recording was cut short; copy it again)")
+        // Walk the first frames (a Xing/Info frame holds no audio): one that reaches past the end is a cut file;
+        // complete frames up to the end, none decodable, hold no audio.
+        var position = audioStart
+        for _ in 0..<8 {
+            let next = bytes(of: descriptor, at: position, count: 4)
+            let header = MPEGAudioHeader(next)
+            let cutInHeader = next.count < 4 && next.first == 0xFF
+            if cutInHeader || header.flatMap(\.frameLength).map({ position + Int64($0) > fileSize }) == true {
+                return EarshotError(.data, "\(name): truncated: the MP3 ends inside its first audio frame (\(fileSize) bytes; the copy or recording was cut short; copy it again)")
+            }
+            guard let length = header?.frameLength else { break }
+            position += Int64(length)
+            if position == fileSize {
+                return EarshotError(.data, "\(name): no audio frames (the file holds MP3 headers but no audio)")
+            }
         }
         return EarshotError(.data, "\(name): not MP3 audio libmpg123 can decode (no MPEG audio frame found: \(libraryText); the file is damaged or not MP3)", cause: libraryText)
     }
