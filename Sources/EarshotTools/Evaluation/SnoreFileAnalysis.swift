@@ -24,6 +24,8 @@ package enum SnoreFileAnalysis {
         package var windows: [(start: Double, snoring: Float, evidence: Float)]
         /// Starts (s) of the windows the detector called snoring (those of accepted bursts).
         package var positiveWindowStarts: [Double]
+        /// What the decoder warned of without failing (a truncated MP3), one line; nil when nothing.
+        package var decodingWarning: String?
     }
 
     /// Analyses `url`.
@@ -63,7 +65,8 @@ package enum SnoreFileAnalysis {
         }
         let report = SnoreReport(events: events, duration: duration, source: url.relativePath)
         return Result(report: report, windows: observer.windows,
-                      positiveWindowStarts: observer.detector.positiveWindowStarts)
+                      positiveWindowStarts: observer.detector.positiveWindowStarts,
+                      decodingWarning: analyzer.decodingWarning)
     }
 
     private final class Observer: ResultsObserving {
