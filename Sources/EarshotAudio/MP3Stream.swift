@@ -76,8 +76,17 @@ final class MP3Stream {
             mpg123_delete(created)
             throw Self.openingError(name: name, descriptor: descriptor, fileSize: fileSize, libraryText: text)
         }
+        // Float output at every rate and channel count: libsndfile locks the first frame's format, and then a
+        // damaged frame header with another rate makes libmpg123 print "Unable to set up output format!" even when
+        // quiet (an unconditional message in 1.31); accepted, it is a new format, refused in ``read(into:frames:)``.
+        var rates: UnsafePointer<Int>? = nil
+        var rateCount = 0
+        mpg123_rates(&rates, &rateCount)
+        let channelMask = Int32(MPG123_MONO.rawValue | MPG123_STEREO.rawValue)
+        let float32 = Int32(MPG123_ENC_FLOAT_32.rawValue)
         guard mpg123_format_none(handle) == MPG123_OK.rawValue,
-              mpg123_format(handle, rate, channels, Int32(MPG123_ENC_FLOAT_32.rawValue)) == MPG123_OK.rawValue
+              mpg123_format(handle, rate, channels, float32) == MPG123_OK.rawValue,
+              (0..<rateCount).allSatisfy({ mpg123_format(created, rates![$0], channelMask, float32) == MPG123_OK.rawValue })
         else {
             let text = String(cString: mpg123_strerror(handle))
             mpg123_close(handle)
@@ -110,9 +119,20 @@ final class MP3Stream {
             var done = 0
             let status = mpg123_read(handle, UnsafeMutableRawPointer(output) + filled, wanted - filled, &done)
             filled += done
+            if status == MPG123_NEW_FORMAT.rawValue {
+                var rate = 0
+                var channels: Int32 = 0
+                var encoding: Int32 = 0
+                if mpg123_getformat(handle, &rate, &channels, &encoding) != MPG123_OK.rawValue
+                    || rate != sampleRate || Int(channels) != channelCount
+                {
+                    ended = true
+                    failure = "the stream changes from \(sampleRate) Hz, \(channelCount) channels to \(rate) Hz, \(channels) channels mid-file"
+                    break
+                }
+            }
             if status == MPG123_OK.rawValue || status == MPG123_NEW_FORMAT.rawValue {
-                // The format is locked to the first frame's, so a "new format" is that same one; a read that
-                // gives nothing twice in a row would otherwise spin.
+                // A read that gives nothing many times in a row would otherwise spin.
                 idleReads = done == 0 ? idleReads + 1 : 0
                 if idleReads > 16 {
                     ended = true
