@@ -329,7 +329,7 @@ public final class AudioFileAnalyzer: Sendable {
             do {
                 try startThread(named: "earshot-decode") {
                     do {
-                        let expected = try Self.decode(box.value, isCancelled: { ahead.isCancelled }) { chunk in
+                        let expected = try decodeMono16kBlocks(box.value, isCancelled: { ahead.isCancelled }) { chunk in
                             ahead.put(.samples(chunk))
                         }
                         ahead.put(.end(expectedLength: expected))
@@ -370,7 +370,7 @@ public final class AudioFileAnalyzer: Sendable {
                     }
                 }
             } else {
-                stream.setEnd(try Self.decode(opened, isCancelled: { run.isCancelled }, deliver: consume))
+                stream.setEnd(try decodeMono16kBlocks(opened, isCancelled: { run.isCancelled }, deliver: consume))
             }
         } catch {
             for state in requests {
@@ -403,37 +403,8 @@ public final class AudioFileAnalyzer: Sendable {
         return failure.map { .failed($0) } ?? .completed
     }
 
-    /// Decodes `opened` to 16 kHz mono in chunks handed to `deliver` (about 1.4 s of input each: memory must not
-    /// follow the rate a header claims) and returns the waveform's length as the reference computes it,
-    /// `round(frames * 16000 / rate)` (as `decodeMono16k`; soxr's flush may give one sample more or fewer).
-    /// Stops early, at a chunk boundary, once `isCancelled` returns true (the length returned is then meaningless).
-    /// - Throws: the decoder's and the resampler's ``EarshotError``s.
-    private static func decode(
-        _ opened: AudioFileDecoder, isCancelled: () -> Bool, deliver: ([Float]) -> Void
-    ) throws(EarshotError) -> Int {
-        let resampler = try Resampler(inputRate: Double(opened.sampleRate), outputRate: Double(YAMNet.sampleRate))
-        var mono: [Float] = []
-        // At most 64 Ki frames (1.5 s at 44.1 kHz) and at most ``chunkSamples`` of 16 kHz output: at low input
-        // rates a chunk would otherwise grow with the upsampling ratio (16x at 1 kHz).
-        let chunk = max(256, min(65_536, chunkSamples * opened.sampleRate / YAMNet.sampleRate))
-        mono.reserveCapacity(chunk)
-        var output: [Float] = []
-        while !isCancelled() {
-            mono.removeAll(keepingCapacity: true)
-            guard try opened.readMono(maxFrames: chunk, appendingTo: &mono) > 0 else { break }
-            output.removeAll(keepingCapacity: true)
-            try resampler.process(mono, appendingTo: &output)
-            if !output.isEmpty { deliver(output) }
-        }
-        output.removeAll(keepingCapacity: true)
-        try resampler.flush(appendingTo: &output)
-        if !output.isEmpty { deliver(output) }
-        return resampler.isPassthrough ? Int(opened.framesRead)
-            : Int((Double(opened.framesRead) * Double(YAMNet.sampleRate) / Double(opened.sampleRate)).rounded(.toNearestOrAwayFromZero))
-    }
-
-    /// The most 16 kHz samples one decoded chunk holds (2 s), before the resampler's rounding.
-    private static let chunkSamples = 32_768
+    /// The most 16 kHz samples one decoded chunk holds (``decodeMono16kBlocks(_:maxBlockSamples:isCancelled:deliver:)``).
+    private static let chunkSamples = mono16kBlockSamples
 
     /// One request during ``analyze()``: its next window and its sessions.
     private final class RequestState {
