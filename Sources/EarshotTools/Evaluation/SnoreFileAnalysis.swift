@@ -15,7 +15,7 @@ import EarshotService
 ///
 /// Speed: the analyzer scores every 0.48 s window; an 8-hour 16 kHz recording (60 000 windows) took 142 s of CPU
 /// time on a 2-core x86 VM with the model kernels of b3b4877 (273-297 s before them): about 1.2 minutes of
-/// wall-clock time when both cores are free, 104 MB resident.
+/// wall-clock time when both cores are free; 89 MB peak RSS whatever the length (`scripts/memory-figures`).
 package enum SnoreFileAnalysis {
     /// What one analysis found: the report and every window's evidence (for evaluation).
     package struct Result: Sendable {
