@@ -47,9 +47,15 @@ public final class AudioFileAnalyzer: Sendable {
         set { shared.withLock { $0.maximumThreads = newValue } }
     }
 
-    /// Windows scored per round, >= 1 (default 256, about 2 minutes of audio with the default request): a round's
+    /// Windows scored per round, >= 1 (default 128, about 1 minute of audio with the default request): a round's
     /// samples, log-mel frames, patches and scores are held in memory together, and its results are delivered
-    /// together; ``cancelAnalysis()`` takes effect within a round. Read when an analysis starts. (Earshot's own.)
+    /// together; ``cancelAnalysis()`` takes effect within a round. A request whose hop is longer than the default
+    /// 0.48 s gets proportionally fewer windows per round (at least 1), so that a round holds no more audio beyond
+    /// its one window than a default round. Read when an analysis starts. (Earshot's own.)
+    ///
+    /// Memory: with the default request and 2 threads, `earshot analyze` peaks at about 90 MB whatever the file's
+    /// length (8 hours measured by `scripts/memory-figures`); 128 rather than 256 windows saved 13 MB at the same
+    /// speed.
     public var windowsPerRound: Int {
         get { shared.withLock { $0.windowsPerRound } }
         set { shared.withLock { $0.windowsPerRound = newValue } }
@@ -67,7 +73,7 @@ public final class AudioFileAnalyzer: Sendable {
 
     private struct State: Sendable {
         var maximumThreads = ProcessInfo.processInfo.activeProcessorCount
-        var windowsPerRound = 256
+        var windowsPerRound = 128
         var decodingWarning: String?
         /// The decoder opened by `init(url:)`, used by the first analysis (later ones open the file again).
         var decoder: UncheckedBox<AudioFileDecoder>?
@@ -297,6 +303,12 @@ public final class AudioFileAnalyzer: Sendable {
         if workers > 1 { BLASThreads.set(1) }
 
         var stream = WaveformBuffer()
+        // Room for the largest round of any request plus two decoded chunks, reserved once: appending never
+        // reallocates (a growing array would double its capacity, and its resident memory, on the way).
+        let roundSamples = requests.map { state in
+            (state.windowsPerRound - 1) * state.request.geometry.hopSamples + state.request.geometry.windowSamples
+        }.max() ?? 0
+        stream.samples.reserveCapacity(roundSamples + 2 * Self.chunkSamples)
         let opened: AudioFileDecoder
         do {
             if let decoder {
@@ -317,7 +329,7 @@ public final class AudioFileAnalyzer: Sendable {
             do {
                 try startThread(named: "earshot-decode") {
                     do {
-                        let expected = try Self.decode(box.value, isCancelled: { ahead.isCancelled }) { chunk in
+                        let expected = try decodeMono16kBlocks(box.value, isCancelled: { ahead.isCancelled }) { chunk in
                             ahead.put(.samples(chunk))
                         }
                         ahead.put(.end(expectedLength: expected))
@@ -358,7 +370,7 @@ public final class AudioFileAnalyzer: Sendable {
                     }
                 }
             } else {
-                stream.setEnd(try Self.decode(opened, isCancelled: { run.isCancelled }, deliver: consume))
+                stream.setEnd(try decodeMono16kBlocks(opened, isCancelled: { run.isCancelled }, deliver: consume))
             }
         } catch {
             for state in requests {
@@ -391,32 +403,8 @@ public final class AudioFileAnalyzer: Sendable {
         return failure.map { .failed($0) } ?? .completed
     }
 
-    /// Decodes `opened` to 16 kHz mono in chunks handed to `deliver` (about 1.4 s of input each: memory must not
-    /// follow the rate a header claims) and returns the waveform's length as the reference computes it,
-    /// `round(frames * 16000 / rate)` (as `decodeMono16k`; soxr's flush may give one sample more or fewer).
-    /// Stops early, at a chunk boundary, once `isCancelled` returns true (the length returned is then meaningless).
-    /// - Throws: the decoder's and the resampler's ``EarshotError``s.
-    private static func decode(
-        _ opened: AudioFileDecoder, isCancelled: () -> Bool, deliver: ([Float]) -> Void
-    ) throws(EarshotError) -> Int {
-        let resampler = try Resampler(inputRate: Double(opened.sampleRate), outputRate: Double(YAMNet.sampleRate))
-        var mono: [Float] = []
-        let chunk = 65_536
-        mono.reserveCapacity(chunk)
-        var output: [Float] = []
-        while !isCancelled() {
-            mono.removeAll(keepingCapacity: true)
-            guard try opened.readMono(maxFrames: chunk, appendingTo: &mono) > 0 else { break }
-            output.removeAll(keepingCapacity: true)
-            try resampler.process(mono, appendingTo: &output)
-            if !output.isEmpty { deliver(output) }
-        }
-        output.removeAll(keepingCapacity: true)
-        try resampler.flush(appendingTo: &output)
-        if !output.isEmpty { deliver(output) }
-        return resampler.isPassthrough ? Int(opened.framesRead)
-            : Int((Double(opened.framesRead) * Double(YAMNet.sampleRate) / Double(opened.sampleRate)).rounded(.toNearestOrAwayFromZero))
-    }
+    /// The most 16 kHz samples one decoded chunk holds (``decodeMono16kBlocks(_:maxBlockSamples:isCancelled:deliver:)``).
+    private static let chunkSamples = mono16kBlockSamples
 
     /// One request during ``analyze()``: its next window and its sessions.
     private final class RequestState {
@@ -446,7 +434,10 @@ public final class AudioFileAnalyzer: Sendable {
             self.model = model
             self.sessions = sessions
             self.run = run
-            self.windowsPerRound = windowsPerRound
+            // A round holds (windows - 1) hops plus one window of samples: for hops longer than the default
+            // request's (0.48 s), fewer windows, so that a round never holds more audio than a default round
+            // beyond its one window (--window 3600 --overlap 0 would otherwise hold 256 hours).
+            self.windowsPerRound = max(1, min(windowsPerRound, windowsPerRound * 7_680 / request.geometry.hopSamples))
             self.streams = streams
             self.statistics = statistics
         }
@@ -754,9 +745,15 @@ private final class DecodedAudio: Sendable {
         itemsQueued.wait()
         let item = queue.withLock { queue in
             let item = queue.items[queue.head]
+            // The slot lets go of its chunk now: while the decoder stays ahead the queue is never empty, and the
+            // taken chunks would otherwise stay referenced until it is (the whole file, 605 MB for 8 hours).
+            queue.items[queue.head] = .end(expectedLength: 0)
             queue.head += 1
             if queue.head == queue.items.count {
                 queue.items.removeAll(keepingCapacity: true)
+                queue.head = 0
+            } else if queue.head >= 64 {
+                queue.items.removeFirst(queue.head)
                 queue.head = 0
             }
             if case .samples(let chunk) = item { queue.queuedSamples -= chunk.count }

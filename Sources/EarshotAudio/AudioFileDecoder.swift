@@ -4,10 +4,13 @@ import Glibc
 import Dispatch
 import EarshotSupport
 
-/// Reads an audio file with libsndfile as 32-bit float frames at the file's own sample rate.
+/// Reads an audio file as 32-bit float frames at the file's own sample rate: MP3 with libmpg123, everything else
+/// with libsndfile.
 ///
-/// Formats: whatever the system libsndfile reads; on Debian 12 (libsndfile 1.2) that is WAV (PCM 8-bit unsigned,
-/// 16/24/32-bit signed, 32/64-bit float, WAVE_FORMAT_EXTENSIBLE, RF64), AIFF, FLAC, Ogg Vorbis, Ogg Opus and MP3.
+/// Formats: MP3 (MPEG-1/2/2.5 layers I-III: a file that starts with an MPEG audio frame sync, or with an ID3v2 tag
+/// that no other container follows) through libmpg123 directly, with its messages off (``MP3Stream``); the rest
+/// through the system libsndfile, on Debian 12 (libsndfile 1.2) WAV (PCM 8-bit unsigned, 16/24/32-bit signed,
+/// 32/64-bit float, WAVE_FORMAT_EXTENSIBLE, RF64), AIFF, FLAC, Ogg Vorbis and Ogg Opus.
 /// Samples come out at full scale: integer PCM is divided by 2^(bits-1) (8-bit unsigned is offset first), so the
 /// largest negative integer reads as -1.0. Float files pass through unchanged (they may exceed 1.0), except
 /// non-finite and absurd values, which ``SampleSanitizer`` maps (NaN -> 0, beyond ±1000 including ±inf -> ±1000)
@@ -24,10 +27,12 @@ import EarshotSupport
 ///
 /// Truncation of Ogg and MP3 streams is not an error: those containers do not state an exact length (MP3 frame
 /// counts without a Xing header are estimates; many real Ogg files end without the end-of-stream flag), so what
-/// decodes is used, as players do. An MP3 whose first frame holds a Xing/Info or VBRI header does state its length:
-/// when it decodes more than one MPEG frame (1152 samples) short of it, ``truncationWarning`` says so once the end
-/// is reached (libsndfile itself reports no error: libmpg123 only prints "Xing stream size off by more than 1%" on
-/// stderr). A cut MP3 without such a header cannot be told from a short one.
+/// decodes is used, as players do. A truncated MP3 is named so, once the end is reached, in ``truncationWarning``
+/// (`NAME: truncated: ...`): when its Xing/Info or VBRI header states a length and it decodes more than one MPEG
+/// frame (1152 samples) short of it, or when the file ends inside an audio frame (the bytes after the last decoded
+/// frame start a frame header whose frame reaches past the end of the file). An MP3 cut exactly between two frames,
+/// without such a header, cannot be told from a short one. An MP3 that ends before its first complete frame (or
+/// inside its ID3v2 tag) is refused at open with `.data`, `NAME: truncated: ...`.
 ///
 /// - Important: Not thread-safe; use one decoder from one thread at a time. The class owns the file descriptor and
 ///   the `SNDFILE*`; both are closed in `deinit`.
@@ -49,13 +54,19 @@ public final class AudioFileDecoder {
     public private(set) var framesRead: Int64 = 0
     /// True once the end of the file was reached (further reads return 0).
     public private(set) var isAtEnd = false
-    /// Set at the end of an MP3 that decoded short of the length its Xing/Info or VBRI header states (more than one
-    /// MPEG frame short): one line without a program prefix, e.g. `cut.mp3: the MP3 ends early (decoded 2.48 of
-    /// 5.02 s); the analysis covers what was decoded`. Nil otherwise.
+    /// Set at the end of a truncated MP3: one line without a program prefix, e.g. `cut.mp3: truncated: the MP3
+    /// ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded` (a Xing/Info or VBRI header
+    /// states the length), or `cut.mp3: truncated: the MP3 ends inside an audio frame after 2.48 s; the analysis
+    /// covers what was decoded`. Nil otherwise.
     public private(set) var truncationWarning: String?
 
     private let fileDescriptor: Int32
-    private let handle: OpaquePointer
+    /// What decodes the file: libsndfile's `SNDFILE*`, or libmpg123 for MP3.
+    private enum Backend {
+        case sndfile(OpaquePointer)
+        case mp3(MP3Stream)
+    }
+    private let backend: Backend
     /// Whether `declaredFrameCount` is exact, so that decoding fewer frames means the file was cut short.
     private let frameCountIsExact: Bool
     /// Whether this is an MP3 whose header states its length (``truncationWarning``).
@@ -77,8 +88,10 @@ public final class AudioFileDecoder {
     ///
     /// - Throws: ``EarshotError`` `.noInput` (missing, directory, not a regular file, no permission) or `.data`
     ///   (empty, not audio, MP3 in a WAV container, WAV data chunk shorter than declared, invalid header values,
-    ///   a sample rate outside ``supportedSampleRates``: `x.wav: sample rate 1 Hz is out of range (...)`).
-    ///   The corresponding C functions are `open`, `fstat`, `sf_open_fd` and `sf_command(SFC_GET_LOG_INFO)`.
+    ///   a sample rate outside ``supportedSampleRates``: `x.wav: sample rate 1 Hz is out of range (...)`; an MP3
+    ///   that ends before its first complete frame: `x.mp3: truncated: the MP3 ends inside its first audio frame
+    ///   (417 bytes; ...)`, see ``MP3Stream``). The corresponding C functions are `open`, `fstat`, `sf_open_fd`,
+    ///   `sf_command(SFC_GET_LOG_INFO)` and, for MP3, libmpg123's `mpg123_open_fd` and `mpg123_getformat`.
     public init(url: URL) throws(EarshotError) {
         self.url = url
         let name = url.relativePath
@@ -118,6 +131,26 @@ public final class AudioFileDecoder {
             throw EarshotError(.data, "\(name): empty file (0 bytes; there is no audio in it)")
         }
 
+        let leading = Self.leadingBytes(of: descriptor)
+        if Self.isMP3(leading: leading, descriptor: descriptor) {
+            let stream: MP3Stream
+            do {
+                stream = try MP3Stream(descriptor: descriptor, fileSize: Int64(status.st_size), name: name)
+            } catch {
+                close(descriptor)
+                throw error
+            }
+            fileDescriptor = descriptor
+            backend = .mp3(stream)
+            formatDescription = "MPEG-1/2 Audio, MPEG Layer " + ["I", "II", "III"][max(1, min(3, stream.layer)) - 1]
+            sampleRate = stream.sampleRate
+            channelCount = stream.channelCount
+            declaredFrameCount = stream.declaredFrameCount
+            frameCountIsExact = false
+            mp3LengthIsStated = Self.statesMP3Length(leading)
+            return
+        }
+
         var info = SF_INFO()
         // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
         guard let opened = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0) else {
@@ -133,7 +166,7 @@ public final class AudioFileDecoder {
             throw EarshotError(.data, "\(name): not an audio file libsndfile can read (\(text); use WAV, FLAC, Ogg or MP3)", cause: text)
         }
         fileDescriptor = descriptor
-        handle = opened
+        backend = .sndfile(opened)
 
         let major = Int(info.format) & Int(SF_FORMAT_TYPEMASK)
         let subtype = Int(info.format) & Int(SF_FORMAT_SUBMASK)
@@ -144,7 +177,8 @@ public final class AudioFileDecoder {
         declaredFrameCount = frames > 0 && frames < Int64.max ? frames : nil
         frameCountIsExact = major != Int(SF_FORMAT_OGG) && major != Int(SF_FORMAT_MPEG)
             && subtype != Int(SF_FORMAT_MPEG_LAYER_III)
-        mp3LengthIsStated = major == Int(SF_FORMAT_MPEG) && Self.statesMP3Length(Self.leadingBytes(of: descriptor))
+        // MP3 goes to libmpg123 (``isMP3(leading:descriptor:)`` follows libsndfile's own test), so this stays false.
+        mp3LengthIsStated = false
 
         // Past this point the stored properties are set, so deinit closes the handle and descriptor when we throw.
         let riffMajors = [Int(SF_FORMAT_WAV), Int(SF_FORMAT_WAVEX), Int(SF_FORMAT_RF64)]
@@ -164,7 +198,8 @@ public final class AudioFileDecoder {
     }
 
     deinit {
-        sf_close(handle)
+        if case .sndfile(let handle) = backend { sf_close(handle) }
+        // An MP3Stream does not own the descriptor (mpg123_close leaves it open); it is deleted after this.
         close(fileDescriptor)
     }
 
@@ -181,7 +216,7 @@ public final class AudioFileDecoder {
         output.append(contentsOf: repeatElement(0, count: maxFrames * channelCount))
         let channels = channelCount
         let got = output.withUnsafeMutableBufferPointer { buffer in
-            let got = Int(sf_readf_float(handle, buffer.baseAddress! + start, sf_count_t(maxFrames)))
+            let got = decodeFrames(into: buffer.baseAddress! + start, frames: maxFrames)
             SampleSanitizer.sanitize(buffer.baseAddress! + start, count: max(got, 0) * channels)
             return got
         }
@@ -206,7 +241,7 @@ public final class AudioFileDecoder {
         }
         let channels = channelCount
         let got = interleavedScratch.withUnsafeMutableBufferPointer { buffer in
-            let got = Int(sf_readf_float(handle, buffer.baseAddress!, sf_count_t(frames)))
+            let got = decodeFrames(into: buffer.baseAddress!, frames: frames)
             SampleSanitizer.sanitize(buffer.baseAddress!, count: max(got, 0) * channels)
             return got
         }
@@ -249,9 +284,23 @@ public final class AudioFileDecoder {
         return lower.hasPrefix("error in ") || lower.contains("malformed") || lower.contains("truncated")
     }
 
-    /// Bookkeeping after `sf_readf_float` returned `got`: errors, the end of the file and truncation.
+    /// Decodes up to `frames` interleaved frames into `output`; returns how many (0 or fewer at the end or on an
+    /// error, which ``finishRead(_:)`` reports). The corresponding C functions are `sf_readf_float` and
+    /// `mpg123_read`.
+    private func decodeFrames(into output: UnsafeMutablePointer<Float>, frames: Int) -> Int {
+        switch backend {
+        case .sndfile(let handle): Int(sf_readf_float(handle, output, sf_count_t(frames)))
+        case .mp3(let stream): stream.read(into: output, frames: frames)
+        }
+    }
+
+    /// Bookkeeping after a read returned `got`: errors, the end of the file and truncation.
     private func finishRead(_ got: Int) throws(EarshotError) -> Int {
         if got > 0 { framesRead += Int64(got) }
+        guard case .sndfile(let handle) = backend else {
+            if case .mp3(let stream) = backend { return try finishMP3Read(got, stream: stream) }
+            return got
+        }
         let code = sf_error(handle)
         if code != 0 {
             isAtEnd = true
@@ -271,14 +320,44 @@ public final class AudioFileDecoder {
             if frameCountIsExact, let declared = declaredFrameCount, framesRead < declared {
                 throw EarshotError(.data, "\(displayPath): truncated: the header declares \(declared) frames but the data ends after \(framesRead) (the copy or recording was cut short; copy it again)")
             }
-            if mp3LengthIsStated, let declared = declaredFrameCount, declared - framesRead > Self.mpegFrameSamples {
-                let decoded = String(cFormat: "%.2f", Double(framesRead) / Double(sampleRate))
-                let stated = String(cFormat: "%.2f", Double(declared) / Double(sampleRate))
-                truncationWarning = "\(displayPath): the MP3 ends early (decoded \(decoded) of \(stated) s); the analysis covers what was decoded"
-            }
             return 0
         }
         return got
+    }
+
+    /// ``finishRead(_:)`` for an MP3: a decoding error, no frames at all, and at the end ``truncationWarning``.
+    private func finishMP3Read(_ got: Int, stream: MP3Stream) throws(EarshotError) -> Int {
+        if let text = stream.failure {
+            isAtEnd = true
+            throw EarshotError(.data, "\(displayPath): decoding failed after \(framesRead) frames (libmpg123: \(text); the file is damaged)", cause: text)
+        }
+        guard got == 0 else { return got }
+        isAtEnd = true
+        if framesRead == 0 {
+            throw EarshotError(.data, "\(displayPath): no audio frames (the file holds a header but no samples)")
+        }
+        let decoded = String(cFormat: "%.2f", Double(framesRead) / Double(sampleRate))
+        if mp3LengthIsStated, let declared = declaredFrameCount, declared - framesRead > Self.mpegFrameSamples {
+            let stated = String(cFormat: "%.2f", Double(declared) / Double(sampleRate))
+            truncationWarning = "\(displayPath): truncated: the MP3 ends early (decoded \(decoded) of \(stated) s); the analysis covers what was decoded"
+        } else if stream.endsInsideFrame() {
+            truncationWarning = "\(displayPath): truncated: the MP3 ends inside an audio frame after \(decoded) s; the analysis covers what was decoded"
+        }
+        return 0
+    }
+
+    /// Whether the file is MP3, for libmpg123: it starts with an MPEG audio frame sync (11 set bits, libsndfile's
+    /// own test for MPEG audio), or with an ID3v2 tag followed by anything but the start of another container
+    /// (`fLaC`, `RIFF`, `RF64`, `BW64`, `OggS`, `FORM`: tagged FLAC and friends stay with libsndfile). The
+    /// corresponding C function is `pread`.
+    package static func isMP3(leading: [UInt8], descriptor: Int32) -> Bool {
+        if let tagLength = MPEGAudioHeader.id3v2Length(leading) {
+            let next = MP3Stream.bytes(of: descriptor, at: Int64(tagLength), count: 4)
+            let marker = String(decoding: next, as: UTF8.self)
+            return !["fLaC", "RIFF", "RF64", "BW64", "OggS", "FORM"].contains(marker)
+        }
+        if leading.starts(with: [0x49, 0x44, 0x33]) { return true }  // "ID3" cut inside its 10-byte header
+        return leading.count >= 2 && leading[0] == 0xFF && leading[1] & 0xE0 == 0xE0
     }
 
     /// Whether libsndfile has consumed the whole file, so that a decoding error is the file ending mid-stream
@@ -341,6 +420,7 @@ public final class AudioFileDecoder {
     private func logInfo() -> String {
         var buffer = [CChar](repeating: 0, count: 16_384)
         let count = buffer.count
+        guard case .sndfile(let handle) = backend else { return "" }
         _ = buffer.withUnsafeMutableBufferPointer { pointer in
             sf_command(handle, Int32(SFC_GET_LOG_INFO), pointer.baseAddress, Int32(count))
         }

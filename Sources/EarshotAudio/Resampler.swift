@@ -179,3 +179,49 @@ public func decodeMono16k(_ decoder: AudioFileDecoder) throws(EarshotError) -> [
     }
     return output
 }
+
+/// The most 16 kHz samples ``decodeMono16kBlocks(_:maxBlockSamples:isCancelled:deliver:)`` hands over at once by
+/// default (32768, 2.05 s).
+public let mono16kBlockSamples = 32_768
+
+/// Decodes the rest of an open decoder to 16 kHz mono in blocks, the streaming form of ``decodeMono16k(_:)-(URL)``:
+/// reads blocks of frames (at most 65536, and at most `maxBlockSamples` of 16 kHz output, so that a low input
+/// rate does not make blocks grow with the upsampling ratio), mixes each to mono, resamples it with one
+/// ``Resampler`` (soxr HQ) and hands the output to `deliver`, then the resampler's tail. Memory: one block, whatever
+/// the file's length.
+///
+/// The blocks joined, cut or padded with zeros to the returned length, are ``decodeMono16k(_:)-(URL)``'s samples
+/// bit for bit (libsoxr's output does not depend on how its input is split; the decoding tests check it on real
+/// files).
+///
+/// - Parameters:
+///   - maxBlockSamples: the most 16 kHz samples per block before the resampler's rounding (>= 1; default
+///     ``mono16kBlockSamples``).
+///   - isCancelled: checked before each block; once true, decoding stops at that block boundary (the length
+///     returned is then meaningless).
+///   - deliver: gets each non-empty block, `[samples]` at 16 kHz, in order.
+/// - Returns: the waveform's length as the reference computes it, `round(frames * 16000 / rate)`; soxr's blocks
+///   may add up to one sample more or fewer.
+/// - Throws: the decoder's and the resampler's ``EarshotError``s (blocks delivered before stay delivered).
+public func decodeMono16kBlocks(
+    _ decoder: AudioFileDecoder, maxBlockSamples: Int = mono16kBlockSamples, isCancelled: () -> Bool = { false },
+    deliver: ([Float]) -> Void
+) throws(EarshotError) -> Int {
+    let resampler = try Resampler(inputRate: Double(decoder.sampleRate), outputRate: 16_000)
+    let blockFrames = max(256, min(65_536, max(1, maxBlockSamples) * decoder.sampleRate / 16_000))
+    var mono: [Float] = []
+    mono.reserveCapacity(blockFrames)
+    var output: [Float] = []
+    while !isCancelled() {
+        mono.removeAll(keepingCapacity: true)
+        guard try decoder.readMono(maxFrames: blockFrames, appendingTo: &mono) > 0 else { break }
+        output.removeAll(keepingCapacity: true)
+        try resampler.process(mono, appendingTo: &output)
+        if !output.isEmpty { deliver(output) }
+    }
+    output.removeAll(keepingCapacity: true)
+    try resampler.flush(appendingTo: &output)
+    if !output.isEmpty { deliver(output) }
+    return resampler.isPassthrough ? Int(decoder.framesRead)
+        : Int((Double(decoder.framesRead) * 16_000 / Double(decoder.sampleRate)).rounded(.toNearestOrAwayFromZero))
+}

@@ -73,7 +73,7 @@ enum DetectCommand: EarshotCommand {
         var failures: [Int32] = []
         for file in files {
             do {
-                try detection.run(url: URL(fileURLWithPath: file)) { output in
+                try detection.run(url: URL(fileURLWithPath: file), warning: { reportError($0) }) { output in
                     emit(output, file: file, format: format)
                 }
             } catch {

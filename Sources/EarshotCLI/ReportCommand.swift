@@ -146,6 +146,7 @@ enum ReportCommand: EarshotCommand {
             return error.exitStatus
         }
         bar.finish()
+        if let warning = result.decodingWarning { reportError(warning) }
         let report = result.report
         do {
             if let svgPath = options.svgPath { try write(report.svg(timeZone: .current), to: svgPath) }

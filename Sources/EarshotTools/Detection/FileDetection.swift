@@ -29,11 +29,14 @@ package struct FileDetection {
             configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: configPath)
     }
 
-    /// Runs the stage over `url`, handing each output to `body` as it comes (windows included).
+    /// Runs the stage over `url`, handing each output to `body` as it comes (windows included), and the decoder's
+    /// warning, if any (a truncated MP3, ``AudioFileDecoder/truncationWarning``), to `warning` at the end.
     /// - Returns: seconds of audio analysed.
     /// - Throws: ``EarshotError`` when the file cannot be opened or decoded (outputs already handed stay handed).
     @discardableResult
-    package func run(url: URL, _ body: (DetectionStage.Output) -> Void) throws(EarshotError) -> Double {
+    package func run(
+        url: URL, warning: (String) -> Void = { _ in }, _ body: (DetectionStage.Output) -> Void
+    ) throws(EarshotError) -> Double {
         let decoder = try AudioFileDecoder(url: url)
         let stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads)
         let period = max(1, Int((Double(decoder.sampleRate) * CaptureConfiguration.defaultPeriodDuration).rounded()))
@@ -51,6 +54,7 @@ package struct FileDetection {
             position += Int64(count)
         }
         for output in stage.finishInput() { body(output) }
+        if let text = decoder.truncationWarning { warning(text) }
         return Double(position) / Double(decoder.sampleRate)
     }
 

@@ -15,7 +15,7 @@ import EarshotService
 ///
 /// Speed: the analyzer scores every 0.48 s window; an 8-hour 16 kHz recording (60 000 windows) took 142 s of CPU
 /// time on a 2-core x86 VM with the model kernels of b3b4877 (273-297 s before them): about 1.2 minutes of
-/// wall-clock time when both cores are free, 104 MB resident.
+/// wall-clock time when both cores are free; 89 MB peak RSS whatever the length (`scripts/memory-figures`).
 package enum SnoreFileAnalysis {
     /// What one analysis found: the report and every window's evidence (for evaluation).
     package struct Result: Sendable {
@@ -24,6 +24,8 @@ package enum SnoreFileAnalysis {
         package var windows: [(start: Double, snoring: Float, evidence: Float)]
         /// Starts (s) of the windows the detector called snoring (those of accepted bursts).
         package var positiveWindowStarts: [Double]
+        /// What the decoder warned of without failing (a truncated MP3), one line; nil when nothing.
+        package var decodingWarning: String?
     }
 
     /// Analyses `url`.
@@ -63,7 +65,8 @@ package enum SnoreFileAnalysis {
         }
         let report = SnoreReport(events: events, duration: duration, source: url.relativePath)
         return Result(report: report, windows: observer.windows,
-                      positiveWindowStarts: observer.detector.positiveWindowStarts)
+                      positiveWindowStarts: observer.detector.positiveWindowStarts,
+                      decodingWarning: analyzer.decodingWarning)
     }
 
     private final class Observer: ResultsObserving {

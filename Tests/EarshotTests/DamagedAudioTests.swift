@@ -1,0 +1,126 @@
+import Foundation
+import Testing
+import EarshotAudio
+import EarshotSupport
+
+/// Damaged and truncated audio through the real `earshot` binary (a child process): each file gets Earshot's one
+/// line on stderr naming the file and the cause, and nothing else (no line from libmpg123 or libsndfile).
+@Suite("damaged audio files")
+struct DamagedAudioTests {
+    /// babycry-esc10/.../1-60997-B.mp3: 81546 bytes, 44.1 kHz mono, 128 kb/s, an ID3v2 tag (45 bytes) and an Info
+    /// frame stating 221504 frames (5.02 s); its frames are 417 or 418 bytes.
+    static func sharedMP3() throws -> Data {
+        let data = try Data(contentsOf: TestPaths.sharedFile("audio/babycry-esc10/testing-data/004-Baby_cry/1-60997-B.mp3"))
+        #expect(data.count == 81_546)
+        return data
+    }
+
+    @Test("a truncated MP3: 'truncated' is the cause, stderr holds only Earshot's line", .needsEarshotBuilt, .needsShared,
+          arguments: [
+            // Cut inside the Info frame and inside the first audio frame: nothing decodes, status 65.
+            (100, 65, 0, "earshot: cut.mp3: truncated: the MP3 ends inside its first audio frame (100 bytes; the copy or recording was cut short; copy it again)"),
+            (463, 65, 0, "earshot: cut.mp3: truncated: the MP3 ends inside its first audio frame (463 bytes; the copy or recording was cut short; copy it again)"),
+            // Cut inside the ID3v2 tag's 10-byte header, and inside the tag.
+            (5, 65, 0, "earshot: cut.mp3: truncated: the file ends inside its ID3 tag (5 bytes; the copy or recording was cut short; copy it again)"),
+            (12, 65, 0, "earshot: cut.mp3: truncated: the file ends inside its ID3 tag (12 of the 45 bytes it declares; the copy or recording was cut short; copy it again)"),
+            // Half the file: shorter than the Info header states; analysed as far as it goes, status 0.
+            (40_773, 0, 5, "earshot: cut.mp3: truncated: the MP3 ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded"),
+            // 100 bytes short: within one MPEG frame of the stated length, told by the frame it ends inside.
+            (81_446, 0, 10, "earshot: cut.mp3: truncated: the MP3 ends inside an audio frame after 5.02 s; the analysis covers what was decoded"),
+          ])
+    func truncatedMP3(length: Int, status: Int32, windows: Int, line: String) throws {
+        let original = try Self.sharedMP3()
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try original.prefix(length).write(to: directory.appendingPathComponent("cut.mp3"))
+        let outcome = try #require(try EarshotCLI.run(["analyze", "cut.mp3", "--top", "1"], in: directory))
+        #expect(outcome.status == status)
+        #expect(outcome.outputLines.count == windows)
+        #expect(outcome.errorLines == [line])
+        // detect reads through the same decoder: the same line, alone on stderr.
+        let detect = try #require(try EarshotCLI.run(["detect", "cut.mp3", "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+        #expect(detect.status == status)
+        #expect(detect.errorLines == [line])
+    }
+
+    @Test("an intact MP3 through libmpg123: the frames and format libsndfile gave, nothing on stderr", .needsEarshotBuilt, .needsShared)
+    func intactMP3() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let url = directory.appendingPathComponent("whole.mp3")
+        try Self.sharedMP3().write(to: url)
+        let decoder = try AudioFileDecoder(url: url)
+        #expect(decoder.formatDescription == "MPEG-1/2 Audio, MPEG Layer III")
+        #expect(decoder.sampleRate == 44_100 && decoder.channelCount == 1)
+        #expect(decoder.declaredFrameCount == 221_504)
+        #expect(try decoder.readAllMono().count == 221_504)
+        #expect(decoder.truncationWarning == nil)
+        let outcome = try #require(try EarshotCLI.run(["analyze", "whole.mp3", "--top", "1"], in: directory))
+        #expect(outcome.status == 0)
+        #expect(outcome.outputLines.count == 10)
+        #expect(outcome.standardError.isEmpty)
+    }
+
+    @Test("MP3 frame headers: lengths, rates and reserved values")
+    func mpegHeaders() {
+        // MPEG-1 layer III, 128 kb/s, 44.1 kHz, padded: 418 bytes; unpadded 417.
+        #expect(MPEGAudioHeader([0xFF, 0xFB, 0x92, 0x64])?.frameLength == 418)
+        #expect(MPEGAudioHeader([0xFF, 0xFB, 0x90, 0x64])?.frameLength == 417)
+        // MPEG-2 layer III, 64 kb/s, 22.05 kHz: 72 * 64000 / 22050 = 208.
+        let mpeg2 = MPEGAudioHeader([0xFF, 0xF3, 0x80, 0xC4])
+        #expect(mpeg2?.version == 2 && mpeg2?.sampleRate == 22_050 && mpeg2?.frameLength == 208)
+        // MPEG-1 layer II, 192 kb/s, 48 kHz: 144 * 192000 / 48000 = 576.
+        #expect(MPEGAudioHeader([0xFF, 0xFD, 0xA4, 0x00])?.frameLength == 576)
+        // Free format has no length; bitrate index 15, rate index 3, version 01 and layer 00 are not headers.
+        #expect(MPEGAudioHeader([0xFF, 0xFB, 0x00, 0x00])?.frameLength == nil)
+        #expect(MPEGAudioHeader([0xFF, 0xFB, 0xF0, 0x00]) == nil)
+        #expect(MPEGAudioHeader([0xFF, 0xFB, 0x9C, 0x00]) == nil)
+        #expect(MPEGAudioHeader([0xFF, 0xEB, 0x90, 0x00]) == nil)
+        #expect(MPEGAudioHeader([0xFF, 0xF9, 0x90, 0x00]) == nil)
+        #expect(MPEGAudioHeader([0xFF, 0xFB, 0x90]) == nil)
+        // ID3v2: 10 + syncsafe size (+ 10 with a footer).
+        #expect(MPEGAudioHeader.id3v2Length([0x49, 0x44, 0x33, 4, 0, 0, 0, 0, 0x01, 0x7F]) == 10 + 255)
+        #expect(MPEGAudioHeader.id3v2Length([0x49, 0x44, 0x33, 4, 0, 0x10, 0, 0, 0, 0x23]) == 10 + 35 + 10)
+        #expect(MPEGAudioHeader.id3v2Length([0x52, 0x49, 0x46, 0x46, 0, 0, 0, 0, 0, 0]) == nil)
+    }
+
+    @Test("truncated WAV and FLAC, and a WAV header declaring ~4 GB: one line each, only Earshot's", .needsEarshotBuilt)
+    func otherDamagedInputs() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        // 3 s of a 440 Hz tone, 16 kHz mono 16-bit: 96000 bytes of data after a 44-byte header.
+        let tone = AnalysisTestSupport.sine(frequency: 440, dbfs: -6, sampleRate: 16_000, count: 48_000)
+        let pcm = AudioTestFiles.littleEndian(tone.map { Int64(($0 * 32_767).rounded()) }, width: 2)
+        let wav = Data(AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: pcm))
+        #expect(wav.count == 96_044)
+        try wav.prefix(48_022).write(to: directory.appendingPathComponent("cut.wav"))
+        // The RIFF and data sizes of a streaming writer that never finished (0xFFFFFF00, 0x7FFFFF00).
+        var huge = wav
+        huge.replaceSubrange(4..<8, with: [0x00, 0xFF, 0xFF, 0xFF])
+        huge.replaceSubrange(40..<44, with: [0x00, 0xFF, 0xFF, 0x7F])
+        try huge.write(to: directory.appendingPathComponent("huge.wav"))
+        let flac = try Data(contentsOf: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        try flac.prefix(flac.count / 2).write(to: directory.appendingPathComponent("cut.flac"))
+
+        let cutWAV = try #require(try EarshotCLI.run(["analyze", "cut.wav"], in: directory))
+        #expect(cutWAV.status == 65)
+        #expect(cutWAV.errorLines == ["earshot: cut.wav: truncated: the header declares 96000 bytes of audio data but the file holds 47978 (the copy or recording was cut short; copy it again)"])
+        let cutFLAC = try #require(try EarshotCLI.run(["analyze", "cut.flac"], in: directory))
+        #expect(cutFLAC.status == 65)
+        #expect(cutFLAC.errorLines.count == 1)
+        #expect(cutFLAC.errorLines.first?.hasPrefix("earshot: cut.flac: truncated: the header declares 510495 frames but the data ends after ") == true)
+        // A placeholder size is not truncation: the 3 s that are there are analysed (6 windows), silently.
+        let hugeWAV = try #require(try EarshotCLI.run(["analyze", "huge.wav", "--top", "1"], in: directory))
+        #expect(hugeWAV.status == 0)
+        #expect(hugeWAV.outputLines.count == 6)
+        #expect(hugeWAV.standardError.isEmpty)
+    }
+}
+
+private extension URL {
+    /// Writes an empty `earshotd.conf` (the built-in defaults) into this directory and returns the directory.
+    func creatingEmptyConfig() throws -> URL {
+        try Data().write(to: appendingPathComponent("earshotd.conf"))
+        return self
+    }
+}
