@@ -44,6 +44,9 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
         .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // curl_easy_setopt and curl_easy_getinfo are variadic: typed C wrappers (a system library holds no .c files).
+        .target(name: "CCurlShims", dependencies: ["CCurl"]),
         .target(name: "EarshotKernels"),
         .target(name: "EarshotKernelsAVX512"),
         // The pipeline, one module per stage; each depends only on the ones below it (see README, Layout).
@@ -59,7 +62,7 @@ let package = Package(
             name: "EarshotOutputs",
             dependencies: [
                 "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
-                "CSystemd", "CSQLite", "CSndFile", "CMosquitto",
+                "CSystemd", "CSQLite", "CSndFile", "CMosquitto", "CCurl", "CCurlShims",
             ]
         ),
         .target(

@@ -23,6 +23,7 @@ extension DaemonConfiguration {
         "clips": clipsKeys,
         "sleep": sleepKeys,
         "mqtt": MQTT.keys,
+        "notify": Notify.keys,
     ]
     /// The keys of a `[group.NAME]` section.
     package static let groupKeys = ["classes", "threshold", "onset_windows", "onset_of", "hold_seconds", "min_interval_seconds"]
@@ -306,6 +307,10 @@ package struct ConfigurationParser {
             if ["password_file", "cafile", "certfile", "keyfile"].contains(entry.key) {
                 configuration.locations["mqtt.\(entry.key)"] = "\(source):\(entry.line)"
             }
+        case ("notify", _):
+            if let requirement = configuration.notify.set(key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
@@ -387,6 +392,9 @@ package struct ConfigurationParser {
         }
         if let unknown = configuration.unknownClipGroup() {
             throw EarshotError(.config, "\(source):\(keyLine(section: "clips", key: "groups")): [clips] groups: \(unknown)")
+        }
+        if let unknown = configuration.unknownNotifyGroup() {
+            throw EarshotError(.config, "\(source):\(keyLine(section: "notify", key: "groups")): [notify] groups: \(unknown)")
         }
         if let problem = configuration.mqtt.inconsistency {
             // The line of the file key that needs the others (certfile, keyfile or cafile).

@@ -46,6 +46,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let clipSettings: DaemonConfiguration.Clips
     /// `[mqtt]` at start (changes need a restart).
     private let mqttSettings: DaemonConfiguration.MQTT
+    /// `[notify]` at start (changes need a restart).
+    private let notifySettings: DaemonConfiguration.Notify
     /// Set once `--fallback-input` replaced a device that could not be opened.
     private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
@@ -60,6 +62,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let historySink: HistorySink?
     /// The MQTT broker (`[mqtt] enabled`), or nil.
     private let mqttSink: MQTTSink?
+    /// HTTP notifications (`[notify] url` set), or nil.
+    private let notifySink: NotifySink?
     /// Groups muted at run time (MQTT switches).
     private let mutes = GroupMutes()
     /// The groups the control state lists (the watched ones, and every one that publishes), set at start and reload.
@@ -112,6 +116,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         try loaded.readMQTTPassword()
         configuration = loaded
         mqttSettings = loaded.mqtt
+        notifySettings = loaded.notify
         capture = configuration.capture
         output = configuration.output
         historySettings = configuration.history
@@ -142,6 +147,11 @@ package final class EarshotDaemon: @unchecked Sendable {
         let historySink = historySettings.enabled ? HistorySink(settings: historySettings, log: { journal.log($0) }) : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
+        let notifySink = notifySettings.enabled
+            ? try NotifySink(settings: notifySettings, log: { line, priority in journal.log(line, priority: priority) })
+            : nil
+        self.notifySink = notifySink
+        if let notifySink { sinks.append(notifySink) }
         // Last, so that it stops first: `offline` goes out while the other outputs still run.
         let mqttSink = mqttSettings.enabled
             ? try MQTTSink(
@@ -366,6 +376,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "muted": .array(mutes.muted.sorted().map { .string($0) }),
         ]
         object.merge(mqttStatus)
+        object.merge(notifyStatus)
         return object
     }
 
@@ -376,6 +387,15 @@ package final class EarshotDaemon: @unchecked Sendable {
         return ["mqtt": .object([
             "broker": .string(client.endpoint.description), "connected": .bool(client.isConnected),
             "waiting": .int(backlog.waiting), "dropped": .int(backlog.dropped), "published": .int(client.publishedCount),
+        ])]
+    }
+
+    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N}` with `[notify] url` set.
+    private var notifyStatus: JSONObject {
+        guard let statistics = notifySink?.statistics else { return [:] }
+        return ["notify": .object([
+            "sent": .int(statistics.sent), "failed": .int(statistics.failed), "dropped": .int(statistics.dropped),
+            "suppressed": .int(statistics.suppressed), "reminders": .int(statistics.reminders),
         ])]
     }
 
@@ -457,6 +477,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             if fresh.history != historySettings { restartNeeded.append("[history]") }
             if fresh.clips != clipSettings { restartNeeded.append("[clips]") }
             if fresh.mqtt != mqttSettings { restartNeeded.append("[mqtt]") }
+            if fresh.notify != notifySettings { restartNeeded.append("[notify]") }
             analysisQueue.async { [sleep] in sleep.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)
