@@ -46,6 +46,9 @@ let package = Package(
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
         .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // curl_easy_setopt and curl_easy_getinfo are variadic: typed C wrappers (a system library holds no .c files).
+        .target(name: "CCurlShims", dependencies: ["CCurl"]),
         .target(name: "EarshotKernels"),
         .target(name: "EarshotKernelsAVX512"),
         // The pipeline, one module per stage; each depends only on the ones below it (see README, Layout).
@@ -61,7 +64,7 @@ let package = Package(
             name: "EarshotOutputs",
             dependencies: [
                 "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
-                "CSystemd", "CSQLite", "CSndFile", "CMosquitto", "CMicroHTTPD",
+                "CSystemd", "CSQLite", "CSndFile", "CMosquitto", "CMicroHTTPD", "CCurl", "CCurlShims",
             ]
         ),
         .target(

@@ -25,6 +25,9 @@ package struct HealthEvent: Sendable, Equatable {
         case mqttUnavailable = "mqtt_unavailable"
         /// The MQTT broker accepted the connection (at start, or again after ``mqttUnavailable``).
         case mqttConnected = "mqtt_connected"
+        /// Notifications to a `[notify]` URL are being given up (no answer or an error status after the retries);
+        /// detection goes on. Said once per URL until a notification gets through again.
+        case notifyFailed = "notify_failed"
 
         /// The syslog priority the journal entry gets: 6 (info) for `captureLive`, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
@@ -32,7 +35,7 @@ package struct HealthEvent: Sendable, Equatable {
             switch self {
             case .captureLive, .mqttConnected: 6
             case .captureUnavailable: 3
-            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable: 4
+            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed: 4
             }
         }
     }

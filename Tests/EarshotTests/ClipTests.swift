@@ -105,7 +105,7 @@ struct ClipTests {
         .init(text: "[clips]\nmax_clip = 3",
               message: "t.conf:2: [clips] max_clip: unknown key (did you mean max_clips? keys: enabled, directory, pre_seconds, post_seconds, max_clips, retention_days, groups)"),
         .init(text: "[clip]\nenabled = true",
-              message: "t.conf:2: [clip]: unknown section (did you mean [clips]? sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, metrics, group.NAME)"),
+              message: "t.conf:2: [clip]: unknown section (did you mean [clips]? sections: capture, analysis, models, detection, output, daemon, alarms, history, clips, sleep, mqtt, metrics, notify, group.NAME)"),
     ]
 
     @Test("[clips] errors name the file, line, key, value and what is allowed; exit status 78", arguments: badValues)

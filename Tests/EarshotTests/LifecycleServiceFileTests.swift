@@ -29,7 +29,7 @@ struct LifecycleServiceFileTests {
         let defaults = DaemonConfiguration()
         #expect(settings["Type"] == ["notify"])
         #expect(settings["NotifyAccess"] == ["main"])
-        #expect(settings["ExecStart"] == ["/usr/local/bin/earshotd --config \(DaemonConfiguration.defaultPath)"])
+        #expect(settings["ExecStart"] == ["/usr/sbin/earshotd --config \(DaemonConfiguration.defaultPath)"])
         // The socket lives in the directory systemd creates for the service.
         let runtimeDirectory = try #require(settings["RuntimeDirectory"]?.first)
         #expect(defaults.output.socketPath == "/run/\(runtimeDirectory)/earshot.sock")
@@ -44,17 +44,36 @@ struct LifecycleServiceFileTests {
         #expect(settings["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"])
         #expect(settings["IPAddressDeny"] == ["any"])
         #expect(settings["IPAddressAllow"] == ["localhost 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 169.254.0.0/16 fc00::/7 fe80::/10"])
-        for key in ["NoNewPrivileges", "ProtectHome", "PrivateTmp", "DynamicUser"] {
+        // The package's system user (systemd/earshot.sysusers), whose state directory tmpfiles.d makes.
+        #expect(settings["User"] == ["earshot"])
+        #expect(settings["Group"] == ["earshot"])
+        #expect(settings["StateDirectoryMode"] == ["0750"])
+        for key in ["NoNewPrivileges", "ProtectHome", "PrivateTmp"] {
             #expect(settings[key] == ["yes"], "\(key)")
         }
         #expect(settings["ProtectSystem"] == ["strict"])
+    }
+
+    @Test("the package's sysusers.d and tmpfiles.d files agree with the units' user and state directory")
+    func packageAccountFiles() throws {
+        let settings = try Self.serviceSettings()
+        func lines(_ file: String) throws -> [String] {
+            try String(contentsOf: TestPaths.packageRoot.appendingPathComponent("systemd/\(file)"), encoding: .utf8)
+                .split(separator: "\n").map(String.init).filter { !$0.hasPrefix("#") }
+        }
+        #expect(try lines("earshot.sysusers") == [
+            "g earshot -", #"u earshot -:earshot "Earshot sound-event detection" /var/lib/earshot /usr/sbin/nologin"#,
+            "m earshot audio",
+        ])
+        let state = try #require(settings["StateDirectory"]?.first)
+        #expect(try lines("earshot.tmpfiles") == ["d /var/lib/\(state) 0750 earshot earshot -"])
     }
 
     @Test("earshotd@.service: the same service as earshotd.service, with the instance's config, socket and state")
     func templateUnit() throws {
         var single = try Self.serviceSettings()
         var template = try Self.serviceSettings("earshotd@.service")
-        #expect(template["ExecStart"] == ["/usr/local/bin/earshotd --config /etc/earshot/%i.conf --socket /run/earshot/%i/earshot.sock"])
+        #expect(template["ExecStart"] == ["/usr/sbin/earshotd --config /etc/earshot/%i.conf --socket /run/earshot/%i/earshot.sock"])
         #expect(template["RuntimeDirectory"] == ["earshot/%i"])
         #expect(template["StateDirectory"] == ["earshot/%i"])
         for key in ["ExecStart", "RuntimeDirectory", "StateDirectory"] {

@@ -27,6 +27,7 @@ extension DaemonConfiguration {
         "sleep": sleepKeys,
         "mqtt": MQTT.keys,
         "metrics": Metrics.keys,
+        "notify": Notify.keys,
     ]
     /// The keys of a `[group.NAME]` section (`level_dbfs` and `min_seconds` in `[group.loud]` only, which takes
     /// neither `classes`, `threshold`, `onset_windows` nor `onset_of`).
@@ -328,6 +329,10 @@ package struct ConfigurationParser {
             if ["password_file", "cafile", "certfile", "keyfile"].contains(entry.key) {
                 configuration.locations["mqtt.\(entry.key)"] = "\(source):\(entry.line)"
             }
+        case ("notify", _):
+            if let requirement = configuration.notify.set(key: entry.key, value: entry.value) {
+                throw badValue(entry, requirement)
+            }
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {
                 throw badValue(entry, requirement)
@@ -424,6 +429,9 @@ package struct ConfigurationParser {
         if configuration.metrics.enabled, let problem = configuration.metrics.remoteProblem {
             let line = keyLine(section: "metrics", key: "listen")
             throw EarshotError(.config, "\(source):\(line): [metrics] \(problem)")
+        }
+        if let unknown = configuration.unknownNotifyGroup() {
+            throw EarshotError(.config, "\(source):\(keyLine(section: "notify", key: "groups")): [notify] groups: \(unknown)")
         }
         if let problem = configuration.mqtt.inconsistency {
             // The line of the file key that needs the others (certfile, keyfile or cafile).

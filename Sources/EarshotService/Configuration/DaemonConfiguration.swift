@@ -13,7 +13,7 @@ import EarshotOutputs
 ///
 /// The properties mirror the INI file `config/earshotd.conf` section by section (`[capture]`, `[analysis]`,
 /// `[detection]` with `[group.NAME]` sections, `[output]`, `[daemon]`, `[alarms]`, `[history]`, `[clips]`, `[sleep]`,
-/// `[mqtt]`).
+/// `[mqtt]`, `[notify]`).
 /// `DaemonConfiguration()` is the configuration with no file at all; ``load(path:overrides:)`` reads a file and
 /// applies command-line overrides;
 /// ``resolvedGroups(classLabels:)`` turns the detection settings into the label groups to watch.
@@ -195,6 +195,8 @@ package struct DaemonConfiguration: Sendable, Equatable {
     package var mqtt = MQTT()
     /// `[metrics]`: see ``Metrics``.
     package var metrics = Metrics()
+    /// `[notify]`: see ``Notify``.
+    package var notify = Notify()
 
     /// Where each file-set list came from ("path:line"), for error messages that are raised after parsing
     /// (unknown class names, an input file that cannot be opened, a storage path of the wrong kind). Keys:

@@ -46,6 +46,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let clipSettings: DaemonConfiguration.Clips
     /// `[mqtt]` at start (changes need a restart).
     private let mqttSettings: DaemonConfiguration.MQTT
+    /// `[notify]` at start (changes need a restart).
+    private let notifySettings: DaemonConfiguration.Notify
     /// Set once `--fallback-input` replaced a device that could not be opened.
     private let usingFallback = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
@@ -70,6 +72,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Prometheus metrics (`[metrics] enabled`), or nil; it gets a `.statistics` output every second.
     private let metricsSink: MetricsSink?
     private var statisticsTimer: DispatchSourceTimer?
+    /// HTTP notifications (`[notify] url` set), or nil.
+    private let notifySink: NotifySink?
     /// Groups muted at run time (MQTT switches).
     private let mutes = GroupMutes()
     /// The groups the control state lists (the watched ones, and every one that publishes), set at start and reload.
@@ -126,6 +130,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         try loaded.readMQTTPassword()
         configuration = loaded
         mqttSettings = loaded.mqtt
+        notifySettings = loaded.notify
         capture = configuration.capture
         output = configuration.output
         historySettings = configuration.history
@@ -162,6 +167,11 @@ package final class EarshotDaemon: @unchecked Sendable {
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
         if let metricsSink { sinks.append(metricsSink) }
+        let notifySink = notifySettings.enabled
+            ? try NotifySink(settings: notifySettings, log: { line, priority in journal.log(line, priority: priority) })
+            : nil
+        self.notifySink = notifySink
+        if let notifySink { sinks.append(notifySink) }
         // Last, so that it stops first: `offline` goes out while the other outputs still run.
         let mqttSink = mqttSettings.enabled
             ? try MQTTSink(
@@ -400,6 +410,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "muted": .array(mutes.muted.sorted().map { .string($0) }),
         ]
         object.merge(mqttStatus)
+        object.merge(notifyStatus)
         return object
     }
 
@@ -410,6 +421,15 @@ package final class EarshotDaemon: @unchecked Sendable {
         return ["mqtt": .object([
             "broker": .string(client.endpoint.description), "connected": .bool(client.isConnected),
             "waiting": .int(backlog.waiting), "dropped": .int(backlog.dropped), "published": .int(client.publishedCount),
+        ])]
+    }
+
+    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N}` with `[notify] url` set.
+    private var notifyStatus: JSONObject {
+        guard let statistics = notifySink?.statistics else { return [:] }
+        return ["notify": .object([
+            "sent": .int(statistics.sent), "failed": .int(statistics.failed), "dropped": .int(statistics.dropped),
+            "suppressed": .int(statistics.suppressed), "reminders": .int(statistics.reminders),
         ])]
     }
 
@@ -547,6 +567,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             if fresh.clips != clipSettings { restartNeeded.append("[clips]") }
             if fresh.mqtt != mqttSettings { restartNeeded.append("[mqtt]") }
             if fresh.metrics != configuration.metrics { restartNeeded.append("[metrics]") }
+            if fresh.notify != notifySettings { restartNeeded.append("[notify]") }
             analysisQueue.async { [sleep] in sleep.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)

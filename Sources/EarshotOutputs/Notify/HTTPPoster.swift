@@ -1,0 +1,87 @@
+internal import CCurl
+internal import CCurlShims
+import FoundationEssentials
+import Glibc
+import Synchronization
+import EarshotSupport
+
+/// One HTTP POST at a time through a libcurl easy handle, which it owns (cleaned up in `deinit`).
+///
+/// - Important: Use it from one thread at a time (libcurl's rule for an easy handle); the notification sink gives
+///   each URL its own poster on its own queue.
+final class HTTPPoster {
+    /// What one POST came to.
+    enum Outcome: Sendable, Equatable {
+        /// The server answered with this HTTP status (any: the caller decides what is a success).
+        case status(Int)
+        /// No answer: libcurl's error text (`curl_easy_strerror`), e.g. `Timeout was reached`,
+        /// `Couldn't connect to server`.
+        case failed(String)
+    }
+
+    private let handle: UnsafeMutableRawPointer
+
+    /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle. The corresponding C function is
+    ///   `curl_easy_init`.
+    init() throws(EarshotError) {
+        HTTPPoster.initializeOnce()
+        guard let handle = curl_easy_init() else {
+            throw EarshotError(.system, "libcurl cannot create a handle (curl_easy_init failed)")
+        }
+        self.handle = handle
+    }
+
+    deinit { curl_easy_cleanup(handle) }
+
+    /// libcurl's global state, set up once per process (thread-safe from libcurl 7.84 on; Debian 12 has 7.88).
+    private static let initialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+    static func initializeOnce() { _ = initialized }
+
+    /// POSTs `body` to `url` with `headers` (`Name: value`), waiting at most `timeoutSeconds` for the whole
+    /// exchange (connect included). No redirects are followed; the response body is read and discarded.
+    /// The corresponding C functions are `curl_easy_setopt`, `curl_easy_perform` and `curl_easy_getinfo`.
+    func post(url: String, headers: [String], body: [UInt8], timeoutSeconds: Double) -> Outcome {
+        curl_easy_reset(handle)
+        var list: UnsafeMutablePointer<curl_slist>?
+        // No "Expect: 100-continue" round trip for larger bodies.
+        for header in headers + ["Expect:"] {
+            guard let appended = curl_slist_append(list, header) else {
+                curl_slist_free_all(list)
+                return .failed("out of memory (curl_slist_append)")
+            }
+            list = appended
+        }
+        defer { curl_slist_free_all(list) }
+        let milliseconds = max(1, Int(timeoutSeconds * 1000))
+        let outcome: CURLcode = url.withCString { urlText in
+            body.withUnsafeBufferPointer { bytes in
+                // An empty array may have no base address; libcurl needs a pointer for POSTFIELDS.
+                let empty: [UInt8] = [0]
+                return empty.withUnsafeBufferPointer { zero in
+                    let fields = UnsafeRawPointer(bytes.baseAddress ?? zero.baseAddress!)
+                    let settings: [CURLcode] = [
+                        earshot_curl_setopt_pointer(handle, CURLOPT_URL, urlText),
+                        earshot_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
+                        earshot_curl_setopt_long(handle, CURLOPT_POST, 1),
+                        earshot_curl_setopt_long(handle, CURLOPT_POSTFIELDSIZE, body.count),
+                        earshot_curl_setopt_pointer(handle, CURLOPT_POSTFIELDS, fields),
+                        earshot_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, list.map { UnsafeRawPointer($0) }),
+                        earshot_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, milliseconds),
+                        earshot_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, milliseconds),
+                        earshot_curl_setopt_long(handle, CURLOPT_PROTOCOLS, Int(CURLPROTO_HTTP | CURLPROTO_HTTPS)),
+                        earshot_curl_setopt_pointer(handle, CURLOPT_USERAGENT, "earshotd/\(earshotVersion)"),
+                        earshot_curl_discard_body(handle),
+                    ]
+                    if let failed = settings.first(where: { $0 != CURLE_OK }) { return failed }
+                    return curl_easy_perform(handle)
+                }
+            }
+        }
+        guard outcome == CURLE_OK else { return .failed(String(cString: curl_easy_strerror(outcome))) }
+        var status = 0
+        guard earshot_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK else {
+            return .failed("no HTTP status (curl_easy_getinfo)")
+        }
+        return .status(status)
+    }
+}

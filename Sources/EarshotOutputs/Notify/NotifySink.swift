@@ -1,0 +1,387 @@
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotDetection
+
+/// Event notifications over HTTP (`[notify]`): each onset (and, with ``NotifySettings/onEnd``, each end) POSTed to
+/// every URL, as JSON or in ntfy's format (``NotificationMessage``).
+///
+/// Analysis never waits: ``deliver(_:)`` decides on the routing thread (a few dictionary look-ups under a lock) and
+/// queues the message for each URL's own serial queue, bounded by ``NotifySettings/queueLimit`` (what does not fit
+/// is dropped for that URL and counted). Each URL has its own libcurl handle, so a slow one delays only itself.
+///
+/// One attempt waits at most ``NotifySettings/timeoutSeconds``; an attempt without an answer, or answered with
+/// HTTP 408, 429 or 5xx, is retried up to ``NotifySettings/retries`` times after 1, 2, 4 ... s (other statuses
+/// below 200 or from 300 on are not retried: a wrong URL stays wrong). A notification given up is counted
+/// (``Statistics/failed``); the first one of a URL is said as a `notify_failed` health event, and the URL's next
+/// success as a log line, so an outage is one event however many notifications it costs.
+///
+/// Repeats (``NotifySettings/repeatAfterSeconds``, R): an onset of a group less than R after that group's last
+/// notification is not notified (counted in ``Statistics/suppressed``); while the event stays open, a reminder goes
+/// out R after the last notification, and every R after. An end is notified (with `on_end`) when its event's onset
+/// or a reminder was. `alarm_chirp` events are points: no reminders, no ends.
+///
+/// Stopping: no more reminders and no more retries; what is queued is still tried once, for at most
+/// ``NotifySettings/timeoutSeconds`` altogether; what is left is counted and logged.
+package final class NotifySink: OutputSink, @unchecked Sendable {
+    /// Counters since start, for the status reply and the metrics.
+    package struct Statistics: Sendable, Equatable {
+        /// Notifications a URL accepted (HTTP 2xx), counted per URL.
+        package var sent = 0
+        /// Notifications given up for a URL (retries exhausted, a status not worth retrying, or stopping).
+        package var failed = 0
+        /// Notifications dropped because a URL's queue was full.
+        package var dropped = 0
+        /// Onsets not notified because their group was notified less than `repeat_after` before.
+        package var suppressed = 0
+        /// Reminders sent while events lasted (once per reminder, not per URL).
+        package var reminders = 0
+
+        package init() {}
+    }
+
+    package let name = "notify"
+    /// ``deliver(_:)`` only queues messages for the URLs' queues.
+    package let deliversWithoutWaiting = true
+    package let settings: NotifySettings
+
+    private let log: @Sendable (String, Int) -> Void
+    private let targets: [Target]
+    private let reminderQueue = DispatchQueue(label: "earshot.notify.reminders")
+    private let state = Mutex(State())
+    private let stopping = Atomic<Bool>(false)
+    /// Uptime (ns) after which a stopping sink sends nothing more.
+    private let stopDeadline = Atomic<UInt64>(0)
+    private let sent = Atomic<Int>(0)
+    private let failed = Atomic<Int>(0)
+    private let dropped = Atomic<Int>(0)
+    private let suppressed = Atomic<Int>(0)
+    private let reminders = Atomic<Int>(0)
+
+    private struct OpenEvent {
+        var generation: Int
+        var object: JSONObject
+        var since: Date
+    }
+
+    private struct State {
+        var reportHealth: (@Sendable (HealthEvent) -> Void)?
+        /// Uptime seconds of each group's last notification (onset or reminder).
+        var lastNotified: [String: Double] = [:]
+        /// Each group's open event (its onset seen, its end not yet).
+        var open: [String: OpenEvent] = [:]
+        /// Groups whose open event was notified (its onset or a reminder): their end is notified with `on_end`.
+        var notifiedOpen: Set<String> = []
+        var generation = 0
+        var stopped = false
+    }
+
+    /// One URL: its queue, libcurl handle and counters.
+    private final class Target: @unchecked Sendable {
+        let url: String
+        let origin: String
+        let queue: DispatchQueue
+        /// Used on ``queue`` only.
+        let poster: HTTPPoster
+        let pending = Atomic<Int>(0)
+        let failing = Atomic<Bool>(false)
+        /// Failures since the URL last succeeded (for the recovery line).
+        let failuresInRow = Atomic<Int>(0)
+
+        init(url: String) throws(EarshotError) {
+            self.url = url
+            origin = NotifySettings.shownOrigin(url)
+            queue = DispatchQueue(label: "earshot.notify.\(origin)")
+            poster = try HTTPPoster()
+        }
+    }
+
+    /// - Parameters:
+    ///   - settings: `[notify]`, with at least one URL.
+    ///   - log: a journal line and its syslog priority (recoveries, what stopping left unsent).
+    /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle.
+    package init(settings: NotifySettings, log: @escaping @Sendable (String, Int) -> Void) throws(EarshotError) {
+        self.settings = settings
+        self.log = log
+        var targets: [Target] = []
+        for url in settings.urls { targets.append(try Target(url: url)) }
+        self.targets = targets
+    }
+
+    package var statistics: Statistics {
+        var statistics = Statistics()
+        statistics.sent = sent.load(ordering: .relaxed)
+        statistics.failed = failed.load(ordering: .relaxed)
+        statistics.dropped = dropped.load(ordering: .relaxed)
+        statistics.suppressed = suppressed.load(ordering: .relaxed)
+        statistics.reminders = reminders.load(ordering: .relaxed)
+        return statistics
+    }
+
+    // MARK: OutputSink
+
+    package func accepts(_ output: DaemonOutput) -> Bool {
+        switch output {
+        case .detection, .alarm:
+            guard let group = output.group else { return false }
+            return settings.groups.isEmpty || settings.groups.contains(group)
+        case .window, .health, .clip, .sleepReport, .controls, .statistics:
+            return false
+        }
+    }
+
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
+        state.withLock { $0.reportHealth = reportHealth }
+    }
+
+    package func deliver(_ routed: RoutedOutput) {
+        let isOnset: Bool
+        switch routed.output {
+        case .detection(.onset): isOnset = true
+        case .detection(.offset): isOnset = false
+        case .alarm(let alarm): isOnset = alarm.kind == .onset
+        default: return
+        }
+        guard let group = routed.output.group, let object = EventLines.object(for: routed) else { return }
+        let isPoint = group == AlarmEvent.alarmChirp
+        let now = Self.uptime()
+        let repeatAfter = settings.repeatAfterSeconds
+        enum Decision { case notify(reminderGeneration: Int?), suppress(reminderGeneration: Int?, after: Double), end(Bool), none }
+        let decision = state.withLock { state -> Decision in
+            guard !state.stopped else { return .none }
+            if !isOnset {
+                state.open[group] = nil
+                return .end(state.notifiedOpen.remove(group) != nil && settings.onEnd)
+            }
+            var generation: Int?
+            if !isPoint {
+                state.generation += 1
+                generation = state.generation
+                state.open[group] = OpenEvent(generation: state.generation, object: object, since: routed.time)
+            }
+            if repeatAfter > 0, let last = state.lastNotified[group], now - last < repeatAfter {
+                return .suppress(reminderGeneration: generation, after: last + repeatAfter - now)
+            }
+            state.lastNotified[group] = now
+            if !isPoint { state.notifiedOpen.insert(group) }
+            return .notify(reminderGeneration: generation)
+        }
+        switch decision {
+        case .none, .end(false):
+            return
+        case .end(true):
+            enqueue(NotificationMessage(object: object, group: group, kind: .end, format: settings.format))
+        case .suppress(let generation, let after):
+            suppressed.wrappingAdd(1, ordering: .relaxed)
+            if let generation, repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: after) }
+        case .notify(let generation):
+            enqueue(NotificationMessage(object: object, group: group, kind: .onset, format: settings.format))
+            if let generation, repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: repeatAfter) }
+        }
+    }
+
+    package func stop() {
+        state.withLock { $0.stopped = true }
+        stopDeadline.store(
+            DispatchTime.now().uptimeNanoseconds + UInt64(settings.timeoutSeconds * 1e9), ordering: .relaxed)
+        stopping.store(true, ordering: .relaxed)
+        reminderQueue.sync {}
+        let failedBefore = failed.load(ordering: .relaxed)
+        for target in targets { target.queue.sync {} }
+        let left = failed.load(ordering: .relaxed) - failedBefore
+        if left > 0 {
+            log("notify: \(left) notification\(left == 1 ? " was" : "s were") not delivered before stopping", 4)
+        }
+    }
+
+    // MARK: Reminders and sending
+
+    private func scheduleReminder(group: String, generation: Int, after seconds: Double) {
+        reminderQueue.asyncAfter(deadline: .now() + max(0, seconds)) { [weak self] in
+            self?.remind(group: group, generation: generation)
+        }
+    }
+
+    private func remind(group: String, generation: Int) {
+        let now = Self.uptime()
+        let open = state.withLock { state -> OpenEvent? in
+            guard !state.stopped, let open = state.open[group], open.generation == generation else { return nil }
+            state.lastNotified[group] = now
+            state.notifiedOpen.insert(group)
+            return open
+        }
+        guard let open else { return }
+        reminders.wrappingAdd(1, ordering: .relaxed)
+        let time = Date()
+        var object = open.object
+        object["time"] = .string(EventJSON.timestamp(time))
+        object["reminder"] = .bool(true)
+        object["since"] = .string(EventJSON.timestamp(open.since))
+        object["ongoing_seconds"] = .int(Int(time.timeIntervalSince(open.since).rounded()))
+        enqueue(NotificationMessage(object: object, group: group, kind: .reminder, format: settings.format))
+        scheduleReminder(group: group, generation: generation, after: settings.repeatAfterSeconds)
+    }
+
+    private func enqueue(_ message: NotificationMessage) {
+        for target in targets {
+            if target.pending.load(ordering: .relaxed) >= settings.queueLimit {
+                dropped.wrappingAdd(1, ordering: .relaxed)
+                continue
+            }
+            target.pending.wrappingAdd(1, ordering: .relaxed)
+            target.queue.async { [self] in
+                send(message, to: target)
+                target.pending.wrappingSubtract(1, ordering: .relaxed)
+            }
+        }
+    }
+
+    /// Tries `message` on `target` (on its queue), with retries, and counts and reports the outcome.
+    private func send(_ message: NotificationMessage, to target: Target) {
+        var attempt = 0
+        var lastProblem = ""
+        while true {
+            var timeout = settings.timeoutSeconds
+            if stopping.load(ordering: .relaxed) {
+                let left = Double(Int64(stopDeadline.load(ordering: .relaxed)) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
+                guard left > 0.05 else {
+                    failed.wrappingAdd(1, ordering: .relaxed)
+                    return
+                }
+                timeout = min(timeout, left)
+            }
+            attempt += 1
+            let outcome = target.poster.post(
+                url: target.url, headers: message.headers, body: message.body, timeoutSeconds: timeout)
+            let retryable: Bool
+            switch outcome {
+            case .status(let status) where (200..<300).contains(status):
+                sent.wrappingAdd(1, ordering: .relaxed)
+                let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
+                if target.failing.exchange(false, ordering: .relaxed) {
+                    log("notify: \(target.origin) accepts notifications again (\(failures) failed before)", 6)
+                }
+                return
+            case .status(let status):
+                lastProblem = "HTTP \(status)"
+                retryable = status == 408 || status == 429 || status >= 500
+            case .failed(let text):
+                lastProblem = text
+                retryable = true
+            }
+            if retryable, attempt <= settings.retries, !stopping.load(ordering: .relaxed) {
+                if waitUnlessStopping(settings.retryDelay(beforeRetry: attempt)) { continue }
+            }
+            failed.wrappingAdd(1, ordering: .relaxed)
+            let failures = target.failuresInRow.wrappingAdd(1, ordering: .relaxed).newValue
+            guard !target.failing.exchange(true, ordering: .relaxed) else { return }
+            let advice = retryable ? "" : " (check [notify] url)"
+            let health = HealthEvent(
+                state: .notifyFailed,
+                message: "notifications to \(target.origin) are failing: \(lastProblem) after \(attempt) attempt\(attempt == 1 ? "" : "s")\(advice); detection goes on, and further failures are counted until one gets through",
+                details: ["url": .string(target.origin), "failed": .int(failures)])
+            state.withLock { $0.reportHealth }?(health)
+            return
+        }
+    }
+
+    /// Sleeps `seconds` in short steps; false when the sink began stopping meanwhile.
+    private func waitUnlessStopping(_ seconds: Double) -> Bool {
+        let end = Self.uptime() + seconds
+        while Self.uptime() < end {
+            if stopping.load(ordering: .relaxed) { return false }
+            usleep(UInt32(min(0.05, max(0.001, end - Self.uptime())) * 1e6))
+        }
+        return !stopping.load(ordering: .relaxed)
+    }
+
+    private static func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+}
+
+/// The headers and body of one notification.
+package struct NotificationMessage: Sendable, Equatable {
+    package enum Kind: Sendable, Equatable {
+        case onset, end, reminder
+    }
+
+    /// `Name: value` lines.
+    package var headers: [String]
+    package var body: [UInt8]
+
+    /// Groups whose notifications are urgent (ntfy priority 5).
+    package static let urgentGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
+
+    /// - Parameters:
+    ///   - object: the event's JSON as the socket carries it (for a reminder: the onset's, with `reminder`,
+    ///     `since` and `ongoing_seconds`).
+    ///   - format: `json`: that object, `Content-Type: application/json`. `ntfy`: a line such as
+    ///     `Smoke detector, smoke alarm (confidence 0.81)` with `Title: Smoke alarm`, `Priority: 5` and
+    ///     `Tags: rotating_light,smoke_alarm`; an end is `... ended after 12.5 s` (`Title: Smoke alarm ended`,
+    ///     priority 2, tag `white_check_mark`), a reminder `... still heard after 5 min` (`Title: Smoke alarm
+    ///     still heard`).
+    package init(object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format) {
+        switch format {
+        case .json:
+            headers = ["Content-Type: application/json"]
+            body = Array(object.encoded.utf8)
+        case .ntfy:
+            let what = Self.what(object, group: group)
+            let title = Self.title(group)
+            let text: String
+            let priority: Int
+            var tags: [String]
+            let urgent = Self.urgentGroups.contains(group)
+            switch kind {
+            case .onset:
+                let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
+                text = what + (confidence.map { " (confidence \(JSONValue.format($0, decimals: 2)))" } ?? "")
+                headers = ["Title: \(title)"]
+                priority = urgent ? 5 : group == "glass_break" ? 4 : 3
+                tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
+            case .end:
+                let duration = object["duration"]?.doubleValue ?? 0
+                text = "\(what) ended after \(Self.duration(duration))"
+                headers = ["Title: \(title) ended"]
+                priority = 2
+                tags = ["white_check_mark"]
+            case .reminder:
+                let ongoing = Double(object["ongoing_seconds"]?.doubleValue ?? 0)
+                text = "\(what) still heard after \(Self.duration(ongoing))"
+                headers = ["Title: \(title) still heard"]
+                priority = urgent ? 5 : group == "glass_break" ? 4 : 3
+                tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
+            }
+            tags.append(group)
+            headers += ["Priority: \(priority)", "Tags: \(tags.joined(separator: ","))", "Content-Type: text/plain; charset=utf-8"]
+            headers = headers.map(Self.headerSafe)
+            body = Array(text.utf8)
+        }
+    }
+
+    /// `smoke_alarm` as `Smoke alarm`.
+    package static func title(_ group: String) -> String {
+        let words = group.replacing("_", with: " ")
+        return words.prefix(1).uppercased() + words.dropFirst()
+    }
+
+    /// What was heard: the class, else the alarm pattern (`T3 pattern at 3150 Hz`), else the group's title.
+    private static func what(_ object: JSONObject, group: String) -> String {
+        if let pattern = object["pattern"]?.stringValue {
+            let tone = object["tone_hz"]?.doubleValue.map { " at \(Int($0)) Hz" } ?? ""
+            return "\(pattern) pattern\(tone)"
+        }
+        return object["class"]?.stringValue ?? title(group)
+    }
+
+    /// `12.5 s` under two minutes, else whole minutes (`5 min`).
+    private static func duration(_ seconds: Double) -> String {
+        seconds < 120 ? "\(JSONValue.format(seconds, decimals: 1)) s" : "\(Int((seconds / 60).rounded())) min"
+    }
+
+    /// A header line without control characters (a line break would end it).
+    private static func headerSafe(_ line: String) -> String {
+        String(line.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? " " : Character($0) })
+    }
+}

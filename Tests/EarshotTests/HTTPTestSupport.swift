@@ -1,0 +1,160 @@
+import Foundation
+import Glibc
+import Synchronization
+
+/// A small HTTP/1.1 server on 127.0.0.1 and a free port, for the notification tests: it records every request
+/// (method, path, headers, body, when it arrived) and answers each with what `answer` says for its index (status,
+/// seconds to wait first). One connection per request (`Connection: close`). Stopped by ``stop()``.
+final class HTTPTestServer: @unchecked Sendable {
+    struct Request: Sendable {
+        var method: String
+        var path: String
+        /// Header names lowercased, in order.
+        var headers: [(name: String, value: String)]
+        var body: String
+        /// Monotonic seconds (`DispatchTime`) when the request was read in full.
+        var receivedAt: Double
+
+        func header(_ name: String) -> String? { headers.first { $0.name == name.lowercased() }?.value }
+    }
+
+    struct Answer: Sendable {
+        var status: Int
+        var delaySeconds: Double = 0
+    }
+
+    let port: Int
+    private let listener: Int32
+    private let answer: @Sendable (Int) -> Answer
+    private let recorded = Mutex<[Request]>([])
+    private let answered = Atomic<Int>(0)
+    private let stopped = Atomic<Bool>(false)
+    private let done = DispatchGroup()
+
+    struct ServerError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    init(answer: @escaping @Sendable (Int) -> Answer) throws {
+        self.answer = answer
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        self.listener = listener
+        guard listener >= 0 else { throw ServerError(description: "socket: \(String(cString: strerror(errno)))") }
+        var yes: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listening = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 && listen(listener, 16) == 0
+            }
+        }
+        guard listening else {
+            close(listener)
+            throw ServerError(description: "bind/listen on 127.0.0.1: \(String(cString: strerror(errno)))")
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        done.enter()
+        // Threads of their own: blocking work on Dispatch's global queue can starve (Linux has no way to see that a
+        // worker blocks, and other tests block too), which would shift the times recorded.
+        Thread.detachNewThread { [self] in
+            acceptLoop()
+            done.leave()
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    func url(_ path: String = "/") -> String { "http://127.0.0.1:\(port)\(path)" }
+
+    var requests: [Request] { recorded.withLock { $0 } }
+    /// Responses written (a client that gave up first still counts once its answer is due).
+    var answeredCount: Int { answered.load(ordering: .relaxed) }
+
+    /// Waits up to `timeout` seconds for at least `count` requests; returns them.
+    func waitForRequests(_ count: Int, timeout: Double) -> [Request] {
+        let end = Date().addingTimeInterval(timeout)
+        while requests.count < count && Date() < end { usleep(10_000) }
+        return requests
+    }
+
+    func stop() {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        shutdown(listener, Int32(SHUT_RDWR))
+        done.wait()
+        close(listener)
+    }
+
+    deinit { stop() }
+
+    private func acceptLoop() {
+        while !stopped.load(ordering: .relaxed) {
+            var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 50) > 0 else { continue }
+            let client = accept(listener, nil, nil)
+            if client < 0 { continue }
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            done.enter()
+            Thread.detachNewThread { [self] in
+                serve(client)
+                done.leave()
+            }
+        }
+    }
+
+    private func serve(_ client: Int32) {
+        defer { close(client) }
+        var data = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        var headerEnd: Int?
+        var contentLength = 0
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline, !stopped.load(ordering: .relaxed) {
+            if let end = headerEnd, data.count >= end + contentLength { break }
+            var poller = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 50) > 0 else { continue }
+            let count = read(client, &buffer, buffer.count)
+            if count <= 0 { return }
+            data += buffer[0..<count]
+            if headerEnd == nil, let range = findHeaderEnd(data) {
+                headerEnd = range
+                let head = String(decoding: data[0..<range], as: UTF8.self)
+                for line in head.split(separator: "\r\n") where line.lowercased().hasPrefix("content-length:") {
+                    contentLength = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+                }
+            }
+        }
+        guard let end = headerEnd else { return }
+        let lines = String(decoding: data[0..<(end - 4)], as: UTF8.self).components(separatedBy: "\r\n")
+        let requestLine = lines.first?.split(separator: " ") ?? []
+        var headers: [(String, String)] = []
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers.append((line[..<colon].lowercased(), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+        }
+        let body = String(decoding: data[end..<min(data.count, end + contentLength)], as: UTF8.self)
+        let index = recorded.withLock { requests -> Int in
+            requests.append(Request(
+                method: requestLine.first.map(String.init) ?? "", path: requestLine.dropFirst().first.map(String.init) ?? "",
+                headers: headers, body: body, receivedAt: Double(DispatchTime.now().uptimeNanoseconds) / 1e9))
+            return requests.count - 1
+        }
+        let reply = answer(index)
+        let until = Date().addingTimeInterval(reply.delaySeconds)
+        while Date() < until, !stopped.load(ordering: .relaxed) { usleep(10_000) }
+        let text = "HTTP/1.1 \(reply.status) Test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+        _ = text.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        answered.wrappingAdd(1, ordering: .relaxed)
+    }
+
+    private func findHeaderEnd(_ data: [UInt8]) -> Int? {
+        guard data.count >= 4 else { return nil }
+        for index in 0...(data.count - 4)
+        where data[index] == 13 && data[index + 1] == 10 && data[index + 2] == 13 && data[index + 3] == 10 {
+            return index + 4
+        }
+        return nil
+    }
+}

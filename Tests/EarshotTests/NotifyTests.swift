@@ -1,0 +1,275 @@
+import Foundation
+import Synchronization
+import Testing
+import EarshotSupport
+import EarshotDetection
+import EarshotOutputs
+import EarshotService
+
+/// `[notify]`: webhooks and ntfy over libcurl, against real HTTP servers on 127.0.0.1 (one that answers, one that
+/// answers slowly, one that fails).
+@Suite("Notify: HTTP notifications of events")
+struct NotifyTests {
+    /// 2027-01-15T08:00:00.000Z.
+    static let time = Date(timeIntervalSince1970: 1_800_000_000)
+
+    static func onset(_ group: String = "smoke_alarm", label: String = "Smoke detector, smoke alarm", start: Double = 12.48) -> DaemonOutput {
+        .detection(.onset(.init(group: group, classLabel: label, confidence: 0.81, start: start, decisionTime: start + 1.44)))
+    }
+
+    static func end(_ group: String = "smoke_alarm", label: String = "Smoke detector, smoke alarm") -> DaemonOutput {
+        .detection(.offset(.init(
+            group: group, classLabel: label, start: 12.48, end: 24.96, peakConfidence: 0.93, meanConfidence: 0.7,
+            positiveWindows: 20, reason: .holdElapsed)))
+    }
+
+    /// Health events and log lines the sink reported.
+    final class Reports: Sendable {
+        let health = Mutex<[HealthEvent]>([])
+        let lines = Mutex<[String]>([])
+        var healthEvents: [HealthEvent] { health.withLock { $0 } }
+        var logLines: [String] { lines.withLock { $0 } }
+    }
+
+    static func sink(_ settings: NotifySettings, _ reports: Reports) throws -> NotifySink {
+        let sink = try NotifySink(settings: settings, log: { line, _ in reports.lines.withLock { $0.append(line) } })
+        sink.start(reportHealth: { health in reports.health.withLock { $0.append(health) } })
+        return sink
+    }
+
+    static func settings(_ urls: [String], configure: (inout NotifySettings) -> Void = { _ in }) -> NotifySettings {
+        var settings = NotifySettings()
+        settings.urls = urls
+        settings.repeatAfterSeconds = 0
+        configure(&settings)
+        return settings
+    }
+
+    @Test("json: an onset and its end are POSTed as the socket's JSON objects")
+    func jsonBodies() throws {
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let reports = Reports()
+        let sink = try Self.sink(Self.settings([server.url("/hook?token=abc")]) { $0.onEnd = true }, reports)
+        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        sink.deliver(RoutedOutput(output: Self.end(), time: Self.time.addingTimeInterval(12.5)))
+        let requests = server.waitForRequests(2, timeout: 10)
+        sink.stop()
+        try #require(requests.count == 2)
+        #expect(requests[0].method == "POST")
+        #expect(requests[0].path == "/hook?token=abc")
+        #expect(requests[0].header("Content-Type") == "application/json")
+        #expect(requests[0].header("User-Agent") == "earshotd/\(earshotVersion)")
+        #expect(requests[0].header("Expect") == nil)
+        #expect(requests[0].body == #"{"type":"detection","group":"smoke_alarm","class":"Smoke detector, smoke alarm","confidence":0.81,"stream_time":12.48,"time":"2027-01-15T08:00:00.000Z"}"#)
+        #expect(requests[1].body == #"{"type":"detection_end","group":"smoke_alarm","class":"Smoke detector, smoke alarm","start":12.48,"end":24.96,"duration":12.48,"peak_confidence":0.93,"mean_confidence":0.7,"windows":20,"reason":"hold_elapsed","time":"2027-01-15T08:00:12.500Z"}"#)
+        #expect(sink.statistics.sent == 2)
+        #expect(sink.statistics.failed == 0)
+        #expect(reports.healthEvents.isEmpty)
+    }
+
+    @Test("ntfy: plain-text message with Title, Priority and Tags; only the groups listed; no end without on_end")
+    func ntfyFormat() throws {
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let reports = Reports()
+        let sink = try Self.sink(Self.settings([server.url("/earshot-test")]) {
+            $0.format = .ntfy
+            $0.groups = ["smoke_alarm", "baby_cry"]
+        }, reports)
+        #expect(!sink.accepts(Self.onset("glass_break", label: "Glass")))
+        #expect(!sink.accepts(.health(HealthEvent(state: .overrun, message: "x"))))
+        #expect(sink.accepts(Self.onset()))
+        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        sink.deliver(RoutedOutput(output: Self.end(), time: Self.time))
+        sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "Baby cry, infant cry"), time: Self.time))
+        let requests = server.waitForRequests(2, timeout: 10)
+        sink.stop()
+        try #require(requests.count == 2)
+        #expect(requests[0].body == "Smoke detector, smoke alarm (confidence 0.81)")
+        #expect(requests[0].header("Title") == "Smoke alarm")
+        #expect(requests[0].header("Priority") == "5")
+        #expect(requests[0].header("Tags") == "rotating_light,smoke_alarm")
+        #expect(requests[0].header("Content-Type") == "text/plain; charset=utf-8")
+        #expect(requests[1].body == "Baby cry, infant cry (confidence 0.81)")
+        #expect(requests[1].header("Title") == "Baby cry")
+        #expect(requests[1].header("Priority") == "3")
+        #expect(requests[1].header("Tags") == "loud_sound,baby_cry")
+        #expect(server.requests.count == 2)
+    }
+
+    @Test("ntfy end and reminder messages")
+    func ntfyEndAndReminder() {
+        let end = NotificationMessage(
+            object: EventJSON.object(for: .offset(.init(
+                group: "co_alarm", classLabel: "Carbon monoxide detector, CO detector", start: 1, end: 13.5,
+                peakConfidence: 0.9, meanConfidence: 0.8, positiveWindows: 9, reason: .holdElapsed)), time: Self.time),
+            group: "co_alarm", kind: .end, format: .ntfy)
+        #expect(String(decoding: end.body, as: UTF8.self) == "Carbon monoxide detector, CO detector ended after 12.5 s")
+        #expect(end.headers == ["Title: Co alarm ended", "Priority: 2", "Tags: white_check_mark,co_alarm", "Content-Type: text/plain; charset=utf-8"])
+        var object = EventJSON.object(for: .onset(.init(group: "glass_break", classLabel: "Glass", confidence: 0.5, start: 0, decisionTime: 1)), time: Self.time)
+        object["ongoing_seconds"] = .int(300)
+        let reminder = NotificationMessage(object: object, group: "glass_break", kind: .reminder, format: .ntfy)
+        #expect(String(decoding: reminder.body, as: UTF8.self) == "Glass still heard after 5 min")
+        #expect(reminder.headers == ["Title: Glass break still heard", "Priority: 4", "Tags: warning,glass_break", "Content-Type: text/plain; charset=utf-8"])
+    }
+
+    @Test("a failing server: retried after 0.2 s then 0.4 s, given up, said once as notify_failed, counted; recovery logged")
+    func failingServer() throws {
+        // Requests 0...2 (the first notification and its two retries) and 3...5 (the second) fail; then 200.
+        let server = try HTTPTestServer { index in .init(status: index < 6 ? 503 : 200) }
+        defer { server.stop() }
+        let reports = Reports()
+        let sink = try Self.sink(Self.settings([server.url("/fail")]) {
+            $0.retries = 2
+            $0.firstRetryDelaySeconds = 0.2
+        }, reports)
+        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "Baby cry, infant cry"), time: Self.time))
+        sink.deliver(RoutedOutput(output: Self.onset("glass_break", label: "Glass"), time: Self.time))
+        let requests = server.waitForRequests(7, timeout: 20)
+        sink.stop()
+        try #require(requests.count == 7)
+        // The same body on every attempt of a notification, in order.
+        #expect(requests[0...2].allSatisfy { $0.body == requests[0].body })
+        #expect(requests[0].body.contains(#""group":"smoke_alarm""#))
+        #expect(requests[3...5].allSatisfy { $0.body.contains(#""group":"baby_cry""#) })
+        #expect(requests[6].body.contains(#""group":"glass_break""#))
+        // Back-off: 0.2 s, then 0.4 s (a local server answers within milliseconds; 0.15 s of slack).
+        let gaps = [requests[1].receivedAt - requests[0].receivedAt, requests[2].receivedAt - requests[1].receivedAt]
+        #expect(abs(gaps[0] - 0.2) < 0.15, "first retry after \(gaps[0]) s")
+        #expect(abs(gaps[1] - 0.4) < 0.15, "second retry after \(gaps[1]) s")
+        #expect(sink.statistics.failed == 2)
+        #expect(sink.statistics.sent == 1)
+        let health = reports.healthEvents
+        #expect(health.count == 1)
+        #expect(health.first?.state == .notifyFailed)
+        #expect(health.first?.message == "notifications to http://127.0.0.1:\(server.port) are failing: HTTP 503 after 3 attempts; detection goes on, and further failures are counted until one gets through")
+        #expect(health.first?.details["url"]?.stringValue == "http://127.0.0.1:\(server.port)")
+        #expect(reports.logLines == ["notify: http://127.0.0.1:\(server.port) accepts notifications again (2 failed before)"])
+    }
+
+    @Test("a 404 is not retried; it names the key to check")
+    func notFoundIsNotRetried() throws {
+        let server = try HTTPTestServer { _ in .init(status: 404) }
+        defer { server.stop() }
+        let reports = Reports()
+        let sink = try Self.sink(Self.settings([server.url("/missing")]) { $0.firstRetryDelaySeconds = 0.05 }, reports)
+        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        sink.stop()
+        #expect(server.requests.count == 1)
+        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(server.port) are failing: HTTP 404 after 1 attempt (check [notify] url); detection goes on, and further failures are counted until one gets through"])
+    }
+
+    @Test("a slow server: deliver returns before the answer, the attempt times out, another URL is not held back")
+    func slowServer() throws {
+        let slow = try HTTPTestServer { _ in .init(status: 200, delaySeconds: 4) }
+        defer { slow.stop() }
+        let fast = try HTTPTestServer { _ in .init(status: 200) }
+        defer { fast.stop() }
+        let reports = Reports()
+        let sink = try Self.sink(Self.settings([slow.url("/slow"), fast.url("/fast")]) {
+            $0.timeoutSeconds = 1
+            $0.retries = 0
+        }, reports)
+        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        // deliver only queued: the slow server has not answered anything yet.
+        #expect(slow.answeredCount == 0)
+        let fastRequests = fast.waitForRequests(1, timeout: 5)
+        #expect(fastRequests.count == 1)
+        #expect(slow.answeredCount == 0, "the fast URL was served while the slow one was still waiting")
+        // The slow attempt times out after 1 s and is given up (retries = 0).
+        let deadline = Date().addingTimeInterval(8)
+        while reports.healthEvents.isEmpty && Date() < deadline { usleep(20_000) }
+        sink.stop()
+        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(slow.port) are failing: Timeout was reached after 1 attempt; detection goes on, and further failures are counted until one gets through"])
+        #expect(sink.statistics.sent == 1)
+        #expect(sink.statistics.failed == 1)
+    }
+
+    @Test("repeat_after: a repeating onset within it is not notified; a lasting event gets reminders; its end follows")
+    func repeatAfter() throws {
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let reports = Reports()
+        let sink = try Self.sink(Self.settings([server.url("/r")]) {
+            $0.repeatAfterSeconds = 1
+            $0.onEnd = true
+        }, reports)
+        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        sink.deliver(RoutedOutput(output: Self.end(), time: Self.time))
+        // Starts again at once: suppressed, but the alarm is still going, so a reminder comes 1 s after the first.
+        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        let requests = server.waitForRequests(4, timeout: 6)
+        sink.deliver(RoutedOutput(output: Self.end(), time: Self.time))
+        let withEnd = server.waitForRequests(5, timeout: 5)
+        sink.stop()
+        try #require(withEnd.count >= 5)
+        let kinds = withEnd.prefix(5).map { request -> String in
+            if request.body.contains(#""reminder":true"#) { return "reminder" }
+            return request.body.contains(#""type":"detection_end""#) ? "end" : "onset"
+        }
+        #expect(kinds == ["onset", "end", "reminder", "reminder", "end"])
+        let gaps = [requests[2].receivedAt - requests[0].receivedAt, requests[3].receivedAt - requests[2].receivedAt]
+        #expect(abs(gaps[0] - 1) < 0.3, "first reminder after \(gaps[0]) s")
+        #expect(abs(gaps[1] - 1) < 0.3, "second reminder after \(gaps[1]) s")
+        #expect(requests[2].body.contains(#""since":"2027-01-15T08:00:00.000Z""#))
+        #expect(sink.statistics.suppressed == 1)
+        #expect(sink.statistics.reminders == 2)
+        // No reminders after the end.
+        usleep(1_300_000)
+        #expect(server.requests.count == 5)
+    }
+
+    @Test("[notify] keys are read; bad values are one line with file:line and the fix")
+    func configuration() throws {
+        let configuration = try DaemonConfiguration.parse("""
+            [notify]
+            url = https://ntfy.sh/earshot-kitchen  http://192.168.1.5:8080/hook
+            groups = smoke_alarm co_alarm
+            format = ntfy
+            on_end = yes
+            repeat_after = 120
+            timeout = 5
+            retries = 0
+            """, source: "test.conf")
+        var expected = NotifySettings()
+        expected.urls = ["https://ntfy.sh/earshot-kitchen", "http://192.168.1.5:8080/hook"]
+        expected.groups = ["smoke_alarm", "co_alarm"]
+        expected.format = .ntfy
+        expected.onEnd = true
+        expected.repeatAfterSeconds = 120
+        expected.timeoutSeconds = 5
+        expected.retries = 0
+        #expect(configuration.notify == expected)
+        #expect(DaemonConfiguration().notify.enabled == false)
+        #expect(DaemonConfiguration().notify.repeatAfterSeconds == 300)
+
+        let cases: [(String, String)] = [
+            ("url = ftp://example.com/x", #"test.conf:2: [notify] url = ftp://example.com/x: "ftp://example.com/x" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
+            ("url = https:///topic", #"test.conf:2: [notify] url = https:///topic: "https:///topic" has no host name; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
+            ("format = xml", "test.conf:2: [notify] format = xml: must be json or ntfy"),
+            ("repeat_after = -1", "test.conf:2: [notify] repeat_after = -1: must be a number in [0, 86400] seconds (0: notify every onset, no reminders)"),
+            ("timeout = 0", "test.conf:2: [notify] timeout = 0: must be a number in [1, 300] seconds"),
+            ("retries = 11", "test.conf:2: [notify] retries = 11: must be a whole number in [0, 10]"),
+            ("groups = smoke_alarm kettle", #"test.conf:2: [notify] groups: "kettle" is not a group (groups: alarm_chirp, baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech)"#),
+        ]
+        for (line, message) in cases {
+            #expect(throws: EarshotError(.config, message)) {
+                _ = try DaemonConfiguration.parse("[notify]\n\(line)\n", source: "test.conf")
+            }
+        }
+    }
+
+    @Test("earshotd --check-config refuses a bad [notify] url with exit status 78", .needsEarshotdBuilt)
+    func checkConfigExitStatus() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-notify-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = directory.appendingPathComponent("earshotd.conf")
+        try "[notify]\nurl = ntfy.sh/topic\n".write(to: config, atomically: true, encoding: .utf8)
+        let run = try #require(try EarshotdRun.run(["--check-config", "--config", config.path]))
+        #expect(run.status == 78)
+        #expect(run.error == "earshotd: \(config.path):2: [notify] url = ntfy.sh/topic: \"ntfy.sh/topic\" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts\n")
+    }
+}
