@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import EarshotTools
 
 /// A real clocked capture device for tests: a PulseAudio server of the test's own (Debian `pulseaudio`) with one
 /// null sink, whose monitor source is captured through ALSA's `pulse` PCM plugin (Debian `libasound2-plugins`).
@@ -11,6 +12,10 @@ import Testing
 /// the server's own start-up script (`-n -F`: no system default.pa) and its native-protocol socket. The server runs
 /// as a user daemon even as root (`--system=false`; it warns and runs). Children are stopped with SIGKILL (test
 /// children inherit a blocked SIGTERM from the runner).
+///
+/// The server and the players are started with `posix_spawn` (``ChildProcess``), not Foundation's `Process`:
+/// pulseaudio closes every inherited descriptor at start, which Foundation takes for the child's exit; it then
+/// blocks in `waitpid` on the live server, and no other `Process` of the test (the daemon) is seen to exit.
 final class PulseAudioServer: @unchecked Sendable {
     static let executable = "/usr/bin/pulseaudio"
     static let player = "/usr/bin/paplay"
@@ -36,8 +41,8 @@ final class PulseAudioServer: @unchecked Sendable {
     private var runtime: URL { directory.appendingPathComponent("runtime") }
     private var script: URL { directory.appendingPathComponent("server.pa") }
     private var logFile: URL { directory.appendingPathComponent("pulseaudio.log") }
-    private var process: Process?
-    private var players: [Process] = []
+    private var process: ChildProcess?
+    private var players: [ChildProcess] = []
 
     init() throws {
         // Short: the socket path must fit a Unix socket address (107 bytes).
@@ -81,25 +86,16 @@ final class PulseAudioServer: @unchecked Sendable {
 
     /// Starts the server and waits (up to 10 s) until its socket accepts connections. Returns when it does.
     func start() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.executable)
-        process.arguments = [
-            "-n", "--daemonize=no", "--exit-idle-time=-1", "--system=false", "--use-pid-file=no", "--disable-shm=yes",
-            "--log-target=stderr", "--log-level=warning", "-F", script.path,
-        ]
-        // Set, so that the server does not re-execute itself to set it (pulseaudio's main does, for its real-time
-        // threads): Foundation's Process takes that exec for the child's exit and blocks in waitpid on it, which
-        // stalls every other Process of the test until the server ends.
+        // LD_BIND_NOW set: pulseaudio would otherwise re-execute itself to set it (for its real-time threads).
         var serverEnvironment = environment
         serverEnvironment["LD_BIND_NOW"] = "1"
-        process.environment = serverEnvironment
-        FileManager.default.createFile(atPath: logFile.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logFile)
-        log.seekToEndOfFile()
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = log
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(
+            executable: Self.executable,
+            arguments: [
+                "-n", "--daemonize=no", "--exit-idle-time=-1", "--system=false", "--use-pid-file=no",
+                "--disable-shm=yes", "--log-target=stderr", "--log-level=warning", "-F", script.path,
+            ],
+            environment: serverEnvironment, standardErrorPath: logFile.path)
         self.process = process
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
@@ -123,25 +119,20 @@ final class PulseAudioServer: @unchecked Sendable {
     var isRunning: Bool { process?.isRunning ?? false }
 
     /// Plays `file` into the null sink with `paplay` (in the background; it ends with the file or the server).
-    @discardableResult
-    func play(_ file: URL) throws -> Process {
-        let player = Process()
-        player.executableURL = URL(fileURLWithPath: Self.player)
-        player.arguments = ["--device=\(sinkName)", file.path]
-        player.environment = environment
-        player.standardOutput = FileHandle.nullDevice
-        player.standardError = FileHandle.nullDevice
-        try player.run()
+    func play(_ file: URL) throws {
+        let player = try ChildProcess(
+            executable: Self.player, arguments: ["--device=\(sinkName)", file.path], environment: environment,
+            standardErrorPath: directory.appendingPathComponent("paplay-\(players.count).log").path)
         players.append(player)
-        return player
     }
 
     /// Kills the players and the server and removes the directory.
     func remove() {
-        for player in players where player.isRunning {
-            Glibc.kill(player.processIdentifier, SIGKILL)
+        for player in players {
+            if player.isRunning { Glibc.kill(player.processIdentifier, SIGKILL) }
             player.waitUntilExit()
         }
+        players = []
         kill()
         try? FileManager.default.removeItem(at: directory)
     }
