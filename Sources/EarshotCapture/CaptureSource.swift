@@ -42,6 +42,10 @@ public enum CapturePacing: Sendable, Equatable {
     /// seconds have passed since start. For sources without a clock (files, stdin, the ALSA `null` and `file`
     /// plugins). `speed` > 0; 1 is real time, larger values replay faster (tests).
     case clock(speed: Double)
+    /// No clock: before each chunk the thread waits (in 2 ms steps) until the ring has room for it, so the source is
+    /// replayed as fast as the ring's consumer reads it and nothing is dropped. For files and stdin replayed at full
+    /// speed through the daemon's path (`earshotd --input-speed max`, `scripts/soak`); a live device must not wait.
+    case consumer
 
     /// Real time (`.clock(speed: 1)`).
     public static let realTime = CapturePacing.clock(speed: 1)
@@ -217,13 +221,17 @@ package final class ProducerLoop: @unchecked Sendable {
         let clockStart = Self.monotonicNanoseconds()
         let nanosecondsPerFrame: Double
         switch pacing {
-        case .device: nanosecondsPerFrame = 0
+        case .device, .consumer: nanosecondsPerFrame = 0
         case .clock(let speed): nanosecondsPerFrame = 1e9 / (Double(sampleRate) * max(speed, 1e-6))
         }
+        let waitsForConsumer = pacing == .consumer
         loop: while !stopRequested.load(ordering: .acquiring) {
             switch reader.read(into: mono, capacity: chunkFrames) {
             case .frames(let count):
                 guard count > 0 else { continue }
+                if waitsForConsumer {
+                    while ring.availableToWrite < count && !stopRequested.load(ordering: .acquiring) { usleep(2_000) }
+                }
                 ring.write(
                     from: UnsafeBufferPointer(start: mono, count: count), framePosition: position,
                     sampleRate: sampleRate)

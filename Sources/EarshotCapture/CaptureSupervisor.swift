@@ -15,8 +15,10 @@ import EarshotAudio
 /// outage as a gap (``SampleRingBuffer/Chunk/gapFrames``), never as joined audio.
 ///
 /// Back-off: after the n-th failure in a row the next attempt waits `initialDelay * 2^(n-1)` seconds, at most
-/// `maximumDelay` (defaults 1, 2, 4, 8, 16, 30, 30, ... seconds). The count resets once a session has run for
-/// `stableDuration` seconds, so a device that opens but fails at once cannot cause a fast crash loop.
+/// `maximumDelay` (defaults 1, 2, 4, 4, 4, ... seconds: a device that comes back is capturing again within about 4 s,
+/// however long it was away; an attempt on a missing device costs well under a millisecond). The count resets once
+/// a session has run for `stableDuration` seconds, so a device that opens but fails at once cannot cause a fast
+/// crash loop.
 ///
 /// State reports: `onStateChange` runs on `callbackQueue`, in order, only when the state differs from the last one
 /// reported; a device that stays missing is reported once, however many retries fail the same way.
@@ -53,12 +55,12 @@ public final class CaptureSupervisor: Sendable {
     public struct Backoff: Sendable, Equatable {
         /// Seconds before the first retry (> 0). Default 1.
         public var initialDelay: Double
-        /// Longest wait between retries, in seconds. Default 30.
+        /// Longest wait between retries, in seconds. Default 4 (the most a returning device waits to be used).
         public var maximumDelay: Double
         /// A session that ran this many seconds resets the back-off. Default 30.
         public var stableDuration: Double
 
-        public init(initialDelay: Double = 1, maximumDelay: Double = 30, stableDuration: Double = 30) {
+        public init(initialDelay: Double = 1, maximumDelay: Double = 4, stableDuration: Double = 30) {
             self.initialDelay = initialDelay
             self.maximumDelay = maximumDelay
             self.stableDuration = stableDuration

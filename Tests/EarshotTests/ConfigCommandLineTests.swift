@@ -30,6 +30,9 @@ struct ConfigCommandLineTests {
         let stdin = try DaemonCommandLine.parse(["--input", "-", "--input-rate", "48000"])
         #expect(stdin.overrides.input == .standardInput)
         #expect(stdin.overrides.inputSampleRate == 48_000)
+        #expect(stdin.inputPacing == .realTime)
+        #expect(try DaemonCommandLine.parse(["--input", "-", "--input-speed", "max"]).inputPacing == .consumer)
+        #expect(try DaemonCommandLine.parse(["--input=a.wav", "--input-speed=250"]).inputPacing == .clock(speed: 250))
         #expect(try DaemonCommandLine.parse(["--input", "alarm.flac"]).overrides.input == .file(path: "alarm.flac"))
         #expect(try DaemonCommandLine.parse(["--check-config"]).action == .checkConfig)
         #expect(try DaemonCommandLine.parse(["--check-config", "-h"]).action == .help)
@@ -79,6 +82,10 @@ struct ConfigCommandLineTests {
         (["--input", "a.wav", "--input-rate", "8000"],
          "--input-rate applies to raw standard input (--input -), not to a file: files carry their own rate"),
         (["--input", ""], "--input needs a sound file, or - for raw S16_LE on standard input"),
+        (["--input", "-", "--input-speed", "0"], "--input-speed 0: must be a number in (0, 100000] or max, e.g. 100"),
+        (["--input", "-", "--input-speed", "fast"], "--input-speed fast: must be a number in (0, 100000] or max, e.g. 100"),
+        (["--input-speed", "max"],
+         "--input-speed applies to --input (a file or -), not to a capture device: a device keeps its own clock"),
     ]
 
     @Test("usage errors name the flag and exit 64", arguments: usageErrors)
@@ -116,6 +123,8 @@ struct ConfigCommandLineTests {
               --input FILE|-      stream a sound file, or raw S16_LE mono from standard input (-), in real time
                                   instead of capturing
               --input-rate HZ     sample rate of raw standard input (default 16000)
+              --input-speed X|max replay --input X times faster than real time, or as fast as the analysis
+                                  reads it (max); for soak runs and benchmarks (default 1)
               --socket PATH       Unix socket for subscribers (default /run/earshot/earshot.sock)
               --watch G,G...      groups that emit events (default smoke_alarm,fire_alarm,co_alarm,baby_cry,glass_break)
               --gate-dbfs DBFS    windows whose RMS level is below this are not classified (default -50)

@@ -40,6 +40,10 @@ package struct DaemonCommandLine: Sendable, Equatable {
     /// time through the same pipeline instead of retrying (the README's first command uses it on machines with no
     /// microphone). Never used after the device has worked once.
     package var fallbackInput: String?
+    /// `--input-speed X|max`: how an `--input` file or stdin is paced. Default real time (`.clock(speed: 1)`); `X`
+    /// (a number in (0, 100000]) replays X times faster; `max` replays as fast as the analysis reads
+    /// (``CapturePacing/consumer``: nothing dropped). For soak runs and benchmarks (`scripts/soak`).
+    package var inputPacing: CapturePacing = .realTime
 
     package init(action: Action = .run, configPath: String? = nil, overrides: DaemonConfiguration.Overrides = .init(),
                 foreground: Bool = false) {
@@ -67,6 +71,8 @@ package struct DaemonCommandLine: Sendable, Equatable {
               --input FILE|-      stream a sound file, or raw S16_LE mono from standard input (-), in real time
                                   instead of capturing
               --input-rate HZ     sample rate of raw standard input (default \(defaults.capture.inputSampleRate))
+              --input-speed X|max replay --input X times faster than real time, or as fast as the analysis
+                                  reads it (max); for soak runs and benchmarks (default 1)
               --socket PATH       Unix socket for subscribers (default \(defaults.output.socketPath))
               --watch G,G...      groups that emit events (default \(defaults.detection.watch.joined(separator: ",")))
               --gate-dbfs DBFS    windows whose RMS level is below this are not classified (default \(SettingRules.format(defaults.analysis.gateThresholdDBFS)))
@@ -168,6 +174,15 @@ package struct DaemonCommandLine: Sendable, Equatable {
                 let path = try value("a sound file")
                 guard !path.isEmpty else { throw EarshotError(.usage, "--fallback-input needs a sound file") }
                 result.fallbackInput = path
+            case "--input-speed":
+                let text = try value("a speed factor, e.g. 100, or max")
+                if text == "max" {
+                    result.inputPacing = .consumer
+                } else if let speed = Double(text), speed > 0, speed <= 100_000 {
+                    result.inputPacing = .clock(speed: speed)
+                } else {
+                    throw EarshotError(.usage, "--input-speed \(text): must be a number in (0, 100000] or max, e.g. 100")
+                }
             case "--input-rate":
                 result.overrides.inputSampleRate = try parsed(SettingRules.inputSampleRate, "a sample rate in Hz")
             case "--socket":
@@ -193,6 +208,9 @@ package struct DaemonCommandLine: Sendable, Equatable {
         if result.overrides.device != nil && result.overrides.input != nil {
             throw EarshotError(.usage, "--device and --input exclude each other: capture from a device or stream an input, not both")
         }
+        if result.inputPacing != .realTime && result.overrides.input == nil {
+            throw EarshotError(.usage, "--input-speed applies to --input (a file or -), not to a capture device: a device keeps its own clock")
+        }
         if result.overrides.inputSampleRate != nil, case .file = result.overrides.input {
             throw EarshotError(.usage, "--input-rate applies to raw standard input (--input -), not to a file: files carry their own rate")
         }
@@ -200,7 +218,7 @@ package struct DaemonCommandLine: Sendable, Equatable {
     }
 
     package static let knownFlags = [
-        "--config", "--device", "--input", "--input-rate", "--socket", "--watch", "--gate-dbfs", "--window",
+        "--config", "--device", "--input", "--input-rate", "--input-speed", "--socket", "--watch", "--gate-dbfs", "--window",
         "--overlap", "--no-journal", "--foreground", "--fallback-input", "--check-config", "--version", "--help",
     ]
 }

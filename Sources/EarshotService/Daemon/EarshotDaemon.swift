@@ -309,9 +309,11 @@ package final class EarshotDaemon: @unchecked Sendable {
         }
         switch capture.input {
         case .file(let path):
-            return try RealtimeFileSource(path: path)
+            return try RealtimeFileSource(path: path, pacing: commandLine.inputPacing)
         case .standardInput:
-            return try RealtimeFileSource(path: RealtimeFileSource.standardInputName, rawSampleRate: capture.inputSampleRate)
+            return try RealtimeFileSource(
+                path: RealtimeFileSource.standardInputName, rawSampleRate: capture.inputSampleRate,
+                pacing: commandLine.inputPacing)
         case nil:
             do {
                 return try PCMCapture(configuration: CaptureConfiguration(device: capture.device))
@@ -342,8 +344,17 @@ package final class EarshotDaemon: @unchecked Sendable {
             shutdown(reason: "input failed", status: error.exitStatus)
         case .unavailable(let error):
             let retry = supervisor.nextRetryDelay.map { " (retrying in \(Int($0.rounded())) s)" } ?? ""
-            status.withLock { $0.capture = "unavailable" }
-            router.route(.health(HealthEvent(state: .captureUnavailable, message: error.message + retry)))
+            let alreadySaid = status.withLock { status -> Bool in
+                defer { status.capture = "unavailable" }
+                return status.capture == "unavailable"
+            }
+            if alreadySaid {
+                // One health event per outage: a retry that fails another way (the device vanished mid-capture,
+                // then cannot be opened) is only a journal line.
+                journal.log("capture still unavailable: \(error.message)\(retry)", priority: 4)
+            } else {
+                router.route(.health(HealthEvent(state: .captureUnavailable, message: error.message + retry)))
+            }
             _ = try? notifier.status("waiting for \(sourceDescription): \(error.message)")
         case .finished:
             analysisQueue.sync { pipeline.finishInput() }

@@ -1,0 +1,135 @@
+import Foundation
+import Testing
+import Earshot
+import EarshotService
+
+/// `earshotd` capturing from a real clocked device that vanishes mid-stream: a PulseAudio server of the test's own
+/// (``PulseAudioServer``), its null sink's monitor captured through ALSA's `pulse` plugin, `samples/demo.flac`
+/// played into the sink with `paplay`. The server is killed (SIGKILL) while the recording plays, stays away 8 s and
+/// is started again on the same socket.
+///
+/// What the daemon must do, from its own event lines (standard output, `--foreground`), timed by their arrival:
+/// `capture_unavailable` within 1 s of the kill, said once for the whole outage (the retries fail another way:
+/// "Connection refused"); `capture_live` within 5 s of the server's return (8 s away outlasts the first retries,
+/// 1 + 2 + 4 s, so this needs the back-off's 4 s cap); the outage reported as one gap (`overrun`, `lost_seconds`
+/// between the server's absence and the daemon's); the same recording detected again after the return, at a
+/// stream time that counts the gap; and a clean exit on SIGINT at the end.
+@Suite("earshotd on a PulseAudio device that vanishes mid-stream", .serialized)
+struct CapturePulseAudioTests {
+    typealias Line = (object: [String: Any], arrival: Date)
+
+    static func lines(_ daemon: DaemonProcess) -> [Line] {
+        daemon.lines.compactMap { line in
+            ((try? JSONSerialization.jsonObject(with: Data(line.line.utf8))) as? [String: Any]).map { ($0, line.arrival) }
+        }
+    }
+
+    static func health(_ state: String, _ daemon: DaemonProcess) -> [Line] {
+        lines(daemon).filter { $0.object["type"] as? String == "health" && $0.object["state"] as? String == state }
+    }
+
+    static func onsets(_ group: String, _ daemon: DaemonProcess) -> [Line] {
+        lines(daemon).filter { $0.object["type"] as? String == "detection" && $0.object["group"] as? String == group }
+    }
+
+    @Test(.needsPulseAudio, .needsEarshotdBuilt, .timeLimit(.minutes(2)))
+    func pulseAudioKilledMidStreamIsReportedRetriedAndCapturedAgain() throws {
+        let server = try PulseAudioServer()
+        defer { server.remove() }
+        try server.start()
+
+        // The daemon's HOME holds the .asoundrc that defines the PCM; its state (history) stays in the temp dir.
+        let sandbox = server.directory.appendingPathComponent("daemon")
+        let home = sandbox.appendingPathComponent("home")
+        let state = sandbox.appendingPathComponent("state")
+        for url in [home, state] { try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }
+        try server.alsaPCM("earshot_pulse").write(
+            to: home.appendingPathComponent(".asoundrc"), atomically: true, encoding: .utf8)
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
+        environment["HOME"] = home.path
+        environment["STATE_DIRECTORY"] = state.path
+        let daemon = try DaemonProcess(
+            ["--device", "earshot_pulse", "--socket", sandbox.appendingPathComponent("e.sock").path, "--foreground",
+             "--no-journal", "--watch", "baby_cry,glass_break"],
+            environment: environment)
+
+        try #require(TestWait.until(seconds: 20) { !Self.health("capture_live", daemon).isEmpty },
+                     "no capture_live: \(daemon.errorText)")
+        let firstLive = Self.health("capture_live", daemon)[0].object
+        #expect(firstLive["message"] as? String
+                == "capturing from earshot_pulse: S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 25600 frames")
+
+        // demo.flac: a baby cry from 2.88 s (earshot detect on the file), then more cries, snores, the alarm clock,
+        // glass and a knock until 31.9 s.
+        let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")
+        let firstPlay = Date()
+        try server.play(demo)
+        try #require(TestWait.until(seconds: 15) { !Self.onsets("baby_cry", daemon).isEmpty },
+                     "no baby_cry before the kill: \(daemon.errorText)")
+        let firstOnset = try #require(Self.onsets("baby_cry", daemon).first?.object["stream_time"] as? Double)
+
+        // Mid-stream: some 25 s of the recording are still to play.
+        let killedAt = Date()
+        server.kill()
+        try #require(TestWait.until(seconds: 5) { !Self.health("capture_unavailable", daemon).isEmpty },
+                     "no capture_unavailable: \(daemon.errorText)")
+        let unavailable = Self.health("capture_unavailable", daemon)[0]
+        let reportDelay = unavailable.arrival.timeIntervalSince(killedAt)
+        #expect(reportDelay < 1.0, "capture_unavailable \(reportDelay) s after the kill")
+        let message = unavailable.object["message"] as? String ?? ""
+        #expect(message.hasPrefix("capture device \"earshot_pulse\" stopped: "), "\(message)")
+        #expect(message.hasSuffix(
+            "(the device was unplugged or failed; check it with `earshot devices`) (retrying in 1 s)"), "\(message)")
+
+        Thread.sleep(until: killedAt.addingTimeInterval(8))
+        try server.start()
+        let returnedAt = Date()
+        try #require(TestWait.until(seconds: 10) { Self.health("capture_live", daemon).count == 2 },
+                     "no capture_live after the return: \(daemon.errorText)")
+        let live = Self.health("capture_live", daemon)[1]
+        let liveDelay = live.arrival.timeIntervalSince(returnedAt)
+        #expect(liveDelay < 5, "capture_live \(liveDelay) s after PulseAudio returned")
+        // The failed retries in between ("Connection refused") were journal lines, not more health events.
+        #expect(Self.health("capture_unavailable", daemon).count == 1)
+        #expect(daemon.errorText.contains(
+            "earshotd: capture still unavailable: cannot open capture device \"earshot_pulse\": Connection refused"),
+                "\(daemon.errorText)")
+
+        // The outage is one gap in the stream, as long as the daemon was without audio.
+        try #require(TestWait.until(seconds: 5) { !Self.health("overrun", daemon).isEmpty },
+                     "no gap reported: \(daemon.errorText)")
+        let gap = Self.health("overrun", daemon)[0].object
+        let lost = try #require(gap["lost_seconds"] as? Double)
+        let away = returnedAt.timeIntervalSince(killedAt)
+        let withoutAudio = live.arrival.timeIntervalSince(killedAt)
+        #expect(lost >= away - 0.5 && lost <= withoutAudio + 0.5,
+                "lost \(lost) s; PulseAudio away \(away) s, the daemon without audio \(withoutAudio) s")
+        #expect(gap["gaps"] as? Int == 1)
+        #expect(gap["message"] as? String == "audio lost: 1 gap(s), \(JSONValue.format(lost, decimals: 3)) s in all (xrun or the analysis fell behind); windows restart after each gap")
+
+        // Detections continue: the same cry, at a stream time that counts the outage (stream time follows the
+        // clock across the gap; each opening of the pulse PCM adds up to about 2 s of start-up latency).
+        let secondPlay = Date()
+        try server.play(demo)
+        try #require(TestWait.until(seconds: 15) {
+            Self.onsets("baby_cry", daemon).contains { ($0.arrival > secondPlay) }
+        }, "no baby_cry after the return: \(daemon.errorText)")
+        let secondOnset = try #require(
+            Self.onsets("baby_cry", daemon).first { $0.arrival > secondPlay }?.object["stream_time"] as? Double)
+        let playedApart = secondPlay.timeIntervalSince(firstPlay)
+        #expect(secondOnset > firstOnset + lost, "onsets at \(firstOnset) s and \(secondOnset) s, gap \(lost) s")
+        #expect(abs((secondOnset - firstOnset) - playedApart) < 4,
+                "onsets \(secondOnset - firstOnset) s apart in stream time, played \(playedApart) s apart")
+
+        print("PulseAudio outage: capture_unavailable \(JSONValue.format(reportDelay, decimals: 3)) s after the kill, "
+              + "capture_live \(JSONValue.format(liveDelay, decimals: 3)) s after the return (away "
+              + "\(JSONValue.format(away, decimals: 3)) s), gap \(lost) s; baby_cry onsets at \(firstOnset) s and "
+              + "\(secondOnset) s (played \(JSONValue.format(playedApart, decimals: 3)) s apart)")
+
+        // Nothing crashed: the daemon is still capturing and stops cleanly.
+        #expect(daemon.process.isRunning)
+        daemon.signal(SIGINT)
+        #expect(daemon.wait(seconds: 6) == 0, "\(daemon.errorText)")
+    }
+}
