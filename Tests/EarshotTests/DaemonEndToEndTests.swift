@@ -264,7 +264,7 @@ import EarshotTools
 
         let client = try EventSubscriber(path: sandbox.socket)
         try client.send(line: #"{"status":true}"#)
-        guard case .line(let reply) = try client.readLine(timeoutSeconds: 5) else {
+        guard let reply = try client.nextReply(timeoutSeconds: 5) else {
             Issue.record("no status reply")
             return
         }

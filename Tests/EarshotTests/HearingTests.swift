@@ -39,8 +39,7 @@ struct HearingTests {
         #expect(TestWait.until(seconds: 30) { connected = try? EventSubscriber(path: scratch.socket); return connected != nil }, "\(daemon.errorText)")
         let listener = try #require(connected)
         try listener.send(line: #"{"cmd":"listen"}"#)
-        guard case .line(let reply) = try listener.readLine(timeoutSeconds: 10) else { Issue.record("no reply"); return }
-        #expect(reply == #"{"type":"listening"}"#)
+        #expect(try listener.nextReply(timeoutSeconds: 10) == #"{"type":"listening"}"#)
         // 3 s of digital silence, then 3 s of a 1 kHz sine at amplitude 0.1: RMS 0.0707, -23.0 dBFS.
         daemon.input.fileHandleForWriting.write(SyntheticAudio.pcm(
             SyntheticAudio.silence(seconds: 3) + SyntheticAudio.sine(seconds: 3, amplitude: 0.1)))

@@ -251,7 +251,7 @@ struct MQTTBrokerTests {
     static func status(socket: String, timeout: Double) throws -> [String: Any]? {
         let client = try EventSubscriber(path: socket)
         try client.send(line: #"{"status":true}"#)
-        guard case .line(let reply) = try client.readLine(timeoutSeconds: timeout) else { return nil }
+        guard let reply = try client.nextReply(timeoutSeconds: timeout) else { return nil }
         return (try? JSONSerialization.jsonObject(with: Data(reply.utf8))) as? [String: Any]
     }
 

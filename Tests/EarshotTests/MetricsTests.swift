@@ -144,8 +144,7 @@ struct MetricsTests {
         // A socket client, so that the clients gauge has something to count.
         let client = try EventSubscriber(path: scratch.socket)
         try client.send(line: #"{"subscribe":["baby_cry"]}"#)
-        guard case .line(let reply) = try client.readLine(timeoutSeconds: 10) else { Issue.record("no reply"); return }
-        #expect(reply == #"{"type":"subscribed","groups":["baby_cry"]}"#)
+        #expect(try client.nextReply(timeoutSeconds: 10) == #"{"type":"subscribed","groups":["baby_cry"]}"#)
         let samples = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")).readAllMono()
         daemon.input.fileHandleForWriting.write(SyntheticAudio.pcm(Array(samples.prefix(16 * 16_000))))
         var scrape = ""
