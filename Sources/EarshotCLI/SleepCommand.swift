@@ -35,21 +35,11 @@ enum SleepCommand: EarshotCommand {
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
         var action: String?
-        while let item = try parser.next() {
-            switch item {
-            case .positional(let text):
-                if let action {
-                    throw EarshotError(.usage, "sleep takes one of start, stop or status, got \"\(action)\" and \"\(text)\" (\(usage))")
-                }
-                action = text
-            case .flag("--json", let inline):
-                try parser.noValue(of: "--json", inline)
-                options.json = true
-            case .flag("--socket", let inline):
-                options.socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
-            case .flag(let flag, _):
-                throw parser.unknown(flag)
+        try DaemonRequest.parse(&parser, socket: &options.socket, json: &options.json) { text throws(EarshotError) in
+            if let action {
+                throw EarshotError(.usage, "sleep takes one of start, stop or status, got \"\(action)\" and \"\(text)\" (\(usage))")
             }
+            action = text
         }
         guard let action else { throw parser.missing("start, stop or status") }
         guard let known = Action(rawValue: action) else {
@@ -60,36 +50,22 @@ enum SleepCommand: EarshotCommand {
     }
 
     static func execute(_ options: Options) -> Int32 {
-        let client: EventSubscriber
-        do {
-            client = try EventSubscriber(path: options.socket)
-        } catch {
-            reportError(error.message)
-            return error.exitStatus
-        }
-        do {
-            try client.send(line: "{\"cmd\":\"sleep_\(options.action.rawValue)\"}")
-            // Events may arrive before the reply: skip them. The analysis queue answers within a window's time.
-            while true {
-                guard case .line(let line) = try client.readLine(timeoutSeconds: 10) else {
-                    reportError("no reply from earshotd on \(options.socket) within 10 s (is it stuck? see journalctl -u earshotd)")
-                    return 69
-                }
-                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                      let type = object["type"] as? String, type == "sleep" || type == "error"
-                else { continue }
-                if options.json {
-                    print(line)
-                } else if type == "error" {
-                    reportError(object["message"] as? String ?? line)
-                } else {
-                    print(describe(object))
-                }
-                return type == "error" ? 69 : 0
+        DaemonRequest.run(socket: options.socket) { client throws(EarshotError) in
+            // The analysis queue answers within a window's time.
+            let request = "{\"cmd\":\"sleep_\(options.action.rawValue)\"}"
+            guard let reply = try DaemonRequest.reply(to: request, on: client, types: ["sleep", "error"]) else {
+                reportError(DaemonRequest.noReply("reply", socket: options.socket))
+                return 69
             }
-        } catch {
-            reportError(error.message)
-            return error.exitStatus
+            let object = (try? JSONSerialization.jsonObject(with: Data(reply.line.utf8))) as? [String: Any] ?? [:]
+            if options.json {
+                print(reply.line)
+            } else if reply.type == "error" {
+                reportError(object["message"] as? String ?? reply.line)
+            } else {
+                print(describe(object))
+            }
+            return reply.type == "error" ? 69 : 0
         }
     }
 

@@ -31,45 +31,22 @@ enum StatusCommand: EarshotCommand {
 
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
-        while let item = try parser.next() {
-            switch item {
-            case .positional(let text):
-                throw parser.unexpected(text)
-            case .flag("--json", let inline):
-                try parser.noValue(of: "--json", inline)
-                options.json = true
-            case .flag("--socket", let inline):
-                options.socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
-            case .flag(let flag, _):
-                throw parser.unknown(flag)
-            }
-        }
+        try DaemonRequest.parse(&parser, socket: &options.socket, json: &options.json)
         return options
     }
 
     static func execute(_ options: Options) -> Int32 {
-        let client: EventSubscriber
-        do {
-            client = try EventSubscriber(path: options.socket)
-        } catch {
-            reportError(error.message)
-            return error.exitStatus
-        }
-        do {
-            try client.send(line: "{\"cmd\":\"status\"}")
-            // Events may arrive before the reply: skip them.
-            while true {
-                guard case .line(let line) = try client.readLine(timeoutSeconds: 10) else {
-                    reportError("no status reply from earshotd on \(options.socket) within 10 s (is it stuck? see journalctl -u earshotd)")
-                    return 69
-                }
-                guard let text = HearingTextFormat.status(line: line) else { continue }
-                print(options.json ? line : text)
-                return 0
+        DaemonRequest.run(socket: options.socket) { client throws(EarshotError) in
+            guard let reply = try DaemonRequest.reply(to: #"{"cmd":"status"}"#, on: client, types: ["status", "error"]) else {
+                reportError(DaemonRequest.noReply("status reply", socket: options.socket))
+                return 69
             }
-        } catch {
-            reportError(error.message)
-            return error.exitStatus
+            if reply.type == "error" {
+                reportError(SubscribeCommand.errorMessage(reply.line) ?? reply.line)
+                return 69
+            }
+            print(options.json ? reply.line : HearingTextFormat.status(line: reply.line) ?? reply.line)
+            return 0
         }
     }
 }
@@ -100,15 +77,8 @@ enum ListenCommand: EarshotCommand {
     }
 
     static func execute(_ options: StatusCommand.Options) -> Int32 {
-        let client: EventSubscriber
-        do {
-            client = try EventSubscriber(path: options.socket)
-        } catch {
-            reportError(error.message)
-            return error.exitStatus
-        }
-        do {
-            try client.send(line: "{\"cmd\":\"listen\"}")
+        DaemonRequest.run(socket: options.socket) { client throws(EarshotError) in
+            try client.send(line: #"{"cmd":"listen"}"#)
             while true {
                 guard case .line(let line) = try client.readLine() else {
                     reportError(SubscribeCommand.droppedMessage(path: options.socket))
@@ -128,9 +98,6 @@ enum ListenCommand: EarshotCommand {
                     continue  // events and health lines: `earshot subscribe` shows those
                 }
             }
-        } catch {
-            reportError(error.message)
-            return error.exitStatus
         }
     }
 }

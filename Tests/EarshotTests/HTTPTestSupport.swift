@@ -42,21 +42,11 @@ final class HTTPTestServer: @unchecked Sendable {
         guard listener >= 0 else { throw ServerError(description: "socket: \(String(cString: strerror(errno)))") }
         var yes: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let listening = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 && listen(listener, 16) == 0
-            }
-        }
-        guard listening else {
+        guard let bound = FreePort.bindLoopback(listener), listen(listener, 16) == 0 else {
             close(listener)
             throw ServerError(description: "bind/listen on 127.0.0.1: \(String(cString: strerror(errno)))")
         }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        port = bound
         done.enter()
         // Threads of their own: blocking work on Dispatch's global queue can starve (Linux has no way to see that a
         // worker blocks, and other tests block too), which would shift the times recorded.

@@ -79,6 +79,15 @@ enum FreePort {
     static func pick() throws -> Int {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(descriptor) }
+        guard let port = bindLoopback(descriptor) else {
+            throw MosquittoBroker.BrokerError(message: "no free port: \(String(cString: strerror(errno)))")
+        }
+        return port
+    }
+
+    /// Binds `descriptor` (a TCP socket) to 127.0.0.1 on a port the kernel picks and returns that port; nil when
+    /// bind(2) or getsockname(2) fails (errno says why).
+    static func bindLoopback(_ descriptor: Int32) -> Int? {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -87,8 +96,7 @@ enum FreePort {
         let bound = withUnsafeMutablePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0 }
         }
-        guard bound else { throw MosquittoBroker.BrokerError(message: "no free port: \(String(cString: strerror(errno)))") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        return bound ? Int(UInt16(bigEndian: address.sin_port)) : nil
     }
 
     static func accepts(_ port: Int) -> Bool {

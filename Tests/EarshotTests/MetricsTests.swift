@@ -199,16 +199,8 @@ struct MetricsTests {
         // Something of the test's own listens on the port.
         let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(holder) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(holder, $0, length) == 0 && getsockname(holder, $0, &length) == 0 }
-        }
-        #expect(bound && listen(holder, 1) == 0)
-        let port = Int(UInt16(bigEndian: address.sin_port))
+        let port = try #require(FreePort.bindLoopback(holder))
+        #expect(listen(holder, 1) == 0)
         let scratch = try DaemonScratch(["[metrics]", "enabled = true", "listen = 127.0.0.1:\(port)"])
         defer { scratch.remove() }
         let run = try #require(try EarshotdRun.run(["--config", scratch.config.path, "--input", TestPaths.packageRoot.appendingPathComponent("samples/demo.flac").path]))

@@ -1,0 +1,61 @@
+import Earshot
+import EarshotTools
+import Foundation
+
+/// What `earshot status`, `listen` and `sleep` share: a connection to earshotd's socket, a request and its reply.
+enum DaemonRequest {
+    /// Parses the two options the socket commands have in common, `--socket PATH` and `--json`; a positional
+    /// argument goes to `positional`, or is a usage error where that is nil.
+    static func parse(_ parser: inout ArgumentParser, socket: inout String, json: inout Bool,
+                      positional: ((String) throws(EarshotError) -> Void)? = nil) throws(EarshotError) {
+        while let item = try parser.next() {
+            switch item {
+            case .positional(let text):
+                guard let positional else { throw parser.unexpected(text) }
+                try positional(text)
+            case .flag("--json", let inline):
+                try parser.noValue(of: "--json", inline)
+                json = true
+            case .flag("--socket", let inline):
+                socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
+            case .flag(let flag, _):
+                throw parser.unknown(flag)
+            }
+        }
+    }
+
+    /// Connects to `socket` and runs `body` with the connection. A failure to connect, or an error `body` throws,
+    /// is printed as one line and becomes the exit status (77 permission, 64 bad path, 69 otherwise).
+    static func run(socket: String, _ body: (EventSubscriber) throws(EarshotError) -> Int32) -> Int32 {
+        let client: EventSubscriber
+        do {
+            client = try EventSubscriber(path: socket)
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+        do {
+            return try body(client)
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+    }
+
+    /// Sends `request` and returns the first line whose `"type"` is one of `types`, with that type. Events and
+    /// health lines may come first (a new client receives them until it subscribes): they are skipped. Nil when no
+    /// such line came within `timeoutSeconds` or the connection ended.
+    static func reply(to request: String, on client: EventSubscriber, types: Set<String>,
+                      timeoutSeconds: Double = 10) throws(EarshotError) -> (line: String, type: String)? {
+        try client.send(line: request)
+        while case .line(let line) = try client.readLine(timeoutSeconds: timeoutSeconds) {
+            if let type = SubscribeCommand.lineType(line), types.contains(type) { return (line, type) }
+        }
+        return nil
+    }
+
+    /// The line for a request that got no answer within 10 s.
+    static func noReply(_ what: String, socket: String) -> String {
+        "no \(what) from earshotd on \(socket) within 10 s (is it stuck? see journalctl -u earshotd)"
+    }
+}
