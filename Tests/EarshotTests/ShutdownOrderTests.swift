@@ -93,4 +93,26 @@ struct ShutdownOrderTests {
         let tools = symbols.split(separator: "\n").filter { $0.contains("12EarshotTools") || $0.contains("10EarshotPNG") }
         #expect(tools.isEmpty, "\(tools.prefix(5))")
     }
+
+    @Test("earshotd does not link the libraries it opens only where configured (libcurl, libmicrohttpd, OpenBLAS)",
+          .needsEarshotdBuilt, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/readelf"), "readelf (binutils) is not installed"))
+    func daemonOpensOptionalLibrariesLate() throws {
+        let daemon = try #require(EarshotdRun.executable)
+        let readelf = Process()
+        readelf.executableURL = URL(fileURLWithPath: "/usr/bin/readelf")
+        readelf.arguments = ["--dynamic", daemon.path]
+        let output = Pipe()
+        readelf.standardOutput = output
+        readelf.standardError = FileHandle.nullDevice
+        try readelf.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        readelf.waitUntilExit()
+        #expect(readelf.terminationStatus == 0)
+        // Lines like ` 0x0000000000000001 (NEEDED)             Shared library: [libasound.so.2]`.
+        let needed = text.split(separator: "\n").filter { $0.contains("(NEEDED)") }
+            .compactMap { $0.split(separator: "[").last?.split(separator: "]").first.map(String.init) }
+        #expect(needed.contains("libasound.so.2"), "the check itself: \(needed)")
+        let late = needed.filter { $0.hasPrefix("libcurl") || $0.hasPrefix("libmicrohttpd") || $0.hasPrefix("libopenblas") }
+        #expect(late.isEmpty, "\(late)")
+    }
 }

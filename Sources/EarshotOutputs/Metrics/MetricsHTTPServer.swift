@@ -1,7 +1,7 @@
 import Glibc
 import Synchronization
 import EarshotSupport
-internal import CMicroHTTPD
+internal import CMicroHTTPDShims
 
 /// A small HTTP server for `GET /metrics`, on libmicrohttpd's own thread.
 ///
@@ -24,36 +24,31 @@ package final class MetricsHTTPServer: @unchecked Sendable {
     /// The content type of the exposition format.
     package static let contentType = "text/plain; version=0.0.4; charset=utf-8"
 
-    /// Binds `endpoint` and listens on it (backlog 16); nothing is answered before ``start()``.
+    /// Loads libmicrohttpd, binds `endpoint` and listens on it (backlog 16); nothing is answered before ``start()``.
     ///
-    /// - Throws: `EarshotError(.config)` when the address cannot be bound, e.g. `listen = 127.0.0.1:9464: Address
-    ///   already in use (another program, or another earshotd, listens there; choose another port)` (the caller
-    ///   puts where the key was set in front); `EarshotError(.system)` when socket(2) or listen(2) fails. The
-    ///   corresponding C functions are `socket`, `bind` and `listen`.
+    /// - Throws: `EarshotError(.unavailable)` when libmicrohttpd cannot be loaded (it is opened with `dlopen` on
+    ///   first use: Debian's libmicrohttpd12); `EarshotError(.config)` when the address cannot be bound, e.g.
+    ///   `listen = 127.0.0.1:9464: Address already in use (another program, or another earshotd, listens there;
+    ///   choose another port)` (the caller puts where the key was set in front); `EarshotError(.system)` when
+    ///   socket(2) or listen(2) fails. The corresponding C functions are `dlopen`, `socket`, `bind` and `listen`.
     package init(endpoint: MetricsEndpoint, body: @escaping @Sendable () -> String) throws(EarshotError) {
+        if let failure = earshot_mhd_load() {
+            let reason = String(cString: failure)
+            throw EarshotError(.unavailable, "[metrics] needs libmicrohttpd, which cannot be loaded (\(reason)): install libmicrohttpd12 (apt-get install libmicrohttpd12)",
+                               cause: reason)
+        }
         self.endpoint = endpoint
         self.body = body
         listenFD = try MetricsListener.listen(on: endpoint)
     }
 
-    /// Starts answering, on libmicrohttpd's thread.
+    /// Starts answering, on libmicrohttpd's thread (at most 16 connections, each closed after 10 s idle).
     /// - Throws: `EarshotError(.system)` when libmicrohttpd cannot start its thread. The corresponding C function
-    ///   is `MHD_start_daemon_va`.
+    ///   is `MHD_start_daemon`.
     package func start() throws(EarshotError) {
         guard daemon == nil, listenFD >= 0 else { return }
-        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue
-        if endpoint.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
         let context = Unmanaged.passUnretained(self).toOpaque()
-        let options: [any CVarArg] = [
-            MHD_OPTION.LISTEN_SOCKET.rawValue, listenFD,
-            MHD_OPTION.CONNECTION_LIMIT.rawValue, UInt32(16),
-            MHD_OPTION.CONNECTION_TIMEOUT.rawValue, UInt32(10),
-            MHD_OPTION.END.rawValue,
-        ]
-        let started = withVaList(options) { list in
-            MHD_start_daemon_va(UInt32(flags), 0, nil, nil, metricsRequestHandler, context, list)
-        }
-        guard let started else {
+        guard let started = earshot_mhd_start(endpoint.isIPv6 ? 1 : 0, listenFD, 16, 10, metricsRequestHandler, context) else {
             throw EarshotError(.system, "cannot start the metrics server on \(endpoint) (libmicrohttpd refused to start its thread)")
         }
         daemon = started
@@ -63,7 +58,7 @@ package final class MetricsHTTPServer: @unchecked Sendable {
     /// function is `MHD_stop_daemon` (which closes the listening socket it was given).
     package func stop() {
         if let daemon {
-            MHD_stop_daemon(daemon)
+            earshot_mhd_stop(daemon)
             self.daemon = nil
             listenFD = -1
         } else if listenFD >= 0 {
@@ -101,11 +96,11 @@ private func metricsRequestHandler(
     }
     var bytes = Array(text.utf8)
     let response = bytes.withUnsafeMutableBytes { raw in
-        MHD_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
+        earshot_mhd_copied_response(raw.count, raw.baseAddress)
     }
     guard let response else { return .NO }
-    defer { MHD_destroy_response(response) }
-    _ = MHD_add_response_header(response, "Content-Type", contentType)
-    if status == 405 { _ = MHD_add_response_header(response, "Allow", "GET, HEAD") }
-    return MHD_queue_response(connection, status, response)
+    defer { earshot_mhd_destroy_response(response) }
+    _ = earshot_mhd_add_header(response, "Content-Type", contentType)
+    if status == 405 { _ = earshot_mhd_add_header(response, "Allow", "GET, HEAD") }
+    return earshot_mhd_queue_response(connection, status, response)
 }

@@ -1,4 +1,3 @@
-internal import CCurl
 internal import CCurlShims
 import FoundationEssentials
 import Glibc
@@ -21,37 +20,38 @@ final class HTTPPoster {
 
     private let handle: UnsafeMutableRawPointer
 
-    /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle. The corresponding C function is
-    ///   `curl_easy_init`.
+    /// - Throws: `EarshotError(.unavailable)` when libcurl cannot be loaded (it is opened with `dlopen` on first
+    ///   use: Debian's libcurl4), `EarshotError(.system)` when it cannot make a handle. The corresponding C
+    ///   functions are `dlopen`, `curl_global_init` and `curl_easy_init`.
     init() throws(EarshotError) {
-        HTTPPoster.initializeOnce()
-        guard let handle = curl_easy_init() else {
+        if let failure = earshot_curl_load() {
+            let reason = String(cString: failure)
+            throw EarshotError(.unavailable, "[notify] needs libcurl, which cannot be loaded (\(reason)): install libcurl4 (apt-get install libcurl4)",
+                               cause: reason)
+        }
+        guard let handle = earshot_curl_easy_init() else {
             throw EarshotError(.system, "libcurl cannot create a handle (curl_easy_init failed)")
         }
         self.handle = handle
     }
 
-    deinit { curl_easy_cleanup(handle) }
-
-    /// libcurl's global state, set up once per process (thread-safe from libcurl 7.84 on; Debian 12 has 7.88).
-    private static let initialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
-    static func initializeOnce() { _ = initialized }
+    deinit { earshot_curl_easy_cleanup(handle) }
 
     /// POSTs `body` to `url` with `headers` (`Name: value`), waiting at most `timeoutSeconds` for the whole
     /// exchange (connect included). No redirects are followed; the response body is read and discarded.
     /// The corresponding C functions are `curl_easy_setopt`, `curl_easy_perform` and `curl_easy_getinfo`.
     func post(url: String, headers: [String], body: [UInt8], timeoutSeconds: Double) -> Outcome {
-        curl_easy_reset(handle)
+        earshot_curl_easy_reset(handle)
         var list: UnsafeMutablePointer<curl_slist>?
         // No "Expect: 100-continue" round trip for larger bodies.
         for header in headers + ["Expect:"] {
-            guard let appended = curl_slist_append(list, header) else {
-                curl_slist_free_all(list)
+            guard let appended = earshot_curl_slist_append(list, header) else {
+                earshot_curl_slist_free_all(list)
                 return .failed("out of memory (curl_slist_append)")
             }
             list = appended
         }
-        defer { curl_slist_free_all(list) }
+        defer { earshot_curl_slist_free_all(list) }
         let milliseconds = max(1, Int(timeoutSeconds * 1000))
         let outcome: CURLcode = url.withCString { urlText in
             body.withUnsafeBufferPointer { bytes in
@@ -73,11 +73,11 @@ final class HTTPPoster {
                         earshot_curl_discard_body(handle),
                     ]
                     if let failed = settings.first(where: { $0 != CURLE_OK }) { return failed }
-                    return curl_easy_perform(handle)
+                    return earshot_curl_easy_perform(handle)
                 }
             }
         }
-        guard outcome == CURLE_OK else { return .failed(String(cString: curl_easy_strerror(outcome))) }
+        guard outcome == CURLE_OK else { return .failed(String(cString: earshot_curl_easy_strerror(outcome))) }
         var status = 0
         guard earshot_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK else {
             return .failed("no HTTP status (curl_easy_getinfo)")
