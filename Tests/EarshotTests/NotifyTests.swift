@@ -137,6 +137,8 @@ struct NotifyTests {
         #expect(requests[6].body.contains(#""group":"glass_break""#))
         // Back-off: 0.2 s, then 0.4 s (a local server answers within milliseconds; 0.15 s of slack).
         let gaps = [requests[1].receivedAt - requests[0].receivedAt, requests[2].receivedAt - requests[1].receivedAt]
+        let timeline = requests.map { String(format: "%.3f", $0.receivedAt - requests[0].receivedAt) }
+        print("notify: a failing server's requests at \(timeline.joined(separator: ", ")) s (503 x 6, then 200)")
         #expect(abs(gaps[0] - 0.2) < 0.15, "first retry after \(gaps[0]) s")
         #expect(abs(gaps[1] - 0.4) < 0.15, "second retry after \(gaps[1]) s")
         #expect(sink.statistics.failed == 2)
