@@ -229,6 +229,9 @@ struct EventServerClientTests {
         #expect(EventTextFormat.format(line: #"{"type":"dropped","count":12}"#, timeZone: utc)
             == "(12 events dropped: this subscriber fell behind)")
         #expect(EventTextFormat.format(line: #"{"type":"error","message":"bad"}"#, timeZone: utc) == "daemon error: bad")
+        let report = #"{"type":"snore_report","source":"sleep session","snoring_minutes":12.345,"snoring_percent":2.5,"events":7,"episodes":[{"start":1},{"start":2}]}"#
+        #expect(EventTextFormat.format(line: report, timeZone: utc)
+            == "snore report (sleep session): 12.3 min snoring (2.5 %), 2 episodes, 7 events")
         #expect(EventTextFormat.format(line: #"{"type":"subscribed","groups":"all"}"#, timeZone: utc) == nil)
         #expect(EventTextFormat.format(line: #"{"type":"shutdown"}"#, timeZone: utc) == "earshotd stopped (shutdown notice)")
         #expect(EventTextFormat.format(line: "garbage", timeZone: utc) == "garbage")

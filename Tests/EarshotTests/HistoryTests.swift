@@ -44,6 +44,21 @@ struct HistoryTests {
             endReason: "hold_elapsed")
     }
 
+    @Test("a new history and its WAL are mode 0600 whatever the umask")
+    func newHistoryIsPrivate() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let history = try EventHistory(path: scratch.database)
+        _ = try history.insert([Self.event("snoring", 0, 1.0)])
+        for path in [scratch.database, scratch.database + "-wal"] {
+            var status = stat()
+            #expect(stat(path, &status) == 0, "\(path)")
+            #expect(status.st_mode & 0o777 == 0o600, "\(path): \(String(status.st_mode & 0o777, radix: 8))")
+        }
+    }
+
     @Test("insert and query round trip: exact rows, time, group and limit filters")
     func roundTrip() throws {
         let scratch = try HistoryScratch()

@@ -50,6 +50,9 @@ struct SleepDaemonTests {
         service.flushReports()
         let written = try FileManager.default.contentsOfDirectory(atPath: settings.reportDirectory).sorted()
         #expect(written == ["snore-20260301-2200.json", "snore-20260301-2200.svg"])
+        // The directory the service made is for root (and the service's user) alone, as the clips directory is.
+        let mode = try FileManager.default.attributesOfItem(atPath: settings.reportDirectory)[.posixPermissions] as? Int
+        #expect(mode == 0o700)
     }
 
     /// A gated window of quiet at `start` seconds of stream time (0.96 s long).

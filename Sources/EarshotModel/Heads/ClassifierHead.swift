@@ -107,7 +107,7 @@ public final class ClassifierHead: Sendable {
             case .cannotOpen(let code): throw .posix(.noInput, "cannot open head model \(path)", errno: code)
             case .readFailed(let code): throw .posix(.noInput, "cannot read head model \(path)", errno: code)
             case .notRegularFile(.directory): throw .posix(.noInput, "cannot read head model \(path)", errno: EISDIR)
-            case .notRegularFile(let kind):
+            case .notRegularFile:
                 throw EarshotError(.noInput, "cannot open head model \(path): \(error.reason)")
             case .tooLarge(let bytes):
                 throw EarshotError(.data, "head model \(path) is \(bytes) bytes, more than any head model (\(maximumFileBytes >> 20) MiB); is it the right file?")

@@ -66,7 +66,8 @@ package struct MQTTSettings: Sendable, Equatable {
     /// that leaves nothing.
     package static var defaultNode: String {
         var buffer = [CChar](repeating: 0, count: 256)
-        let name = gethostname(&buffer, buffer.count - 1) == 0 ? String(cString: buffer) : ""
+        let name = gethostname(&buffer, buffer.count - 1) == 0
+            ? buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } : ""
         return node(fromHostName: name)
     }
 

@@ -299,13 +299,15 @@ package final class SleepService: @unchecked Sendable {
         return (base + ".json", base + ".svg")
     }
 
-    /// Writes the report files, creating the directory when missing.
+    /// Writes the report files, creating the directory (and any missing parent) mode 0700 when missing, as the
+    /// clips directory is: a night's snoring is for the household, not for every local user.
     /// - Throws: `EarshotError(.cannotCreate)` naming the file and the fix.
     package static func write(json: JSONObject, svg: String, to paths: (json: String, svg: String), directory: String)
         throws(EarshotError)
     {
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
             throw EarshotError(
                 .cannotCreate,

@@ -52,6 +52,13 @@ package enum EventTextFormat {
         case "dropped":
             let count = object["count"]?.intValue ?? 0
             return "(\(count) event\(count == 1 ? "" : "s") dropped: this subscriber fell behind)"
+        case "snore_report":
+            let minutes = String(cFormat: "%.1f", object["snoring_minutes"]?.doubleValue ?? 0)
+            let share = String(cFormat: "%.1f", object["snoring_percent"]?.doubleValue ?? 0)
+            let episodes = object["episodes"]?.arrayValue?.count ?? 0
+            let events = object["events"]?.intValue ?? 0
+            return "\(when)snore report (\(text("source") ?? "?")): \(minutes) min snoring (\(share) %),"
+                + " \(episodes) episode\(episodes == 1 ? "" : "s"), \(events) event\(events == 1 ? "" : "s")"
         case "error":
             return "daemon error: \(text("message") ?? line)"
         case "shutdown":
