@@ -452,6 +452,16 @@ struct ConfigFileTests {
         #expect(try check("[capture]\ninput = -\n[detection]\nwatch = glass_break\n") == "configuration OK (watching glass_break)")
     }
 
+    @Test("earshotd --check-config without --config and without /etc/earshot/earshotd.conf says the built-in defaults apply",
+          .needsEarshotdBuilt,
+          .enabled(if: !FileManager.default.fileExists(atPath: DaemonConfiguration.defaultPath),
+                   "/etc/earshot/earshotd.conf exists here (the package is installed), so the defaults are not what is checked"))
+    func checkConfigDefaults() throws {
+        let run = try #require(try EarshotdRun.run(["--check-config"]))
+        #expect(run.status == 0)
+        #expect(run.output == "earshotd: configuration OK (watching smoke_alarm, fire_alarm, co_alarm, baby_cry, glass_break); no /etc/earshot/earshotd.conf, so the built-in defaults\n")
+    }
+
     @Test("earshotd --check-config prints one line on standard output, or the error on standard error", .needsEarshotdBuilt)
     func checkConfigCommand() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()

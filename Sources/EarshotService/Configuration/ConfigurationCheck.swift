@@ -23,7 +23,8 @@ extension DaemonConfiguration {
     ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
     ///   those of ``checkStoragePaths()`` (78); with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
     ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
-    ///   `; the MQTT broker HOST:PORT accepted the connection`.
+    ///   `; the MQTT broker HOST:PORT accepted the connection`. Without `--config` and with no file at
+    ///   ``defaultPath``, the line ends `; no /etc/earshot/earshotd.conf, so the built-in defaults`.
     package static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
         var configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         try configuration.readMQTTPassword()
@@ -33,7 +34,10 @@ extension DaemonConfiguration {
         try configuration.checkInputFile()
         let broker = configuration.mqtt.enabled
             ? "; the MQTT broker \(try configuration.checkMQTTBroker()) accepted the connection" : ""
-        return "configuration OK (watching \(configuration.detection.watch.joined(separator: ", ")))\(broker)"
+        // Without --config a missing default file is not an error (the built-in defaults apply): say which.
+        let defaults = commandLine.configPath == nil && PathKind(path: defaultPath) == .missing
+            ? "; no \(defaultPath), so the built-in defaults" : ""
+        return "configuration OK (watching \(configuration.detection.watch.joined(separator: ", ")))\(broker)\(defaults)"
     }
 
     /// Opens the input file named by `[capture] input` or `--input` (nothing to do for a device or standard
