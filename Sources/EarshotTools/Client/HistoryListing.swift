@@ -202,12 +202,13 @@ package struct HistoryListing: Sendable, Equatable {
     /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`.
     package static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = LocalTime.zone()) -> String {
         let duration = JSONValue.format(event.duration, decimals: 1)
-        let peak = JSONValue.format(Double(event.peakConfidence), decimals: 2)
-        let mean = JSONValue.format(Double(event.meanConfidence), decimals: 2)
         let level = JSONValue.format(Double(event.levelDBFS), decimals: 1)
         let peakLevel = JSONValue.format(Double(event.peakLevelDBFS), decimals: 1)
         switch format {
         case .text:
+            // Both decimals kept (peak 0.94 mean 0.70), so that rows line up.
+            let peak = String(cFormat: "%.2f", Double(event.peakConfidence))
+            let mean = String(cFormat: "%.2f", Double(event.meanConfidence))
             return "\(localTime(event.start, timeZone: timeZone))  \(duration) s  \(event.group)  \(event.classLabel)  peak \(peak) mean \(mean)  \(level) dBFS (peak \(peakLevel))"
         case .jsonl:
             let object: JSONObject = [
