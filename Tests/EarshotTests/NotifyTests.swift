@@ -106,7 +106,7 @@ struct NotifyTests {
                 peakConfidence: 0.9, meanConfidence: 0.8, positiveWindows: 9, reason: .holdElapsed)), time: Self.time),
             group: "co_alarm", kind: .end, format: .ntfy)
         #expect(String(decoding: end.body, as: UTF8.self) == "Carbon monoxide detector, CO detector ended after 12.5 s")
-        #expect(end.headers == ["Title: Co alarm ended", "Priority: 2", "Tags: white_check_mark,co_alarm", "Content-Type: text/plain; charset=utf-8"])
+        #expect(end.headers == ["Title: CO alarm ended", "Priority: 2", "Tags: white_check_mark,co_alarm", "Content-Type: text/plain; charset=utf-8"])
         var object = EventJSON.object(for: .onset(.init(group: "glass_break", classLabel: "Glass", confidence: 0.5, start: 0, decisionTime: 1)), time: Self.time)
         object["ongoing_seconds"] = .int(300)
         let reminder = NotificationMessage(object: object, group: "glass_break", kind: .reminder, format: .ntfy)

@@ -83,19 +83,12 @@ package struct HomeAssistantDiscovery: Sendable {
         }
     }
 
-    /// A group's name as people read it: `smoke_alarm` -> `Smoke alarm`, `co_alarm` -> `CO alarm`.
-    package static func title(group: String) -> String {
-        let words = group.split(separator: "_").map { $0 == "co" ? "CO" : String($0) }
-        let text = words.joined(separator: " ")
-        return text.prefix(1).uppercased() + text.dropFirst()
-    }
-
     /// The config messages (topic -> JSON) for `state`, in a stable order.
     package func configs(for state: ControlState) -> [(topic: String, payload: JSONObject)] {
         var result: [(String, JSONObject)] = []
         for group in state.groups {
             result.append((configTopic(component: "binary_sensor", objectID: group), entity(
-                objectID: group, name: Self.title(group: group),
+                objectID: group, name: GroupTitle.of(group),
                 extra: [
                     "device_class": .string(Self.deviceClass(group: group)),
                     "state_topic": .string(topics.state(group)),
@@ -103,7 +96,7 @@ package struct HomeAssistantDiscovery: Sendable {
                     "payload_on": "ON", "payload_off": "OFF",
                 ])))
             result.append((configTopic(component: "switch", objectID: "\(group)_enabled"), entity(
-                objectID: "\(group)_enabled", name: "\(Self.title(group: group)) detection",
+                objectID: "\(group)_enabled", name: "\(GroupTitle.of(group)) detection",
                 extra: [
                     "command_topic": .string(topics.command(group)),
                     "state_topic": .string(topics.enabled(group)),

@@ -328,7 +328,7 @@ package struct NotificationMessage: Sendable, Equatable {
             body = Array(object.encoded.utf8)
         case .ntfy:
             let what = Self.what(object, group: group)
-            let title = Self.title(group)
+            let title = GroupTitle.of(group)
             let text: String
             let priority: Int
             var tags: [String]
@@ -360,19 +360,13 @@ package struct NotificationMessage: Sendable, Equatable {
         }
     }
 
-    /// `smoke_alarm` as `Smoke alarm`.
-    package static func title(_ group: String) -> String {
-        let words = group.replacing("_", with: " ")
-        return words.prefix(1).uppercased() + words.dropFirst()
-    }
-
     /// What was heard: the class, else the alarm pattern (`T3 pattern at 3150 Hz`), else the group's title.
     private static func what(_ object: JSONObject, group: String) -> String {
         if let pattern = object["pattern"]?.stringValue {
             let tone = object["tone_hz"]?.doubleValue.map { " at \(Int($0)) Hz" } ?? ""
             return "\(pattern) pattern\(tone)"
         }
-        return object["class"]?.stringValue ?? title(group)
+        return object["class"]?.stringValue ?? GroupTitle.of(group)
     }
 
     /// `12.5 s` under two minutes, else whole minutes (`5 min`).
