@@ -78,16 +78,8 @@ struct ShutdownOrderTests {
           .needsEarshotdBuilt, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/nm"), "nm (binutils) is not installed"))
     func daemonLinksNoTools() throws {
         let daemon = try #require(EarshotdRun.executable)
-        let nm = Process()
-        nm.executableURL = URL(fileURLWithPath: "/usr/bin/nm")
-        nm.arguments = ["--defined-only", daemon.path]
-        let output = Pipe()
-        nm.standardOutput = output
-        nm.standardError = FileHandle.nullDevice
-        try nm.run()
-        let symbols = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        nm.waitUntilExit()
-        #expect(nm.terminationStatus == 0)
+        let (status, symbols) = try Self.output(of: "/usr/bin/nm", ["--defined-only", daemon.path])
+        #expect(status == 0)
         // Swift mangles a module's name into its symbols as <length><name>: 12EarshotTools, 10EarshotPNG.
         #expect(symbols.contains("14EarshotService"), "the check itself: earshotd's own modules must show")
         let tools = symbols.split(separator: "\n").filter { $0.contains("12EarshotTools") || $0.contains("10EarshotPNG") }
@@ -98,21 +90,27 @@ struct ShutdownOrderTests {
           .needsEarshotdBuilt, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/readelf"), "readelf (binutils) is not installed"))
     func daemonOpensOptionalLibrariesLate() throws {
         let daemon = try #require(EarshotdRun.executable)
-        let readelf = Process()
-        readelf.executableURL = URL(fileURLWithPath: "/usr/bin/readelf")
-        readelf.arguments = ["--dynamic", daemon.path]
-        let output = Pipe()
-        readelf.standardOutput = output
-        readelf.standardError = FileHandle.nullDevice
-        try readelf.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        readelf.waitUntilExit()
-        #expect(readelf.terminationStatus == 0)
+        let (status, text) = try Self.output(of: "/usr/bin/readelf", ["--dynamic", daemon.path])
+        #expect(status == 0)
         // Lines like ` 0x0000000000000001 (NEEDED)             Shared library: [libasound.so.2]`.
         let needed = text.split(separator: "\n").filter { $0.contains("(NEEDED)") }
             .compactMap { $0.split(separator: "[").last?.split(separator: "]").first.map(String.init) }
         #expect(needed.contains("libasound.so.2"), "the check itself: \(needed)")
         let late = needed.filter { $0.hasPrefix("libcurl") || $0.hasPrefix("libmicrohttpd") || $0.hasPrefix("libopenblas") }
         #expect(late.isEmpty, "\(late)")
+    }
+
+    /// Runs `tool` with `arguments`; its exit status and standard output (standard error discarded).
+    static func output(of tool: String, _ arguments: [String]) throws -> (status: Int32, text: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
     }
 }
