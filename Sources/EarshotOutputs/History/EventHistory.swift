@@ -136,13 +136,6 @@ package final class EventHistory {
                 .noInput,
                 "no event history at \(path) (earshotd writes it when [history] enabled = true; name another file with --db)")
         }
-        if access == .readWrite {
-            // A new history is made mode 0600 whatever the umask (the service's UMask=0077 does the same; a daemon
-            // run by hand has 022): events say when a household is home. SQLite gives its -wal and -shm files the
-            // database file's mode. An open that fails here (no directory) is left to SQLite to report.
-            let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            if descriptor >= 0 { close(descriptor) }
-        }
         do {
             database = try SQLiteDatabase(path: path, mode: access == .readOnly ? .readOnly : .readWriteCreate)
             try database.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)

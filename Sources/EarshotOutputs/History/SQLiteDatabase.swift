@@ -21,7 +21,8 @@ package final class SQLiteDatabase {
 
     /// How to open the file.
     package enum Mode {
-        /// Read and write; the file is created when missing.
+        /// Read and write; the file is created when missing, mode 0600 whatever the umask (the service's
+        /// UMask=0077 does the same; a program run by hand has 022): an event history says when a household is home.
         case readWriteCreate
         /// Read only; the file must exist.
         case readOnly
@@ -35,7 +36,12 @@ package final class SQLiteDatabase {
         self.path = path
         var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
         switch mode {
-        case .readWriteCreate: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        case .readWriteCreate:
+            flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+            // SQLite would create the file with 0644 less the umask; made first here, it keeps 0600, and SQLite
+            // gives its -wal and -shm files the database's mode. A failure here (no directory) is SQLite's to report.
+            let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            if descriptor >= 0 { close(descriptor) }
         case .readOnly: flags |= SQLITE_OPEN_READONLY
         }
         var pointer: OpaquePointer?
