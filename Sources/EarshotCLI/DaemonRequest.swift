@@ -48,10 +48,13 @@ enum DaemonRequest {
     static func reply(to request: String, on client: EventSubscriber, types: Set<String>,
                       timeoutSeconds: Double = 10) throws(EarshotError) -> (line: String, type: String)? {
         try client.send(line: request)
-        while case .line(let line) = try client.readLine(timeoutSeconds: timeoutSeconds) {
-            if let type = SubscribeCommand.lineType(line), types.contains(type) { return (line, type) }
+        var type: String?
+        let line = try client.nextLine(timeoutSeconds: timeoutSeconds) { line in
+            type = SubscribeCommand.lineType(line).flatMap { types.contains($0) ? $0 : nil }
+            return type != nil
         }
-        return nil
+        guard let line, let type else { return nil }
+        return (line, type)
     }
 
     /// The line for a request that got no answer within 10 s.

@@ -111,9 +111,6 @@ extension EventSubscriber {
     /// The next line that is not a health event, or nil on a timeout or a closed socket. A new client receives every
     /// event until its subscription is answered, so a daemon's `capture_live` may come before the reply to a request.
     func nextReply(timeoutSeconds: Double) throws -> String? {
-        while case .line(let line) = try readLine(timeoutSeconds: timeoutSeconds) {
-            if !line.hasPrefix(#"{"type":"health""#) { return line }
-        }
-        return nil
+        try nextLine(timeoutSeconds: timeoutSeconds) { !$0.hasPrefix(#"{"type":"health""#) }
     }
 }

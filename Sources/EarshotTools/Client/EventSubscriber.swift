@@ -184,6 +184,17 @@ package final class EventSubscriber {
         }
     }
 
+    /// The next line `accepts` takes, skipping the others, e.g. the events and health lines a new client receives
+    /// before the reply to its request. Nil when no line came within `timeoutSeconds` of the last one read, or the
+    /// connection ended.
+    /// - Throws: those of ``readLine(timeoutSeconds:)``.
+    package func nextLine(timeoutSeconds: Double, where accepts: (String) -> Bool) throws(EarshotError) -> String? {
+        while case .line(let line) = try readLine(timeoutSeconds: timeoutSeconds) {
+            if accepts(line) { return line }
+        }
+        return nil
+    }
+
     /// Returns `buffer[head..<end]` as text and moves `head` past it and `skip` more bytes (the newline).
     private func take(upTo end: Int, skip: Int) -> String {
         let line = String(decoding: buffer[head..<end], as: UTF8.self)
