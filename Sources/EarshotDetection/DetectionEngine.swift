@@ -14,6 +14,8 @@ package struct DetectionEngine: Sendable {
         package var group: LabelGroup
         /// Indices into the scores vector, in the order of `group.classLabels`.
         package var classIndices: [Int]
+        /// Indices of `group.support`'s classes (empty without support).
+        package var supportIndices: [Int] = []
     }
 
     /// The watched groups, in watch-list order (duplicates in the watch list are ignored).
@@ -42,8 +44,7 @@ package struct DetectionEngine: Sendable {
             if byName[group.name] != nil {
                 throw EarshotError(.config, "group \"\(group.name)\" is defined twice (each group name must be unique)")
             }
-            var indices: [Int] = []
-            for label in group.classLabels {
+            func resolve(_ label: String) throws(EarshotError) -> Int {
                 guard let index = indexOf[label] else {
                     let closest = Self.closestLabels(to: label, in: classLabels, limit: 3)
                     let hint = closest.isEmpty
@@ -52,9 +53,12 @@ package struct DetectionEngine: Sendable {
                             + "; run `earshot classes` for the list"
                     throw EarshotError(.config, "group \"\(group.name)\": unknown class label \"\(label)\" (\(hint))")
                 }
-                indices.append(index)
+                return index
             }
-            byName[group.name] = WatchedGroup(group: group, classIndices: indices)
+            var indices: [Int] = [], supportIndices: [Int] = []
+            for label in group.classLabels { indices.append(try resolve(label)) }
+            for label in group.support?.classLabels ?? [] { supportIndices.append(try resolve(label)) }
+            byName[group.name] = WatchedGroup(group: group, classIndices: indices, supportIndices: supportIndices)
         }
 
         var watched: [WatchedGroup] = []
@@ -100,6 +104,20 @@ package struct DetectionEngine: Sendable {
                     if groupScore.map({ value > $0 }) ?? true {
                         groupScore = value
                         topClass = classLabels[classIndex]
+                    }
+                }
+                if let support = watched[index].group.support {
+                    // The window counts only when the support classes sum to the threshold; the event then names
+                    // the support class heard most (a head's `MODEL:LABEL` says less to a listener).
+                    var evidence: Float = 0, loudest: Int?
+                    for classIndex in watched[index].supportIndices where !usable[classIndex].isNaN {
+                        evidence += usable[classIndex]
+                        if loudest.map({ usable[classIndex] > usable[$0] }) ?? true { loudest = classIndex }
+                    }
+                    if evidence < support.threshold {
+                        groupScore = 0
+                    } else if let loudest {
+                        topClass = classLabels[loudest]
                     }
                 }
                 if groupScore == nil || vetoed.contains(watched[index].group.name) { groupScore = 0 }

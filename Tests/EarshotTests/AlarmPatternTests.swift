@@ -208,20 +208,42 @@ struct AlarmPatternTests {
         #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
     }
 
-    @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the second chirp")
+    @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the third chirp of a steady series")
     func chirps() throws {
-        let tones = AlarmSignals.chirps(count: 3, interval: 40, start: 2)
-        let samples = AlarmSignals.render(tones, seconds: 90, sampleRate: 16_000, amplitude: 0.3)
+        let tones = AlarmSignals.chirps(count: 4, interval: 40, start: 2)
+        let samples = AlarmSignals.render(tones, seconds: 130, sampleRate: 16_000, amplitude: 0.3)
         let events = detect(samples, sampleRate: 16_000)
         #expect(smokeOrCO(events).isEmpty)
         let chirps = onsets(events, AlarmEvent.alarmChirp)
-        // The third chirp is within the 15-minute repeat interval of the first event.
+        // The fourth chirp is within the 15-minute repeat interval of the first event.
         #expect(chirps.count == 1)
         let chirp = try #require(chirps.first)
-        #expect(abs(chirp.start - 42) <= 0.03)
-        #expect(abs(chirp.time - 44.5) <= 0.03)
-        #expect(chirp.cycles == 2)
+        #expect(abs(chirp.start - 82) <= 0.03)
+        #expect(abs(chirp.time - 84.5) <= 0.03)
+        #expect(chirp.cycles == 3)
         #expect(abs(chirp.intervalSeconds - 40) <= 0.03)
+    }
+
+    @Test("chirps that do not keep time raise no alarm_chirp: intervals 40 s then 20 s, 60 s then 30 s, 40 s then 42 s; 40 then 41 s does")
+    func chirpsIrregular() throws {
+        func chirpEvents(at starts: [Double]) -> [AlarmEvent] {
+            let one = AlarmSignals.chirps(count: 1, interval: 40, start: 0)[0]
+            let tones = starts.map { start in
+                var tone = one
+                tone.start = start
+                return tone
+            }
+            let samples = AlarmSignals.render(tones, seconds: starts.last! + 5, sampleRate: 16_000, amplitude: 0.3)
+            return onsets(detect(samples, sampleRate: 16_000), AlarmEvent.alarmChirp)
+        }
+        #expect(chirpEvents(at: [2, 42, 62]).isEmpty)
+        #expect(chirpEvents(at: [2, 62, 92]).isEmpty)
+        #expect(chirpEvents(at: [2, 42, 84]).isEmpty)
+        // 41 s is within max(1 s, 3 % of 40 s) of 40 s: the series goes on.
+        let steady = chirpEvents(at: [2, 42, 83])
+        #expect(steady.count == 1)
+        #expect(steady.first.map { abs($0.time - 85.5) <= 0.03 } == true)
+        #expect(steady.first?.cycles == 3)
     }
 
     @Test("cases that were decided late at 0 dB SNR (issue 5) are decided within the deadline: first cycle + 4 s",
@@ -245,14 +267,14 @@ struct AlarmPatternTests {
         #expect(outcome.falseEvents.isEmpty)
     }
 
-    @Test("low-battery chirps in household noise at +10 dB: one alarm_chirp at the second chirp", .needsShared)
+    @Test("low-battery chirps in household noise at +10 dB: one alarm_chirp at the third chirp", .needsShared)
     func chirpsInNoise() throws {
         let testCase = try #require(poolSyntheticCases.first { $0.name == "low-battery chirps, household 10 dB" })
         let outcome = try AlarmEvaluation.run(testCase, classifier: false)
         let chirps = outcome.onsets.filter { $0.group == AlarmEvent.alarmChirp }
         #expect(chirps.count == 1)
         let chirp = try #require(chirps.first)
-        #expect(abs(chirp.start - 43) <= 0.03 && abs(chirp.time - 45.5) <= 0.03)
+        #expect(abs(chirp.start - 83) <= 0.03 && abs(chirp.time - 85.5) <= 0.03)
         #expect(abs(chirp.intervalSeconds - 40) <= 0.03)
         #expect(abs(chirp.toneHz - 3200) <= 5)
         #expect(outcome.falseEvents.isEmpty)

@@ -21,8 +21,10 @@ import EarshotAnalysis
 ///   ``Configuration/persistentScore`` or more. Short beeps, half-duty beeping (timers, clocks, monitors, a
 ///   reversing truck, a fridge door) and the classifier alone never are (it scores a kitchen timer 0.9);
 /// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart;
-/// - `alarm_chirp` (onset only) when two isolated short chirps of one frequency come 15 to 120 s apart, then at most
-///   once per ``Configuration/chirpRepeatSeconds``;
+/// - `alarm_chirp` (onset only) when ``Configuration/minimumChirps`` (3) isolated short chirps of one frequency come
+///   15 to 120 s apart at a steady interval (a low-battery detector chirps every 30-60 s for days, so waiting for the
+///   third chirp costs a minute or two and keeps coincidences of household clicks out), then at most once per
+///   ``Configuration/chirpRepeatSeconds``;
 /// - one event per alarm: once a `smoke_alarm` (or `co_alarm`) is open, every later cycle, every beep of its tone
 ///   (within ``Configuration/continuationTolerance`` of it, a harmonic or its fundamental) and every classifier
 ///   window agreeing while a tone sounds keep it open, whatever the evidence that opened it; it ends
@@ -70,6 +72,10 @@ package final class AlarmDetector {
         package var coHoldSeconds = 16.0
         /// Seconds after an `alarm_chirp` event before the next one (a chirping detector chirps for days).
         package var chirpRepeatSeconds = 900.0
+        /// Chirps in a row at a steady interval before an `alarm_chirp` event, at least 2 (default 3: with two, the
+        /// 24-hour household stream of `earshot eval --groups` gave 56 events; see README, "Evaluation of every
+        /// group").
+        package var minimumChirps = 3
         /// Whether `alarm_chirp` events are emitted.
         package var reportChirps = true
         /// Whether the `tone+classifier` decision (a persistent alarm tone that is not T3) is made.
@@ -504,7 +510,7 @@ package final class AlarmDetector {
         case .t4:
             return patternCycle(match, group: AlarmEvent.coAlarm, co: true)
         case .chirp:
-            guard configuration.reportChirps, smoke == nil, co == nil,
+            guard configuration.reportChirps, smoke == nil, co == nil, match.count >= max(2, configuration.minimumChirps),
                   match.decisionTime - lastChirpEvent >= configuration.chirpRepeatSeconds
             else { return [] }
             lastChirpEvent = match.decisionTime

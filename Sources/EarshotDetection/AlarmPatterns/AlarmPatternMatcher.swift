@@ -56,7 +56,10 @@ package struct PatternMatch: Sendable, Equatable {
 /// - Chirp: a tone of at most 0.35 s at 2 kHz or more (the detector's piezo), 20 dB or more above its noise floor,
 ///   steady (frequency spread <= 10 Hz), with no other beep of its frequency (within 2 % and 10 dB) within 2.5 s on
 ///   either side; a match when the previous such chirp of this detector (within 0.5 %, 4 dB and 0.05 s of it) was 15
-///   to 120 s before.
+///   to 120 s before. ``PatternMatch/count`` is the chirps of the series at a steady interval: a chirp whose
+///   interval differs from the series' previous interval by more than ``chirpIntervalTolerance`` starts a new series
+///   of two (a detector's timer repeats itself within a second; household clicks that happen to match a tone twice
+///   do not keep time).
 /// "Same frequency" (the tones a pattern is looked for in) is within 5 %. Tones more than 20 dB below the loudest tone
 /// of their frequency in the last 10 s (echoes, tails) are ignored.
 ///
@@ -69,6 +72,10 @@ package struct AlarmPatternMatcher: Sendable {
     package static let chirpMinimumSNRDB = 20.0
     /// Lowest chirp frequency, Hz: low-battery chirps come from the detector's piezo (2-4 kHz).
     package static let chirpMinimumHz = 2000.0
+    /// How far (s) a chirp's interval may differ from the previous interval of its series and still continue it:
+    /// the larger of 1 s and 3 % of the previous interval (a detector's timer keeps its period to well under a
+    /// second; the chirp's measured start moves by a frame or two).
+    package static func chirpIntervalTolerance(previous: Double) -> Double { max(1, 0.03 * previous) }
 
     private var tones: [ToneSegment] = []
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
@@ -76,7 +83,7 @@ package struct AlarmPatternMatcher: Sendable {
     private var pendingBursts: [Burst] = []
     private var t4Bursts: [(burst: Burst, run: Int, complete: Bool)] = []
     private var chirpCandidates: [ToneSegment] = []
-    private var recentChirps: [(tone: ToneSegment, count: Int)] = []
+    private var recentChirps: [(tone: ToneSegment, count: Int, interval: Double?)] = []
 
     private struct Burst: Sendable {
         var tones: [ToneSegment]
@@ -172,14 +179,20 @@ package struct AlarmPatternMatcher: Sendable {
                     && abs($0.tone.duration - chirp.duration) <= 0.05
             }
             if let previous, chirp.start - previous.tone.start >= 15 {
-                let count = previous.count + 1
+                let interval = chirp.start - previous.tone.start
+                // The series goes on when the interval keeps time with the previous one; otherwise the previous
+                // chirp and this one start a new series.
+                let steady = previous.interval.map {
+                    abs(interval - $0) <= Self.chirpIntervalTolerance(previous: $0)
+                } ?? true
+                let count = steady ? previous.count + 1 : 2
                 matches.append(PatternMatch(
                     pattern: .chirp, cycleStart: chirp.start, decisionTime: chirp.start + 2.5,
                     frequencyHz: chirp.frequencyHz, levelDBFS: chirp.levelDBFS, count: count,
-                    intervalSeconds: chirp.start - previous.tone.start))
-                recentChirps.append((chirp, count))
+                    intervalSeconds: interval))
+                recentChirps.append((chirp, count, interval))
             } else {
-                recentChirps.append((chirp, 1))
+                recentChirps.append((chirp, 1, nil))
             }
         }
         chirpCandidates = waiting

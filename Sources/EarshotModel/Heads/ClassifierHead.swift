@@ -55,7 +55,6 @@ public final class ClassifierHead: Sendable {
     public init(contentsOf url: URL, backbone: BackboneIdentity) throws(EarshotError) {
         // Messages name the file as the caller gave it (`relativePath`), as the decoder's do.
         let path = url.relativePath
-        try OpenBLAS.require(for: "the head \(path)")
         let bytes = try Self.readFile(path)
         let (metadata, parameters) = try HeadFileCodec.decode(bytes, path: path)
         guard metadata.backbone == backbone else {

@@ -3,20 +3,39 @@ import Glibc
 import Dispatch
 import EarshotSupport
 
-/// Row-major matrix products for classifier heads, through OpenBLAS.
+/// Row-major matrix products for classifier heads: OpenBLAS for batches, a plain loop for one row.
 package enum DenseMath {
     /// `C[m, n] = beta * C + op(A) x op(B)`, row-major, where `op(A)` is `[m, k]` (`A` stored `[k, m]` when
     /// `transposeA`) and `op(B)` is `[k, n]` (`B` stored `[n, k]` when `transposeB`).
-    /// The corresponding C function is `cblas_sgemm` (OpenBLAS, loaded on first use).
-    /// - Precondition: `OpenBLAS.require(for:)` succeeded (heads call it when they load).
+    ///
+    /// One row (`m == 1`: the daemon scoring one window's embedding, 1024 x 2 multiply-adds for a logistic head)
+    /// is a loop here, so that a head in the daemon never loads OpenBLAS (about 2.5 MB of resident memory and a
+    /// thread per core). Batches go to `cblas_sgemm` (OpenBLAS, loaded on first use) when it can be loaded (training
+    /// and enrolment call `OpenBLAS.require(for:)` first), else to the same loop.
     package static func multiply(
         _ a: UnsafePointer<Float>, transposeA: Bool = false, _ b: UnsafePointer<Float>, transposeB: Bool = false,
         into c: UnsafeMutablePointer<Float>, m: Int, n: Int, k: Int, accumulate: Bool = false
     ) {
         guard m > 0, n > 0, k > 0 else { return }
-        OpenBLAS.sgemm(
-            transposeA: transposeA, transposeB: transposeB, m: m, n: n, k: k, alpha: 1, a: a, lda: transposeA ? m : k,
-            b: b, ldb: transposeB ? k : n, beta: accumulate ? 1 : 0, c: c, ldc: n)
+        if m > 1, case .success = OpenBLAS.loaded {
+            OpenBLAS.sgemm(
+                transposeA: transposeA, transposeB: transposeB, m: m, n: n, k: k, alpha: 1, a: a,
+                lda: transposeA ? m : k, b: b, ldb: transposeB ? k : n, beta: accumulate ? 1 : 0, c: c, ldc: n)
+            return
+        }
+        if !accumulate { c.update(repeating: 0, count: m * n) }
+        for row in 0..<m {
+            let target = c + row * n
+            for inner in 0..<k {
+                let value = transposeA ? a[inner * m + row] : a[row * k + inner]
+                if transposeB {
+                    for column in 0..<n { target[column] += value * b[column * k + inner] }
+                } else {
+                    let source = b + inner * n
+                    for column in 0..<n { target[column] += value * source[column] }
+                }
+            }
+        }
     }
 
     /// Replaces each row of `values` (`[rows, columns]`) by its softmax, computed stably (the row maximum is

@@ -102,6 +102,23 @@ public struct HeadModelSet: Sendable {
         return try load(paths: paths, backbone: try BackboneIdentity.builtIn(), previous: previous, locations: locations)
     }
 
+    /// Name prefix of the heads that ship with the built-in classifier (`builtin_baby_cry.earshot` beside
+    /// `yamnet.safetensors`): a preset names their classes as `builtin_baby_cry:baby_cry`, and the file is loaded
+    /// only when a group uses one of them (``builtInPaths(forClassLabels:directory:)``).
+    public static let builtInPrefix = "builtin_"
+
+    /// The built-in head files that `labels` name, once each in order of first use: `DIRECTORY/builtin_X.earshot`
+    /// for every `builtin_X:LABEL`.
+    public static func builtInPaths(forClassLabels labels: [String], directory: URL) -> [String] {
+        var paths: [String] = []
+        for label in labels where label.hasPrefix(builtInPrefix) {
+            guard let colon = label.firstIndex(of: ":") else { continue }
+            let path = directory.appendingPathComponent(String(label[..<colon]) + ".earshot").path
+            if !paths.contains(path) { paths.append(path) }
+        }
+        return paths
+    }
+
     /// One line per model for the journal: its name, file, labels and training window, and a warning when the
     /// daemon's window (`windowDuration`, seconds) differs from the one it was trained on.
     public func notes(windowDuration: Double) -> [String] {
