@@ -14,8 +14,9 @@ package struct DetectionEngine: Sendable {
         package var group: LabelGroup
         /// Indices into the scores vector, in the order of `group.classLabels`.
         package var classIndices: [Int]
-        /// Indices of `group.support`'s classes (empty without support).
+        /// Indices of `group.support`'s classes and veto classes (empty without support).
         package var supportIndices: [Int] = []
+        package var vetoIndices: [Int] = []
     }
 
     /// The watched groups, in watch-list order (duplicates in the watch list are ignored).
@@ -55,10 +56,12 @@ package struct DetectionEngine: Sendable {
                 }
                 return index
             }
-            var indices: [Int] = [], supportIndices: [Int] = []
+            var indices: [Int] = [], supportIndices: [Int] = [], vetoIndices: [Int] = []
             for label in group.classLabels { indices.append(try resolve(label)) }
             for label in group.support?.classLabels ?? [] { supportIndices.append(try resolve(label)) }
-            byName[group.name] = WatchedGroup(group: group, classIndices: indices, supportIndices: supportIndices)
+            for label in group.support?.vetoClassLabels ?? [] { vetoIndices.append(try resolve(label)) }
+            byName[group.name] = WatchedGroup(
+                group: group, classIndices: indices, supportIndices: supportIndices, vetoIndices: vetoIndices)
         }
 
         var watched: [WatchedGroup] = []
@@ -107,18 +110,16 @@ package struct DetectionEngine: Sendable {
                     }
                 }
                 if let support = watched[index].group.support {
-                    // The window counts only when the support classes sum to the threshold; the event then names
-                    // the support class heard most (a head's `MODEL:LABEL` says less to a listener).
-                    var evidence: Float = 0, loudest: Int?
+                    // The window counts only when the support classes sum to their threshold and the veto classes
+                    // stay below theirs; the event keeps the group's own class and score.
+                    var evidence: Float = 0, contrary: Float = 0
                     for classIndex in watched[index].supportIndices where !usable[classIndex].isNaN {
                         evidence += usable[classIndex]
-                        if loudest.map({ usable[classIndex] > usable[$0] }) ?? true { loudest = classIndex }
                     }
-                    if evidence < support.threshold {
-                        groupScore = 0
-                    } else if let loudest {
-                        topClass = classLabels[loudest]
+                    for classIndex in watched[index].vetoIndices where !usable[classIndex].isNaN {
+                        contrary += usable[classIndex]
                     }
+                    if evidence < support.threshold || contrary >= support.vetoThreshold { groupScore = 0 }
                 }
                 if groupScore == nil || vetoed.contains(watched[index].group.name) { groupScore = 0 }
             }

@@ -59,6 +59,19 @@ struct HistoryTests {
         }
     }
 
+    @Test("the daemon's connection keeps a 128 KiB page cache, not SQLite's 2000 KiB default that grew its RSS")
+    func boundedPageCache() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let history = try EventHistory(path: scratch.database)
+        #expect(EventHistory.pageCacheKibibytes == 128)
+        #expect(try history.pageCacheSizeKibibytes() == 128)
+        // The bound holds once the file is larger than the cache: 5,000 rows (about 600 KB with both indexes).
+        _ = try history.insert((0..<5000).map { Self.event("smoke_alarm", Double($0), 0.5) })
+        #expect(try history.pageCacheSizeKibibytes() == 128)
+        #expect(try history.events().count == 5000)
+    }
+
     @Test("insert and query round trip: exact rows, time, group and limit filters")
     func roundTrip() throws {
         let scratch = try HistoryScratch()

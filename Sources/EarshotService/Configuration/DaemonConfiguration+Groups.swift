@@ -112,6 +112,19 @@ extension DaemonConfiguration {
         return result
     }
 
+    /// Every head model file to load: the built-in heads the groups name (the `baby_cry` preset's
+    /// `builtin_baby_cry:baby_cry`; ``HeadModelSet/builtInPaths(forClassLabels:directory:)``, in the built-in
+    /// model's directory), then `[models] files`.
+    /// - Throws: `ModelLocator.builtInDirectory()`'s error when a group needs a built-in head and the built-in model
+    ///   cannot be found.
+    package func headModelFiles() throws(EarshotError) -> [String] {
+        let names = uniqued(detection.watch + detection.groups.keys.sorted())
+        let labels = names.compactMap { mergedGroup(named: $0) }.flatMap(\.classLabels)
+        guard labels.contains(where: { $0.hasPrefix(HeadModelSet.builtInPrefix) }) else { return models.files }
+        let builtIn = HeadModelSet.builtInPaths(forClassLabels: labels, directory: try ModelLocator.builtInDirectory())
+        return builtIn + models.files.filter { !builtIn.contains($0) }
+    }
+
     /// The label groups that emit events, in watch-list order: each preset with its `[group.NAME]` overrides, or a
     /// group defined by its section; every class name checked against the classifier's labels.
     ///
@@ -126,19 +139,6 @@ extension DaemonConfiguration {
     ///   and the nearest label, e.g. `/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class
     ///   "kettle whistle" (nearest: "Steam whistle"; `earshot classes` lists all 521)`; for a watched name that is
     ///   not a group (`EarshotError(.usage)` when the name came from `--watch`).
-    /// Every head model file to load: the built-in heads the groups name (the `baby_cry` preset's
-    /// `builtin_baby_cry:baby_cry`; ``HeadModelSet/builtInPaths(forClassLabels:directory:)``, in the built-in
-    /// model's directory), then `[models] files`.
-    /// - Throws: `ModelLocator.builtInDirectory()`'s error when a group needs a built-in head and the built-in model
-    ///   cannot be found.
-    package func headModelFiles() throws(EarshotError) -> [String] {
-        let names = uniqued(detection.watch + detection.groups.keys.sorted())
-        let labels = names.compactMap { mergedGroup(named: $0) }.flatMap(\.classLabels)
-        guard labels.contains(where: { $0.hasPrefix(HeadModelSet.builtInPrefix) }) else { return models.files }
-        let builtIn = HeadModelSet.builtInPaths(forClassLabels: labels, directory: try ModelLocator.builtInDirectory())
-        return builtIn + models.files.filter { !builtIn.contains($0) }
-    }
-
     package func resolvedGroups(classLabels: [String]) throws(EarshotError) -> [LabelGroup] {
         if let unknown = unknownWatchedGroup() {
             let location = locations["detection.watch"] ?? "[detection] watch"
