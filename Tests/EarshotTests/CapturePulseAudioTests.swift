@@ -60,7 +60,7 @@ struct CapturePulseAudioTests {
         #expect(firstLive["message"] as? String
                 == "capturing from earshot_pulse: S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 25600 frames")
 
-        // demo.flac: a baby cry from 1.44 s (earshot detect on the file), then more cries, snores, the alarm clock,
+        // demo.flac: a baby cry from 2.40 s (earshot detect on the file), then more cries, snores, the alarm clock,
         // glass and a knock until 31.9 s.
         let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")
         let firstPlay = Date()

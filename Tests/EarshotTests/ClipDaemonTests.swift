@@ -113,7 +113,7 @@ struct ClipDaemonTests {
             var status = stat()
             #expect(stat(path, &status) == 0 && status.st_mode & 0o777 == 0o600)
         }
-        // The first event's start is 1.44 s: its pre-roll is cut at the stream's start. The last ends 28.32 s in:
+        // The first event's start is 2.40 s: its pre-roll is cut at the stream's start. The last ends 28.32 s in:
         // its post-roll is cut at the stream's end (31.906 s).
         #expect(Self.expectedRange(ends[0], pre: 5, post: 5, total: input.count).lowerBound == 0)
         #expect(Self.expectedRange(ends[3], pre: 5, post: 5, total: input.count).upperBound == input.count)

@@ -3,6 +3,7 @@ import Testing
 
 import Earshot
 import EarshotDetection
+import EarshotModel
 import EarshotOutputs
 import EarshotService
 import EarshotTools
@@ -25,6 +26,10 @@ enum ClassMapFixture {
         }
         return labels
     }()
+
+    /// The labels the daemon resolves groups against with the default watch list: YAMNet's 521, then the built-in
+    /// baby-cry head's, which it loads because the `baby_cry` preset names it.
+    static let daemonLabels = labels + [LabelGroup.builtInBabyCryLabel]
 }
 
 /// Parses `text` and returns the error's message (or nil when it parses).
@@ -86,25 +91,52 @@ struct ConfigFileTests {
             #expect(configuration.mergedGroup(named: name) == preset, "values of [group.\(name)]")
         }
         #expect(Set(configuration.detection.groups.keys) == Set(LabelGroup.presets.keys))
-        let watched = try configuration.resolvedGroups(classLabels: ClassMapFixture.labels)
+        let watched = try configuration.resolvedGroups(classLabels: ClassMapFixture.daemonLabels)
         #expect(watched == LabelGroup.defaultWatchList.compactMap { LabelGroup.presets[$0] })
+    }
+
+    @Test("baby_cry: the built-in head is loaded when a group names it; other classes drop the YAMNet support check")
+    func builtInBabyCryHead() throws {
+        let directory = try ModelLocator.builtInDirectory()
+        let head = directory.appendingPathComponent("builtin_baby_cry.earshot").path
+        #expect(FileManager.default.fileExists(atPath: head))
+        #expect(try DaemonConfiguration().headModelFiles() == [head])
+        let custom = try DaemonConfiguration.parse("[models]\nfiles = /srv/kettle.earshot\n", source: "t.conf")
+        #expect(try custom.headModelFiles() == [head, "/srv/kettle.earshot"])
+        let noCry = try DaemonConfiguration.parse(
+            "[detection]\nwatch = smoke_alarm\n[models]\nfiles = /srv/kettle.earshot\n", source: "t.conf")
+        #expect(try noCry.headModelFiles() == ["/srv/kettle.earshot"])
+
+        let preset = try #require(LabelGroup.presets["baby_cry"])
+        #expect(preset.classLabels == ["builtin_baby_cry:baby_cry"] && preset.threshold == 0.95)
+        let same = try DaemonConfiguration.parse(
+            "[group.baby_cry]\nclasses = builtin_baby_cry:baby_cry\nthreshold = 0.6\n", source: "t.conf")
+        #expect(same.mergedGroup(named: "baby_cry")?.support == preset.support)
+        let before = try DaemonConfiguration.parse(
+            "[group.baby_cry]\nclasses = Baby cry, infant cry\nthreshold = 0.3\n", source: "t.conf")
+        let merged = try #require(before.mergedGroup(named: "baby_cry"))
+        #expect(merged.support == nil && merged.classLabels == ["Baby cry, infant cry"] && merged.threshold == 0.3)
+        #expect(try before.headModelFiles().isEmpty)
     }
 
     @Test("the defaults resolve to the preset groups of the default watch list")
     func defaultsResolve() throws {
-        let groups = try DaemonConfiguration().resolvedGroups(classLabels: ClassMapFixture.labels)
+        let groups = try DaemonConfiguration().resolvedGroups(classLabels: ClassMapFixture.daemonLabels)
         #expect(groups.map(\.name) == ["smoke_alarm", "fire_alarm", "co_alarm", "baby_cry", "glass_break"])
         #expect(groups[0].classLabels == ["Smoke detector, smoke alarm"])
         #expect(groups[2].threshold == 0.4)
         #expect(groups[2].holdSeconds == 6)
     }
 
-    @Test("every preset's classes are labels of the built-in classifier")
+    @Test("every preset's classes are labels of the built-in classifier and its heads; support classes are YAMNet's")
     func presetsUseKnownLabels() {
-        let labels = Set(ClassMapFixture.labels)
+        let labels = Set(ClassMapFixture.daemonLabels)
         for preset in LabelGroup.presets.values {
             for label in preset.classLabels {
                 #expect(labels.contains(label), "\(preset.name): \(label)")
+            }
+            for label in (preset.support?.classLabels ?? []) + (preset.support?.vetoClassLabels ?? []) {
+                #expect(ClassMapFixture.labels.contains(label), "\(preset.name) support: \(label)")
             }
         }
     }

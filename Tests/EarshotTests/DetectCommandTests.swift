@@ -105,7 +105,7 @@ struct DetectCommandTests {
         try Self.configText.write(toFile: config, atomically: true, encoding: .utf8)
         let detected = try Self.detectEvents(file: Self.demo, config: config, scratch: scratch)
         #expect(detected.filter { $0.type == "detection" }.map(\.description) == [
-            "detection baby_cry \"builtin_baby_cry:baby_cry\" 1.44- 0.9876",
+            "detection baby_cry \"builtin_baby_cry:baby_cry\" 2.4- 0.9958",
             "detection snoring \"Snoring\" 11.52- 0.9985",
             "detection glass_break \"Shatter\" 23.52- 0.909",
             "detection doorbell_knock \"Knock\" 26.88- 0.9112",
@@ -141,15 +141,15 @@ struct DetectCommandTests {
         #expect(csv.status == 0)
         #expect(Array(csv.outputLines.prefix(3)) == [
             "file,type,group,class,start,end,confidence",
-            "\(Self.demo),detection,baby_cry,builtin_baby_cry:baby_cry,1.44,,0.9876",
-            "\(Self.demo),detection_end,baby_cry,builtin_baby_cry:baby_cry,1.44,9.6,0.9983",
+            "\(Self.demo),detection,baby_cry,builtin_baby_cry:baby_cry,2.4,,0.9958",
+            "\(Self.demo),detection_end,baby_cry,builtin_baby_cry:baby_cry,2.4,9.6,0.9983",
         ])
         let text = try #require(try EarshotCLI.run(["detect", Self.demo, "--config", config, "--format=text"], in: scratch.directory))
         #expect(text.status == 0)
         #expect(text.outputLines.count == csv.outputLines.count - 1)
         #expect(Array(text.outputLines.prefix(2)) == [
-            "\(Self.demo): baby_cry started: \"builtin_baby_cry:baby_cry\" 99% (stream 1.44 s)",
-            "\(Self.demo): baby_cry ended after 8.16 s: \"builtin_baby_cry:baby_cry\" peak 100%, mean 97% (stream 1.44-9.60 s)",
+            "\(Self.demo): baby_cry started: \"builtin_baby_cry:baby_cry\" 100% (stream 2.40 s)",
+            "\(Self.demo): baby_cry ended after 7.20 s: \"builtin_baby_cry:baby_cry\" peak 100%, mean 99% (stream 2.40-9.60 s)",
         ])
     }
 

@@ -39,13 +39,52 @@ struct DetectionEngineTests {
         #expect(Self.yamnetLabels.count == 521)
         #expect(Self.yamnetLabels[393] == "Smoke detector, smoke alarm")
         let all = Array(LabelGroup.presets.values)
+        // baby_cry's class is the built-in head's label, appended after YAMNet's 521 as the daemon appends it.
         let engine = try DetectionEngine(
-            groups: all, watchList: LabelGroup.presets.keys.sorted(), classLabels: Self.yamnetLabels)
+            groups: all, watchList: LabelGroup.presets.keys.sorted(),
+            classLabels: Self.yamnetLabels + [LabelGroup.builtInBabyCryLabel])
         #expect(engine.watched.count == 10)  // the nine classifier presets and loud
+        let baby = try #require(engine.watched.first { $0.group.name == "baby_cry" })
+        #expect(baby.classIndices == [521])
+        #expect(baby.supportIndices.map { Self.yamnetLabels[$0] } == ["Baby cry, infant cry", "Crying, sobbing", "Whimper"])
+        #expect(baby.vetoIndices.map { Self.yamnetLabels[$0] } == ["Snoring", "Breathing", "Snort"])
+        #expect(throws: EarshotError(.config, "group \"baby_cry\": unknown class label \"builtin_baby_cry:baby_cry\" (run `earshot classes` for the list)")) {
+            try DetectionEngine(groups: all, watchList: ["baby_cry"], classLabels: Self.yamnetLabels)
+        }
         let smoke = try #require(engine.watched.first { $0.group.name == "smoke_alarm" })
         #expect(smoke.classIndices == [393])
         let co = try #require(engine.watched.first { $0.group.name == "co_alarm" })
         #expect(co.classIndices == [382, 475, 392])
+    }
+
+    @Test("baby_cry: a head window (>= 0.95) counts only with YAMNet's cry classes at 0.01 and snoring/breathing below 0.5")
+    func babyCrySupportAndVeto() throws {
+        let labels = Self.yamnetLabels + [LabelGroup.builtInBabyCryLabel]
+        func window(head: Float, cry: Float, crying: Float = 0, snoring: Float = 0, breathing: Float = 0) -> [Float] {
+            Self.scores(["Baby cry, infant cry": cry, "Crying, sobbing": crying, "Whimper": 0, "Snoring": snoring,
+                         "Breathing": breathing, "Snort": 0]) + [head]
+        }
+        func onsets(_ windows: [[Float]]) throws -> [DetectionEvent] {
+            var engine = try DetectionEngine(
+                groups: [LabelGroup.presets["baby_cry"]!], watchList: ["baby_cry"], classLabels: labels)
+            var events: [DetectionEvent] = []
+            for (index, scores) in windows.enumerated() {
+                events += engine.process(windowStart: Double(index) * 0.48, windowDuration: 0.96, scores: scores)
+            }
+            return events.filter { if case .onset = $0 { true } else { false } }
+        }
+        // The head alone, sure of a cry, with YAMNet's cry classes at 0.008 in all: no event.
+        #expect(try onsets(Array(repeating: window(head: 0.99, cry: 0.005, crying: 0.003), count: 4)).isEmpty)
+        // 0.01 of support: the second of two windows decides, with the head's label and score.
+        #expect(try onsets(Array(repeating: window(head: 0.96, cry: 0.005, crying: 0.005), count: 4)) == [
+            .onset(.init(group: "baby_cry", classLabel: "builtin_baby_cry:baby_cry", confidence: 0.96, start: 0,
+                         decisionTime: 1.44)),
+        ])
+        // Snoring and breathing at 0.5 together veto a window whatever the cry classes say; at 0.49 they do not.
+        #expect(try onsets(Array(repeating: window(head: 0.99, cry: 0.5, snoring: 0.3, breathing: 0.2), count: 4)).isEmpty)
+        #expect(try onsets(Array(repeating: window(head: 0.99, cry: 0.5, snoring: 0.3, breathing: 0.19), count: 4)).count == 1)
+        // The head below 0.95: no event, whatever YAMNet hears.
+        #expect(try onsets(Array(repeating: window(head: 0.94, cry: 0.9), count: 4)).isEmpty)
     }
 
     @Test("Group score is the max over its classes and the top class is the argmax; events follow the watch list")
@@ -84,8 +123,9 @@ struct DetectionEngineTests {
     @Test("Only watched groups emit events")
     func unwatchedGroupsAreSilent() throws {
         var engine = try DetectionEngine(
-            groups: Array(LabelGroup.presets.values), watchList: ["dog_bark"], classLabels: Self.yamnetLabels)
-        let window = Self.scores(["Smoke detector, smoke alarm": 0.9, "Bark": 0.8])
+            groups: Array(LabelGroup.presets.values), watchList: ["dog_bark"],
+            classLabels: Self.yamnetLabels + [LabelGroup.builtInBabyCryLabel])
+        let window = Self.scores(["Smoke detector, smoke alarm": 0.9, "Bark": 0.8]) + [0.9]  // the head's cry
         let events = engine.process(windowStart: 0, windowDuration: 0.96, scores: window)
         #expect(events.map(\.group) == ["dog_bark"])
     }

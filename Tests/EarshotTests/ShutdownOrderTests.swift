@@ -43,7 +43,7 @@ struct ShutdownOrderTests {
             guard case .line(let line) = try client.readLine(timeoutSeconds: 20) else { break }
             lines.append(line)
         }
-        // The baby cry starts at 1.44 s of the demo and lasts to 9.6 s: stop while it is open.
+        // The baby cry starts at 2.40 s of the demo and lasts to 9.6 s: stop while it is open.
         while !lines.contains(where: { $0.hasPrefix("{\"type\":\"detection\",\"group\":\"baby_cry\"") }) {
             guard case .line(let line) = try client.readLine(timeoutSeconds: 20) else { break }
             lines.append(line)

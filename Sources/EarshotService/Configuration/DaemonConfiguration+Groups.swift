@@ -179,9 +179,9 @@ extension DaemonConfiguration {
             return nil
         }
         if let classes = settings.classLabels {
-            group.classLabels = uniqued(classes)
             // The preset's support confirms the preset's classes; other classes stand on their own.
-            group.support = nil
+            if uniqued(classes) != group.classLabels { group.support = nil }
+            group.classLabels = uniqued(classes)
         }
         if let threshold = settings.threshold { group.threshold = threshold }
         if let onsetWindows = settings.onsetWindows { group.onsetWindows = onsetWindows }
