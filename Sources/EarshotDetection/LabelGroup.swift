@@ -43,7 +43,9 @@ package struct LabelGroup: Sendable, Equatable {
         package var vetoClassLabels: [String]
         package var vetoThreshold: Float
 
-        package init(classLabels: [String], threshold: Float, vetoClassLabels: [String] = [], vetoThreshold: Float = 1) {
+        package init(
+            classLabels: [String], threshold: Float, vetoClassLabels: [String] = [], vetoThreshold: Float = 1
+        ) {
             self.classLabels = classLabels
             self.threshold = threshold
             self.vetoClassLabels = vetoClassLabels
@@ -79,8 +81,8 @@ package struct LabelGroup: Sendable, Equatable {
             LabelGroup(name: "co_alarm", classLabels: ["Alarm", "Beep, bleep", "Buzzer"], threshold: 0.4,
                        holdSeconds: 6),
             LabelGroup(name: "snoring", classLabels: ["Snoring"], threshold: 0.3, holdSeconds: 8),
-            LabelGroup(name: "baby_cry", classLabels: [builtInBabyCryLabel], threshold: babyCryThreshold, holdSeconds: 3,
-                       support: babyCrySupport),
+            LabelGroup(name: "baby_cry", classLabels: [builtInBabyCryLabel], threshold: babyCryThreshold,
+                       holdSeconds: 3, support: babyCrySupport),
             LabelGroup(name: "dog_bark", classLabels: ["Bark", "Dog"], threshold: 0.4, onsetWindows: 1,
                        onsetOf: 1, holdSeconds: 2),
             LabelGroup(name: "glass_break", classLabels: ["Shatter", "Glass"], threshold: 0.3, onsetWindows: 1,

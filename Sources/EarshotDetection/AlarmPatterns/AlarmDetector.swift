@@ -510,7 +510,8 @@ package final class AlarmDetector {
         case .t4:
             return patternCycle(match, group: AlarmEvent.coAlarm, co: true)
         case .chirp:
-            guard configuration.reportChirps, smoke == nil, co == nil, match.count >= max(2, configuration.minimumChirps),
+            guard configuration.reportChirps, smoke == nil, co == nil,
+                  match.count >= max(2, configuration.minimumChirps),
                   match.decisionTime - lastChirpEvent >= configuration.chirpRepeatSeconds
             else { return [] }
             lastChirpEvent = match.decisionTime

@@ -28,7 +28,7 @@ extension DaemonConfiguration {
     package static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
         var configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         try configuration.readMQTTPassword()
-        let models = try HeadModelSet.load(paths: try configuration.headModelFiles(), locations: configuration.modelLocations).set
+        let models = try configuration.loadHeadModels().set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()
         try configuration.checkInputFile()

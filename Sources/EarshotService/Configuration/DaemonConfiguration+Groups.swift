@@ -125,6 +125,15 @@ extension DaemonConfiguration {
         return builtIn + models.files.filter { !builtIn.contains($0) }
     }
 
+    /// The head models of ``headModelFiles()``, loaded (`previous`: a reload's current set, whose unchanged files
+    /// are kept rather than read again).
+    /// - Throws: as ``headModelFiles()`` and `HeadModelSet.load(paths:previous:locations:)`.
+    package func loadHeadModels(previous: HeadModelSet? = nil)
+        throws(EarshotError) -> (set: HeadModelSet, problems: [String])
+    {
+        try HeadModelSet.load(paths: try headModelFiles(), previous: previous, locations: modelLocations)
+    }
+
     /// The label groups that emit events, in watch-list order: each preset with its `[group.NAME]` overrides, or a
     /// group defined by its section; every class name checked against the classifier's labels.
     ///

@@ -137,7 +137,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         clipSettings = configuration.clips
         BLASThreads.set(1)
         let model = try BuiltInClassifier.shared()
-        let heads = try HeadModelSet.load(paths: try configuration.headModelFiles(), locations: configuration.modelLocations).set
+        let heads = try configuration.loadHeadModels().set
         self.heads = heads
         let plan = try DetectionPlan(
             configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: commandLine.configPath)
@@ -544,7 +544,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
             try fresh.checkStoragePaths()
             let model = try BuiltInClassifier.shared()
-            let loaded = try HeadModelSet.load(paths: try fresh.headModelFiles(), previous: heads, locations: fresh.modelLocations)
+            let loaded = try fresh.loadHeadModels(previous: heads)
             let plan = try DetectionPlan(
                 configuration: fresh, yamnetLabels: model.classLabels, heads: loaded.set, configPath: commandLine.configPath)
             let groups = plan.groups

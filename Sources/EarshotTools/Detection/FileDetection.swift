@@ -24,7 +24,7 @@ package struct FileDetection {
     ///   `.noInput` when the model or a `[models] files` entry is missing.
     package init(configuration: DaemonConfiguration, configPath: String?) throws(EarshotError) {
         let model = try BuiltInClassifier.shared()
-        heads = try HeadModelSet.load(paths: try configuration.headModelFiles(), locations: configuration.modelLocations).set
+        heads = try configuration.loadHeadModels().set
         plan = try DetectionPlan(
             configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: configPath)
     }

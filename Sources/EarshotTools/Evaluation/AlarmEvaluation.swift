@@ -416,7 +416,8 @@ package enum AlarmEvaluation {
         }
         let chirpCases = negatives.filter { $0.testCase.name.hasPrefix("low-battery chirps") }
         if !chirpCases.isEmpty {
-            lines.append("  low-battery chirps (4 chirps 40 s apart; one alarm_chirp expected, at the third chirp, 85.5 s):")
+            lines.append(
+                "  low-battery chirps (4 chirps 40 s apart; one alarm_chirp expected, at the third chirp, 85.5 s):")
             for outcome in chirpCases {
                 let chirps = outcome.onsets.filter { $0.group == AlarmEvent.alarmChirp }
                 let times = chirps.map { "at \(fixed($0.time)) s (\(Int($0.toneHz.rounded())) Hz)" }.joined(separator: ", ")
