@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Earshot
 import EarshotDetection
+import EarshotModel
 import EarshotOutputs
 import EarshotService
 import EarshotTools
@@ -9,6 +10,29 @@ import EarshotTools
 /// Custom models in the daemon: the `[models]` section, groups over `MODEL:LABEL` classes, detections from a head
 /// through the real `earshotd`, and SIGHUP reloads that keep a model whose file went bad.
 @Suite(.serialized) struct DaemonHeadsTests {
+    // MARK: The built-in head
+
+    @Test("the shipped baby-cry head was trained on the shipped weights: identity and fingerprint match the file")
+    func shippedHead() throws {
+        let directory = try ModelLocator.builtInDirectory()
+        let weights = directory.appendingPathComponent(ModelLocator.weightsFileName).path
+        #expect(try BackboneIdentity.builtIn() == BackboneIdentity.shippedYAMNet)
+        #expect(try SHA256.sampledHex(ofFileAt: weights) == BackboneIdentity.shippedYAMNetFingerprint)
+        #expect(try BackboneIdentity.builtInForShippedHeads() == BackboneIdentity.shippedYAMNet)
+        let head = try ClassifierHead(
+            contentsOf: directory.appendingPathComponent("builtin_baby_cry.earshot"), backbone: .shippedYAMNet)
+        #expect(head.labels == ["baby_cry", "background"])
+        #expect(head.metadata.backbone == BackboneIdentity.shippedYAMNet)
+        // A small file is fingerprinted whole: its size and bytes.
+        let small = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-fingerprint-\(getpid())")
+        try Data("abc".utf8).write(to: small)
+        defer { try? FileManager.default.removeItem(at: small) }
+        var expected = SHA256()
+        withUnsafeBytes(of: UInt64(3).littleEndian) { expected.update($0) }
+        expected.update(Array("abc".utf8))
+        #expect(try SHA256.sampledHex(ofFileAt: small.path) == SHA256.hexString(expected.finalize()))
+    }
+
     // MARK: Configuration
 
     @Test("[models] files: absolute paths separated by |, continued on indented lines, names distinct")

@@ -93,13 +93,22 @@ public struct HeadModelSet: Sendable {
     }
 
     /// Loads `paths` for the built-in backbone (whose identity, the SHA-256 of its weights, is computed only when
-    /// there is a file); see ``load(paths:backbone:previous:)``.
+    /// there is a file; when every file is a head shipped beside the weights, `builtin_*.earshot` in the built-in
+    /// model's directory, ``BackboneIdentity/builtInForShippedHeads()`` checks a fingerprint instead); see
+    /// ``load(paths:backbone:previous:)``.
     /// - Throws: as ``load(paths:backbone:previous:)`` and `BackboneIdentity.builtIn()`.
     public static func load(paths: [String], previous: HeadModelSet? = nil, locations: [String: String] = [:])
         throws(EarshotError) -> (set: HeadModelSet, problems: [String])
     {
         guard !paths.isEmpty else { return (HeadModelSet(), []) }
-        return try load(paths: paths, backbone: try BackboneIdentity.builtIn(), previous: previous, locations: locations)
+        // Heads shipped beside the weights are checked against the shipped identity without hashing 15 MB.
+        let directory = try ModelLocator.builtInDirectory().standardizedFileURL.path
+        let shipped = paths.allSatisfy { path in
+            let url = URL(fileURLWithPath: path).standardizedFileURL
+            return url.deletingLastPathComponent().path == directory && url.lastPathComponent.hasPrefix(builtInPrefix)
+        }
+        let backbone = shipped ? try BackboneIdentity.builtInForShippedHeads() : try BackboneIdentity.builtIn()
+        return try load(paths: paths, backbone: backbone, previous: previous, locations: locations)
     }
 
     /// Name prefix of the heads that ship with the built-in classifier (`builtin_baby_cry.earshot` beside

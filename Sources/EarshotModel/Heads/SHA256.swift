@@ -137,6 +137,46 @@ package struct SHA256 {
         return hexString(hasher.finalize())
     }
 
+    /// A fingerprint of the file at `path` without reading it all: the digest of its size (8 bytes, little-endian)
+    /// followed by `samples` pieces of `pieceBytes` at evenly spaced offsets (the first at 0, the last ending at the
+    /// end; the whole file when it is smaller than that). Tells one conversion of a weights file from another in
+    /// well under a millisecond, where the full digest of 15 MB takes about 0.1 s.
+    /// - Throws: `EarshotError(.noInput)` when the file cannot be opened, `.io` when a read fails.
+    ///   The corresponding C functions are `open`, `fstat` and `pread`.
+    package static func sampledHex(ofFileAt path: String, samples: Int = 64, pieceBytes: Int = 4096)
+        throws(EarshotError) -> String
+    {
+        let descriptor: Int32
+        do {
+            descriptor = try RegularFile.open(path)
+        } catch {
+            throw .posix(.noInput, "cannot open \(path)", errno: error.errno)
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw .posix(.io, "cannot read \(path)", errno: errno) }
+        let size = Int(status.st_size)
+        var hasher = SHA256()
+        withUnsafeBytes(of: UInt64(size).littleEndian) { hasher.update($0) }
+        let piece = min(pieceBytes, size)
+        let count = size > samples * pieceBytes ? samples : 1
+        var buffer = [UInt8](repeating: 0, count: count == 1 ? size : piece)
+        for index in 0..<count {
+            let offset = count == 1 ? 0 : index * (size - piece) / (count - 1)
+            var done = 0
+            while done < buffer.count {
+                let got = buffer.withUnsafeMutableBytes {
+                    pread(descriptor, $0.baseAddress! + done, $0.count - done, off_t(offset + done))
+                }
+                if got < 0, errno == EINTR { continue }
+                guard got > 0 else { throw .posix(.io, "cannot read \(path)", errno: got < 0 ? errno : EIO) }
+                done += got
+            }
+            buffer.withUnsafeBytes { hasher.update($0) }
+        }
+        return hexString(hasher.finalize())
+    }
+
     /// One 64-byte block (big-endian words), FIPS 180-4 section 6.2.2.
     private mutating func compress(_ block: UnsafeRawPointer) {
         schedule.withUnsafeMutableBufferPointer { w in
