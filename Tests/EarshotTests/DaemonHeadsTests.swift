@@ -67,10 +67,16 @@ import EarshotTools
         #expect(error("[models]\nfiles = /a/doorbell.earshot\n  /b/doorbell.earshot\n")
             == "m.conf:3: [models] files = /b/doorbell.earshot: model files /a/doorbell.earshot and /b/doorbell.earshot have the same name \"doorbell\" (classes are named MODEL:LABEL; rename one)")
         let typo = AudioTestFiles.error { () throws(EarshotError) in
-            _ = try DaemonConfiguration.parse("[group.bell]\nclasses = doorbell:dingg\nthreshold = 0.5\n", source: "t.conf")
+            _ = try DaemonConfiguration.parse(
+                "[detection]\nwatch = bell\n[group.bell]\nclasses = doorbell:dingg\nthreshold = 0.5\n", source: "t.conf")
                 .resolvedGroups(classLabels: labels)
         }
-        #expect(typo?.message == "t.conf:2: [group.bell] classes: unknown class \"doorbell:dingg\" (nearest: \"doorbell:ding\"; `earshot classes` lists all 525)")
+        #expect(typo?.message == "t.conf:4: [group.bell] classes: unknown class \"doorbell:dingg\" (nearest: \"doorbell:ding\"; `earshot classes` lists all 525)")
+        // With the default watch list, baby_cry's class is the built-in head's, which these labels lack.
+        let noHead = AudioTestFiles.error { () throws(EarshotError) in
+            _ = try DaemonConfiguration().resolvedGroups(classLabels: labels)
+        }
+        #expect(noHead?.message == "group baby_cry: preset class \"builtin_baby_cry:baby_cry\" is not a label of this classifier (nearest: \"Baby cry, infant cry\"; `earshot classes` lists all 525; set classes in [group.baby_cry])")
     }
 
     // MARK: The daemon

@@ -175,8 +175,10 @@ struct MQTTUnitTests {
 
     @Test("The switchable groups: fire_alarm is shown as smoke_alarm when the pattern detector folds it in")
     func stateGroups() throws {
+        // The default watch list's baby_cry needs the built-in head, loaded as the daemon loads it.
+        let heads = try DaemonConfiguration().loadHeadModels().set
         let defaults = try DetectionPlan(
-            configuration: DaemonConfiguration(), yamnetLabels: ClassMapFixture.labels, heads: HeadModelSet(), configPath: nil)
+            configuration: DaemonConfiguration(), yamnetLabels: ClassMapFixture.labels, heads: heads, configPath: nil)
         #expect(defaults.stateGroups == ["smoke_alarm", "co_alarm", "baby_cry", "glass_break"])
         #expect(defaults.eventGroups == ["smoke_alarm", "co_alarm", "baby_cry", "glass_break", "snoring", "alarm_chirp"])
         var fireOnly = DaemonConfiguration()
@@ -185,7 +187,7 @@ struct MQTTUnitTests {
         #expect(folded.stateGroups == ["smoke_alarm", "dog_bark"])
         var classifierOnly = fireOnly
         classifierOnly.alarms.patternDetection = false
-        let plain = try DetectionPlan(configuration: classifierOnly, yamnetLabels: ClassMapFixture.labels, heads: HeadModelSet(), configPath: nil)
+        let plain = try DetectionPlan(configuration: classifierOnly, yamnetLabels: ClassMapFixture.labels, heads: heads, configPath: nil)
         #expect(plain.stateGroups == ["fire_alarm", "dog_bark"])
         #expect(plain.eventGroups == ["fire_alarm", "dog_bark", "snoring"])
     }

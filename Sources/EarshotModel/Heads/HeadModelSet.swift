@@ -130,8 +130,9 @@ public struct HeadModelSet: Sendable {
 
     /// One line per model for the journal: its name, file, labels and training window, and a warning when the
     /// daemon's window (`windowDuration`, seconds) differs from the one it was trained on.
+    /// The heads shipped with the built-in classifier (`builtin_*`) are part of it and get no line.
     public func notes(windowDuration: Double) -> [String] {
-        models.map { model in
+        models.filter { !$0.name.hasPrefix(Self.builtInPrefix) }.map { model in
             let metadata = model.head.metadata
             var line = "model \(model.name) (\(model.path)): classes " + model.head.labels.map { "\(model.name):\($0)" }.joined(separator: ", ")
                 + ", trained \(metadata.trainedAt) on \(SettingRules.format(metadata.windowDuration)) s windows"

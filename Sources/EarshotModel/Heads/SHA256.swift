@@ -116,12 +116,7 @@ package struct SHA256 {
     /// - Throws: `EarshotError(.noInput)` when the file cannot be opened, `.io` when a read fails.
     ///   The corresponding C functions are `open` and `read`.
     package static func hex(ofFileAt path: String) throws(EarshotError) -> String {
-        let descriptor: Int32
-        do {
-            descriptor = try RegularFile.open(path)
-        } catch {
-            throw .posix(.noInput, "cannot open \(path)", errno: error.errno)
-        }
+        let descriptor = try openRegularFile(path)
         defer { close(descriptor) }
         var hasher = SHA256()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
@@ -146,12 +141,7 @@ package struct SHA256 {
     package static func sampledHex(ofFileAt path: String, samples: Int = 64, pieceBytes: Int = 4096)
         throws(EarshotError) -> String
     {
-        let descriptor: Int32
-        do {
-            descriptor = try RegularFile.open(path)
-        } catch {
-            throw .posix(.noInput, "cannot open \(path)", errno: error.errno)
-        }
+        let descriptor = try openRegularFile(path)
         defer { close(descriptor) }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else { throw .posix(.io, "cannot read \(path)", errno: errno) }
@@ -175,6 +165,16 @@ package struct SHA256 {
             buffer.withUnsafeBytes { hasher.update($0) }
         }
         return hexString(hasher.finalize())
+    }
+
+    /// A descriptor for reading the regular file at `path` (never waiting on a FIFO: `RegularFile`).
+    /// - Throws: `EarshotError(.noInput)` naming the path when it cannot be opened.
+    private static func openRegularFile(_ path: String) throws(EarshotError) -> Int32 {
+        do {
+            return try RegularFile.open(path)
+        } catch {
+            throw .posix(.noInput, "cannot open \(path)", errno: error.errno)
+        }
     }
 
     /// One 64-byte block (big-endian words), FIPS 180-4 section 6.2.2.
