@@ -102,11 +102,8 @@ public struct HeadModelSet: Sendable {
     {
         guard !paths.isEmpty else { return (HeadModelSet(), []) }
         // Heads shipped beside the weights are checked against the shipped identity without hashing 15 MB.
-        let directory = try ModelLocator.builtInDirectory().standardizedFileURL.path
-        let shipped = paths.allSatisfy { path in
-            let url = URL(fileURLWithPath: path).standardizedFileURL
-            return url.deletingLastPathComponent().path == directory && url.lastPathComponent.hasPrefix(builtInPrefix)
-        }
+        let directory = try ModelLocator.builtInDirectory()
+        let shipped = paths.allSatisfy { isBuiltIn(path: $0, directory: directory) }
         let backbone = shipped ? try BackboneIdentity.builtInForShippedHeads() : try BackboneIdentity.builtIn()
         return try load(paths: paths, backbone: backbone, previous: previous, locations: locations)
     }
@@ -128,11 +125,21 @@ public struct HeadModelSet: Sendable {
         return paths
     }
 
+    /// Whether `path` is a head shipped with the built-in classifier: a `builtin_*` file in `directory` (the
+    /// built-in model's), as ``builtInPaths(forClassLabels:directory:)`` names them.
+    public static func isBuiltIn(path: String, directory: URL) -> Bool {
+        let url = URL(fileURLWithPath: path).standardizedFileURL
+        return url.lastPathComponent.hasPrefix(builtInPrefix)
+            && url.deletingLastPathComponent().path == directory.standardizedFileURL.path
+    }
+
     /// One line per model for the journal: its name, file, labels and training window, and a warning when the
     /// daemon's window (`windowDuration`, seconds) differs from the one it was trained on.
-    /// The heads shipped with the built-in classifier (`builtin_*`) are part of it and get no line.
+    /// The heads shipped with the built-in classifier (``isBuiltIn(path:directory:)``) are part of it: no line.
     public func notes(windowDuration: Double) -> [String] {
-        models.filter { !$0.name.hasPrefix(Self.builtInPrefix) }.map { model in
+        let directory = try? ModelLocator.builtInDirectory()
+        let listed = models.filter { model in directory.map { !Self.isBuiltIn(path: model.path, directory: $0) } ?? true }
+        return listed.map { model in
             let metadata = model.head.metadata
             var line = "model \(model.name) (\(model.path)): classes " + model.head.labels.map { "\(model.name):\($0)" }.joined(separator: ", ")
                 + ", trained \(metadata.trainedAt) on \(SettingRules.format(metadata.windowDuration)) s windows"
