@@ -64,14 +64,10 @@ enum EvalSnoreCommand: EarshotCommand {
 
     static func execute(_ options: Options) -> Int32 {
         let directories = options.directories, configuration = options.configuration
-        var head: SnoreDetector.HeadEvidence?
-        if let model = options.model {
-            do {
-                head = try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: model)))
-            } catch {
-                return fail(error.message, error.exitStatus)
-            }
-        }
+        var settings = DaemonConfiguration()
+        settings.sleep.threshold = configuration.strongThreshold
+        settings.sleep.rhythmThreshold = configuration.weakThreshold
+        settings.sleep.modelPath = options.model
         var figures: [SnoreEvaluation.Figures] = []
         for directory in directories {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else {
@@ -82,7 +78,7 @@ enum EvalSnoreCommand: EarshotCommand {
             let scratch = NSTemporaryDirectory() + "earshot-eval-snore-\(getpid()).wav"
             do {
                 figures.append(try SnoreEvaluation.measure(
-                    files: files, configuration: configuration, head: head, sequencePath: scratch,
+                    files: files, configuration: settings, sequencePath: scratch,
                     progress: { done, total in
                         if standardErrorIsTerminal {
                             FileHandle.standardError.write(Data("\r\(directory): \(done)/\(total) clips\u{1B}[K".utf8))

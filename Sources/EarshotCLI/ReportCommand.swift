@@ -15,7 +15,7 @@ import Foundation
 /// existing device or FIFO (or standard output) failed.
 enum ReportCommand: EarshotCommand {
     static let usage =
-        "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
+        "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--config FILE] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
     static let fromSVGUsage = "usage: earshot report --from-svg SVG --png OUT [--png-scale N]"
     static let help = """
         \(usage)
@@ -23,15 +23,20 @@ enum ReportCommand: EarshotCommand {
 
         Finds snoring in a recording (e.g. a night) and reports minutes snoring, episodes (events less than 2 minutes
         apart merge), events per hour, loudness per episode and the loudest moments, with a timeline in 5-minute bins.
+        The snoring is the daemon's: the same detection stage and snore detector as earshotd's snoring group and
+        its sleep sessions, with the daemon's [analysis] and [sleep] settings.
           --snore FILE         the recording to analyse (any format earshot analyze reads)
           --json OUT           write the report as JSON to OUT (- for standard output instead of the summary)
           --svg OUT            write the timeline chart as SVG to OUT
           --png OUT            write the timeline chart as PNG to OUT (rendered from the SVG with librsvg)
           --png-scale N        PNG pixels per SVG pixel, 1 to 4 (default 2: 1920 x 700 pixels)
+          --config FILE        the daemon's configuration file (default /etc/earshot/earshotd.conf when it
+                               exists, else the built-in defaults): its [analysis] and [sleep] keys apply
           --model HEAD         a snore model made with earshot train (folders snoring and background): its
-                               snoring probability adds to the evidence
-          --threshold X        snore evidence that counts on its own, 0 to 1 (default 0.3)
-          --rhythm-threshold Y lower evidence that counts when snores recur every 2-6 s (default 0.1)
+                               snoring probability adds to the evidence (instead of [sleep] model)
+          --threshold X        snore evidence that counts on its own, 0 to 1 (default [sleep] threshold, 0.3)
+          --rhythm-threshold Y lower evidence that counts when snores recur every 2-6 s (default [sleep]
+                               rhythm_threshold, 0.2)
           --progress, --quiet  force or hide the progress bar (default: shown when stderr is a terminal)
           --from-svg SVG       render a chart written earlier (--svg, or the daemon's snore-*.svg) as PNG
                                instead of analysing a recording
@@ -41,7 +46,7 @@ enum ReportCommand: EarshotCommand {
     static let pngScales: ClosedRange<Double> = 1...4
 
     static let name = "report"
-    static let flags = ["--snore", "--json", "--svg", "--png", "--png-scale", "--model", "--threshold", "--rhythm-threshold",
+    static let flags = ["--snore", "--json", "--svg", "--png", "--png-scale", "--config", "--model", "--threshold", "--rhythm-threshold",
                         "--progress", "--quiet", "--from-svg"]
 
     /// What to do: analyse a recording, or render a chart written earlier.
@@ -56,7 +61,10 @@ enum ReportCommand: EarshotCommand {
         var svgPath: String?
         var pngPath: String?
         var pngScale = PNGRenderer.defaultScale
-        var configuration = SnoreDetector.Configuration()
+        var configPath: String?
+        /// `--threshold` and `--rhythm-threshold` (nil: the configuration's `[sleep]` keys).
+        var threshold: Float?
+        var rhythmThreshold: Float?
         var modelPath: String?
         var showProgress = standardErrorIsTerminal
     }
@@ -85,6 +93,7 @@ enum ReportCommand: EarshotCommand {
             case "--snore": file = try parser.value(of: flag, inline, allowed: "a sound file", allowEmpty: false)
             case "--json": analysis.jsonPath = try parser.value(of: flag, inline, allowed: "an output path, or - for standard output", allowEmpty: false)
             case "--svg": analysis.svgPath = try parser.value(of: flag, inline, allowed: "an output path", allowEmpty: false)
+            case "--config": analysis.configPath = try parser.value(of: flag, inline, allowed: "a configuration file", allowEmpty: false)
             case "--model": analysis.modelPath = try parser.value(of: flag, inline, allowed: "a head model file made by earshot train", allowEmpty: false)
             case "--png": analysis.pngPath = try path(flag, inline, "an output path")
             case "--from-svg": fromSVG = try path(flag, inline, "an SVG file", usage: fromSVGUsage)
@@ -94,9 +103,9 @@ enum ReportCommand: EarshotCommand {
                 }
                 pngScale = number
             case "--threshold":
-                analysis.configuration.strongThreshold = try parser.number(of: flag, inline, in: 0...1, allowed: "0 to 1")
+                analysis.threshold = try parser.number(of: flag, inline, in: 0...1, allowed: "0 to 1")
             case "--rhythm-threshold":
-                analysis.configuration.weakThreshold = try parser.number(of: flag, inline, in: 0...1, allowed: "0 to 1")
+                analysis.rhythmThreshold = try parser.number(of: flag, inline, in: 0...1, allowed: "0 to 1")
             case "--progress", "--quiet":
                 try parser.noValue(of: flag, inline)
                 analysis.showProgress = flag == "--progress"
@@ -116,7 +125,7 @@ enum ReportCommand: EarshotCommand {
         analysis.file = file
         guard pngScale == nil || analysis.pngPath != nil else { throw usageError("--png-scale needs --png OUT") }
         analysis.pngScale = pngScale ?? PNGRenderer.defaultScale
-        guard analysis.configuration.weakThreshold <= analysis.configuration.strongThreshold else {
+        if let weak = analysis.rhythmThreshold, let strong = analysis.threshold, weak > strong {
             throw usageError("--rhythm-threshold must be at most --threshold")
         }
         return .analyze(analysis)
@@ -133,12 +142,17 @@ enum ReportCommand: EarshotCommand {
     static func analyze(_ options: Analysis) -> Int32 {
         let bar = ProgressBar(enabled: options.showProgress)
         let result: SnoreFileAnalysis.Result
-        do {
-            let head = try options.modelPath.map { path throws(EarshotError) in
-                try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: path)))
+        do throws(EarshotError) {
+            var configuration = try DaemonConfiguration.load(path: options.configPath, overrides: .init())
+            if let threshold = options.threshold { configuration.sleep.threshold = threshold }
+            if let rhythm = options.rhythmThreshold { configuration.sleep.rhythmThreshold = rhythm }
+            if let model = options.modelPath { configuration.sleep.modelPath = model }
+            let sleep = configuration.sleep
+            guard sleep.rhythmThreshold <= sleep.threshold else {
+                throw usageError("--rhythm-threshold (\(SettingRules.format(Double(sleep.rhythmThreshold)))) must be at most the threshold (\(SettingRules.format(Double(sleep.threshold))))")
             }
             result = try SnoreFileAnalysis.analyze(
-                url: URL(fileURLWithPath: options.file), configuration: options.configuration, head: head,
+                url: URL(fileURLWithPath: options.file), configuration: configuration, configPath: options.configPath,
                 progress: { done, total in bar.update(done: done, total: total) })
         } catch {
             bar.finish()

@@ -80,6 +80,8 @@ package struct LabelGroup: Sendable, Equatable {
             LabelGroup(name: "fire_alarm", classLabels: ["Fire alarm"], threshold: 0.3, holdSeconds: 3),
             LabelGroup(name: "co_alarm", classLabels: ["Alarm", "Beep, bleep", "Buzzer"], threshold: 0.4,
                        holdSeconds: 6),
+            // Decided by `SnoreDetector` in `DetectionStage` (thresholds and hold from `[sleep]`), never by the
+            // engine: this entry names the group and the class its events carry.
             LabelGroup(name: "snoring", classLabels: ["Snoring"], threshold: 0.3, holdSeconds: 8),
             LabelGroup(name: "baby_cry", classLabels: [builtInBabyCryLabel], threshold: babyCryThreshold,
                        holdSeconds: 3, support: babyCrySupport),

@@ -281,6 +281,8 @@ struct ConfigFileTests {
               message: "test.conf:2: [detection] watch: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a new group needs a [group.smoke_alrm] section with classes and threshold)"),
         .init(text: "[detection]\nwatch = |",
               message: "test.conf:2: [detection] watch: must name at least one group (separate names with |)"),
+        .init(text: "[group.snoring]\nthreshold = 0.5",
+              message: "test.conf:2: [group.snoring] threshold: the snoring group is decided by the snore detector, not by class scores (remove [group.snoring]; tune it in [sleep] with threshold, rhythm_threshold or model)"),
         .init(text: "[capture]\ndevice = " + String(repeating: "x", count: 200) + "\n",
               message: "test.conf:2: line longer than 197 bytes; split a long list over indented continuation lines"),
     ]

@@ -106,7 +106,7 @@ struct DetectCommandTests {
         let detected = try Self.detectEvents(file: Self.demo, config: config, scratch: scratch)
         #expect(detected.filter { $0.type == "detection" }.map(\.description) == [
             "detection baby_cry \"builtin_baby_cry:baby_cry\" 2.4- 0.9958",
-            "detection snoring \"Snoring\" 11.52- 0.9985",
+            "detection snoring \"Snoring\" 11.52- 1.0",
             "detection glass_break \"Shatter\" 23.52- 0.909",
             "detection doorbell_knock \"Knock\" 26.88- 0.9112",
         ])

@@ -9,7 +9,7 @@ import EarshotTools
 
 @Suite("ReportCommand: earshot report --png and --from-svg")
 struct ReportCommandTests {
-    static let usage = "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
+    static let usage = "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--config FILE] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
     static let fromSVGUsage = "usage: earshot report --from-svg SVG --png OUT [--png-scale N]"
 
     /// A temporary directory holding `tone.wav` (2 s of 440 Hz at -20 dBFS, 16 kHz: no snoring) and `bad.svg`.

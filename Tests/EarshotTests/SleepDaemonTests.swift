@@ -14,7 +14,7 @@ import EarshotTools
 
 @Suite("Sleep: sessions in the daemon", .serialized)
 struct SleepDaemonTests {
-    @Test("sleep service: the plain snoring group is silenced during a session, stop without a session is refused")
+    @Test("snore events go out while snoring is watched or a session runs; an end goes out exactly when its onset did; stop without a session is refused")
     func service() throws {
         let queue = DispatchQueue(label: "test.analysis")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-sleep-\(getpid())")
@@ -23,30 +23,40 @@ struct SleepDaemonTests {
         settings.reportDirectory = directory.appendingPathComponent("reports").path
         let utc = try #require(TimeZone(identifier: "UTC"))
         let service = SleepService(
-            analysisQueue: queue, classLabels: ClassMapFixture.labels, settings: settings, timeZone: utc,
-            publish: { _ in }, publishReport: { _ in }, log: { _, _ in })
-        let onset = DetectionEvent.onset(.init(group: "snoring", classLabel: "Snoring", confidence: 0.5, start: 1, decisionTime: 2))
-        let offset = DetectionEvent.offset(.init(group: "snoring", classLabel: "Snoring", start: 1, end: 3, peakConfidence: 0.5,
-                                                 meanConfidence: 0.5, positiveWindows: 2, reason: .holdElapsed))
-        let smoke = DetectionEvent.onset(.init(group: "smoke_alarm", classLabel: "Smoke detector, smoke alarm", confidence: 0.9,
-                                               start: 1, decisionTime: 2))
+            analysisQueue: queue, settings: settings, timeZone: utc, publishReport: { _ in }, log: { _, _ in })
+        let onset = SnoreDetector.Decision.onset(.init(group: "snoring", classLabel: "Snoring", confidence: 0.5, start: 1, decisionTime: 2))
+        let summary = SnoreEvent(start: 1, end: 3, peakEvidence: 0.5, meanEvidence: 0.5, snores: 2, levelDBFS: -40,
+                                 peakLevelDBFS: -38, peakLevelTime: 1)
+        let offset = SnoreDetector.Decision.offset(.init(group: "snoring", classLabel: "Snoring", start: 1, end: 3, peakConfidence: 0.5,
+                                                         meanConfidence: 0.5, positiveWindows: 2, reason: .holdElapsed), summary)
         #expect(service.handle(command: "sleep_stop")
             == ["type": "error", "message": "no sleep session is running (start one with `earshot sleep start`)"])
         #expect(service.handle(command: "sleep_status") == ["type": "sleep", "state": "idle"])
+        var unwatched = SnorePublication(watched: false)
+        // Not watched, no session: neither the onset nor its end goes out.
+        #expect([unwatched.admits(onset, sessionActive: false), unwatched.admits(offset, sessionActive: false)] == [false, false])
+        // An onset during a session goes out, and so does its end after the session stopped.
+        #expect([unwatched.admits(onset, sessionActive: true), unwatched.admits(offset, sessionActive: false)] == [true, true])
+        // An onset before the session: its end stays back too, so that no subscriber sees an end without a start.
+        #expect([unwatched.admits(onset, sessionActive: false), unwatched.admits(offset, sessionActive: true)] == [false, false])
+        var watched = SnorePublication(watched: true)
+        #expect([watched.admits(onset, sessionActive: false), watched.admits(offset, sessionActive: false)] == [true, true])
         let started = Date(timeIntervalSince1970: 1_772_402_400)
-        let (admitted, reply, again): ([Bool], JSONObject, JSONObject) = queue.sync {
+        let (reply, again, stopped): (JSONObject, JSONObject, JSONObject) = queue.sync {
             let reply = service.start(at: started, scheduled: false)
             let again = service.start(at: started.addingTimeInterval(5), scheduled: false)
-            // An onset during the session is silenced, and so is its offset even after the session ended.
-            var admitted = [service.admits(onset), service.admits(smoke)]
-            service.observe(Self.quietWindow(at: 0))
-            service.stop(at: started.addingTimeInterval(60))
-            admitted += [service.admits(offset), service.admits(onset)]
-            return (admitted, reply, again)
+            service.observe(window: Self.quietWindow(at: 0))
+            service.observe(window: Self.quietWindow(at: 3.36))
+            service.observe(onset)
+            service.observe(offset)
+            return (reply, again, service.stop(at: started.addingTimeInterval(60)))
         }
         #expect(reply == ["type": "sleep", "state": "started", "start": "2026-03-01T22:00:00.000Z"])
         #expect(again == ["type": "sleep", "state": "already_running", "start": "2026-03-01T22:00:00.000Z"])
-        #expect(admitted == [false, true, false, true])
+        // The stage's event, 1-3 s of 4.32 s monitored: 2 s snoring, 46.3 %.
+        #expect(stopped["snoring_minutes"] == .number(2.0 / 60, decimals: 2))
+        #expect(stopped["events"] == 1)
+        #expect(stopped["audio_seconds"] == .number(4.32, decimals: 1))
         service.flushReports()
         let written = try FileManager.default.contentsOfDirectory(atPath: settings.reportDirectory).sorted()
         #expect(written == ["snore-20260301-2200.json", "snore-20260301-2200.svg"])
@@ -71,15 +81,15 @@ struct SleepDaemonTests {
         let utc = try #require(TimeZone(identifier: "UTC"))
         let published = Mutex<Int>(0)
         let service = SleepService(
-            analysisQueue: queue, classLabels: ClassMapFixture.labels, settings: settings, timeZone: utc,
-            publish: { _ in }, publishReport: { _ in published.withLock { $0 += 1 } }, log: { _, _ in })
+            analysisQueue: queue, settings: settings, timeZone: utc,
+            publishReport: { _ in published.withLock { $0 += 1 } }, log: { _, _ in })
         let started = Date(timeIntervalSince1970: 1_772_402_400)  // 2026-03-01 22:00:00 UTC
         let replies: [JSONObject] = queue.sync {
             var replies: [JSONObject] = []
             for index in 0..<3 {
                 service.start(at: started.addingTimeInterval(Double(index)), scheduled: false)
-                service.observe(Self.quietWindow(at: 0))
-                service.observe(Self.quietWindow(at: 0.48))
+                service.observe(window: Self.quietWindow(at: 0))
+                service.observe(window: Self.quietWindow(at: 0.48))
                 replies.append(service.stop(at: started.addingTimeInterval(Double(index) + 0.5)))
             }
             // Started and stopped with no window in between: nothing heard.
@@ -216,5 +226,52 @@ struct SleepDaemonTests {
         #expect(stored.allSatisfy { $0.levelDBFS > -60 && $0.peakLevelDBFS >= $0.levelDBFS })
         let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(!log.contains("history_unavailable"), "\(log)")
+
+        // One snore detector: `earshot report --snore` on the same audio finds the session's events (times within
+        // one hop, as `earshot detect` and earshotd agree), with the same snores.
+        let wav = sandbox.directory.appendingPathComponent("night.wav")
+        try Self.pcm16WAV(raw, sampleRate: 16_000).write(to: wav)
+        let reporter = Process()
+        reporter.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshot")
+        reporter.arguments = ["report", "--snore", wav.path, "--json", "-", "--quiet", "--config", config.path]
+        reporter.environment = DaemonEndToEndTests.environment(home: sandbox.home)
+        let reported = Pipe()
+        reporter.standardOutput = reported
+        try reporter.run()
+        let fileReport = try #require(
+            try JSONSerialization.jsonObject(with: reported.fileHandleForReading.readDataToEndOfFile()) as? [String: Any])
+        reporter.waitUntilExit()
+        #expect(reporter.terminationStatus == 0)
+        func spans(_ object: [String: Any]) -> [(start: Double, end: Double, snores: Int)] {
+            ((object["snore_events"] as? [[String: Any]]) ?? []).map {
+                (($0["start"] as? Double) ?? -1, ($0["end"] as? Double) ?? -1, ($0["snores"] as? Int) ?? -1)
+            }
+        }
+        let session = spans(report), file = spans(fileReport)
+        #expect(session.count == file.count && !file.isEmpty, "session \(session) vs report --snore \(file)")
+        for (a, b) in zip(session, file) {
+            #expect(abs(a.start - b.start) <= 0.48 + 1e-9 && abs(a.end - b.end) <= 0.48 + 1e-9 && a.snores == b.snores,
+                    "session \(a) vs report --snore \(b)")
+        }
+    }
+
+    /// `raw` (16-bit little-endian mono samples) as a WAV file.
+    static func pcm16WAV(_ raw: Data, sampleRate: Int) -> Data {
+        var data = Data()
+        func u32(_ value: Int) { withUnsafeBytes(of: UInt32(value).littleEndian) { data.append(contentsOf: $0) } }
+        func u16(_ value: Int) { withUnsafeBytes(of: UInt16(value).littleEndian) { data.append(contentsOf: $0) } }
+        data.append(contentsOf: Array("RIFF".utf8))
+        u32(36 + raw.count)
+        data.append(contentsOf: Array("WAVEfmt ".utf8))
+        u32(16)
+        u16(1)
+        u16(1)
+        u32(sampleRate)
+        u32(sampleRate * 2)
+        u16(2)
+        u16(16)
+        data.append(contentsOf: Array("data".utf8))
+        u32(raw.count)
+        return data + raw
     }
 }

@@ -202,6 +202,16 @@ struct SnoreTests {
         ])
         if case .offset(_, let event)? = decisions.last { #expect(event.snores == 2) }
         #expect(try Self.detect(count: 70, evidence: [10: 0.5, 30: 0.6]) == [])
+        // The default needs three: the pair alone raises nothing, a third snore 7.2 s later makes the event.
+        let three = SnoreDetector.Configuration().minimumSnores
+        #expect(three == 3)
+        #expect(try Self.detect(count: 60, evidence: [10: 0.5, 25: 0.6], minimumSnores: three) == [])
+        let decided = try Self.detect(count: 80, evidence: [10: 0.5, 25: 0.6, 40: 0.4], minimumSnores: three)
+        #expect(decided.map(\.event) == [
+            .onset(.init(group: "snoring", classLabel: "Snoring", confidence: 0.5, start: 4.8, decisionTime: 5.76)),
+            .offset(.init(group: "snoring", classLabel: "Snoring", start: 4.8, end: 0.48 * 40 + 0.96, peakConfidence: 0.6,
+                          meanConfidence: 0.5, positiveWindows: 3, reason: .holdElapsed)),
+        ])
     }
 
     @Test("a gap in the stream ends snoring at its last positive window")
@@ -259,33 +269,76 @@ struct SnoreTests {
         }
     }
 
-    @Test("a sleep session reports its snoring in session time")
+    @Test("a sleep session reports the stage's snoring in session time; an event open at the stop counts as far as it is known")
     func session() throws {
         let labels = ClassMapFixture.labels
         let snoring = try #require(labels.firstIndex(of: "Snoring"))
         let start = Date(timeIntervalSince1970: 1_772_402_400)
-        var session = try SleepSession(startDate: start, classLabels: labels, configuration: .init())
-        var published: [DetectionEvent] = []
+        var detector = try SnoreDetector(classLabels: labels)
+        var session = SleepSession(startDate: start)
+        var decisions: [SnoreDetector.Decision] = []
         // The daemon's stream is at 1000 s when the session starts; windows arrive as their audio ends.
         for index in 0..<100 {
             let windowStart = 1000 + 0.48 * Double(index)
             var scores = [Float](repeating: 0, count: labels.count)
-            if [20, 21, 28, 29].contains(index) { scores[snoring] = 0.7 }
-            published += session.observe(
+            if [20, 21, 28, 29, 36, 37, 90, 91].contains(index) { scores[snoring] = 0.7 }
+            session.observe(window: TimeRange(start: windowStart, duration: 0.96))
+            let made = detector.process(
                 windowStart: windowStart, windowDuration: 0.96, levelDBFS: index == 20 ? -25 : -50,
                 scores: index % 10 == 5 ? nil : scores)
+            for decision in made { session.observe(decision) }
+            decisions += made
         }
-        let (report, last) = session.stop()
-        #expect(last == [])
-        #expect(published.map(\.group) == ["snoring", "snoring"])
+        #expect(decisions.map(\.event.group) == ["snoring", "snoring"])
+        #expect(session.finishedEvents.count == 1)
+        // Windows 90-91 (1043.2 s) wait for a second snore: nothing of them is open yet.
+        #expect(detector.openEventSummary(reason: .streamEnd) == nil)
+        let report = session.stop(openEvent: detector.openEventSummary(reason: .streamEnd))
         #expect(abs(report.duration - (0.48 * 99 + 0.96)) < 1e-9)
         #expect(report.startDate == start)
         #expect(report.events.count == 1)
         let event = try #require(report.events.first)
-        #expect(abs(event.start - 9.6) < 1e-9 && abs(event.end - 14.88) < 1e-9, "\(event)")
-        #expect(event.snores == 2)
+        #expect(abs(event.start - 9.6) < 1e-9 && abs(event.end - 18.72) < 1e-9, "\(event)")
+        #expect(event.snores == 3)
         #expect(abs(event.peakLevelTime - 9.6) < 1e-9 && event.peakLevelDBFS == -25, "\(event)")
-        #expect(abs(report.snoringSeconds - 5.28) < 1e-9)
+        #expect(abs(report.snoringSeconds - 9.12) < 1e-9)
+
+        // A session that starts mid-event counts it from its own time 0, and one that stops while the event is open
+        // counts it to its last released positive window.
+        var late = SleepSession(startDate: start)
+        late.observe(window: TimeRange(start: 1012, duration: 0.96))
+        late.observe(window: TimeRange(start: 1020, duration: 0.96))
+        let open = SnoreEvent(start: 1009.6, end: 1014.88, peakEvidence: 0.7, meanEvidence: 0.7, snores: 2,
+                              levelDBFS: -40, peakLevelDBFS: -25, peakLevelTime: 1009.6)
+        let cut = try #require(late.stop(openEvent: open).events.first)
+        #expect(abs(cut.start - 0) < 1e-9 && abs(cut.end - 2.88) < 1e-9 && abs(cut.peakLevelTime - 0) < 1e-9, "\(cut)")
+    }
+
+    @Test("a strong burst counts one snore per 1.44 s: 4.32 s of snoring is an event on its own, 3.36 s is not")
+    func sustainedBurst() throws {
+        let labels = ClassMapFixture.labels
+        let snoring = try #require(labels.firstIndex(of: "Snoring"))
+        func run(windows: Int) throws -> [SnoreDetector.Decision] {
+            var detector = try SnoreDetector(classLabels: labels)
+            var decisions: [SnoreDetector.Decision] = []
+            for index in 0..<60 {
+                var scores = [Float](repeating: 0, count: labels.count)
+                if (10..<(10 + windows)).contains(index) { scores[snoring] = 0.8 }
+                decisions += detector.process(windowStart: 0.48 * Double(index), windowDuration: 0.96, levelDBFS: -30, scores: scores)
+            }
+            return decisions + detector.finish()
+        }
+        // 8 windows at 0.48 s hops: 0.96 + 7 x 0.48 = 4.32 s, three snores.
+        let long = try run(windows: 8)
+        #expect(long.count == 2)
+        guard case .offset(let offset, let event)? = long.last else {
+            Issue.record("no offset: \(long)")
+            return
+        }
+        #expect(abs(offset.start - 4.8) < 1e-9 && abs(offset.end - 9.12) < 1e-9, "\(offset)")
+        #expect(event.snores == 3 && offset.reason == .holdElapsed)
+        // 6 windows: 3.36 s, two snores, and no other within the hold.
+        #expect(try run(windows: 6).isEmpty)
     }
 
     // MARK: Real recordings

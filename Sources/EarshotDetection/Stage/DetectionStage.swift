@@ -9,7 +9,8 @@ import EarshotAnalysis
 ///
 /// One chunk (a capture period, or any run of samples) goes through the RMS gate and the sliding-window classifier
 /// (`AudioStreamAnalyzer`, YAMNet, custom heads), the debouncer (`DetectionEngine`), the smoke/CO pattern detector
-/// (`AlarmDetector`) and the digital-silence watch; ``process(_:sampleRate:framePosition:gap:)`` returns every
+/// (`AlarmDetector`), the snore detector (`SnoreDetector`, the one that decides group `snoring` for the daemon,
+/// its sleep sessions, `earshot detect` and `earshot report --snore`) and the digital-silence watch; ``process(_:sampleRate:framePosition:gap:)`` returns every
 /// window, detection, alarm and health change it caused, in order, as ``Output`` values. Nothing is called back:
 /// the caller hands the values on (the daemon to its output router, `earshot detect` to standard output), so the
 /// daemon and `earshot detect` run exactly the same detection over the same audio.
@@ -28,6 +29,9 @@ package final class DetectionStage {
         case detection(DetectionEvent)
         /// A smoke or CO alarm (or low-battery chirp) from the pattern detector, see `AlarmDetector`.
         case alarm(AlarmEvent)
+        /// A `snoring` onset or end from the snore detector (the end with its summary: snores, levels), see
+        /// `SnoreDetector`. Decided with a delay of up to ~9 s (the detector waits for a second snore).
+        case snore(SnoreDetector.Decision)
         /// A change in the input's health (silence, gaps, a sample rate that cannot be analysed).
         case health(HealthEvent)
     }
@@ -51,6 +55,9 @@ package final class DetectionStage {
         /// The watch list: `smoke_alarm` and `co_alarm` pattern events go out when watched, `alarm_chirp` when
         /// either is.
         package var watch: [String] = []
+        /// The snore detector's settings; nil: no snore detector (no `.snore` outputs). The daemon runs it always
+        /// (its sleep sessions need it even when `snoring` is not watched) and publishes what it decides.
+        package var snore: SnoreDetector.Configuration? = SnoreDetector.Configuration()
 
         package init() {}
     }
@@ -90,6 +97,8 @@ package final class DetectionStage {
     private var request: ClassifySoundRequest
     private var alarms: AlarmDetector?
     private var alarmGroups: Set<String> = []
+    private var snore: SnoreDetector?
+    private var snoreHead: SnoreDetector.HeadEvidence?
     /// The glass-break onset finder, when `glass_break` is watched and the gate is on. It runs only over the audio
     /// of a window that the classifier scores as glass (at the group's threshold), so it costs nothing on the
     /// other windows: the last ``shatterAudioSeconds`` of the classifier's 16 kHz audio are kept for it.
@@ -138,14 +147,42 @@ package final class DetectionStage {
     ///   - engine: the debouncer over the classifier groups (the alarm groups left out when pattern detection is
     ///     on: `AlarmDetector.engineWatchList`).
     ///   - heads: the custom models whose classes follow YAMNet's in the engine's labels.
+    ///   - snoreHead: a head whose snoring probability adds to the snore evidence (`[sleep] model`), or nil.
     /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range.
-    package init(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet()) throws(EarshotError) {
+    package init(
+        settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet(),
+        snoreHead: SnoreDetector.HeadEvidence? = nil
+    ) throws(EarshotError) {
         self.settings = settings
         self.engine = engine
         self.heads = heads
+        self.snoreHead = snoreHead
         request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
         configureAlarms()
         configureShatter()
+        configureSnore()
+    }
+
+    /// A fresh snore detector per the settings (YAMNet's labels always hold "Snoring"), or none.
+    private func configureSnore() {
+        appendSnore(snore?.finish(reason: .reload) ?? [])
+        guard let configuration = settings.snore else {
+            snore = nil
+            return
+        }
+        // The detector reads YAMNet's scores: the first `YAMNet.classCount` labels (heads' labels follow them).
+        snore = try? SnoreDetector(
+            classLabels: Array(engine.classLabels.prefix(YAMNet.classCount)), configuration: configuration, head: snoreHead)
+    }
+
+    private func appendSnore(_ decisions: [SnoreDetector.Decision]) {
+        for decision in decisions { outputs.append(.snore(decision)) }
+    }
+
+    /// The snoring event open now as it stands (for a sleep session that stops while it runs), see
+    /// `SnoreDetector.openEventSummary(reason:)`.
+    package func openSnoreSummary(reason: DetectionEvent.EndReason) -> SnoreEvent? {
+        snore?.openEventSummary(reason: reason)
     }
 
     private func configureShatter() {
@@ -224,6 +261,7 @@ package final class DetectionStage {
         if let gap, analyzer != nil {
             counters.gaps += 1
             for event in engine.reset(at: counters.streamTime) { outputs.append(.detection(event)) }
+            if snore != nil { appendSnore(snore!.reset()) }
             reportGap(frames: gap, sampleRate: sampleRate)
         }
         if analyzer == nil || analyzer?.format.sampleRate != Double(sampleRate) {
@@ -248,14 +286,16 @@ package final class DetectionStage {
     package func stop() -> [Output] {
         appendAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { outputs.append(.detection(event)) }
+        if snore != nil { appendSnore(snore!.finish()) }
         return takeOutputs()
     }
 
     /// Applies new settings: open events end (`reload`), and the next chunk starts a new window grid.
     /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range (nothing changes then).
-    package func reconfigure(settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet())
-        throws(EarshotError) -> [Output]
-    {
+    package func reconfigure(
+        settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet(),
+        snoreHead: SnoreDetector.HeadEvidence? = nil
+    ) throws(EarshotError) -> [Output] {
         let request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
         for event in self.engine.finish(reason: .reload) { outputs.append(.detection(event)) }
         self.engine = engine
@@ -265,6 +305,8 @@ package final class DetectionStage {
         analyzer = nil  // rebuilt with the new window at the next chunk; the next window starts there
         configureAlarms()  // a fresh pattern detector: open alarm events end
         configureShatter()
+        self.snoreHead = snoreHead
+        configureSnore()  // a fresh snore detector: an open snoring event ends (`reload`)
         return takeOutputs()
     }
 
@@ -330,6 +372,11 @@ package final class DetectionStage {
             levelDBFS: result.levelDBFS, vetoed: vetoed)
         for event in events { outputs.append(.detection(event)) }
         if let alarms { appendAlarms(alarms.observe(classification: result)) }
+        if snore != nil {
+            appendSnore(snore!.process(
+                windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
+                levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores, embedding: result.embedding))
+        }
     }
 
     /// One `overrun` health event per gap, at most one per `gapReportInterval` of wall time (a storm of xruns

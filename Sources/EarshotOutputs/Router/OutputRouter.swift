@@ -44,6 +44,7 @@ package enum DaemonOutput: Sendable {
         case .window(let result): self = .window(result)
         case .detection(let event): self = .detection(event)
         case .alarm(let alarm): self = .alarm(alarm)
+        case .snore(let decision): self = .detection(decision.event)
         case .health(let health): self = .health(health)
         }
     }

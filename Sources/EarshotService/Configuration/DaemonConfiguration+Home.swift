@@ -26,16 +26,25 @@ extension DaemonConfiguration {
         /// (see `SnoreDetector.Configuration`), allowed 0...1.
         package var threshold: Float = SnoreDetector.Configuration().strongThreshold
         /// Lower snore evidence that counts when snores recur in a breathing rhythm (every 2-6 s). Key
-        /// `rhythm_threshold`, default 0.1, allowed 0...1 and at most `threshold`.
+        /// `rhythm_threshold`, default 0.2, allowed 0...1 and at most `threshold`.
         package var rhythmThreshold: Float = SnoreDetector.Configuration().weakThreshold
         /// A custom head (`earshot train` on folders `snoring` and `background`) whose snoring probability adds to
-        /// the evidence. Key `model`, default none. Read at start and on reload; one that fails to load is reported
-        /// and sessions use the built-in scores.
+        /// the evidence. Key `model`, default none. Read at start and on reload (``loadSnoreHead()``); one that
+        /// cannot be loaded stops the start, or the reload, with the reason.
         package var modelPath: String? = nil
 
         package init() {}
 
-        /// The detector settings these keys give.
+        /// The `model` head as snore evidence; nil when none is set.
+        /// - Throws: `EarshotError` naming the file: `.noInput` when it is missing, `.data` when it is not a head
+        ///   model, `.config` when it has no label `snoring`.
+        package func loadSnoreHead() throws(EarshotError) -> SnoreDetector.HeadEvidence? {
+            guard let modelPath else { return nil }
+            return try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: modelPath)))
+        }
+
+        /// The snore detector's settings these keys give (`threshold`, `rhythm_threshold`): the detector that
+        /// decides group `snoring` in the daemon, its sleep sessions, `earshot detect` and `earshot report --snore`.
         package var detectorConfiguration: SnoreDetector.Configuration {
             var configuration = SnoreDetector.Configuration()
             configuration.strongThreshold = threshold

@@ -348,6 +348,10 @@ package struct ConfigurationParser {
     }
 
     private mutating func setGroupKey(_ entry: INIEntry, group name: String) throws(EarshotError) {
+        if name == SnoreDetector.groupName {
+            // One snore detector decides snoring for the daemon, its sleep sessions and the report.
+            throw failure(entry, "\(entry.key): the snoring group is decided by the snore detector, not by class scores (remove [group.snoring]; tune it in [sleep] with threshold, rhythm_threshold or model)")
+        }
         var settings = configuration.detection.groups[name] ?? DaemonConfiguration.GroupSettings()
         let isLevelGroup = LabelGroup.presets[name]?.levelThresholdDBFS != nil
         if isLevelGroup, DaemonConfiguration.classifierOnlyGroupKeys.contains(entry.key) {

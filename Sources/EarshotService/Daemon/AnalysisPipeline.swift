@@ -18,9 +18,9 @@ import EarshotOutputs
 /// the capture thread never waits for analysis. (A 40 ms timer cost 0.3 % of a core in wake-ups alone: Dispatch
 /// fires timers from its manager thread, which then wakes a worker.)
 ///
-/// On the way to the router: during a sleep session the snore detector speaks for the plain `snoring` group
-/// (`SleepService.admits`), muted groups' events stop (`GroupMutes`), sleep sessions see every window, and the
-/// clip recorder sees every published event (its audio comes from the stage's resampled samples, on this queue).
+/// On the way to the router: the snore detector's `snoring` events go out while `snoring` is watched or a sleep
+/// session runs (``SnorePublication``), muted groups' events stop (`GroupMutes`), sleep sessions see every window
+/// and every snore decision, and the clip recorder sees every published event (its audio comes from the stage's resampled samples, on this queue).
 ///
 /// - Important: All methods other than `init` must be called on `queue`.
 final class AnalysisPipeline {
@@ -34,6 +34,7 @@ final class AnalysisPipeline {
     private let clips: ClipRecorder?
     private let detections: EventCounter
     private let mutes: GroupMutes
+    private var snorePublication: SnorePublication
     private let onFirstAudio: () -> Void
     private var sawAudio = false
     private var scratch: [Float]
@@ -43,12 +44,14 @@ final class AnalysisPipeline {
     /// - Parameters:
     ///   - detections: counts onsets (classifier and alarm), for the status reply.
     ///   - mutes: the groups muted at run time; their events stop here.
+    ///   - snoringWatched: whether `snoring` is watched (``DetectionPlan/snoringWatched``).
     init(
         queue: DispatchQueue, ring: SampleRingBuffer, stage: DetectionStage, router: OutputRouter,
         sleep: SleepService, clips: ClipRecorder?, detections: EventCounter, mutes: GroupMutes,
-        onFirstAudio: @escaping () -> Void
+        snoringWatched: Bool, onFirstAudio: @escaping () -> Void
     ) {
         self.mutes = mutes
+        snorePublication = SnorePublication(watched: snoringWatched)
         self.queue = queue
         self.ring = ring
         self.stage = stage
@@ -58,6 +61,7 @@ final class AnalysisPipeline {
         self.detections = detections
         self.onFirstAudio = onFirstAudio
         if let clips { stage.onResampledAudio = { samples, index in clips.append(samples, at: index) } }
+        sleep.openSnoreEvent = { [unowned stage] in stage.openSnoreSummary(reason: .streamEnd) }
         // Two seconds at 48 kHz per read: the ring never holds more than a few polls' worth.
         scratch = [Float](repeating: 0, count: 96_000)
     }
@@ -94,8 +98,9 @@ final class AnalysisPipeline {
     }
 
     /// Applies a reloaded plan: open events end (`reload`), the window grid restarts.
-    func reconfigure(plan: DetectionPlan, heads: HeadModelSet) throws(EarshotError) {
-        hand(try stage.reconfigure(settings: plan.stageSettings, engine: plan.engine, heads: heads))
+    func reconfigure(plan: DetectionPlan, heads: HeadModelSet, snoreHead: SnoreDetector.HeadEvidence?) throws(EarshotError) {
+        hand(try stage.reconfigure(settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead))
+        snorePublication.watched = plan.snoringWatched
     }
 
     /// Swaps in custom models with the same class labels; false (nothing changed) when the labels differ.
@@ -136,11 +141,17 @@ final class AnalysisPipeline {
         for output in outputs {
             switch output {
             case .window(let result):
-                sleep.observe(result)
+                sleep.observe(window: result)
             case .detection(let event):
-                guard sleep.admits(event), mutes.admits(event) else { continue }
+                guard mutes.admits(event) else { continue }
                 clips?.observe(event)
                 if case .onset = event { detections.add() }
+            case .snore(let decision):
+                sleep.observe(decision)
+                guard snorePublication.admits(decision, sessionActive: sleep.isActive), mutes.admits(decision.event)
+                else { continue }
+                clips?.observe(decision.event)
+                if case .onset = decision { detections.add() }
             case .alarm(let alarm):
                 guard mutes.admits(alarm) else { continue }
                 clips?.observe(alarm)
@@ -149,6 +160,30 @@ final class AnalysisPipeline {
                 break
             }
             router.route(DaemonOutput(output))
+        }
+    }
+}
+
+/// Which of the snore detector's decisions go out: an onset while `snoring` is watched or a sleep session runs, and
+/// an end exactly when its onset went out (a session that stops mid-event leaves the event to end when it ends).
+package struct SnorePublication: Sendable {
+    /// Whether `snoring` is in the watch list.
+    package var watched: Bool
+    private var onsetPublished = false
+
+    package init(watched: Bool) {
+        self.watched = watched
+    }
+
+    /// Whether `decision` goes out; `sessionActive`: a sleep session runs now.
+    package mutating func admits(_ decision: SnoreDetector.Decision, sessionActive: Bool) -> Bool {
+        switch decision {
+        case .onset:
+            onsetPublished = watched || sessionActive
+            return onsetPublished
+        case .offset:
+            defer { onsetPublished = false }
+            return onsetPublished
         }
     }
 }

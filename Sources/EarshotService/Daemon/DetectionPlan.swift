@@ -9,7 +9,8 @@ import EarshotOutputs
 /// models: the daemon's start and reload, and `earshot detect`, all build one of these.
 ///
 /// - `groups`: the watched label groups, resolved against YAMNet's labels and the heads' `MODEL:LABEL` labels.
-/// - `engine`: the debouncer over them, without `smoke_alarm`/`co_alarm` when the pattern detector decides those.
+/// - `engine`: the debouncer over them, without `smoke_alarm`/`co_alarm` when the pattern detector decides those,
+///   and without `snoring`, which the snore detector decides (`SnoreDetector`, settings from `[sleep]`).
 /// - `subscribable`: what a socket client may subscribe to: the watched groups, `snoring` (sleep sessions) and
 ///   `alarm_chirp` where the pattern detector adds it.
 /// - `unwatched`: presets and `[group.NAME]` sections not watched, with the advice a subscriber gets.
@@ -25,6 +26,9 @@ package struct DetectionPlan {
     package let stateGroups: [String]
     /// Every group that publishes events: ``stateGroups``, `snoring` (sleep sessions), `alarm_chirp` with patterns.
     package let eventGroups: [String]
+    /// Whether `snoring` is watched: the snore detector's events go out always then, else only during a sleep
+    /// session.
+    package let snoringWatched: Bool
 
     /// - Parameters:
     ///   - yamnetLabels: the built-in classifier's 521 class labels.
@@ -38,8 +42,10 @@ package struct DetectionPlan {
         groups = try configuration.resolvedGroups(classLabels: classLabels)
         let names = groups.map(\.name)
         let patterns = configuration.alarms.patternDetection
+        snoringWatched = names.contains(SnoreDetector.groupName)
         engine = try DetectionEngine(
-            groups: groups, watchList: AlarmDetector.engineWatchList(names, patternDetection: patterns),
+            groups: groups,
+            watchList: AlarmDetector.engineWatchList(names, patternDetection: patterns).filter { $0 != SnoreDetector.groupName },
             classLabels: classLabels)
         var settings = DetectionStage.Settings()
         settings.windowDuration = configuration.analysis.windowDuration
@@ -48,6 +54,7 @@ package struct DetectionPlan {
         settings.silenceSeconds = configuration.analysis.silenceSeconds
         settings.alarmPatternDetection = patterns
         settings.watch = configuration.detection.watch
+        settings.snore = configuration.sleep.detectorConfiguration
         stageSettings = settings
         subscribable = names + [SnoreDetector.groupName]
             + AlarmDetector.extraGroups(watch: names, patternDetection: patterns)

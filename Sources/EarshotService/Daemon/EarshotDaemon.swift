@@ -139,6 +139,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let model = try BuiltInClassifier.shared()
         let heads = try configuration.loadHeadModels().set
         self.heads = heads
+        let snoreHead = try configuration.sleep.loadSnoreHead()
         let plan = try DetectionPlan(
             configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: commandLine.configPath)
         let journal = configuration.output.journal && !commandLine.foreground
@@ -204,14 +205,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let detections = detections
         let mutes = mutes
         let sleep = SleepService(
-            analysisQueue: analysisQueue, classLabels: model.classLabels, settings: configuration.sleep,
-            publish: { [clips] event in
-                // The snore detector's events (on the analysis queue) go the way the stage's do.
-                guard mutes.admits(event) else { return }
-                clips?.observe(event)
-                if case .onset = event { detections.add() }
-                router.route(.detection(event))
-            },
+            analysisQueue: analysisQueue, settings: configuration.sleep,
             publishReport: { object in router.route(.sleepReport(object)) },
             log: { line, priority in journal.log(line, priority: priority) },
             stateChanged: { active in link.daemon?.sleepStateChanged(active) })
@@ -219,21 +213,22 @@ package final class EarshotDaemon: @unchecked Sendable {
         server.register(commands: SleepService.commands + ["mute", "unmute"]) { command, group in
             switch command {
             case "mute", "unmute":
-                link.daemon?.setMute(group, muted: command == "mute") ?? ["type": "error", "message": "the daemon is stopping"]
+                link.daemonWhenStarted()?.setMute(group, muted: command == "mute")
+                    ?? ["type": "error", "message": "the daemon is stopping"]
             default:
                 sleep.handle(command: command)
             }
         }
         let stage: DetectionStage
         do {
-            stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads)
+            stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead)
         } catch {
             server.stop()
             throw error
         }
         pipeline = AnalysisPipeline(
             queue: analysisQueue, ring: ring, stage: stage, router: router, sleep: sleep, clips: clips,
-            detections: detections, mutes: mutes,
+            detections: detections, mutes: mutes, snoringWatched: plan.snoringWatched,
             onFirstAudio: { link.daemon?.audioStarted() })
         supervisor = CaptureSupervisor(
             ring: ring, callbackQueue: control,
@@ -243,9 +238,13 @@ package final class EarshotDaemon: @unchecked Sendable {
             },
             onStateChange: { state in link.daemon?.captureStateChanged(state) })
         link.daemon = self
+        link.linked.store(true, ordering: .releasing)
         noteSettings(configuration)
         noteModels(heads)
         for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
+        if let path = configuration.sleep.modelPath {
+            journal.log("the snore detector adds the snoring probability of \(path) to its evidence")
+        }
         if clipSettings.enabled {
             let groups = clipSettings.groups.isEmpty ? "every group" : clipSettings.groups.joined(separator: ", ")
             journal.log("saving clips of \(groups) to \(clipSettings.directory): \(SettingRules.format(clipSettings.preSeconds)) s before each event to \(SettingRules.format(clipSettings.postSeconds)) s after its end, keeping at most \(clipSettings.maxClips) for \(clipSettings.retentionDays) days")
@@ -545,6 +544,8 @@ package final class EarshotDaemon: @unchecked Sendable {
             try fresh.checkStoragePaths()
             let model = try BuiltInClassifier.shared()
             let loaded = try fresh.loadHeadModels(previous: heads)
+            // `[sleep] model` is read again when its path changed (as before sessions moved into the stage).
+            let snoreHead = try fresh.sleep.loadSnoreHead()
             let plan = try DetectionPlan(
                 configuration: fresh, yamnetLabels: model.classLabels, heads: loaded.set, configPath: commandLine.configPath)
             let groups = plan.groups
@@ -552,12 +553,14 @@ package final class EarshotDaemon: @unchecked Sendable {
             // and the window grid stays; only reloaded model weights are swapped in.
             let eventsUnchanged = fresh.analysis == configuration.analysis && fresh.detection == configuration.detection
                 && fresh.alarms == configuration.alarms && loaded.set.classLabels == heads.classLabels
+                && fresh.sleep.detectorConfiguration == configuration.sleep.detectorConfiguration
+                && fresh.sleep.modelPath == configuration.sleep.modelPath
             let failure: EarshotError? = analysisQueue.sync {
                 // A shutdown that began while the files were read has stopped the pipeline: leave it stopped.
                 if stopping.load(ordering: .acquiring) { return EarshotError(.unavailable, "the daemon is stopping") }
                 do throws(EarshotError) {
                     if eventsUnchanged, pipeline.replaceHeads(loaded.set) { return nil }
-                    try pipeline.reconfigure(plan: plan, heads: loaded.set)
+                    try pipeline.reconfigure(plan: plan, heads: loaded.set, snoreHead: snoreHead)
                     return nil
                 } catch {
                     return error
@@ -649,4 +652,17 @@ package final class EarshotDaemon: @unchecked Sendable {
 /// them can run (the socket answers and capture starts in `run()`).
 private final class DaemonLink: @unchecked Sendable {
     weak var daemon: EarshotDaemon?
+    /// Set once `daemon` has been set: the daemon finished starting (a nil `daemon` after that means it stopped).
+    let linked = Atomic<Bool>(false)
+
+    /// The daemon, waiting up to 2 s while it is still starting: the socket accepts clients (and their commands)
+    /// from the moment it exists, a moment before the daemon it serves is complete.
+    func daemonWhenStarted() -> EarshotDaemon? {
+        for _ in 0..<400 {
+            if let daemon { return daemon }
+            if linked.load(ordering: .acquiring) { return nil }
+            usleep(5_000)
+        }
+        return daemon
+    }
 }

@@ -13,22 +13,20 @@ import EarshotOutputs
 
 /// Sleep sessions inside `earshotd`: started and stopped by socket commands (`{"cmd":"sleep_start"}`,
 /// `{"cmd":"sleep_stop"}`, `{"cmd":"sleep_status"}`, sent by `earshot sleep start|stop|status`) or by the daily
-/// `[sleep] schedule`; while one runs, the ``SnoreDetector`` looks at every analysis window and its snoring events
-/// are published like any detection (group `snoring`). At the end the ``SnoreReport`` is written to
+/// `[sleep] schedule`; while one runs, the session gathers what the detection stage's snore detector
+/// (`SnoreDetector`, the one that decides group `snoring`) finds, and the pipeline publishes those `snoring` events
+/// even when `snoring` is not watched (``AnalysisPipeline``). At the end the ``SnoreReport`` is written to
 /// `[sleep] report_dir` as `snore-YYYYMMDD-HHMM.json` and `.svg` (local time of the start; `-2`, `-3`, ... added
 /// when that name is taken, so that no report replaces another) and sent to subscribers as one
 /// `{"type":"snore_report",...}` line. A session that heard no audio writes and sends no report; its stop reply says
 /// so (`"audio_seconds":0` and a `message`).
-///
-/// The plain `snoring` label group (the "Snoring" class alone), when it is in the watch list, is silenced while a
-/// session runs (``admits(_:)``), so that subscribers do not see snoring twice.
 ///
 /// Replies: `{"type":"sleep","state":"started","start":ISO}` (or `"already_running"`), `{"type":"sleep",
 /// "state":"stopped","start":..,"end":..,"snoring_minutes":..,"snoring_percent":..,"episodes":N,"events":N,
 /// "report_json":PATH,"report_svg":PATH}`, `{"type":"sleep","state":"running"|"idle",...}`; `sleep_stop` with no
 /// session gets `{"type":"error","message":"no sleep session is running (start one with `earshot sleep start`)"}`.
 ///
-/// - Important: ``observe(_:)``, ``admits(_:)``, ``start(at:scheduled:)``, ``stop(at:)`` and
+/// - Important: ``observe(window:)``, ``observe(_:)``, ``start(at:scheduled:)``, ``stop(at:)`` and
 ///   ``reconfigure(_:)`` run on the analysis queue (``handle(command:)`` hops there itself, from the socket's
 ///   queue). Reports are written on a utility queue.
 package final class SleepService: @unchecked Sendable {
@@ -42,62 +40,38 @@ package final class SleepService: @unchecked Sendable {
     /// Report files chosen but not yet written (``claimReportPaths(start:)``), so that two sessions of one minute
     /// never share a name.
     private let claimedStems = Mutex<Set<String>>([])
-    private let classLabels: [String]
     private var settings: DaemonConfiguration.Sleep
-    private let publish: (DetectionEvent) -> Void
     private let publishReport: @Sendable (JSONObject) -> Void
     private let stateChanged: @Sendable (Bool) -> Void
     private let log: @Sendable (String, Int) -> Void
     /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
     private let fixedTimeZone: TimeZone?
     private var session: SleepSession?
-    /// The `[sleep] model` head, loaded at init and reload (nil: none, or it failed to load and the log says why).
-    private var head: SnoreDetector.HeadEvidence?
+    /// The snoring event open in the detection stage now, as it stands (set by the pipeline; nil: none).
+    package var openSnoreEvent: () -> SnoreEvent? = { nil }
     private var startedBySchedule = false
     /// Set when a scheduled window's session was stopped by hand: no restart until the window closes.
     private var scheduleSkipped = false
-    /// An engine `snoring` onset was silenced; its offset must be silenced too.
-    private var silencedEngineEvent = false
     private var scheduleTimer: DispatchSourceTimer?
 
     /// - Parameters:
     ///   - analysisQueue: the daemon's analysis queue.
-    ///   - classLabels: the classifier's labels (YAMNet's).
-    ///   - settings: `[sleep]`.
-    ///   - publish: sends a snoring event out like any detection (socket, journal, history); called on the
-    ///     analysis queue.
+    ///   - settings: `[sleep]` (the schedule and the report directory; its detector keys are the stage's).
     ///   - publishReport: sends the finished report's JSON to subscribers.
     ///   - log: a journal line and its priority (report written, or why not).
     ///   - stateChanged: a session started (`true`) or stopped (`false`), by a command or the schedule; called on
     ///     the analysis queue.
     package init(
-        analysisQueue: DispatchQueue, classLabels: [String], settings: DaemonConfiguration.Sleep,
-        timeZone: TimeZone? = nil, publish: @escaping (DetectionEvent) -> Void,
+        analysisQueue: DispatchQueue, settings: DaemonConfiguration.Sleep, timeZone: TimeZone? = nil,
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void,
         stateChanged: @escaping @Sendable (Bool) -> Void = { _ in }
     ) {
         self.stateChanged = stateChanged
         self.analysisQueue = analysisQueue
-        self.classLabels = classLabels
         self.settings = settings
         fixedTimeZone = timeZone
-        self.publish = publish
         self.publishReport = publishReport
         self.log = log
-        head = Self.loadHead(settings.modelPath, log: log)
-    }
-
-    /// Reads `[sleep] model`; a failure is logged and sessions run on the built-in scores.
-    package static func loadHead(_ path: String?, log: (String, Int) -> Void) -> SnoreDetector.HeadEvidence? {
-        guard let path else { return nil }
-        do throws(EarshotError) {
-            let evidence = try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: path)))
-            log("sleep sessions add the snoring probability of \(path) to the snore evidence", 6)
-            return evidence
-        } catch {
-            log("\(error.message); sleep sessions use the built-in classifier's scores only", 3)
-            return nil
-        }
     }
 
     deinit {
@@ -118,39 +92,19 @@ package final class SleepService: @unchecked Sendable {
     /// Whether a session is running (analysis queue).
     package var isActive: Bool { session != nil }
 
-    /// One analysis window (analysis queue): feeds the running session and publishes its snoring events.
-    package func observe(_ result: ClassificationResult) {
-        guard var running = session else { return }
-        let events = running.observe(
-            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-            levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores, embedding: result.embedding)
-        session = running
-        for event in events { publish(event) }
+    /// One analysis window (analysis queue): the running session's monitored audio.
+    package func observe(window result: ClassificationResult) {
+        session?.observe(window: result.timeRange)
     }
 
-    /// Whether an event of the daemon's label groups may go out (analysis queue): false for the plain `snoring`
-    /// group's events while a session runs (and for the offset of an onset silenced that way).
-    package func admits(_ event: DetectionEvent) -> Bool {
-        guard event.group == SnoreDetector.groupName else { return true }
-        switch event {
-        case .onset:
-            if session != nil {
-                silencedEngineEvent = true
-                return false
-            }
-            return true
-        case .offset:
-            if silencedEngineEvent {
-                silencedEngineEvent = false
-                return false
-            }
-            return true
-        }
+    /// One decision of the stage's snore detector (analysis queue): the running session keeps its events.
+    package func observe(_ decision: SnoreDetector.Decision) {
+        session?.observe(decision)
     }
 
-    /// Applies a reloaded `[sleep]` (analysis queue): the schedule at once, thresholds from the next session.
+    /// Applies a reloaded `[sleep]` (analysis queue): the schedule and report directory at once (the detector's
+    /// keys reach the stage with the plan).
     package func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
-        if fresh.modelPath != settings.modelPath { head = Self.loadHead(fresh.modelPath, log: log) }
         settings = fresh
     }
 
@@ -172,19 +126,14 @@ package final class SleepService: @unchecked Sendable {
         if let session {
             return ["type": "sleep", "state": "already_running", "start": .string(EventJSON.timestamp(session.startDate))]
         }
-        do {
-            session = try SleepSession(
-                startDate: date, classLabels: classLabels, configuration: settings.detectorConfiguration, head: head)
-        } catch {
-            return ["type": "error", "message": .string(error.message)]
-        }
+        session = SleepSession(startDate: date)
         startedBySchedule = scheduled
         log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
         stateChanged(true)
         return ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
     }
 
-    /// Stops the running session, publishes its last events and the report, and writes the report files
+    /// Stops the running session, publishes the report, and writes the report files
     /// (analysis queue; the files are written on the report queue).
     @discardableResult
     package func stop(at date: Date) -> JSONObject {
@@ -195,8 +144,7 @@ package final class SleepService: @unchecked Sendable {
         if startedBySchedule, settings.schedule?.contains(date, timeZone: zone(at: date)) == true { scheduleSkipped = true }
         startedBySchedule = false
         let monitored = running.monitoredSeconds
-        let (report, events) = running.stop()
-        for event in events { publish(event) }
+        let report = running.stop(openEvent: openSnoreEvent())
         stateChanged(false)
         guard monitored > 0 else {
             // Nothing was heard (capture down, or a start and stop with no window between them): no report file,

@@ -1,53 +1,45 @@
 import FoundationEssentials
-import Glibc
-import Dispatch
 import EarshotSupport
-import EarshotAudio
-import EarshotCapture
-import EarshotModel
 import EarshotAnalysis
 import EarshotDetection
 import EarshotOutputs
 
-/// One sleep session: runs the ``SnoreDetector`` over the daemon's windows from `start` to `stop`, and turns the
-/// snoring it found into a ``SnoreReport``.
+/// One sleep session: gathers the snoring that the detection stage's snore detector (`SnoreDetector`, the one that
+/// decides group `snoring`) finds from `start` to `stop`, and turns it into a ``SnoreReport``. The session runs no
+/// detector of its own, so the daemon's `snoring` events, the session's report and `earshot report --snore` on the
+/// same audio agree.
 ///
 /// Times: the session's clock is the audio it monitored. Its time 0 is the start of the first window observed
 /// after `start`, its length runs to the end of the last window observed, and events sit at their stream time minus
 /// that start. With live capture that is wall-clock time; an outage of the capture device (no audio) is not counted,
 /// and a file streamed faster than real time is reported on its own time line. The report's `startDate` is the
-/// wall-clock time the session started.
+/// wall-clock time the session started. An event that began before the session is counted from the session's time
+/// 0; one still open at the stop is counted up to its last positive window released by then (the detector holds
+/// the last ~9 s while it waits for the next snore).
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
 package struct SleepSession: Sendable {
     /// Wall-clock start.
     package let startDate: Date
-    private var detector: SnoreDetector
     private var events: [SnoreEvent] = []
     /// Stream time (s) of the first window's start, and of the latest window's end.
     private var streamStart: Double?
     private var streamEnd: Double?
 
-    /// - Parameter head: a custom head adding to the snore evidence (see ``SnoreDetector``), or nil.
-    /// - Throws: `EarshotError(.config)` when `classLabels` lacks "Snoring" (see ``SnoreDetector``).
-    package init(
-        startDate: Date, classLabels: [String], configuration: SnoreDetector.Configuration,
-        head: SnoreDetector.HeadEvidence? = nil
-    ) throws(EarshotError) {
+    package init(startDate: Date) {
         self.startDate = startDate
-        detector = try SnoreDetector(classLabels: classLabels, configuration: configuration, head: head)
     }
 
-    /// Feeds one window; returns the snoring events to publish (group "snoring"), in order.
-    package mutating func observe(
-        windowStart: Double, windowDuration: Double, levelDBFS: Float, scores: [Float]?, embedding: [Float] = []
-    ) -> [DetectionEvent] {
-        if streamStart == nil { streamStart = windowStart }
-        streamEnd = max(streamEnd ?? windowStart, windowStart + windowDuration)
-        let decisions = detector.process(
-            windowStart: windowStart, windowDuration: windowDuration, levelDBFS: levelDBFS, scores: scores,
-            embedding: embedding)
-        return take(decisions)
+    /// One analysis window (gated ones too): the audio the session monitored.
+    package mutating func observe(window: TimeRange) {
+        if streamStart == nil { streamStart = window.start }
+        streamEnd = max(streamEnd ?? window.start, window.end)
+    }
+
+    /// One decision of the stage's snore detector: a finished event is kept, moved to session time.
+    package mutating func observe(_ decision: SnoreDetector.Decision) {
+        guard case .offset(_, let event) = decision, let kept = sessionEvent(event) else { return }
+        events.append(kept)
     }
 
     /// Events found so far (finished ones), times in seconds from the session start.
@@ -59,25 +51,24 @@ package struct SleepSession: Sendable {
     /// Seconds of audio monitored so far.
     package var monitoredSeconds: Double { max(0, (streamEnd ?? 0) - (streamStart ?? 0)) }
 
-    /// Ends the session: the detector decides its held windows and an open event ends (reason `stream_end`).
-    /// - Returns: the report (wall-clock start `startDate`, length ``monitoredSeconds``) and the last events to
-    ///   publish.
-    package mutating func stop() -> (report: SnoreReport, events: [DetectionEvent]) {
-        let last = take(detector.finish())
-        let report = SnoreReport(events: events, duration: monitoredSeconds, source: "sleep session", startDate: startDate)
-        return (report, last)
+    /// Ends the session. `openEvent`: the snoring event still open in the stage, as it stands
+    /// (`DetectionStage.openSnoreSummary(reason:)`), counted up to the session's end.
+    /// - Returns: the report (wall-clock start `startDate`, length ``monitoredSeconds``).
+    package mutating func stop(openEvent: SnoreEvent?) -> SnoreReport {
+        if let openEvent, let kept = sessionEvent(openEvent) { events.append(kept) }
+        return SnoreReport(events: events, duration: monitoredSeconds, source: "sleep session", startDate: startDate)
     }
 
-    /// Keeps the finished events (moved to session time) and returns every decision as a detection event.
-    private mutating func take(_ decisions: [SnoreDetector.Decision]) -> [DetectionEvent] {
-        let origin = streamStart ?? 0
-        for decision in decisions {
-            guard case .offset(_, var event) = decision else { continue }
-            event.start -= origin
-            event.end -= origin
-            event.peakLevelTime -= origin
-            events.append(event)
-        }
-        return decisions.map(\.event)
+    /// `event` cut to the session's audio and moved to session time; nil when none of it lies in the session.
+    private func sessionEvent(_ event: SnoreEvent) -> SnoreEvent? {
+        guard let origin = streamStart, let end = streamEnd else { return nil }
+        var kept = event
+        kept.start = max(event.start, origin)
+        kept.end = min(event.end, end)
+        guard kept.end > kept.start else { return nil }
+        kept.start -= origin
+        kept.end -= origin
+        kept.peakLevelTime = min(max(event.peakLevelTime, origin), end) - origin
+        return kept
     }
 }

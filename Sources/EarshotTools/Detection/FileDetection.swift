@@ -15,16 +15,20 @@ import EarshotService
 /// ring, with the plan (groups, heads, alarm patterns, gate, window) `earshotd` builds from the same configuration;
 /// at the end the last window is scored and open events end (`stream_end`), as at the end of `--input`. So the
 /// events are the daemon's, without waiting for the audio to play. What only a running daemon does (sleep
-/// sessions, clips, the history) is left out.
+/// sessions, clips, the history) is left out: the snore detector's `snoring` events are handed on only when
+/// `snoring` is watched.
 package struct FileDetection {
     package let plan: DetectionPlan
     package let heads: HeadModelSet
+    /// The `[sleep] model` head the snore detector adds to its evidence, or nil.
+    package let snoreHead: SnoreDetector.HeadEvidence?
 
     /// - Throws: `EarshotError` `.config` for a bad configuration (as `earshotd --check-config` reports it),
     ///   `.noInput` when the model or a `[models] files` entry is missing.
     package init(configuration: DaemonConfiguration, configPath: String?) throws(EarshotError) {
         let model = try BuiltInClassifier.shared()
         heads = try configuration.loadHeadModels().set
+        snoreHead = try configuration.sleep.loadSnoreHead()
         plan = try DetectionPlan(
             configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: configPath)
     }
@@ -38,7 +42,7 @@ package struct FileDetection {
         url: URL, warning: (String) -> Void = { _ in }, _ body: (DetectionStage.Output) -> Void
     ) throws(EarshotError) -> Double {
         let decoder = try AudioFileDecoder(url: url)
-        let stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads)
+        let stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead)
         let period = max(1, Int((Double(decoder.sampleRate) * CaptureConfiguration.defaultPeriodDuration).rounded()))
         var samples: [Float] = []
         samples.reserveCapacity(period)
@@ -50,10 +54,10 @@ package struct FileDetection {
             let outputs = samples.withUnsafeBufferPointer { buffer in
                 stage.process(buffer, sampleRate: decoder.sampleRate, framePosition: position)
             }
-            for output in outputs { body(output) }
+            for output in outputs where publishes(output) { body(output) }
             position += Int64(count)
         }
-        for output in stage.finishInput() { body(output) }
+        for output in stage.finishInput() where publishes(output) { body(output) }
         if let text = decoder.truncationWarning { warning(text) }
         return Double(position) / Double(decoder.sampleRate)
     }
@@ -67,7 +71,8 @@ package struct FileDetection {
     package func run(sampleRate: Int, settings: DetectionStage.Settings? = nil, next: (inout [Float]) -> Bool,
                      _ body: (DetectionStage.Output) -> Void) throws(EarshotError) -> Double
     {
-        let stage = try DetectionStage(settings: settings ?? plan.stageSettings, engine: plan.engine, heads: heads)
+        let stage = try DetectionStage(
+            settings: settings ?? plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead)
         let period = max(1, Int((Double(sampleRate) * CaptureConfiguration.defaultPeriodDuration).rounded()))
         var pending: [Float] = []
         var chunk: [Float] = []
@@ -85,10 +90,16 @@ package struct FileDetection {
                 stage.process(UnsafeBufferPointer(rebasing: buffer[0..<count]), sampleRate: sampleRate, framePosition: position)
             }
             pending.removeFirst(count)
-            for output in outputs { body(output) }
+            for output in outputs where publishes(output) { body(output) }
             position += Int64(count)
         }
-        for output in stage.finishInput() { body(output) }
+        for output in stage.finishInput() where publishes(output) { body(output) }
         return Double(position) / Double(sampleRate)
+    }
+
+    /// Whether `output` is one the daemon publishes without a sleep session.
+    private func publishes(_ output: DetectionStage.Output) -> Bool {
+        if case .snore = output { return plan.snoringWatched }
+        return true
     }
 }

@@ -90,7 +90,8 @@ package enum GroupEvaluation {
     /// Onsets in a stage's outputs (classifier groups and alarms), chirps included.
     package static func onset(of output: DetectionStage.Output) -> Onset? {
         switch output {
-        case .detection(.onset(let onset)): Onset(group: onset.group, decisionTime: onset.decisionTime, start: onset.start)
+        case .detection(.onset(let onset)), .snore(.onset(let onset)):
+            Onset(group: onset.group, decisionTime: onset.decisionTime, start: onset.start)
         case .alarm(let alarm) where alarm.kind == .onset:
             Onset(group: alarm.group, decisionTime: alarm.time, start: alarm.start,
                   detail: " (\(alarm.source.rawValue)\(alarm.pattern.map { " " + $0.rawValue } ?? "") \(Int(alarm.toneHz.rounded())) Hz, classifier \(alarm.classifierScore.map { JSONValue.format(Double($0), decimals: 2) } ?? "-"), decided at \(JSONValue.format(alarm.time, decimals: 1)))")

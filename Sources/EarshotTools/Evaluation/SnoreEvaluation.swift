@@ -10,7 +10,8 @@ import EarshotDetection
 import EarshotOutputs
 import EarshotService
 
-/// Measures the snore detector on labelled clips (`earshot eval-snore`), two ways:
+/// Measures the snore detector on labelled clips (`earshot eval-snore`), two ways, both through the daemon's
+/// detection stage (``FileDetection`` watching `snoring`, so gated windows have evidence 0 as in `earshotd`):
 ///
 /// - **Isolated clips**: each file analysed alone. A clip counts as flagged when any of its windows reaches the
 ///   strong threshold: by the "Snoring" class alone (the baseline the issue quotes), and by the snore evidence.
@@ -47,21 +48,39 @@ package enum SnoreEvaluation {
     ///   - sequencePath: where the concatenated sequence is written (a float WAV; removed afterwards).
     ///   - progress: called after each clip with (done, total).
     /// - Throws: ``EarshotError`` when a clip cannot be decoded or the sequence cannot be written.
+    ///   - configuration: the daemon configuration whose `[analysis]` and `[sleep]` keys apply (the snore
+    ///     detector's thresholds and model).
     package static func measure(
-        files: [URL], configuration: SnoreDetector.Configuration = SnoreDetector.Configuration(),
-        head: SnoreDetector.HeadEvidence? = nil, pauseSeconds: ClosedRange<Double> = 1...3, seed: UInt64 = 1, sequencePath: String,
+        files: [URL], configuration: DaemonConfiguration = DaemonConfiguration(),
+        pauseSeconds: ClosedRange<Double> = 1...3, seed: UInt64 = 1, sequencePath: String,
         progress: ((Int, Int) -> Void)? = nil
     ) throws(EarshotError) -> Figures {
+        var settings = configuration
+        settings.detection.watch = [SnoreDetector.groupName]
+        settings.alarms.patternDetection = false
+        let detection = try FileDetection(configuration: settings, configPath: nil)
+        let model = try BuiltInClassifier.shared()
+        // A second detector fed the stage's windows decides exactly as the stage's does, and says which windows
+        // it called snoring.
+        let detectorSettings = settings.sleep.detectorConfiguration
+        let strong = detectorSettings.strongThreshold
+        let probe = try SnoreDetector(classLabels: model.classLabels, configuration: detectorSettings, head: detection.snoreHead)
+        let snoringIndex = model.classLabels.firstIndex(of: SnoreDetector.classLabel) ?? 0
         var figures = Figures()
         var sequence: [Float] = []
         var spans: [(start: Double, end: Double)] = []
         var random = EvaluationRandom(seed: seed)
         let rate = Double(YAMNet.sampleRate)
         for (index, file) in files.enumerated() {
-            let result = try SnoreFileAnalysis.analyze(url: file, configuration: configuration, head: head, maximumThreads: 1)
+            var snoring: Float = 0, evidence: Float = 0
+            try detection.run(url: file) { output in
+                guard case .window(let result) = output, !result.isGated else { return }
+                snoring = max(snoring, snoringIndex < result.scores.count ? result.scores[snoringIndex] : 0)
+                evidence = max(evidence, probe.evidence(scores: result.scores, embedding: result.embedding))
+            }
             figures.clips += 1
-            if result.windows.contains(where: { $0.snoring >= configuration.strongThreshold }) { figures.snoringClassFlagged += 1 }
-            if result.windows.contains(where: { $0.evidence >= configuration.strongThreshold }) { figures.evidenceFlagged += 1 }
+            if snoring >= strong { figures.snoringClassFlagged += 1 }
+            if evidence >= strong { figures.evidenceFlagged += 1 }
 
             let samples = try decodeMono16k(file)
             let start = Double(sequence.count) / rate
@@ -76,9 +95,23 @@ package enum SnoreEvaluation {
         guard !sequence.isEmpty else { return figures }
         try FloatWAV.write(sequence, sampleRate: YAMNet.sampleRate, to: sequencePath)
         defer { unlink(sequencePath) }
-        let result = try SnoreFileAnalysis.analyze(
-            url: URL(fileURLWithPath: sequencePath), configuration: configuration, head: head)
-        let starts = result.positiveWindowStarts
+        var detector = probe
+        detector.recordsPositiveWindows = true
+        var events: [SnoreEvent] = []
+        let seconds = try detection.run(url: URL(fileURLWithPath: sequencePath)) { output in
+            switch output {
+            case .window(let result):
+                _ = detector.process(
+                    windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
+                    levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores, embedding: result.embedding)
+            case .snore(.offset(_, let event)):
+                events.append(event)
+            default:
+                break
+            }
+        }
+        _ = detector.finish()
+        let starts = detector.positiveWindowStarts
         let window = 0.96, needed = 0.48
         var cursor = 0
         for span in spans {
@@ -94,9 +127,9 @@ package enum SnoreEvaluation {
             }
             if hit { figures.sequenceFlagged += 1 }
         }
-        figures.sequenceEvents = result.report.events.count
-        figures.sequenceSeconds = result.report.duration
-        figures.sequenceSnoringSeconds = result.report.snoringSeconds
+        figures.sequenceEvents = events.count
+        figures.sequenceSeconds = seconds
+        figures.sequenceSnoringSeconds = events.reduce(0) { $0 + $1.duration }
         return figures
     }
 }
