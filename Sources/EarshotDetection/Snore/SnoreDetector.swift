@@ -382,28 +382,51 @@ package struct SnoreDetector: Sendable {
 
     /// Accepts or rejects bursts whose fate is known. `now` is the start of the latest window: no burst that starts
     /// later can peak within the rhythm range of a burst that peaked more than `rhythm.upperBound` before it.
+    ///
+    /// A snore is accepted when its run holds `minimumSnores` snores: the snores chained to it by pauses of at most
+    /// the hold time (gap between the bursts' spans), a strong burst counting one per `snoreSeconds` once it has
+    /// closed. So the first and the last snore of a night's run count as the middle ones do. A run can only grow
+    /// while a burst may still start within the hold after its last snore.
     private mutating func decideBursts(now: Double, final: Bool) {
         qualifyBursts(now: now, final: final)
-        // A snore needs `minimumSnores - 1` other snores within the hold time (gap between the bursts' spans);
-        // no burst that starts after `now` can be within the hold of a burst that ended more than that before.
-        let others = max(0, configuration.minimumSnores - 1)
+        let needed = max(1, configuration.minimumSnores)
         let hold = configuration.holdSeconds + Self.epsilon
+        func snores(_ burst: Burst) -> Int {
+            burst.closed ? snoreCount(duration: burst.duration, peakEvidence: burst.peakEvidence) : 1
+        }
         for index in bursts.indices where bursts[index].accepted == nil {
-            let burst = bursts[index]
-            guard let qualified = burst.qualified else { continue }
+            guard let qualified = bursts[index].qualified else { continue }
             guard qualified else {
                 bursts[index].accepted = false
                 continue
             }
-            // A strong burst's own length counts (one snore per `snoreSeconds`), so it is known once it closes.
-            let own = snoreCount(duration: burst.duration, peakEvidence: burst.peakEvidence) - 1
-            let near = bursts.filter { other in
-                other.id != burst.id && other.qualified == true
-                    && max(other.start - burst.end, burst.start - other.end, 0) <= hold
-            }.reduce(0) { $0 + snoreCount(duration: $1.duration, peakEvidence: $1.peakEvidence) }
-            if near + (burst.closed ? own : 0) >= others {
+            // The run through this burst: qualified bursts either side, each within the hold of the run so far
+            // (bursts are kept in stream order; unqualified and undecided ones neither count nor break it).
+            var count = snores(bursts[index])
+            var runStart = bursts[index].start, runEnd = bursts[index].end
+            var runOpen = !bursts[index].closed
+            var left = index - 1
+            while left >= 0, count < needed {
+                let other = bursts[left]
+                left -= 1
+                guard other.qualified == true else { continue }
+                if runStart - other.end > hold { break }
+                count += snores(other)
+                runStart = min(runStart, other.start)
+            }
+            var right = index + 1
+            while right < bursts.count, count < needed {
+                let other = bursts[right]
+                right += 1
+                guard other.qualified == true else { continue }
+                if other.start - runEnd > hold { break }
+                count += snores(other)
+                runEnd = max(runEnd, other.end)
+                runOpen = runOpen || !other.closed
+            }
+            if count >= needed {
                 bursts[index].accepted = true
-            } else if final || (burst.closed && now > burst.end + hold) {
+            } else if final || (!runOpen && now > runEnd + hold) {
                 bursts[index].accepted = false
             }
         }
