@@ -74,10 +74,11 @@ package struct SnoreEvent: Sendable, Equatable {
 /// it (as far as it is known when the onset is released). Stream gaps end events as ``Debouncer`` does.
 ///
 /// Measured on `../shared/audio/snoring-khan` (1 s clips, `earshot eval-snore`): the "Snoring" score >= 0.3 alone
-/// flags 63.3 % of the 392 snoring clips, the evidence >= 0.3 flags 74.2 %, and the detector finds 83.7 % of them
-/// when they recur every 2-4 s as in sleep; of the 388 non-snoring clips none is flagged either way (clips in such
-/// a sequence give 5 false events in 19 minutes, mostly animal sounds). With a head (``HeadEvidence``) trained on
-/// the other half of the clips, 99.5 % of the held-out snoring clips are found in sequence and 1.6 % of the held-out
+/// flags 63.3 % of the 392 snoring clips, the evidence >= 0.3 flags 74.2 %, and the detector finds 81.4 % of them
+/// (86.6 % of clips 250-499) when they recur every 2-4 s as in sleep; of the 388 non-snoring clips none is flagged
+/// (in such a sequence they give 2 events in 19 minutes); the 24-hour household stream of `earshot eval --groups`
+/// gives 1 event. With a head (``HeadEvidence``) trained on the other half of the clips, and the earlier rules (2
+/// snores, rhythm 0.1), 99.5 % of the held-out snoring clips were found in sequence and 1.6 % of the held-out
 /// non-snoring ones.
 ///
 /// - Important: A value type without locks: feed it from one queue, windows in stream order.

@@ -353,8 +353,32 @@ extension GroupEvaluation {
         }
         var noGate = detection.plan.stageSettings
         noGate.glassOnsetGate = false
+        // The stage's windows once, for the snore detector alone (it reads only their scores and levels).
+        var windows: [ClassificationResult] = []
+        var offset = 0
+        _ = try? detection.run(sampleRate: 16_000, next: { out in
+            let end = min(audio.count, offset + 3_200)
+            out += audio[offset..<end]
+            offset = end
+            return offset < audio.count
+        }) { output in
+            if case .window(let result) = output { windows.append(result) }
+        }
+        let snoreLabels = Array(detection.plan.classLabels.prefix(YAMNet.classCount))
+        let snoreSettings = detection.plan.stageSettings.snore ?? SnoreDetector.Configuration()
         var totals: [String: Double] = [:]
         for _ in 0..<max(1, rounds) {
+            totals["snore", default: 0] += cpu {
+                guard var detector = try? SnoreDetector(
+                    classLabels: snoreLabels, configuration: snoreSettings, head: detection.snoreHead) else { return }
+                for result in windows {
+                    _ = detector.process(
+                        windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
+                        levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores,
+                        embedding: result.embedding)
+                }
+                _ = detector.finish()
+            }
             totals["stage", default: 0] += stage(detection.plan.stageSettings)
             totals["stage-no-gate", default: 0] += stage(noGate)
             totals["alarms16", default: 0] += alarms(audio, rate: 16_000, AlarmDetector.Configuration())
@@ -387,6 +411,7 @@ extension GroupEvaluation {
                 line("alarm detector at 48 kHz, without them", "alarms48-without"),
                 line("whole detection stage without the shatter gate (glass_break)", "stage-no-gate"),
                 line("shatter onsets over all the audio (what the gate would cost if every window scored as glass)", "shatter"),
+                line("snore detector over the stage's \(windows.count) windows (group snoring and sleep sessions; part of the stage)", "snore"),
                 "  stage with/without the shatter gate: \(fixed(perSecond("stage") / max(perSecond("stage-no-gate"), 1e-9), 3)); alarm detector with/without the rules: 16 kHz \(fixed(perSecond("alarms16") / max(perSecond("alarms16-without"), 1e-9), 3)), 48 kHz \(fixed(perSecond("alarms48") / max(perSecond("alarms48-without"), 1e-9), 3))",
         ].joined(separator: "\n")
     }
