@@ -45,7 +45,7 @@ struct CommandLineTests {
             (["bench", "--bogus"], "unknown option \"--bogus\" for bench (allowed: --quick, --no-daemon, --daemon-only, --layers, --json, --audio, --daemon)"),
             (["eval", "--bogus"], "unknown option \"--bogus\" for eval (allowed: --manifest, --no-synthetic, --no-classifier, --only, --cases, --segments, --segment-hz, --rate-factor, --groups, --stream-hours, --stream-manifest, --threads, --config, --problems, --cost)"),
             (["eval-snore", "a", "b", "--bogus"], "unknown option \"--bogus\" for eval-snore (allowed: --model, --threshold, --rhythm-threshold)"),
-            (["report", "--bogus"], "unknown option \"--bogus\" for report (allowed: --snore, --json, --svg, --png, --png-scale, --model, --threshold, --rhythm-threshold, --progress, --quiet, --from-svg)"),
+            (["report", "--bogus"], "unknown option \"--bogus\" for report (allowed: --snore, --json, --svg, --png, --png-scale, --config, --model, --threshold, --rhythm-threshold, --progress, --quiet, --from-svg)"),
             (["enroll", "--bogus"], "unknown option \"--bogus\" for enroll (allowed: --label, --count, --device, --seconds, --background-seconds, --from, --background, --output, --countdown, --seed)"),
             // A missing value says what the value is; a value starting with -- is a forgotten value.
             (["subscribe", "--socket"], "--socket needs a value (the daemon's socket path)"),
@@ -72,7 +72,7 @@ struct CommandLineTests {
             // Something missing: the command's name and its usage line.
             (["sleep"], "sleep needs start, stop or status (usage: earshot sleep start|stop|status [--socket PATH] [--json])"),
             (["eval-snore", "a"], "eval-snore needs SNORING_DIR and NON_SNORING_DIR (usage: earshot eval-snore SNORING_DIR NON_SNORING_DIR [--model HEAD] [--threshold X] [--rhythm-threshold Y])"),
-            (["report"], "report needs --snore FILE (usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet])"),
+            (["report"], "report needs --snore FILE (usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--config FILE] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet])"),
             // A stray argument, or one too many.
             (["devices", "extra"], "devices takes no arguments, not \"extra\" (usage: earshot devices)"),
             (["version", "extra"], "version takes no arguments, not \"extra\" (usage: earshot --version)"),
