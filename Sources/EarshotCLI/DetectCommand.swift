@@ -19,7 +19,8 @@ enum DetectCommand: EarshotCommand {
     `earshotd --input FILE`: detections, detection ends (at the end of a file: "reason":"stream_end"), alarms
     and health events, with the same stream times and confidences.
       --config FILE  the daemon's configuration file (default /etc/earshot/earshotd.conf when it exists, else the
-                     built-in defaults); its [detection], [group.NAME], [analysis], [alarms] and [models] apply
+                     built-in defaults); its [detection], [group.NAME], [analysis], [alarms], [models] and
+                     [sleep] (the snore detector's threshold, rhythm_threshold and model) apply
       --format F     jsonl (default): the socket's JSON lines, each with "file" added
                      text: one readable line per event, as `earshot subscribe --format text` prints them
                      (without the wall-clock time: stream times say when in the file)

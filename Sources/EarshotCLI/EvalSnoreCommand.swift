@@ -68,6 +68,7 @@ enum EvalSnoreCommand: EarshotCommand {
         settings.sleep.threshold = configuration.strongThreshold
         settings.sleep.rhythmThreshold = configuration.weakThreshold
         settings.sleep.modelPath = options.model
+        settings.locations["sleep.model"] = "--model"
         var figures: [SnoreEvaluation.Figures] = []
         for directory in directories {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else {

@@ -126,7 +126,7 @@ enum ReportCommand: EarshotCommand {
         guard pngScale == nil || analysis.pngPath != nil else { throw usageError("--png-scale needs --png OUT") }
         analysis.pngScale = pngScale ?? PNGRenderer.defaultScale
         if let weak = analysis.rhythmThreshold, let strong = analysis.threshold, weak > strong {
-            throw usageError("--rhythm-threshold must be at most --threshold")
+            throw usageError("--rhythm-threshold \(weak) must be at most --threshold \(strong)")
         }
         return .analyze(analysis)
     }
@@ -146,10 +146,17 @@ enum ReportCommand: EarshotCommand {
             var configuration = try DaemonConfiguration.load(path: options.configPath, overrides: .init())
             if let threshold = options.threshold { configuration.sleep.threshold = threshold }
             if let rhythm = options.rhythmThreshold { configuration.sleep.rhythmThreshold = rhythm }
-            if let model = options.modelPath { configuration.sleep.modelPath = model }
+            if let model = options.modelPath {
+                configuration.sleep.modelPath = model
+                configuration.locations["sleep.model"] = "--model"  // the flag's file, not the configuration's
+            }
             let sleep = configuration.sleep
             guard sleep.rhythmThreshold <= sleep.threshold else {
-                throw usageError("--rhythm-threshold (\(SettingRules.format(Double(sleep.rhythmThreshold)))) must be at most the threshold (\(SettingRules.format(Double(sleep.threshold))))")
+                // One flag against the other's [sleep] value (both flags are checked when parsed).
+                let message = options.threshold != nil
+                    ? "--threshold \(sleep.threshold) is below the rhythm threshold \(sleep.rhythmThreshold) ([sleep] rhythm_threshold); give a lower --rhythm-threshold too"
+                    : "--rhythm-threshold \(sleep.rhythmThreshold) is above the threshold \(sleep.threshold) ([sleep] threshold); give a higher --threshold too"
+                throw usageError(message)
             }
             result = try SnoreFileAnalysis.analyze(
                 url: URL(fileURLWithPath: options.file), configuration: configuration, configPath: options.configPath,

@@ -487,6 +487,11 @@ struct ConfigFileTests {
         #expect(try check("[capture]\ninput = \(tone.path)\n[detection]\nwatch = glass_break\n")
                 == "configuration OK (watching glass_break)")
         #expect(try check("[capture]\ninput = -\n[detection]\nwatch = glass_break\n") == "configuration OK (watching glass_break)")
+
+        // `[sleep] model` loads as at the daemon's start: a file that is not a head is refused, naming the line.
+        let damaged = AudioTestFiles.error { () throws(EarshotError) in try check("[sleep]\nmodel = \(notes)\n") }
+        #expect(damaged?.message == "\(config):2: [sleep] model: head model \(notes) is damaged: 10 bytes is too short for a safetensors file (copy it again, or train it again)")
+        #expect(damaged?.exitStatus == 65)
     }
 
     @Test("earshotd --check-config without --config and without /etc/earshot/earshotd.conf says the built-in defaults apply",

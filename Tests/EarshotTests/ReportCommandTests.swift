@@ -37,6 +37,13 @@ struct ReportCommandTests {
             (["report", "--from-svg", "bad.svg", "--png", "x.png"], 65,
              "earshot: cannot render bad.svg as PNG: XML parse error: line 1 column 1: Start tag expected, '<' not found (bad.svg must be an SVG document, such as a snore report's .svg)"),
             (["report", "--from-svg", "gone.svg", "--png", "x.png"], 66, "earshot: cannot read gone.svg: No such file or directory (check the path)"),
+            // One threshold flag against the other's [sleep] default (0.2), and both flags against each other.
+            (["report", "--snore", "tone.wav", "--threshold", "0.1", "--quiet"], 64,
+             "earshot: --threshold 0.1 is below the rhythm threshold 0.2 ([sleep] rhythm_threshold); give a lower --rhythm-threshold too (\(Self.usage))"),
+            (["report", "--snore", "tone.wav", "--threshold", "0.2", "--rhythm-threshold", "0.3"], 64,
+             "earshot: --rhythm-threshold 0.3 must be at most --threshold 0.2 (\(Self.usage))"),
+            (["report", "--snore", "tone.wav", "--model", "bad.svg", "--quiet"], 65,
+             "earshot: --model: head model bad.svg is damaged: 6 bytes is too short for a safetensors file (copy it again, or train it again)"),
             (["report", "--snore", "tone.wav", "--png", "no/dir/x.png", "--quiet"], 73,
              "earshot: cannot write no/dir/x.png: No such file or directory (check the directory and free space)"),
         ]

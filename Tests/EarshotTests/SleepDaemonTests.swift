@@ -47,8 +47,11 @@ struct SleepDaemonTests {
             let again = service.start(at: started.addingTimeInterval(5), scheduled: false)
             service.observe(window: Self.quietWindow(at: 0))
             service.observe(window: Self.quietWindow(at: 3.36))
-            service.observe(onset)
-            service.observe(offset)
+            // Not published (an onset before the session, snoring unwatched): not counted.
+            service.observe(onset, published: false)
+            service.observe(offset, published: false)
+            service.observe(onset, published: true)
+            service.observe(offset, published: true)
             return (reply, again, service.stop(at: started.addingTimeInterval(60)))
         }
         #expect(reply == ["type": "sleep", "state": "started", "start": "2026-03-01T22:00:00.000Z"])

@@ -21,7 +21,7 @@ extension DaemonConfiguration {
     ///   used, the decoder's error (``AudioFileDecoder/init(url:)``) after where the input was set, with the status
     ///   the daemon would exit with at start: 66 when the file is missing or unreadable, 65 when it is not usable
     ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
-    ///   those of ``checkStoragePaths()`` (78) and of `Sleep.loadSnoreHead()` (a `[sleep] model` that is not a head
+    ///   those of ``checkStoragePaths()`` (78) and of ``loadSnoreHead()`` (a `[sleep] model` that is not a head
     ///   with label `snoring`); with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
     ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
     ///   `; the MQTT broker HOST:PORT accepted the connection`. Without `--config` and with no file at
@@ -32,7 +32,7 @@ extension DaemonConfiguration {
         let models = try configuration.loadHeadModels().set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()
-        _ = try configuration.sleep.loadSnoreHead()  // `[sleep] model` loads as at start (a head with label snoring)
+        _ = try configuration.loadSnoreHead()  // `[sleep] model` loads as at start (a head with label snoring)
         try configuration.checkInputFile()
         let broker = configuration.mqtt.enabled
             ? "; the MQTT broker \(try configuration.checkMQTTBroker()) accepted the connection" : ""

@@ -35,14 +35,6 @@ extension DaemonConfiguration {
 
         package init() {}
 
-        /// The `model` head as snore evidence; nil when none is set.
-        /// - Throws: `EarshotError` naming the file: `.noInput` when it is missing, `.data` when it is not a head
-        ///   model, `.config` when it has no label `snoring`.
-        package func loadSnoreHead() throws(EarshotError) -> SnoreDetector.HeadEvidence? {
-            guard let modelPath else { return nil }
-            return try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: modelPath)))
-        }
-
         /// The snore detector's settings these keys give (`threshold`, `rhythm_threshold`): the detector that
         /// decides group `snoring` in the daemon, its sleep sessions, `earshot detect` and `earshot report --snore`.
         package var detectorConfiguration: SnoreDetector.Configuration {
@@ -50,6 +42,22 @@ extension DaemonConfiguration {
             configuration.strongThreshold = threshold
             configuration.weakThreshold = rhythmThreshold
             return configuration
+        }
+    }
+
+    /// `[sleep] model` as snore evidence; nil when none is set.
+    /// - Throws: `EarshotError` beginning with where the key was set (`FILE:LINE: [sleep] model: `) and naming the
+    ///   file: `.noInput` when it is missing, `.data` when it is not a head model, `.config` when it has no label
+    ///   `snoring`.
+    package func loadSnoreHead() throws(EarshotError) -> SnoreDetector.HeadEvidence? {
+        guard let path = sleep.modelPath else { return nil }
+        do throws(EarshotError) {
+            return try SnoreDetector.HeadEvidence(head: try ClassifierHead(contentsOf: URL(fileURLWithPath: path)))
+        } catch {
+            // Set by a command's `--model` flag, or by a line of the file.
+            let location = locations["sleep.model"]
+            let prefix = location == "--model" ? "--model: " : (location.map { "\($0): " } ?? "") + "[sleep] model: "
+            throw EarshotError(error.code, prefix + error.message, cause: error.cause)
         }
     }
 

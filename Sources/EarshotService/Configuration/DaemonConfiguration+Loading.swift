@@ -340,6 +340,9 @@ package struct ConfigurationParser {
             if entry.section == "history", entry.key == "path" {
                 configuration.locations["history.path"] = "\(source):\(entry.line)"
             }
+            if entry.section == "sleep", entry.key == "model" {
+                configuration.locations["sleep.model"] = "\(source):\(entry.line)"
+            }
         default:
             // sectionKeys and this switch list the same keys; a key in one but not the other is a programming error
             // caught by the shipped-file test, reported here as a config error rather than a crash.

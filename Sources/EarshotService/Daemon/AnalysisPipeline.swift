@@ -61,9 +61,12 @@ final class AnalysisPipeline {
         self.detections = detections
         self.onFirstAudio = onFirstAudio
         if let clips { stage.onResampledAudio = { samples, index in clips.append(samples, at: index) } }
-        sleep.openSnoreEvent = { [unowned stage] in stage.openSnoreSummary(reason: .streamEnd) }
         // Two seconds at 48 kHz per read: the ring never holds more than a few polls' worth.
         scratch = [Float](repeating: 0, count: 96_000)
+        // A session that stops mid-event counts the open event when subscribers saw it start.
+        sleep.openSnoreEvent = { [unowned self] in
+            snorePublication.openEventPublished ? stage.openSnoreSummary(reason: .streamEnd) : nil
+        }
     }
 
     /// Starts analysing: on every event of `audioArrived` (a source on `queue` the ring's producer adds to), or, when
@@ -147,9 +150,9 @@ final class AnalysisPipeline {
                 clips?.observe(event)
                 if case .onset = event { detections.add() }
             case .snore(let decision):
-                sleep.observe(decision)
-                guard snorePublication.admits(decision, sessionActive: sleep.isActive), mutes.admits(decision.event)
-                else { continue }
+                let published = snorePublication.admits(decision, sessionActive: sleep.isActive)
+                sleep.observe(decision, published: published)
+                guard published, mutes.admits(decision.event) else { continue }
                 clips?.observe(decision.event)
                 if case .onset = decision { detections.add() }
             case .alarm(let alarm):
@@ -170,6 +173,8 @@ package struct SnorePublication: Sendable {
     /// Whether `snoring` is in the watch list.
     package var watched: Bool
     private var onsetPublished = false
+    /// Whether an event is open whose onset went out.
+    package var openEventPublished: Bool { onsetPublished }
 
     package init(watched: Bool) {
         self.watched = watched

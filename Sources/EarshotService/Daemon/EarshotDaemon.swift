@@ -139,7 +139,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let model = try BuiltInClassifier.shared()
         let heads = try configuration.loadHeadModels().set
         self.heads = heads
-        let snoreHead = try configuration.sleep.loadSnoreHead()
+        let snoreHead = try configuration.loadSnoreHead()
         let plan = try DetectionPlan(
             configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: commandLine.configPath)
         let journal = configuration.output.journal && !commandLine.foreground
@@ -545,7 +545,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             let model = try BuiltInClassifier.shared()
             let loaded = try fresh.loadHeadModels(previous: heads)
             // `[sleep] model` is read again when its path changed (as before sessions moved into the stage).
-            let snoreHead = try fresh.sleep.loadSnoreHead()
+            let snoreHead = try fresh.loadSnoreHead()
             let plan = try DetectionPlan(
                 configuration: fresh, yamnetLabels: model.classLabels, heads: loaded.set, configPath: commandLine.configPath)
             let groups = plan.groups

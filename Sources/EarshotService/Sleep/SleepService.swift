@@ -47,7 +47,8 @@ package final class SleepService: @unchecked Sendable {
     /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
     private let fixedTimeZone: TimeZone?
     private var session: SleepSession?
-    /// The snoring event open in the detection stage now, as it stands (set by the pipeline; nil: none).
+    /// The snoring event open in the detection stage now, as it stands, when its onset was published (set by the
+    /// pipeline; nil: none).
     package var openSnoreEvent: () -> SnoreEvent? = { nil }
     private var startedBySchedule = false
     /// Set when a scheduled window's session was stopped by hand: no restart until the window closes.
@@ -97,8 +98,12 @@ package final class SleepService: @unchecked Sendable {
         session?.observe(window: result.timeRange)
     }
 
-    /// One decision of the stage's snore detector (analysis queue): the running session keeps its events.
-    package func observe(_ decision: SnoreDetector.Decision) {
+    /// One decision of the stage's snore detector (analysis queue): the running session keeps the events that
+    /// were published (`published`: ``SnorePublication`` let it out; a mute does not count), so that its report
+    /// holds the snoring subscribers saw. A session that starts in the middle of unwatched snoring counts it from
+    /// the next event.
+    package func observe(_ decision: SnoreDetector.Decision, published: Bool) {
+        guard published else { return }
         session?.observe(decision)
     }
 

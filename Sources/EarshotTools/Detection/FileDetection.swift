@@ -28,7 +28,7 @@ package struct FileDetection {
     package init(configuration: DaemonConfiguration, configPath: String?) throws(EarshotError) {
         let model = try BuiltInClassifier.shared()
         heads = try configuration.loadHeadModels().set
-        snoreHead = try configuration.sleep.loadSnoreHead()
+        snoreHead = try configuration.loadSnoreHead()
         plan = try DetectionPlan(
             configuration: configuration, yamnetLabels: model.classLabels, heads: heads, configPath: configPath)
     }
