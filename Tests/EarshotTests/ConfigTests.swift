@@ -489,8 +489,10 @@ struct ConfigFileTests {
         #expect(try check("[capture]\ninput = -\n[detection]\nwatch = glass_break\n") == "configuration OK (watching glass_break)")
 
         // `[sleep] model` loads as at the daemon's start: a file that is not a head is refused, naming the line.
-        let damaged = AudioTestFiles.error { () throws(EarshotError) in try check("[sleep]\nmodel = \(notes)\n") }
-        #expect(damaged?.message == "\(config):2: [sleep] model: head model \(notes) is damaged: 10 bytes is too short for a safetensors file (copy it again, or train it again)")
+        let head = directory.appendingPathComponent("snoring.earshot").path
+        try "hello\n".write(toFile: head, atomically: true, encoding: .utf8)
+        let damaged = AudioTestFiles.error { () throws(EarshotError) in try check("[sleep]\nmodel = \(head)\n") }
+        #expect(damaged?.message == "\(config):2: [sleep] model: head model \(head) is damaged: 6 bytes is too short for a safetensors file (copy it again, or train it again)")
         #expect(damaged?.exitStatus == 65)
     }
 
