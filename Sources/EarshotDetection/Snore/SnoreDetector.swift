@@ -65,8 +65,9 @@ package struct SnoreEvent: Sendable, Equatable {
 /// of it (``Configuration/minimumSnores``, default 3), so one snort, or a pair of breath-like sounds, in
 /// the night raises nothing. A strong burst that lasts longer counts as one snore per
 /// ``Configuration/snoreSeconds`` (1.44 s) of it: snores with no quiet between them merge into one burst at 0.48 s
-/// hops (the README demo's three snores are one 4.32 s burst), which is snoring on its own from 4.32 s. Waiting for that takes up to the hold time, so windows are released with a delay of at
-/// most about 9 s (hold plus one window).
+/// hops (the README demo's three snores are one 4.32 s burst), which is snoring on its own from 4.32 s. Windows are released
+/// once their run holds three snores (or can no longer grow): the first snore of a run waits for the third, so
+/// the delay is about two breaths, and at most about two hold times plus the bursts.
 ///
 /// **Events**: the windows of counted snores are positive; an event starts at the first positive window and ends
 /// when a window ends ``Configuration/holdSeconds`` (8 s, two missed breaths) after the last positive window
@@ -291,7 +292,7 @@ package struct SnoreDetector: Sendable {
     ///   - levelDBFS: its RMS level.
     ///   - scores: its class scores (`classLabels.count` of them), or nil for a gated window (evidence 0).
     ///   - embedding: its YAMNet embedding `[1024]`, used with a head (empty: none).
-    /// - Returns: decisions about earlier windows that became final (they lag by up to ~9 s), in order.
+    /// - Returns: decisions about earlier windows that became final (they lag until the run is decided, see the type), in order.
     package mutating func process(
         windowStart: Double, windowDuration: Double, levelDBFS: Float, scores: [Float]?, embedding: [Float] = []
     ) -> [Decision] {
@@ -360,7 +361,7 @@ package struct SnoreDetector: Sendable {
     }
 
     /// The open event as it stands (its positive windows released so far), ending at the last of them with
-    /// reason `reason`; nil when no event is open. Windows still held (the last ~9 s) are not in it.
+    /// reason `reason`; nil when no event is open. Windows still held (those of snores not yet decided) are not in it.
     package func openEventSummary(reason: DetectionEvent.EndReason) -> SnoreEvent? {
         guard let open else { return nil }
         let windows = open.windows.filter(\.positive)

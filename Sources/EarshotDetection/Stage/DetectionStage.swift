@@ -30,7 +30,8 @@ package final class DetectionStage {
         /// A smoke or CO alarm (or low-battery chirp) from the pattern detector, see `AlarmDetector`.
         case alarm(AlarmEvent)
         /// A `snoring` onset or end from the snore detector (the end with its summary: snores, levels), see
-        /// `SnoreDetector`. Decided with a delay of up to ~9 s (the detector waits for a second snore).
+        /// `SnoreDetector`. Decided with a delay: the detector waits for the run's third snore, about two breaths
+        /// after the first.
         case snore(SnoreDetector.Decision)
         /// A change in the input's health (silence, gaps, a sample rate that cannot be analysed).
         case health(HealthEvent)

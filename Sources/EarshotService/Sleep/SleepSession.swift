@@ -15,7 +15,7 @@ import EarshotOutputs
 /// and a file streamed faster than real time is reported on its own time line. The report's `startDate` is the
 /// wall-clock time the session started. An event that began before the session (published because `snoring` is
 /// watched) is counted from the session's time 0, with the whole event's snores and loudness; one still open at
-/// the stop is counted up to its last positive window released by then (the detector holds the last ~9 s while it
+/// the stop is counted up to its last positive window released by then (the detector holds the last snores while it
 /// waits for the next snore).
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
