@@ -301,6 +301,14 @@ package struct SnoreDetector: Sendable {
         return process(windowStart: windowStart, windowDuration: windowDuration, levelDBFS: levelDBFS, evidence: value)
     }
 
+    /// Feeds one analysis window as the detection stage hands it over: its time range, level, YAMNet scores and
+    /// embedding; a gated window has evidence 0. See ``process(windowStart:windowDuration:levelDBFS:scores:embedding:)``.
+    package mutating func process(_ result: ClassificationResult) -> [Decision] {
+        process(
+            windowStart: result.timeRange.start, windowDuration: result.timeRange.duration, levelDBFS: result.levelDBFS,
+            scores: result.isGated ? nil : result.scores, embedding: result.embedding)
+    }
+
     /// Feeds the next window by its evidence (0...1) instead of its scores; see
     /// ``process(windowStart:windowDuration:levelDBFS:scores:)``.
     package mutating func process(

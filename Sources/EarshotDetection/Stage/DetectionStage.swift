@@ -373,11 +373,7 @@ package final class DetectionStage {
             levelDBFS: result.levelDBFS, vetoed: vetoed)
         for event in events { outputs.append(.detection(event)) }
         if let alarms { appendAlarms(alarms.observe(classification: result)) }
-        if snore != nil {
-            appendSnore(snore!.process(
-                windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-                levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores, embedding: result.embedding))
-        }
+        if snore != nil { appendSnore(snore!.process(result)) }
     }
 
     /// One `overrun` health event per gap, at most one per `gapReportInterval` of wall time (a storm of xruns

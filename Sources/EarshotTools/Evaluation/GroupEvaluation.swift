@@ -371,12 +371,7 @@ extension GroupEvaluation {
             totals["snore", default: 0] += cpu {
                 guard var detector = try? SnoreDetector(
                     classLabels: snoreLabels, configuration: snoreSettings, head: detection.snoreHead) else { return }
-                for result in windows {
-                    _ = detector.process(
-                        windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-                        levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores,
-                        embedding: result.embedding)
-                }
+                for result in windows { _ = detector.process(result) }
                 _ = detector.finish()
             }
             totals["stage", default: 0] += stage(detection.plan.stageSettings)

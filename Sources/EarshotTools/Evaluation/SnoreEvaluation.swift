@@ -55,9 +55,7 @@ package enum SnoreEvaluation {
         pauseSeconds: ClosedRange<Double> = 1...3, seed: UInt64 = 1, sequencePath: String,
         progress: ((Int, Int) -> Void)? = nil
     ) throws(EarshotError) -> Figures {
-        var settings = configuration
-        settings.detection.watch = [SnoreDetector.groupName]
-        settings.alarms.patternDetection = false
+        let settings = SnoreFileAnalysis.snoringOnly(configuration)
         let detection = try FileDetection(configuration: settings, configPath: nil)
         let model = try BuiltInClassifier.shared()
         // A second detector fed the stage's windows decides exactly as the stage's does, and says which windows
@@ -101,9 +99,7 @@ package enum SnoreEvaluation {
         let seconds = try detection.run(url: URL(fileURLWithPath: sequencePath)) { output in
             switch output {
             case .window(let result):
-                _ = detector.process(
-                    windowStart: result.timeRange.start, windowDuration: result.timeRange.duration,
-                    levelDBFS: result.levelDBFS, scores: result.isGated ? nil : result.scores, embedding: result.embedding)
+                _ = detector.process(result)
             case .snore(.offset(_, let event)):
                 events.append(event)
             default:

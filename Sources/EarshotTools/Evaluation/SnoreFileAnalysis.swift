@@ -22,6 +22,15 @@ package enum SnoreFileAnalysis {
         package var decodingWarning: String?
     }
 
+    /// `configuration` watching `snoring` alone, without the alarm pattern detector: the stage as it decides
+    /// snoring, with nothing else to compute.
+    package static func snoringOnly(_ configuration: DaemonConfiguration) -> DaemonConfiguration {
+        var settings = configuration
+        settings.detection.watch = [SnoreDetector.groupName]
+        settings.alarms.patternDetection = false
+        return settings
+    }
+
     /// Analyses `url`.
     ///
     /// - Parameters:
@@ -38,10 +47,7 @@ package enum SnoreFileAnalysis {
     ) throws(EarshotError) -> Result {
         let header = try AudioFileDecoder(url: url)
         let total = header.declaredFrameCount.map { Double($0) / Double(header.sampleRate) }
-        var settings = configuration
-        settings.detection.watch = [SnoreDetector.groupName]
-        settings.alarms.patternDetection = false
-        let detection = try FileDetection(configuration: settings, configPath: configPath)
+        let detection = try FileDetection(configuration: snoringOnly(configuration), configPath: configPath)
         var events: [SnoreEvent] = []
         var warning: String?
         var reported = 0.0
