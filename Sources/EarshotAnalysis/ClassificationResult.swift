@@ -97,10 +97,36 @@ public struct ClassificationResult: Sendable, Equatable {
     package static func scored(
         timeRange: TimeRange, scores: [Float], labels: [String], levelDBFS: Float, embedding: [Float] = []
     ) -> ClassificationResult {
-        let order = scores.indices.sorted { scores[$0] > scores[$1] || (scores[$0] == scores[$1] && $0 < $1) }
-        let classifications = order.map { Classification(identifier: $0 < labels.count ? labels[$0] : "class \($0)", confidence: Double(scores[$0])) }
+        let classifications = rankOrder(scores).map {
+            Classification(identifier: $0 < labels.count ? labels[$0] : "class \($0)", confidence: Double(scores[$0]))
+        }
         return ClassificationResult(timeRange: timeRange, classifications: classifications, scores: scores,
                                     levelDBFS: levelDBFS, isGated: false, embedding: embedding)
+    }
+
+    /// Class indices of `scores`, highest score first, ties by lower index (the order of ``classifications``).
+    ///
+    /// Each score is packed with its index into one `UInt64` key (the float's bits mapped to an unsigned integer in
+    /// the same order, inverted for a descending sort, above the index), so that one sort of plain integers replaces
+    /// a sort through a comparison closure: about 4,700 comparisons for 521 classes, once per window. NaN sorts
+    /// after every number.
+    package static func rankOrder(_ scores: [Float]) -> [Int] {
+        precondition(scores.count <= Int(UInt32.max), "at most 2^32 - 1 classes")
+        var keys = [UInt64](repeating: 0, count: scores.count)
+        scores.withUnsafeBufferPointer { scores in
+            keys.withUnsafeMutableBufferPointer { keys in
+                for index in 0..<scores.count {
+                    let value = scores[index]
+                    // Order-preserving: negative floats have every bit flipped, non-negative ones the sign bit set;
+                    // -0 counts as +0 (equal scores tie by index) and NaN as below every number.
+                    let bits = value == 0 ? 0 : value.bitPattern
+                    let ordered: UInt32 = value.isNaN ? 0 : bits & 0x8000_0000 != 0 ? ~bits : bits | 0x8000_0000
+                    keys[index] = UInt64(~ordered) << 32 | UInt64(index)
+                }
+                keys.sort()
+            }
+        }
+        return keys.map { Int($0 & 0xFFFF_FFFF) }
     }
 
     /// The result of a window scored by `request`: YAMNet's scores, or with a custom model the head's probabilities

@@ -8,7 +8,7 @@ import Foundation
 /// `earshot eval`: runs the smoke/CO alarm detector over labelled recordings and synthetic alarms and prints recall,
 /// false events per file class, time to detection and CPU cost.
 enum EvalCommand: EarshotCommand {
-    static let usage = "usage: earshot eval [--manifest FILE]... [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F] [--groups [--stream-hours H] [--stream-manifest FILE] [--threads N] [--config FILE] [--problems] [--cost S]]"
+    static let usage = "usage: earshot eval [--manifest FILE]... [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--onsets] [--rate-factor F] [--groups [--stream-hours H] [--stream-manifest FILE] [--threads N] [--config FILE] [--problems] [--cost S]]"
 
     static let help = """
     \(usage)
@@ -25,6 +25,9 @@ enum EvalCommand: EarshotCommand {
       --segments        also print the tone segments the tracker found in each case (for tuning); for a synthetic
                         alarm only those within 5 % of its tone, up to 20 s after it starts
       --segment-hz HZ   with --segments: only the segments within 5 % of HZ, in every case
+      --onsets          instead of evaluating, print every candidate onset the glass_break shatter gate measured in
+                        each manifest file (with --only, the matching ones): time, rise, onset flatness and
+                        share above 2 kHz, tail flatness, sustain, first-half drop, decay, and whether it passed
       --rate-factor F   a stress test: every case is read as if recorded at F times its sample rate (pitch and
                         tempo scaled by F, e.g. 0.9 or 1.1), so that other tones and rhythms line up (alarm start
                         and deadline scale by 1/F); cases that fall below 8 kHz are left out
@@ -51,6 +54,7 @@ enum EvalCommand: EarshotCommand {
         var classifier = true
         var only: String?
         var printSegments = false
+        var printOnsets = false
         var printCases = false
         var segmentHz: Double?
         var rateFactor: Double?
@@ -65,7 +69,7 @@ enum EvalCommand: EarshotCommand {
     }
 
     static let name = "eval"
-    static let flags = ["--manifest", "--no-synthetic", "--no-classifier", "--only", "--cases", "--segments",
+    static let flags = ["--manifest", "--no-synthetic", "--no-classifier", "--only", "--cases", "--segments", "--onsets",
                         "--segment-hz", "--rate-factor", "--groups", "--stream-hours", "--stream-manifest", "--threads",
                         "--config", "--problems", "--cost"]
 
@@ -101,9 +105,10 @@ enum EvalCommand: EarshotCommand {
                     options.segmentHz = try parser.number(of: flag, inline, in: positive, allowed: "a frequency in Hz, above 0")
                 case "--rate-factor":
                     options.rateFactor = try parser.number(of: flag, inline, in: positive, allowed: "a number above 0, e.g. 0.9 or 1.1")
-                case "--no-synthetic", "--no-classifier", "--segments", "--cases":
+                case "--no-synthetic", "--no-classifier", "--segments", "--cases", "--onsets":
                     try parser.noValue(of: flag, inline)
                     switch flag {
+                    case "--onsets": options.printOnsets = true
                     case "--no-synthetic": options.synthetic = false
                     case "--no-classifier": options.classifier = false
                     case "--segments": options.printSegments = true
@@ -120,8 +125,30 @@ enum EvalCommand: EarshotCommand {
         return options
     }
 
+    /// `--onsets`: the shatter gate's measured candidates in each manifest file.
+    static func executeOnsets(_ options: Options) -> Int32 {
+        do {
+            var skipped: [String] = []
+            for manifest in options.manifests.isEmpty ? [options.manifest] : options.manifests {
+                for (path, url) in try ShatterProbe.files(manifest: manifest, only: options.only) {
+                    do {
+                        print("== \(path)")
+                        for line in ShatterProbe.lines(samples: try decodeMono16k(url)) { print("  " + line) }
+                    } catch {
+                        skipped.append("\(path): \(error.message)")
+                    }
+                }
+            }
+            return finish(skipped: skipped)
+        } catch {
+            reportError(error.message)
+            return error.exitStatus
+        }
+    }
+
     static func execute(_ options: Options) -> Int32 {
         if options.groups { return executeGroups(options) }
+        if options.printOnsets { return executeOnsets(options) }
         do {
             var skipped: [String] = []
             let recordings = try AlarmEvaluation.manifestCases(manifest: options.manifest, skipped: &skipped)

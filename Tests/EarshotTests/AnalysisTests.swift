@@ -101,6 +101,10 @@ struct AnalysisTests {
         let result = ClassificationResult.scored(timeRange: TimeRange(start: 0.48, duration: 0.96), scores: scores,
                                                  labels: ["Speech", "Music", "Dog", "Cat"], levelDBFS: -12)
         #expect(result.classifications.map(\.identifier) == ["Music", "Speech", "Dog", "Cat"])
+        // Highest first, equal scores by lower index (-0 equals 0), negatives below 0, NaN last.
+        #expect(ClassificationResult.rankOrder([0.5, -1, 0, .nan, 0.5, -0.0, .infinity, -.infinity, 1e-30])
+                == [6, 0, 4, 8, 2, 5, 1, 7, 3])
+        #expect(ClassificationResult.rankOrder([]) == [])
         #expect(result.classification(forIdentifier: "Dog")?.confidence == Double(Float(0.2)))
         #expect(result.classification(forIdentifier: "Bird") == nil)
         #expect(result.timeRange.end == 1.44)

@@ -12,10 +12,12 @@ import EarshotTools
 struct DetectionTrustTests {
     /// Feeds `samples` in 40 ms chunks; every 0.48 s (once the audio of a 0.96 s window is in) hands the detector
     /// a classifier window scoring `smoke` for "Smoke detector, smoke alarm" (nil: no windows). Returns every
-    /// event, `finish()` included.
-    private static func run(_ samples: [Float], sampleRate: Int, smoke: Float? = nil,
+    /// event, `finish()` included. `byIndex`: the detector is given the windows' labels and reads its classes by
+    /// index (as the stage does), else it looks them up by name.
+    private static func run(_ samples: [Float], sampleRate: Int, smoke: Float? = nil, byIndex: Bool = false,
                             configuration: AlarmDetector.Configuration = AlarmDetector.Configuration()) -> [AlarmEvent] {
-        let detector = AlarmDetector(configuration: configuration)
+        let labels = ["Smoke detector, smoke alarm", "Music"]
+        let detector = AlarmDetector(configuration: configuration, classLabels: byIndex ? labels : nil)
         var events: [AlarmEvent] = []
         let chunk = sampleRate / 25
         var position = 0
@@ -27,7 +29,7 @@ struct DetectionTrustTests {
             while let smoke, Double(position) / Double(sampleRate) >= nextWindowEnd {
                 let window = ClassificationResult.scored(
                     timeRange: TimeRange(start: nextWindowEnd - 0.96, duration: 0.96), scores: [smoke, 0],
-                    labels: ["Smoke detector, smoke alarm", "Music"], levelDBFS: -20)
+                    labels: labels, levelDBFS: -20)
                 events += detector.observe(classification: window)
                 nextWindowEnd += 0.48
             }
@@ -150,6 +152,8 @@ struct DetectionTrustTests {
         let tones = Self.beeps(start: 1, seconds: 30, on: 0.26, off: 0.07, hz: 3400)
         let samples = AlarmSignals.render(tones, seconds: 40, sampleRate: 16_000, amplitude: 0.3)
         let events = Self.run(samples, sampleRate: 16_000, smoke: 0.9)
+        // The stage's way, classes read by index, gives the same events.
+        #expect(Self.run(samples, sampleRate: 16_000, smoke: 0.9, byIndex: true) == events)
         let onsets = Self.onsets(events)
         #expect(onsets.count == 1)
         let onset = try #require(onsets.first)

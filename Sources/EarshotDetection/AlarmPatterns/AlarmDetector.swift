@@ -85,6 +85,10 @@ package final class AlarmDetector {
     }
 
     package let configuration: Configuration
+    /// Where ``observe(classification:)`` reads each class it checks in a window's `scores` (smoke classes, CO
+    /// classes, "Music"): the class's index in `classLabels` given at init, nil for a class not among them (or
+    /// every class, without labels: then it is looked up by name in the window's classifications).
+    private let smokeIndices: [Int?], coIndices: [Int?], musicIndices: [Int?]
     private var tracker: ToneTracker?
     private var matcher = AlarmPatternMatcher()
     /// The second matcher, fed rejoined segments; only its T3 matches are used.
@@ -125,9 +129,22 @@ package final class AlarmDetector {
         }
     }
 
-    package init(configuration: Configuration = Configuration()) {
+    /// - Parameters:
+    ///   - classLabels: the labels of the windows' `scores`, in index order (YAMNet's 521, then any heads'), so
+    ///     that each window's classes are read by index; nil looks them up by name in each window's
+    ///     classifications (the same scores, one linear search per class).
+    package init(configuration: Configuration = Configuration(), classLabels: [String]? = nil) {
         self.configuration = configuration
+        func indices(_ names: [String]) -> [Int?] {
+            guard let classLabels else { return names.map { _ in nil } }
+            return names.map { classLabels.firstIndex(of: $0) }
+        }
+        smokeIndices = indices(configuration.smokeClasses)
+        coIndices = indices(configuration.coClasses)
+        musicIndices = indices([Self.musicClass])
     }
+
+    private static let musicClass = "Music"
 
     /// Analyses mono samples at the capture rate.
     ///
@@ -215,21 +232,27 @@ package final class AlarmDetector {
     /// Takes one classifier window (its scores are looked up by class label; a gated window counts as not
     /// agreeing) and returns a classifier-sourced `smoke_alarm` onset when the fusion rule is met.
     package func observe(classification result: ClassificationResult) -> [AlarmEvent] {
-        func best(_ classes: [String]) -> (Float, String?) {
+        func best(_ classes: [String], at indices: [Int?]) -> (Float, String?) {
             var score: Float = 0
             var label: String?
             guard !result.isGated else { return (0, nil) }
-            for name in classes {
-                if let value = result.classification(forIdentifier: name)?.confidence, Float(value) > score {
-                    score = Float(value)
+            for (name, index) in zip(classes, indices) {
+                let value: Float?
+                if let index, index < result.scores.count {
+                    value = result.scores[index]
+                } else {
+                    value = result.classification(forIdentifier: name).map { Float($0.confidence) }
+                }
+                if let value, value > score {
+                    score = value
                     label = name
                 }
             }
             return (score, label)
         }
-        let (smokeScore, smokeClass) = best(configuration.smokeClasses)
-        let (coScore, coClass) = best(configuration.coClasses)
-        let (musicScore, _) = best(["Music"])
+        let (smokeScore, smokeClass) = best(configuration.smokeClasses, at: smokeIndices)
+        let (coScore, coClass) = best(configuration.coClasses, at: coIndices)
+        let (musicScore, _) = best([Self.musicClass], at: musicIndices)
         windows.append((result.timeRange, smokeScore, smokeClass, coScore, coClass, musicScore))
         windows.removeAll { $0.range.end < result.timeRange.end - 60 }
         var events: [AlarmEvent] = []

@@ -327,7 +327,7 @@ package final class DetectionStage {
     /// A fresh pattern detector (open alarm events end) or none, per the settings.
     private func configureAlarms() {
         appendAlarms(alarms?.finish(reason: .reload) ?? [])
-        alarms = settings.alarmPatternDetection ? AlarmDetector() : nil
+        alarms = settings.alarmPatternDetection ? AlarmDetector(classLabels: engine.classLabels) : nil
         alarmGroups = AlarmDetector.emittedGroups(watch: settings.watch)
     }
 

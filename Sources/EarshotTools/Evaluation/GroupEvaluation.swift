@@ -154,8 +154,9 @@ package enum GroupEvaluation {
         let clips: [[Float]]
         var random: SeededRandom
         var remaining: Int
-        /// Where each piece starts (stream sample) and which clips it holds (indices into `clips`).
-        package private(set) var pieces: [(start: Int, clip: Int, under: Int?)] = []
+        /// Where each piece starts (stream sample), how many samples of it are the excerpt (the rest is quiet room
+        /// tone) and which clips it holds (indices into `clips`).
+        package private(set) var pieces: [(start: Int, count: Int, clip: Int, under: Int?)] = []
         private var position = 0
 
         package init(clips: [[Float]], seconds: Double, seed: UInt64) {
@@ -193,7 +194,7 @@ package enum GroupEvaluation {
             out += piece.prefix(take)
             while out.count < take { out.append(Float.random(in: -0.0005...0.0005, using: &room)) }
             remaining -= take
-            pieces.append((position, clip, underClip))
+            pieces.append((position, min(piece.count, take), clip, underClip))
             position += take
             return remaining > 0
         }
@@ -217,10 +218,18 @@ package enum GroupEvaluation {
             var lines: [String] = []
             for onset in onsets {
                 let sample = Int(onset.start * 16_000)
-                guard let piece = stream.pieces.last(where: { $0.start <= sample }) else { continue }
-                let offset = JSONValue.format(Double(sample - piece.start) / 16_000, decimals: 1)
-                lines.append("part \(part) \(onset.group)@\(JSONValue.format(onset.start, decimals: 1))\(onset.detail) (\(offset) s into the piece): \(names[piece.clip])"
-                    + (piece.under.map { " + " + names[$0] } ?? ""))
+                guard let index = stream.pieces.lastIndex(where: { $0.start <= sample }) else { continue }
+                let piece = stream.pieces[index]
+                func seconds(_ samples: Int) -> String { JSONValue.format(Double(samples) / 16_000, decimals: 1) }
+                var line = "part \(part) \(onset.group)@\(JSONValue.format(onset.start, decimals: 1))\(onset.detail) (\(seconds(sample - piece.start)) s into the piece of \(seconds(piece.count)) s): \(names[piece.clip])"
+                    + (piece.under.map { " + " + names[$0] } ?? "")
+                // The window that decided may reach into the next piece (which starts cut, after the quiet).
+                if index + 1 < stream.pieces.count, stream.pieces[index + 1].start - sample < 16_000 {
+                    let next = stream.pieces[index + 1]
+                    line += "; the next piece starts \(seconds(next.start - sample)) s later: \(names[next.clip])"
+                        + (next.under.map { " + " + names[$0] } ?? "")
+                }
+                lines.append(line)
             }
             sources.withLock { $0 += lines }
         }

@@ -1,0 +1,63 @@
+import FoundationEssentials
+import Glibc
+import EarshotSupport
+import EarshotAudio
+import EarshotDetection
+
+/// `earshot eval --onsets`: what the `glass_break` shatter gate (``ShatterOnsets``) measured in a recording, one
+/// line per candidate onset, for tuning its parameters on labelled files.
+package enum ShatterProbe {
+    /// The files of a MANIFEST.tsv (first column, relative to it) whose path or label (fourth column) contains
+    /// `only` (every file when nil), as (path as listed, URL).
+    /// - Throws: `.noInput` when the manifest cannot be read.
+    package static func files(manifest: URL, only: String?) throws(EarshotError) -> [(String, URL)] {
+        let text: String
+        do {
+            text = try String(contentsOf: manifest, encoding: .utf8)
+        } catch {
+            throw EarshotError(.noInput, "cannot read the manifest \(manifest.path) (check the path)", cause: "\(error)")
+        }
+        let root = manifest.deletingLastPathComponent()
+        return text.split(separator: "\n").dropFirst().compactMap { line in
+            let columns = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            guard columns.count >= 4 else { return nil }
+            if let only, !columns[0].contains(only) && !columns[3].contains(only) { return nil }
+            return (columns[0], root.appendingPathComponent(columns[0]))
+        }
+    }
+
+    /// One line per candidate onset in `samples` (mono, 16 kHz), in time order: its time (s), rise above the
+    /// background (dB), onset flatness and share of energy above 2 kHz, tail flatness, sustain (fraction),
+    /// first-half drop and decay (dB), and `shatter` when it passed every test (else the first test it failed).
+    package static func lines(samples: [Float], parameters: ShatterOnsets.Parameters = .init()) -> [String] {
+        let finder = ShatterOnsets(parameters: parameters)
+        finder.keepCandidates = true
+        samples.withUnsafeBufferPointer { all in
+            var position = 0
+            while position < all.count {
+                let count = min(1_600, all.count - position)
+                finder.feed(UnsafeBufferPointer(rebasing: all[position..<(position + count)]), firstIndex: Int64(position))
+                position += count
+            }
+            // A second of silence lets the last candidate's tail be measured.
+            let silence = [Float](repeating: 0, count: 16_000)
+            silence.withUnsafeBufferPointer { finder.feed($0, firstIndex: Int64(all.count)) }
+        }
+        return finder.measured.map { onset in
+            String(cFormat: "%8.2f s  rise %5.1f dB  flatness %.3f  high %.2f  tail flatness %.3f  sustain %.2f  first-half drop %5.1f dB  decay %5.1f dB  ",
+                   onset.time, onset.riseDB, onset.flatness, onset.highShare, onset.tailFlatness, onset.sustain,
+                   onset.firstHalfDropDB, onset.decayDB) + verdict(onset, parameters)
+        }
+    }
+
+    /// `shatter`, or the first of the gate's tests the onset failed (`onset flatness`, ...).
+    static func verdict(_ onset: ShatterOnsets.Onset, _ parameters: ShatterOnsets.Parameters) -> String {
+        if onset.isShatter { return "shatter" }
+        if onset.flatness < parameters.onsetFlatness { return "no: onset flatness" }
+        if onset.highShare < parameters.highShare { return "no: high share" }
+        if onset.tailFlatness < parameters.tailFlatness { return "no: tail flatness" }
+        if onset.sustain < parameters.sustain { return "no: sustain" }
+        if onset.decayDB < parameters.decayDB { return "no: decay" }
+        return "no: first-half drop"
+    }
+}
