@@ -84,7 +84,7 @@ struct CommandLineTests {
             (["help", "analyze", "train"], "help takes one COMMAND, got \"analyze\" and \"train\" (usage: earshot help [COMMAND])"),
             // Options that exclude or need each other.
             (["bench", "--no-daemon", "--daemon-only"], "--no-daemon and --daemon-only exclude each other (give one: skip the daemon runs, or run only them)"),
-            (["eval", "--segment-hz", "3100"], "--segment-hz needs --segments (usage: earshot eval [--manifest FILE]... [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--rate-factor F] [--groups [--stream-hours H] [--stream-manifest FILE] [--threads N] [--config FILE] [--problems] [--cost S]])"),
+            (["eval", "--segment-hz", "3100"], "--segment-hz needs --segments (usage: earshot eval [--manifest FILE]... [--no-synthetic] [--no-classifier] [--only TEXT] [--cases] [--segments [--segment-hz HZ]] [--onsets] [--rate-factor F] [--groups [--stream-hours H] [--stream-manifest FILE] [--threads N] [--config FILE] [--problems] [--cost S]])"),
             (["eval", "--groups", "--threads", "0"], "--threads \"0\" is out of range (allowed: a count, 1 to 64)"),
             (["eval", "--groups", "--cost", "5"], "--cost \"5\" is out of range (allowed: seconds of audio, 10 to 36000)"),
             (["eval-snore", "a", "b", "--rhythm-threshold", "0.5"], "--rhythm-threshold must be at most --threshold (usage: earshot eval-snore SNORING_DIR NON_SNORING_DIR [--model HEAD] [--threshold X] [--rhythm-threshold Y])"),
