@@ -43,7 +43,7 @@ struct CommandLineTests {
             (["subscribe", "--bogus"], "unknown option \"--bogus\" for subscribe (allowed: --socket, --group, --format)"),
             (["sleep", "status", "--bogus"], "unknown option \"--bogus\" for sleep (allowed: --socket, --json)"),
             (["bench", "--bogus"], "unknown option \"--bogus\" for bench (allowed: --quick, --no-daemon, --daemon-only, --layers, --json, --audio, --daemon)"),
-            (["eval", "--bogus"], "unknown option \"--bogus\" for eval (allowed: --manifest, --no-synthetic, --no-classifier, --only, --cases, --segments, --segment-hz, --rate-factor, --groups, --stream-hours, --stream-manifest, --threads, --config, --problems, --cost)"),
+            (["eval", "--bogus"], "unknown option \"--bogus\" for eval (allowed: --manifest, --no-synthetic, --no-classifier, --only, --cases, --segments, --onsets, --segment-hz, --rate-factor, --groups, --stream-hours, --stream-manifest, --threads, --config, --problems, --cost)"),
             (["eval-snore", "a", "b", "--bogus"], "unknown option \"--bogus\" for eval-snore (allowed: --model, --threshold, --rhythm-threshold)"),
             (["report", "--bogus"], "unknown option \"--bogus\" for report (allowed: --snore, --json, --svg, --png, --png-scale, --config, --model, --threshold, --rhythm-threshold, --progress, --quiet, --from-svg)"),
             (["enroll", "--bogus"], "unknown option \"--bogus\" for enroll (allowed: --label, --count, --device, --seconds, --background-seconds, --from, --background, --output, --countdown, --seed)"),
