@@ -107,7 +107,7 @@ struct DetectCommandTests {
         #expect(detected.filter { $0.type == "detection" }.map(\.description) == [
             "detection baby_cry \"builtin_baby_cry:baby_cry\" 2.4- 0.9958",
             "detection snoring \"Snoring\" 11.52- 1.0",
-            "detection glass_break \"Shatter\" 23.52- 0.909",
+            "detection glass_break \"Shatter\" 24.0- 0.909",
             "detection doorbell_knock \"Knock\" 26.88- 0.9112",
         ])
         #expect(detected.first { $0.type == "detection_end" && $0.group == "baby_cry" }?.end == 9.6)

@@ -233,6 +233,24 @@ struct DetectionTrustTests {
         #expect(Self.shatters(thud).isEmpty)
     }
 
+    @Test("a hard cut into running water passes the onset and tail tests but not the late level: no shatter", .needsShared)
+    func cutIntoWater() throws {
+        // The 24-hour stream's false glass_break events were cuts from a quiet piece into running water: a bright
+        // broadband onset whose level then stays. Quiet noise, then the shared recording from 1.0 s, then quiet.
+        let water = try decodeMono16k(TestPaths.sharedFile("audio/debian-scratch/scratch/Media/Sounds/Effects/WaterRunning.mp3"))
+        let quiet = Self.noise(count: 32_000, seed: 3).map { $0 * 0.0005 }
+        let samples = Array(quiet.prefix(16_000)) + water + Array(quiet.suffix(16_000))
+        let finder = ShatterOnsets()
+        finder.keepCandidates = true
+        samples.withUnsafeBufferPointer { finder.feed($0, firstIndex: 0) }
+        #expect(finder.shatters.isEmpty)
+        // The cut itself (the water's onset at 1.05 s): everything but the late level said shatter.
+        let cut = try #require(finder.measured.first { abs($0.time - 1.05) <= 0.02 })
+        #expect(cut.flatness >= 0.12 && cut.highShare >= 0.5 && cut.sustain >= 0.6 && cut.decayDB >= 5)
+        #expect(cut.lateDropDB > 3 && cut.lateDropDB < 7)
+        #expect(ShatterProbe.verdict(cut, ShatterOnsets.Parameters()) == "no: late drop")
+    }
+
     @Test("eval manifests: group and onset columns are read, else the label names the group")
     func manifestItems() throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-eval-\(getpid())")

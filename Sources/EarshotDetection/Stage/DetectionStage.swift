@@ -111,7 +111,7 @@ package final class DetectionStage {
     private var glassAudio: [Float] = []
     private var glassAudioStart: Int64 = 0
     private var glassAudioEnd: Int64 = 0
-    static let shatterAudioSeconds = 2.5
+    static let shatterAudioSeconds = 3.5
     /// The group the shatter gate applies to.
     package static let glassGroup = "glass_break"
     /// Seconds before a window's start in which a shatter onset still counts for it (the classifier hears the
@@ -220,28 +220,62 @@ package final class DetectionStage {
         glassAudioStart = max(glassAudioStart, glassAudioEnd - Int64(size))
     }
 
-    /// Whether a window that scores as glass has a shatter onset in it or in the ``shatterLead`` before it.
-    private func windowHasShatter(_ result: ClassificationResult, scores: [Float]?, shatter: ShatterOnsets) -> Bool {
-        guard let scores, glassIndices.contains(where: { $0 < scores.count && scores[$0] >= glassThreshold }) else {
-            return true  // not a glass window: nothing to veto (it is negative for glass_break anyway)
-        }
-        // From 0.5 s before the lead (the onset's background) to the latest audio (the chunk that completed the
-        // window may hold up to one capture period more: the tail of an onset near the window's end).
-        let from = max(glassAudioStart, Int64(((result.timeRange.start - Self.shatterLead - 0.5) * 16_000).rounded()))
-        let to = glassAudioEnd
-        guard to > from else { return false }
+    /// A window that scored as glass over an onset whose late level was not yet known (``ShatterOnsets`` decides
+    /// 1 s after the onset): the onsets from `from` on still count, and the window that confirms one carries this
+    /// window's glass score at class index `index`.
+    private struct PendingGlass {
+        var from: Double
+        var index: Int
+        var score: Float
+    }
+    private var pendingGlass: PendingGlass?
+
+    /// The glass verdict on one window: `scores` as the engine should see them (a window that confirms a pending
+    /// shatter carries the glass score of the window that heard it, where that is higher) and whether `glass_break`
+    /// is vetoed. A window
+    /// counts for glass when it scores as glass, or follows one that did, and a shatter onset that passed every
+    /// test of ``ShatterOnsets`` started in it or in the ``shatterLead`` before it (or, for a follower, from the
+    /// pending window's lead on).
+    private func glassVerdict(_ result: ClassificationResult, scores: [Float]?, shatter: ShatterOnsets) -> (scores: [Float]?, vetoed: Bool) {
+        guard let scores else { return (nil, false) }  // gated: negative for every group
+        let best = glassIndices.filter { $0 < scores.count }.max { scores[$0] < scores[$1] }
+        let scoresGlass = best.map { scores[$0] >= glassThreshold } ?? false
+        guard scoresGlass || pendingGlass != nil else { return (scores, false) }  // negative for glass anyway
+        let from = min(scoresGlass ? result.timeRange.start - Self.shatterLead : .infinity, pendingGlass?.from ?? .infinity)
+        // From 0.5 s before (the onset's background) to the latest audio (the chunk that completed the window may
+        // hold up to one capture period more: the tail of an onset near the window's end).
+        let first = max(glassAudioStart, Int64(((from - 0.5) * 16_000).rounded()))
+        let last = glassAudioEnd
+        guard last > first else { pendingGlass = nil; return (scores, true) }
         shatter.reset()
         let size = Int64(glassAudio.count)
         glassAudio.withUnsafeBufferPointer { ring in
-            var index = from
-            while index < to {  // at most two pieces: up to the ring's end, then from its start
+            var index = first
+            while index < last {  // at most two pieces: up to the ring's end, then from its start
                 let position = Int(index % size)
-                let count = Int(min(to - index, size - Int64(position)))
+                let count = Int(min(last - index, size - Int64(position)))
                 shatter.feed(UnsafeBufferPointer(rebasing: ring[position..<(position + count)]), firstIndex: index)
                 index += Int64(count)
             }
         }
-        return shatter.hasShatter(from: result.timeRange.start - Self.shatterLead, to: result.timeRange.end)
+        let end = result.timeRange.end
+        if shatter.hasShatter(from: from, to: end) {
+            defer { pendingGlass = nil }
+            guard let pending = pendingGlass, pending.index < scores.count else { return (scores, false) }
+            var carried = scores
+            carried[pending.index] = max(carried[pending.index], pending.score)
+            return (carried, false)
+        }
+        if shatter.hasProvisional(from: from, to: end) {
+            if scoresGlass, let best, scores[best] > pendingGlass?.score ?? -1 {
+                pendingGlass = PendingGlass(from: from, index: best, score: scores[best])
+            } else {
+                pendingGlass?.from = from
+            }
+        } else {
+            pendingGlass = nil
+        }
+        return (scores, true)
     }
 
     /// Names of the groups with an open event.
@@ -365,9 +399,13 @@ package final class DetectionStage {
         counters.lastGateOpen = !result.isGated
         counters.lastWindow = result.timeRange
         counters.lastTopClasses = Array(result.classifications.prefix(Self.topClassCount))
-        let scores = result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding)
+        var scores = result.isGated ? nil : heads.extendedScores(yamnetScores: result.scores, embedding: result.embedding)
         var vetoed: Set<String> = []
-        if let shatter, !windowHasShatter(result, scores: scores, shatter: shatter) { vetoed.insert(Self.glassGroup) }
+        if let shatter {
+            let verdict = glassVerdict(result, scores: scores, shatter: shatter)
+            scores = verdict.scores
+            if verdict.vetoed { vetoed.insert(Self.glassGroup) }
+        }
         let events = engine.process(
             windowStart: result.timeRange.start, windowDuration: result.timeRange.duration, scores: scores,
             levelDBFS: result.levelDBFS, vetoed: vetoed)

@@ -28,7 +28,7 @@ package enum ShatterProbe {
 
     /// One line per candidate onset in `samples` (mono, 16 kHz), in time order: its time (s), rise above the
     /// background (dB), onset flatness and share of energy above 2 kHz, tail flatness, sustain (fraction),
-    /// first-half drop and decay (dB), and `shatter` when it passed every test (else the first test it failed).
+    /// first-half drop, decay and late drop (dB), and `shatter` when it passed every test (else the first test it failed).
     package static func lines(samples: [Float], parameters: ShatterOnsets.Parameters = .init()) -> [String] {
         let finder = ShatterOnsets(parameters: parameters)
         finder.keepCandidates = true
@@ -39,25 +39,26 @@ package enum ShatterProbe {
                 finder.feed(UnsafeBufferPointer(rebasing: all[position..<(position + count)]), firstIndex: Int64(position))
                 position += count
             }
-            // A second of silence lets the last candidate's tail be measured.
-            let silence = [Float](repeating: 0, count: 16_000)
+            // 1.5 s of silence lets the last candidate's tail and late level be measured.
+            let silence = [Float](repeating: 0, count: 24_000)
             silence.withUnsafeBufferPointer { finder.feed($0, firstIndex: Int64(all.count)) }
         }
         return finder.measured.map { onset in
-            String(cFormat: "%8.2f s  rise %5.1f dB  flatness %.3f  high %.2f  tail flatness %.3f  sustain %.2f  first-half drop %5.1f dB  decay %5.1f dB  ",
+            String(cFormat: "%8.2f s  rise %5.1f dB  flatness %.3f  high %.2f  tail flatness %.3f  sustain %.2f  first-half drop %5.1f dB  decay %5.1f dB  late drop %5.1f dB  ",
                    onset.time, onset.riseDB, onset.flatness, onset.highShare, onset.tailFlatness, onset.sustain,
-                   onset.firstHalfDropDB, onset.decayDB) + verdict(onset, parameters)
+                   onset.firstHalfDropDB, onset.decayDB, onset.lateDropDB) + verdict(onset, parameters)
         }
     }
 
     /// `shatter`, or the first of the gate's tests the onset failed (`onset flatness`, ...).
-    static func verdict(_ onset: ShatterOnsets.Onset, _ parameters: ShatterOnsets.Parameters) -> String {
+    package static func verdict(_ onset: ShatterOnsets.Onset, _ parameters: ShatterOnsets.Parameters) -> String {
         if onset.isShatter { return "shatter" }
         if onset.flatness < parameters.onsetFlatness { return "no: onset flatness" }
         if onset.highShare < parameters.highShare { return "no: high share" }
         if onset.tailFlatness < parameters.tailFlatness { return "no: tail flatness" }
         if onset.sustain < parameters.sustain { return "no: sustain" }
         if onset.decayDB < parameters.decayDB { return "no: decay" }
-        return "no: first-half drop"
+        if onset.firstHalfDropDB > parameters.firstHalfDropDB { return "no: first-half drop" }
+        return "no: late drop"
     }
 }
