@@ -208,6 +208,56 @@ struct AlarmPatternTests {
         #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
     }
 
+    /// A kitchen timer's groups of four: 0.08 s beeps every 0.15 s, a group every 1.2 s, at 3 kHz for 40 s.
+    private func kitchenTimer4x(start: Double) -> [AlarmSignals.Tone] {
+        stride(from: start, to: start + 40, by: 1.2).flatMap { group in
+            (0..<4).map { AlarmSignals.Tone(start: group + 0.15 * Double($0), duration: 0.08, frequencyHz: 3000) }
+        }
+    }
+
+    @Test("a kitchen timer's groups of four in a reverberant kitchen are no CO alarm; a T4 in the same room is")
+    func reverberantKitchenTimer() throws {
+        // A diffuse tail (rt60 0.6 s, direct sound 4x a tap's gain) smears each group's last beep past the
+        // matcher's 0.9 s wait: the burst must not close (as a four-beep T4 burst) while a tone of its frequency
+        // that started in that wait still sounds. Without that rule this timer was a co_alarm decided at 6.0 s;
+        // the tuning case was the same timer recorded in a kitchen (tune21 beep_kitchen_timer_4x_1).
+        var timer = AlarmSignals.render(kitchenTimer4x(start: 1), seconds: 43, sampleRate: 16_000, amplitude: 0.3)
+        AlarmSignals.reverberateDiffuse(&timer, sampleRate: 16_000, rt60: 0.6, direct: 4, seed: 1)
+        #expect(smokeOrCO(detect(timer, sampleRate: 16_000)).isEmpty)
+
+        var t4 = AlarmSignals.render(AlarmSignals.t4(frequencyHz: 3000, cycles: 3, start: 1), seconds: 20,
+                                     sampleRate: 16_000, amplitude: 0.3)
+        AlarmSignals.reverberateDiffuse(&t4, sampleRate: 16_000, rt60: 0.6, direct: 4, seed: 1)
+        let events = detect(t4, sampleRate: 16_000)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).isEmpty)
+        let onset = try #require(onsets(events, AlarmEvent.coAlarm).first)
+        #expect(onsets(events, AlarmEvent.coAlarm).count == 1)
+        #expect(abs(onset.start - 1.0) <= 0.05)
+        // The second burst's last beep starts at 7.3 s; its reverberant tail ends before the 0.9 s wait does.
+        #expect(onset.time >= 8.15 && onset.time <= 8.3, "decided at \(onset.time)")
+    }
+
+    @Test("a steady 1 s beeper whose alias 14 dB down loses one beep is no T3; without the companion rule it was")
+    func steadyBeeperAlias() throws {
+        // The fundamental (2455 Hz) sounds 0.5 s of every second from 1 s; its alias (3724 Hz, 14 dB down) misses
+        // the beep at 4 s, so at 3724 Hz the beeps at 1, 2 and 3 s and the next at 5 s are a T3 cycle.
+        let starts = Array(stride(from: 1.0, to: 30, by: 1.0))
+        var samples = AlarmSignals.render(starts.map { AlarmSignals.Tone(start: $0, duration: 0.5, frequencyHz: 2455) },
+                                          seconds: 31, sampleRate: 16_000, amplitude: 0.3)
+        let alias = AlarmSignals.render(starts.filter { $0 != 4 }.map { AlarmSignals.Tone(start: $0, duration: 0.5, frequencyHz: 3724) },
+                                        seconds: 31, sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -14.0 / 20)))
+        for n in samples.indices { samples[n] += alias[n] }
+        #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
+
+        var configuration = AlarmDetector.Configuration()
+        configuration.companionDB = .infinity
+        let detector = AlarmDetector(configuration: configuration)
+        let events = feed(detector, samples[...], sampleRate: 16_000) + detector.finish()
+        let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
+        #expect(abs(onset.toneHz - 3724) <= 10)
+        #expect(abs(onset.start - 1.0) <= 0.05)
+    }
+
     @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the third chirp of a steady series")
     func chirps() throws {
         let tones = AlarmSignals.chirps(count: 4, interval: 40, start: 2)

@@ -56,6 +56,10 @@ package final class AlarmDetector {
         package var persistentScore: Float = 0.6
         /// dB a T3 cycle's tone may be below the loudest tone sounding at its first beep (see `isDominant`).
         package var dominanceDB = 16.0
+        /// dB a tone starting with a first T3 cycle's first beep must be louder than the cycle's tone to count as
+        /// the sounder it is part of (see `isPartOfSteadyBeeper`); the tuning case, a 1 s alarm clock's alias, was
+        /// 14 dB below its fundamental.
+        package var companionDB = 6.0
         /// Mean "Music" score over a first T3 cycle at or above which (with the smoke/fire score below
         /// ``musicAlarmScore`` in all its windows) the second cycle in a row is needed.
         package var musicScore: Float = 0.5
@@ -513,6 +517,28 @@ package final class AlarmDetector {
         return match.levelDBFS >= loudest - configuration.dominanceDB
     }
 
+    /// Whether a first T3 cycle is a weaker part of a louder sounder that does not pause: a tone at another frequency,
+    /// ``Configuration/companionDB`` or more louder, that starts with the cycle's first beep (within 0.06 s) and
+    /// sounds again (within 2 % of its frequency and 6 dB of its level) in the cycle's long pause (the last 40 % of
+    /// the time from the first beep to the decision, less 0.1 s). A steady 1 s beeper whose overtone or alias loses
+    /// one beep in speech looks like T3 at that overtone; a square-wave T3's fundamental pauses with its harmonics.
+    private func isPartOfSteadyBeeper(_ match: PatternMatch) -> Bool {
+        guard smoke == nil else { return false }
+        let tones = recentTones + (tracker?.openSegments ?? [])
+        let pause = (match.cycleStart + 0.6 * (match.decisionTime - match.cycleStart))...(match.decisionTime - 0.1)
+        guard pause.lowerBound < pause.upperBound else { return false }
+        let tolerance = AlarmPatternMatcher.frequencyTolerance
+        for companion in tones where abs(companion.start - match.cycleStart) <= 0.06
+            && abs(companion.frequencyHz - match.frequencyHz) > tolerance * max(companion.frequencyHz, match.frequencyHz)
+            && companion.levelDBFS >= match.levelDBFS + configuration.companionDB {
+            if tones.contains(where: { pause.contains($0.start) && abs($0.frequencyHz - companion.frequencyHz) <= 0.02 * companion.frequencyHz
+                && abs($0.levelDBFS - companion.levelDBFS) <= 6 }) {
+                return true
+            }
+        }
+        return false
+    }
+
     /// Whether a first T3 cycle is heard over music the classifier is sure of, with no alarm score at all: music
     /// can fall into T3's rhythm once (a chord's overtone three times, then a rest); an alarm heard over music
     /// repeats, so there the second cycle in a row decides (about 4 s later). Later cycles of an open event pass.
@@ -528,7 +554,7 @@ package final class AlarmDetector {
     private func handle(_ match: PatternMatch) -> [AlarmEvent] {
         switch match.pattern {
         case .t3:
-            guard isDominant(match), !isMusicOnly(match) else { return [] }
+            guard isDominant(match), !isMusicOnly(match), !isPartOfSteadyBeeper(match) else { return [] }
             return patternCycle(match, group: AlarmEvent.smokeAlarm, co: false)
         case .t4:
             return patternCycle(match, group: AlarmEvent.coAlarm, co: true)

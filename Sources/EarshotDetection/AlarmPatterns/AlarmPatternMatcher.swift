@@ -46,7 +46,8 @@ package struct PatternMatch: Sendable, Equatable {
 ///   5 s) is a long pause away, so that a steady 1 s beeper (a reversing truck) that loses one beep is not a T3.
 ///   Decided when the next tone opens: about 4 s after the alarm starts.
 /// - T4: a burst of tones (each starting at most 0.45 s after the previous one's start, or 0.35 s after its end)
-///   closed by 0.9 s without another tone of that frequency; its tones must cover the slots of a grid of four
+///   closed by 0.9 s without another tone of that frequency (one that started in them and still sounds is waited
+///   for); its tones must cover the slots of a grid of four
 ///   (step 0.15 to 0.3 s; the standard is 0.2 s, beeps of half a step): starts on the start grid or ends on the end
 ///   grid (one beep cut at either side keeps the other), a tone as long as two or three beeps and their gaps covers
 ///   two or three slots, two tones at least are single beeps; frequencies within 2 %, peak levels within 8 dB. Four
@@ -147,8 +148,15 @@ package struct AlarmPatternMatcher: Sendable {
         // T4 bursts close after 0.9 s without another tone of their frequency.
         var open: [Burst] = []
         for burst in pendingBursts {
-            if time - burst.lastStart >= 0.9 {
-                if let match = closeBurst(burst, at: burst.lastStart + 0.9) { matches.append(match) }
+            // A tone of the burst's frequency that started within those 0.9 s and sounds still (a reverberant
+            // beep is longer than the matcher's wait) is heard before the burst closes: it extends or
+            // interrupts it when it ends. Waited for up to 2 s after the last start (a tone the tracker drops
+            // unended must not hold a burst open).
+            let sounding = openOnsets.contains {
+                $0.start > burst.lastStart && $0.start - burst.lastStart < 0.9 && Self.same($0.frequencyHz, burst.frequencyHz)
+            }
+            if time - burst.lastStart >= 0.9 && !(sounding && time - burst.lastStart < 2.0) {
+                if let match = closeBurst(burst, at: sounding ? time : burst.lastStart + 0.9) { matches.append(match) }
             } else {
                 open.append(burst)
             }

@@ -165,6 +165,45 @@ package enum AlarmSignals {
         for n in 0..<samples.count { samples[n] = (1 - wet) * samples[n] + wet * out[n] }
     }
 
+    /// Adds a diffuse room tail in place: velvet noise (one tap of random sign per 1/`density` s, at a random
+    /// position within its slot) decaying by 60 dB over `rt60` seconds, added to the direct sound scaled by
+    /// `direct`, then scaled back to the input's peak. Unlike the comb reverberator above it has no flutter, so a
+    /// beep's tail decays smoothly past its end, as in a tiled kitchen. `seed` makes it reproducible.
+    package static func reverberateDiffuse(_ samples: inout [Float], sampleRate: Int, rt60: Double,
+                                           density: Double = 1000, direct: Float, seed: UInt64) {
+        var state = seed
+        func uniform() -> Double {
+            // SplitMix64 (Steele, Lea and Flood 2014): 53 random bits as a Double in [0, 1).
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return Double((z ^ (z >> 31)) >> 11) / 9_007_199_254_740_992
+        }
+        let length = Int(rt60 * Double(sampleRate))
+        let slot = Double(sampleRate) / density
+        var taps: [(delay: Int, gain: Float)] = []
+        var slotStart = 0.0
+        while Int(slotStart) < length {
+            let delay = Int(slotStart + uniform() * slot)
+            let sign = uniform() < 0.5 ? -1.0 : 1.0
+            if delay > 0 && delay < length {
+                // 6.9 = ln(1000): 60 dB of amplitude decay at `length`; sqrt(slot) keeps the tail's energy
+                // independent of the density.
+                taps.append((delay, Float(sign * exp(-6.9 * Double(delay) / Double(length)) * slot.squareRoot())))
+            }
+            slotStart += slot
+        }
+        let dry = samples
+        let inputPeak = dry.reduce(Float(0)) { max($0, abs($1)) }
+        for n in samples.indices { samples[n] = dry[n] * direct }
+        for tap in taps where tap.delay < dry.count {
+            for n in tap.delay..<dry.count { samples[n] += tap.gain * dry[n - tap.delay] }
+        }
+        let outputPeak = samples.reduce(Float(0)) { max($0, abs($1)) }
+        if outputPeak > 0 { for n in samples.indices { samples[n] *= inputPeak / outputPeak } }
+    }
+
     /// A phone call's channel in place: band limit 300-3400 Hz (second-order high- and low-pass) and 8-bit mu-law
     /// companding (G.711), the distortion a recording sent from a phone carries.
     package static func phoneChannel(_ samples: inout [Float], sampleRate: Int) {
