@@ -258,6 +258,31 @@ struct AlarmPatternTests {
         #expect(abs(onset.start - 1.0) <= 0.05)
     }
 
+    @Test("an appliance's three beeps and a faint blip where T3's next beep would be are no T3; a faint whole beep is")
+    func faintNextTone() throws {
+        // Three 0.5 s beeps a second apart at 3 kHz, then at 5 s (the long pause's end) a 0.08 s blip 15.5 dB down:
+        // the tuning case was an oven's end (tune22 beep_oven_end_1), the blip from its noise bed.
+        let beeps = [1.0, 2.0, 3.0].map { AlarmSignals.Tone(start: $0, duration: 0.5, frequencyHz: 3000) }
+        func faint(_ tone: AlarmSignals.Tone, seconds: Double) -> [Float] {
+            AlarmSignals.render([tone], seconds: seconds, sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -15.5 / 20)))
+        }
+        var oven = AlarmSignals.render(beeps, seconds: 12, sampleRate: 16_000, amplitude: 0.3)
+        let blip = faint(AlarmSignals.Tone(start: 5.0, duration: 0.08, frequencyHz: 3000), seconds: 12)
+        for n in oven.indices { oven[n] += blip[n] }
+        #expect(smokeOrCO(detect(oven, sampleRate: 16_000)).isEmpty)
+
+        // A T3 whose second cycle starts with a beep as faint but whole (0.5 s) is decided when that beep ends.
+        let t3 = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1)
+        var alarm = AlarmSignals.render(t3.filter { $0.start != 5.0 }, seconds: 14, sampleRate: 16_000, amplitude: 0.3)
+        let faintBeep = faint(try #require(t3.first { $0.start == 5.0 }), seconds: 14)
+        for n in alarm.indices { alarm[n] += faintBeep[n] }
+        let events = detect(alarm, sampleRate: 16_000)
+        let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).count == 1)
+        #expect(abs(onset.start - 1.0) <= 0.05)
+        #expect(onset.time >= 5.45 && onset.time <= 5.65, "decided at \(onset.time)")
+    }
+
     @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the third chirp of a steady series")
     func chirps() throws {
         let tones = AlarmSignals.chirps(count: 4, interval: 40, start: 2)

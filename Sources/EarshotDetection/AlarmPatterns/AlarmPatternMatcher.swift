@@ -40,7 +40,10 @@ package struct PatternMatch: Sendable, Equatable {
 ///   than the others, frequencies within 2 % and peak levels within 8 dB; then the next tone 1.7 d to 2.6 d after
 ///   the third (the standard's 2 d; and at least 0.4 s more than d): the long pause. That next tone is the sounder's
 ///   next beep: within 2 % of the cycle's frequency, within -20/+12 dB of its levels and 6 dB above its noise floor,
-///   so far. One beep whose start noise masked may
+///   so far. A first cycle (no run of cycles before it) whose next tone starts more than 12 dB below the cycle's
+///   quietest beep is decided when that tone ends, and only if it ended within 12 dB or lasted d / 4: an appliance's
+///   three beeps and then a blip of the noise bed are no T3 (a real beep whose start noise masked rises to its
+///   level). One beep whose start noise masked may
 ///   count from its end (its onset = its end less the longest beep). The off phases hold no other tone of the
 ///   frequency (within 4 %, 12 dB of the loudest, 0.08 s or longer), and the tone before the first (if any within
 ///   5 s) is a long pause away, so that a steady 1 s beeper (a reversing truck) that loses one beep is not a T3.
@@ -80,6 +83,8 @@ package struct AlarmPatternMatcher: Sendable {
 
     private var tones: [ToneSegment] = []
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
+    /// Open tones that would close a first T3 cycle but started weak: matched again, complete, when they end.
+    private var weakNextOnsets: [(start: Double, frequencyHz: Double)] = []
     private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
     private var pendingBursts: [Burst] = []
     private var t4Bursts: [(burst: Burst, run: Int, complete: Bool)] = []
@@ -123,8 +128,11 @@ package struct AlarmPatternMatcher: Sendable {
         }
         if !openOnsets.contains(where: announced) {
             matches += matchT3(next: tone, now: now)
+        } else if weakNextOnsets.contains(where: announced) {
+            matches += matchT3(next: tone, now: now, complete: true)
         }
         openOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
+        weakNextOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
         // Tones of different frequencies end in any order; keep them in order of their start.
         let position = tones.lastIndex { $0.start <= tone.start }.map { $0 + 1 } ?? 0
         tones.insert(tone, at: position)
@@ -215,7 +223,8 @@ package struct AlarmPatternMatcher: Sendable {
         return tone.peakLevelDBFS >= loudest - withinDB
     }
 
-    private mutating func matchT3(next: ToneSegment, now: Double) -> [PatternMatch] {
+    /// `complete`: `next` has ended (its level and duration are final); otherwise it is an open segment as it stands.
+    private mutating func matchT3(next: ToneSegment, now: Double, complete: Bool = false) -> [PatternMatch] {
         let nextStart = next.start, frequencyHz = next.frequencyHz
         // Fragments (short bits of a tail or of a second component) are not T3 tones and must not split them.
         let sameTones = tones.filter {
@@ -283,6 +292,16 @@ package struct AlarmPatternMatcher: Sendable {
             count = run.count + 1
         } else {
             count = 1
+        }
+        // A first cycle's next tone that starts 12 dB below the cycle's quietest beep may be a blip of the noise
+        // bed after an appliance's three beeps (tuning: an oven's end, the blip 15.5 dB down and 0.08 s long):
+        // judged again when it ends, it must have risen to within 12 dB or lasted a quarter period.
+        if count == 1 && next.peakLevelDBFS < quietest - 12 {
+            if !complete {
+                weakNextOnsets.append((next.start, next.frequencyHz))
+                return []
+            }
+            guard next.duration >= 0.25 * d else { return [] }
         }
         t3Run = (count, nextStart, frequency)
         return [PatternMatch(
