@@ -283,6 +283,18 @@ struct AlarmPatternTests {
         #expect(onset.time >= 5.45 && onset.time <= 5.65, "decided at \(onset.time)")
     }
 
+    @Test("a steady 1 s beeper whose lost beep left its last 0.07 s is no T3")
+    func lostBeepPiece() {
+        // 0.4 s beeps every second from 1 s at 2330 Hz; speech masked all but the last 0.07 s of the one at 4 s (the
+        // tuning case: an alarm clock's square wave in speech at 0 dB, tune27 beep_alarm_clock_pulse_2).
+        let tones = stride(from: 1.0, to: 20, by: 1.0).map { start in
+            start == 4 ? AlarmSignals.Tone(start: 4.33, duration: 0.07, frequencyHz: 2330)
+                       : AlarmSignals.Tone(start: start, duration: 0.4, frequencyHz: 2330)
+        }
+        let samples = AlarmSignals.render(tones, seconds: 21, sampleRate: 16_000, amplitude: 0.3)
+        #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
+    }
+
     @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the third chirp of a steady series")
     func chirps() throws {
         let tones = AlarmSignals.chirps(count: 4, interval: 40, start: 2)
