@@ -295,6 +295,46 @@ struct AlarmPatternTests {
         #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
     }
 
+    /// T3 beeps (3 kHz, 3 cycles from 1 s) as a GSM call at +10 dB speech left them: each beep in four pieces, 0.03,
+    /// 0.12 and 0.07 s apart (measured on tune21 t3_phone_gsm_1).
+    private func choppedT3() -> [Float] {
+        let pieces = [(0.0, 0.14), (0.17, 0.24), (0.36, 0.40), (0.47, 0.57)].map { (start: $0.0, end: $0.1) }
+        let tones = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1).flatMap { beep in
+            pieces.map { AlarmSignals.Tone(start: beep.start + $0.start, duration: $0.end - $0.start, frequencyHz: 3000) }
+        }
+        return AlarmSignals.render(tones, seconds: 14, sampleRate: 16_000, amplitude: 0.3)
+    }
+
+    @Test("a T3 whose beeps a codec chopped 0.12 s apart is one smoke_alarm; without the 0.2 s rejoining it is missed")
+    func widelyChoppedT3() throws {
+        let samples = choppedT3()
+        let events = detect(samples, sampleRate: 16_000)
+        let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).count == 1)
+        #expect(abs(onset.start - 1.0) <= 0.05)
+        // The second cycle's first beep (5.0 s) is whole once its last piece (5.47-5.57 s) is rejoined: decided
+        // about 0.25 s after that.
+        #expect(onset.time >= 5.6 && onset.time <= 6.0, "decided at \(onset.time)")
+
+        var configuration = AlarmDetector.Configuration()
+        configuration.t3RejoinGapSeconds = 0
+        let detector = AlarmDetector(configuration: configuration)
+        #expect(smokeOrCO(feed(detector, samples[...], sampleRate: 16_000) + detector.finish()).isEmpty)
+    }
+
+    @Test("three chopped beeps and a 0.03 s click where T3's next beep would be are no T3")
+    func clickAfterChoppedBeeps() {
+        // An appliance's three beeps (chopped as above), then a 0.03 s click 11 dB down 2 s after the third (the
+        // tuning case: tune21 beep_oven_end_1 in household noise in a room).
+        var samples = choppedT3()
+        let cut = Int(5.0 * 16_000)
+        for n in cut..<samples.count { samples[n] = 0 }
+        let click = AlarmSignals.render([AlarmSignals.Tone(start: 5.0, duration: 0.03, frequencyHz: 3000)], seconds: 14,
+                                        sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -11.0 / 20)))
+        for n in samples.indices { samples[n] += click[n] }
+        #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
+    }
+
     @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the third chirp of a steady series")
     func chirps() throws {
         let tones = AlarmSignals.chirps(count: 4, interval: 40, start: 2)

@@ -193,6 +193,7 @@ struct DetectionTrustTests {
         #expect(onset.time >= 5.0 && onset.time <= 5.7)
         var noRejoin = AlarmDetector.Configuration()
         noRejoin.rejoinGapSeconds = 0
+        noRejoin.t3RejoinGapSeconds = 0
         #expect(Self.onsets(Self.run(samples, sampleRate: 8_000, configuration: noRejoin)).isEmpty)
     }
 

@@ -12,8 +12,9 @@ import EarshotAnalysis
 /// ``observe(classification:)``. It returns ``AlarmEvent``s:
 /// - `smoke_alarm` onset when a T3 cycle is seen (decided at the next cycle's first tone: about 4 s after the
 ///   alarm starts), whatever the tone's frequency (a 3 kHz piezo or a 520 Hz low-frequency sounder). Tone segments
-///   a lossy codec or noise broke into pieces (gaps of at most ``Configuration/rejoinGapSeconds``) are also
-///   rejoined and matched again for T3 (a second matcher, so that T4's 0.1 s gaps are never bridged);
+///   a lossy codec or noise broke into pieces are also rejoined and matched again for T3, by a second matcher
+///   (gaps of at most ``Configuration/rejoinGapSeconds``) and a third (``Configuration/t3RejoinGapSeconds``);
+///   only their T3 matches count, so that T4's 0.1 s gaps are never bridged;
 /// - `smoke_alarm` onset, source `tone+classifier`, for a smoke alarm whose cadence is not T3: one tone in 400 Hz-4
 ///   kHz sounding in long beeps most of the time (``Configuration/persistentCoverage`` of the last
 ///   ``Configuration/persistentSeconds``, no silence longer than ``Configuration/persistentMaxGapSeconds``, beeps
@@ -70,6 +71,11 @@ package final class AlarmDetector {
         /// Longest gap (s, frame centre to frame centre) between two pieces of one tone that are rejoined for the
         /// second T3 matcher (a lossy codec's or noise's fragments: 0.02-0.05 s).
         package var rejoinGapSeconds = 0.05
+        /// Longest gap (s) bridged for a third T3 matcher: a speech codec (GSM 06.10 at 8 kHz, in speech at
+        /// +10 dB) chops a 3 kHz beep into pieces up to 0.19 s apart, which the first two matchers do not see
+        /// as beeps. Below T3's 0.5 s off time (with 0.3 s to spare for a room's tail), and T4's gaps are never
+        /// bridged (only T3 matches of these matchers count). 0 turns that matcher off.
+        package var t3RejoinGapSeconds = 0.2
         /// Seconds without a new cycle (or agreeing window) before an event ends; 10 s is 2.5 T3 cycles.
         package var holdSeconds = 10.0
         /// The same for CO: 16 s is 2.5 T4 cycles.
@@ -95,15 +101,9 @@ package final class AlarmDetector {
     private let smokeIndices: [Int?], coIndices: [Int?], musicIndices: [Int?]
     private var tracker: ToneTracker?
     private var matcher = AlarmPatternMatcher()
-    /// The second matcher, fed rejoined segments; only its T3 matches are used.
-    private var joinedMatcher = AlarmPatternMatcher()
-    /// Finished segments waiting to be rejoined with a continuation before the second matcher gets them.
-    private var joinPending: [ToneSegment] = []
-    /// Start times of rejoined segments (made of two pieces or more) handed to the second matcher, last 30 s: its
-    /// T3 matches count only where one of them is in the cycle (elsewhere it saw what the first matcher saw).
-    private var rejoinedStarts: [Double] = []
-    /// Start times of pending segments that have taken a second piece.
-    private var mergedStarts: [Double] = []
+    /// The second and third matchers, fed segments rejoined across gaps of ``Configuration/rejoinGapSeconds`` and
+    /// ``Configuration/t3RejoinGapSeconds``; only their T3 matches are used.
+    private var rejoiningMatchers: [RejoiningT3Matcher]
     private var announcedOnsets: [(start: Double, frequencyHz: Double)] = []
     private var windows: [(range: TimeRange, smoke: Float, smokeClass: String?, co: Float, coClass: String?, music: Float)] = []
     private var recentTones: [ToneSegment] = []
@@ -139,6 +139,8 @@ package final class AlarmDetector {
     ///     classifications (the same scores, one linear search per class).
     package init(configuration: Configuration = Configuration(), classLabels: [String]? = nil) {
         self.configuration = configuration
+        rejoiningMatchers = [configuration.rejoinGapSeconds, configuration.t3RejoinGapSeconds]
+            .filter { $0 > 0 }.map { RejoiningT3Matcher(gap: $0) }
         func indices(_ names: [String]) -> [Int?] {
             guard let classLabels else { return names.map { _ in nil } }
             return names.map { classLabels.firstIndex(of: $0) }
@@ -192,10 +194,12 @@ package final class AlarmDetector {
         for segment in segments {
             recentTones.append(segment)
             matches += matcher.add(segment, now: min(streamTime, segment.end + 0.03))
-            rejoin(segment)
+            for index in rejoiningMatchers.indices { rejoiningMatchers[index].add(segment) }
         }
         let open = tracker.openSegments
-        matches += releaseJoined(open: open)
+        for index in rejoiningMatchers.indices {
+            matches += rejoiningMatchers[index].release(open: open, streamTime: streamTime)
+        }
         continueActive(with: segments, open: open)
         // Open segments are told to the matcher once, when they appear (keyed by start and frequency: a square
         // wave's harmonics start together).
@@ -208,9 +212,7 @@ package final class AlarmDetector {
             matches += matcher.toneStarted(segment, now: streamTime)
         }
         matches += matcher.advance(to: streamTime)
-        matches += joinedMatcher.advance(to: streamTime).filter { match in
-            match.pattern == .t3 && rejoinedStarts.contains { $0 >= match.cycleStart - 0.05 && $0 <= match.decisionTime }
-        }
+        for index in rejoiningMatchers.indices { matches += rejoiningMatchers[index].advance(to: streamTime) }
         recentTones.removeAll { $0.end < streamTime - 30 }
         for match in matches.sorted(by: { $0.decisionTime < $1.decisionTime }) { events += handle(match) }
         events += expire(at: streamTime)
@@ -335,53 +337,6 @@ package final class AlarmDetector {
         return (pieces[0].start, main.frequencyHz, level)
     }
 
-    /// Hands a finished segment to the rejoining buffer: a piece that starts within the rejoin gap after a pending
-    /// piece of the same tone ends extends it.
-    private func rejoin(_ segment: ToneSegment) {
-        let tolerance = 0.015 * segment.frequencyHz
-        if let index = joinPending.lastIndex(where: {
-            abs($0.frequencyHz - segment.frequencyHz) <= tolerance && segment.start >= $0.start
-                && segment.start - $0.end <= configuration.rejoinGapSeconds
-        }) {
-            var joined = joinPending[index]
-            joined.end = max(joined.end, segment.end)
-            if !mergedStarts.contains(joined.start) { mergedStarts.append(joined.start) }
-            joined.peakLevelDBFS = max(joined.peakLevelDBFS, segment.peakLevelDBFS)
-            joined.peakSNRDB = max(joined.peakSNRDB, segment.peakSNRDB)
-            joinPending[index] = joined
-        } else {
-            joinPending.append(segment)
-        }
-    }
-
-    /// Gives the second matcher the rejoined segments that can no longer grow (no piece of their tone is open or
-    /// due within the rejoin gap); returns its T3 matches.
-    private func releaseJoined(open: [ToneSegment]) -> [PatternMatch] {
-        var matches: [PatternMatch] = []
-        let gap = configuration.rejoinGapSeconds
-        joinPending.sort { $0.start < $1.start }
-        while let first = joinPending.first {
-            let tolerance = 0.015 * first.frequencyHz
-            let continuing = open.contains {
-                abs($0.frequencyHz - first.frequencyHz) <= tolerance && $0.start >= first.start && $0.start - first.end <= gap
-            }
-            guard !continuing, streamTime - first.end > gap + 0.02 else { break }
-            joinPending.removeFirst()
-            if let merged = mergedStarts.firstIndex(of: first.start) {
-                mergedStarts.remove(at: merged)
-                rejoinedStarts.append(first.start)
-            }
-            matches += joinedMatcher.add(first, now: streamTime).filter { $0.pattern == .t3 }
-        }
-        rejoinedStarts.removeAll { $0 < streamTime - 30 }
-        matches = matches.filter { match in
-            rejoinedStarts.contains { $0 >= match.cycleStart - 0.05 && $0 <= match.decisionTime }
-        }
-        if joinPending.count > 64 { joinPending.removeFirst(joinPending.count - 64) }
-        if mergedStarts.count > 64 { mergedStarts.removeFirst(mergedStarts.count - 64) }
-        return matches
-    }
-
     /// Beeps of an open alarm's tone (or a harmonic, or its fundamental) keep it open: an alarm whose cycles grew
     /// irregular or were masked is still the same alarm while it sounds.
     private func continueActive(with finished: [ToneSegment], open: [ToneSegment]) {
@@ -453,10 +408,7 @@ package final class AlarmDetector {
         smoke = nil
         co = nil
         matcher.reset()
-        joinedMatcher.reset()
-        joinPending.removeAll()
-        rejoinedStarts.removeAll()
-        mergedStarts.removeAll()
+        for index in rejoiningMatchers.indices { rejoiningMatchers[index].reset() }
         if let tracker { _ = tracker.finish() }
         recentTones.removeAll()
         windows.removeAll()
@@ -630,5 +582,81 @@ package final class AlarmDetector {
             kind: .end, group: group, source: active.source, pattern: active.pattern, cycles: active.cycles,
             toneHz: active.toneHz, toneLevelDBFS: active.levelDBFS, classifierScore: active.score,
             classifierClass: active.scoreClass, start: active.start, time: active.lastEvidence, reason: reason)
+    }
+}
+
+/// A T3 matcher fed segments rejoined across gaps of at most `gap` seconds (frame centre to frame centre): pieces of
+/// one tone (within 1.5 %) that a lossy codec or noise broke apart. Its T3 matches count only where a rejoined
+/// segment (two pieces or more) is in the cycle; elsewhere it saw what the first matcher saw. The tone that closes a
+/// cycle's long pause lasts 0.08 s or more (it is a whole, rejoined beep; tuning: a 0.03 s click 11.6 dB below an
+/// oven's three beeps, in household noise in a room, closed a cycle the 0.2 s gap had made whole).
+private struct RejoiningT3Matcher {
+    let gap: Double
+    private var matcher = AlarmPatternMatcher(minimumClosingToneSeconds: 0.08)
+    /// Finished segments waiting for a continuation before the matcher gets them.
+    private var pending: [ToneSegment] = []
+    /// Start times of rejoined segments handed to the matcher, last 30 s.
+    private var rejoinedStarts: [Double] = []
+    /// Start times of pending segments that have taken a second piece.
+    private var mergedStarts: [Double] = []
+
+    init(gap: Double) { self.gap = gap }
+
+    /// A finished segment: a piece that starts within the gap after a pending piece of the same tone ends extends it.
+    mutating func add(_ segment: ToneSegment) {
+        let tolerance = 0.015 * segment.frequencyHz
+        if let index = pending.lastIndex(where: {
+            abs($0.frequencyHz - segment.frequencyHz) <= tolerance && segment.start >= $0.start
+                && segment.start - $0.end <= gap
+        }) {
+            var joined = pending[index]
+            joined.end = max(joined.end, segment.end)
+            if !mergedStarts.contains(joined.start) { mergedStarts.append(joined.start) }
+            joined.peakLevelDBFS = max(joined.peakLevelDBFS, segment.peakLevelDBFS)
+            joined.peakSNRDB = max(joined.peakSNRDB, segment.peakSNRDB)
+            pending[index] = joined
+        } else {
+            pending.append(segment)
+        }
+    }
+
+    /// Gives the matcher the rejoined segments that can no longer grow (no piece of their tone is open or due within
+    /// the gap); returns its T3 matches.
+    mutating func release(open: [ToneSegment], streamTime: Double) -> [PatternMatch] {
+        var matches: [PatternMatch] = []
+        pending.sort { $0.start < $1.start }
+        while let first = pending.first {
+            let tolerance = 0.015 * first.frequencyHz
+            let continuing = open.contains {
+                abs($0.frequencyHz - first.frequencyHz) <= tolerance && $0.start >= first.start && $0.start - first.end <= gap
+            }
+            guard !continuing, streamTime - first.end > gap + 0.02 else { break }
+            pending.removeFirst()
+            if let merged = mergedStarts.firstIndex(of: first.start) {
+                mergedStarts.remove(at: merged)
+                rejoinedStarts.append(first.start)
+            }
+            matches += matcher.add(first, now: streamTime)
+        }
+        rejoinedStarts.removeAll { $0 < streamTime - 30 }
+        if pending.count > 64 { pending.removeFirst(pending.count - 64) }
+        if mergedStarts.count > 64 { mergedStarts.removeFirst(mergedStarts.count - 64) }
+        return counted(matches)
+    }
+
+    /// The matcher's T3 matches decided by `time` (its T4 and chirp decisions are dropped).
+    mutating func advance(to time: Double) -> [PatternMatch] { counted(matcher.advance(to: time)) }
+
+    mutating func reset() {
+        matcher.reset()
+        pending.removeAll()
+        rejoinedStarts.removeAll()
+        mergedStarts.removeAll()
+    }
+
+    private func counted(_ matches: [PatternMatch]) -> [PatternMatch] {
+        matches.filter { match in
+            match.pattern == .t3 && rejoinedStarts.contains { $0 >= match.cycleStart - 0.05 && $0 <= match.decisionTime }
+        }
     }
 }

@@ -103,10 +103,17 @@ package struct AlarmPatternMatcher: Sendable {
         var lastStart: Double { tones[tones.count - 1].start }
     }
 
-    package init() {}
+    /// Shortest tone (s) that closes a T3 cycle's long pause, for a matcher fed only finished segments (the
+    /// rejoining matchers: a rejoined beep is whole; a 0.03 s click of noise after an appliance's three beeps is no
+    /// beep). 0 for the first matcher, which decides on a tone as it opens.
+    package let minimumClosingToneSeconds: Double
+
+    package init(minimumClosingToneSeconds: Double = 0) {
+        self.minimumClosingToneSeconds = minimumClosingToneSeconds
+    }
 
     /// Forgets everything (a gap in the stream: patterns never join across it).
-    package mutating func reset() { self = AlarmPatternMatcher() }
+    package mutating func reset() { self = AlarmPatternMatcher(minimumClosingToneSeconds: minimumClosingToneSeconds) }
 
     private static func same(_ a: Double, _ b: Double) -> Bool {
         abs(a - b) <= frequencyTolerance * max(a, b)
@@ -279,6 +286,7 @@ package struct AlarmPatternMatcher: Sendable {
         // sound that has filled the band for seconds, does not close it).
         let quietest = min(a.peakLevelDBFS, b.peakLevelDBFS, c.peakLevelDBFS)
         guard abs(next.frequencyHz - cycleFrequency) <= 0.02 * cycleFrequency, next.peakSNRDB >= 6,
+              next.duration >= minimumClosingToneSeconds,
               next.peakLevelDBFS >= quietest - 20, next.peakLevelDBFS <= loudest + 12
         else { return [] }
         // (Bits shorter than 0.08 s are no beeps: a click or a clatter of noise at the frequency.)

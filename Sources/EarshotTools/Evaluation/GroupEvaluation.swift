@@ -325,6 +325,7 @@ extension GroupEvaluation {
         }
         var without = AlarmDetector.Configuration()
         without.rejoinGapSeconds = 0
+        without.t3RejoinGapSeconds = 0
         without.persistentToneDetection = false
         without.dominanceDB = .infinity
         without.musicScore = .infinity
