@@ -335,6 +335,20 @@ struct AlarmPatternTests {
         #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
     }
 
+    @Test("a T4 from the sounder of an open T3 smoke event is a co_alarm at its second cycle, not its first")
+    func t4AfterT3SameSounder() throws {
+        // A combination unit: T3 at 3 kHz from 1 s (three cycles), then T4 from 12 s while the smoke event is still
+        // open. Its first T4 cycle (decided at 19.2 s) could be a long T3's beeps falling into T4's grid; the
+        // second (5.7 s later) cannot.
+        let tones = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1) + AlarmSignals.t4(frequencyHz: 3000, cycles: 3, start: 12)
+        let events = detect(AlarmSignals.render(tones, seconds: 34, sampleRate: 16_000, amplitude: 0.3), sampleRate: 16_000)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).count == 1)
+        let co = onsets(events, AlarmEvent.coAlarm)
+        #expect(co.count == 1)
+        let onset = try #require(co.first)
+        #expect(onset.time >= 24.7 && onset.time <= 25.1, "decided at \(onset.time)")
+    }
+
     @Test("low-battery chirps: no smoke or CO event, one alarm_chirp at the third chirp of a steady series")
     func chirps() throws {
         let tones = AlarmSignals.chirps(count: 4, interval: 40, start: 2)

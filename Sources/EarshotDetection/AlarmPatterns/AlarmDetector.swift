@@ -21,7 +21,7 @@ import EarshotAnalysis
 ///   of ``Configuration/persistentMinimumBeepSeconds`` or more) while the classifier's smoke/fire score averages
 ///   ``Configuration/persistentScore`` or more. Short beeps, half-duty beeping (timers, clocks, monitors, a
 ///   reversing truck, a fridge door) and the classifier alone never are (it scores a kitchen timer 0.9);
-/// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart;
+/// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart (three, on the tone of an open T3 `smoke_alarm`);
 /// - `alarm_chirp` (onset only) when ``Configuration/minimumChirps`` (3) isolated short chirps of one frequency come
 ///   15 to 120 s apart at a steady interval (a low-battery detector chirps every 30-60 s for days, so waiting for the
 ///   third chirp costs a minute or two and keeps coincidences of household clicks out), then at most once per
@@ -341,12 +341,7 @@ package final class AlarmDetector {
     /// irregular or were masked is still the same alarm while it sounds.
     private func continueActive(with finished: [ToneSegment], open: [ToneSegment]) {
         func belongs(_ segment: ToneSegment, to active: Active) -> Bool {
-            guard active.toneHz > 0, segment.duration >= 0.07 else { return false }
-            let ratio = segment.frequencyHz / active.toneHz
-            let harmonic = (ratio >= 1 ? ratio : 1 / ratio).rounded()
-            guard harmonic >= 1, harmonic <= 7 else { return false }
-            let expected = ratio >= 1 ? active.toneHz * harmonic : active.toneHz / harmonic
-            return abs(segment.frequencyHz - expected) <= configuration.continuationTolerance * expected
+            segment.duration >= 0.07 && isSounder(segment.frequencyHz, of: active)
         }
         for segment in finished + open {
             let end = open.contains(segment) ? streamTime : segment.end
@@ -469,6 +464,26 @@ package final class AlarmDetector {
         return match.levelDBFS >= loudest - configuration.dominanceDB
     }
 
+    /// Whether `frequencyHz` is an open event's tone, a harmonic of it or its fundamental (up to the 7th, within
+    /// ``Configuration/continuationTolerance``).
+    private func isSounder(_ frequencyHz: Double, of active: Active) -> Bool {
+        guard active.toneHz > 0 else { return false }
+        let ratio = frequencyHz / active.toneHz
+        let harmonic = (ratio >= 1 ? ratio : 1 / ratio).rounded()
+        guard harmonic >= 1, harmonic <= 7 else { return false }
+        let expected = ratio >= 1 ? active.toneHz * harmonic : active.toneHz / harmonic
+        return abs(frequencyHz - expected) <= configuration.continuationTolerance * expected
+    }
+
+    /// Whether a T4 match is the beeps of an open T3 smoke event falling into T4's grid once: its tone is the
+    /// sounder's and it is the first cycle of its T4 run (two bursts). A long T3 alarm whose cycles grow irregular, heard
+    /// in speech, did that 58-110 s in (tuning: tune23, tune25 and the tuning twin `t3_irregular_2`); a real T4
+    /// from the same sounder repeats every 5.7 s and is a `co_alarm` at its next cycle.
+    private func isSmokeSounderInT4Grid(_ match: PatternMatch) -> Bool {
+        guard let active = smoke, active.pattern == .t3, match.count <= 1 else { return false }
+        return isSounder(match.frequencyHz, of: active)
+    }
+
     /// Whether a first T3 cycle is a weaker part of a louder sounder that does not pause: a tone at another frequency,
     /// ``Configuration/companionDB`` or more louder, that starts with the cycle's first beep (within 0.06 s) and
     /// sounds again (within 2 % of its frequency and 6 dB of its level) in the cycle's long pause (the last 40 % of
@@ -509,6 +524,7 @@ package final class AlarmDetector {
             guard isDominant(match), !isMusicOnly(match), !isPartOfSteadyBeeper(match) else { return [] }
             return patternCycle(match, group: AlarmEvent.smokeAlarm, co: false)
         case .t4:
+            guard !isSmokeSounderInT4Grid(match) else { return [] }
             return patternCycle(match, group: AlarmEvent.coAlarm, co: true)
         case .chirp:
             guard configuration.reportChirps, smoke == nil, co == nil,
