@@ -476,11 +476,12 @@ package final class AlarmDetector {
     }
 
     /// Whether a T4 match is the beeps of an open T3 smoke event falling into T4's grid once: its tone is the
-    /// sounder's and it is the first cycle of its T4 run (two bursts). A long T3 alarm whose cycles grow irregular, heard
-    /// in speech, did that 58-110 s in (tuning: tune23, tune25 and the tuning twin `t3_irregular_2`); a real T4
-    /// from the same sounder repeats every 5.7 s and is a `co_alarm` at its next cycle.
+    /// sounder's, it is the first cycle of its T4 run (two bursts) and no `co_alarm` is open. A long T3 alarm
+    /// whose cycles grow irregular, heard in speech, did that 58-110 s in (tuning: tune23, tune25 and the tuning
+    /// twin `t3_irregular_2`); a real T4 from the same sounder repeats every 5.7 s and is a `co_alarm` at its
+    /// next cycle.
     private func isSmokeSounderInT4Grid(_ match: PatternMatch) -> Bool {
-        guard let active = smoke, active.pattern == .t3, match.count <= 1 else { return false }
+        guard co == nil, let active = smoke, active.pattern == .t3, match.count <= 1 else { return false }
         return isSounder(match.frequencyHz, of: active)
     }
 
