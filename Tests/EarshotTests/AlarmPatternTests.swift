@@ -3,6 +3,7 @@ import Testing
 
 import Earshot
 import EarshotDetection
+import EarshotSupport
 import EarshotOutputs
 import EarshotService
 import EarshotTools
@@ -38,14 +39,9 @@ private func smokeOrCO(_ events: [AlarmEvent]) -> [AlarmEvent] {
 
 /// Gaussian white noise from a fixed seed (SplitMix64, Box-Muller), RMS `rms`: the same samples on every run.
 private func whiteNoise(count: Int, rms: Float, seed: UInt64) -> [Float] {
-    var state = seed
-    func next() -> Double {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return (Double((z ^ (z >> 31)) >> 11) + 0.5) / 9_007_199_254_740_992
-    }
+    var random = SplitMix64(seed: seed)
+    // Open at both ends (half a step off each), so that log never sees 0.
+    func next() -> Double { (Double(random.next() >> 11) + 0.5) / 9_007_199_254_740_992 }
     return (0..<count).map { _ in Float((-2 * log(next())).squareRoot() * cos(2 * Double.pi * next())) * rms }
 }
 

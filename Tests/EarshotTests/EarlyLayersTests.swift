@@ -1,6 +1,7 @@
 import Testing
 import Earshot
 import EarshotDetection
+import EarshotSupport
 import EarshotOutputs
 import EarshotService
 import EarshotTools

@@ -171,22 +171,14 @@ package enum AlarmSignals {
     /// beep's tail decays smoothly past its end, as in a tiled kitchen. `seed` makes it reproducible.
     package static func reverberateDiffuse(_ samples: inout [Float], sampleRate: Int, rt60: Double,
                                            density: Double = 1000, direct: Float, seed: UInt64) {
-        var state = seed
-        func uniform() -> Double {
-            // SplitMix64 (Steele, Lea and Flood 2014): 53 random bits as a Double in [0, 1).
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return Double((z ^ (z >> 31)) >> 11) / 9_007_199_254_740_992
-        }
+        var random = SplitMix64(seed: seed)
         let length = Int(rt60 * Double(sampleRate))
         let slot = Double(sampleRate) / density
         var taps: [(delay: Int, gain: Float)] = []
         var slotStart = 0.0
         while Int(slotStart) < length {
-            let delay = Int(slotStart + uniform() * slot)
-            let sign = uniform() < 0.5 ? -1.0 : 1.0
+            let delay = Int(slotStart + random.nextUnit() * slot)
+            let sign = random.nextUnit() < 0.5 ? -1.0 : 1.0
             if delay > 0 && delay < length {
                 // 6.9 = ln(1000): 60 dB of amplitude decay at `length`; sqrt(slot) keeps the tail's energy
                 // independent of the density.

@@ -67,7 +67,7 @@ package enum SnoreEvaluation {
         var figures = Figures()
         var sequence: [Float] = []
         var spans: [(start: Double, end: Double)] = []
-        var random = EvaluationRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         let rate = Double(YAMNet.sampleRate)
         for (index, file) in files.enumerated() {
             var snoring: Float = 0, evidence: Float = 0
@@ -127,28 +127,6 @@ package enum SnoreEvaluation {
         figures.sequenceSeconds = seconds
         figures.sequenceSnoringSeconds = events.reduce(0) { $0 + $1.duration }
         return figures
-    }
-}
-
-/// A small deterministic generator (the SplitMix64 algorithm), so evaluations repeat exactly.
-private struct EvaluationRandom {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    mutating func nextUnit() -> Double {
-        Double(next() >> 11) / Double(1 << 53)
     }
 }
 

@@ -16,15 +16,8 @@ package struct SeededRandom: RandomNumberGenerator {
     private var state: (UInt64, UInt64, UInt64, UInt64)
 
     package init(seed: UInt64) {
-        var mix = seed
-        func next() -> UInt64 {
-            mix &+= 0x9E37_79B9_7F4A_7C15
-            var z = mix
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        state = (next(), next(), next(), next())
+        var mix = SplitMix64(seed: seed)
+        state = (mix.next(), mix.next(), mix.next(), mix.next())
     }
 
     package mutating func next() -> UInt64 {
