@@ -39,7 +39,8 @@ enum EvalCommand: EarshotCommand {
     ../shared/audio/MANIFEST.tsv): per group recall, alerts per detected positive (for alarms: smoke, fire and
     CO events on the same file), time to detection, false events on the labelled negatives and per 24 h.
       --stream-hours H  length of the negative stream (default 24; 0: none)
-      --threads N       the stream runs in N parts at once (default 2)
+      --threads N       how many of the stream's 12-hour parts run at once (default 2; the figures do not
+                        depend on it)
       --config FILE     a daemon configuration file (its groups and alarm settings; the watch list is every preset)
       --problems        also list each missed positive, duplicate alert and false event
       --cost S          also measure what each issue-13 rule costs in CPU on S seconds of the stream's audio
@@ -231,7 +232,7 @@ enum EvalCommand: EarshotCommand {
                 writeError("eval: a \(JSONValue.format(options.streamHours, decimals: 1)) h negative stream from \(clips.count) recordings")
                 let started = Date()
                 let stream = GroupEvaluation.runStream(
-                    clips: clips.map(\.samples), names: clips.map { URL(fileURLWithPath: $0.path).lastPathComponent }, seconds: options.streamHours * 3600, parts: options.threads, detection: detection)
+                    clips: clips.map(\.samples), names: clips.map { URL(fileURLWithPath: $0.path).lastPathComponent }, seconds: options.streamHours * 3600, threads: options.threads, detection: detection)
                 let elapsed = Date().timeIntervalSince(started)
                 print("Negative stream: \(JSONValue.format(options.streamHours, decimals: 1)) h assembled from \(clips.count) recordings of \(streamManifest.path) (\(Set(clips.map(\.label)).count) labels), in \(JSONValue.format(elapsed, decimals: 0)) s")
                 print(GroupEvaluation.report([], stream: stream, title: "False events in the negative stream"))

@@ -299,6 +299,16 @@ struct DetectionTrustTests {
         #expect(Set(first.pieces) == [0, 1, 2])
     }
 
+    @Test("the negative stream's parts are 12 hours at most, set by its length alone (not by --threads)")
+    func negativeStreamParts() {
+        #expect(GroupEvaluation.streamParts(seconds: 0) == 1)
+        #expect(GroupEvaluation.streamParts(seconds: 4 * 3600) == 1)
+        #expect(GroupEvaluation.streamParts(seconds: 12 * 3600) == 1)
+        #expect(GroupEvaluation.streamParts(seconds: 12 * 3600 + 1) == 2)
+        #expect(GroupEvaluation.streamParts(seconds: 24 * 3600) == 2)
+        #expect(GroupEvaluation.streamParts(seconds: 25 * 3600) == 3)
+    }
+
     /// The default configuration's detection over a file: every onset's group.
     private static func onsetGroups(_ path: String) throws -> [String] {
         let detection = try FileDetection(configuration: DaemonConfiguration(), configPath: nil)

@@ -200,40 +200,53 @@ package enum GroupEvaluation {
         }
     }
 
-    /// Runs the stream through the detection in `parts` equal parts at once (each its own stage and seed).
+    /// The longest part of the negative stream (s): a stream of `seconds` is `ceil(seconds / 12 h)` equal parts,
+    /// part `k` seeded `13 + k` (24 h: two 12-hour halves, seeds 13 and 14), whatever the number of threads.
+    package static let streamPartSeconds = 12.0 * 3600
+
+    /// The number of parts of a negative stream of `seconds` (see ``streamPartSeconds``), at least 1.
+    package static func streamParts(seconds: Double) -> Int {
+        max(1, Int((seconds / streamPartSeconds - 1e-9).rounded(.up)))
+    }
+
+    /// Runs the stream through the detection, each part (``streamParts(seconds:)``) with its own stage and seed,
+    /// `threads` parts at once: the stream, and so every figure, is the same for any number of threads.
     /// `names` (one per clip) name the clips playing at each onset in `sources`.
-    package static func runStream(clips: [[Float]], names: [String], seconds: Double, parts: Int, detection: FileDetection)
+    package static func runStream(clips: [[Float]], names: [String], seconds: Double, threads: Int, detection: FileDetection)
         -> (onsets: [Onset], seconds: Double, sources: [String])
     {
-        let parts = max(1, parts)
+        let parts = streamParts(seconds: seconds)
+        let workers = min(parts, max(1, threads))
         let results = Mutex<[[Onset]]>(Array(repeating: [], count: parts))
-        let sources = Mutex<[String]>([])
-        DispatchQueue.concurrentPerform(iterations: parts) { part in
-            var stream = Stream(clips: clips, seconds: seconds / Double(parts), seed: 13 + UInt64(part))
-            var onsets: [Onset] = []
-            _ = try? detection.run(sampleRate: 16_000, next: { stream.next(&$0) }) { output in
-                if let onset = onset(of: output) { onsets.append(onset) }
-            }
-            results.withLock { $0[part] = onsets }
-            var lines: [String] = []
-            for onset in onsets {
-                let sample = Int(onset.start * 16_000)
-                guard let index = stream.pieces.lastIndex(where: { $0.start <= sample }) else { continue }
-                let piece = stream.pieces[index]
-                func seconds(_ samples: Int) -> String { JSONValue.format(Double(samples) / 16_000, decimals: 1) }
-                var line = "part \(part) \(onset.group)@\(JSONValue.format(onset.start, decimals: 1))\(onset.detail) (\(seconds(sample - piece.start)) s into the piece of \(seconds(piece.count)) s): \(names[piece.clip])"
-                    + (piece.under.map { " + " + names[$0] } ?? "")
-                // The window that decided may reach into the next piece (which starts cut, after the quiet).
-                if index + 1 < stream.pieces.count, stream.pieces[index + 1].start - sample < 16_000 {
-                    let next = stream.pieces[index + 1]
-                    line += "; the next piece starts \(seconds(next.start - sample)) s later: \(names[next.clip])"
-                        + (next.under.map { " + " + names[$0] } ?? "")
+        let sources = Mutex<[[String]]>(Array(repeating: [], count: parts))
+        DispatchQueue.concurrentPerform(iterations: workers) { worker in
+            for part in stride(from: worker, to: parts, by: workers) {
+                var stream = Stream(clips: clips, seconds: seconds / Double(parts), seed: 13 + UInt64(part))
+                var onsets: [Onset] = []
+                _ = try? detection.run(sampleRate: 16_000, next: { stream.next(&$0) }) { output in
+                    if let onset = onset(of: output) { onsets.append(onset) }
                 }
-                lines.append(line)
+                results.withLock { $0[part] = onsets }
+                var lines: [String] = []
+                for onset in onsets {
+                    let sample = Int(onset.start * 16_000)
+                    guard let index = stream.pieces.lastIndex(where: { $0.start <= sample }) else { continue }
+                    let piece = stream.pieces[index]
+                    func seconds(_ samples: Int) -> String { JSONValue.format(Double(samples) / 16_000, decimals: 1) }
+                    var line = "part \(part) \(onset.group)@\(JSONValue.format(onset.start, decimals: 1))\(onset.detail) (\(seconds(sample - piece.start)) s into the piece of \(seconds(piece.count)) s): \(names[piece.clip])"
+                        + (piece.under.map { " + " + names[$0] } ?? "")
+                    // The window that decided may reach into the next piece (which starts cut, after the quiet).
+                    if index + 1 < stream.pieces.count, stream.pieces[index + 1].start - sample < 16_000 {
+                        let next = stream.pieces[index + 1]
+                        line += "; the next piece starts \(seconds(next.start - sample)) s later: \(names[next.clip])"
+                            + (next.under.map { " + " + names[$0] } ?? "")
+                    }
+                    lines.append(line)
+                }
+                sources.withLock { $0[part] = lines }
             }
-            sources.withLock { $0 += lines }
         }
-        return (results.withLock { $0 }.flatMap { $0 }, seconds, sources.withLock { $0 })
+        return (results.withLock { $0 }.flatMap { $0 }, seconds, sources.withLock { $0 }.flatMap { $0 })
     }
 
     // MARK: Report
