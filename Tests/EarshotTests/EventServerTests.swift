@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 import Earshot
@@ -350,6 +351,60 @@ struct EventServerTests {
         let again = try S.server(path)
         _ = try S.subscriber(path)
         again.stop()
+    }
+
+    @Test("A client that sees the socket file appear is never refused (200 starts watched by a connecting thread); no staging file is left")
+    func socketAppearsListening() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let address = try UnixSocketAddress(path: path)
+        var refused = 0, connected = 0
+        for _ in 0..<200 {
+            // The watcher connects the moment the file exists, as a client polling for it (the tests' daemons,
+            // a systemd unit's ExecStartPost) does.
+            let result = ConnectOutcome()
+            let watcher = Thread {
+                var info = stat()
+                let deadline = Date().addingTimeInterval(S.timeout)
+                while lstat(path, &info) != 0, Date() < deadline {}
+                let fd = SocketCall.makeStreamSocket(nonBlocking: false)
+                result.errnoValue.store(SocketCall.connect(fd, to: address), ordering: .releasing)
+                SocketCall.close(fd)
+            }
+            watcher.start()
+            let server = try S.server(path)
+            #expect(TestWait.until(seconds: S.timeout) { result.errnoValue.load(ordering: .acquiring) != ConnectOutcome.pending })
+            switch result.errnoValue.load(ordering: .acquiring) {
+            case 0: connected += 1
+            case ECONNREFUSED: refused += 1
+            default: break
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["e.sock"])
+            server.stop()
+        }
+        #expect(refused == 0)
+        #expect(connected == 200)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
+    }
+
+    /// What the watcher's connect(2) gave: 0, an errno, or ``pending``.
+    private final class ConnectOutcome: Sendable {
+        static let pending: Int32 = -1
+        let errnoValue = Atomic<Int32>(ConnectOutcome.pending)
+    }
+
+    @Test("Where the staging name does not fit sun_path the socket is bound at its path and still serves")
+    func socketWithoutStagingName() throws {
+        let directory = try TemporarySocketDirectory()
+        // 100 bytes: fits the 107 of sun_path; the staging name beside it (".earshotd-PID-N.sock") does not.
+        let folder = directory.file(String(repeating: "d", count: 100 - directory.path.count - 8))
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        let path = folder + "/e.sock"
+        #expect(path.utf8.count == 100)
+        let server = try S.server(path)
+        _ = try S.subscriber(path)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder) == ["e.sock"])
+        server.stop()
     }
 
     @Test("Paths that cannot hold a socket give exact errors")

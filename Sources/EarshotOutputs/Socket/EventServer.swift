@@ -196,8 +196,8 @@ package final class EventServer: @unchecked Sendable {
     /// - Throws: `EarshotError(.config)` for an empty or too long path; `.unavailable` when another process is
     ///   listening on `path` (`cannot listen on PATH: another process is already listening there (is earshotd
     ///   already running? stop it or choose another --socket)`); `.cannotCreate` when `path` exists and is not a
-    ///   socket, or its directory is missing or not writable; `.system` when socket(2), listen(2), chmod(2) or
-    ///   chown(2) fails.
+    ///   socket, or its directory is missing or not writable, or another program creates `path` while the socket
+    ///   starts; `.system` when socket(2), listen(2), chmod(2), chown(2) or naming the socket fails.
     package init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
         self.configuration = configuration
         statusProvider = status
@@ -206,11 +206,20 @@ package final class EventServer: @unchecked Sendable {
         let address = try UnixSocketAddress(path: path)
         try Self.removeStaleSocket(at: path, address: address)
 
+        // The socket is bound, listening and given its mode under a staging name beside `path`, then linked to
+        // `path`: a client that sees `path` appear always finds a listening socket (bound at `path` itself there
+        // would be a moment between bind(2) and listen(2) when connect(2) gets ECONNREFUSED). Where the staging
+        // name would not fit `sun_path`, the socket is bound at `path` and listens at once.
+        let staging = Self.stagingPath(for: path)
+        let bound = staging ?? path
+        var bindAddress = address
+        if let staging { bindAddress = try UnixSocketAddress(path: staging) }
+        if let staging { _ = unlink(staging) }  // left by an earlier process with this pid that was killed
         let fd = SocketCall.makeStreamSocket(nonBlocking: true)
         guard fd >= 0 else { throw .posix(.system, "cannot create a Unix socket for \(path)", errno: errno) }
         var info = stat()
         do throws(EarshotError) {
-            if address.withSockaddr({ bind(fd, $0, $1) }) != 0 {
+            if bindAddress.withSockaddr({ bind(fd, $0, $1) }) != 0 {
                 let code = errno
                 let hint = switch code {
                 case ENOENT: " (create the directory, run under systemd with RuntimeDirectory=earshot, or choose another --socket)"
@@ -222,22 +231,25 @@ package final class EventServer: @unchecked Sendable {
                     .cannotCreate, "cannot create socket \(path): \(SocketCall.describe(code))\(hint)",
                     cause: SocketCall.describe(code))
             }
-            // listen(2) at once: a client that sees the file appear must not get ECONNREFUSED. Until chmod(2) the
-            // file has bind's mode (0777 less the umask: with systemd's 0022 only the daemon's user may connect).
+            // Until chmod(2) the file has bind's mode (0777 less the umask: with systemd's 0022 only the daemon's
+            // user may connect).
             if listen(fd, 64) != 0 {
                 let code = errno
-                _ = unlink(path)
+                _ = unlink(bound)
                 throw EarshotError.posix(.system, "cannot listen on socket \(path)", errno: code)
             }
-            if chmod(path, mode_t(configuration.mode)) != 0 {
+            if chmod(bound, mode_t(configuration.mode)) != 0 {
                 let code = errno
-                _ = unlink(path)
+                _ = unlink(bound)
                 throw EarshotError.posix(.system, "cannot set the mode of socket \(path)", errno: code)
             }
-            if let group = configuration.groupID, chown(path, uid_t.max, gid_t(group)) != 0 {
+            if let group = configuration.groupID, chown(bound, uid_t.max, gid_t(group)) != 0 {
                 let code = errno
-                _ = unlink(path)
+                _ = unlink(bound)
                 throw EarshotError.posix(.system, "cannot give socket \(path) to group \(group)", errno: code)
+            }
+            if let staging {
+                try Self.publish(staging: staging, at: path)
             }
             if lstat(path, &info) != 0 {
                 let code = errno
@@ -740,6 +752,39 @@ package final class EventServer: @unchecked Sendable {
             object["refused_clients"] = .int(stats.refusedClients)
             object["time"] = .string(EventJSON.timestamp(Date()))
             reply(object, to: client)
+        }
+    }
+
+    /// Servers started by this process, for unique staging names.
+    private static let started = Atomic<Int>(0)
+
+    /// The name the socket is bound under before it appears at `path`: `.earshotd-PID-N.sock` in `path`'s
+    /// directory (N counts the servers this process started), or nil when that does not fit `sun_path`
+    /// (``UnixSocketAddress/maxPathBytes``).
+    static func stagingPath(for path: String) -> String? {
+        let directory = path.lastIndex(of: "/").map { String(path[...$0]) } ?? ""
+        let number = started.add(1, ordering: .relaxed).newValue
+        let staging = directory + ".earshotd-\(getpid())-\(number).sock"
+        return staging.utf8.count <= UnixSocketAddress.maxPathBytes && staging != path ? staging : nil
+    }
+
+    /// Gives the listening socket at `staging` its name `path` with link(2), which never replaces a file (a
+    /// socket another process created there since the stale-socket check stays), then removes `staging`; where
+    /// the filesystem has no hard links (EPERM, EXDEV, ENOTSUP...), with rename(2). `staging` is gone afterwards
+    /// whatever happens.
+    /// - Throws: `.cannotCreate` when `path` exists by then, `.system` when neither call succeeds.
+    private static func publish(staging: String, at path: String) throws(EarshotError) {
+        defer { _ = unlink(staging) }
+        if link(staging, path) == 0 { return }
+        let code = errno
+        if code == EEXIST {
+            throw EarshotError(
+                .cannotCreate,
+                "cannot create socket \(path): \(SocketCall.describe(code)) (another program created it just now; stop it or choose another --socket)",
+                cause: SocketCall.describe(code))
+        }
+        if rename(staging, path) != 0 {
+            throw EarshotError.posix(.system, "cannot move socket \(staging) to \(path)", errno: errno)
         }
     }
 
