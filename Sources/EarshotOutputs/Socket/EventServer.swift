@@ -213,8 +213,10 @@ package final class EventServer: @unchecked Sendable {
         let staging = Self.stagingPath(for: path)
         let bound = staging ?? path
         var bindAddress = address
-        if let staging { bindAddress = try UnixSocketAddress(path: staging) }
-        if let staging { _ = unlink(staging) }  // left by an earlier process with this pid that was killed
+        if let staging {
+            bindAddress = try UnixSocketAddress(path: staging)
+            _ = unlink(staging)  // left by an earlier process with this pid that was killed
+        }
         let fd = SocketCall.makeStreamSocket(nonBlocking: true)
         guard fd >= 0 else { throw .posix(.system, "cannot create a Unix socket for \(path)", errno: errno) }
         var info = stat()
