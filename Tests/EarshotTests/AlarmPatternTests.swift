@@ -318,6 +318,30 @@ struct AlarmPatternTests {
         #expect(smokeOrCO(feed(detector, samples[...], sampleRate: 16_000) + detector.finish()).isEmpty)
     }
 
+    @Test("a chopped T3 whose second cycle starts with a faint whole beep is decided when that beep is rejoined")
+    func choppedT3FaintNextBeep() throws {
+        // The chopped T3 above, its beep at 5 s (the first cycle's closing tone) 15.5 dB down but whole: the
+        // rejoining matchers see only finished segments, so that tone must be judged on its final level and length
+        // (it lasts a quarter period: a beep) when it is handed over, not parked for a re-check as an open tone
+        // would be. Before, the rejoining matcher refused it and the alarm (seen by no other matcher) was missed.
+        let pieces = [(0.0, 0.14), (0.17, 0.24), (0.36, 0.40), (0.47, 0.57)]
+        func render(_ beeps: [AlarmSignals.Tone], amplitude: Float) -> [Float] {
+            let tones = beeps.flatMap { beep in
+                pieces.map { AlarmSignals.Tone(start: beep.start + $0.0, duration: $0.1 - $0.0, frequencyHz: 3000) }
+            }
+            return AlarmSignals.render(tones, seconds: 14, sampleRate: 16_000, amplitude: amplitude)
+        }
+        let t3 = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1)
+        var samples = render(t3.filter { $0.start != 5.0 }, amplitude: 0.3)
+        let faint = render(t3.filter { $0.start == 5.0 }, amplitude: 0.3 * Float(pow(10, -15.5 / 20)))
+        for n in samples.indices { samples[n] += faint[n] }
+        let events = detect(samples, sampleRate: 16_000)
+        let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
+        #expect(onsets(events, AlarmEvent.smokeAlarm).count == 1)
+        #expect(abs(onset.start - 1.0) <= 0.05)
+        #expect(onset.time >= 5.6 && onset.time <= 6.0, "decided at \(onset.time)")
+    }
+
     @Test("three chopped beeps and a 0.03 s click where T3's next beep would be are no T3")
     func clickAfterChoppedBeeps() {
         // An appliance's three beeps (chopped as above), then a 0.03 s click 11 dB down 2 s after the third (the

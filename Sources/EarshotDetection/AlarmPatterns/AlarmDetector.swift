@@ -19,8 +19,10 @@ import EarshotAnalysis
 ///   kHz sounding in long beeps most of the time (``Configuration/persistentCoverage`` of the last
 ///   ``Configuration/persistentSeconds``, no silence longer than ``Configuration/persistentMaxGapSeconds``, beeps
 ///   of ``Configuration/persistentMinimumBeepSeconds`` or more) while the classifier's smoke/fire score averages
-///   ``Configuration/persistentScore`` or more. Short beeps, half-duty beeping (timers, clocks, monitors, a
-///   reversing truck, a fridge door) and the classifier alone never are (it scores a kitchen timer 0.9);
+///   ``Configuration/persistentScore`` or more, or ``Configuration/cadenceScore`` or more when the tone beeps in a
+///   regular long-beep cadence (three whole beeps or more of 0.7-2.6 s, even in length, with even pauses of 0.15 s
+///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door) and the
+///   classifier alone never are (it scores a kitchen timer 0.9);
 /// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart (three, on the tone of an open T3 `smoke_alarm`);
 /// - `alarm_chirp` (onset only) when ``Configuration/minimumChirps`` (3) isolated short chirps of one frequency come
 ///   15 to 120 s apart at a steady interval (a low-battery detector chirps every 30-60 s for days, so waiting for the
@@ -55,6 +57,19 @@ package final class AlarmDetector {
         package var persistentMinimumBeepSeconds = 0.2
         /// Mean smoke/fire classifier score (0...1) over the windows within them.
         package var persistentScore: Float = 0.6
+        /// The lower mean smoke/fire score (0...1) that suffices when the persistent tone beeps in a regular
+        /// long-beep cadence (see ``cadenceMinimumBeepSeconds``): the non-T3 alarms (0.8-2 s beeps, 0.25-0.5 s
+        /// gaps) score 0.3-0.7 over 8 s in pink noise at +10 dB and 0.1-0.4 in speech at 0 dB (tuning sets: the twin
+        /// and seeds 21-31), under the 0.6 above; no beeping confuser of those sets beeps in such a cadence.
+        /// Set with `persistentScore` or above to turn the cadence rule off.
+        package var cadenceScore: Float = 0.3
+        /// Shortest median length (s) of the whole beeps in a regular long-beep cadence. The non-T3 alarms beep 0.8 s
+        /// or longer; the longest beeps of the tuning confusers' timers and microwaves are 0.6 s (and a fridge door's
+        /// 1 s beeps are 1 s apart: half duty, refused by the coverage).
+        package var cadenceMinimumBeepSeconds = 0.7
+        /// Longest median length (s) of those beeps: 2 s in the tuning alarms, with room for a reverberant tail (a
+        /// tone that never pauses is the persistent rule's, with the 0.6 bar).
+        package var cadenceMaximumBeepSeconds = 2.6
         /// dB a T3 cycle's tone may be below the loudest tone sounding at its first beep (see `isDominant`).
         package var dominanceDB = 16.0
         /// dB a tone starting with a first T3 cycle's first beep must be louder than the cycle's tone to count as
@@ -278,7 +293,8 @@ package final class AlarmDetector {
             let span = (result.timeRange.end - configuration.persistentSeconds, result.timeRange.end)
             let scores = windows.filter { $0.range.start >= span.0 - 0.5 && $0.range.end <= span.1 + 0.01 }
             let mean = scores.isEmpty ? 0 : scores.reduce(Float(0)) { $0 + $1.smoke } / Float(scores.count)
-            if scores.count >= 8, mean >= configuration.persistentScore {
+            let bar = tone.cadence ? min(configuration.cadenceScore, configuration.persistentScore) : configuration.persistentScore
+            if scores.count >= 8, mean >= bar {
                 let best = scores.max { $0.smoke < $1.smoke }
                 let active = Active(
                     source: .toneAndClassifier, pattern: nil, start: tone.start, lastEvidence: result.timeRange.end,
@@ -292,8 +308,9 @@ package final class AlarmDetector {
     }
 
     /// A tone that sounded most of the last ``Configuration/persistentSeconds`` in long beeps (see the type's
-    /// rules), with its first beep's start, frequency and mean level; nil when none did.
-    private func persistentTone(endingAt end: Double) -> (start: Double, frequencyHz: Double, levelDBFS: Double)? {
+    /// rules), with its first beep's start, frequency and mean level, and whether it beeps in a regular long-beep
+    /// cadence (``isLongBeepCadence(_:begin:end:)``); nil when none did.
+    private func persistentTone(endingAt end: Double) -> (start: Double, frequencyHz: Double, levelDBFS: Double, cadence: Bool)? {
         let begin = end - configuration.persistentSeconds
         var tones = recentTones.filter { $0.end >= begin }
         for open in tracker?.openSegments ?? [] {
@@ -334,7 +351,27 @@ package final class AlarmDetector {
               pieces.first.map({ $0.start <= begin + configuration.persistentMaxGapSeconds }) ?? false
         else { return nil }
         let level = pieces.reduce(0) { $0 + $1.levelDBFS } / Double(pieces.count)
-        return (pieces[0].start, main.frequencyHz, level)
+        return (pieces[0].start, main.frequencyHz, level, isLongBeepCadence(pieces, begin: begin, end: end))
+    }
+
+    /// Whether the (rejoined) beeps of a persistent tone keep a smoke alarm's regular long-beep cadence over
+    /// [begin, end]: three whole beeps or more (not cut by the span's edges), their median length within
+    /// ``Configuration/cadenceMinimumBeepSeconds``...``Configuration/cadenceMaximumBeepSeconds``, every one within
+    /// 25 % of it (one sounder's timer; noise may cut one: one may be off), and every pause between them 0.15 s or
+    /// longer and within 0.15 s of their median (a kitchen timer's or a clock's fast beeps that a room's echo
+    /// merges into irregular lumps with 0.1 s dips are no cadence: tuning, tune22 `beep_alarm_clock_fast_1`).
+    private func isLongBeepCadence(_ pieces: [ToneSegment], begin: Double, end: Double) -> Bool {
+        let whole = pieces.filter { $0.start > begin + 0.02 && $0.end < end - 0.05 }
+        guard whole.count >= 3 else { return false }
+        let lengths = whole.map { $0.end - $0.start + 0.01 }.sorted()
+        let median = lengths[lengths.count / 2]
+        guard median >= configuration.cadenceMinimumBeepSeconds, median <= configuration.cadenceMaximumBeepSeconds,
+              lengths.filter({ abs($0 - median) > 0.25 * median }).count <= 1
+        else { return false }
+        let pauses = zip(pieces.dropFirst(), pieces).map { $0.start - $1.end - 0.01 }.sorted()
+        guard let shortest = pauses.first, shortest >= 0.15 else { return false }
+        let medianPause = pauses[pauses.count / 2]
+        return pauses.allSatisfy { abs($0 - medianPause) <= 0.15 }
     }
 
     /// Beeps of an open alarm's tone (or a harmonic, or its fundamental) keep it open: an alarm whose cycles grew

@@ -136,7 +136,10 @@ package struct AlarmPatternMatcher: Sendable {
             onset.start == tone.start && Self.same(onset.frequencyHz, tone.frequencyHz)
         }
         if !openOnsets.contains(where: announced) {
-            matches += matchT3(next: tone, now: now)
+            // Never seen open (the rejoining matchers see only finished segments; a tone that opened and ended in
+            // one block): it has ended, so a weak first-cycle closing tone is judged on its final level and length
+            // now, not parked for a re-check that would never come.
+            matches += matchT3(next: tone, now: now, complete: true)
         } else if weakNextOnsets.contains(where: announced) {
             matches += matchT3(next: tone, now: now, complete: true)
         }
