@@ -39,8 +39,8 @@ enum EvalCommand: EarshotCommand {
     ../shared/audio/MANIFEST.tsv): per group recall, alerts per detected positive (for alarms: smoke, fire and
     CO events on the same file), time to detection, false events on the labelled negatives and per 24 h.
       --stream-hours H  length of the negative stream (default 24; 0: none)
-      --threads N       how many of the stream's 12-hour parts run at once (default 2; the figures do not
-                        depend on it)
+      --threads N       how many of the stream's parts (ceil(H / 12), equal) run at once (default 2;
+                        the figures do not depend on it)
       --config FILE     a daemon configuration file (its groups and alarm settings; the watch list is every preset)
       --problems        also list each missed positive, duplicate alert and false event
       --cost S          also measure what each issue-13 rule costs in CPU on S seconds of the stream's audio
