@@ -259,19 +259,14 @@ struct AlarmPatternTests {
         // Three 0.5 s beeps a second apart at 3 kHz, then at 5 s (the long pause's end) a 0.08 s blip 15.5 dB down:
         // the tuning case was an oven's end (tune22 beep_oven_end_1), the blip from its noise bed.
         let beeps = [1.0, 2.0, 3.0].map { AlarmSignals.Tone(start: $0, duration: 0.5, frequencyHz: 3000) }
-        func faint(_ tone: AlarmSignals.Tone, seconds: Double) -> [Float] {
-            AlarmSignals.render([tone], seconds: seconds, sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -15.5 / 20)))
-        }
         var oven = AlarmSignals.render(beeps, seconds: 12, sampleRate: 16_000, amplitude: 0.3)
-        let blip = faint(AlarmSignals.Tone(start: 5.0, duration: 0.08, frequencyHz: 3000), seconds: 12)
-        for n in oven.indices { oven[n] += blip[n] }
+        addFaint([AlarmSignals.Tone(start: 5.0, duration: 0.08, frequencyHz: 3000)], to: &oven)
         #expect(smokeOrCO(detect(oven, sampleRate: 16_000)).isEmpty)
 
         // A T3 whose second cycle starts with a beep as faint but whole (0.5 s) is decided when that beep ends.
         let t3 = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1)
         var alarm = AlarmSignals.render(t3.filter { $0.start != 5.0 }, seconds: 14, sampleRate: 16_000, amplitude: 0.3)
-        let faintBeep = faint(try #require(t3.first { $0.start == 5.0 }), seconds: 14)
-        for n in alarm.indices { alarm[n] += faintBeep[n] }
+        addFaint(t3.filter { $0.start == 5.0 }, to: &alarm)
         let events = detect(alarm, sampleRate: 16_000)
         let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
         #expect(onsets(events, AlarmEvent.smokeAlarm).count == 1)
@@ -291,14 +286,29 @@ struct AlarmPatternTests {
         #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
     }
 
-    /// T3 beeps (3 kHz, 3 cycles from 1 s) as a GSM call at +10 dB speech left them: each beep in four pieces, 0.03,
-    /// 0.12 and 0.07 s apart (measured on tune21 t3_phone_gsm_1).
-    private func choppedT3() -> [Float] {
+    /// `tones` rendered 15.5 dB below the tests' amplitude of 0.3 (a beep or blip that a first T3 cycle's closing
+    /// tone check calls weak), added into `samples` (16 kHz, from 0 s).
+    private func addFaint(_ tones: [AlarmSignals.Tone], to samples: inout [Float]) {
+        let faint = AlarmSignals.render(
+            tones, seconds: Double(samples.count) / 16_000, sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -15.5 / 20)))
+        for n in 0..<min(samples.count, faint.count) { samples[n] += faint[n] }
+    }
+
+    /// T3 beeps (3 kHz, 3 cycles from 1 s, 14 s in all) as a GSM call at +10 dB speech left them: each beep in four
+    /// pieces, 0.03, 0.12 and 0.07 s apart (measured on tune21 t3_phone_gsm_1); the beep starting at `faintBeepAt`
+    /// (if any) chopped the same way but 15.5 dB down (``addFaint(_:to:)``).
+    private func choppedT3(faintBeepAt: Double? = nil) -> [Float] {
         let pieces = [(0.0, 0.14), (0.17, 0.24), (0.36, 0.40), (0.47, 0.57)].map { (start: $0.0, end: $0.1) }
-        let tones = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1).flatMap { beep in
-            pieces.map { AlarmSignals.Tone(start: beep.start + $0.start, duration: $0.end - $0.start, frequencyHz: 3000) }
+        func chopped(_ beeps: [AlarmSignals.Tone]) -> [AlarmSignals.Tone] {
+            beeps.flatMap { beep in
+                pieces.map { AlarmSignals.Tone(start: beep.start + $0.start, duration: $0.end - $0.start, frequencyHz: 3000) }
+            }
         }
-        return AlarmSignals.render(tones, seconds: 14, sampleRate: 16_000, amplitude: 0.3)
+        let t3 = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1)
+        var samples = AlarmSignals.render(
+            chopped(t3.filter { $0.start != faintBeepAt }), seconds: 14, sampleRate: 16_000, amplitude: 0.3)
+        addFaint(chopped(t3.filter { $0.start == faintBeepAt }), to: &samples)
+        return samples
     }
 
     @Test("a T3 whose beeps a codec chopped 0.12 s apart is one smoke_alarm; without the 0.2 s rejoining it is missed")
@@ -324,18 +334,7 @@ struct AlarmPatternTests {
         // rejoining matchers see only finished segments, so that tone must be judged on its final level and length
         // (it lasts a quarter period: a beep) when it is handed over, not parked for a re-check as an open tone
         // would be. Before, the rejoining matcher refused it and the alarm (seen by no other matcher) was missed.
-        let pieces = [(0.0, 0.14), (0.17, 0.24), (0.36, 0.40), (0.47, 0.57)]
-        func render(_ beeps: [AlarmSignals.Tone], amplitude: Float) -> [Float] {
-            let tones = beeps.flatMap { beep in
-                pieces.map { AlarmSignals.Tone(start: beep.start + $0.0, duration: $0.1 - $0.0, frequencyHz: 3000) }
-            }
-            return AlarmSignals.render(tones, seconds: 14, sampleRate: 16_000, amplitude: amplitude)
-        }
-        let t3 = AlarmSignals.t3(frequencyHz: 3000, cycles: 3, start: 1)
-        var samples = render(t3.filter { $0.start != 5.0 }, amplitude: 0.3)
-        let faint = render(t3.filter { $0.start == 5.0 }, amplitude: 0.3 * Float(pow(10, -15.5 / 20)))
-        for n in samples.indices { samples[n] += faint[n] }
-        let events = detect(samples, sampleRate: 16_000)
+        let events = detect(choppedT3(faintBeepAt: 5.0), sampleRate: 16_000)
         let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
         #expect(onsets(events, AlarmEvent.smokeAlarm).count == 1)
         #expect(abs(onset.start - 1.0) <= 0.05)

@@ -135,12 +135,11 @@ package struct AlarmPatternMatcher: Sendable {
         let announced = { (onset: (start: Double, frequencyHz: Double)) in
             onset.start == tone.start && Self.same(onset.frequencyHz, tone.frequencyHz)
         }
-        if !openOnsets.contains(where: announced) {
-            // Never seen open (the rejoining matchers see only finished segments; a tone that opened and ended in
-            // one block): it has ended, so a weak first-cycle closing tone is judged on its final level and length
-            // now, not parked for a re-check that would never come.
-            matches += matchT3(next: tone, now: now, complete: true)
-        } else if weakNextOnsets.contains(where: announced) {
+        // Matched now, as a finished tone (a weak first-cycle closing tone judged on its final level and length):
+        // one never seen open (the rejoining matchers see only finished segments; a tone that opened and ended in
+        // one block), or one parked at its start as a weak closing tone. A tone seen open and not parked was
+        // matched when it started.
+        if !openOnsets.contains(where: announced) || weakNextOnsets.contains(where: announced) {
             matches += matchT3(next: tone, now: now, complete: true)
         }
         openOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
