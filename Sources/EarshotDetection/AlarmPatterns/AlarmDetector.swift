@@ -21,8 +21,9 @@ import EarshotAnalysis
 ///   of ``Configuration/persistentMinimumBeepSeconds`` or more) while the classifier's smoke/fire score averages
 ///   ``Configuration/persistentScore`` or more, or ``Configuration/cadenceScore`` or more when the tone beeps in a
 ///   regular long-beep cadence (three whole beeps or more of 0.7-2.6 s, even in length, with even pauses of 0.15 s
-///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door) and the
-///   classifier alone never are (it scores a kitchen timer 0.9);
+///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door), fast
+///   beeping that a room's echo merges into one tone (its level still beats every 0.2-0.6 s:
+///   ``Configuration/fastBeatPeriodicity``) and the classifier alone never are (it scores a kitchen timer 0.9);
 /// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart (three, on the tone of an open T3 `smoke_alarm`);
 /// - `alarm_chirp` (onset only) when ``Configuration/minimumChirps`` (3) isolated short chirps of one frequency come
 ///   15 to 120 s apart at a steady interval (a low-battery detector chirps every 30-60 s for days, so waiting for the
@@ -105,6 +106,12 @@ package final class AlarmDetector {
         package var reportChirps = true
         /// Whether the `tone+classifier` decision (a persistent alarm tone that is not T3) is made.
         package var persistentToneDetection = true
+        /// A persistent tone whose pieces beat with a period of 0.2-0.6 s this strongly (0...1,
+        /// ``EnvelopeModulation``: its level within its longest piece, or its on/off train) is a fast beeper, never a
+        /// `tone+classifier` smoke alarm: alarm clocks' 0.25 s and kitchen timers' 0.5 s beats score 0.56-0.73, the
+        /// non-T3 alarms of the 22 tuning sets (twin, seeds 21-41) at most 0.48 (their beeps repeat every 1.05 s or
+        /// more; a continuous tone's level does not beat). Above 1 turns the check off.
+        package var fastBeatPeriodicity = 0.5
 
         package init() {}
     }
@@ -226,6 +233,7 @@ package final class AlarmDetector {
             announcedOnsets.append((segment.start, segment.frequencyHz))
             matches += matcher.toneStarted(segment, now: streamTime)
         }
+        matches += matcher.recheck(open: open, now: streamTime)
         matches += matcher.advance(to: streamTime)
         for index in rejoiningMatchers.indices { matches += rejoiningMatchers[index].advance(to: streamTime) }
         recentTones.removeAll { $0.end < streamTime - 30 }
@@ -323,6 +331,8 @@ package final class AlarmDetector {
         else { return nil }
         let tolerance = 0.03 * main.frequencyHz
         var pieces = tones.filter { abs($0.frequencyHz - main.frequencyHz) <= tolerance }.sorted { $0.start < $1.start }
+        // A fast beeper is no alarm, even where a room's echo or the rejoining below made its beeps one tone.
+        if fastBeat(pieces, begin: begin, end: end) >= configuration.fastBeatPeriodicity { return nil }
         var joined: [ToneSegment] = []
         for piece in pieces {
             if var last = joined.last, piece.start - last.end <= configuration.rejoinGapSeconds {
@@ -352,6 +362,25 @@ package final class AlarmDetector {
         else { return nil }
         let level = pieces.reduce(0) { $0 + $1.levelDBFS } / Double(pieces.count)
         return (pieces[0].start, main.frequencyHz, level, isLongBeepCadence(pieces, begin: begin, end: end))
+    }
+
+    /// How strongly a persistent tone's pieces (as the tracker ended them, before rejoining) beat with a period of
+    /// 0.14-0.70 s over [begin, end] (0...1, ``EnvelopeModulation``): the larger of the beat of its level within its
+    /// longest piece (a room's echo merged a fast beeper's beeps into one tone) and the beat of its on/off train at
+    /// the tracker's 10 ms hop (the tracker ended a piece at each dip).
+    private func fastBeat(_ pieces: [ToneSegment], begin: Double, end: Double) -> Double {
+        let longest = pieces.max { $0.duration < $1.duration }?.envelopePeriodicity ?? 0
+        var train = EnvelopeModulation()
+        let hop = 0.01
+        var index = 0
+        var time = begin
+        while time < end {
+            while index < pieces.count, pieces[index].end + hop / 2 < time { index += 1 }
+            let on = pieces[index...].prefix(4).contains { $0.start - hop / 2 <= time && $0.end + hop / 2 >= time }
+            train.add(on ? 1 : 0)
+            time += hop
+        }
+        return max(longest, train.periodicity(minimumVariance: 0.04).score)
     }
 
     /// Whether the (rejoined) beeps of a persistent tone keep a smoke alarm's regular long-beep cadence over
@@ -523,19 +552,34 @@ package final class AlarmDetector {
     }
 
     /// Whether a first T3 cycle is a weaker part of a louder sounder that does not pause: a tone at another frequency,
-    /// ``Configuration/companionDB`` or more louder, that starts with the cycle's first beep (within 0.06 s) and
-    /// sounds again (within 2 % of its frequency and 6 dB of its level) in the cycle's long pause (the last 40 % of
-    /// the time from the first beep to the decision, less 0.1 s). A steady 1 s beeper whose overtone or alias loses
-    /// one beep in speech looks like T3 at that overtone; a square-wave T3's fundamental pauses with its harmonics.
+    /// ``Configuration/companionDB`` or more louder, that starts with the cycle's first beep (within 0.06 s) or sounds
+    /// through at least half of each of its three beeps, and sounds again (within 2 % of its frequency and 6 dB of its
+    /// level) in the cycle's long pause (from 0.1 s after the third beep to 0.2 s before the tone that closed it). A
+    /// steady beeper (a reversing truck, an alarm clock) whose overtone or alias loses one beep in speech looks like
+    /// T3 at that overtone; a square-wave T3's fundamental pauses with its harmonics.
     private func isPartOfSteadyBeeper(_ match: PatternMatch) -> Bool {
         guard smoke == nil else { return false }
         let tones = recentTones + (tracker?.openSegments ?? [])
-        let pause = (match.cycleStart + 0.6 * (match.decisionTime - match.cycleStart))...(match.decisionTime - 0.1)
+        // The long pause: from 0.1 s after the third beep to 0.2 s before the closing tone (a square wave's partials
+        // start up to 0.15 s apart in noise or a room); without the beeps, the last 40 % of the cycle.
+        let pause = match.beeps.count == 3 && match.closingToneStart > 0
+            ? (match.beeps[2].upperBound + 0.1)...(match.closingToneStart - 0.2)
+            : (match.cycleStart + 0.6 * (match.decisionTime - match.cycleStart))...(match.decisionTime - 0.1)
         guard pause.lowerBound < pause.upperBound else { return false }
         let tolerance = AlarmPatternMatcher.frequencyTolerance
-        for companion in tones where abs(companion.start - match.cycleStart) <= 0.06
-            && abs(companion.frequencyHz - match.frequencyHz) > tolerance * max(companion.frequencyHz, match.frequencyHz)
-            && companion.levelDBFS >= match.levelDBFS + configuration.companionDB {
+        // Part of the sounder: it starts with the first beep, or sounds through at least half of each beep (the
+        // weak tone's onsets come late in noise: tuning, seeds 32, 37 and 41, an alias 0.08-0.19 s late).
+        func sounds(with companion: ToneSegment) -> Bool {
+            abs(companion.start - match.cycleStart) <= 0.06 || !match.beeps.isEmpty && match.beeps.allSatisfy { beep in
+                tones.contains { tone in
+                    abs(tone.frequencyHz - companion.frequencyHz) <= 0.02 * companion.frequencyHz
+                        && min(tone.end, beep.upperBound) - max(tone.start, beep.lowerBound)
+                            >= 0.5 * (beep.upperBound - beep.lowerBound)
+                }
+            }
+        }
+        for companion in tones where abs(companion.frequencyHz - match.frequencyHz) > tolerance * max(companion.frequencyHz, match.frequencyHz)
+            && companion.levelDBFS >= match.levelDBFS + configuration.companionDB && sounds(with: companion) {
             if tones.contains(where: { pause.contains($0.start) && abs($0.frequencyHz - companion.frequencyHz) <= 0.02 * companion.frequencyHz
                 && abs($0.levelDBFS - companion.levelDBFS) <= 6 }) {
                 return true

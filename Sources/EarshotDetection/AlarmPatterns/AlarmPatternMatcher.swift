@@ -28,6 +28,10 @@ package struct PatternMatch: Sendable, Equatable {
     package var count: Int
     /// For a chirp: seconds since the previous chirp; 0 otherwise.
     package var intervalSeconds: Double
+    /// For T3: the cycle's three beeps, first to last "on" frame (stream seconds); empty otherwise.
+    package var beeps: [ClosedRange<Double>] = []
+    /// For T3: stream time (s) the tone that closed the cycle's long pause started; 0 otherwise.
+    package var closingToneStart = 0.0
 }
 
 /// Recognises T3 and T4 cycles and low-battery chirps in the tone segments of a ``ToneTracker``.
@@ -73,6 +77,14 @@ package struct PatternMatch: Sendable, Equatable {
 package struct AlarmPatternMatcher: Sendable {
     /// Relative frequency tolerance between tones of one pattern.
     package static let frequencyTolerance = 0.05
+    /// Shortest off time (s) between a T3 cycle's three beeps, each end to the next start. T3's is 0.5 s; the
+    /// tuning alarms' shortest, in a room and through a GSM call, 0.20 s. A steady beeper's beep that noise split
+    /// leaves 0.05-0.08 s between its pieces, which must not count as two beeps (tuning: `beep_fridge_door` in
+    /// household noise, seeds 28, 31, 37).
+    package static let minimumOffSeconds = 0.12
+    /// How long (s, ``ToneSegment/duration``) the tone that closes a first T3 cycle's long pause must have sounded
+    /// before the cycle is decided (a decision 0.08 s later than at its onset).
+    package static let firstClosingToneSeconds = 0.08
 
     /// dB above its noise floor a chirp must rise (``ToneSegment/peakSNRDB``).
     package static let chirpMinimumSNRDB = 20.0
@@ -87,6 +99,9 @@ package struct AlarmPatternMatcher: Sendable {
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
     /// Open tones that would close a first T3 cycle but started weak: matched again, complete, when they end.
     private var weakNextOnsets: [(start: Double, frequencyHz: Double)] = []
+    /// Open tones that would close a first T3 cycle but have not yet sounded ``firstClosingToneSeconds``: matched
+    /// again by ``recheck(open:now:)`` once they have, or when they end.
+    private var shortNextOnsets: [(start: Double, frequencyHz: Double)] = []
     private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
     private var pendingBursts: [Burst] = []
     private var t4Bursts: [(burst: Burst, run: Int, complete: Bool)] = []
@@ -128,6 +143,21 @@ package struct AlarmPatternMatcher: Sendable {
         return matchT3(next: tone, now: now)
     }
 
+    /// The open tones as they stand at `now`: a parked closing tone of a first T3 cycle that has now sounded
+    /// ``firstClosingToneSeconds`` is matched again. Call once per block, after ``toneStarted(_:now:)``.
+    package mutating func recheck(open: [ToneSegment], now: Double) -> [PatternMatch] {
+        guard !shortNextOnsets.isEmpty else { return [] }
+        var matches: [PatternMatch] = []
+        for tone in open where tone.duration >= Self.firstClosingToneSeconds {
+            guard let index = shortNextOnsets.firstIndex(where: {
+                $0.start == tone.start && Self.same($0.frequencyHz, tone.frequencyHz)
+            }) else { continue }
+            shortNextOnsets.remove(at: index)
+            matches += matchT3(next: tone, now: now)
+        }
+        return matches
+    }
+
     /// A tone segment has ended (the tracker has analysed audio up to `now`). Returns matches it completes (T4
     /// bursts are decided later, in ``advance(to:)``).
     package mutating func add(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
@@ -139,11 +169,13 @@ package struct AlarmPatternMatcher: Sendable {
         // one never seen open (the rejoining matchers see only finished segments; a tone that opened and ended in
         // one block), or one parked at its start as a weak closing tone. A tone seen open and not parked was
         // matched when it started.
-        if !openOnsets.contains(where: announced) || weakNextOnsets.contains(where: announced) {
+        if !openOnsets.contains(where: announced) || weakNextOnsets.contains(where: announced)
+            || shortNextOnsets.contains(where: announced) {
             matches += matchT3(next: tone, now: now, complete: true)
         }
         openOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
         weakNextOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
+        shortNextOnsets.removeAll { announced($0) || $0.start < tone.start - 30 }
         // Tones of different frequencies end in any order; keep them in order of their start.
         let position = tones.lastIndex { $0.start <= tone.start }.map { $0 + 1 } ?? 0
         tones.insert(tone, at: position)
@@ -277,6 +309,7 @@ package struct AlarmPatternMatcher: Sendable {
               // one at most; tonal bits of voices, cries and noise are shorter).
               [a, b, c].filter({ $0.duration >= 0.25 * d }).count >= 2,
               nextStart - c.end >= 0.5,
+              b.start - a.end >= Self.minimumOffSeconds, c.start - b.end >= Self.minimumOffSeconds,
               Self.consistent([a, b, c], frequency: 0.02, durations: false)
         else { return [] }
         // The off phases are quiet at this frequency (a noisy band of short tonal bits is not a pattern).
@@ -328,10 +361,20 @@ package struct AlarmPatternMatcher: Sendable {
             }
             guard next.duration >= 0.25 * d else { return [] }
         }
+        // A first cycle's closing tone must sound for a beep's worth (0.08 s) before it decides: an appliance's three
+        // beeps and then a 0.02-0.03 s blip of speech or noise at the frequency 2 s later are no T3 (tuning: seeds
+        // 28, 31, 38, `beep_oven_end`). Parked until it has, judged again then or when it ends.
+        if count == 1 && next.duration < Self.firstClosingToneSeconds {
+            if !complete {
+                shortNextOnsets.append((next.start, next.frequencyHz))
+            }
+            return []
+        }
         t3Run = (count, nextStart, frequency)
         return [PatternMatch(
             pattern: .t3, cycleStart: a.start, decisionTime: max(now, nextStart), frequencyHz: frequency,
-            levelDBFS: (a.levelDBFS + b.levelDBFS + c.levelDBFS) / 3, count: count, intervalSeconds: 0)]
+            levelDBFS: (a.levelDBFS + b.levelDBFS + c.levelDBFS) / 3, count: count, intervalSeconds: 0,
+            beeps: [a.start...a.end, b.start...b.end, c.start...c.end], closingToneStart: nextStart)]
     }
 
     /// Whether the tones of one cycle agree: frequencies within `frequency` (relative), durations within a factor

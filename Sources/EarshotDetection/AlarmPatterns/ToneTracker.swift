@@ -25,12 +25,21 @@ package struct ToneSegment: Sendable, Equatable {
     /// Standard deviation of the spectral peak's frequency over the frames where it was seen, Hz: a few Hz for a
     /// sounder, tens of Hz for a voice's harmonic or a bit of noise.
     package var frequencySpreadHz: Double
+    /// How strongly the tone's frame level rises and falls with a period of 0.14-0.70 s (0...1, see
+    /// ``EnvelopeModulation``): a fast beeper whose beeps a room's echo merged into one segment. 0 for segments
+    /// shorter than two such periods, or whose level hardly moves.
+    package var envelopePeriodicity: Double
+    /// The period of that rise and fall, seconds (0 with no periodicity).
+    package var envelopePeriodSeconds: Double
+    /// Its depth, dB: the peak-to-trough swing of a square-wave envelope with that periodicity.
+    package var envelopeDepthDB: Double
 
     /// `end - start` in seconds. A segment of one frame has duration 0; add one hop for the audible length.
     package var duration: Double { end - start }
 
     package init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double,
-                peakSNRDB: Double = 0, frequencySpreadHz: Double = 0) {
+                peakSNRDB: Double = 0, frequencySpreadHz: Double = 0, envelopePeriodicity: Double = 0,
+                envelopePeriodSeconds: Double = 0, envelopeDepthDB: Double = 0) {
         self.start = start
         self.end = end
         self.frequencyHz = frequencyHz
@@ -38,6 +47,9 @@ package struct ToneSegment: Sendable, Equatable {
         self.peakLevelDBFS = peakLevelDBFS
         self.peakSNRDB = peakSNRDB
         self.frequencySpreadHz = frequencySpreadHz
+        self.envelopePeriodicity = envelopePeriodicity
+        self.envelopePeriodSeconds = envelopePeriodSeconds
+        self.envelopeDepthDB = envelopeDepthDB
     }
 }
 
@@ -160,6 +172,9 @@ package final class ToneTracker {
     private var expectedPosition: Int64?
     private var candidates: [Candidate] = []
     private var running: [Running] = []
+    /// The level envelope of each running segment (same order as `running`; kept apart so that it is updated in
+    /// place).
+    private var envelopes: [EnvelopeModulation] = []
     private var ended: [Ended] = []
     private var peaks: [(bin: Int, fractional: Double, level: Double)] = []
     private var claimed: [Bool] = []
@@ -327,7 +342,7 @@ package final class ToneTracker {
 
     /// Ends the stream: returns the open segments, if any (ended at their last "on" frame), and resets.
     package func finish() -> [ToneSegment] {
-        let result = running.map(segment(from:)).sorted { $0.start < $1.start }
+        let result = running.indices.map(segment(at:)).sorted { $0.start < $1.start }
         resetState()
         pending.removeAll(keepingCapacity: true)
         expectedPosition = nil
@@ -336,7 +351,7 @@ package final class ToneTracker {
 
     /// The segments open now, as they stand (for "tone present" queries while a long beep sounds), in order of
     /// their start.
-    package var openSegments: [ToneSegment] { running.map(segment(from:)).sorted { $0.start < $1.start } }
+    package var openSegments: [ToneSegment] { running.indices.map(segment(at:)).sorted { $0.start < $1.start } }
 
     /// Stream time (s) up to which frames have been analysed.
     package var analysedTime: Double {
@@ -346,6 +361,7 @@ package final class ToneTracker {
     private func resetState() {
         candidates.removeAll(keepingCapacity: true)
         running.removeAll(keepingCapacity: true)
+        envelopes.removeAll(keepingCapacity: true)
         ended.removeAll(keepingCapacity: true)
         floors.update(repeating: .infinity)
         blockSums.update(repeating: 0)
@@ -361,14 +377,19 @@ package final class ToneTracker {
         nextFrameStart = position
     }
 
-    private func segment(from running: Running) -> ToneSegment {
+    private func segment(at index: Int) -> ToneSegment {
+        let running = running[index]
         let frames = Double(max(running.frames, 1))
+        let modulation = envelopes[index].periodicity(minimumVariance: 0.25)
         return ToneSegment(
             start: running.start, end: running.lastOn, frequencyHz: running.sumBin / frames * binHz,
             levelDBFS: running.sumDB / frames, peakLevelDBFS: dbfs(running.peakPower),
             peakSNRDB: running.peakSNR > 0 ? min(99, 10 * log10(running.peakSNR)) : 0,
             frequencySpreadHz: binHz * max(0, running.peakSquares / Double(max(running.peaks, 1))
-                - pow(running.peakSum / Double(max(running.peaks, 1)), 2)).squareRoot())
+                - pow(running.peakSum / Double(max(running.peaks, 1)), 2)).squareRoot(),
+            envelopePeriodicity: modulation.score,
+            envelopePeriodSeconds: Double(modulation.periodHops) * parameters.hopSeconds,
+            envelopeDepthDB: modulation.depth)
     }
 
     private func dbfs(_ lobePower: Double) -> Double { 10 * log10(max(lobePower * powerScale, 1e-20)) }
@@ -562,14 +583,17 @@ package final class ToneTracker {
                 tone.frames += 1
                 tone.sumBin += tone.bin
                 running[index] = tone
+                envelopes[index].add(dbfs(level))
                 index += 1
                 continue
             }
             tone.misses += 1
             if tone.misses >= parameters.offsetFrames {
-                finished.append(segment(from: tone))
+                running[index] = tone
+                finished.append(segment(at: index))
                 ended.append(Ended(bin: tone.bin, end: tone.lastOn, peakPower: tone.peakPower, trough: level))
                 running.remove(at: index)
+                envelopes.remove(at: index)
             } else {
                 running[index] = tone
                 index += 1
@@ -608,6 +632,7 @@ package final class ToneTracker {
                 continue
             }
             let level = lobes[nearest(candidate.bin)]
+            envelopes.append(EnvelopeModulation())
             running.append(Running(
                 bin: candidate.bin, start: candidate.startTime, lastOn: time, peakPower: level,
                 peakSNR: snr(level, at: nearest(candidate.bin)),
