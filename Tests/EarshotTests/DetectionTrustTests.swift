@@ -5,6 +5,7 @@ import Earshot
 import EarshotDetection
 import EarshotOutputs
 import EarshotService
+import EarshotSupport
 import EarshotTools
 
 /// Issue 13: one alarm is one alert, beeping that is not an alarm stays quiet, glass needs a shatter.
@@ -66,7 +67,7 @@ struct DetectionTrustTests {
         #expect(onsets.count == 1)
         let onset = try #require(onsets.first)
         #expect(abs(onset.start - 1.0) <= 0.03)
-        #expect(onset.time >= 5.0 && onset.time <= 5.06)
+        #expect(onset.time >= 5.08 && onset.time <= 5.14)
         let ends = events.filter { $0.kind == .end }
         #expect(ends.count == 1)
         let end = try #require(ends.first)
@@ -175,6 +176,46 @@ struct DetectionTrustTests {
             let found = Self.run(beeping, sampleRate: 16_000, smoke: 0.9).filter { $0.group != AlarmEvent.alarmChirp }
             #expect(found.isEmpty, "\(on) s on, \(off) s off: \(found)")
         }
+    }
+
+    @Test("with the fast-beat check on, fast beeping merged into one tone is no tone+classifier smoke_alarm; off (the default), it is")
+    func fastBeatMerged() throws {
+        // An alarm clock's 0.15 s beeps 0.1 s apart at 3.2 kHz in a reverberant room (the tuning case, seed 35
+        // `beep_alarm_clock_fast_0`, was one 8 s segment): here the gaps are filled by the tone 5 dB down (within the
+        // tracker's 7 dB drop), so the tracker hears one tone whose level beats every 0.25 s.
+        let loud = Self.beeps(start: 1, seconds: 30, on: 0.15, off: 0.1, hz: 3200)
+        let quiet = Self.beeps(start: 1.15, seconds: 30, on: 0.1, off: 0.15, hz: 3200)
+        var samples = AlarmSignals.render(loud, seconds: 35, sampleRate: 16_000, amplitude: 0.3)
+        let fill = AlarmSignals.render(quiet, seconds: 35, sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -5.0 / 20)))
+        for n in samples.indices { samples[n] += fill[n] }
+        var on = AlarmDetector.Configuration()
+        on.fastBeatPeriodicity = 0.5
+        #expect(Self.onsets(Self.run(samples, sampleRate: 16_000, smoke: 0.9, configuration: on)).isEmpty)
+        let onset = try #require(Self.onsets(Self.run(samples, sampleRate: 16_000, smoke: 0.9)).first)
+        #expect(onset.source == .toneAndClassifier)
+    }
+
+    @Test("the envelope beat: 0.67 for a 15-on, 10-off square envelope, period 25 hops; about 0 for noise; 0 for a drift, a steady level or two periods")
+    func envelopeBeat() {
+        var square = EnvelopeModulation()
+        for n in 0..<800 { square.add(n % 25 < 15 ? -10 : -20) }
+        let beat = square.periodicity(minimumVariance: 0.25)
+        // (r(25) - max(r(12), r(8))) / 2 for 15 hops on, 10 off: (1 - 0.34) / 2.
+        #expect(abs(beat.score - 0.67) <= 0.01, "\(beat)")
+        #expect(beat.periodHops == 25)
+        var noise = EnvelopeModulation()
+        var random = SplitMix64(seed: 5)
+        for _ in 0..<800 { noise.add(Double(random.next() % 1000) / 100) }
+        #expect(noise.periodicity(minimumVariance: 0.25).score <= 0.15)
+        var drift = EnvelopeModulation()
+        for n in 0..<800 { drift.add(Double(n) * 0.02) }
+        #expect(drift.periodicity(minimumVariance: 0.25).score == 0)
+        var steady = EnvelopeModulation()
+        for n in 0..<800 { steady.add(n % 25 < 15 ? -10 : -10.2) }
+        #expect(steady.periodicity(minimumVariance: 0.25).score == 0)
+        var short = EnvelopeModulation()
+        for n in 0..<60 { short.add(n % 25 < 15 ? -10 : -20) }
+        #expect(short.periodicity(minimumVariance: 0.25).score == 0)
     }
 
     @Test("a non-T3 smoke alarm in a regular long-beep cadence (0.8 s on, 0.25 s off) needs the classifier at 0.3, not 0.6")

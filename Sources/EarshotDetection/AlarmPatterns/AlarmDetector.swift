@@ -21,9 +21,9 @@ import EarshotAnalysis
 ///   of ``Configuration/persistentMinimumBeepSeconds`` or more) while the classifier's smoke/fire score averages
 ///   ``Configuration/persistentScore`` or more, or ``Configuration/cadenceScore`` or more when the tone beeps in a
 ///   regular long-beep cadence (three whole beeps or more of 0.7-2.6 s, even in length, with even pauses of 0.15 s
-///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door), fast
-///   beeping that a room's echo merges into one tone (its level still beats every 0.2-0.6 s:
-///   ``Configuration/fastBeatPeriodicity``) and the classifier alone never are (it scores a kitchen timer 0.9);
+///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door) and the
+///   classifier alone never are (it scores a kitchen timer 0.9); fast beeping that a room's echo merges into one
+///   tone can be (``Configuration/fastBeatPeriodicity`` refuses it, off by default: a real alarm beats as fast);
 /// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart (three, on the tone of an open T3 `smoke_alarm`);
 /// - `alarm_chirp` (onset only) when ``Configuration/minimumChirps`` (3) isolated short chirps of one frequency come
 ///   15 to 120 s apart at a steady interval (a low-battery detector chirps every 30-60 s for days, so waiting for the
@@ -107,11 +107,13 @@ package final class AlarmDetector {
         /// Whether the `tone+classifier` decision (a persistent alarm tone that is not T3) is made.
         package var persistentToneDetection = true
         /// A persistent tone whose pieces beat with a period of 0.2-0.6 s this strongly (0...1,
-        /// ``EnvelopeModulation``: its level within its longest piece, or its on/off train) is a fast beeper, never a
-        /// `tone+classifier` smoke alarm: alarm clocks' 0.25 s and kitchen timers' 0.5 s beats score 0.56-0.73, the
-        /// non-T3 alarms of the 22 tuning sets (twin, seeds 21-41) at most 0.48 (their beeps repeat every 1.05 s or
-        /// more; a continuous tone's level does not beat). Above 1 turns the check off.
-        package var fastBeatPeriodicity = 0.5
+        /// ``EnvelopeModulation``: its level within its longest piece, or its on/off train) is a fast beeper, not a
+        /// `tone+classifier` smoke alarm. Off by default (above 1): at 0.5 it removed the 4 such false events on the
+        /// 990 beeping confusers of the 22 tuning sets (alarm clocks' 0.25 s and kitchen timers' 0.5 s beats score
+        /// 0.56-0.73; the synthetic non-T3 alarms at most 0.48), but it also refused a real smoke alarm in
+        /// `../shared` (`ALRMElec_Smoke_detector_alarm_2`: 0.26 s beeps every 0.34 s, 0.52-0.61), which beats just as
+        /// a clock does. 0.5 turns it on.
+        package var fastBeatPeriodicity = 2.0
 
         package init() {}
     }
@@ -332,7 +334,9 @@ package final class AlarmDetector {
         let tolerance = 0.03 * main.frequencyHz
         var pieces = tones.filter { abs($0.frequencyHz - main.frequencyHz) <= tolerance }.sorted { $0.start < $1.start }
         // A fast beeper is no alarm, even where a room's echo or the rejoining below made its beeps one tone.
-        if fastBeat(pieces, begin: begin, end: end) >= configuration.fastBeatPeriodicity { return nil }
+        if configuration.fastBeatPeriodicity <= 1, fastBeat(pieces, begin: begin, end: end) >= configuration.fastBeatPeriodicity {
+            return nil
+        }
         var joined: [ToneSegment] = []
         for piece in pieces {
             if var last = joined.last, piece.start - last.end <= configuration.rejoinGapSeconds {
@@ -365,7 +369,7 @@ package final class AlarmDetector {
     }
 
     /// How strongly a persistent tone's pieces (as the tracker ended them, before rejoining) beat with a period of
-    /// 0.14-0.70 s over [begin, end] (0...1, ``EnvelopeModulation``): the larger of the beat of its level within its
+    /// 0.20-0.60 s over [begin, end] (0...1, ``EnvelopeModulation``): the larger of the beat of its level within its
     /// longest piece (a room's echo merged a fast beeper's beeps into one tone) and the beat of its on/off train at
     /// the tracker's 10 ms hop (the tracker ended a piece at each dip).
     private func fastBeat(_ pieces: [ToneSegment], begin: Double, end: Double) -> Double {

@@ -25,13 +25,13 @@ package struct ToneSegment: Sendable, Equatable {
     /// Standard deviation of the spectral peak's frequency over the frames where it was seen, Hz: a few Hz for a
     /// sounder, tens of Hz for a voice's harmonic or a bit of noise.
     package var frequencySpreadHz: Double
-    /// How strongly the tone's frame level rises and falls with a period of 0.14-0.70 s (0...1, see
+    /// How strongly the tone's frame level rises and falls with a period of 0.20-0.60 s (0...1, see
     /// ``EnvelopeModulation``): a fast beeper whose beeps a room's echo merged into one segment. 0 for segments
-    /// shorter than two such periods, or whose level hardly moves.
+    /// shorter than four such periods (0.8 s), or whose level hardly moves (variance under 0.25 dB squared).
     package var envelopePeriodicity: Double
     /// The period of that rise and fall, seconds (0 with no periodicity).
     package var envelopePeriodSeconds: Double
-    /// Its depth, dB: the peak-to-trough swing of a square-wave envelope with that periodicity.
+    /// Its strength, dB: 2 sqrt(periodicity x the variance of the frame levels in dB squared).
     package var envelopeDepthDB: Double
 
     /// `end - start` in seconds. A segment of one frame has duration 0; add one hop for the audible length.
