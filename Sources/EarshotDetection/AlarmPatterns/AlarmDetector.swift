@@ -189,7 +189,9 @@ package final class AlarmDetector {
         var events: [AlarmEvent] = []
         if tracker?.sampleRate != sampleRate {
             if tracker != nil { events += reset(at: streamTime) }
-            tracker = try? ToneTracker(sampleRate: sampleRate, parameters: Self.trackerParameters(sampleRate: sampleRate))
+            var parameters = Self.trackerParameters(sampleRate: sampleRate)
+            parameters.tracksEnvelopeBeat = configuration.fastBeatPeriodicity <= 1
+            tracker = try? ToneTracker(sampleRate: sampleRate, parameters: parameters)
         }
         guard let tracker else { return events }
         if let expected = expectedPosition, expected != framePosition {
@@ -565,16 +567,16 @@ package final class AlarmDetector {
         guard smoke == nil else { return false }
         let tones = recentTones + (tracker?.openSegments ?? [])
         // The long pause: from 0.1 s after the third beep to 0.2 s before the closing tone (a square wave's partials
-        // start up to 0.15 s apart in noise or a room); without the beeps, the last 40 % of the cycle.
-        let pause = match.beeps.count == 3 && match.closingToneStart > 0
-            ? (match.beeps[2].upperBound + 0.1)...(match.closingToneStart - 0.2)
-            : (match.cycleStart + 0.6 * (match.decisionTime - match.cycleStart))...(match.decisionTime - 0.1)
-        guard pause.lowerBound < pause.upperBound else { return false }
+        // start up to 0.15 s apart in noise or a room).
+        guard let third = match.beeps.last, let closing = match.closingToneStart,
+              third.upperBound + 0.1 < closing - 0.2
+        else { return false }
+        let pause = (third.upperBound + 0.1)...(closing - 0.2)
         let tolerance = AlarmPatternMatcher.frequencyTolerance
         // Part of the sounder: it starts with the first beep, or sounds through at least half of each beep (the
         // weak tone's onsets come late in noise: tuning, seeds 32, 37 and 41, an alias 0.08-0.19 s late).
         func sounds(with companion: ToneSegment) -> Bool {
-            abs(companion.start - match.cycleStart) <= 0.06 || !match.beeps.isEmpty && match.beeps.allSatisfy { beep in
+            abs(companion.start - match.cycleStart) <= 0.06 || match.beeps.allSatisfy { beep in
                 tones.contains { tone in
                     abs(tone.frequencyHz - companion.frequencyHz) <= 0.02 * companion.frequencyHz
                         && min(tone.end, beep.upperBound) - max(tone.start, beep.lowerBound)

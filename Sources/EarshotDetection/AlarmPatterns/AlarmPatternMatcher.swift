@@ -30,8 +30,8 @@ package struct PatternMatch: Sendable, Equatable {
     package var intervalSeconds: Double
     /// For T3: the cycle's three beeps, first to last "on" frame (stream seconds); empty otherwise.
     package var beeps: [ClosedRange<Double>] = []
-    /// For T3: stream time (s) the tone that closed the cycle's long pause started; 0 otherwise.
-    package var closingToneStart = 0.0
+    /// For T3: stream time (s) the tone that closed the cycle's long pause started; nil otherwise.
+    package var closingToneStart: Double?
 }
 
 /// Recognises T3 and T4 cycles and low-battery chirps in the tone segments of a ``ToneTracker``.
@@ -134,11 +134,16 @@ package struct AlarmPatternMatcher: Sendable {
         abs(a - b) <= frequencyTolerance * max(a, b)
     }
 
+    /// Whether a remembered onset (start, frequency) is `tone`'s: the same start, the same frequency.
+    private static func isOnset(_ onset: (start: Double, frequencyHz: Double), of tone: ToneSegment) -> Bool {
+        onset.start == tone.start && same(onset.frequencyHz, tone.frequencyHz)
+    }
+
     /// A tone has started: `tone` is its segment, still open, as it stands (its level so far), and the tracker has
     /// analysed audio up to `now`. Decides T3 cycles, whose last interval ends at the next cycle's first onset.
     /// Call once per new open segment.
     package mutating func toneStarted(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
-        if openOnsets.contains(where: { $0.start == tone.start && Self.same($0.frequencyHz, tone.frequencyHz) }) { return [] }
+        if openOnsets.contains(where: { Self.isOnset($0, of: tone) }) { return [] }
         openOnsets.append((tone.start, tone.frequencyHz))
         return matchT3(next: tone, now: now)
     }
@@ -149,9 +154,7 @@ package struct AlarmPatternMatcher: Sendable {
         guard !shortNextOnsets.isEmpty else { return [] }
         var matches: [PatternMatch] = []
         for tone in open where tone.duration >= Self.firstClosingToneSeconds {
-            guard let index = shortNextOnsets.firstIndex(where: {
-                $0.start == tone.start && Self.same($0.frequencyHz, tone.frequencyHz)
-            }) else { continue }
+            guard let index = shortNextOnsets.firstIndex(where: { Self.isOnset($0, of: tone) }) else { continue }
             shortNextOnsets.remove(at: index)
             matches += matchT3(next: tone, now: now)
         }
@@ -162,9 +165,7 @@ package struct AlarmPatternMatcher: Sendable {
     /// bursts are decided later, in ``advance(to:)``).
     package mutating func add(_ tone: ToneSegment, now: Double) -> [PatternMatch] {
         var matches: [PatternMatch] = []
-        let announced = { (onset: (start: Double, frequencyHz: Double)) in
-            onset.start == tone.start && Self.same(onset.frequencyHz, tone.frequencyHz)
-        }
+        let announced = { (onset: (start: Double, frequencyHz: Double)) in Self.isOnset(onset, of: tone) }
         // Matched now, as a finished tone (a weak first-cycle closing tone judged on its final level and length):
         // one never seen open (the rejoining matchers see only finished segments; a tone that opened and ended in
         // one block), or one parked at its start as a weak closing tone. A tone seen open and not parked was

@@ -47,19 +47,15 @@ package struct EnvelopeModulation: Sendable, Equatable {
         squares += value * value
     }
 
-    /// Values added so far.
-    package var values: Int { count }
-
-    /// The strongest periodicity (0...1; 0 when too little was seen or the envelope is flat), its period in hops, and
-    /// its strength in the envelope's unit, 2 sqrt(periodicity x variance).
+    /// The strongest periodicity (0...1; 0 when too little was seen or the envelope is flat) and its period in hops.
     /// - Parameter minimumVariance: the envelope's smallest variance (dB squared for levels; for a 0/1 train,
     ///   p (1 - p) with p its "on" fraction) for a periodicity: a steady tone's level hardly moves.
-    package func periodicity(minimumVariance: Double) -> (score: Double, periodHops: Int, depth: Double) {
-        guard count >= 4 * Self.minimumLag else { return (0, 0, 0) }
+    package func periodicity(minimumVariance: Double) -> (score: Double, periodHops: Int) {
+        guard count >= 4 * Self.minimumLag else { return (0, 0) }
         let n = Double(count)
         let mean = sum / n
         let variance = squares / n - mean * mean
-        guard variance >= minimumVariance else { return (0, 0, 0) }
+        guard variance >= minimumVariance else { return (0, 0) }
         func r(_ lag: Int) -> Double {
             (lagSums[lag - Self.lowestLag] / Double(count - lag) - mean * mean) / variance
         }
@@ -68,6 +64,6 @@ package struct EnvelopeModulation: Sendable, Equatable {
             let score = (r(lag) - max(r(lag / 2), r(lag / 3))) / 2
             if score > best.score { best = (score, lag) }
         }
-        return (min(best.score, 1), best.periodHops, 2 * (best.score * variance).squareRoot())
+        return (min(best.score, 1), best.periodHops)
     }
 }

@@ -27,19 +27,15 @@ package struct ToneSegment: Sendable, Equatable {
     package var frequencySpreadHz: Double
     /// How strongly the tone's frame level rises and falls with a period of 0.20-0.60 s (0...1, see
     /// ``EnvelopeModulation``): a fast beeper whose beeps a room's echo merged into one segment. 0 for segments
-    /// shorter than four such periods (0.8 s), or whose level hardly moves (variance under 0.25 dB squared).
+    /// shorter than four such periods (0.8 s), whose level hardly moves (variance under 0.25 dB squared), or from a
+    /// tracker that does not measure it (``ToneTracker/Parameters/tracksEnvelopeBeat``).
     package var envelopePeriodicity: Double
-    /// The period of that rise and fall, seconds (0 with no periodicity).
-    package var envelopePeriodSeconds: Double
-    /// Its strength, dB: 2 sqrt(periodicity x the variance of the frame levels in dB squared).
-    package var envelopeDepthDB: Double
 
     /// `end - start` in seconds. A segment of one frame has duration 0; add one hop for the audible length.
     package var duration: Double { end - start }
 
     package init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double,
-                peakSNRDB: Double = 0, frequencySpreadHz: Double = 0, envelopePeriodicity: Double = 0,
-                envelopePeriodSeconds: Double = 0, envelopeDepthDB: Double = 0) {
+                peakSNRDB: Double = 0, frequencySpreadHz: Double = 0, envelopePeriodicity: Double = 0) {
         self.start = start
         self.end = end
         self.frequencyHz = frequencyHz
@@ -48,8 +44,6 @@ package struct ToneSegment: Sendable, Equatable {
         self.peakSNRDB = peakSNRDB
         self.frequencySpreadHz = frequencySpreadHz
         self.envelopePeriodicity = envelopePeriodicity
-        self.envelopePeriodSeconds = envelopePeriodSeconds
-        self.envelopeDepthDB = envelopeDepthDB
     }
 }
 
@@ -121,6 +115,10 @@ package final class ToneTracker {
         package var frequencyTolerance: Double = 0.03
         /// Tones quieter than this (dBFS of the tone component) are ignored.
         package var floorDBFS: Double = -75
+        /// Whether each segment's ``ToneSegment/envelopePeriodicity`` is measured (55 multiply-adds per open tone per
+        /// hop, and two small buffers per segment); off, it is 0. Only ``AlarmDetector``'s fast-beat check, off by
+        /// default, reads it.
+        package var tracksEnvelopeBeat = false
 
         package init() {}
     }
@@ -173,7 +171,7 @@ package final class ToneTracker {
     private var candidates: [Candidate] = []
     private var running: [Running] = []
     /// The level envelope of each running segment (same order as `running`; kept apart so that it is updated in
-    /// place).
+    /// place); empty unless ``Parameters/tracksEnvelopeBeat``.
     private var envelopes: [EnvelopeModulation] = []
     private var ended: [Ended] = []
     private var peaks: [(bin: Int, fractional: Double, level: Double)] = []
@@ -380,16 +378,13 @@ package final class ToneTracker {
     private func segment(at index: Int) -> ToneSegment {
         let running = running[index]
         let frames = Double(max(running.frames, 1))
-        let modulation = envelopes[index].periodicity(minimumVariance: 0.25)
         return ToneSegment(
             start: running.start, end: running.lastOn, frequencyHz: running.sumBin / frames * binHz,
             levelDBFS: running.sumDB / frames, peakLevelDBFS: dbfs(running.peakPower),
             peakSNRDB: running.peakSNR > 0 ? min(99, 10 * log10(running.peakSNR)) : 0,
             frequencySpreadHz: binHz * max(0, running.peakSquares / Double(max(running.peaks, 1))
                 - pow(running.peakSum / Double(max(running.peaks, 1)), 2)).squareRoot(),
-            envelopePeriodicity: modulation.score,
-            envelopePeriodSeconds: Double(modulation.periodHops) * parameters.hopSeconds,
-            envelopeDepthDB: modulation.depth)
+            envelopePeriodicity: envelopes.isEmpty ? 0 : envelopes[index].periodicity(minimumVariance: 0.25).score)
     }
 
     private func dbfs(_ lobePower: Double) -> Double { 10 * log10(max(lobePower * powerScale, 1e-20)) }
@@ -579,11 +574,12 @@ package final class ToneTracker {
                 tone.lastOn = time
                 tone.peakPower = max(tone.peakPower, level)
                 tone.peakSNR = max(tone.peakSNR, snr(level, at: centre))
-                tone.sumDB += dbfs(level)
+                let levelDB = dbfs(level)
+                tone.sumDB += levelDB
                 tone.frames += 1
                 tone.sumBin += tone.bin
                 running[index] = tone
-                envelopes[index].add(dbfs(level))
+                if parameters.tracksEnvelopeBeat { envelopes[index].add(levelDB) }
                 index += 1
                 continue
             }
@@ -593,7 +589,7 @@ package final class ToneTracker {
                 finished.append(segment(at: index))
                 ended.append(Ended(bin: tone.bin, end: tone.lastOn, peakPower: tone.peakPower, trough: level))
                 running.remove(at: index)
-                envelopes.remove(at: index)
+                if parameters.tracksEnvelopeBeat { envelopes.remove(at: index) }
             } else {
                 running[index] = tone
                 index += 1
@@ -632,7 +628,7 @@ package final class ToneTracker {
                 continue
             }
             let level = lobes[nearest(candidate.bin)]
-            envelopes.append(EnvelopeModulation())
+            if parameters.tracksEnvelopeBeat { envelopes.append(EnvelopeModulation()) }
             running.append(Running(
                 bin: candidate.bin, start: candidate.startTime, lastOn: time, peakPower: level,
                 peakSNR: snr(level, at: nearest(candidate.bin)),
