@@ -239,6 +239,9 @@ package final class EarshotDaemon: @unchecked Sendable {
             onStateChange: { state in link.daemon?.captureStateChanged(state) })
         link.daemon = self
         link.linked.store(true, ordering: .releasing)
+        // A `sleep_start` the socket answered before the link was made told nobody: read the session's state once,
+        // on the analysis queue, where sessions start and stop (every later change reaches `sleepStateChanged`).
+        sleepActive.store(analysisQueue.sync { sleep.isActive }, ordering: .relaxed)
         noteSettings(configuration)
         noteModels(heads)
         for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
