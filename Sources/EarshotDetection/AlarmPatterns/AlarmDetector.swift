@@ -65,9 +65,11 @@ package final class AlarmDetector {
         /// Set with `persistentScore` or above to turn the cadence rule off.
         package var cadenceScore: Float = 0.3
         /// Shortest median length (s) of the whole beeps in a regular long-beep cadence. The non-T3 alarms beep 0.8 s
-        /// or longer; the longest beeps of the tuning confusers' timers and microwaves are 0.6 s (and a fridge door's
-        /// 1 s beeps are 1 s apart: half duty, refused by the coverage).
-        package var cadenceMinimumBeepSeconds = 0.7
+        /// or longer (measured 0.80-0.81 s clean); the longest beeps of the tuning confusers' timers and microwaves
+        /// are 0.6 s, which a room's tail makes 0.70-0.75 s (tuning seeds 30, 36, 39, `beep_kitchen_timer_long`, whose
+        /// 0.4 s pauses it also shortens to 75 % coverage); a fridge door's 1 s beeps are 1 s apart: half duty,
+        /// refused by the coverage.
+        package var cadenceMinimumBeepSeconds = 0.78
         /// Longest median length (s) of those beeps: 2 s in the tuning alarms, with room for a reverberant tail (a
         /// tone that never pauses is the persistent rule's, with the 0.6 bar).
         package var cadenceMaximumBeepSeconds = 2.6
@@ -175,6 +177,13 @@ package final class AlarmDetector {
     }
 
     private static let musicClass = "Music"
+
+    /// Slack (s) added where a gap between two tone segments is compared with a rejoining limit: their times sit on
+    /// the tracker's 10 ms hop, and their difference carries rounding (a gap of 0.05 s measured 0.05000000000000071),
+    /// so a limit of 0.05 s admitted some gaps of exactly 0.05 s and refused others (a warbling piezo's 2 s beeps in
+    /// a room, broken every 0.14 s by dips the tracker ends a segment at and resumes 0.05 s later, stayed rows of
+    /// 0.1 s pieces: tuning sets, `smoke_other_2`). A fifth of a hop: no gap one hop longer is admitted.
+    static let gridSlackSeconds = 0.002
 
     /// Analyses mono samples at the capture rate.
     ///
@@ -339,16 +348,7 @@ package final class AlarmDetector {
         if configuration.fastBeatPeriodicity <= 1, fastBeat(pieces, begin: begin, end: end) >= configuration.fastBeatPeriodicity {
             return nil
         }
-        var joined: [ToneSegment] = []
-        for piece in pieces {
-            if var last = joined.last, piece.start - last.end <= configuration.rejoinGapSeconds {
-                last.end = max(last.end, piece.end)
-                joined[joined.count - 1] = last
-            } else {
-                joined.append(piece)
-            }
-        }
-        pieces = joined
+        pieces = rejoined(pieces)
         var covered = 0.0
         var longestGap = 0.0
         var cursor = begin
@@ -368,6 +368,21 @@ package final class AlarmDetector {
         else { return nil }
         let level = pieces.reduce(0) { $0 + $1.levelDBFS } / Double(pieces.count)
         return (pieces[0].start, main.frequencyHz, level, isLongBeepCadence(pieces, begin: begin, end: end))
+    }
+
+    /// `pieces` (one tone's, in start order) with each that starts at most ``Configuration/rejoinGapSeconds`` after
+    /// the previous one ends joined to it.
+    private func rejoined(_ pieces: [ToneSegment]) -> [ToneSegment] {
+        var joined: [ToneSegment] = []
+        for piece in pieces {
+            if var last = joined.last, piece.start - last.end <= configuration.rejoinGapSeconds + Self.gridSlackSeconds {
+                last.end = max(last.end, piece.end)
+                joined[joined.count - 1] = last
+            } else {
+                joined.append(piece)
+            }
+        }
+        return joined
     }
 
     /// How strongly a persistent tone's pieces (as the tracker ended them, before rejoining) beat with a period of
@@ -704,14 +719,22 @@ private struct RejoiningT3Matcher {
     /// Start times of pending segments that have taken a second piece.
     private var mergedStarts: [Double] = []
 
-    init(gap: Double) { self.gap = gap }
+    /// `gap` with ``AlarmDetector/gridSlackSeconds``: segment times sit on the tracker's 10 ms grid, so a gap of
+    /// exactly `gap` is bridged whatever the rounding of the subtraction.
+    private let bridged: Double
+
+    /// - Parameter gap: the longest gap bridged, s.
+    init(gap: Double) {
+        self.gap = gap
+        bridged = gap + AlarmDetector.gridSlackSeconds
+    }
 
     /// A finished segment: a piece that starts within the gap after a pending piece of the same tone ends extends it.
     mutating func add(_ segment: ToneSegment) {
         let tolerance = 0.015 * segment.frequencyHz
         if let index = pending.lastIndex(where: {
             abs($0.frequencyHz - segment.frequencyHz) <= tolerance && segment.start >= $0.start
-                && segment.start - $0.end <= gap
+                && segment.start - $0.end <= bridged
         }) {
             var joined = pending[index]
             joined.end = max(joined.end, segment.end)
@@ -732,7 +755,7 @@ private struct RejoiningT3Matcher {
         while let first = pending.first {
             let tolerance = 0.015 * first.frequencyHz
             let continuing = open.contains {
-                abs($0.frequencyHz - first.frequencyHz) <= tolerance && $0.start >= first.start && $0.start - first.end <= gap
+                abs($0.frequencyHz - first.frequencyHz) <= tolerance && $0.start >= first.start && $0.start - first.end <= bridged
             }
             guard !continuing, streamTime - first.end > gap + 0.02 else { break }
             pending.removeFirst()
