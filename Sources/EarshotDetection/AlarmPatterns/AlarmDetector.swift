@@ -20,7 +20,7 @@ import EarshotAnalysis
 ///   ``Configuration/persistentSeconds``, no silence longer than ``Configuration/persistentMaxGapSeconds``, beeps
 ///   of ``Configuration/persistentMinimumBeepSeconds`` or more) while the classifier's smoke/fire score averages
 ///   ``Configuration/persistentScore`` or more, or ``Configuration/cadenceScore`` or more when the tone beeps in a
-///   regular long-beep cadence (three whole beeps or more of 0.7-2.6 s, even in length, with even pauses of 0.15 s
+///   regular long-beep cadence (three whole beeps or more of 0.78-2.6 s, even in length, with even pauses of 0.15 s
 ///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door) and the
 ///   classifier alone never are (it scores a kitchen timer 0.9); fast beeping that a room's echo merges into one
 ///   tone can be (``Configuration/fastBeatPeriodicity`` refuses it, off by default: a real alarm beats as fast);
@@ -178,11 +178,13 @@ package final class AlarmDetector {
 
     private static let musicClass = "Music"
 
-    /// Slack (s) added where a gap between two tone segments is compared with a rejoining limit: their times sit on
-    /// the tracker's 10 ms hop, and their difference carries rounding (a gap of 0.05 s measured 0.05000000000000071),
-    /// so a limit of 0.05 s admitted some gaps of exactly 0.05 s and refused others (a warbling piezo's 2 s beeps in
-    /// a room, broken every 0.14 s by dips the tracker ends a segment at and resumes 0.05 s later, stayed rows of
-    /// 0.1 s pieces: tuning sets, `smoke_other_2`). A fifth of a hop: no gap one hop longer is admitted.
+    /// Slack (s) added where the persistent-tone rule compares a gap between two pieces of a tone with
+    /// ``Configuration/rejoinGapSeconds``: segment times sit on the tracker's 10 ms hop, and their difference carries
+    /// rounding (a gap of 0.05 s measured 0.05000000000000071), so a limit of 0.05 s admitted some gaps of exactly
+    /// 0.05 s and refused others (a warbling piezo's 2 s beeps in a room, broken every 0.14 s by dips at which the
+    /// tracker ends a segment and resumes 0.05 s later, stayed rows of 0.1 s pieces: tuning sets, `smoke_other_2`).
+    /// A fifth of a hop: no gap one hop longer is admitted. The rejoining T3 matchers do not use it (see
+    /// `RejoiningT3Matcher.init(gap:)`).
     static let gridSlackSeconds = 0.002
 
     /// Analyses mono samples at the capture rate.
@@ -719,22 +721,18 @@ private struct RejoiningT3Matcher {
     /// Start times of pending segments that have taken a second piece.
     private var mergedStarts: [Double] = []
 
-    /// `gap` with ``AlarmDetector/gridSlackSeconds``: segment times sit on the tracker's 10 ms grid, so a gap of
-    /// exactly `gap` is bridged whatever the rounding of the subtraction.
-    private let bridged: Double
-
-    /// - Parameter gap: the longest gap bridged, s.
-    init(gap: Double) {
-        self.gap = gap
-        bridged = gap + AlarmDetector.gridSlackSeconds
-    }
+    /// - Parameter gap: the longest gap bridged, s. Compared without ``AlarmDetector/gridSlackSeconds``, so a gap
+    ///   of exactly `gap` may or may not be bridged as the subtraction rounds: these matchers' rules were chosen with
+    ///   that rounding, and with the slack a real T3 alarm read 5 % slow (`earshot eval --rate-factor 0.95`,
+    ///   `alarm-firealarm-detector/Alarm_0.wav`) was decided at 30.6 s instead of 10.9 s.
+    init(gap: Double) { self.gap = gap }
 
     /// A finished segment: a piece that starts within the gap after a pending piece of the same tone ends extends it.
     mutating func add(_ segment: ToneSegment) {
         let tolerance = 0.015 * segment.frequencyHz
         if let index = pending.lastIndex(where: {
             abs($0.frequencyHz - segment.frequencyHz) <= tolerance && segment.start >= $0.start
-                && segment.start - $0.end <= bridged
+                && segment.start - $0.end <= gap
         }) {
             var joined = pending[index]
             joined.end = max(joined.end, segment.end)
@@ -755,7 +753,7 @@ private struct RejoiningT3Matcher {
         while let first = pending.first {
             let tolerance = 0.015 * first.frequencyHz
             let continuing = open.contains {
-                abs($0.frequencyHz - first.frequencyHz) <= tolerance && $0.start >= first.start && $0.start - first.end <= bridged
+                abs($0.frequencyHz - first.frequencyHz) <= tolerance && $0.start >= first.start && $0.start - first.end <= gap
             }
             guard !continuing, streamTime - first.end > gap + 0.02 else { break }
             pending.removeFirst()
