@@ -87,7 +87,8 @@ package final class AlarmDetector {
         /// its fundamental).
         package var continuationTolerance = 0.04
         /// Longest gap (s, frame centre to frame centre) between two pieces of one tone that are rejoined for the
-        /// second T3 matcher (a lossy codec's or noise's fragments: 0.02-0.05 s).
+        /// second T3 matcher and for the persistent-tone rule (there with ``AlarmDetector/gridSlackSeconds``; a lossy
+        /// codec's or noise's fragments, a warbling piezo's dips in a room: 0.02-0.05 s).
         package var rejoinGapSeconds = 0.05
         /// Longest gap (s) bridged for a third T3 matcher: a speech codec (GSM 06.10 at 8 kHz, in speech at
         /// +10 dB) chops a 3 kHz beep into pieces up to 0.19 s apart, which the first two matchers do not see
