@@ -591,12 +591,16 @@ package final class AlarmDetector {
         else { return false }
         let pause = (third.upperBound + 0.1)...(closing - 0.2)
         let tolerance = AlarmPatternMatcher.frequencyTolerance
+        // A tone of the companion's sounder: within 2 % of its frequency.
+        func isAt(_ tone: ToneSegment, of companion: ToneSegment) -> Bool {
+            abs(tone.frequencyHz - companion.frequencyHz) <= 0.02 * companion.frequencyHz
+        }
         // Part of the sounder: it starts with the first beep, or sounds through at least half of each beep (the
         // weak tone's onsets come late in noise: tuning, seeds 32, 37 and 41, an alias 0.08-0.19 s late).
         func sounds(with companion: ToneSegment) -> Bool {
             abs(companion.start - match.cycleStart) <= 0.06 || match.beeps.allSatisfy { beep in
                 tones.contains { tone in
-                    abs(tone.frequencyHz - companion.frequencyHz) <= 0.02 * companion.frequencyHz
+                    isAt(tone, of: companion)
                         && min(tone.end, beep.upperBound) - max(tone.start, beep.lowerBound)
                             >= 0.5 * (beep.upperBound - beep.lowerBound)
                 }
@@ -604,7 +608,7 @@ package final class AlarmDetector {
         }
         for companion in tones where abs(companion.frequencyHz - match.frequencyHz) > tolerance * max(companion.frequencyHz, match.frequencyHz)
             && companion.levelDBFS >= match.levelDBFS + configuration.companionDB && sounds(with: companion) {
-            if tones.contains(where: { pause.contains($0.start) && abs($0.frequencyHz - companion.frequencyHz) <= 0.02 * companion.frequencyHz
+            if tones.contains(where: { pause.contains($0.start) && isAt($0, of: companion)
                 && abs($0.levelDBFS - companion.levelDBFS) <= 6 }) {
                 return true
             }
