@@ -187,6 +187,47 @@ struct AlarmPatternTests {
         #expect(abs(onset.time - 8.24) <= 0.05, "decided at \(onset.time)")
     }
 
+    /// Three T4 bursts 5.9 s apart at 3315 Hz, each made of `burst` (offset from the burst's start in s, length
+    /// first to last frame in s, peak dBFS), handed to a matcher as finished segments in time order; its T4 matches.
+    private func t4Matches(_ burst: [(offset: Double, length: Double, peak: Double)]) -> [PatternMatch] {
+        var matcher = AlarmPatternMatcher()
+        var matches: [PatternMatch] = []
+        for start in [5.1, 11.0, 16.9] {
+            for piece in burst {
+                let segment = ToneSegment(start: start + piece.offset, end: start + piece.offset + piece.length,
+                                          frequencyHz: 3315, levelDBFS: piece.peak - 4, peakLevelDBFS: piece.peak)
+                matches += matcher.add(segment, now: segment.end + 0.03)
+                matches += matcher.advance(to: segment.end + 0.03)
+            }
+        }
+        matches += matcher.advance(to: 20)
+        return matches.filter { $0.pattern == .t4 }
+    }
+
+    @Test("a T4 burst whose first beep a room split 0.03 s apart, or whose fourth beep left a short decay, is still T4")
+    func t4SplitBeepAndTail() throws {
+        // The tuning cases, as the tracker segmented them: seed 43 `t4_4` (brown noise at 0 dB in a room; each
+        // burst's first beep in two pieces) and seed 44 `t4_2` (household noise at +10 dB in a room; a 0.03 s piece
+        // 0.04 s after the fourth beep, 5.8 dB down). Before the repairs neither gave a T4 match.
+        func split(gap: Double) -> [(offset: Double, length: Double, peak: Double)] {
+            [(0, 0.04, -19.2), (0.04 + gap, 0.05, -16.1), (0.22, 0.10, -15.9), (0.42, 0.11, -16.0), (0.62, 0.11, -16.0)]
+        }
+        let joined = try #require(t4Matches(split(gap: 0.03)).first)
+        #expect(abs(joined.cycleStart - 5.1) < 1e-9)
+        #expect(abs(joined.frequencyHz - 3315) < 1e-9)
+        // Three frames missing between the pieces is two tones: five tones on no grid.
+        #expect(t4Matches(split(gap: 0.04)).isEmpty)
+
+        func tailed(gap: Double, peak: Double) -> [(offset: Double, length: Double, peak: Double)] {
+            [(0, 0.13, -13.47), (0.17, 0.16, -13.23), (0.37, 0.16, -13.28), (0.57, 0.16, -13.28), (0.73 + gap, 0.03, peak)]
+        }
+        let trimmed = try #require(t4Matches(tailed(gap: 0.04, peak: -19.24)).first)
+        #expect(abs(trimmed.cycleStart - 5.1) < 1e-9)
+        // A piece under 3 dB below the beep, or five hops after it, is no decay of it.
+        #expect(t4Matches(tailed(gap: 0.04, peak: -16.0)).isEmpty)
+        #expect(t4Matches(tailed(gap: 0.05, peak: -19.24)).isEmpty)
+    }
+
     @Test("confusers raise no smoke or CO event",
           arguments: ["truck", "microwave", "oven", "clock", "phone", "monitor medium", "monitor high"])
     func confusers(name: String) {
@@ -252,6 +293,31 @@ struct AlarmPatternTests {
         let events = feed(detector, samples[...], sampleRate: 16_000) + detector.finish()
         let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
         #expect(abs(onset.toneHz - 3724) <= 10)
+        #expect(abs(onset.start - 1.0) <= 0.05)
+    }
+
+    @Test("a kitchen timer whose alias 23 dB down is heard in only two groups 6 s apart is no CO alarm; without the companion rule it was")
+    func kitchenTimerAlias() throws {
+        // The tuning cases (seeds 42 and 52, `beep_kitchen_timer_4x_2`, a square wave in speech at 0 dB): the timer's
+        // groups of four at 2943 Hz sound every 1.2 s; speech masks its alias (3861 Hz, 23 dB down) in all groups but
+        // two 6 s apart, which at 3861 Hz are two T4 bursts with a long pause between them.
+        let timer = kitchenTimer4x(start: 1).map { AlarmSignals.Tone(start: $0.start, duration: $0.duration, frequencyHz: 2943) }
+        var samples = AlarmSignals.render(timer, seconds: 43, sampleRate: 16_000, amplitude: 0.3)
+        let heard = timer.filter { abs($0.start - 1) < 0.5 || abs($0.start - 7) < 0.5 }
+        #expect(heard.count == 8)
+        let alias = AlarmSignals.render(
+            heard.map { AlarmSignals.Tone(start: $0.start, duration: $0.duration, frequencyHz: 3861) },
+            seconds: 43, sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -23.0 / 20)))
+        for n in samples.indices { samples[n] += alias[n] }
+        #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
+
+        var configuration = AlarmDetector.Configuration()
+        configuration.companionDB = .infinity
+        let detector = AlarmDetector(configuration: configuration)
+        let events = feed(detector, samples[...], sampleRate: 16_000) + detector.finish()
+        let onset = try #require(onsets(events, AlarmEvent.coAlarm).first)
+        #expect(onset.pattern == .t4)
+        #expect(abs(onset.toneHz - 3861) <= 10)
         #expect(abs(onset.start - 1.0) <= 0.05)
     }
 

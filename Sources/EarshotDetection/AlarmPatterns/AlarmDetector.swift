@@ -24,7 +24,8 @@ import EarshotAnalysis
 ///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door) and the
 ///   classifier alone never are (it scores a kitchen timer 0.9); fast beeping that a room's echo merges into one
 ///   tone can be (``Configuration/fastBeatPeriodicity`` refuses it, off by default: a real alarm beats as fast);
-/// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart (three, on the tone of an open T3 `smoke_alarm`);
+/// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart (three, on the tone of an open T3 `smoke_alarm`),
+///   unless a louder tone that sounds with the first burst sounds again between them (a kitchen timer's alias);
 /// - `alarm_chirp` (onset only) when ``Configuration/minimumChirps`` (3) isolated short chirps of one frequency come
 ///   15 to 120 s apart at a steady interval (a low-battery detector chirps every 30-60 s for days, so waiting for the
 ///   third chirp costs a minute or two and keeps coincidences of household clicks out), then at most once per
@@ -75,9 +76,9 @@ package final class AlarmDetector {
         package var cadenceMaximumBeepSeconds = 2.6
         /// dB a T3 cycle's tone may be below the loudest tone sounding at its first beep (see `isDominant`).
         package var dominanceDB = 16.0
-        /// dB a tone starting with a first T3 cycle's first beep must be louder than the cycle's tone to count as
-        /// the sounder it is part of (see `isPartOfSteadyBeeper`); the tuning case, a 1 s alarm clock's alias, was
-        /// 14 dB below its fundamental.
+        /// dB a tone starting with a first T3 or T4 cycle's first beep must be louder than the cycle's tone to count
+        /// as the sounder it is part of (see `isPartOfSteadyBeeper`); the tuning cases, a 1 s alarm clock's alias and
+        /// a kitchen timer's, were 14 and 23-29 dB below their fundamentals.
         package var companionDB = 6.0
         /// Mean "Music" score over a first T3 cycle at or above which (with the smoke/fire score below
         /// ``musicAlarmScore`` in all its windows) the second cycle in a row is needed.
@@ -575,21 +576,27 @@ package final class AlarmDetector {
         return isSounder(match.frequencyHz, of: active)
     }
 
-    /// Whether a first T3 cycle is a weaker part of a louder sounder that does not pause: a tone at another frequency,
-    /// ``Configuration/companionDB`` or more louder, that starts with the cycle's first beep (within 0.06 s) or sounds
-    /// through at least half of each of its three beeps, and sounds again (within 2 % of its frequency and 6 dB of its
-    /// level) in the cycle's long pause (from 0.1 s after the third beep to 0.2 s before the tone that closed it). A
-    /// steady beeper (a reversing truck, an alarm clock) whose overtone or alias loses one beep in speech looks like
-    /// T3 at that overtone; a square-wave T3's fundamental pauses with its harmonics.
+    /// Whether a first T3 or T4 cycle is a weaker part of a louder sounder that does not pause: a tone at another
+    /// frequency, ``Configuration/companionDB`` or more louder, that starts with the cycle's first beep (within
+    /// 0.06 s) or sounds through at least half of each of its beeps (T3: its three; T4: its first burst's), and sounds
+    /// again (within 2 % of its frequency and 6 dB of its level) in the cycle's long pause (from 0.1 s after its last
+    /// beep, T4: 0.5 s, to 0.2 s before the tone that closed it: T3's next cycle, T4's second burst). A steady beeper (a
+    /// reversing truck, an alarm clock) whose overtone or alias loses one beep in speech looks like T3 at that
+    /// overtone; a kitchen timer's groups of four, a group every 1.2 s, look like T4 at an alias that speech masks
+    /// in all but two groups 3-9 s apart (tuning seeds 42 and 52, `beep_kitchen_timer_4x_2`: aliases at 3.7-3.9 kHz
+    /// 23-29 dB below the 2.9-3.0 kHz fundamental). A square-wave alarm's fundamental pauses with its harmonics.
+    /// Later cycles of an open event of the same group pass.
     private func isPartOfSteadyBeeper(_ match: PatternMatch) -> Bool {
-        guard smoke == nil else { return false }
+        guard (match.pattern == .t4 ? co : smoke) == nil else { return false }
         let tones = recentTones + (tracker?.openSegments ?? [])
-        // The long pause: from 0.1 s after the third beep to 0.2 s before the closing tone (a square wave's partials
-        // start up to 0.15 s apart in noise or a room).
-        guard let third = match.beeps.last, let closing = match.closingToneStart,
-              third.upperBound + 0.1 < closing - 0.2
-        else { return false }
-        let pause = (third.upperBound + 0.1)...(closing - 0.2)
+        // The long pause: from 0.1 s after the last beep to 0.2 s before the closing tone (a square wave's partials
+        // start up to 0.15 s apart in noise or a room). A T4 burst matched on three beeps may have lost its fourth,
+        // which the companion still sounds: there the pause starts 0.5 s after the last beep (one step of at most
+        // 0.3 s and a beep; tuning seeds 34 and 39, a 520 Hz square T4 in speech matched on its 7th harmonic).
+        guard let last = match.beeps.last, let closing = match.closingToneStart else { return false }
+        let pauseStart = last.upperBound + (match.pattern == .t4 ? 0.5 : 0.1)
+        guard pauseStart < closing - 0.2 else { return false }
+        let pause = pauseStart...(closing - 0.2)
         let tolerance = AlarmPatternMatcher.frequencyTolerance
         // A tone of the companion's sounder: within 2 % of its frequency.
         func isAt(_ tone: ToneSegment, of companion: ToneSegment) -> Bool {
@@ -634,7 +641,7 @@ package final class AlarmDetector {
             guard isDominant(match), !isMusicOnly(match), !isPartOfSteadyBeeper(match) else { return [] }
             return patternCycle(match, group: AlarmEvent.smokeAlarm, co: false)
         case .t4:
-            guard !isSmokeSounderInT4Grid(match) else { return [] }
+            guard !isSmokeSounderInT4Grid(match), !isPartOfSteadyBeeper(match) else { return [] }
             return patternCycle(match, group: AlarmEvent.coAlarm, co: true)
         case .chirp:
             guard configuration.reportChirps, smoke == nil, co == nil,

@@ -28,9 +28,11 @@ package struct PatternMatch: Sendable, Equatable {
     package var count: Int
     /// For a chirp: seconds since the previous chirp; 0 otherwise.
     package var intervalSeconds: Double
-    /// For T3: the cycle's three beeps, first to last "on" frame (stream seconds); empty otherwise.
+    /// For T3: the cycle's three beeps; for T4: the beeps of the cycle's first burst; first to last "on" frame
+    /// (stream seconds). Empty for a chirp.
     package var beeps: [ClosedRange<Double>] = []
-    /// For T3: stream time (s) the tone that closed the cycle's long pause started; nil otherwise.
+    /// Stream time (s) the tone that closed the cycle's long pause started (T3: the next cycle's first beep; T4: the
+    /// second burst's first beep); nil for a chirp.
     package var closingToneStart: Double?
 }
 
@@ -484,6 +486,82 @@ package struct AlarmPatternMatcher: Sendable {
         return best >= 3 ? best : 0
     }
 
+    /// Longest gap (s, frame centre to frame centre) between two pieces of one T4 beep: two frames missing at the
+    /// tracker's 10 ms hop, with a fifth of a hop for the rounding of segment times. A T4's own gaps are 0.1 s; a
+    /// room's tail shortens them to 0.04-0.1 s (tuning sets), so two whole beeps may be this close too: the join is
+    /// tried only where the tones as they are fit no grid. The tuning case: a piezo's first beep of each burst split
+    /// 0.02 s apart (brown noise at 0 dB in a room, seed 43, `t4_4`), which left five tones that fit no grid.
+    static let t4PieceGapSeconds = 0.032
+
+    /// A piece that trails a longer beep of the burst is taken for the beep's decay in a room, not a beep, when it
+    /// lasts at most `seconds` (first to last frame; a T4 beep is 0.1 s, about 0.09 s first to last frame when
+    /// clean), starts at most `gap` after the beep ends (four hops, with a fifth of a hop for rounding) and peaks
+    /// `belowDB` or more below it. The tuning case: a 0.03 s piece 0.04 s after each burst's fourth beep, 5.8 dB
+    /// down (household noise at +10 dB in a room, seed 44, `t4_2`), just short of the 6 dB echo rule.
+    static let t4Tail = (seconds: 0.05, gap: 0.042, belowDB: 3.0)
+
+    /// `tones` (one burst's) without the pieces that trail a beep (``t4Tail``).
+    private static func withoutTails(_ tones: [ToneSegment]) -> [ToneSegment] {
+        let sorted = tones.sorted { $0.start < $1.start }
+        return sorted.enumerated().filter { index, tone in
+            guard index > 0, tone.duration <= t4Tail.seconds else { return true }
+            let previous = sorted[index - 1]
+            return !(previous.duration > tone.duration && tone.start - previous.end <= t4Tail.gap
+                && tone.peakLevelDBFS <= previous.peakLevelDBFS - t4Tail.belowDB)
+        }.map(\.element)
+    }
+
+    /// A beep that a room's tail lengthened by less than half a T4 beep-and-gap: `longer` s (less a twentieth of a
+    /// hop for rounding) up to `longerBelow` s longer (first to last frame) than the burst's median tone. The tuning
+    /// cases, warbling piezos in a room in household noise at +10 dB: each burst's first beep 0.17 s against 0.09 s
+    /// for the other three (seed 27, `t4_2`), 0.14 s against 0.10 s (seed 34); beeps whose gap the tail filled are
+    /// 0.2 s or more longer and are counted as two slots by ``t4Slots(_:)``.
+    static let t4LongTail = (longer: 0.0395, longerBelow: 0.1)
+
+    /// `tones` (one burst's, five) without the last when it peaks 6 dB or more below the others' median peak: a
+    /// room's echo of the fourth beep (the first rule, in `closeBurst`, compares with the quietest beep, which a
+    /// masked onset can make quiet too; tuning seed 34, `t4_2`: an echo 0.12 s after the fourth beep, 8.3 dB below
+    /// the median and 4.8 dB below the first beep).
+    private static func withoutEcho(_ tones: [ToneSegment]) -> [ToneSegment] {
+        guard tones.count == 5 else { return tones }
+        let sorted = tones.sorted { $0.start < $1.start }
+        let peaks = sorted.dropLast().map(\.peakLevelDBFS).sorted()
+        let median = (peaks[1] + peaks[2]) / 2
+        return sorted[4].peakLevelDBFS <= median - 6 ? Array(sorted.dropLast()) : sorted
+    }
+
+    /// `tones` (one burst's) with each beep lengthened by a tail (``t4LongTail``) cut back to the median length, its
+    /// start kept (three tones or more; otherwise unchanged).
+    private static func trimmedTails(_ tones: [ToneSegment]) -> [ToneSegment] {
+        guard tones.count >= 3 else { return tones }
+        let median = tones.map(\.duration).sorted()[tones.count / 2]
+        var trimmed = tones
+        for index in trimmed.indices {
+            let excess = trimmed[index].duration - median
+            if excess >= t4LongTail.longer, excess < t4LongTail.longerBelow {
+                trimmed[index].end = trimmed[index].start + median
+            }
+        }
+        return trimmed
+    }
+
+    /// `tones` (one burst's, in start order) with each that starts at most ``t4PieceGapSeconds`` after the previous
+    /// one ends joined to it.
+    private static func joinedPieces(_ tones: [ToneSegment]) -> [ToneSegment] {
+        var joined: [ToneSegment] = []
+        for tone in tones.sorted(by: { $0.start < $1.start }) {
+            if var last = joined.last, tone.start - last.end <= t4PieceGapSeconds {
+                last.end = max(last.end, tone.end)
+                last.peakLevelDBFS = max(last.peakLevelDBFS, tone.peakLevelDBFS)
+                last.peakSNRDB = max(last.peakSNRDB, tone.peakSNRDB)
+                joined[joined.count - 1] = last
+            } else {
+                joined.append(tone)
+            }
+        }
+        return joined
+    }
+
     private mutating func addToBursts(_ tone: ToneSegment) {
         if let index = pendingBursts.lastIndex(where: { Self.same($0.frequencyHz, tone.frequencyHz) }) {
             // The next beep, or the one after a lost beep (its start perhaps cut too).
@@ -508,8 +586,21 @@ package struct AlarmPatternMatcher: Sendable {
             kept.removeLast()
         }
         let burst = Burst(tones: kept)
-        // A burst that lost one beep in noise still fits the grid of four (3 slots).
-        let slots = heard.interrupted ? 0 : Self.t4Slots(burst.tones)
+        // A burst that lost one beep in noise still fits the grid of four (3 slots). Where the tones as they are do
+        // not fit, they are tried with the pieces of a beep that a room or noise split (one or two frames missing)
+        // joined; then cleaned, as they are and so joined: without the short pieces that trail a beep (``t4Tail``)
+        // and a last echo 6 dB below the median beep, with the beeps a tail lengthened cut back (``t4LongTail``).
+        // Tuning seed 37, `t4_2`: every beep in two pieces 0.03 s apart, and an echo 7.5 dB down.
+        var slots = heard.interrupted ? 0 : Self.t4Slots(burst.tones)
+        if slots < 4, !heard.interrupted {
+            func cleaned(_ tones: [ToneSegment]) -> [ToneSegment] {
+                Self.trimmedTails(Self.withoutEcho(Self.withoutTails(tones)))
+            }
+            let joined = Self.joinedPieces(burst.tones)
+            for repaired in [joined, cleaned(burst.tones), cleaned(joined)] where slots < 4 && repaired != burst.tones {
+                slots = max(slots, Self.t4Slots(repaired))
+            }
+        }
         let complete = slots == 4
         let isT4 = slots >= 3
         // T4 bursts are remembered per frequency (a square wave's harmonics, or two alarms, make bursts of their own).
@@ -535,6 +626,7 @@ package struct AlarmPatternMatcher: Sendable {
         let levels = burst.tones.map(\.levelDBFS)
         return PatternMatch(
             pattern: .t4, cycleStart: previous.burst.start, decisionTime: time, frequencyHz: burst.frequencyHz,
-            levelDBFS: levels.reduce(0, +) / Double(levels.count), count: run - 1, intervalSeconds: 0)
+            levelDBFS: levels.reduce(0, +) / Double(levels.count), count: run - 1, intervalSeconds: 0,
+            beeps: previous.burst.tones.map { $0.start...$0.end }, closingToneStart: burst.start)
     }
 }
