@@ -208,7 +208,7 @@ struct AlarmPatternTests {
     func t4SplitBeepAndTail() throws {
         // The tuning cases, as the tracker segmented them: seed 43 `t4_4` (brown noise at 0 dB in a room; each
         // burst's first beep in two pieces) and seed 44 `t4_2` (household noise at +10 dB in a room; a 0.03 s piece
-        // 0.04 s after the fourth beep, 5.8 dB down). Before the repairs neither gave a T4 match.
+        // 0.04 s after the fourth beep, 5.8 dB down). Without the repairs none of these gave a T4 match.
         func split(gap: Double) -> [(offset: Double, length: Double, peak: Double)] {
             [(0, 0.04, -19.2), (0.04 + gap, 0.05, -16.1), (0.22, 0.10, -15.9), (0.42, 0.11, -16.0), (0.62, 0.11, -16.0)]
         }
@@ -226,6 +226,16 @@ struct AlarmPatternTests {
         // A piece under 3 dB below the beep, or five hops after it, is no decay of it.
         #expect(t4Matches(tailed(gap: 0.04, peak: -16.0)).isEmpty)
         #expect(t4Matches(tailed(gap: 0.05, peak: -19.24)).isEmpty)
+
+        // Seed 34 `t4_2`: the first beep 0.04 s longer than the others (its onset quieter) and an echo 0.12 s after
+        // the fourth, 8.3 dB below the median beep but only 4.8 dB below the first.
+        func echoed(peak: Double) -> [(offset: Double, length: Double, peak: Double)] {
+            [(0, 0.14, -17.2), (0.19, 0.10, -13.5), (0.39, 0.10, -13.7), (0.59, 0.10, -13.7), (0.81, 0.07, peak)]
+        }
+        let cleaned = try #require(t4Matches(echoed(peak: -22.0)).first)
+        #expect(abs(cleaned.cycleStart - 5.1) < 1e-9)
+        // An echo under 6 dB below the median beep is a fifth tone: no grid of four.
+        #expect(t4Matches(echoed(peak: -19.0)).isEmpty)
     }
 
     @Test("confusers raise no smoke or CO event",
