@@ -716,6 +716,11 @@ package final class EventServer: @unchecked Sendable {
         ["type": "error", "message": .string(message)]
     }
 
+    /// The words of the error reply to a state-changing command from a user not in `controlUsers`
+    /// (`sleep_start is refused: uid 1000 may not change the daemon's state (...)`), by which clients tell a
+    /// permission refusal from other errors.
+    package static let controlRefusal = "may not change the daemon's state"
+
     package static let requestHint = "send {\"subscribe\":[\"group\",...]} or {\"status\":true}"
 
     private func handleRequest(_ request: EventRequest, from client: Client) {
@@ -738,7 +743,7 @@ package final class EventServer: @unchecked Sendable {
         case .command(let name, let group):
             if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
                 let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
-                reply(Self.error("\(name) is refused: uid \(client.uid) may not change the daemon's state (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
+                reply(Self.error("\(name) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
                 return
             }
             if let commandHandler { reply(commandHandler(name, group), to: client) }
