@@ -89,6 +89,8 @@ enum SleepCommand: EarshotCommand {
         case "started": return "sleep session started at \(start)"
         case "already_running": return "a sleep session is already running (since \(start))"
         case "stopped":
+            // A session that heard no audio writes no report; the reply says so in `message` instead of paths.
+            if reply["report_svg"] == nil, let message = reply["message"] as? String { return message }
             let minutes = reply["snoring_minutes"] as? Double ?? 0
             let percent = reply["snoring_percent"] as? Double ?? 0
             let episodes = reply["episodes"] as? Int ?? 0

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import RegexBuilder
 import Synchronization
 
 #if canImport(FoundationXML)
@@ -159,6 +160,24 @@ struct SleepDaemonTests {
             #expect(nobody.errorLines == [
                 "earshot: sleep_start is refused: uid 65534 may not change the daemon's state (control users: uid 0; add the user to [output] control_users and restart earshotd)",
             ])
+        }
+    }
+
+    @Test("earshot sleep stop after a session that heard no audio prints the daemon's message, not \"report: ? and ?\"", .needsEarshotBuilt)
+    func sleepStopWithoutAudio() throws {
+        try Self.sleepSocket { _, reportDirectory, run in
+            #expect(try run(["start"]).status == 0)
+            // No window reached the service: nothing was heard, no report was written, and the line says so.
+            let stopped = try run(["stop"])
+            #expect(stopped.status == 0)
+            #expect(stopped.standardError.isEmpty)
+            let time = #/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/#
+            let line = Regex {
+                "sleep session from "; time; " to "; time; " heard no audio: no report written"
+            }
+            #expect(stopped.outputLines.count == 1)
+            #expect(try stopped.outputLines.first.flatMap { try line.wholeMatch(in: $0) } != nil, "\(stopped.outputLines)")
+            #expect(!FileManager.default.fileExists(atPath: reportDirectory))
         }
     }
 
