@@ -488,6 +488,19 @@ struct ConfigFileTests {
                 == "configuration OK (watching glass_break)")
         #expect(try check("[capture]\ninput = -\n[detection]\nwatch = glass_break\n") == "configuration OK (watching glass_break)")
 
+        // --fallback-input is checked as --input is: missing, a directory, not audio; a sound file passes.
+        let fallbackCases: [(path: String, message: String, status: Int32)] = [
+            ("/nonexistent/c.wav", "--fallback-input: /nonexistent/c.wav: no such file (check the path)", 66),
+            (directory.path, "--fallback-input: \(directory.path): is a directory, not an audio file (name the audio files inside it)", 66),
+            (notes, "--fallback-input: \(notes): not an audio file libsndfile can read (Format not recognised; use WAV, FLAC, Ogg or MP3)", 65),
+        ]
+        for (path, message, status) in fallbackCases {
+            let fallback = AudioTestFiles.error { () throws(EarshotError) in try check("", ["--fallback-input", path]) }
+            #expect(fallback?.message == message)
+            #expect(fallback?.exitStatus == status)
+        }
+        #expect(try check("[detection]\nwatch = glass_break\n", ["--fallback-input", tone.path]) == "configuration OK (watching glass_break)")
+
         // `[sleep] model` loads as at the daemon's start: a file that is not a head is refused, naming the line.
         let head = directory.appendingPathComponent("snoring.earshot").path
         try "hello\n".write(toFile: head, atomically: true, encoding: .utf8)
