@@ -248,9 +248,16 @@ package final class EarshotDaemon: @unchecked Sendable {
         if let path = configuration.sleep.modelPath {
             journal.log("the snore detector adds the snoring probability of \(path) to its evidence")
         }
-        if clipSettings.enabled {
+        if clipSettings.enabled, let clipWriter {
             let groups = clipSettings.groups.isEmpty ? "every group" : clipSettings.groups.joined(separator: ", ")
-            journal.log("saving clips of \(groups) to \(clipSettings.directory): \(SettingRules.format(clipSettings.preSeconds)) s before each event to \(SettingRules.format(clipSettings.postSeconds)) s after its end, keeping at most \(clipSettings.maxClips) for \(clipSettings.retentionDays) days")
+            // The writer's start-up probe (can the directory be made and written?) has run: a failing one has sent
+            // clips_unavailable, and this line must not then claim that clips are being saved.
+            clipWriter.flush()
+            if clipWriter.statistics.failing {
+                journal.log("not saving clips of \(groups) for now: \(clipSettings.directory) cannot be written (see clips_unavailable); each clip is tried again when it is due")
+            } else {
+                journal.log("saving clips of \(groups) to \(clipSettings.directory): \(SettingRules.format(clipSettings.preSeconds)) s before each event to \(SettingRules.format(clipSettings.postSeconds)) s after its end, keeping at most \(clipSettings.maxClips) for \(clipSettings.retentionDays) days")
+            }
         }
     }
 
