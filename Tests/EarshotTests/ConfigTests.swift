@@ -287,7 +287,7 @@ struct ConfigFileTests {
         .init(text: "[group.snoring]\nthreshold = 0.5",
               message: "test.conf:2: [group.snoring] threshold: the snoring group is decided by the snore detector, not by class scores (remove [group.snoring]; tune it in [sleep] with threshold, rhythm_threshold or model)"),
         .init(text: "[capture]\ndevice = " + String(repeating: "x", count: 200) + "\n",
-              message: "test.conf:2: line longer than 197 bytes; split a long list over indented continuation lines"),
+              message: "test.conf:2: line longer than 198 bytes; split a long list over indented continuation lines"),
     ]
 
     @Test("unknown sections and keys, keys set twice, syntax and group errors name the line", arguments: structureErrors)
@@ -295,6 +295,21 @@ struct ConfigFileTests {
         let error = parseError(bad.text)
         #expect(error?.message == bad.message)
         #expect(error?.code == .config)
+    }
+
+    @Test("the line limit the shipped file and the error state, 198 bytes without the line end, is the real one, for \\n and \\r\\n ends")
+    func lineLimit() throws {
+        for end in ["\n", "\r\n"] {
+            let prefix = "device = "
+            let longest = prefix + String(repeating: "x", count: 198 - prefix.utf8.count)
+            #expect(longest.utf8.count == 198)
+            let parsed = try DaemonConfiguration.parse("[capture]" + end + longest + end, source: "test.conf")
+            #expect(parsed.capture.device == String(repeating: "x", count: 189))
+            let error = parseError("[capture]" + end + longest + "x" + end + "[bogus]" + end)
+            #expect(error?.message == "test.conf:2: line longer than 198 bytes; split a long list over indented continuation lines")
+        }
+        let shipped = try String(contentsOfFile: ConfigFileTests.shippedPath, encoding: .utf8)
+        #expect(shipped.contains("A line may hold at most 198 bytes."))
     }
 
     @Test("the first error in the file is the one reported")
