@@ -102,6 +102,8 @@ package final class EarshotDaemon: @unchecked Sendable {
 
     struct StatusSnapshot {
         var capture = "opening"
+        /// Why capture is unavailable (the error and the retry), while it is; the status reply's `capture_error`.
+        var captureError: String?
         var source = ""
         var windows = 0
         var gatedWindows = 0
@@ -342,7 +344,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             break
         case .running(let name, let format):
             if capture.input == nil, !usingFallback.load(ordering: .relaxed) { deviceHasWorked.store(true, ordering: .relaxed) }
-            status.withLock { $0.capture = "live"; $0.source = "\(name) (\(format))" }
+            status.withLock { $0.capture = "live"; $0.captureError = nil; $0.source = "\(name) (\(format))" }
             router.route(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
                                              details: ["source": .string(name)])))
         case .unavailable(let error) where capture.input != nil || usingFallback.load(ordering: .relaxed):
@@ -354,7 +356,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         case .unavailable(let error):
             let retry = supervisor.nextRetryDelay.map { " (retrying in \(Int($0.rounded())) s)" } ?? ""
             let alreadySaid = status.withLock { status -> Bool in
-                defer { status.capture = "unavailable" }
+                defer { status.capture = "unavailable"; status.captureError = error.message + retry }
                 return status.capture == "unavailable"
             }
             if alreadySaid {
@@ -429,6 +431,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "models": .array(snapshot.models.map { .object(["name": .string($0.name), "path": .string($0.path)]) }),
             "muted": .array(mutes.muted.sorted().map { .string($0) }),
         ]
+        if let captureError = snapshot.captureError { object["capture_error"] = .string(captureError) }
         object.merge(mqttStatus)
         object.merge(notifyStatus)
         return object
