@@ -499,7 +499,7 @@ package final class EventServer: @unchecked Sendable {
             }
         }
         if clients.count >= configuration.maxClients {
-            return "too many subscribers (\(configuration.maxClients) connected); try again later"
+            return "too many subscribers (\(configuration.maxClients) connected, at most \(configuration.maxClients)); try again later, or raise [output] max_clients"
         }
         return nil
     }
