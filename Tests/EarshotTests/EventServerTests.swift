@@ -338,7 +338,7 @@ struct EventServerTests {
         _ = try S.subscriber(path)
 
         #expect(throws: EarshotError(
-            .unavailable,
+            .cannotCreate,
             "cannot listen on \(path): another process is already listening there (is earshotd already running? stop it or choose another --socket)")
         ) {
             try S.server(path)

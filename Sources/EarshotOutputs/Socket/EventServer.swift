@@ -193,9 +193,9 @@ package final class EventServer: @unchecked Sendable {
     ///
     /// A socket file left at `path` by a daemon that is gone (nothing accepts connections on it) is removed first.
     ///
-    /// - Throws: `EarshotError(.config)` for an empty or too long path; `.unavailable` when another process is
+    /// - Throws: `EarshotError(.config)` for an empty or too long path; `.cannotCreate` when another process is
     ///   listening on `path` (`cannot listen on PATH: another process is already listening there (is earshotd
-    ///   already running? stop it or choose another --socket)`); `.cannotCreate` when `path` exists and is not a
+    ///   already running? stop it or choose another --socket)`), when `path` exists and is not a
     ///   socket, or its directory is missing or not writable, or another program creates `path` while the socket
     ///   starts; `.system` when socket(2), listen(2), chmod(2), chown(2) or naming the socket fails.
     package init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
@@ -810,8 +810,9 @@ package final class EventServer: @unchecked Sendable {
         SocketCall.close(probe)
         switch result {
         case 0, EAGAIN, EINPROGRESS:
+            // 73 (EX_CANTCREAT), as earshotd --help says for a socket that cannot be created; 69 is the device's.
             throw EarshotError(
-                .unavailable,
+                .cannotCreate,
                 "cannot listen on \(path): another process is already listening there (is earshotd already running? stop it or choose another --socket)")
         case ECONNREFUSED:
             if unlink(path) != 0, errno != ENOENT {

@@ -124,7 +124,7 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Loads the configuration and the model, checks the groups, and opens the socket.
     /// - Throws: `EarshotError` `.config` (bad file or class names, a `[history] path` or `[clips] directory` of
     ///   the wrong kind: ``DaemonConfiguration/checkStoragePaths()``), `.noInput` (model files missing), `.system` or
-    ///   `.unavailable` (the socket cannot be created, another daemon listens on it).
+    ///   `.cannotCreate` (the socket cannot be created, another daemon listens on it).
     package init(commandLine: DaemonCommandLine) throws(EarshotError) {
         self.commandLine = commandLine
         var loaded = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
