@@ -282,6 +282,8 @@ struct ConfigFileTests {
               message: "test.conf:2: [group.smoke_alarm] onset_of = 1: onset_windows (2) must be at most onset_of (1)"),
         .init(text: "[detection]\nwatch = smoke_alarm | smoke_alrm",
               message: "test.conf:2: [detection] watch: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a new group needs a [group.smoke_alrm] section with classes and threshold)"),
+        .init(text: "[detection]\nwatch = BABY_CRY",
+              message: "test.conf:2: [detection] watch: \"BABY_CRY\" is not a group (did you mean baby_cry? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a group name is 1 to 64 lowercase letters, digits and _)"),
         .init(text: "[detection]\nwatch = |",
               message: "test.conf:2: [detection] watch: must name at least one group (separate names with |)"),
         .init(text: "[group.snoring]\nthreshold = 0.5",
