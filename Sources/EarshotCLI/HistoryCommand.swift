@@ -7,7 +7,7 @@ import Foundation
 
 /// `earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]`:
 /// prints the detections stored by earshotd. Exit status: 0 (also when nothing matched), 64 usage (also a --db that
-/// is a directory), 66 no database, 65 not a history, 69 locked.
+/// is a directory), 66 no database (or a --db that is a FIFO, device or socket), 65 not a history, 69 locked.
 enum HistoryCommand: EarshotCommand {
     static let name = "history"
     static let usage = HistoryListing.usage

@@ -6,7 +6,8 @@ import EarshotTools
 import Foundation
 
 /// `earshot sleep start|stop|status [--socket PATH] [--json]`: starts, stops or shows the daemon's sleep session
-/// (snore monitoring). Exit status: 0, 64 usage, 69 daemon unreachable or the command refused, 77 no permission.
+/// (snore monitoring). Exit status: 0, 1 stop with no session running, 64 usage, 69 daemon unreachable, no reply
+/// or unable to act (stopping), 77 no permission (the socket, or not in `[output] control_users`).
 enum SleepCommand: EarshotCommand {
     static let usage = "usage: earshot sleep start|stop|status [--socket PATH] [--json]"
     static let help = """
@@ -17,6 +18,9 @@ enum SleepCommand: EarshotCommand {
         earshot report --from-svg SVG --png OUT).
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
           --json          print the daemon's reply as JSON
+
+        Exit status: 0; 1 when stop finds no session running; 64 usage; 69 when the daemon cannot be reached or
+        does not answer within 10 s; 77 permission denied (the socket's, or a user not in [output] control_users).
         """
 
     static let name = "sleep"
@@ -65,8 +69,16 @@ enum SleepCommand: EarshotCommand {
             } else {
                 print(describe(object))
             }
-            return reply.type == "error" ? 69 : 0
+            return reply.type == "error" ? errorStatus(object["message"] as? String ?? "") : 0
         }
+    }
+
+    /// The exit status for an error reply: 77 when the user may not change the daemon's state, 1 when `stop`
+    /// found no session (the daemon was reached and answered), 69 otherwise (e.g. the daemon is stopping).
+    static func errorStatus(_ message: String) -> Int32 {
+        if message.contains(EventServer.controlRefusal) { return 77 }
+        if message == SleepService.notRunning { return 1 }
+        return 69
     }
 
     /// A readable line for a `{"type":"sleep",...}` reply.
@@ -77,6 +89,8 @@ enum SleepCommand: EarshotCommand {
         case "started": return "sleep session started at \(start)"
         case "already_running": return "a sleep session is already running (since \(start))"
         case "stopped":
+            // A session that heard no audio writes no report; the reply says so in `message` instead of paths.
+            if reply["report_svg"] == nil, let message = reply["message"] as? String { return message }
             let minutes = reply["snoring_minutes"] as? Double ?? 0
             let percent = reply["snoring_percent"] as? Double ?? 0
             let episodes = reply["episodes"] as? Int ?? 0

@@ -37,18 +37,30 @@ package struct PNGRenderer: Sendable {
 
     /// Reads the SVG file at `path` and renders it, naming `path` in errors.
     ///
-    /// - Throws: `EarshotError(.noInput)` when the file cannot be opened, `.io` when it cannot be read, e.g.
-    ///   `cannot read night.svg: No such file or directory (check the path)`; then as ``render(svg:source:)``.
+    /// - Throws: `EarshotError(.noInput)` when the file cannot be opened or is not a regular file, `.io` when it
+    ///   cannot be read, e.g. `cannot read night.svg: No such file or directory (check the path)`,
+    ///   `cannot read f: is a FIFO (named pipe), not a regular file (give the SVG file, such as a snore report's
+    ///   .svg)`; then as ``render(svg:source:)``.
     ///
-    /// The corresponding C functions are `open` and `read`.
+    /// The corresponding C functions are `open`, `fstat` and `read`.
     package func render(contentsOf path: String) throws(EarshotError) -> PNGImage {
         func failure(_ code: EarshotError.Code, _ errnoValue: Int32) -> EarshotError {
             let text = String(cString: strerror(errnoValue))
             return EarshotError(code, "cannot read \(path): \(text) (check the path)", cause: text)
         }
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK: open(2) of a FIFO would wait for a writer forever; it is refused below.
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard descriptor >= 0 else { throw failure(.noInput, errno) }
         defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw failure(.io, errno) }
+        let kind = PathKind(mode: status.st_mode)
+        guard kind == .regularFile else {
+            throw EarshotError(
+                .noInput, "cannot read \(path): is \(kind.phrase), not a regular file (give the SVG file, such as a snore report's .svg)")
+        }
+        let flags = fcntl(descriptor, F_GETFL)
+        if flags >= 0 { _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK) }
         var document: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65_536)
         while true {

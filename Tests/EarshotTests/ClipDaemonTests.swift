@@ -183,6 +183,9 @@ struct ClipDaemonTests {
         let firstDetectionAt = try #require(order.firstIndex(of: "detection:glass_break"))
         #expect(problemAt < firstDetectionAt, "\(order)")
         #expect(run.stderr.contains("earshotd: stopped (end of input)\n"))
+        // The start-up line does not claim that clips are being saved.
+        #expect(!run.stderr.contains("earshotd: saving clips of"), "\(run.stderr)")
+        #expect(run.stderr.contains("earshotd: not saving clips of every group for now: \(blocker)/clips cannot be written (see clips_unavailable); each clip is tried again when it is due\n"), "\(run.stderr)")
     }
 
     @Test("a [clips] value out of range stops earshotd with the exact line and status 78")

@@ -282,12 +282,14 @@ struct ConfigFileTests {
               message: "test.conf:2: [group.smoke_alarm] onset_of = 1: onset_windows (2) must be at most onset_of (1)"),
         .init(text: "[detection]\nwatch = smoke_alarm | smoke_alrm",
               message: "test.conf:2: [detection] watch: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a new group needs a [group.smoke_alrm] section with classes and threshold)"),
+        .init(text: "[detection]\nwatch = BABY_CRY",
+              message: "test.conf:2: [detection] watch: \"BABY_CRY\" is not a group (did you mean baby_cry? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a group name is 1 to 64 lowercase letters, digits and _)"),
         .init(text: "[detection]\nwatch = |",
               message: "test.conf:2: [detection] watch: must name at least one group (separate names with |)"),
         .init(text: "[group.snoring]\nthreshold = 0.5",
               message: "test.conf:2: [group.snoring] threshold: the snoring group is decided by the snore detector, not by class scores (remove [group.snoring]; tune it in [sleep] with threshold, rhythm_threshold or model)"),
         .init(text: "[capture]\ndevice = " + String(repeating: "x", count: 200) + "\n",
-              message: "test.conf:2: line longer than 197 bytes; split a long list over indented continuation lines"),
+              message: "test.conf:2: line longer than 198 bytes; split a long list over indented continuation lines"),
     ]
 
     @Test("unknown sections and keys, keys set twice, syntax and group errors name the line", arguments: structureErrors)
@@ -295,6 +297,21 @@ struct ConfigFileTests {
         let error = parseError(bad.text)
         #expect(error?.message == bad.message)
         #expect(error?.code == .config)
+    }
+
+    @Test("the line limit the shipped file and the error state, 198 bytes without the line end, is the real one, for \\n and \\r\\n ends")
+    func lineLimit() throws {
+        for end in ["\n", "\r\n"] {
+            let prefix = "device = "
+            let longest = prefix + String(repeating: "x", count: 198 - prefix.utf8.count)
+            #expect(longest.utf8.count == 198)
+            let parsed = try DaemonConfiguration.parse("[capture]" + end + longest + end, source: "test.conf")
+            #expect(parsed.capture.device == String(repeating: "x", count: 189))
+            let error = parseError("[capture]" + end + longest + "x" + end + "[bogus]" + end)
+            #expect(error?.message == "test.conf:2: line longer than 198 bytes; split a long list over indented continuation lines")
+        }
+        let shipped = try String(contentsOfFile: ConfigFileTests.shippedPath, encoding: .utf8)
+        #expect(shipped.contains("A line may hold at most 198 bytes."))
     }
 
     @Test("the first error in the file is the one reported")
@@ -487,6 +504,19 @@ struct ConfigFileTests {
         #expect(try check("[capture]\ninput = \(tone.path)\n[detection]\nwatch = glass_break\n")
                 == "configuration OK (watching glass_break)")
         #expect(try check("[capture]\ninput = -\n[detection]\nwatch = glass_break\n") == "configuration OK (watching glass_break)")
+
+        // --fallback-input is checked as --input is: missing, a directory, not audio; a sound file passes.
+        let fallbackCases: [(path: String, message: String, status: Int32)] = [
+            ("/nonexistent/c.wav", "--fallback-input: /nonexistent/c.wav: no such file (check the path)", 66),
+            (directory.path, "--fallback-input: \(directory.path): is a directory, not an audio file (name the audio files inside it)", 66),
+            (notes, "--fallback-input: \(notes): not an audio file libsndfile can read (Format not recognised; use WAV, FLAC, Ogg or MP3)", 65),
+        ]
+        for (path, message, status) in fallbackCases {
+            let fallback = AudioTestFiles.error { () throws(EarshotError) in try check("", ["--fallback-input", path]) }
+            #expect(fallback?.message == message)
+            #expect(fallback?.exitStatus == status)
+        }
+        #expect(try check("[detection]\nwatch = glass_break\n", ["--fallback-input", tone.path]) == "configuration OK (watching glass_break)")
 
         // `[sleep] model` loads as at the daemon's start: a file that is not a head is refused, naming the line.
         let head = directory.appendingPathComponent("snoring.earshot").path

@@ -388,6 +388,32 @@ struct DetectionTrustTests {
         }
     }
 
+    @Test("eval manifests: a binary file or one with other columns is refused with the expected header (65), not read as empty", .needsEarshotBuilt)
+    func notAManifest() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-eval-bad-\(getpid())")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let binary = folder.appendingPathComponent("binary.tsv")
+        try Data([0x1F, 0x8B, 0x08, 0x00, 0xFF, 0xFE, 0x00, 0x41]).write(to: binary)
+        let columns = folder.appendingPathComponent("columns.tsv")
+        try "file,label\nx.wav,smoke_alarm\n".write(to: columns, atomically: true, encoding: .utf8)
+        let header = "the tab-separated header path, source, license, label, ..."
+        let cases: [(URL, String)] = [
+            (binary, "\(binary.path) is not a MANIFEST.tsv: it is not UTF-8 text (a manifest starts with \(header))"),
+            (columns, "\(columns.path) is not a MANIFEST.tsv: its first line must be \(header) (found \"file,label\")"),
+        ]
+        for (manifest, message) in cases {
+            let expected = EarshotError(.data, message)
+            #expect(throws: expected) { _ = try GroupEvaluation.items(manifest: manifest) }
+            var skipped: [String] = []
+            #expect(throws: expected) { _ = try AlarmEvaluation.manifestCases(manifest: manifest, skipped: &skipped) }
+            #expect(throws: expected) { _ = try ShatterProbe.files(manifest: manifest, only: nil) }
+            let outcome = try #require(try EarshotCLI.run(["eval", "--onsets", "--manifest", manifest.path], in: folder, timeout: 60))
+            #expect(outcome.status == 65)
+            #expect(outcome.errorLines == ["earshot: " + message])
+        }
+    }
+
     @Test("the negative stream has the length asked for, is the same for a seed, and is not one clip looped")
     func negativeStream() {
         let clips: [[Float]] = [[Float](repeating: 0.1, count: 80_000), [Float](repeating: -0.2, count: 200_000), [Float](repeating: 0.05, count: 40_000)]

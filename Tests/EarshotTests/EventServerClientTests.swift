@@ -52,7 +52,10 @@ struct EventServerClientTests {
         var info = stat()
         #expect(stat(path, &info) == 0)
         let groupName = try #require(EventSubscriber.ConnectError.owningGroup(of: path))
-        let expected = "cannot connect to \(path): Permission denied (join the group \"\(groupName)\" that owns the socket: sudo usermod -aG \(groupName) $USER, then log in again)"
+        // Never "join the group root": a socket of group root (the tests run as root) gets sudo or socket_mode.
+        let expected = groupName == "root"
+            ? "cannot connect to \(path): Permission denied (the socket's group is root, which no user should join: use sudo, or let every local user connect with [output] socket_mode = 0666 and restart earshotd)"
+            : "cannot connect to \(path): Permission denied (join the group \"\(groupName)\" that owns the socket: sudo usermod -aG \(groupName) $USER, then log in again)"
 
         if geteuid() == 0 {
             // Root passes every permission check: connect from a child that became nobody. Mode 0660 (owner root)
@@ -76,6 +79,26 @@ struct EventServerClientTests {
         }
         #expect(EventSubscriber.ConnectError(path: "/run/earshot/earshot.sock", errnoValue: EACCES, ownerGroup: "earshot").message
             == "cannot connect to /run/earshot/earshot.sock: Permission denied (join the group \"earshot\" that owns the socket: sudo usermod -aG earshot $USER, then log in again)")
+    }
+
+    @Test("Permission denied on a socket of group root (a daemon run as root): never advise joining group root", .needsEarshotBuilt,
+          .enabled(if: geteuid() == 0, "needs root, to make a root:root socket and connect as the user nobody through setpriv"))
+    func permissionDeniedRootGroup() throws {
+        let directory = try TemporarySocketDirectory()
+        #expect(chmod(directory.path, 0o755) == 0)
+        let path = directory.file("e.sock")
+        let server = try S.server(path)  // root:root, mode 0660
+        defer { server.stop() }
+        #expect(EventSubscriber.ConnectError.owningGroup(of: path) == "root")
+        let expected = "cannot connect to \(path): Permission denied (the socket's group is root, which no user should join: use sudo, or let every local user connect with [output] socket_mode = 0666 and restart earshotd)"
+        let earshot = try #require(EarshotCLI.executable)
+        for command in [["status"], ["subscribe"]] {
+            let outcome = try EarshotCLI.runProcess(
+                URL(fileURLWithPath: "/usr/bin/setpriv"),
+                ["--reuid=65534", "--regid=65534", "--clear-groups", earshot.path] + command + ["--socket", path], timeout: 20)
+            #expect(outcome.status == 77, "\(command)")
+            #expect(outcome.errorLines == ["earshot: " + expected], "\(command)")
+        }
     }
 
     /// Connects to `path` from a forked child running as uid/gid 65534 (nobody); returns the connect errno

@@ -252,7 +252,7 @@ struct EventServerTests {
         defer { server.stop() }
         let first = try S.subscriber(path)
         let second = try EventSubscriber(path: path)
-        #expect(try second.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"error","message":"too many subscribers (1 connected); try again later"}"#))
+        #expect(try second.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"error","message":"too many subscribers (1 connected, at most 1); try again later, or raise [output] max_clients"}"#))
         #expect(try second.readLine(timeoutSeconds: S.timeout) == .endOfStream)
         try first.send(line: #"{"status":true}"#)
         #expect(try S.lines(first, 1).first?.hasPrefix(#"{"type":"status""#) == true)
@@ -338,7 +338,7 @@ struct EventServerTests {
         _ = try S.subscriber(path)
 
         #expect(throws: EarshotError(
-            .unavailable,
+            .cannotCreate,
             "cannot listen on \(path): another process is already listening there (is earshotd already running? stop it or choose another --socket)")
         ) {
             try S.server(path)

@@ -27,6 +27,46 @@ struct HearingTests {
             """)
         let quiet = status.replacingOccurrences(of: #""gate_open":true"#, with: #""gate_open":false"#)
         #expect(HearingTextFormat.status(line: quiet)?.split(separator: "\n")[2] == "hears: nothing classified (the level is below the gate)")
+        // Capture down: no audio arrives, so the last (or initial -120 dBFS) level says nothing about the room.
+        let reason = #""capture_error":"cannot open capture device \"nonsense\": No such file or directory (retrying in 2 s)","#
+        let down = #"{"type":"status","uptime":8.04,"capture":"unavailable","#
+            + reason + #""source":"","xruns":0,"windows":0,"gated_windows":0,"level_dbfs":-120.0,"gate_open":false,"classes":[],"gate_dbfs":-50.0,"watch":["baby_cry"],"active":[],"detections":0,"subscribers":1}"#
+        #expect(HearingTextFormat.status(line: down) == """
+            earshotd: capture unavailable, up 8.0 s
+            level: no audio (capture unavailable: cannot open capture device "nonsense": No such file or directory (retrying in 2 s))
+            hears: nothing (no audio arrives while capture is unavailable)
+            watching: baby_cry
+            windows: 0 (0 gated), detections: 0, xruns: 0, clients: 1
+            """)
+        let opening = down.replacingOccurrences(of: #""capture":"unavailable""#, with: #""capture":"opening""#)
+            .replacingOccurrences(of: reason, with: "")
+        #expect(HearingTextFormat.status(line: opening)?.split(separator: "\n").dropFirst().prefix(2).map(String.init) == [
+            "level: no audio (capture opening)", "hears: nothing (no audio arrives while capture is opening)",
+        ])
+    }
+
+    @Test("earshot status on a daemon whose capture device cannot be opened: no audio, and why, not a quiet room",
+          .needsEarshotdBuilt, .needsEarshotBuilt)
+    func captureUnavailable() throws {
+        let scratch = try DaemonScratch([])
+        defer { scratch.remove() }
+        let daemon = try DaemonProcess(["--config", scratch.config.path, "--device", "earshot_no_such_pcm"])
+        var status: [String: Any] = [:]
+        let down = TestWait.until(seconds: 30) {
+            status = (try? MQTTBrokerTests.status(socket: scratch.socket, timeout: 5)) ?? [:]
+            return status["capture"] as? String == "unavailable"
+        }
+        #expect(down, "\(status) \(daemon.errorText)")
+        let reason = try #require(status["capture_error"] as? String)
+        #expect(reason.hasPrefix("cannot open capture device \"earshot_no_such_pcm\""), "\(reason)")
+        let text = try #require(try EarshotCLI.run(["status", "--socket", scratch.socket], in: scratch.directory, timeout: 30))
+        #expect(text.status == 0, "\(text.standardError)")
+        #expect(text.outputLines.first?.hasPrefix("earshotd: capture unavailable, up ") == true, "\(text.outputLines)")
+        // The reason may name another retry delay by now; its start is the device's error.
+        #expect(text.outputLines.dropFirst().first?.hasPrefix("level: no audio (capture unavailable: cannot open capture device \"earshot_no_such_pcm\"") == true, "\(text.outputLines)")
+        #expect(text.outputLines.dropFirst(2).first == "hears: nothing (no audio arrives while capture is unavailable)")
+        daemon.process.terminate()
+        #expect(daemon.wait(seconds: 10) == 0, "\(daemon.errorText)")
     }
 
     @Test("a running daemon: listen lines per window with exact times and levels; the status reply shows the last window; earshot status and listen print them",

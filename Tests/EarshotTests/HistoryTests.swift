@@ -210,6 +210,49 @@ struct HistoryTests {
         }
     }
 
+    @Test("earshot history as a user who may read a root-owned WAL history but not write beside it: listed read-only; with the daemon's -wal there, the reader's advice (66)",
+          .needsEarshotBuilt, .enabled(if: getuid() == 0, "needs root, to read as the user nobody through setpriv"))
+    func readOnlyListing() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        chmod(scratch.directory.path, 0o755)  // root's directory: nobody may enter it, not create files in it
+        let path = scratch.database
+        let earshot = try #require(EarshotCLI.executable)
+        let asNobody = { () throws -> EarshotCLI.Outcome in
+            try EarshotCLI.runProcess(
+                URL(fileURLWithPath: "/usr/bin/setpriv"),
+                ["--reuid=65534", "--regid=65534", "--clear-groups", earshot.path, "history", "--db", path, "--format", "jsonl"],
+                timeout: 20)
+        }
+        let expected: [String]
+        do {
+            let writer = try EventHistory(path: path)  // the daemon's connection: WAL mode
+            try writer.insert([Self.event("snoring", 60, 12), Self.event("smoke_alarm", 120, 30)])
+            expected = try writer.events().map { HistoryListing.line(for: $0, format: .jsonl, timeZone: .current) }
+        }  // closed: SQLite checkpoints and removes the -wal and -shm files
+        chmod(path, 0o644)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.directory.path) == ["history.sqlite3"])
+        #expect(expected.count == 2)
+        let listed = try asNobody()
+        #expect(listed.status == 0, "\(listed.standardError)")
+        #expect(listed.outputLines == expected)
+        #expect(listed.standardError.isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.directory.path) == ["history.sqlite3"])
+
+        // The daemon has it open: its -wal and -shm (0600, root's) are needed to read the latest events.
+        let writer = try EventHistory(path: path)
+        try writer.insert(Self.event("baby_cry", 180, 5))
+        chmod(path + "-wal", 0o600)
+        chmod(path + "-shm", 0o600)
+        let refused = try asNobody()
+        #expect(refused.status == 66)
+        #expect(refused.standardOutput.isEmpty)
+        #expect(refused.errorLines == [
+            "earshot: event history \(path): cannot read: unable to open database file (earshotd has it open and this user may not read its \(path)-wal and -shm files; run as root or the daemon's user: sudo earshot history)",
+        ])
+        withExtendedLifetime(writer) {}
+    }
+
     @Test("the level meter measures an event over its windows and maps stream time to the wall clock")
     func levelMeter() {
         var meter = EventLevelMeter()

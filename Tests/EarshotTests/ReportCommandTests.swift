@@ -56,6 +56,24 @@ struct ReportCommandTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["bad.svg", "tone.wav"])
     }
 
+    @Test("--from-svg of a FIFO or a directory is refused at once as not a regular file, status 66 (as analyze), not a hang", .needsEarshotBuilt)
+    func fromSVGNotARegularFile() throws {
+        let directory = try Self.makeDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        #expect(mkfifo(directory.appendingPathComponent("pipe.svg").path, 0o600) == 0)
+        try FileManager.default.createDirectory(at: directory.appendingPathComponent("charts"), withIntermediateDirectories: false)
+        let cases: [(svg: String, line: String)] = [
+            ("pipe.svg", "earshot: cannot read pipe.svg: is a FIFO (named pipe), not a regular file (give the SVG file, such as a snore report's .svg)"),
+            ("charts", "earshot: cannot read charts: is a directory, not a regular file (give the SVG file, such as a snore report's .svg)"),
+        ]
+        for (svg, line) in cases {
+            let outcome = try #require(try EarshotCLI.run(["report", "--from-svg", svg, "--png", "x.png"], in: directory, timeout: 10))
+            #expect(outcome.status == 66, "\(svg)")
+            #expect(outcome.errorLines == [line], "\(svg)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("x.png").path))
+    }
+
     @Test("--png writes the --svg chart rendered at 2x (or --png-scale); --from-svg renders a written chart the same", .needsEarshotBuilt)
     func png() throws {
         let directory = try Self.makeDirectory()

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import RegexBuilder
 import Synchronization
 
 #if canImport(FoundationXML)
@@ -117,6 +118,67 @@ struct SleepDaemonTests {
             "snore-20260301-2200-3.svg", "snore-20260301-2200.json", "snore-20260301-2200.svg",
         ])
         #expect(published.withLock { $0 } == 3)
+    }
+
+    /// A real event socket in a directory anyone may enter (mode 0666, only root a control user) answering the sleep
+    /// commands with a real ``SleepService``, and a runner of `earshot sleep ARGUMENTS --socket` on it.
+    static func sleepSocket(_ body: (_ socket: String, _ reportDirectory: String,
+                                     _ run: ([String]) throws -> EarshotCLI.Outcome) throws -> Void) throws {
+        let directory = try TemporarySocketDirectory()
+        chmod(directory.path, 0o777)
+        let path = directory.file("e.sock")
+        var settings = DaemonConfiguration.Sleep()
+        settings.reportDirectory = directory.file("sleep")
+        let service = SleepService(analysisQueue: DispatchQueue(label: "test.analysis"), settings: settings,
+                                   timeZone: .current, publishReport: { _ in }, log: { _, _ in })
+        let server = try EventServer(
+            configuration: .init(path: path, mode: 0o666, clientQueueLimitBytes: 256 * 1024, maxClients: 64,
+                                 maxClientsPerUser: 16, stalledClientSeconds: 60, controlUsers: [0]),
+            status: SocketTestSupport.status)
+        defer { server.stop() }
+        server.register(commands: SleepService.commands) { command, _ in service.handle(command: command) }
+        try body(path, settings.reportDirectory) { arguments in
+            try #require(try EarshotCLI.run(["sleep"] + arguments + ["--socket", path],
+                                            in: URL(fileURLWithPath: directory.path), timeout: 20))
+        }
+    }
+
+    @Test("earshot sleep: stop with no session running exits 1 (the daemon answered); a user not in control_users exits 77 (permission), not 69", .needsEarshotBuilt)
+    func sleepCommandStatuses() throws {
+        try Self.sleepSocket { socket, _, run in
+            let stopWithout = try run(["stop"])
+            #expect(stopWithout.status == 1)
+            #expect(stopWithout.errorLines == ["earshot: no sleep session is running (start one with `earshot sleep start`)"])
+            #expect(stopWithout.standardOutput.isEmpty)
+
+            guard getuid() == 0, let earshot = EarshotCLI.executable else { return }  // setpriv needs root
+            let nobody = try EarshotCLI.runProcess(
+                URL(fileURLWithPath: "/usr/bin/setpriv"),
+                ["--reuid=65534", "--regid=65534", "--clear-groups", earshot.path, "sleep", "start", "--socket", socket],
+                timeout: 20)
+            #expect(nobody.status == 77)
+            #expect(nobody.errorLines == [
+                "earshot: sleep_start is refused: uid 65534 may not change the daemon's state (control users: uid 0; add the user to [output] control_users and restart earshotd)",
+            ])
+        }
+    }
+
+    @Test("earshot sleep stop after a session that heard no audio prints the daemon's message, not \"report: ? and ?\"", .needsEarshotBuilt)
+    func sleepStopWithoutAudio() throws {
+        try Self.sleepSocket { _, reportDirectory, run in
+            #expect(try run(["start"]).status == 0)
+            // No window reached the service: nothing was heard, no report was written, and the line says so.
+            let stopped = try run(["stop"])
+            #expect(stopped.status == 0)
+            #expect(stopped.standardError.isEmpty)
+            let time = #/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/#
+            let line = Regex {
+                "sleep session from "; time; " to "; time; " heard no audio: no report written"
+            }
+            #expect(stopped.outputLines.count == 1)
+            #expect(try stopped.outputLines.first.flatMap { try line.wholeMatch(in: $0) } != nil, "\(stopped.outputLines)")
+            #expect(!FileManager.default.fileExists(atPath: reportDirectory))
+        }
     }
 
     @Test("earshotd: sleep start, snoring from a real recording through ALSA capture, sleep stop writes the report and the history", .needsShared)

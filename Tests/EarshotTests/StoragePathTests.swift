@@ -56,6 +56,20 @@ struct StoragePathTests {
         }
     }
 
+    @Test("earshot history --db FIFO: refused at once as not a regular file, status 66 (as analyze), not a hang", .needsEarshotBuilt)
+    func historyDatabaseIsAFIFO() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let fifo = scratch.directory.appendingPathComponent("h.sqlite3").path
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let outcome = try #require(try EarshotCLI.run(["history", "--db", fifo], in: scratch.directory, timeout: 10))
+        #expect(outcome.status == 66)
+        #expect(outcome.standardOutput.isEmpty)
+        #expect(outcome.errorLines == [
+            "earshot: --db \(fifo): is a FIFO (named pipe), not a regular file (give the history database file, e.g. /var/lib/earshot/history.sqlite3)",
+        ])
+    }
+
     /// `earshotd --check-config` and a real start with `config` both print exactly `line` and exit 78 (the tests
     /// calling it need `.needsEarshotdBuilt`).
     static func expectRefused(config: String, socket: String, line: String) throws {

@@ -123,6 +123,8 @@ package final class EventHistory {
 
     /// The database file's path.
     package let path: String
+    /// How it was opened (decides the advice in errors: the daemon's, or the reader's).
+    package let access: Access
     /// The connection (internal so that tests can set pragmas such as `max_page_count`).
     package let database: SQLiteDatabase
 
@@ -137,6 +139,7 @@ package final class EventHistory {
     ///   full disk or another I/O failure.
     package init(path: String, access: Access = .readWrite, busyTimeoutMilliseconds: Int32 = 2000) throws(EarshotError) {
         self.path = path
+        self.access = access
         if PathKind(path: path) == .directory {
             throw EarshotError(
                 .cannotCreate,
@@ -148,8 +151,7 @@ package final class EventHistory {
                 "no event history at \(path) (earshotd writes it when [history] enabled = true; name another file with --db)")
         }
         do {
-            database = try SQLiteDatabase(path: path, mode: access == .readOnly ? .readOnly : .readWriteCreate)
-            try database.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+            database = try Self.open(path: path, access: access, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
             var version = 0
             try database.run("PRAGMA user_version") { version = Int($0.integer(0)) }
             if version > Self.schemaVersion {
@@ -197,11 +199,32 @@ package final class EventHistory {
                 }
             }
         } catch let error as SQLiteError {
-            throw Self.error(error, path: path, doing: access == .readOnly ? "cannot read" : "cannot open")
+            throw Self.error(error, path: path, doing: access == .readOnly ? "cannot read" : "cannot open", access: access)
         } catch let error as EarshotError {
             throw error
         } catch {
             throw EarshotError(.io, "\(path): cannot open the event history: \(error)")
+        }
+    }
+
+    /// The connection for `access`. Read only, a WAL database needs its `-shm` index, which SQLite creates beside
+    /// the file when no connection has it open: a user who may read the file but not write its directory (a root
+    /// daemon's 0644 history) gets "attempt to write a readonly database". With no `-wal` file beside it no writer
+    /// has it open, so it is read as an immutable file instead; with one, the reader needs its `-wal` and `-shm`.
+    private static func open(path: String, access: Access, busyTimeoutMilliseconds: Int32) throws(SQLiteError) -> SQLiteDatabase {
+        guard access == .readOnly else {
+            let database = try SQLiteDatabase(path: path, mode: .readWriteCreate)
+            try database.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+            return database
+        }
+        let database = try SQLiteDatabase(path: path, mode: .readOnly)
+        try database.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+        do throws(SQLiteError) {
+            try database.run("PRAGMA schema_version")  // reads the header and, in WAL mode, opens the -shm index
+            return database
+        } catch {
+            guard error.isReadOnly || error.isCannotOpen, PathKind(path: path + "-wal") == .missing else { throw error }
+            return try SQLiteDatabase(path: path, mode: .readOnlyImmutable)
         }
     }
 
@@ -287,7 +310,7 @@ package final class EventHistory {
                 events.append(event)
             }
         } catch {
-            throw Self.error(error, path: path, doing: "cannot read")
+            throw Self.error(error, path: path, doing: "cannot read", access: access)
         }
         return events
     }
@@ -304,9 +327,18 @@ package final class EventHistory {
         }
     }
 
-    /// The one-line error for a failed SQLite call on `path`, with the fix.
-    package static func error(_ error: SQLiteError, path: String, doing: String) -> EarshotError {
+    /// The one-line error for a failed SQLite call on `path`, with the fix: the daemon's (`.readWrite`), or for
+    /// `.readOnly` a reader's (`earshot history`), who cannot change the daemon's files.
+    package static func error(_ error: SQLiteError, path: String, doing: String, access: Access = .readWrite) -> EarshotError {
         let what = "event history \(path): \(doing): \(error.message)"
+        if access == .readOnly, error.isReadOnly || error.isCannotOpen {
+            // With a -wal beside it (earshotd has it open) the reader needs its -wal and -shm files, which the
+            // daemon's user owns; or the database itself is not readable for this user.
+            let fix = PathKind(path: path + "-wal") == .missing
+                ? "this user may not read it; run as root or the daemon's user: sudo earshot history"
+                : "earshotd has it open and this user may not read its \(path)-wal and -shm files; run as root or the daemon's user: sudo earshot history"
+            return EarshotError(.noInput, "\(what) (\(fix))", cause: error.message)
+        }
         if error.isLocked {
             return EarshotError(.unavailable, "\(what) (another process holds a lock on it; close that program or wait)",
                                 cause: error.message)

@@ -26,6 +26,12 @@ package final class SQLiteDatabase {
         case readWriteCreate
         /// Read only; the file must exist.
         case readOnly
+        /// Read only, as a file nothing else writes (SQLite's `immutable=1` URI parameter): no locks and no `-shm`
+        /// index, so that a user who may read the file but not create files beside it can read a WAL database that
+        /// no connection has open (a WAL database otherwise needs its `-shm` file even to be read).
+        /// - Important: Changes another process makes while it is open are not seen, or seen half-made: only for a
+        ///   file with no `-wal` beside it (no writer has it open).
+        case readOnlyImmutable
     }
 
     /// Opens `path`.
@@ -42,10 +48,26 @@ package final class SQLiteDatabase {
             // gives its -wal and -shm files the database's mode. A failure here (no directory) is SQLite's to report.
             let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if descriptor >= 0 { close(descriptor) }
-        case .readOnly: flags |= SQLITE_OPEN_READONLY
+        case .readOnly, .readOnlyImmutable: flags |= SQLITE_OPEN_READONLY
+        }
+        var name = path
+        if mode == .readOnlyImmutable {
+            // A URI filename: '%', '?' and '#' in the path are escaped; "file://" + an absolute path keeps a path
+            // that starts with "//" from being read as an authority.
+            flags |= SQLITE_OPEN_URI
+            var escaped = ""
+            for character in path.unicodeScalars {
+                switch character {
+                case "%": escaped += "%25"
+                case "?": escaped += "%3f"
+                case "#": escaped += "%23"
+                default: escaped.unicodeScalars.append(character)
+                }
+            }
+            name = (path.hasPrefix("/") ? "file://" : "file:") + escaped + "?immutable=1"
         }
         var pointer: OpaquePointer?
-        let code = sqlite3_open_v2(path, &pointer, flags, nil)
+        let code = sqlite3_open_v2(name, &pointer, flags, nil)
         guard code == SQLITE_OK, let pointer else {
             let message = pointer.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
             if let pointer { sqlite3_close_v2(pointer) }

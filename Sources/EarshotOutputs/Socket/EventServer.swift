@@ -193,9 +193,9 @@ package final class EventServer: @unchecked Sendable {
     ///
     /// A socket file left at `path` by a daemon that is gone (nothing accepts connections on it) is removed first.
     ///
-    /// - Throws: `EarshotError(.config)` for an empty or too long path; `.unavailable` when another process is
+    /// - Throws: `EarshotError(.config)` for an empty or too long path; `.cannotCreate` when another process is
     ///   listening on `path` (`cannot listen on PATH: another process is already listening there (is earshotd
-    ///   already running? stop it or choose another --socket)`); `.cannotCreate` when `path` exists and is not a
+    ///   already running? stop it or choose another --socket)`), when `path` exists and is not a
     ///   socket, or its directory is missing or not writable, or another program creates `path` while the socket
     ///   starts; `.system` when socket(2), listen(2), chmod(2), chown(2) or naming the socket fails.
     package init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
@@ -499,7 +499,7 @@ package final class EventServer: @unchecked Sendable {
             }
         }
         if clients.count >= configuration.maxClients {
-            return "too many subscribers (\(configuration.maxClients) connected); try again later"
+            return "too many subscribers (\(configuration.maxClients) connected, at most \(configuration.maxClients)); try again later, or raise [output] max_clients"
         }
         return nil
     }
@@ -716,6 +716,11 @@ package final class EventServer: @unchecked Sendable {
         ["type": "error", "message": .string(message)]
     }
 
+    /// The words of the error reply to a state-changing command from a user not in `controlUsers`
+    /// (`sleep_start is refused: uid 1000 may not change the daemon's state (...)`), by which clients tell a
+    /// permission refusal from other errors.
+    package static let controlRefusal = "may not change the daemon's state"
+
     package static let requestHint = "send {\"subscribe\":[\"group\",...]} or {\"status\":true}"
 
     private func handleRequest(_ request: EventRequest, from client: Client) {
@@ -738,7 +743,7 @@ package final class EventServer: @unchecked Sendable {
         case .command(let name, let group):
             if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
                 let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
-                reply(Self.error("\(name) is refused: uid \(client.uid) may not change the daemon's state (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
+                reply(Self.error("\(name) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
                 return
             }
             if let commandHandler { reply(commandHandler(name, group), to: client) }
@@ -805,8 +810,9 @@ package final class EventServer: @unchecked Sendable {
         SocketCall.close(probe)
         switch result {
         case 0, EAGAIN, EINPROGRESS:
+            // 73 (EX_CANTCREAT), as earshotd --help says for a socket that cannot be created; 69 is the device's.
             throw EarshotError(
-                .unavailable,
+                .cannotCreate,
                 "cannot listen on \(path): another process is already listening there (is earshotd already running? stop it or choose another --socket)")
         case ECONNREFUSED:
             if unlink(path) != 0, errno != ENOENT {

@@ -22,7 +22,7 @@ extension DaemonConfiguration {
     ///   the daemon would exit with at start: 66 when the file is missing or unreadable, 65 when it is not usable
     ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
     ///   those of ``checkStoragePaths()`` (78) and of ``loadSnoreHead()`` (a `[sleep] model` that is not a head
-    ///   with label `snoring`); with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
+    ///   with label `snoring`); those of ``checkFallbackInput(_:)`` for `--fallback-input`; with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
     ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
     ///   `; the MQTT broker HOST:PORT accepted the connection`. Without `--config` and with no file at
     ///   ``defaultPath``, the line ends `; no /etc/earshot/earshotd.conf, so the built-in defaults`.
@@ -34,6 +34,7 @@ extension DaemonConfiguration {
         try configuration.checkStoragePaths()
         _ = try configuration.loadSnoreHead()  // `[sleep] model` loads as at start (a head with label snoring)
         try configuration.checkInputFile()
+        if let fallback = commandLine.fallbackInput { try checkFallbackInput(fallback) }
         let broker = configuration.mqtt.enabled
             ? "; the MQTT broker \(try configuration.checkMQTTBroker()) accepted the connection" : ""
         // Without --config a missing default file is not an error (the built-in defaults apply): say which.
@@ -55,6 +56,20 @@ extension DaemonConfiguration {
             let origin = locations["capture.input"]
             let prefix = origin == "--input" ? "--input" : origin.map { "\($0): [capture] input" } ?? "[capture] input"
             throw EarshotError(error.code, "\(prefix): \(error.message)", cause: error.cause)
+        }
+    }
+
+    /// Opens the `--fallback-input FILE` and reads its header as ``checkInputFile()`` does for `--input`: the
+    /// daemon streams it when the capture device cannot be opened at start, so a missing file, a directory or one
+    /// that is not audio would otherwise only show when the device fails.
+    ///
+    /// - Throws: the decoder's ``EarshotError`` (its code kept: `.noInput` 66, `.data` 65), its message after
+    ///   `--fallback-input: `, e.g. `--fallback-input: /srv/a.wav: no such file (check the path)`.
+    package static func checkFallbackInput(_ path: String) throws(EarshotError) {
+        do {
+            _ = try AudioFileDecoder(url: URL(fileURLWithPath: path))
+        } catch {
+            throw EarshotError(error.code, "--fallback-input: \(error.message)", cause: error.cause)
         }
     }
 

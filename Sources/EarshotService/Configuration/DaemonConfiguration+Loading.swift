@@ -486,7 +486,11 @@ extension DaemonConfiguration {
         let names = groupNames
         for name in detection.watch where !names.contains(name) {
             let guess = NameSuggestion.likelyTypo(of: name, among: names).map { "did you mean \($0)? " } ?? ""
-            return "\"\(name)\" is not a group (\(guess)groups: \(names.joined(separator: ", ")); a new group needs a [group.\(name)] section with classes and threshold)"
+            // Only a valid name may be offered as a new section: [group.BABY_CRY] would itself be refused.
+            let newGroup = SettingRules.isValidGroupName(name)
+                ? "a new group needs a [group.\(name)] section with classes and threshold"
+                : "a group name is 1 to 64 lowercase letters, digits and _"
+            return "\"\(name)\" is not a group (\(guess)groups: \(names.joined(separator: ", ")); \(newGroup))"
         }
         return nil
     }

@@ -41,8 +41,8 @@ package enum INIProblem: Equatable, Sendable {
 }
 
 /// The entries of an INI text, read with libinih (Debian's build: `;` and `#` start comment lines, ` ;` starts an
-/// inline comment while `#` after a value is kept, indented lines continue the previous value, lines up to 200
-/// bytes including the line end; checked by `ConfigTests`).
+/// inline comment while `#` after a value is kept, indented lines continue the previous value; its 200-byte line
+/// buffer holds a line of at most 198 bytes, not counting the line end, "\n" or "\r\n"; checked by `ConfigTests`).
 ///
 /// libinih reads through a reader callback fed from memory so that line numbers are known for every entry and
 /// over-long lines are reported instead of being split into two lines.
@@ -100,20 +100,23 @@ private final class INIParseContext {
         return String(decoding: slice, as: UTF8.self)
     }
 
-    /// fgets-style: copies the next whole line into `buffer` (at most `capacity - 1` bytes and a NUL). A line that
-    /// does not fit is cut, recorded as `.tooLong`, and its rest skipped, so that line numbers stay right.
+    /// fgets-style: copies the next whole line into `buffer`: its text without the line end, then "\n" and a NUL,
+    /// so a line of at most `capacity - 2` bytes fits whether it ended in "\n" or "\r\n" (libinih strips trailing
+    /// white space either way). A line that does not fit is cut, recorded as `.tooLong`, and its rest skipped, so
+    /// that line numbers stay right.
     func readLine(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> UnsafeMutablePointer<CChar>? {
         guard nextLine < lineRanges.count, capacity >= 2 else { return nil }
         let range = lineRanges[nextLine]
         nextLine += 1
         currentLine = nextLine
-        var count = range.count
-        if count > capacity - 1 {
-            if overlong == nil {
-                // libinih needs room for the text, "\r\n" and the NUL.
-                overlong = .tooLong(line: currentLine, limitBytes: capacity - 3)
-            }
-            count = capacity - 1
+        var end = range.upperBound
+        if end > range.lowerBound, bytes[end - 1] == UInt8(ascii: "\n") { end -= 1 }
+        if end > range.lowerBound, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        var count = end - range.lowerBound
+        let limit = capacity - 2  // room for "\n" and the NUL
+        if count > limit {
+            if overlong == nil { overlong = .tooLong(line: currentLine, limitBytes: limit) }
+            count = limit
         }
         bytes.withUnsafeBufferPointer { source in
             guard let base = source.baseAddress else { return }
@@ -121,7 +124,8 @@ private final class INIParseContext {
         }
         // A NUL inside the line would end it early for libinih; the rest of that line is then not seen, which is
         // what a C string reader does anyway.
-        buffer[count] = 0
+        buffer[count] = CChar(UInt8(ascii: "\n"))
+        buffer[count + 1] = 0
         return buffer
     }
 

@@ -102,6 +102,8 @@ package final class EarshotDaemon: @unchecked Sendable {
 
     struct StatusSnapshot {
         var capture = "opening"
+        /// Why capture is unavailable (the error and the retry), while it is; the status reply's `capture_error`.
+        var captureError: String?
         var source = ""
         var windows = 0
         var gatedWindows = 0
@@ -122,7 +124,7 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Loads the configuration and the model, checks the groups, and opens the socket.
     /// - Throws: `EarshotError` `.config` (bad file or class names, a `[history] path` or `[clips] directory` of
     ///   the wrong kind: ``DaemonConfiguration/checkStoragePaths()``), `.noInput` (model files missing), `.system` or
-    ///   `.unavailable` (the socket cannot be created, another daemon listens on it).
+    ///   `.cannotCreate` (the socket cannot be created, another daemon listens on it).
     package init(commandLine: DaemonCommandLine) throws(EarshotError) {
         self.commandLine = commandLine
         var loaded = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
@@ -248,9 +250,16 @@ package final class EarshotDaemon: @unchecked Sendable {
         if let path = configuration.sleep.modelPath {
             journal.log("the snore detector adds the snoring probability of \(path) to its evidence")
         }
-        if clipSettings.enabled {
+        if clipSettings.enabled, let clipWriter {
             let groups = clipSettings.groups.isEmpty ? "every group" : clipSettings.groups.joined(separator: ", ")
-            journal.log("saving clips of \(groups) to \(clipSettings.directory): \(SettingRules.format(clipSettings.preSeconds)) s before each event to \(SettingRules.format(clipSettings.postSeconds)) s after its end, keeping at most \(clipSettings.maxClips) for \(clipSettings.retentionDays) days")
+            // The writer's start-up probe (can the directory be made and written?) has run: a failing one has sent
+            // clips_unavailable, and this line must not then claim that clips are being saved.
+            clipWriter.flush()
+            if clipWriter.statistics.failing {
+                journal.log("not saving clips of \(groups) for now: \(clipSettings.directory) cannot be written (see clips_unavailable); each clip is tried again when it is due")
+            } else {
+                journal.log("saving clips of \(groups) to \(clipSettings.directory): \(SettingRules.format(clipSettings.preSeconds)) s before each event to \(SettingRules.format(clipSettings.postSeconds)) s after its end, keeping at most \(clipSettings.maxClips) for \(clipSettings.retentionDays) days")
+            }
         }
     }
 
@@ -335,7 +344,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             break
         case .running(let name, let format):
             if capture.input == nil, !usingFallback.load(ordering: .relaxed) { deviceHasWorked.store(true, ordering: .relaxed) }
-            status.withLock { $0.capture = "live"; $0.source = "\(name) (\(format))" }
+            status.withLock { $0.capture = "live"; $0.captureError = nil; $0.source = "\(name) (\(format))" }
             router.route(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
                                              details: ["source": .string(name)])))
         case .unavailable(let error) where capture.input != nil || usingFallback.load(ordering: .relaxed):
@@ -347,7 +356,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         case .unavailable(let error):
             let retry = supervisor.nextRetryDelay.map { " (retrying in \(Int($0.rounded())) s)" } ?? ""
             let alreadySaid = status.withLock { status -> Bool in
-                defer { status.capture = "unavailable" }
+                defer { status.capture = "unavailable"; status.captureError = error.message + retry }
                 return status.capture == "unavailable"
             }
             if alreadySaid {
@@ -422,6 +431,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "models": .array(snapshot.models.map { .object(["name": .string($0.name), "path": .string($0.path)]) }),
             "muted": .array(mutes.muted.sorted().map { .string($0) }),
         ]
+        if let captureError = snapshot.captureError { object["capture_error"] = .string(captureError) }
         object.merge(mqttStatus)
         object.merge(notifyStatus)
         return object

@@ -138,12 +138,15 @@ package final class SleepService: @unchecked Sendable {
         return ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
     }
 
+    /// The error reply's message to `sleep_stop` when no session runs.
+    package static let notRunning = "no sleep session is running (start one with `earshot sleep start`)"
+
     /// Stops the running session, publishes the report, and writes the report files
     /// (analysis queue; the files are written on the report queue).
     @discardableResult
     package func stop(at date: Date) -> JSONObject {
         guard var running = session else {
-            return ["type": "error", "message": "no sleep session is running (start one with `earshot sleep start`)"]
+            return ["type": "error", "message": .string(Self.notRunning)]
         }
         session = nil
         if startedBySchedule, settings.schedule?.contains(date, timeZone: zone(at: date)) == true { scheduleSkipped = true }

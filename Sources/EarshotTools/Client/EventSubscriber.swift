@@ -36,7 +36,8 @@ package final class EventSubscriber {
         package var description: String { message }
 
         /// The error for `errnoValue` from connecting to `path`. For EACCES/EPERM, `ownerGroup` is the group that
-        /// owns the socket (the hint names it); nil looks it up from the file (or its directory).
+        /// owns the socket (the hint names it; for `root` it advises sudo or `[output] socket_mode`, never joining
+        /// group root); nil looks it up from the file (or its directory).
         package init(path: String, errnoValue: Int32, ownerGroup: String? = nil) {
             self.path = path
             self.errnoValue = errnoValue
@@ -44,7 +45,12 @@ package final class EventSubscriber {
             let hint: String
             switch errnoValue {
             case EACCES, EPERM:
-                if let group = ownerGroup ?? Self.owningGroup(of: path) {
+                let group = ownerGroup ?? Self.owningGroup(of: path)
+                if group == "root" {
+                    // A daemon run as root makes its socket root's; joining group root (gid 0) would hand out far
+                    // more than the socket.
+                    hint = "the socket's group is root, which no user should join: use sudo, or let every local user connect with [output] socket_mode = 0666 and restart earshotd"
+                } else if let group {
                     hint = "join the group \"\(group)\" that owns the socket: sudo usermod -aG \(group) $USER, then log in again"
                 } else {
                     hint = "join the group that owns the socket, then log in again"

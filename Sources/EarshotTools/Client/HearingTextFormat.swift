@@ -29,14 +29,19 @@ package enum HearingTextFormat {
         let gateOpen = object["gate_open"]?.boolValue == true
         let gate = decibels(object["gate_dbfs"])
         let active = list("active")
-        var lines = [
-            "earshotd: capture \(text("capture"))\(from), up \(uptime) s",
-            "level: \(decibels(object["level_dbfs"])) dBFS, gate \(gateOpen ? "open" : "closed") (gate \(gate) dBFS)",
-        ]
+        var lines = ["earshotd: capture \(text("capture"))\(from), up \(uptime) s"]
         let classes = classList(object["classes"])
-        if gateOpen {
+        let capture = object["capture"]?.stringValue
+        if let capture, capture != "live" {
+            // No audio arrives: the last level (-120 dBFS before any window) would describe a quiet room.
+            let reason = object["capture_error"]?.stringValue.map { ": \($0)" } ?? ""
+            lines.append("level: no audio (capture \(capture)\(reason))")
+            lines.append("hears: nothing (no audio arrives while capture is \(capture))")
+        } else if gateOpen {
+            lines.append("level: \(decibels(object["level_dbfs"])) dBFS, gate open (gate \(gate) dBFS)")
             lines.append("hears: \(classes.isEmpty ? "(no classes)" : classes)")
         } else {
+            lines.append("level: \(decibels(object["level_dbfs"])) dBFS, gate closed (gate \(gate) dBFS)")
             lines.append("hears: nothing classified (the level is below the gate)")
         }
         lines.append("watching: \(list("watch").joined(separator: ", "))\(active.isEmpty ? "" : "; active: \(active.joined(separator: ", "))")")

@@ -58,6 +58,7 @@ package struct HistoryListing: Sendable, Equatable {
     /// Opens the event history to list: ``databasePath``, read only.
     /// - Throws: `EarshotError(.usage)` when the path is a directory, naming it and the fix, e.g.
     ///   `--db /tmp/x is a directory: give the history database file (e.g. /var/lib/earshot/history.sqlite3)`;
+    ///   `.noInput` when it is a FIFO, device or socket (`--db f: is a FIFO (named pipe), not a regular file (...)`);
     ///   otherwise the errors of ``EventHistory/init(path:access:busyTimeoutMilliseconds:)`` (66 no file, 65 not
     ///   a history, 69 locked).
     package func openHistory() throws(EarshotError) -> EventHistory {
@@ -66,6 +67,13 @@ package struct HistoryListing: Sendable, Equatable {
                 ? "\(databasePath) is a directory: name the history database file with --db"
                 : "--db \(databasePath) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
             throw EarshotError(.usage, fix)
+        }
+        // SQLite's open(2) of a FIFO would wait for a writer forever (and a device is no database either).
+        let kind = PathKind(path: databasePath)
+        if kind != .missing, kind != .regularFile {
+            throw EarshotError(
+                .noInput,
+                "--db \(databasePath): is \(kind.phrase), not a regular file (give the history database file, e.g. \(EventHistory.defaultPath))")
         }
         return try EventHistory(path: databasePath, access: .readOnly)
     }

@@ -183,19 +183,13 @@ package enum AlarmEvaluation {
     /// The labelled recordings of a `MANIFEST.tsv` (columns path, source, license, label, ...; paths relative to
     /// the manifest's folder). `smoke_alarm_t3` files must give `smoke_alarm` (a target); other `smoke_alarm*`
     /// labels are reported only; every other label is a negative.
-    /// - Throws: `EarshotError(.noInput)` when the manifest cannot be read. Files that fail to decode are skipped
-    ///   and listed in `skipped`.
+    /// - Throws: as ``Manifest/read(_:)`` (`.noInput` cannot be read, `.data` not a manifest). Files that fail to
+    ///   decode are skipped and listed in `skipped`.
     package static func manifestCases(manifest: URL, skipped: inout [String]) throws(EarshotError) -> [Case] {
-        let text: String
-        do {
-            text = try String(contentsOf: manifest, encoding: .utf8)
-        } catch {
-            throw EarshotError(.noInput, "cannot read the manifest \(manifest.path) (check the path)", cause: "\(error)")
-        }
+        let rows = try Manifest.read(manifest).rows
         let root = manifest.deletingLastPathComponent()
         var cases: [Case] = []
-        for line in text.split(separator: "\n").dropFirst() {
-            let columns = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+        for columns in rows {
             guard columns.count >= 4 else { continue }
             let path = columns[0], label = columns[3]
             let url = root.appendingPathComponent(path)

@@ -48,19 +48,12 @@ package enum GroupEvaluation {
 
     /// Reads a MANIFEST.tsv: path, source, license, label, ... and, when present, `group` (`-` for none) and
     /// `onset` columns (as `scripts/make-detection-set` writes them).
-    /// - Throws: `EarshotError(.noInput)` when it cannot be read.
+    /// - Throws: as ``Manifest/read(_:)``: `.noInput` when it cannot be read, `.data` when it is not a manifest.
     package static func items(manifest: URL) throws(EarshotError) -> [Item] {
-        let text: String
-        do {
-            text = try String(contentsOf: manifest, encoding: .utf8)
-        } catch {
-            throw EarshotError(.noInput, "cannot read the manifest \(manifest.path) (check the path)", cause: "\(error)")
-        }
-        let lines = text.split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
-        guard let header = lines.first else { return [] }
+        let (header, rows) = try Manifest.read(manifest)
         let groupColumn = header.firstIndex(of: "group"), onsetColumn = header.firstIndex(of: "onset")
         let root = manifest.deletingLastPathComponent()
-        return lines.dropFirst().compactMap { columns in
+        return rows.compactMap { columns in
             guard columns.count >= 4 else { return nil }
             var group = group(forLabel: columns[3])
             if let groupColumn, groupColumn < columns.count { group = columns[groupColumn] == "-" ? nil : columns[groupColumn] }

@@ -9,17 +9,11 @@ import EarshotDetection
 package enum ShatterProbe {
     /// The files of a MANIFEST.tsv (first column, relative to it) whose path or label (fourth column) contains
     /// `only` (every file when nil), as (path as listed, URL).
-    /// - Throws: `.noInput` when the manifest cannot be read.
+    /// - Throws: as ``Manifest/read(_:)`` (`.noInput` cannot be read, `.data` not a manifest).
     package static func files(manifest: URL, only: String?) throws(EarshotError) -> [(String, URL)] {
-        let text: String
-        do {
-            text = try String(contentsOf: manifest, encoding: .utf8)
-        } catch {
-            throw EarshotError(.noInput, "cannot read the manifest \(manifest.path) (check the path)", cause: "\(error)")
-        }
+        let rows = try Manifest.read(manifest).rows
         let root = manifest.deletingLastPathComponent()
-        return text.split(separator: "\n").dropFirst().compactMap { line in
-            let columns = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+        return rows.compactMap { columns in
             guard columns.count >= 4 else { return nil }
             if let only, !columns[0].contains(only) && !columns[3].contains(only) { return nil }
             return (columns[0], root.appendingPathComponent(columns[0]))
