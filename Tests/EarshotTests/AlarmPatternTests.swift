@@ -188,14 +188,16 @@ struct AlarmPatternTests {
     }
 
     /// Three T4 bursts 5.9 s apart at 3315 Hz, each made of `burst` (offset from the burst's start in s, length
-    /// first to last frame in s, peak dBFS), handed to a matcher as finished segments in time order; its T4 matches.
-    private func t4Matches(_ burst: [(offset: Double, length: Double, peak: Double)]) -> [PatternMatch] {
+    /// first to last frame in s, peak dBFS), every tone `snr` dB above its noise floor (the tuning cases: 49-86),
+    /// handed to a matcher as finished segments in time order; its T4 matches.
+    private func t4Matches(_ burst: [(offset: Double, length: Double, peak: Double)], snr: Double = 60) -> [PatternMatch] {
         var matcher = AlarmPatternMatcher()
         var matches: [PatternMatch] = []
         for start in [5.1, 11.0, 16.9] {
             for piece in burst {
                 let segment = ToneSegment(start: start + piece.offset, end: start + piece.offset + piece.length,
-                                          frequencyHz: 3315, levelDBFS: piece.peak - 4, peakLevelDBFS: piece.peak)
+                                          frequencyHz: 3315, levelDBFS: piece.peak - 4, peakLevelDBFS: piece.peak,
+                                          peakSNRDB: snr)
                 matches += matcher.add(segment, now: segment.end + 0.03)
                 matches += matcher.advance(to: segment.end + 0.03)
             }
@@ -215,6 +217,9 @@ struct AlarmPatternTests {
         let joined = try #require(t4Matches(split(gap: 0.03)).first)
         #expect(abs(joined.cycleStart - 5.1) < 1e-9)
         #expect(abs(joined.frequencyHz - 3315) < 1e-9)
+        #expect(joined.repaired)
+        // Tones under 20 dB above their floor are not repaired: noise shapes them.
+        #expect(t4Matches(split(gap: 0.03), snr: 19).isEmpty)
         // Three frames missing between the pieces is two tones: five tones on no grid.
         #expect(t4Matches(split(gap: 0.04)).isEmpty)
 

@@ -566,13 +566,15 @@ package final class AlarmDetector {
         return abs(frequencyHz - expected) <= configuration.continuationTolerance * expected
     }
 
-    /// Whether a T4 match is the beeps of an open T3 smoke event falling into T4's grid once: its tone is the
-    /// sounder's, it is the first cycle of its T4 run (two bursts) and no `co_alarm` is open. A long T3 alarm
-    /// whose cycles grow irregular, heard in speech, did that 58-110 s in (tuning: tune23, tune25 and the tuning
-    /// twin `t3_irregular_2`); a real T4 from the same sounder repeats every 5.7 s and is a `co_alarm` at its
-    /// next cycle.
+    /// Whether a T4 match is the beeps of an open T3 smoke event falling into T4's grid: its tone is the
+    /// sounder's, no `co_alarm` is open, and it is the first cycle of its T4 run (two bursts) or a cycle whose bursts
+    /// fit the grid only once repaired (``PatternMatch/repaired``). A long T3 alarm whose cycles grow irregular,
+    /// heard in speech, did that once 58-110 s in (tuning: tune23, tune25 and the tuning twin `t3_irregular_2`), and
+    /// with the repairs twice in a row (validation seeds 71 and 75: an irregular T3 in speech, a T3 through an Opus
+    /// phone call); a real T4 from the same sounder repeats every 5.7 s and is a `co_alarm` at its next cycle whose
+    /// bursts fit as they are, or once the smoke event ends.
     private func isSmokeSounderInT4Grid(_ match: PatternMatch) -> Bool {
-        guard co == nil, let active = smoke, active.pattern == .t3, match.count <= 1 else { return false }
+        guard co == nil, let active = smoke, active.pattern == .t3, match.count <= 1 || match.repaired else { return false }
         return isSounder(match.frequencyHz, of: active)
     }
 

@@ -34,6 +34,9 @@ package struct PatternMatch: Sendable, Equatable {
     /// Stream time (s) the tone that closed the cycle's long pause started (T3: the next cycle's first beep; T4: the
     /// second burst's first beep); nil for a chirp.
     package var closingToneStart: Double?
+    /// For T4: whether either burst of the cycle fit the grid only once repaired (a split beep joined, a tail or an
+    /// echo dropped, a lengthened beep cut back; see `AlarmPatternMatcher.t4PieceGapSeconds`); false otherwise.
+    package var repaired = false
 }
 
 /// Recognises T3 and T4 cycles and low-battery chirps in the tone segments of a ``ToneTracker``.
@@ -106,7 +109,7 @@ package struct AlarmPatternMatcher: Sendable {
     private var shortNextOnsets: [(start: Double, frequencyHz: Double)] = []
     private var t3Run: (count: Int, last: Double, frequencyHz: Double)?
     private var pendingBursts: [Burst] = []
-    private var t4Bursts: [(burst: Burst, run: Int, complete: Bool)] = []
+    private var t4Bursts: [(burst: Burst, run: Int, complete: Bool, repaired: Bool)] = []
     private var chirpCandidates: [ToneSegment] = []
     private var recentChirps: [(tone: ToneSegment, count: Int, interval: Double?)] = []
 
@@ -493,6 +496,12 @@ package struct AlarmPatternMatcher: Sendable {
     /// 0.02 s apart (brown noise at 0 dB in a room, seed 43, `t4_4`), which left five tones that fit no grid.
     static let t4PieceGapSeconds = 0.032
 
+    /// dB every tone of a burst must rise above its noise floor (``ToneSegment/peakSNRDB``) for the burst to be
+    /// repaired: a room damages a sounder's beeps, which stand 40-70 dB above their floor in the tuning cases, while
+    /// tones 3-6 dB above the floor are shaped by the noise itself (validation seed 75: a 942 Hz product of an Opus
+    /// phone call, 4-6 dB above its floor in a T3's pauses, fell into T4's grid once repaired).
+    static let t4RepairMinimumSNRDB = 20.0
+
     /// A piece that trails a longer beep of the burst is taken for the beep's decay in a room, not a beep, when it
     /// lasts at most `seconds` (first to last frame; a T4 beep is 0.1 s, about 0.09 s first to last frame when
     /// clean), starts at most `gap` after the beep ends (four hops, with a fifth of a hop for rounding) and peaks
@@ -592,7 +601,8 @@ package struct AlarmPatternMatcher: Sendable {
         // and a last echo 6 dB below the median beep, with the beeps a tail lengthened cut back (``t4LongTail``).
         // Tuning seed 37, `t4_2`: every beep in two pieces 0.03 s apart, and an echo 7.5 dB down.
         var slots = heard.interrupted ? 0 : Self.t4Slots(burst.tones)
-        if slots < 4, !heard.interrupted {
+        let unrepaired = slots
+        if slots < 4, !heard.interrupted, burst.tones.allSatisfy({ $0.peakSNRDB >= Self.t4RepairMinimumSNRDB }) {
             func cleaned(_ tones: [ToneSegment]) -> [ToneSegment] {
                 Self.trimmedTails(Self.withoutEcho(Self.withoutTails(tones)))
             }
@@ -603,6 +613,7 @@ package struct AlarmPatternMatcher: Sendable {
         }
         let complete = slots == 4
         let isT4 = slots >= 3
+        let repaired = slots > unrepaired
         // T4 bursts are remembered per frequency (a square wave's harmonics, or two alarms, make bursts of their own).
         t4Bursts.removeAll { time - $0.burst.start > 10 }
         // A burst of this frequency that is not T4, and about as loud as a remembered T4 burst, breaks its run
@@ -621,12 +632,13 @@ package struct AlarmPatternMatcher: Sendable {
                 && (complete || $0.complete)
         }
         let run = (previous?.run ?? 0) + 1
-        t4Bursts.append((burst, run, complete))
+        t4Bursts.append((burst, run, complete, repaired))
         guard let previous else { return nil }
         let levels = burst.tones.map(\.levelDBFS)
         return PatternMatch(
             pattern: .t4, cycleStart: previous.burst.start, decisionTime: time, frequencyHz: burst.frequencyHz,
             levelDBFS: levels.reduce(0, +) / Double(levels.count), count: run - 1, intervalSeconds: 0,
-            beeps: previous.burst.tones.map { $0.start...$0.end }, closingToneStart: burst.start)
+            beeps: previous.burst.tones.map { $0.start...$0.end }, closingToneStart: burst.start,
+            repaired: repaired || previous.repaired)
     }
 }
