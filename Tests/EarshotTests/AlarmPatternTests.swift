@@ -191,18 +191,25 @@ struct AlarmPatternTests {
     /// first to last frame in s, peak dBFS), every tone `snr` dB above its noise floor (the tuning cases: 49-86),
     /// handed to a matcher as finished segments in time order; its T4 matches.
     private func t4Matches(_ burst: [(offset: Double, length: Double, peak: Double)], snr: Double = 60) -> [PatternMatch] {
+        t4Matches([5.1, 11.0, 16.9].map { start in (start, burst.map { ($0.offset, $0.length, $0.peak, snr) }) })
+    }
+
+    /// The T4 matches of `bursts` (each: its start, s, and its tones: offset and length in s, peak dBFS, dB above
+    /// the noise floor) at 3315 Hz, handed to a matcher as finished segments in time order.
+    private func t4Matches(_ bursts: [(start: Double, tones: [(offset: Double, length: Double, peak: Double, snr: Double)])],
+                           frequencyHz: Double = 3315) -> [PatternMatch] {
         var matcher = AlarmPatternMatcher()
         var matches: [PatternMatch] = []
-        for start in [5.1, 11.0, 16.9] {
-            for piece in burst {
-                let segment = ToneSegment(start: start + piece.offset, end: start + piece.offset + piece.length,
-                                          frequencyHz: 3315, levelDBFS: piece.peak - 4, peakLevelDBFS: piece.peak,
-                                          peakSNRDB: snr)
+        for burst in bursts {
+            for piece in burst.tones {
+                let segment = ToneSegment(
+                    start: burst.start + piece.offset, end: burst.start + piece.offset + piece.length,
+                    frequencyHz: frequencyHz, levelDBFS: piece.peak - 4, peakLevelDBFS: piece.peak, peakSNRDB: piece.snr)
                 matches += matcher.add(segment, now: segment.end + 0.03)
                 matches += matcher.advance(to: segment.end + 0.03)
             }
         }
-        matches += matcher.advance(to: 20)
+        matches += matcher.advance(to: (bursts.last?.start ?? 0) + 3)
         return matches.filter { $0.pattern == .t4 }
     }
 
@@ -241,6 +248,16 @@ struct AlarmPatternTests {
         #expect(abs(cleaned.cycleStart - 5.1) < 1e-9)
         // An echo under 6 dB below the median beep is a fifth tone: no grid of four.
         #expect(t4Matches(echoed(peak: -19.0)).isEmpty)
+
+        // Chirps of a noise recording at 1279 Hz in the 24-hour stream of `earshot eval --groups`, as the tracker
+        // segmented them: cutting back their second and third tones' tails (0.12 s against 0.07 s) made them a T4;
+        // only a burst's first beep is cut back.
+        let chirps = t4Matches([
+            (16247.866, [(0, 0.07, -41.13, 47.1), (0.23, 0.12, -33.41, 54.8), (0.46, 0.05, -37.07, 51.2)]),
+            (16252.526, [(0, 0.07, -35.67, 52.8), (0.13, 0.07, -30.41, 58.1), (0.23, 0.12, -27.93, 60.6),
+                         (0.46, 0.05, -31.45, 57.0)]),
+        ], frequencyHz: 1279)
+        #expect(chirps.isEmpty)
     }
 
     @Test("confusers raise no smoke or CO event",
