@@ -23,9 +23,9 @@ private func feed(_ detector: AlarmDetector, _ samples: ArraySlice<Float>, sampl
     return events
 }
 
-/// Feeds `samples` to a fresh detector in 40 ms chunks and returns every event, finish included.
-private func detect(_ samples: [Float], sampleRate: Int) -> [AlarmEvent] {
-    let detector = AlarmDetector()
+/// Feeds `samples` to a fresh detector (with `configuration`) in 40 ms chunks and returns every event, finish included.
+private func detect(_ samples: [Float], sampleRate: Int, configuration: AlarmDetector.Configuration = .init()) -> [AlarmEvent] {
+    let detector = AlarmDetector(configuration: configuration)
     return feed(detector, samples[...], sampleRate: sampleRate) + detector.finish()
 }
 
@@ -321,8 +321,7 @@ struct AlarmPatternTests {
 
         var configuration = AlarmDetector.Configuration()
         configuration.companionDB = .infinity
-        let detector = AlarmDetector(configuration: configuration)
-        let events = feed(detector, samples[...], sampleRate: 16_000) + detector.finish()
+        let events = detect(samples, sampleRate: 16_000, configuration: configuration)
         let onset = try #require(onsets(events, AlarmEvent.smokeAlarm).first)
         #expect(abs(onset.toneHz - 3724) <= 10)
         #expect(abs(onset.start - 1.0) <= 0.05)
@@ -345,8 +344,7 @@ struct AlarmPatternTests {
 
         var configuration = AlarmDetector.Configuration()
         configuration.companionDB = .infinity
-        let detector = AlarmDetector(configuration: configuration)
-        let events = feed(detector, samples[...], sampleRate: 16_000) + detector.finish()
+        let events = detect(samples, sampleRate: 16_000, configuration: configuration)
         let onset = try #require(onsets(events, AlarmEvent.coAlarm).first)
         #expect(onset.pattern == .t4)
         #expect(abs(onset.toneHz - 3861) <= 10)
