@@ -293,6 +293,10 @@ struct MQTTBrokerTests {
         #expect(attributes.count >= 2)
         #expect(attributes.last?["started"] as? String == attributes.first?["started"] as? String)
         #expect(attributes.last?["ended"] != nil)
+        // Messages on different topics may arrive in any order (QoS 1): wait for the state's OFF as for the events.
+        _ = subscriber.waitFor(seconds: 5) { _ in
+            subscriber.messages(on: "earshot/hall/smoke_alarm/state").last?.payload == "OFF"
+        }
         let states = subscriber.messages(on: "earshot/hall/smoke_alarm/state").map(\.payload)
         #expect(states.contains("ON"))
         #expect(states.last == "OFF")
