@@ -48,19 +48,21 @@ package struct PNGRenderer: Sendable {
             let text = String(cString: strerror(errnoValue))
             return EarshotError(code, "cannot read \(path): \(text) (check the path)", cause: text)
         }
-        // O_NONBLOCK: open(2) of a FIFO would wait for a writer forever; it is refused below.
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
-        guard descriptor >= 0 else { throw failure(.noInput, errno) }
-        defer { close(descriptor) }
-        var status = stat()
-        guard fstat(descriptor, &status) == 0 else { throw failure(.io, errno) }
-        let kind = PathKind(mode: status.st_mode)
-        guard kind == .regularFile else {
-            throw EarshotError(
-                .noInput, "cannot read \(path): is \(kind.phrase), not a regular file (give the SVG file, such as a snore report's .svg)")
+        // RegularFile.open never waits on a FIFO (open(2) of one would wait for a writer forever).
+        let descriptor: Int32
+        do {
+            descriptor = try RegularFile.open(path)
+        } catch {
+            switch error {
+            case .cannotOpen(let code): throw failure(.noInput, code)
+            case .notRegularFile(let kind):
+                throw EarshotError(
+                    .noInput, "cannot read \(path): is \(kind.phrase), not a regular file (give the SVG file, such as a snore report's .svg)")
+            case .readFailed(let code): throw failure(.io, code)
+            case .tooLarge: throw failure(.io, EFBIG)  // open has no limit: not thrown
+            }
         }
-        let flags = fcntl(descriptor, F_GETFL)
-        if flags >= 0 { _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK) }
+        defer { close(descriptor) }
         var document: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65_536)
         while true {

@@ -352,7 +352,7 @@ package final class AlarmDetector {
         if configuration.fastBeatPeriodicity <= 1, fastBeat(pieces, begin: begin, end: end) >= configuration.fastBeatPeriodicity {
             return nil
         }
-        pieces = rejoined(pieces)
+        pieces = ToneSegment.joined(pieces, gap: configuration.rejoinGapSeconds + Self.gridSlackSeconds)
         var covered = 0.0
         var longestGap = 0.0
         var cursor = begin
@@ -372,21 +372,6 @@ package final class AlarmDetector {
         else { return nil }
         let level = pieces.reduce(0) { $0 + $1.levelDBFS } / Double(pieces.count)
         return (pieces[0].start, main.frequencyHz, level, isLongBeepCadence(pieces, begin: begin, end: end))
-    }
-
-    /// `pieces` (one tone's, in start order) with each that starts at most ``Configuration/rejoinGapSeconds`` after
-    /// the previous one ends joined to it.
-    private func rejoined(_ pieces: [ToneSegment]) -> [ToneSegment] {
-        var joined: [ToneSegment] = []
-        for piece in pieces {
-            if var last = joined.last, piece.start - last.end <= configuration.rejoinGapSeconds + Self.gridSlackSeconds {
-                last.end = max(last.end, piece.end)
-                joined[joined.count - 1] = last
-            } else {
-                joined.append(piece)
-            }
-        }
-        return joined
     }
 
     /// How strongly a persistent tone's pieces (as the tracker ended them, before rejoining) beat with a period of

@@ -554,23 +554,6 @@ package struct AlarmPatternMatcher: Sendable {
         return trimmed
     }
 
-    /// `tones` (one burst's, in start order) with each that starts at most ``t4PieceGapSeconds`` after the previous
-    /// one ends joined to it.
-    private static func joinedPieces(_ tones: [ToneSegment]) -> [ToneSegment] {
-        var joined: [ToneSegment] = []
-        for tone in tones.sorted(by: { $0.start < $1.start }) {
-            if var last = joined.last, tone.start - last.end <= t4PieceGapSeconds {
-                last.end = max(last.end, tone.end)
-                last.peakLevelDBFS = max(last.peakLevelDBFS, tone.peakLevelDBFS)
-                last.peakSNRDB = max(last.peakSNRDB, tone.peakSNRDB)
-                joined[joined.count - 1] = last
-            } else {
-                joined.append(tone)
-            }
-        }
-        return joined
-    }
-
     private mutating func addToBursts(_ tone: ToneSegment) {
         if let index = pendingBursts.lastIndex(where: { Self.same($0.frequencyHz, tone.frequencyHz) }) {
             // The next beep, or the one after a lost beep (its start perhaps cut too).
@@ -608,7 +591,7 @@ package struct AlarmPatternMatcher: Sendable {
             func cleaned(_ tones: [ToneSegment]) -> [ToneSegment] {
                 Self.trimmedTails(Self.withoutEcho(Self.withoutTails(tones)))
             }
-            let joined = Self.joinedPieces(burst.tones)
+            let joined = ToneSegment.joined(burst.tones.sorted { $0.start < $1.start }, gap: Self.t4PieceGapSeconds)
             for repaired in [joined, cleaned(burst.tones), cleaned(joined)] where slots < 4 && repaired != burst.tones {
                 slots = max(slots, Self.t4Slots(repaired))
             }

@@ -45,6 +45,24 @@ package struct ToneSegment: Sendable, Equatable {
         self.frequencySpreadHz = frequencySpreadHz
         self.envelopePeriodicity = envelopePeriodicity
     }
+
+    /// `pieces` (one tone's, in start order) with each that starts at most `gap` seconds (frame centre to frame
+    /// centre) after the previous one ends joined to it: the joined segment keeps the first piece's start, frequency
+    /// and levels, ends where the last ends, and takes the highest peak level and peak SNR.
+    package static func joined(_ pieces: [ToneSegment], gap: Double) -> [ToneSegment] {
+        var joined: [ToneSegment] = []
+        for piece in pieces {
+            if var last = joined.last, piece.start - last.end <= gap {
+                last.end = max(last.end, piece.end)
+                last.peakLevelDBFS = max(last.peakLevelDBFS, piece.peakLevelDBFS)
+                last.peakSNRDB = max(last.peakSNRDB, piece.peakSNRDB)
+                joined[joined.count - 1] = last
+            } else {
+                joined.append(piece)
+            }
+        }
+        return joined
+    }
 }
 
 /// Finds persistent narrow spectral peaks (beeps of a smoke or CO alarm, a beeper, a clock) in mono audio at the

@@ -62,14 +62,14 @@ package struct HistoryListing: Sendable, Equatable {
     ///   otherwise the errors of ``EventHistory/init(path:access:busyTimeoutMilliseconds:)`` (66 no file, 65 not
     ///   a history, 69 locked).
     package func openHistory() throws(EarshotError) -> EventHistory {
-        if PathKind(path: databasePath) == .directory {
+        let kind = PathKind(path: databasePath)
+        if kind == .directory {
             let fix = databasePath == StateDirectory.path + "/history.sqlite3"
                 ? "\(databasePath) is a directory: name the history database file with --db"
                 : "--db \(databasePath) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
             throw EarshotError(.usage, fix)
         }
         // SQLite's open(2) of a FIFO would wait for a writer forever (and a device is no database either).
-        let kind = PathKind(path: databasePath)
         if kind != .missing, kind != .regularFile {
             throw EarshotError(
                 .noInput,
