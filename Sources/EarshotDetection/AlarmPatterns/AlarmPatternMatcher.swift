@@ -489,12 +489,13 @@ package struct AlarmPatternMatcher: Sendable {
         return best >= 3 ? best : 0
     }
 
-    /// Longest gap (s, frame centre to frame centre) between two pieces of one T4 beep: two frames missing at the
+    /// Longest gap (s, frame centre to frame centre) between two pieces of one T4 beep: three frames missing at the
     /// tracker's 10 ms hop, with a fifth of a hop for the rounding of segment times. A T4's own gaps are 0.1 s; a
     /// room's tail shortens them to 0.04-0.1 s (tuning sets), so two whole beeps may be this close too: the join is
-    /// tried only where the tones as they are fit no grid. The tuning case: a piezo's first beep of each burst split
-    /// 0.02 s apart (brown noise at 0 dB in a room, seed 43, `t4_4`), which left five tones that fit no grid.
-    static let t4PieceGapSeconds = 0.032
+    /// tried only where the tones as they are fit no grid. The tuning cases: a piezo's first beep of each burst split
+    /// 0.02 s apart (brown noise at 0 dB in a room, seed 43, `t4_4`) and 0.04 s apart (seed 53, `t4_4`), which left
+    /// five tones that fit no grid.
+    static let t4PieceGapSeconds = 0.042
 
     /// dB every tone of a burst must rise above its noise floor (``ToneSegment/peakSNRDB``) for the burst to be
     /// repaired: a room damages a sounder's beeps, which stand 40-70 dB above their floor in the tuning cases, while
@@ -508,6 +509,21 @@ package struct AlarmPatternMatcher: Sendable {
     /// `belowDB` or more below it. The tuning case: a 0.03 s piece 0.04 s after each burst's fourth beep, 5.8 dB
     /// down (household noise at +10 dB in a room, seed 44, `t4_2`), just short of the 6 dB echo rule.
     static let t4Tail = (seconds: 0.05, gap: 0.042, belowDB: 3.0)
+
+    /// dB below a burst's fourth-loudest tone at or beyond which a tone shorter than the burst's median tone is a
+    /// room's piece, not a beep (``withoutWeakPieces(_:)``). A T4's four beeps come from one sounder at one level;
+    /// what a room adds around them is weaker and shorter. The tuning cases (seeds 37, 48, 52 and 55, rooms in
+    /// noise): onsets heard apart from the rest of their beep, 2.4 dB below it, and tails and echoes 3.6-7.5 dB down.
+    static let t4WeakPieceBelowDB = 2.0
+
+    /// `tones` (one burst's, five or more: four beeps and a room's pieces) without the pieces that peak
+    /// ``t4WeakPieceBelowDB`` or more below its fourth-loudest tone and are shorter than its median tone.
+    private static func withoutWeakPieces(_ tones: [ToneSegment]) -> [ToneSegment] {
+        guard tones.count > 4 else { return tones }
+        let fourth = tones.map(\.peakLevelDBFS).sorted(by: >)[3]
+        let median = tones.map(\.duration).sorted()[tones.count / 2]
+        return tones.filter { !($0.peakLevelDBFS <= fourth - t4WeakPieceBelowDB && $0.duration < median) }
+    }
 
     /// `tones` (one burst's) without the pieces that trail a beep (``t4Tail``).
     private static func withoutTails(_ tones: [ToneSegment]) -> [ToneSegment] {
@@ -584,7 +600,9 @@ package struct AlarmPatternMatcher: Sendable {
         // and a last echo 6 dB below the median beep, with a first beep a tail lengthened cut back (``t4LongTail``).
         // Cleaning the joined tones too is for beeps both split and echoed (tuning seed 37, `t4_2`: every beep in two
         // pieces 0.03 s apart and an echo 7.5 dB down; its first burst fits so, its later ones do not, and it is still
-        // missed). Only tones 20 dB or more above their floor are repaired (``t4RepairMinimumSNRDB``).
+        // missed), and without a room's weak pieces (``withoutWeakPieces(_:)``: onsets heard apart from their beep,
+        // tails) and then a last echo. Only tones 20 dB or more above their floor are repaired
+        // (``t4RepairMinimumSNRDB``).
         var slots = heard.interrupted ? 0 : Self.t4Slots(burst.tones)
         let unrepaired = slots
         if slots < 4, !heard.interrupted, burst.tones.allSatisfy({ $0.peakSNRDB >= Self.t4RepairMinimumSNRDB }) {
@@ -592,7 +610,9 @@ package struct AlarmPatternMatcher: Sendable {
                 Self.trimmedTails(Self.withoutEcho(Self.withoutTails(tones)))
             }
             let joined = ToneSegment.joined(burst.tones.sorted { $0.start < $1.start }, gap: Self.t4PieceGapSeconds)
-            for repaired in [joined, cleaned(burst.tones), cleaned(joined)] where slots < 4 && repaired != burst.tones {
+            let beepsOnly = Self.withoutEcho(Self.withoutWeakPieces(burst.tones))
+            for repaired in [joined, cleaned(burst.tones), cleaned(joined), beepsOnly]
+            where slots < 4 && repaired != burst.tones {
                 slots = max(slots, Self.t4Slots(repaired))
             }
         }
