@@ -355,6 +355,34 @@ struct AlarmPatternTests {
         #expect(abs(onset.start - 1.0) <= 0.05)
     }
 
+    @Test("a reversing beeper whose room-split fundamental sounds on while its harmonic loses one beep is no T3; without the companion rule it was")
+    func splitFundamentalCompanion() throws {
+        // The validation case (seed 105, `beep_truck_reverse_1`: a 1082 Hz reversing beeper in a room, household
+        // noise at +10 dB): a room split each 0.5 s beep of the fundamental into pieces 0.03-0.06 s apart, none
+        // sounding through half of a beep of the second harmonic (13 dB down, its onsets 0.1 s late), which lost
+        // the beep at 4 s and so was a T3 cycle at 2164 Hz. The fundamental's pieces together cover the harmonic's
+        // beeps and it sounds in the pause: part of a steady beeper. (The build before this rule raised a T3
+        // `smoke_alarm` on this signal, written to a WAV file and run through `earshot detect`.)
+        let starts = Array(stride(from: 1.0, to: 30, by: 1.0))
+        let pieces = starts.flatMap { start in
+            [(0.0, 0.17), (0.24, 0.32), (0.39, 0.5)].map {
+                AlarmSignals.Tone(start: start + $0.0, duration: $0.1 - $0.0, frequencyHz: 1082)
+            }
+        }
+        var samples = AlarmSignals.render(pieces, seconds: 31, sampleRate: 16_000, amplitude: 0.3)
+        let harmonic = AlarmSignals.render(
+            starts.filter { $0 != 4 }.map { AlarmSignals.Tone(start: $0 + 0.1, duration: 0.33, frequencyHz: 2164) },
+            seconds: 31, sampleRate: 16_000, amplitude: 0.3 * Float(pow(10, -13.0 / 20)))
+        for n in samples.indices { samples[n] += harmonic[n] }
+        #expect(smokeOrCO(detect(samples, sampleRate: 16_000)).isEmpty)
+
+        var configuration = AlarmDetector.Configuration()
+        configuration.companionDB = .infinity
+        let onset = try #require(onsets(detect(samples, sampleRate: 16_000, configuration: configuration), AlarmEvent.smokeAlarm).first)
+        #expect(onset.pattern == .t3)
+        #expect(abs(onset.start - 1.1) <= 0.05, "start \(onset.start)")
+    }
+
     @Test("a kitchen timer whose alias 23 dB down is heard in only two groups 6 s apart is no CO alarm; without the companion rule it was")
     func kitchenTimerAlias() throws {
         // The tuning cases (seeds 42 and 52, `beep_kitchen_timer_4x_2`, a square wave in speech at 0 dB): the timer's

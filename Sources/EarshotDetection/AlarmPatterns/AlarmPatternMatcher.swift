@@ -35,7 +35,7 @@ package struct PatternMatch: Sendable, Equatable {
     /// second burst's first beep); nil for a chirp.
     package var closingToneStart: Double?
     /// For T4: whether either burst of the cycle fit the grid only once repaired (a split beep joined, a tail or an
-    /// echo dropped, a lengthened beep cut back; see `AlarmPatternMatcher.t4PieceGapSeconds`); false otherwise.
+    /// echo dropped, a lengthened beep cut back; see `AlarmPatternMatcher.t4PieceGapsSeconds`); false otherwise.
     package var repaired = false
 }
 
@@ -489,13 +489,15 @@ package struct AlarmPatternMatcher: Sendable {
         return best >= 3 ? best : 0
     }
 
-    /// Longest gap (s, frame centre to frame centre) between two pieces of one T4 beep: three frames missing at the
-    /// tracker's 10 ms hop, with a fifth of a hop for the rounding of segment times. A T4's own gaps are 0.1 s; a
-    /// room's tail shortens them to 0.04-0.1 s (tuning sets), so two whole beeps may be this close too: the join is
-    /// tried only where the tones as they are fit no grid. The tuning cases: a piezo's first beep of each burst split
-    /// 0.02 s apart (brown noise at 0 dB in a room, seed 43, `t4_4`) and 0.04 s apart (seed 53, `t4_4`), which left
-    /// five tones that fit no grid.
-    static let t4PieceGapSeconds = 0.042
+    /// Longest gaps (s, frame centre to frame centre) between two pieces of one T4 beep, each tried in turn: two and
+    /// three frames missing at the tracker's 10 ms hop, with a fifth of a hop for the rounding of segment times. A
+    /// T4's own gaps are 0.1 s; a room's tail shortens them to 0.04-0.1 s (tuning sets), so two whole beeps may be
+    /// this close too: the joins are tried only where the tones as they are fit no grid, and the shorter first (a
+    /// burst whose beeps a room left 0.04 s apart fits with its pieces 0.02 s apart joined, and is one tone with
+    /// those gaps joined too: seed 105, `t4_4`). The tuning cases: a piezo's first beep of each burst split 0.02 s
+    /// apart (brown noise at 0 dB in a room, seed 43, `t4_4`) and 0.04 s apart (seed 53, `t4_4`), which left five
+    /// tones that fit no grid.
+    static let t4PieceGapsSeconds = [0.032, 0.042]
 
     /// dB every tone of a burst must rise above its noise floor (``ToneSegment/peakSNRDB``) for the burst to be
     /// repaired: a room damages a sounder's beeps, which stand 40-70 dB above their floor in the tuning cases, while
@@ -609,9 +611,10 @@ package struct AlarmPatternMatcher: Sendable {
             func cleaned(_ tones: [ToneSegment]) -> [ToneSegment] {
                 Self.trimmedTails(Self.withoutEcho(Self.withoutTails(tones)))
             }
-            let joined = ToneSegment.joined(burst.tones.sorted { $0.start < $1.start }, gap: Self.t4PieceGapSeconds)
+            let byStart = burst.tones.sorted { $0.start < $1.start }
+            let joins = Self.t4PieceGapsSeconds.map { ToneSegment.joined(byStart, gap: $0) }
             let beepsOnly = Self.withoutEcho(Self.withoutWeakPieces(burst.tones))
-            for repaired in [joined, cleaned(burst.tones), cleaned(joined), beepsOnly]
+            for repaired in joins + [cleaned(burst.tones)] + joins.map(cleaned) + [beepsOnly]
             where slots < 4 && repaired != burst.tones {
                 slots = max(slots, Self.t4Slots(repaired))
             }
