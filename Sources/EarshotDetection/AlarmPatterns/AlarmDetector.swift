@@ -580,10 +580,19 @@ package final class AlarmDetector {
         // start up to 0.15 s apart in noise or a room). A T4 burst matched on three beeps may have lost its fourth,
         // which the companion still sounds: there the pause starts 0.5 s after the last beep (one step of at most
         // 0.3 s and a beep; tuning seeds 34 and 39, a 520 Hz square T4 in speech matched on its 7th harmonic).
-        guard let last = match.beeps.last, let closing = match.closingToneStart else { return false }
+        // A T3 pause ends, too, three and a half beep periods after the cycle's start: a steady beeper sounds its
+        // lost beep three periods on, a square wave's fundamental starts its next cycle four on, and a partial's
+        // onsets may come late enough (up to 0.34 s through a phone codec: tuning seed 35, `t3_phone_opus_3`, a 520
+        // Hz square T3 heard on its 5th harmonic) that the fundamental's next cycle falls before the closing tone.
+        guard let first = match.beeps.first, let last = match.beeps.last, let closing = match.closingToneStart
+        else { return false }
         let pauseStart = last.upperBound + (match.pattern == .t4 ? 0.5 : 0.1)
-        guard pauseStart < closing - 0.2 else { return false }
-        let pause = pauseStart...(closing - 0.2)
+        var pauseEnd = closing - 0.2
+        if match.pattern == .t3, match.beeps.count == 3 {
+            pauseEnd = min(pauseEnd, first.lowerBound + 3.5 * (last.lowerBound - first.lowerBound) / 2)
+        }
+        guard pauseStart < pauseEnd else { return false }
+        let pause = pauseStart...pauseEnd
         let tolerance = AlarmPatternMatcher.frequencyTolerance
         // A tone of the companion's sounder: within 2 % of its frequency.
         func isAt(_ tone: ToneSegment, of companion: ToneSegment) -> Bool {
