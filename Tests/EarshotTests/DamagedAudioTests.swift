@@ -1,3 +1,4 @@
+import CSndFile
 import Foundation
 import Testing
 import EarshotAudio
@@ -84,7 +85,7 @@ struct DamagedAudioTests {
         #expect(MPEGAudioHeader.id3v2Length([0x52, 0x49, 0x46, 0x46, 0, 0, 0, 0, 0, 0]) == nil)
     }
 
-    @Test("truncated WAV and FLAC, and a WAV header declaring ~4 GB: one line each, only Earshot's", .needsEarshotBuilt)
+    @Test("truncated WAV, and a WAV header declaring ~4 GB: one line each, only Earshot's", .needsEarshotBuilt)
     func otherDamagedInputs() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -99,21 +100,112 @@ struct DamagedAudioTests {
         huge.replaceSubrange(4..<8, with: [0x00, 0xFF, 0xFF, 0xFF])
         huge.replaceSubrange(40..<44, with: [0x00, 0xFF, 0xFF, 0x7F])
         try huge.write(to: directory.appendingPathComponent("huge.wav"))
-        let flac = try Data(contentsOf: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
-        try flac.prefix(flac.count / 2).write(to: directory.appendingPathComponent("cut.flac"))
 
         let cutWAV = try #require(try EarshotCLI.run(["analyze", "cut.wav"], in: directory))
         #expect(cutWAV.status == 65)
         #expect(cutWAV.errorLines == ["earshot: cut.wav: truncated: the header declares 96000 bytes of audio data but the file holds 47978 (the copy or recording was cut short; copy it again)"])
-        let cutFLAC = try #require(try EarshotCLI.run(["analyze", "cut.flac"], in: directory))
-        #expect(cutFLAC.status == 65)
-        #expect(cutFLAC.errorLines.count == 1)
-        #expect(cutFLAC.errorLines.first?.hasPrefix("earshot: cut.flac: truncated: the header declares 510495 frames but the data ends after ") == true)
         // A placeholder size is not truncation: the 3 s that are there are analysed (6 windows), silently.
         let hugeWAV = try #require(try EarshotCLI.run(["analyze", "huge.wav", "--top", "1"], in: directory))
         #expect(hugeWAV.status == 0)
         #expect(hugeWAV.outputLines.count == 6)
         #expect(hugeWAV.standardError.isEmpty)
+    }
+}
+
+extension DamagedAudioTests {
+    /// The first 10 s of samples/demo.flac (16 kHz mono), to encode as Ogg.
+    static func demoSeconds(_ seconds: Int) throws -> [Float] {
+        let decoder = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        var samples: [Float] = []
+        _ = try decoder.readMono(maxFrames: seconds * 16_000, appendingTo: &samples)
+        #expect(samples.count == seconds * 16_000)
+        return samples
+    }
+
+    /// Windows `earshot analyze` prints for `frames` at 16 kHz with the default 0.96 s window and 0.48 s hop.
+    static func defaultWindows(frames: Int) -> Int {
+        1 + (max(0, frames - 15_360) + 7_679) / 7_680
+    }
+
+    @Test("a FLAC cut short: analysed as far as it goes, one 'truncated' line with the frames decoded, status 0", .needsEarshotBuilt)
+    func cutFLAC() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        // samples/demo.flac: 510495 frames (31.91 s) at 16 kHz; half of it ends inside a FLAC frame.
+        let flac = try Data(contentsOf: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        try flac.prefix(flac.count / 2).write(to: directory.appendingPathComponent("cut.flac"))
+        let line = "earshot: cut.flac: truncated: decoded 192512 of 510495 frames the header promises; results cover only the first 12.03 s"
+        let analyze = try #require(try EarshotCLI.run(["analyze", "cut.flac", "--top", "1"], in: directory))
+        #expect(analyze.status == 0)
+        #expect(analyze.outputLines.count == Self.defaultWindows(frames: 192_512))
+        #expect(analyze.outputLines.count == 25)
+        #expect(analyze.outputLines.last?.hasPrefix("cut.flac 11.52-12.48s  ") == true)
+        #expect(analyze.errorLines == [line])
+        let detect = try #require(try EarshotCLI.run(["detect", "cut.flac", "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+        #expect(detect.status == 0)
+        #expect(detect.errorLines == [line])
+        // demo.flac's baby cry (2.40-9.60 s) is inside the part that is there.
+        #expect(detect.outputLines.contains { $0.contains(#""type":"detection_end","group":"baby_cry""#) }, "\(detect.outputLines)")
+
+        // earshotd --input: the events of the audio there, then the same line, exit 0.
+        let state = directory.appendingPathComponent("state")
+        try FileManager.default.createDirectory(at: state, withIntermediateDirectories: true)
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
+        environment["STATE_DIRECTORY"] = state.path
+        let daemon = try EarshotCLI.runProcess(
+            DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd"),
+            ["--input", "cut.flac", "--input-speed", "max", "--socket", directory.appendingPathComponent("e.sock").path,
+             "--no-journal", "--watch", "baby_cry", "--config", "earshotd.conf"],
+            in: directory, environment: environment, timeout: 120)
+        #expect(daemon.status == 0)
+        #expect(daemon.standardError.hasSuffix("""
+            earshotd: baby_cry ended: "builtin_baby_cry:baby_cry" from 2.40 s to 9.60 s (7.20 s, peak confidence 1.00, mean 0.99)
+            earshotd: cut.flac: truncated: decoded 192512 of 510495 frames the header promises; results cover only the first 12.03 s
+            earshotd: stopped (end of input)
+
+            """), "\(daemon.standardError)")
+    }
+
+    @Test("Ogg Vorbis and Opus cut inside a page or between pages: analysed as far as they go, one line, status 0",
+          .needsEarshotBuilt, arguments: ["vorbis.ogg", "opus.opus"])
+    func cutOgg(name: String) throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let whole = directory.appendingPathComponent(name)
+        let codec = name.hasPrefix("opus") ? SF_FORMAT_OPUS : SF_FORMAT_VORBIS
+        try LibsndfileWriter.write(try Self.demoSeconds(10), channels: 1, sampleRate: 16_000,
+                                   format: Int32(SF_FORMAT_OGG | codec), to: whole)
+        let bytes = try Data(contentsOf: whole)
+        // The intact file: all 160000 frames, no warning.
+        let intact = try AudioFileDecoder(url: whole)
+        #expect(try intact.readAllMono().count == 160_000)
+        #expect(intact.truncationWarning == nil)
+        let intactRun = try #require(try EarshotCLI.run(["analyze", name, "--top", "1"], in: directory))
+        #expect(intactRun.status == 0 && intactRun.standardError.isEmpty)
+        #expect(intactRun.outputLines.count == Self.defaultWindows(frames: 160_000))
+
+        // 60 % of the file (inside a page), and the file up to the first page that starts after 60 % (between
+        // pages: the last page is complete but is not the stream's last).
+        let cutAt = bytes.count * 6 / 10
+        let pageStart = try #require(bytes.indices.first { $0 > cutAt && bytes[$0..<($0 + 4)].elementsEqual("OggS".utf8) })
+        for (file, length, how) in [("inside-\(name)", cutAt, "the file ends inside an Ogg page"),
+                                    ("between-\(name)", pageStart, "the last Ogg page lacks the end-of-stream flag")] {
+            try bytes.prefix(length).write(to: directory.appendingPathComponent(file))
+            let decoder = try AudioFileDecoder(url: directory.appendingPathComponent(file))
+            let frames = try decoder.readAllMono().count
+            #expect(frames > 60_000 && frames < 160_000, "\(file): \(frames) frames")
+            let seconds = String(format: "%.2f", Double(frames) / 16_000)
+            let line = "\(file): truncated: \(how); results cover only the first \(seconds) s"
+            #expect(decoder.truncationWarning == "\(directory.path)/" + line)
+            let analyze = try #require(try EarshotCLI.run(["analyze", file, "--top", "1"], in: directory))
+            #expect(analyze.status == 0)
+            #expect(analyze.errorLines == ["earshot: " + line])
+            #expect(analyze.outputLines.count == Self.defaultWindows(frames: frames))
+            let detect = try #require(try EarshotCLI.run(["detect", file, "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+            #expect(detect.status == 0)
+            #expect(detect.errorLines == ["earshot: " + line])
+        }
     }
 }
 

@@ -369,7 +369,9 @@ package final class EarshotDaemon: @unchecked Sendable {
             _ = try? notifier.status("waiting for \(sourceDescription): \(error.message)")
         case .finished:
             analysisQueue.sync { pipeline.finishInput() }
-            shutdown(reason: "end of input", status: 0)
+            // A file cut short is analysed as far as it goes, as `earshot analyze` does, and named once, after the
+            // events of the audio it held.
+            shutdown(reason: "end of input", status: 0, warnings: supervisor.endNote.map { [$0] } ?? [])
         }
     }
 
@@ -614,8 +616,9 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Stops in the reverse order of start, each step finishing its work, then exits with `status`. Only the first
     /// call does anything (a signal and the end of the input may race); it may run on the signal queue while a
     /// reload waits on the control queue. Past ``stopDeadlineSeconds`` a watchdog thread writes which step was still
-    /// running and exits with `status` at once.
-    private func shutdown(reason: String, status: Int32) {
+    /// running and exits with `status` at once. `warnings` are logged (priority 4) once the outputs are delivered,
+    /// before `stopped (REASON)`.
+    private func shutdown(reason: String, status: Int32, warnings: [String] = []) {
         let (first, _) = stopping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
         guard first else { return }
         startStopDeadline(status: status)
@@ -640,6 +643,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
         }
         watchdog?.cancel()
+        for line in warnings { journal.log(line, priority: 4) }
         journal.log("stopped (\(reason))")
         exit(status)
     }
