@@ -22,7 +22,8 @@ import EarshotSupport
 /// - `.data` (65): an empty file, a file libsndfile does not recognise as audio, MP3 data inside a WAV (RIFF)
 ///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a sample rate outside
 ///   ``supportedSampleRates`` (a damaged or hostile header), a WAV whose data chunk is shorter than its header
-///   declares, a file cut short before its first frame, a decoding error part-way (damage inside the file), or a
+///   declares (a data chunk declaring 0 bytes, or 0xFFFFFFFF, with samples after it is not: recorders writing to
+///   a pipe leave those sizes, and the samples there are decoded), a file cut short before its first frame, a decoding error part-way (damage inside the file), or a
 ///   file with no audio frames.
 ///
 /// A file cut short after some audio (FLAC, Ogg Vorbis/Opus, MP3) is not an error: what decodes is used, as
@@ -70,6 +71,9 @@ public final class AudioFileDecoder {
     private let fileDescriptor: Int32
     /// The file's size in bytes when it was opened.
     private let fileSize: Int64
+    /// What libsndfile reads through instead of the descriptor, for a WAV written to a pipe (``RIFFHeader``); nil
+    /// otherwise. Kept alive as long as the `SNDFILE*`.
+    private let patchedIO: PatchedFileIO?
     /// Whether libsndfile reads the file as Ogg (Vorbis, Opus), whose end ``OggEnding`` checks.
     private let isOgg: Bool
     /// What decodes the file: libsndfile's `SNDFILE*`, or libmpg123 for MP3.
@@ -153,6 +157,7 @@ public final class AudioFileDecoder {
             }
             fileDescriptor = descriptor
             fileSize = Int64(status.st_size)
+            patchedIO = nil
             isOgg = false
             backend = .mp3(stream)
             formatDescription = "MPEG-1/2 Audio, MPEG Layer " + ["I", "II", "III"][max(1, min(3, stream.layer)) - 1]
@@ -165,8 +170,25 @@ public final class AudioFileDecoder {
         }
 
         var info = SF_INFO()
-        // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
-        guard let opened = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0) else {
+        // A WAV whose data chunk declares 0 bytes, samples following (written to a pipe): libsndfile is shown the
+        // size the file holds, through its virtual I/O, and decodes it as any other WAV.
+        let fileBytes = Int64(status.st_size)
+        var patchedIO: PatchedFileIO?
+        if let header = RIFFHeader(leading: leading), header.declaresNoDataBeforeSamples(leading: leading, fileSize: fileBytes) {
+            let size = UInt32(min(fileBytes - Int64(header.dataStart), 0xFFFF_FFFF))
+            patchedIO = PatchedFileIO(
+                descriptor: descriptor, length: fileBytes, patchOffset: Int64(header.dataSizeOffset),
+                patch: (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) })
+        }
+        let handle: OpaquePointer?
+        if let patchedIO {
+            var callbacks = PatchedFileIO.callbacks
+            handle = sf_open_virtual(&callbacks, Int32(SFM_READ), &info, Unmanaged.passUnretained(patchedIO).toOpaque())
+        } else {
+            // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
+            handle = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0)
+        }
+        guard let opened = handle else {
             let code = sf_error(nil)
             let text = Self.trimmed(String(cString: sf_strerror(nil)))
             close(descriptor)
@@ -179,7 +201,8 @@ public final class AudioFileDecoder {
             throw EarshotError(.data, "\(name): not an audio file libsndfile can read (\(text); use WAV, FLAC, Ogg or MP3)", cause: text)
         }
         fileDescriptor = descriptor
-        fileSize = Int64(status.st_size)
+        fileSize = fileBytes
+        self.patchedIO = patchedIO
         backend = .sndfile(opened)
 
         let major = Int(info.format) & Int(SF_FORMAT_TYPEMASK)
@@ -401,7 +424,7 @@ public final class AudioFileDecoder {
     /// (truncation) rather than damage inside it. The corresponding C functions are `lseek` and `fstat`.
     private func decoderReachedEndOfFile() -> Bool {
         var status = stat()
-        let position = lseek(fileDescriptor, 0, SEEK_CUR)
+        let position = patchedIO.map { off_t($0.position) } ?? lseek(fileDescriptor, 0, SEEK_CUR)
         guard position >= 0, fstat(fileDescriptor, &status) == 0 else { return false }
         return position >= status.st_size
     }

@@ -209,6 +209,50 @@ extension DamagedAudioTests {
     }
 }
 
+extension DamagedAudioTests {
+    @Test("a WAV written to a pipe (RIFF and data chunk sizes 0): every sample there is decoded and analysed", .needsEarshotBuilt)
+    func pipeWrittenWAV() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        // 3 s of a 440 Hz tone, 16 kHz mono 16-bit: 96000 bytes of data after a 44-byte header.
+        let tone = AnalysisTestSupport.sine(frequency: 440, dbfs: -6, sampleRate: 16_000, count: 48_000)
+        let pcm = AudioTestFiles.littleEndian(tone.map { Int64(($0 * 32_767).rounded()) }, width: 2)
+        let wav = Data(AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: pcm))
+        try wav.write(to: directory.appendingPathComponent("intact.wav"))
+        var piped = wav
+        piped.replaceSubrange(4..<8, with: [0, 0, 0, 0])
+        piped.replaceSubrange(40..<44, with: [0, 0, 0, 0])
+        try piped.write(to: directory.appendingPathComponent("piped.wav"))
+        var dataOnly = wav  // RIFF size right, data size 0
+        dataOnly.replaceSubrange(40..<44, with: [0, 0, 0, 0])
+        try dataOnly.write(to: directory.appendingPathComponent("data0.wav"))
+
+        let intact = try AudioFileDecoder(url: directory.appendingPathComponent("intact.wav")).readAllMono()
+        #expect(intact.count == 48_000)
+        for name in ["piped.wav", "data0.wav"] {
+            let decoder = try AudioFileDecoder(url: directory.appendingPathComponent(name))
+            #expect(decoder.formatDescription == "WAV (Microsoft), Signed 16 bit PCM")
+            #expect(decoder.sampleRate == 16_000 && decoder.channelCount == 1)
+            #expect(decoder.declaredFrameCount == 48_000)
+            #expect(try decoder.readAllMono() == intact, "\(name)")
+            #expect(decoder.truncationWarning == nil)
+            let outcome = try #require(try EarshotCLI.run(["analyze", name, "--top", "1"], in: directory))
+            #expect(outcome.status == 0)
+            #expect(outcome.standardError.isEmpty, "\(outcome.standardError)")
+            #expect(outcome.outputLines.count == 6)
+            #expect(outcome.outputLines.first?.hasPrefix("\(name) 0.00-0.96s  ") == true)
+        }
+
+        // A data chunk that really is empty, followed by a LIST chunk that ends the file: still no audio.
+        let empty = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: [])
+            + Array("LIST".utf8) + [4, 0, 0, 0] + Array("INFO".utf8)
+        try AudioTestFiles.write(empty, to: directory.appendingPathComponent("empty.wav"))
+        let outcome = try #require(try EarshotCLI.run(["analyze", "empty.wav"], in: directory))
+        #expect(outcome.status == 65)
+        #expect(outcome.errorLines == ["earshot: empty.wav: no audio frames (the file holds a header but no samples)"])
+    }
+}
+
 private extension URL {
     /// Writes an empty `earshotd.conf` (the built-in defaults) into this directory and returns the directory.
     func creatingEmptyConfig() throws -> URL {
