@@ -21,10 +21,11 @@ import EarshotSupport
 ///   be opened (no permission). A directory is `.noInput` because, as for `cat dir`, there is no input *file* there.
 /// - `.data` (65): an empty file, a file libsndfile does not recognise as audio, MP3 data inside a WAV (RIFF)
 ///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a sample rate outside
-///   ``supportedSampleRates`` (a damaged or hostile header), a WAV whose data chunk is shorter than its header
-///   declares (a data chunk declaring 0 bytes, or 0xFFFFFFFF, with samples after it is not: recorders writing to
-///   a pipe leave those sizes, and the samples there are decoded), a file cut short before its first frame, a decoding error part-way (damage inside the file), or a
-///   file with no audio frames.
+///   ``supportedSampleRates`` (a damaged or hostile header; a WAV whose header says 0 Hz or 0 channels:
+///   `x.wav: the header's sample rate is 0: not a playable WAV (...)`), a WAV whose data chunk is shorter than
+///   its header declares (a data chunk declaring 0 bytes, or 0xFFFFFFFF, with samples after it is not: recorders
+///   writing to a pipe leave those sizes, and the samples there are decoded), a file cut short before its first
+///   frame, a decoding error part-way (damage inside the file), or a file with no audio frames.
 ///
 /// A file cut short after some audio (FLAC, Ogg Vorbis/Opus, MP3) is not an error: what decodes is used, as
 /// players do, and once the end is reached ``truncationWarning`` names it (`NAME: truncated: ...`):
@@ -192,6 +193,16 @@ public final class AudioFileDecoder {
             let code = sf_error(nil)
             let text = Self.trimmed(String(cString: sf_strerror(nil)))
             close(descriptor)
+            // libsndfile's words for these ("SF_INFO struct incomplete", "Channel count is zero") do not say what is
+            // wrong with the file; sox can read it with the value given (`-r`/`-c` before the input override it).
+            if let header = RIFFHeader(leading: leading) {
+                if header.sampleRate == 0 {
+                    throw EarshotError(.data, "\(name): the header's sample rate is 0: not a playable WAV (re-export the recording, or if you know its rate, rewrite the header: sox -r RATE IN.wav OUT.wav)", cause: text)
+                }
+                if header.channels == 0 {
+                    throw EarshotError(.data, "\(name): the header's channel count is 0: not a playable WAV (re-export the recording, or if you know its channel count, rewrite the header: sox -c CHANNELS IN.wav OUT.wav)", cause: text)
+                }
+            }
             // libsndfile knew the format but the file is damaged or cut short (SF_ERR_MALFORMED_FILE, or one of its
             // format-specific errors such as "Error in WAV file. No 'data' chunk marker"): converting it to another
             // format is not the fix, getting an intact copy is.

@@ -253,6 +253,38 @@ extension DamagedAudioTests {
     }
 }
 
+extension DamagedAudioTests {
+    @Test("a WAV header saying 0 Hz or 0 channels: one line naming it and the fix, status 65", .needsEarshotBuilt)
+    func zeroRateOrChannels() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let pcm = AudioTestFiles.littleEndian((0..<16_000).map { Int64($0 % 200) }, width: 2)
+        var rate0 = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: pcm)
+        rate0.replaceSubrange(24..<28, with: [0, 0, 0, 0])
+        try AudioTestFiles.write(rate0, to: directory.appendingPathComponent("rate0.wav"))
+        var channels0 = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: pcm)
+        channels0.replaceSubrange(22..<24, with: [0, 0])
+        try AudioTestFiles.write(channels0, to: directory.appendingPathComponent("channels0.wav"))
+
+        let rateLine = "rate0.wav: the header's sample rate is 0: not a playable WAV (re-export the recording, or if you know its rate, rewrite the header: sox -r RATE IN.wav OUT.wav)"
+        let channelsLine = "channels0.wav: the header's channel count is 0: not a playable WAV (re-export the recording, or if you know its channel count, rewrite the header: sox -c CHANNELS IN.wav OUT.wav)"
+        for (name, line) in [("rate0.wav", rateLine), ("channels0.wav", channelsLine)] {
+            let error = AudioTestFiles.error { () throws(EarshotError) in
+                try AudioFileDecoder(url: URL(fileURLWithPath: name, relativeTo: directory))
+            }
+            #expect(error?.message == line)
+            #expect(error?.code == .data)
+            let analyze = try #require(try EarshotCLI.run(["analyze", name], in: directory))
+            #expect(analyze.status == 65)
+            #expect(analyze.standardOutput.isEmpty)
+            #expect(analyze.errorLines == ["earshot: " + line])
+            let detect = try #require(try EarshotCLI.run(["detect", name, "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+            #expect(detect.status == 65)
+            #expect(detect.errorLines == ["earshot: " + line])
+        }
+    }
+}
+
 private extension URL {
     /// Writes an empty `earshotd.conf` (the built-in defaults) into this directory and returns the directory.
     func creatingEmptyConfig() throws -> URL {
