@@ -1,9 +1,12 @@
+internal import COgg
+
 /// How an Ogg file ends, from its last pages (RFC 3533): whether the stream was finished or the file was cut short.
 ///
 /// Ogg states no length in its headers: libsndfile reads pages until the file ends, and says nothing when the
 /// last one is cut off or was never the stream's last (it returns no error, and `sf_info.frames` is unknown or is
 /// the last complete page's granule position). A finished stream ends with a complete page that carries the
-/// end-of-stream flag; ``AudioFileDecoder`` names anything else in its truncation warning.
+/// end-of-stream flag; ``AudioFileDecoder`` names anything else in its truncation warning. The pages are found and
+/// their CRCs checked by libogg (`ogg_sync_pageseek`).
 package enum OggEnding: Equatable, Sendable {
     /// The last page is complete and carries the end-of-stream flag.
     case finished
@@ -20,42 +23,42 @@ package enum OggEnding: Equatable, Sendable {
     /// holds no complete page with a valid CRC, so that nothing can be said. Two maximum pages of tail (130614
     /// bytes) always hold the last complete page when the file has one within reach.
     ///
-    /// The last complete page is the last "OggS" capture pattern whose header (version 0), lacing values and CRC
-    /// check out: pattern bytes inside packet data fail the CRC.
+    /// libogg's `ogg_sync_pageseek` walks `tail` from its start: it returns each page whose capture pattern, lacing
+    /// values and CRC check out, and skips anything else ("OggS" inside packet data fails the CRC). It waits for
+    /// more bytes at a page that reaches past the data it holds, which at the end of a file would hide the pages
+    /// after a capture pattern inside packet data that claims more bytes than follow; so `tail` is followed by
+    /// ``maximumPageBytes`` zero bytes (no capture pattern, and every page that starts in `tail` fits), and a page
+    /// that reaches into them is not complete in the file. Memory: the tail and those zeros, in libogg's buffer.
     package static func of(tail: [UInt8]) -> OggEnding? {
-        var start = tail.count - 27
-        while start >= 0 {
-            defer { start -= 1 }
-            guard tail[start] == 0x4F, tail[start + 1] == 0x67, tail[start + 2] == 0x67, tail[start + 3] == 0x53,
-                  tail[start + 4] == 0 else { continue }  // "OggS", stream structure version 0
-            let segments = Int(tail[start + 26])
-            guard start + 27 + segments <= tail.count else { continue }
-            let bodyBytes = tail[(start + 27)..<(start + 27 + segments)].reduce(0) { $0 + Int($1) }
-            let end = start + 27 + segments + bodyBytes
-            guard end <= tail.count, checksumMatches(tail[start..<end]) else { continue }
-            if end < tail.count { return .insidePage }
-            return tail[start + 5] & 0x04 != 0 ? .finished : .withoutEndOfStream
+        var sync = ogg_sync_state()
+        guard ogg_sync_init(&sync) == 0 else { return nil }
+        defer { ogg_sync_clear(&sync) }
+        let padded = tail.count + maximumPageBytes
+        guard let buffer = ogg_sync_buffer(&sync, padded) else { return nil }
+        let bytes = UnsafeMutableRawPointer(buffer).bindMemory(to: UInt8.self, capacity: padded)
+        tail.withUnsafeBufferPointer { source in
+            if let base = source.baseAddress { bytes.update(from: base, count: source.count) }
         }
-        return nil
-    }
+        (bytes + tail.count).initialize(repeating: 0, count: maximumPageBytes)
+        guard ogg_sync_wrote(&sync, padded) == 0 else { return nil }
 
-    /// Whether `page` (header, lacing values, body) carries its own CRC: Ogg's CRC-32 (polynomial 0x04C11DB7,
-    /// not reflected, initial value 0) over the page with its CRC field (bytes 22-25, little-endian) taken as 0.
-    static func checksumMatches(_ page: ArraySlice<UInt8>) -> Bool {
-        let base = page.startIndex
-        let stored = UInt32(page[base + 22]) | UInt32(page[base + 23]) << 8 | UInt32(page[base + 24]) << 16
-            | UInt32(page[base + 25]) << 24
-        var crc: UInt32 = 0
-        for index in page.indices {
-            let byte = (22..<26).contains(index - base) ? 0 : page[index]
-            crc = (crc << 8) ^ crcTable[Int((crc >> 24) ^ UInt32(byte))]
+        var page = ogg_page()
+        var position = 0  // where the next call of ogg_sync_pageseek starts, in `tail`
+        var last: (end: Int, endOfStream: Bool)?
+        while position < tail.count {
+            let result = ogg_sync_pageseek(&sync, &page)
+            if result > 0 {
+                let end = position + result
+                if end <= tail.count { last = (end, ogg_page_eos(&page) != 0) }
+                position = end
+            } else if result < 0 {
+                position -= result  // bytes skipped to the next possible capture pattern
+            } else {
+                break  // no more pages (only the zeros are left)
+            }
         }
-        return crc == stored
-    }
-
-    private static let crcTable: [UInt32] = (0..<256).map { index in
-        var value = UInt32(index) << 24
-        for _ in 0..<8 { value = value & 0x8000_0000 != 0 ? (value << 1) ^ 0x04C1_1DB7 : value << 1 }
-        return value
+        guard let last else { return nil }
+        if last.end < tail.count { return .insidePage }
+        return last.endOfStream ? .finished : .withoutEndOfStream
     }
 }

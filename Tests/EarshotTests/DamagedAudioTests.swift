@@ -210,6 +210,31 @@ extension DamagedAudioTests {
 }
 
 extension DamagedAudioTests {
+    /// ``OggEnding`` over the last pages of an Ogg Vorbis file, after a capture pattern inside packet data ("OggS",
+    /// version 0, 255 segments of 255 bytes) that claims more bytes than follow it: libogg would wait at it for
+    /// more data, so the pages after it must still be found.
+    @Test("OggEnding: the last pages are found after a false capture pattern that claims more bytes than follow")
+    func oggEndingAfterFalseCapture() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let url = directory.appendingPathComponent("vorbis.ogg")
+        try LibsndfileWriter.write(try Self.demoSeconds(10), channels: 1, sampleRate: 16_000,
+                                   format: Int32(SF_FORMAT_OGG | SF_FORMAT_VORBIS), to: url)
+        let bytes = [UInt8](try Data(contentsOf: url))
+        let starts = bytes.indices.dropLast(4).filter { bytes[$0..<($0 + 4)].elementsEqual("OggS".utf8) }
+        let (previous, last) = (starts[starts.count - 2], starts[starts.count - 1])
+        let falseCapture = Array("OggS".utf8) + [0] + [UInt8](repeating: 0x11, count: 21) + [255]
+            + [UInt8](repeating: 255, count: 255) + [UInt8](repeating: 0x22, count: 100)
+        #expect(bytes.count - previous < 255 * 255, "the false page must reach past the end")
+
+        #expect(OggEnding.of(tail: bytes) == .finished)
+        #expect(OggEnding.of(tail: falseCapture + bytes[previous...]) == .finished)
+        #expect(OggEnding.of(tail: falseCapture + bytes[previous..<(bytes.count - 1)]) == .insidePage)
+        #expect(OggEnding.of(tail: falseCapture + bytes[previous..<last]) == .withoutEndOfStream)
+        #expect(OggEnding.of(tail: falseCapture + bytes[(previous + 1)..<last]) == nil)
+        #expect(OggEnding.of(tail: []) == nil)
+    }
+
     @Test("a WAV written to a pipe (RIFF and data chunk sizes 0): every sample there is decoded and analysed", .needsEarshotBuilt)
     func pipeWrittenWAV() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
