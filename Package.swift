@@ -40,6 +40,7 @@ let package = Package(
         .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
         .systemLibrary(name: "CMpg123", pkgConfig: "libmpg123", providers: [.apt(["libmpg123-dev"])]),
+        .systemLibrary(name: "COgg", pkgConfig: "ogg", providers: [.apt(["libogg-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
@@ -54,7 +55,7 @@ let package = Package(
         .target(name: "EarshotKernelsAVX512"),
         // The pipeline, one module per stage; each depends only on the ones below it (see README, Layout).
         .target(name: "EarshotSupport"),
-        .target(name: "EarshotAudio", dependencies: ["EarshotSupport", "CSndFile", "CSoxr", "CMpg123"]),
+        .target(name: "EarshotAudio", dependencies: ["EarshotSupport", "CSndFile", "CSoxr", "CMpg123", "COgg"]),
         .target(name: "EarshotCapture", dependencies: ["EarshotSupport", "EarshotAudio", "CALSA"]),
         .target(
             name: "EarshotModel", dependencies: ["EarshotSupport", "EarshotKernels", "EarshotKernelsAVX512", "CFFTW"]

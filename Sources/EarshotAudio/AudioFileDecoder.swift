@@ -21,18 +21,24 @@ import EarshotSupport
 ///   be opened (no permission). A directory is `.noInput` because, as for `cat dir`, there is no input *file* there.
 /// - `.data` (65): an empty file, a file libsndfile does not recognise as audio, MP3 data inside a WAV (RIFF)
 ///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a sample rate outside
-///   ``supportedSampleRates`` (a damaged or hostile header), a truncated file (a WAV
-///   whose data chunk is shorter than its header declares; a FLAC that ends before its STREAMINFO frame count),
-///   a decoding error part-way, or a file with no audio frames.
+///   ``supportedSampleRates`` (a damaged or hostile header; a WAV whose header says 0 Hz or 0 channels:
+///   `x.wav: the header's sample rate is 0: not a playable WAV (...)`), a WAV whose data chunk is shorter than
+///   its header declares (a data chunk declaring 0 bytes, or 0xFFFFFFFF, with samples after it is not: recorders
+///   writing to a pipe leave those sizes, and the samples there are decoded), a file cut short before its first
+///   frame, a decoding error part-way (damage inside the file), or a file with no audio frames.
 ///
-/// Truncation of Ogg and MP3 streams is not an error: those containers do not state an exact length (MP3 frame
-/// counts without a Xing header are estimates; many real Ogg files end without the end-of-stream flag), so what
-/// decodes is used, as players do. A truncated MP3 is named so, once the end is reached, in ``truncationWarning``
-/// (`NAME: truncated: ...`): when its Xing/Info or VBRI header states a length and it decodes more than one MPEG
-/// frame (1152 samples) short of it, or when the file ends inside an audio frame (the bytes after the last decoded
-/// frame start a frame header whose frame reaches past the end of the file). An MP3 cut exactly between two frames,
-/// without such a header, cannot be told from a short one. An MP3 that ends before its first complete frame (or
-/// inside its ID3v2 tag) is refused at open with `.data`, `NAME: truncated: ...`.
+/// A file cut short after some audio (FLAC, Ogg Vorbis/Opus, MP3) is not an error: what decodes is used, as
+/// players do, and once the end is reached ``truncationWarning`` names it (`NAME: truncated: ...`):
+/// - FLAC (any format whose header states an exact frame count): fewer frames than the header states, or a
+///   decoding error once libsndfile has read to the end of the file (a FLAC cut inside a frame: "flac decoder
+///   lost sync").
+/// - Ogg: the container states no length, so the last pages tell (``OggEnding``): the file ends inside a page, or
+///   its last page lacks the end-of-stream flag (cut between two pages, or a writer that never finished).
+/// - MP3: its Xing/Info or VBRI header states a length and it decodes more than one MPEG frame (1152 samples)
+///   short of it, or the file ends inside an audio frame (the bytes after the last decoded frame start a frame
+///   header whose frame reaches past the end of the file). An MP3 cut exactly between two frames, without such a
+///   header, cannot be told from a short one. An MP3 that ends before its first complete frame (or inside its
+///   ID3v2 tag) is refused at open with `.data`, `NAME: truncated: ...`.
 ///
 /// - Important: Not thread-safe; use one decoder from one thread at a time. The class owns the file descriptor and
 ///   the `SNDFILE*`; both are closed in `deinit`.
@@ -54,13 +60,23 @@ public final class AudioFileDecoder {
     public private(set) var framesRead: Int64 = 0
     /// True once the end of the file was reached (further reads return 0).
     public private(set) var isAtEnd = false
-    /// Set at the end of a truncated MP3: one line without a program prefix, e.g. `cut.mp3: truncated: the MP3
-    /// ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded` (a Xing/Info or VBRI header
-    /// states the length), or `cut.mp3: truncated: the MP3 ends inside an audio frame after 2.48 s; the analysis
-    /// covers what was decoded`. Nil otherwise.
+    /// Set at the end of a file cut short (see the type's description): one line without a program prefix, e.g.
+    /// `cut.flac: truncated: decoded 225280 of 510495 frames the header promises; results cover only the first
+    /// 14.08 s`, `cut.opus: truncated: the file ends inside an Ogg page; results cover only the first 16.99 s`,
+    /// `cut.ogg: truncated: the last Ogg page lacks the end-of-stream flag; results cover only the first 16.21 s`,
+    /// `cut.mp3: truncated: the MP3 ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded` (a
+    /// Xing/Info or VBRI header states the length), or `cut.mp3: truncated: the MP3 ends inside an audio frame
+    /// after 2.48 s; the analysis covers what was decoded`. Nil otherwise.
     public private(set) var truncationWarning: String?
 
     private let fileDescriptor: Int32
+    /// The file's size in bytes when it was opened.
+    private let fileSize: Int64
+    /// What libsndfile reads through instead of the descriptor, for a WAV written to a pipe (``RIFFHeader``); nil
+    /// otherwise. Kept alive as long as the `SNDFILE*`.
+    private let patchedIO: PatchedFileIO?
+    /// Whether libsndfile reads the file as Ogg (Vorbis, Opus), whose end ``OggEnding`` checks.
+    private let isOgg: Bool
     /// What decodes the file: libsndfile's `SNDFILE*`, or libmpg123 for MP3.
     private enum Backend {
         case sndfile(OpaquePointer)
@@ -141,6 +157,9 @@ public final class AudioFileDecoder {
                 throw error
             }
             fileDescriptor = descriptor
+            fileSize = Int64(status.st_size)
+            patchedIO = nil
+            isOgg = false
             backend = .mp3(stream)
             formatDescription = "MPEG-1/2 Audio, MPEG Layer " + ["I", "II", "III"][max(1, min(3, stream.layer)) - 1]
             sampleRate = stream.sampleRate
@@ -152,11 +171,38 @@ public final class AudioFileDecoder {
         }
 
         var info = SF_INFO()
-        // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
-        guard let opened = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0) else {
+        // A WAV whose data chunk declares 0 bytes, samples following (written to a pipe): libsndfile is shown the
+        // size the file holds, through its virtual I/O, and decodes it as any other WAV.
+        let fileBytes = Int64(status.st_size)
+        var patchedIO: PatchedFileIO?
+        if let header = RIFFHeader(leading: leading), header.declaresNoDataBeforeSamples(leading: leading, fileSize: fileBytes) {
+            let size = UInt32(min(fileBytes - Int64(header.dataStart), 0xFFFF_FFFF))
+            patchedIO = PatchedFileIO(
+                descriptor: descriptor, length: fileBytes, patchOffset: Int64(header.dataSizeOffset),
+                patch: (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) })
+        }
+        let handle: OpaquePointer?
+        if let patchedIO {
+            var callbacks = PatchedFileIO.callbacks
+            handle = sf_open_virtual(&callbacks, Int32(SFM_READ), &info, Unmanaged.passUnretained(patchedIO).toOpaque())
+        } else {
+            // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
+            handle = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0)
+        }
+        guard let opened = handle else {
             let code = sf_error(nil)
             let text = Self.trimmed(String(cString: sf_strerror(nil)))
             close(descriptor)
+            // libsndfile's words for these ("SF_INFO struct incomplete", "Channel count is zero") do not say what is
+            // wrong with the file; sox can read it with the value given (`-r`/`-c` before the input override it).
+            if let header = RIFFHeader(leading: leading) {
+                if header.sampleRate == 0 {
+                    throw EarshotError(.data, "\(name): the header's sample rate is 0: not a playable WAV (re-export the recording, or if you know its rate, rewrite the header: sox -r RATE IN.wav OUT.wav)", cause: text)
+                }
+                if header.channels == 0 {
+                    throw EarshotError(.data, "\(name): the header's channel count is 0: not a playable WAV (re-export the recording, or if you know its channel count, rewrite the header: sox -c CHANNELS IN.wav OUT.wav)", cause: text)
+                }
+            }
             // libsndfile knew the format but the file is damaged or cut short (SF_ERR_MALFORMED_FILE, or one of its
             // format-specific errors such as "Error in WAV file. No 'data' chunk marker"): converting it to another
             // format is not the fix, getting an intact copy is.
@@ -166,6 +212,8 @@ public final class AudioFileDecoder {
             throw EarshotError(.data, "\(name): not an audio file libsndfile can read (\(text); use WAV, FLAC, Ogg or MP3)", cause: text)
         }
         fileDescriptor = descriptor
+        fileSize = fileBytes
+        self.patchedIO = patchedIO
         backend = .sndfile(opened)
 
         let major = Int(info.format) & Int(SF_FORMAT_TYPEMASK)
@@ -177,6 +225,7 @@ public final class AudioFileDecoder {
         declaredFrameCount = frames > 0 && frames < Int64.max ? frames : nil
         frameCountIsExact = major != Int(SF_FORMAT_OGG) && major != Int(SF_FORMAT_MPEG)
             && subtype != Int(SF_FORMAT_MPEG_LAYER_III)
+        isOgg = major == Int(SF_FORMAT_OGG)
         // MP3 goes to libmpg123 (``isMP3(leading:descriptor:)`` follows libsndfile's own test), so this stays false.
         mp3LengthIsStated = false
 
@@ -207,9 +256,10 @@ public final class AudioFileDecoder {
     /// ``SampleSanitizer``) and appends them to `output`. Returns the number of frames appended; 0 means the end of
     /// the file.
     ///
-    /// - Throws: ``EarshotError`` `.data` when libsndfile reports a decoding error, when the file ends before its
-    ///   declared (exact) frame count, or when the file holds no frames at all. The corresponding C function is
-    ///   `sf_readf_float`.
+    /// - Throws: ``EarshotError`` `.data` when libsndfile reports a decoding error before the end of the file (damage
+    ///   inside it), when the file holds no frames at all, or when it ends before its first frame decodes. A file
+    ///   that ends early after some frames is not an error: ``truncationWarning`` says so. The corresponding C
+    ///   function is `sf_readf_float`.
     public func read(maxFrames: Int, appendingTo output: inout [Float]) throws(EarshotError) -> Int {
         guard maxFrames > 0, !isAtEnd else { return 0 }
         let start = output.count
@@ -305,12 +355,19 @@ public final class AudioFileDecoder {
         if code != 0 {
             isAtEnd = true
             let text = Self.trimmed(String(cString: sf_strerror(handle)))
-            if decoderReachedEndOfFile() {
-                let what = declaredFrameCount.map { "the header declares \($0) frames but the data ends after \(framesRead)" }
-                    ?? "the data ends mid-stream after \(framesRead) frames"
+            guard decoderReachedEndOfFile() else {
+                throw EarshotError(.data, "\(displayPath): decoding failed after \(framesRead) frames (\(text); the file is damaged)", cause: text)
+            }
+            // The error came with the end of the file: a file cut inside a frame. What decoded is kept.
+            guard framesRead > 0 else {
+                let what = declaredFrameCount.map { "the header declares \($0) frames but the data ends after 0" }
+                    ?? "the data ends before the first frame"
                 throw EarshotError(.data, "\(displayPath): truncated: \(what) (\(text); the copy or recording was cut short; copy it again)", cause: text)
             }
-            throw EarshotError(.data, "\(displayPath): decoding failed after \(framesRead) frames (\(text); the file is damaged)", cause: text)
+            let what = declaredFrameCount.map { "decoded \(framesRead) of \($0) frames the header promises" }
+                ?? "the data ends mid-stream (\(text))"
+            truncationWarning = shortfallLine(what)
+            return max(got, 0)
         }
         guard got > 0 else {
             isAtEnd = true
@@ -318,11 +375,25 @@ public final class AudioFileDecoder {
                 throw EarshotError(.data, "\(displayPath): no audio frames (the file holds a header but no samples)")
             }
             if frameCountIsExact, let declared = declaredFrameCount, framesRead < declared {
-                throw EarshotError(.data, "\(displayPath): truncated: the header declares \(declared) frames but the data ends after \(framesRead) (the copy or recording was cut short; copy it again)")
+                truncationWarning = shortfallLine("decoded \(framesRead) of \(declared) frames the header promises")
+            } else if isOgg {
+                let tailBytes = Int(min(fileSize, Int64(2 * OggEnding.maximumPageBytes)))
+                let tail = MP3Stream.bytes(of: fileDescriptor, at: fileSize - Int64(tailBytes), count: tailBytes)
+                switch OggEnding.of(tail: tail) {
+                case .insidePage: truncationWarning = shortfallLine("the file ends inside an Ogg page")
+                case .withoutEndOfStream: truncationWarning = shortfallLine("the last Ogg page lacks the end-of-stream flag")
+                case .finished, nil: break
+                }
             }
             return 0
         }
         return got
+    }
+
+    /// The ``truncationWarning`` line for a file that ended early, `what` saying how.
+    private func shortfallLine(_ what: String) -> String {
+        let seconds = String(cFormat: "%.2f", Double(framesRead) / Double(sampleRate))
+        return "\(displayPath): truncated: \(what); results cover only the first \(seconds) s"
     }
 
     /// ``finishRead(_:)`` for an MP3: a decoding error, no frames at all, and at the end ``truncationWarning``.
@@ -364,7 +435,7 @@ public final class AudioFileDecoder {
     /// (truncation) rather than damage inside it. The corresponding C functions are `lseek` and `fstat`.
     private func decoderReachedEndOfFile() -> Bool {
         var status = stat()
-        let position = lseek(fileDescriptor, 0, SEEK_CUR)
+        let position = patchedIO.map { off_t($0.position) } ?? lseek(fileDescriptor, 0, SEEK_CUR)
         guard position >= 0, fstat(fileDescriptor, &status) == 0 else { return false }
         return position >= status.st_size
     }

@@ -26,8 +26,9 @@ enum DetectCommand: EarshotCommand {
                      (without the wall-clock time: stream times say when in the file)
                      csv: file,type,group,class,start,end,confidence (start/end in stream seconds)
 
-    A bad FILE gets one line on standard error; the other files are still analysed.
-    Exit status: 0 every file analysed; 66 a file missing or unreadable, 65 not usable audio; 64 bad usage;
+    A bad FILE gets one line on standard error; the other files are still analysed. A file cut short (FLAC, Ogg
+    Vorbis/Opus, MP3) is analysed as far as it goes, with one line on standard error ("FILE: truncated: ...").
+    Exit status: 0 every file analysed (a file cut short included); 66 a file missing or unreadable, 65 not usable audio; 64 bad usage;
     78 a bad configuration file.
     """
 

@@ -84,6 +84,10 @@ public protocol CaptureSource: AnyObject, Sendable {
     /// The frame position the next frame will have (the start position plus frames captured plus frames lost in
     /// xruns). After the thread ends, where a resumed stream would continue. Any thread.
     var nextFramePosition: Int64 { get }
+    /// Once the thread has ended with ``CaptureEnd/finished``: what the caller should hear about how the input
+    /// ended, e.g. a file cut short (``AudioFileDecoder/truncationWarning``, one line without a program prefix);
+    /// nil otherwise. Read it after `onEnd` has run. Default nil.
+    var endNote: String? { get }
 
     /// Starts the capture thread, which writes mono chunks into `ring` at ``CaptureFormat/sampleRate``, the first
     /// at `framePosition`.
@@ -102,6 +106,10 @@ public protocol CaptureSource: AnyObject, Sendable {
     /// every 250 ms). Returns true when it has stopped (or never ran). Idempotent.
     @discardableResult
     func stop(timeout: Double) -> Bool
+}
+
+extension CaptureSource {
+    public var endNote: String? { nil }
 }
 
 // MARK: - The shared producer loop

@@ -89,6 +89,7 @@ public final class CaptureSupervisor: Sendable {
         var endedAt: UInt64 = 0
         var finishedXruns = 0
         var finishedFrames: Int64 = 0
+        var endNote: String?
     }
 
     /// The ring every session writes.
@@ -136,6 +137,8 @@ public final class CaptureSupervisor: Sendable {
     public var xrunCount: Int { inner.withLock { $0.finishedXruns + ($0.source?.xrunCount ?? 0) } }
     /// Frames captured over all sessions.
     public var framesCaptured: Int64 { inner.withLock { $0.finishedFrames + ($0.source?.framesCaptured ?? 0) } }
+    /// Once the state is ``State/finished``: the source's ``CaptureSource/endNote`` (e.g. a file cut short), or nil.
+    public var endNote: String? { inner.withLock { $0.endNote } }
 
     /// Starts the first attempt (asynchronously). Calling it again has no effect.
     public func start() {
@@ -219,6 +222,7 @@ public final class CaptureSupervisor: Sendable {
             inner.source = nil
             inner.streamSecondsAtEnd = Double(source.nextFramePosition) / Double(source.format.sampleRate)
             inner.endedAt = now
+            if end == .finished { inner.endNote = source.endNote }
             if Double(now &- inner.sessionStart) / 1e9 >= backoff.stableDuration { inner.failures = 0 }
             return true
         }

@@ -189,11 +189,17 @@ public final class PCMCapture: CaptureSource {
                         + "(check its syntax, e.g. with `arecord -D NAME` and the same text in ~/.asoundrc)",
                     cause: error.description)
             }
-            let status = snd_pcm_open_lconf(&pcm, device, SND_PCM_STREAM_CAPTURE, mode, local)
-            guard status >= 0 else { throw openError(status, "snd_pcm_open_lconf", device: device) }
+            _ = JACKMessages.prepare(device: device, configuration: local)
+            let (status, jack) = JACKMessages.capturing { snd_pcm_open_lconf(&pcm, device, SND_PCM_STREAM_CAPTURE, mode, local) }
+            guard status >= 0 else { throw openError(status, "snd_pcm_open_lconf", device: device, jack: jack) }
         } else {
-            let status = snd_pcm_open(&pcm, device, SND_PCM_STREAM_CAPTURE, mode)
-            guard status >= 0 else { throw openError(status, "snd_pcm_open", device: device) }
+            var top: OpaquePointer?
+            if snd_config_update_ref(&top) >= 0 {
+                _ = JACKMessages.prepare(device: device, configuration: top)
+                snd_config_unref(top)
+            }
+            let (status, jack) = JACKMessages.capturing { snd_pcm_open(&pcm, device, SND_PCM_STREAM_CAPTURE, mode) }
+            guard status >= 0 else { throw openError(status, "snd_pcm_open", device: device, jack: jack) }
         }
         guard let pcm else {
             throw EarshotError(.unavailable, "cannot open capture device \"\(device)\": ALSA returned no handle")
@@ -201,8 +207,10 @@ public final class PCMCapture: CaptureSource {
         return PCMHandle(pcm)
     }
 
-    private static func openError(_ status: Int32, _ function: String, device: String) -> EarshotError {
+    /// `jack`: libjack's messages during the open (``JACKMessages``), which say why a `jack` PCM failed.
+    private static func openError(_ status: Int32, _ function: String, device: String, jack: String?) -> EarshotError {
         var error = ALSAError(function: function, code: status)
+        if let failure = JACKMessages.openFailure(device: device, messages: jack, error: error) { return failure }
         if error.kind == .invalidArgument, let card = cardIndex(in: device), snd_card_load(card) == 0 {
             error.kind = .missing  // alsa-lib answers -EINVAL for a card index it cannot use (e.g. hw:99,0)
         }

@@ -24,6 +24,8 @@ public final class RealtimeFileSource: CaptureSource {
     public let name: String
     public let format: CaptureFormat
     private let loop: ProducerLoop
+    /// The file's reader (nil for standard input), for ``endNote``.
+    private let fileReader: DecodedFileReader?
 
     /// Opens `path` (an audio file), or standard input when `path` is `-`.
     ///
@@ -80,6 +82,7 @@ public final class RealtimeFileSource: CaptureSource {
     private init(name: String, format: CaptureFormat, reader: SourceReader, pacing: CapturePacing) {
         self.name = name
         self.format = format
+        fileReader = reader as? DecodedFileReader
         loop = ProducerLoop(
             reader: reader, sampleRate: format.sampleRate, chunkFrames: format.periodFrames, pacing: pacing)
     }
@@ -95,6 +98,9 @@ public final class RealtimeFileSource: CaptureSource {
     public var isRunning: Bool { loop.isRunning }
     public var nextFramePosition: Int64 { loop.nextFramePosition }
     public var end: CaptureEnd? { loop.end }
+    /// A file cut short: the decoder's ``AudioFileDecoder/truncationWarning``, e.g. `cut.flac: truncated: decoded
+    /// 225280 of 510495 frames the header promises; results cover only the first 14.08 s`.
+    public var endNote: String? { fileReader?.truncationWarning }
 
     public func start(
         into ring: SampleRingBuffer, startingAt framePosition: Int64 = 0, queue: DispatchQueue,
@@ -121,6 +127,9 @@ package final class DecodedFileReader: SourceReader, @unchecked Sendable {
 
     package func threadWillStart() {}
     package func threadDidEnd() {}
+
+    /// The decoder's warning once the file has ended (written by the producer thread before it ends; read after).
+    package var truncationWarning: String? { decoder.truncationWarning }
 
     package func read(into destination: UnsafeMutablePointer<Float>, capacity: Int) -> SourceReadResult {
         scratch.removeAll(keepingCapacity: true)

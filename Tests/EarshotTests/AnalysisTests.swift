@@ -366,17 +366,22 @@ struct AnalysisTests {
         #expect(missing?.message == "\(directory.path)/none.wav: no such file (check the path)")
     }
 
-    @Test("file analyzer: a FLAC cut short fails while decoding, reported to the observer", .needsShared)
-    func fileAnalyzerDecodingError() throws {
+    @Test("file analyzer: a FLAC cut short is analysed as far as it goes, and decodingWarning names it", .needsShared)
+    func fileAnalyzerCutShort() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         let flac = try Data(contentsOf: TestPaths.sharedFile("audio/snoring-khan/1/1_10.flac"))
         let cut = directory.appendingPathComponent("cut.flac")
         try flac.prefix(20_000).write(to: cut)
-        let observer = try AnalysisTestSupport.fileResults(cut, request: ClassifySoundRequest())
-        #expect(observer.results.isEmpty)
-        #expect(observer.completions == 0)
-        #expect(observer.errors.map(\.message) == ["\(directory.path)/cut.flac: truncated: the header declares 48000 frames but the data ends after 16384 (flac decoder lost sync; the copy or recording was cut short; copy it again)"])
+        let analyzer = try AudioFileAnalyzer(url: cut)
+        let observer = CollectingObserver()
+        try analyzer.add(ClassifySoundRequest(), withObserver: observer)
+        analyzer.analyze()
+        // 16384 frames at 48 kHz: 0.34 s, one window padded with silence.
+        #expect(observer.results.map(\.timeRange.start) == [0])
+        #expect(observer.completions == 1)
+        #expect(observer.errors.isEmpty)
+        #expect(analyzer.decodingWarning == "\(directory.path)/cut.flac: truncated: decoded 16384 of 48000 frames the header promises; results cover only the first 0.34 s")
     }
 
     // MARK: Report formatting

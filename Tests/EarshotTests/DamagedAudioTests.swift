@@ -1,3 +1,4 @@
+import CSndFile
 import Foundation
 import Testing
 import EarshotAudio
@@ -84,7 +85,7 @@ struct DamagedAudioTests {
         #expect(MPEGAudioHeader.id3v2Length([0x52, 0x49, 0x46, 0x46, 0, 0, 0, 0, 0, 0]) == nil)
     }
 
-    @Test("truncated WAV and FLAC, and a WAV header declaring ~4 GB: one line each, only Earshot's", .needsEarshotBuilt)
+    @Test("truncated WAV, and a WAV header declaring ~4 GB: one line each, only Earshot's", .needsEarshotBuilt)
     func otherDamagedInputs() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -99,21 +100,213 @@ struct DamagedAudioTests {
         huge.replaceSubrange(4..<8, with: [0x00, 0xFF, 0xFF, 0xFF])
         huge.replaceSubrange(40..<44, with: [0x00, 0xFF, 0xFF, 0x7F])
         try huge.write(to: directory.appendingPathComponent("huge.wav"))
-        let flac = try Data(contentsOf: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
-        try flac.prefix(flac.count / 2).write(to: directory.appendingPathComponent("cut.flac"))
 
         let cutWAV = try #require(try EarshotCLI.run(["analyze", "cut.wav"], in: directory))
         #expect(cutWAV.status == 65)
         #expect(cutWAV.errorLines == ["earshot: cut.wav: truncated: the header declares 96000 bytes of audio data but the file holds 47978 (the copy or recording was cut short; copy it again)"])
-        let cutFLAC = try #require(try EarshotCLI.run(["analyze", "cut.flac"], in: directory))
-        #expect(cutFLAC.status == 65)
-        #expect(cutFLAC.errorLines.count == 1)
-        #expect(cutFLAC.errorLines.first?.hasPrefix("earshot: cut.flac: truncated: the header declares 510495 frames but the data ends after ") == true)
         // A placeholder size is not truncation: the 3 s that are there are analysed (6 windows), silently.
         let hugeWAV = try #require(try EarshotCLI.run(["analyze", "huge.wav", "--top", "1"], in: directory))
         #expect(hugeWAV.status == 0)
         #expect(hugeWAV.outputLines.count == 6)
         #expect(hugeWAV.standardError.isEmpty)
+    }
+}
+
+extension DamagedAudioTests {
+    /// The first 10 s of samples/demo.flac (16 kHz mono), to encode as Ogg.
+    static func demoSeconds(_ seconds: Int) throws -> [Float] {
+        let decoder = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        var samples: [Float] = []
+        _ = try decoder.readMono(maxFrames: seconds * 16_000, appendingTo: &samples)
+        #expect(samples.count == seconds * 16_000)
+        return samples
+    }
+
+    /// Windows `earshot analyze` prints for `frames` at 16 kHz with the default 0.96 s window and 0.48 s hop.
+    static func defaultWindows(frames: Int) -> Int {
+        1 + (max(0, frames - 15_360) + 7_679) / 7_680
+    }
+
+    @Test("a FLAC cut short: analysed as far as it goes, one 'truncated' line with the frames decoded, status 0", .needsEarshotBuilt)
+    func cutFLAC() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        // samples/demo.flac: 510495 frames (31.91 s) at 16 kHz; half of it ends inside a FLAC frame.
+        let flac = try Data(contentsOf: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        try flac.prefix(flac.count / 2).write(to: directory.appendingPathComponent("cut.flac"))
+        let line = "earshot: cut.flac: truncated: decoded 192512 of 510495 frames the header promises; results cover only the first 12.03 s"
+        let analyze = try #require(try EarshotCLI.run(["analyze", "cut.flac", "--top", "1"], in: directory))
+        #expect(analyze.status == 0)
+        #expect(analyze.outputLines.count == Self.defaultWindows(frames: 192_512))
+        #expect(analyze.outputLines.count == 25)
+        #expect(analyze.outputLines.last?.hasPrefix("cut.flac 11.52-12.48s  ") == true)
+        #expect(analyze.errorLines == [line])
+        let detect = try #require(try EarshotCLI.run(["detect", "cut.flac", "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+        #expect(detect.status == 0)
+        #expect(detect.errorLines == [line])
+        // demo.flac's baby cry (2.40-9.60 s) is inside the part that is there.
+        #expect(detect.outputLines.contains { $0.contains(#""type":"detection_end","group":"baby_cry""#) }, "\(detect.outputLines)")
+
+        // earshotd --input: the events of the audio there, then the same line, exit 0.
+        let state = directory.appendingPathComponent("state")
+        try FileManager.default.createDirectory(at: state, withIntermediateDirectories: true)
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
+        environment["STATE_DIRECTORY"] = state.path
+        let daemon = try EarshotCLI.runProcess(
+            DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd"),
+            ["--input", "cut.flac", "--input-speed", "max", "--socket", directory.appendingPathComponent("e.sock").path,
+             "--no-journal", "--watch", "baby_cry", "--config", "earshotd.conf"],
+            in: directory, environment: environment, timeout: 120)
+        #expect(daemon.status == 0)
+        #expect(daemon.standardError.hasSuffix("""
+            earshotd: baby_cry ended: "builtin_baby_cry:baby_cry" from 2.40 s to 9.60 s (7.20 s, peak confidence 1.00, mean 0.99)
+            earshotd: cut.flac: truncated: decoded 192512 of 510495 frames the header promises; results cover only the first 12.03 s
+            earshotd: stopped (end of input)
+
+            """), "\(daemon.standardError)")
+    }
+
+    @Test("Ogg Vorbis and Opus cut inside a page or between pages: analysed as far as they go, one line, status 0",
+          .needsEarshotBuilt, arguments: ["vorbis.ogg", "opus.opus"])
+    func cutOgg(name: String) throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let whole = directory.appendingPathComponent(name)
+        let codec = name.hasPrefix("opus") ? SF_FORMAT_OPUS : SF_FORMAT_VORBIS
+        try LibsndfileWriter.write(try Self.demoSeconds(10), channels: 1, sampleRate: 16_000,
+                                   format: Int32(SF_FORMAT_OGG | codec), to: whole)
+        let bytes = try Data(contentsOf: whole)
+        // The intact file: all 160000 frames, no warning.
+        let intact = try AudioFileDecoder(url: whole)
+        #expect(try intact.readAllMono().count == 160_000)
+        #expect(intact.truncationWarning == nil)
+        let intactRun = try #require(try EarshotCLI.run(["analyze", name, "--top", "1"], in: directory))
+        #expect(intactRun.status == 0 && intactRun.standardError.isEmpty)
+        #expect(intactRun.outputLines.count == Self.defaultWindows(frames: 160_000))
+
+        // 60 % of the file (inside a page), and the file up to the first page that starts after 60 % (between
+        // pages: the last page is complete but is not the stream's last).
+        let cutAt = bytes.count * 6 / 10
+        let pageStart = try #require(bytes.indices.first { $0 > cutAt && bytes[$0..<($0 + 4)].elementsEqual("OggS".utf8) })
+        for (file, length, how) in [("inside-\(name)", cutAt, "the file ends inside an Ogg page"),
+                                    ("between-\(name)", pageStart, "the last Ogg page lacks the end-of-stream flag")] {
+            try bytes.prefix(length).write(to: directory.appendingPathComponent(file))
+            let decoder = try AudioFileDecoder(url: directory.appendingPathComponent(file))
+            let frames = try decoder.readAllMono().count
+            #expect(frames > 60_000 && frames < 160_000, "\(file): \(frames) frames")
+            let seconds = String(format: "%.2f", Double(frames) / 16_000)
+            let line = "\(file): truncated: \(how); results cover only the first \(seconds) s"
+            #expect(decoder.truncationWarning == "\(directory.path)/" + line)
+            let analyze = try #require(try EarshotCLI.run(["analyze", file, "--top", "1"], in: directory))
+            #expect(analyze.status == 0)
+            #expect(analyze.errorLines == ["earshot: " + line])
+            #expect(analyze.outputLines.count == Self.defaultWindows(frames: frames))
+            let detect = try #require(try EarshotCLI.run(["detect", file, "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+            #expect(detect.status == 0)
+            #expect(detect.errorLines == ["earshot: " + line])
+        }
+    }
+}
+
+extension DamagedAudioTests {
+    /// ``OggEnding`` over the last pages of an Ogg Vorbis file, after a capture pattern inside packet data ("OggS",
+    /// version 0, 255 segments of 255 bytes) that claims more bytes than follow it: libogg would wait at it for
+    /// more data, so the pages after it must still be found.
+    @Test("OggEnding: the last pages are found after a false capture pattern that claims more bytes than follow")
+    func oggEndingAfterFalseCapture() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let url = directory.appendingPathComponent("vorbis.ogg")
+        try LibsndfileWriter.write(try Self.demoSeconds(10), channels: 1, sampleRate: 16_000,
+                                   format: Int32(SF_FORMAT_OGG | SF_FORMAT_VORBIS), to: url)
+        let bytes = [UInt8](try Data(contentsOf: url))
+        let starts = bytes.indices.dropLast(4).filter { bytes[$0..<($0 + 4)].elementsEqual("OggS".utf8) }
+        let (previous, last) = (starts[starts.count - 2], starts[starts.count - 1])
+        let falseCapture = Array("OggS".utf8) + [0] + [UInt8](repeating: 0x11, count: 21) + [255]
+            + [UInt8](repeating: 255, count: 255) + [UInt8](repeating: 0x22, count: 100)
+        #expect(bytes.count - previous < 255 * 255, "the false page must reach past the end")
+
+        #expect(OggEnding.of(tail: bytes) == .finished)
+        #expect(OggEnding.of(tail: falseCapture + bytes[previous...]) == .finished)
+        #expect(OggEnding.of(tail: falseCapture + bytes[previous..<(bytes.count - 1)]) == .insidePage)
+        #expect(OggEnding.of(tail: falseCapture + bytes[previous..<last]) == .withoutEndOfStream)
+        #expect(OggEnding.of(tail: falseCapture + bytes[(previous + 1)..<last]) == nil)
+        #expect(OggEnding.of(tail: []) == nil)
+    }
+
+    @Test("a WAV written to a pipe (RIFF and data chunk sizes 0): every sample there is decoded and analysed", .needsEarshotBuilt)
+    func pipeWrittenWAV() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        // 3 s of a 440 Hz tone, 16 kHz mono 16-bit: 96000 bytes of data after a 44-byte header.
+        let tone = AnalysisTestSupport.sine(frequency: 440, dbfs: -6, sampleRate: 16_000, count: 48_000)
+        let pcm = AudioTestFiles.littleEndian(tone.map { Int64(($0 * 32_767).rounded()) }, width: 2)
+        let wav = Data(AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: pcm))
+        try wav.write(to: directory.appendingPathComponent("intact.wav"))
+        var piped = wav
+        piped.replaceSubrange(4..<8, with: [0, 0, 0, 0])
+        piped.replaceSubrange(40..<44, with: [0, 0, 0, 0])
+        try piped.write(to: directory.appendingPathComponent("piped.wav"))
+        var dataOnly = wav  // RIFF size right, data size 0
+        dataOnly.replaceSubrange(40..<44, with: [0, 0, 0, 0])
+        try dataOnly.write(to: directory.appendingPathComponent("data0.wav"))
+
+        let intact = try AudioFileDecoder(url: directory.appendingPathComponent("intact.wav")).readAllMono()
+        #expect(intact.count == 48_000)
+        for name in ["piped.wav", "data0.wav"] {
+            let decoder = try AudioFileDecoder(url: directory.appendingPathComponent(name))
+            #expect(decoder.formatDescription == "WAV (Microsoft), Signed 16 bit PCM")
+            #expect(decoder.sampleRate == 16_000 && decoder.channelCount == 1)
+            #expect(decoder.declaredFrameCount == 48_000)
+            #expect(try decoder.readAllMono() == intact, "\(name)")
+            #expect(decoder.truncationWarning == nil)
+            let outcome = try #require(try EarshotCLI.run(["analyze", name, "--top", "1"], in: directory))
+            #expect(outcome.status == 0)
+            #expect(outcome.standardError.isEmpty, "\(outcome.standardError)")
+            #expect(outcome.outputLines.count == 6)
+            #expect(outcome.outputLines.first?.hasPrefix("\(name) 0.00-0.96s  ") == true)
+        }
+
+        // A data chunk that really is empty, followed by a LIST chunk that ends the file: still no audio.
+        let empty = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: [])
+            + Array("LIST".utf8) + [4, 0, 0, 0] + Array("INFO".utf8)
+        try AudioTestFiles.write(empty, to: directory.appendingPathComponent("empty.wav"))
+        let outcome = try #require(try EarshotCLI.run(["analyze", "empty.wav"], in: directory))
+        #expect(outcome.status == 65)
+        #expect(outcome.errorLines == ["earshot: empty.wav: no audio frames (the file holds a header but no samples)"])
+    }
+}
+
+extension DamagedAudioTests {
+    @Test("a WAV header saying 0 Hz or 0 channels: one line naming it and the fix, status 65", .needsEarshotBuilt)
+    func zeroRateOrChannels() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let pcm = AudioTestFiles.littleEndian((0..<16_000).map { Int64($0 % 200) }, width: 2)
+        var rate0 = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: pcm)
+        rate0.replaceSubrange(24..<28, with: [0, 0, 0, 0])
+        try AudioTestFiles.write(rate0, to: directory.appendingPathComponent("rate0.wav"))
+        var channels0 = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16, data: pcm)
+        channels0.replaceSubrange(22..<24, with: [0, 0])
+        try AudioTestFiles.write(channels0, to: directory.appendingPathComponent("channels0.wav"))
+
+        let rateLine = "rate0.wav: the header's sample rate is 0: not a playable WAV (re-export the recording, or if you know its rate, rewrite the header: sox -r RATE IN.wav OUT.wav)"
+        let channelsLine = "channels0.wav: the header's channel count is 0: not a playable WAV (re-export the recording, or if you know its channel count, rewrite the header: sox -c CHANNELS IN.wav OUT.wav)"
+        for (name, line) in [("rate0.wav", rateLine), ("channels0.wav", channelsLine)] {
+            let error = AudioTestFiles.error { () throws(EarshotError) in
+                try AudioFileDecoder(url: URL(fileURLWithPath: name, relativeTo: directory))
+            }
+            #expect(error?.message == line)
+            #expect(error?.code == .data)
+            let analyze = try #require(try EarshotCLI.run(["analyze", name], in: directory))
+            #expect(analyze.status == 65)
+            #expect(analyze.standardOutput.isEmpty)
+            #expect(analyze.errorLines == ["earshot: " + line])
+            let detect = try #require(try EarshotCLI.run(["detect", name, "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+            #expect(detect.status == 65)
+            #expect(detect.errorLines == ["earshot: " + line])
+        }
     }
 }
 

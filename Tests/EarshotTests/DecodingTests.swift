@@ -455,7 +455,7 @@ struct DecodingTests {
         #expect(wav?.code == .data)
     }
 
-    @Test("truncated FLAC: exact line", .needsShared)
+    @Test("truncated FLAC: the frames there, and the exact warning line", .needsShared)
     func truncatedFLAC() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
@@ -466,9 +466,17 @@ struct DecodingTests {
         try flac.prefix(20_000).write(to: flacURL)
         let decoder = try AudioFileDecoder(url: flacURL)
         #expect(decoder.declaredFrameCount == 48_000)
-        let flacError = AudioTestFiles.error { () throws(EarshotError) in try decoder.readAllMono() }
-        #expect(flacError?.message == "\(d)/cut.flac: truncated: the header declares 48000 frames but the data ends after 16384 (flac decoder lost sync; the copy or recording was cut short; copy it again)")
-        #expect(flacError?.code == .data)
+        #expect(try decoder.readAllMono().count == 16_384)
+        #expect(decoder.truncationWarning == "\(d)/cut.flac: truncated: decoded 16384 of 48000 frames the header promises; results cover only the first 0.34 s")
+        #expect(decoder.isAtEnd)
+        // Cut inside the first audio frame: nothing decodes, which stays an error.
+        let early = directory.appendingPathComponent("early.flac")
+        try flac.prefix(1_000).write(to: early)
+        let earlyDecoder = try AudioFileDecoder(url: early)
+        let earlyError = AudioTestFiles.error { () throws(EarshotError) in try earlyDecoder.readAllMono() }
+        #expect(earlyError?.code == .data)
+        #expect(earlyError?.message == "\(d)/early.flac: truncated: the header declares 48000 frames but the data ends after 0 (flac decoder lost sync; the copy or recording was cut short; copy it again)")
+        #expect(earlyDecoder.truncationWarning == nil)
     }
 
     @Test("MP3 data in a WAV (RIFF) container is named as such", .needsShared)

@@ -349,10 +349,11 @@ package final class EarshotDaemon: @unchecked Sendable {
                                              details: ["source": .string(name)])))
         case .unavailable(let error) where capture.input != nil || usingFallback.load(ordering: .relaxed):
             // A file or stdin that cannot be opened or read will not get better by retrying (and a retry would
-            // replay a file from its start): analyse what arrived, say why, and exit with the error's status.
-            journal.log(error.message, priority: 3)
+            // replay a file from its start): analyse what arrived, then say why in the last line (priority 3, err,
+            // in the journal; instead of `stopped (...)`, so that the cause is the one line) and exit with the
+            // error's status.
             analysisQueue.sync { pipeline.finishInput() }
-            shutdown(reason: "input failed", status: error.exitStatus)
+            shutdown(reason: "input failed", status: error.exitStatus, lastLine: (error.message, 3))
         case .unavailable(let error):
             let retry = supervisor.nextRetryDelay.map { " (retrying in \(Int($0.rounded())) s)" } ?? ""
             let alreadySaid = status.withLock { status -> Bool in
@@ -369,7 +370,9 @@ package final class EarshotDaemon: @unchecked Sendable {
             _ = try? notifier.status("waiting for \(sourceDescription): \(error.message)")
         case .finished:
             analysisQueue.sync { pipeline.finishInput() }
-            shutdown(reason: "end of input", status: 0)
+            // A file cut short is analysed as far as it goes, as `earshot analyze` does, and named once, after the
+            // events of the audio it held.
+            shutdown(reason: "end of input", status: 0, warnings: supervisor.endNote.map { [$0] } ?? [])
         }
     }
 
@@ -614,11 +617,15 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Stops in the reverse order of start, each step finishing its work, then exits with `status`. Only the first
     /// call does anything (a signal and the end of the input may race); it may run on the signal queue while a
     /// reload waits on the control queue. Past ``stopDeadlineSeconds`` a watchdog thread writes which step was still
-    /// running and exits with `status` at once.
-    private func shutdown(reason: String, status: Int32) {
+    /// running and exits with `status` at once. `warnings` are logged (priority 4) once the outputs are delivered,
+    /// then `stopped (REASON)`, or `lastLine` instead when the stop has a cause to read (an input that failed: its
+    /// error line), which the deadline thread writes too.
+    private func shutdown(
+        reason: String, status: Int32, warnings: [String] = [], lastLine: (text: String, priority: Int)? = nil
+    ) {
         let (first, _) = stopping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
         guard first else { return }
-        startStopDeadline(status: status)
+        startStopDeadline(status: status, lastLine: lastLine)
         _ = try? notifier.stopping(status: "stopping: \(reason)")
         stopStep.withLock { $0 = "stopping capture" }
         supervisor.stop()
@@ -640,18 +647,24 @@ package final class EarshotDaemon: @unchecked Sendable {
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
         }
         watchdog?.cancel()
-        journal.log("stopped (\(reason))")
+        for line in warnings { journal.log(line, priority: 4) }
+        if let lastLine {
+            journal.log(lastLine.text, priority: lastLine.priority)
+        } else {
+            journal.log("stopped (\(reason))")
+        }
         exit(status)
     }
 
     /// A thread of its own (not Dispatch's pool, which a stuck queue may have used up) that ends the process if the
-    /// stop is not done by ``stopDeadlineSeconds``.
-    private func startStopDeadline(status: Int32) {
+    /// stop is not done by ``stopDeadlineSeconds``; it writes `lastLine` (the cause of the stop) after its own.
+    private func startStopDeadline(status: Int32, lastLine: (text: String, priority: Int)?) {
         do {
             try startThread(named: "earshot-stop") { [self] in
                 usleep(UInt32(Self.stopDeadlineSeconds * 1_000_000))
                 let running = stopStep.withLock { $0 }
                 journal.logWithoutWaiting("stop did not finish within \(SettingRules.format(Self.stopDeadlineSeconds)) s (still \(running)); exiting without waiting for it", priority: 3)
+                if let lastLine { journal.logWithoutWaiting(lastLine.text, priority: lastLine.priority) }
                 _exit(status)
             }
         } catch {

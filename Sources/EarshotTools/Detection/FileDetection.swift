@@ -34,7 +34,7 @@ package struct FileDetection {
     }
 
     /// Runs the stage over `url`, handing each output to `body` as it comes (windows included), and the decoder's
-    /// warning, if any (a truncated MP3, ``AudioFileDecoder/truncationWarning``), to `warning` at the end.
+    /// warning, if any (a file cut short, ``AudioFileDecoder/truncationWarning``), to `warning` at the end.
     /// - Returns: seconds of audio analysed.
     /// - Throws: ``EarshotError`` when the file cannot be opened or decoded (outputs already handed stay handed).
     @discardableResult
