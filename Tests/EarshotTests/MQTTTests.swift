@@ -580,7 +580,10 @@ struct MQTTBrokerTests {
             .write(to: setup.config, atomically: true, encoding: .utf8)
         daemon.signal(SIGHUP)
         #expect(subscriber.waitFor(seconds: 10) { _ in configs(glassConfig).last?.payload == "" }, "\(daemon.errorText)")
-        #expect(configs("homeassistant/switch/earshot_study/glass_break_enabled/config").last?.payload == "")
+        // Topics may arrive in any order: wait for the switch's deletion too.
+        #expect(subscriber.waitFor(seconds: 5) { _ in
+            configs("homeassistant/switch/earshot_study/glass_break_enabled/config").last?.payload == ""
+        })
         #expect(configs("homeassistant/binary_sensor/earshot_study/baby_cry/config").last?.payload.isEmpty == false)
         let late = try MQTTSubscriber(port: broker.port, topic: "homeassistant/#")
         #expect(late.waitFor(seconds: 5) { $0.contains { $0.topic == "homeassistant/binary_sensor/earshot_study/baby_cry/config" } })
