@@ -14,6 +14,7 @@ import EarshotService
 ///
 /// ```
 /// 2026-11-30 17:45:12  smoke_alarm started: "Smoke detector, smoke alarm" 81% (stream 12.48 s)
+/// 2026-11-30 17:45:31  baby_cry started: "Baby cry, infant cry" 99% (stream 2.40 s, announced on unmute)
 /// 2026-11-30 17:45:20  smoke_alarm ended after 5.76 s: "Smoke detector, smoke alarm" peak 91%, mean 72% (stream 12.48-18.24 s)
 /// 2026-11-30 17:45:20  health overrun: capture buffer overran; 3 xruns so far
 /// 2026-11-30 17:45:25  smoke_alarm clip saved: /var/lib/earshot/clips/2026-11-30T16-45-12Z_smoke_alarm.wav (16.76 s, stream 7.48-24.24 s)
@@ -35,8 +36,9 @@ package enum EventTextFormat {
         let label = text("class") ?? "?"
         switch type {
         case "detection":
+            let late = text("reason") == EventLines.unmutedReason ? ", announced on unmute" : ""
             return "\(when)\(group) started: \"\(label)\" \(percent(object["confidence"]))"
-                + " (stream \(seconds(object["stream_time"])) s)"
+                + " (stream \(seconds(object["stream_time"])) s\(late))"
         case "detection_end":
             return "\(when)\(group) ended after \(seconds(object["duration"])) s: \"\(label)\""
                 + " peak \(percent(object["peak_confidence"])), mean \(percent(object["mean_confidence"]))"
