@@ -95,6 +95,13 @@ package struct MQTTSettings: Sendable, Equatable {
         case "host":
             guard !value.isEmpty, value.utf8.count <= 253, !value.contains(where: { $0.isWhitespace || $0 == "/" })
             else { return "must be a host name or address, e.g. localhost or 192.168.1.10" }
+            // `host:port` (one colon, digits after it; an IPv6 address has several): the port has its own key.
+            if let colon = value.firstIndex(of: ":"), value.filter({ $0 == ":" }).count == 1 {
+                let port = value[value.index(after: colon)...]
+                if !port.isEmpty, port.allSatisfy(\.isASCII), port.allSatisfy(\.isNumber) {
+                    return "has a port: put the port in [mqtt] port (host = \(value[..<colon]) and port = \(port))"
+                }
+            }
             host = value
         case "port":
             if value.isEmpty { explicitPort = nil; return nil }
