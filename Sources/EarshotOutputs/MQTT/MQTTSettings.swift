@@ -152,9 +152,13 @@ package struct MQTTSettings: Sendable, Equatable {
             && !value.contains("//")
     }
 
-    /// What is missing or inconsistent once every key is read, or nil: `certfile` without `keyfile` (or the other
-    /// way round), TLS files given with `tls = false`.
+    /// What is missing or inconsistent once every key is read, or nil: `password_file` without `username`,
+    /// `certfile` without `keyfile` (or the other way round), TLS files given with `tls = false`.
     package var inconsistency: String? {
+        if !passwordFile.isEmpty, username.isEmpty {
+            // libmosquitto sends a password only with a user name: without one it would never reach the broker.
+            return "password_file needs username (set [mqtt] username to the broker's user for that password)"
+        }
         if certFile.isEmpty != keyFile.isEmpty {
             return "certfile and keyfile go together (set both, or neither)"
         }
