@@ -247,6 +247,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         noteSettings(configuration)
         noteModels(heads)
         for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
+        for line in configuration.warnings() { journal.log("warning: \(line)", priority: 4) }
         if let path = configuration.sleep.modelPath {
             journal.log("the snore detector adds the snoring probability of \(path) to its evidence")
         }
