@@ -168,7 +168,7 @@ enum UsageSnippet {
         let background = head.metadata.backgroundLabel
         let targets = head.labels.filter { $0 != background }
         var lines = [
-            "try it: earshot analyze --model \(modelPath) FILE",
+            "try it: earshot analyze --model \(DisplayText.shellWord(modelPath)) FILE",
             "use it in earshotd (/etc/earshot/earshotd.conf; the daemon reads the model at start and on SIGHUP):",
             "  [models]",
             "  files = \(absolute)",
