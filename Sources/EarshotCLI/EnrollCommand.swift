@@ -2,6 +2,7 @@ import Earshot
 import EarshotDetection
 import EarshotOutputs
 import EarshotService
+import EarshotSupport
 import EarshotTools
 import Foundation
 
@@ -53,6 +54,9 @@ enum EnrollCommand: EarshotCommand {
     static func execute(_ options: Options) -> Int32 {
         let label = options.label, output = options.output
         do throws(EarshotError) {
+            // Before any take is recorded (about 45 s with the defaults) or trained: the label and the output file.
+            try Enrollment.checkLabel(label)
+            try OutputFile.checkWritable(output, what: "head model", hint: "check that the directory exists and is writable")
             var takes: [[Float]] = []
             var takeNames: [String] = []
             var background: [[Float]] = []

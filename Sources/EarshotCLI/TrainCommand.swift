@@ -2,6 +2,7 @@ import Earshot
 import EarshotDetection
 import EarshotOutputs
 import EarshotService
+import EarshotSupport
 import EarshotTools
 import Foundation
 import Synchronization
@@ -51,6 +52,8 @@ enum TrainCommand: EarshotCommand {
         let progress = ProgressPrinter()
         let report: TrainingReport
         do {
+            // Before every embedding is computed: the model could not be written at the end.
+            try OutputFile.checkWritable(options.output, what: "head model", hint: "check that the directory exists and is writable")
             report = try HeadTraining.train(
                 folder: URL(fileURLWithPath: options.folder), configuration: options.configuration,
                 progress: { progress.show($0) })
@@ -165,7 +168,7 @@ enum UsageSnippet {
         let background = head.metadata.backgroundLabel
         let targets = head.labels.filter { $0 != background }
         var lines = [
-            "try it: earshot analyze --model \(modelPath) FILE",
+            "try it: earshot analyze --model \(DisplayText.shellWord(modelPath)) FILE",
             "use it in earshotd (/etc/earshot/earshotd.conf; the daemon reads the model at start and on SIGHUP):",
             "  [models]",
             "  files = \(absolute)",

@@ -23,7 +23,10 @@ do {
         print("earshotd \(earshotVersion)")
         exit(0)
     case .checkConfig:
-        print("earshotd: \(DisplayText.escaped(try DaemonConfiguration.check(commandLine: commandLine)))")
+        let line = try DaemonConfiguration.check(commandLine: commandLine) { warning in
+            _ = writeAll(STDERR_FILENO, "earshotd: warning: \(DisplayText.escaped(warning))\n")
+        }
+        print("earshotd: \(DisplayText.escaped(line))")
         exit(0)
     case .run:
         try EarshotDaemon(commandLine: commandLine).run()

@@ -69,6 +69,31 @@ public enum OutputFile {
         }
     }
 
+    /// Checks that ``write(_:to:what:hint:)`` could write `path` later, before long work whose result would be
+    /// lost (recording, training): creates and removes the temporary sibling the write would create (nothing for a
+    /// device or FIFO, which is written in place). The same line and status as ``write(_:to:what:hint:)``.
+    /// - Throws: `EarshotError(.cannotCreate)` (73): `cannot write PATH: REASON (HINT)`.
+    public static func checkWritable(_ path: String, what: String = "", hint: String = "check the directory and free space")
+        throws(EarshotError)
+    {
+        let name = what.isEmpty ? path : "\(what) \(path)"
+        func failure(_ code: Int32) -> EarshotError {
+            let reason = String(cString: strerror(code))
+            return EarshotError(.cannotCreate, "cannot write \(name): \(reason) (\(hint))", cause: reason)
+        }
+        var status = stat()
+        if stat(path, &status) == 0 {
+            if status.st_mode & S_IFMT == S_IFDIR { throw failure(EISDIR) }
+            if status.st_mode & S_IFMT != S_IFREG { return }
+        }
+        let url = URL(fileURLWithPath: resolvingSymbolicLinks(path))
+        let probe = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).check-\(getpid())").path
+        let descriptor = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw failure(errno) }
+        close(descriptor)
+        unlink(probe)
+    }
+
     /// Writes `data` to `path` and describes a failure as one line:
     /// `cannot write PATH: REASON (HINT)` with `.cannotCreate` (73) when the file cannot be created or written, and
     /// `cannot write PATH: REASON` with `.io` (74) when writing into a device or FIFO fails (e.g. `/dev/full`).

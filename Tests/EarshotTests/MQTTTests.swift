@@ -592,3 +592,42 @@ struct MQTTBrokerTests {
         #expect(daemon.wait(seconds: 20) == 0)
     }
 }
+
+@Suite("MQTT attributes: the wall clock of the history")
+struct MQTTAttributeTimeTests {
+    static func date(_ text: Any?) -> Date? {
+        (text as? String).flatMap { try? Date($0, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) }
+    }
+
+    @Test("GROUP/attributes started/ended agree with the history for every event, snoring too (its onsets are released seconds after their decision)",
+          .needsMosquitto, .needsEarshotdBuilt)
+    func attributesAgreeWithHistory() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port)
+        let setup = try MQTTDaemonSetup(port: broker.port, node: "kitchen", watch: "baby_cry | snoring | glass_break")
+        defer { setup.remove() }
+        let history = setup.directory.appendingPathComponent("h.sqlite3").path
+        try (try String(contentsOf: setup.config, encoding: .utf8))
+            .replacingOccurrences(of: "[history]\nenabled = false", with: "[history]\npath = \(history)")
+            .write(to: setup.config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "samples/demo.flac"])
+        #expect(daemon.wait(seconds: 90) == 0, "\(daemon.errorText)")
+        let stored = try EventHistory(path: history, access: .readOnly).events()
+        #expect(stored.map(\.group).sorted() == ["baby_cry", "glass_break", "snoring"], "\(stored)")
+        for event in stored {
+            let topic = "earshot/kitchen/\(event.group)/attributes"
+            #expect(subscriber.waitFor(seconds: 10) { _ in subscriber.messages(on: topic).last?.json?["ended"] != nil })
+            let attributes = subscriber.messages(on: topic).compactMap(\.json)
+            let onset = try #require(attributes.first, "\(topic)")
+            let end = try #require(attributes.last)
+            let started = try #require(Self.date(onset["started"]))
+            // The onset's wall clock is taken when it is routed, the history's when the end is: the real-time
+            // input's pacing and the machine's load move them apart by up to a second (snoring's was 3.7 s late).
+            #expect(abs(started.timeIntervalSince(event.start)) < 1.5, "\(event.group): \(onset) vs history \(event.start)")
+            // An end keeps its onset's start; it ends its duration later.
+            #expect(Self.date(end["started"]) == started)
+            let ended = try #require(Self.date(end["ended"]))
+            #expect(abs(ended.timeIntervalSince(event.end)) < 1.5, "\(event.group): \(end) vs history \(event.end)")
+        }
+    }
+}

@@ -278,8 +278,12 @@ package final class DetectionStage {
         return (scores, true)
     }
 
-    /// Names of the groups with an open event.
-    package var activeGroups: [String] { engine.activeGroups }
+    /// Names of the groups with an open event: the classifier groups' (in watch-list order), then the smoke and CO
+    /// alarms' (the pattern detector's). The snore detector's event is its caller's to add: whether it is published
+    /// depends on the watch list and sleep sessions.
+    package var activeGroups: [String] {
+        engine.activeGroups + (alarms?.activeGroups.filter { alarmGroups.contains($0) } ?? [])
+    }
 
     /// Analyses one chunk of mono samples in -1...1 at `sampleRate` Hz whose first frame is `framePosition` on the
     /// capture timeline. `gap`: frames lost just before it (nil: none; the chunk continues the previous one).

@@ -95,6 +95,13 @@ package struct MQTTSettings: Sendable, Equatable {
         case "host":
             guard !value.isEmpty, value.utf8.count <= 253, !value.contains(where: { $0.isWhitespace || $0 == "/" })
             else { return "must be a host name or address, e.g. localhost or 192.168.1.10" }
+            // `host:port` (one colon, digits after it; an IPv6 address has several): the port has its own key.
+            if let colon = value.firstIndex(of: ":"), value.filter({ $0 == ":" }).count == 1 {
+                let port = value[value.index(after: colon)...]
+                if !port.isEmpty, port.allSatisfy(\.isASCII), port.allSatisfy(\.isNumber) {
+                    return "has a port: put the port in [mqtt] port (host = \(value[..<colon]) and port = \(port))"
+                }
+            }
             host = value
         case "port":
             if value.isEmpty { explicitPort = nil; return nil }
@@ -145,9 +152,13 @@ package struct MQTTSettings: Sendable, Equatable {
             && !value.contains("//")
     }
 
-    /// What is missing or inconsistent once every key is read, or nil: `certfile` without `keyfile` (or the other
-    /// way round), TLS files given with `tls = false`.
+    /// What is missing or inconsistent once every key is read, or nil: `password_file` without `username`,
+    /// `certfile` without `keyfile` (or the other way round), TLS files given with `tls = false`.
     package var inconsistency: String? {
+        if !passwordFile.isEmpty, username.isEmpty {
+            // libmosquitto sends a password only with a user name: without one it would never reach the broker.
+            return "password_file needs username (set [mqtt] username to the broker's user for that password)"
+        }
         if certFile.isEmpty != keyFile.isEmpty {
             return "certfile and keyfile go together (set both, or neither)"
         }

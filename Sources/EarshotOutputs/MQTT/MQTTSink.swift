@@ -50,8 +50,13 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var controls: ControlState?
         var active: [String: Bool] = [:]
         var attributes: [String: JSONObject] = [:]
-        /// The wall clock each open event started at (its onset's decision time less its latency).
+        /// The wall clock each open event started at, as its onset said (see ``latestWindowEnd``).
         var startedAt: [String: Date] = [:]
+        /// Stream time (s) of the end of the latest analysis window routed: "now" in stream time when an event is
+        /// routed, so a stream time `t` is the wall clock `routed.time - (latestWindowEnd - t)`, as the history
+        /// stores it (``EventLevelMeter``). (An onset's own decision time is not "now": the snore detector releases
+        /// its onsets seconds after deciding them, and an onset announced on unmute goes out later still.)
+        var latestWindowEnd: Double?
         var captureProblem = false
         var captureAttributes: JSONObject = [:]
         var lastLevel = -Double.infinity
@@ -121,6 +126,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case .window(let result):
             let now = Self.uptime()
             let (due, clearSilence) = state.withLock { state -> (Bool, Bool) in
+                state.latestWindowEnd = max(state.latestWindowEnd ?? -Double.infinity, result.timeRange.end)
                 let due = now - state.lastLevel >= Self.levelInterval
                 if due { state.lastLevel = now }
                 // Sound again after digital silence: the capture problem it raised is over.
@@ -215,16 +221,16 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         }
         guard !isPoint, type == "detection" || type == "detection_end" else { return }
         let on = type == "detection"
-        let latency: Double = switch routed.output {
-        case .detection(.onset(let onset)): onset.decisionTime - onset.start
-        case .alarm(let alarm) where alarm.kind == .onset: alarm.time - alarm.start
-        default: 0
-        }
         let attributes = state.withLock { state -> JSONObject in
-            // An end keeps its onset's start (without one, e.g. after a mute: its time less the duration).
-            let started = on ? routed.time.addingTimeInterval(-max(0, latency))
+            // Stream times on the wall clock as the history has them; before any window, "now" is the decision.
+            let now = state.latestWindowEnd ?? (object["decision_time"] ?? object["stream_time"] ?? object["end"])?.doubleValue ?? 0
+            func wallClock(_ key: String) -> Date? {
+                object[key]?.doubleValue.map { routed.time.addingTimeInterval($0 - now) }
+            }
+            // An end keeps its onset's start (without one, e.g. after a mute: as the history has it).
+            let started = on ? wallClock("stream_time") ?? routed.time
                 : state.startedAt[group].flatMap { state.active[group] == true ? $0 : nil }
-                    ?? routed.time.addingTimeInterval(-(object["duration"]?.doubleValue ?? 0))
+                    ?? wallClock("start") ?? routed.time
             let attributes = Self.attributes(of: object, onset: on, started: started)
             state.active[group] = on
             state.startedAt[group] = on ? started : nil

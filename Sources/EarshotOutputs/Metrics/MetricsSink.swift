@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Glibc
 import Synchronization
 import EarshotSupport
 import EarshotAnalysis
@@ -43,6 +44,14 @@ package final class MetricsSink: OutputSink {
             snapshot.withLock { $0 }.exposition(version: version)
         }
         try server.start()
+    }
+
+    /// Binds `settings.listen` as ``init(settings:version:)`` does and releases it at once (`earshotd
+    /// --check-config`: an address in use is found before the start fails on it).
+    /// - Throws: as ``init(settings:version:)`` for the address.
+    package static func checkListen(settings: MetricsSettings) throws(EarshotError) {
+        let descriptor = try MetricsListener.listen(on: settings.listen)
+        close(descriptor)
     }
 
     /// The snapshot as it is now (what the next scrape renders).

@@ -60,6 +60,10 @@ package struct NotifySettings: Sendable, Equatable {
             if let bad = items.first(where: { Self.urlProblem($0) != nil }) {
                 return "\"\(bad)\" \(Self.urlProblem(bad)!); separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"
             }
+            // `url = A, B` would POST to "A," (another ntfy topic, another path): a list written with commas.
+            if let bad = items.first(where: { $0.hasSuffix(",") || $0.hasSuffix(";") }) {
+                return "\"\(bad)\" ends with \"\(bad.last!)\"; separate several URLs with spaces, not commas, e.g. url = https://ntfy.sh/topic-a https://ntfy.sh/topic-b"
+            }
             urls = items
         case "groups":
             let names = SettingRules.listItems(value, separators: ["|", ",", " ", "\t"])

@@ -106,10 +106,15 @@ package struct RuntimeStatistics: Sendable, Equatable {
 package struct RoutedOutput: Sendable {
     package let output: DaemonOutput
     package let time: Date
+    /// True for an onset published late because its group was unmuted while the event was going on (its onset had
+    /// been held back while the group was muted): its stream times are the original ones, `time` is when it went
+    /// out. The socket's JSON says `"reason":"unmuted"`.
+    package let announcedOnUnmute: Bool
 
-    package init(output: DaemonOutput, time: Date) {
+    package init(output: DaemonOutput, time: Date, announcedOnUnmute: Bool = false) {
         self.output = output
         self.time = time
+        self.announcedOnUnmute = announcedOnUnmute
     }
 }
 
@@ -229,9 +234,10 @@ package final class OutputRouter: Sendable {
 
     /// Hands `output` to every sink that accepts it: on the caller's thread, a few atomic operations and one
     /// `async` per sink (analysis windows are held back, see `Shared`). Any thread; never waits for a sink.
-    /// Ignored after ``stop()``.
-    package func route(_ output: DaemonOutput) {
-        let routed = RoutedOutput(output: output, time: Date())
+    /// Ignored after ``stop()``. `announcedOnUnmute`: an onset held back while its group was muted, going out now
+    /// (``RoutedOutput/announcedOnUnmute``).
+    package func route(_ output: DaemonOutput, announcedOnUnmute: Bool = false) {
+        let routed = RoutedOutput(output: output, time: Date(), announcedOnUnmute: announcedOnUnmute)
         shared.withLock { shared in
             guard shared.state != .stopped else { return }
             fanOut(routed, &shared)

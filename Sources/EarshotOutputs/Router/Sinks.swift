@@ -61,7 +61,11 @@ package final class JournalOutputSink: OutputSink {
     package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
         case .window, .sleepReport, .controls, .statistics: break
+        case .detection(let event) where routed.announcedOnUnmute:
+            journal.record(fields: JournalSink.announcedOnUnmute(JournalSink.fields(for: event, identifier: journal.identifier)))
         case .detection(let event): journal.record(event)
+        case .alarm(let alarm) where routed.announcedOnUnmute:
+            journal.record(fields: JournalSink.announcedOnUnmute(alarm.journalFields(identifier: journal.identifier)))
         case .alarm(let alarm): journal.record(fields: alarm.journalFields(identifier: journal.identifier))
         case .health(let health): journal.record(health)
         case .clip(let clip): journal.record(fields: clip.journalFields(identifier: journal.identifier))
@@ -119,8 +123,10 @@ package enum EventLines {
         .array(classes.map { .object(["class": .string($0.identifier), "confidence": .number($0.confidence, decimals: 4)]) })
     }
 
+    /// An onset announced on unmute (``RoutedOutput/announcedOnUnmute``) carries `"reason":"unmuted"` before its
+    /// `time`.
     package static func object(for routed: RoutedOutput) -> JSONObject? {
-        switch routed.output {
+        var object: JSONObject? = switch routed.output {
         case .window, .controls, .statistics: nil
         case .detection(let event): EventJSON.object(for: event, time: routed.time)
         case .alarm(let alarm): alarm.object(wallClock: routed.time)
@@ -128,7 +134,17 @@ package enum EventLines {
         case .clip(let clip): clip.object(time: routed.time)
         case .sleepReport(let object): object
         }
+        if routed.announcedOnUnmute, object?["type"]?.stringValue == "detection", let time = object?["time"] {
+            object?["time"] = nil
+            object?["reason"] = .string(unmutedReason)
+            object?["time"] = time
+        }
+        return object
     }
+
+    /// The `reason` of an onset announced when its group was unmuted while the event was going on.
+    package static let unmutedReason = "unmuted"
+
 }
 
 /// The SQLite event history (`HistoryRecorder`): reads every window for the events' levels and stores finished

@@ -14,7 +14,8 @@ import EarshotDetection
 /// - every entry: `MESSAGE`, `PRIORITY` (syslog level), `SYSLOG_IDENTIFIER` (`earshotd`), `EARSHOT_EVENT`
 ///   (`onset`, `end` or `health`);
 /// - onset (priority 5, notice): `EARSHOT_GROUP`, `EARSHOT_CLASS`, `EARSHOT_CONFIDENCE` (4 decimals),
-///   `EARSHOT_STREAM_TIME` (s, 3 decimals);
+///   `EARSHOT_STREAM_TIME` (s, 3 decimals), and `EARSHOT_ONSET_REASON=unmuted` for one announced late because its
+///   group was unmuted while the event was going on;
 /// - end (priority 6, info): `EARSHOT_GROUP`, `EARSHOT_CLASS`, `EARSHOT_CONFIDENCE` (the peak),
 ///   `EARSHOT_STREAM_TIME` (start), `EARSHOT_END_TIME`, `EARSHOT_DURATION`, `EARSHOT_PEAK_CONFIDENCE`,
 ///   `EARSHOT_MEAN_CONFIDENCE`, `EARSHOT_END_REASON`;
@@ -141,6 +142,14 @@ package final class JournalSink: Sendable {
             ]
         }
         return fields
+    }
+
+    /// The fields of an onset announced when its group was unmuted while the event was going on: `MESSAGE` gets
+    /// ` (announced on unmute)` and `EARSHOT_ONSET_REASON=unmuted` is added, e.g. `smoke_alarm detected: T3 pattern
+    /// at 3150 Hz (1 cycle) at stream time 6.01 s (announced on unmute)`.
+    package static func announcedOnUnmute(_ fields: [Field]) -> [Field] {
+        fields.map { $0.name == "MESSAGE" ? Field("MESSAGE", $0.value + " (announced on unmute)") : $0 }
+            + [Field("EARSHOT_ONSET_REASON", EventLines.unmutedReason)]
     }
 
     /// The journal fields of a health change, in the order they are sent.

@@ -24,17 +24,22 @@ extension DaemonConfiguration {
     ///   those of ``checkStoragePaths()`` (78) and of ``loadSnoreHead()`` (a `[sleep] model` that is not a head
     ///   with label `snoring`); those of ``checkFallbackInput(_:)`` for `--fallback-input`; with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
     ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
-    ///   `; the MQTT broker HOST:PORT accepted the connection`. Without `--config` and with no file at
+    ///   `; the MQTT broker HOST:PORT accepted the connection`; with `[metrics] enabled`, those of
+    ///   ``checkMetricsListen()`` (78: the address is in use, as at start). Without `--config` and with no file at
     ///   ``defaultPath``, the line ends `; no /etc/earshot/earshotd.conf, so the built-in defaults`.
-    package static func check(commandLine: DaemonCommandLine) throws(EarshotError) -> String {
+    ///   `warn` gets the lines of ``warnings()`` and ``storageWarnings()``: settings the daemon starts with but
+    ///   that do nothing or lose events.
+    package static func check(commandLine: DaemonCommandLine, warn: (String) -> Void = { _ in }) throws(EarshotError) -> String {
         var configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         try configuration.readMQTTPassword()
         let models = try configuration.loadHeadModels().set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()
+        try configuration.checkMetricsListen()
         _ = try configuration.loadSnoreHead()  // `[sleep] model` loads as at start (a head with label snoring)
         try configuration.checkInputFile()
         if let fallback = commandLine.fallbackInput { try checkFallbackInput(fallback) }
+        for line in configuration.warnings() + configuration.storageWarnings() { warn(line) }
         let broker = configuration.mqtt.enabled
             ? "; the MQTT broker \(try configuration.checkMQTTBroker()) accepted the connection" : ""
         // Without --config a missing default file is not an error (the built-in defaults apply): say which.
@@ -125,5 +130,58 @@ extension DaemonConfiguration {
         if socketKind != .missing, socketKind != .socket {
             throw refuse("output.socket", socket, "is \(socketKind.phrase), not a socket", "remove it, or choose another socket path")
         }
+    }
+}
+
+extension DaemonConfiguration {
+    /// Settings the daemon accepts but that do nothing, one line each naming where and the fix: `[notify] groups` or
+    /// `[clips] groups` naming a group the daemon does not watch (its events never come), e.g.
+    /// `/etc/earshot/earshotd.conf:9: [notify] groups: dog_bark is not watched, so it is never notified (add it to
+    /// [detection] watch, or take it out of [notify] groups)`. The daemon logs them at start; `--check-config`
+    /// prints them.
+    package func warnings() -> [String] {
+        let watch = detection.watch
+        var published = Set(watch).union([SnoreDetector.groupName])
+        published.formUnion(AlarmDetector.extraGroups(watch: watch, patternDetection: alarms.patternDetection))
+        // With pattern detection fire_alarm's events are smoke_alarm's.
+        if alarms.patternDetection, !published.isDisjoint(with: [AlarmEvent.smokeAlarm, AlarmDetector.fireAlarm]) {
+            published.formUnion([AlarmEvent.smokeAlarm, AlarmDetector.fireAlarm])
+        }
+        var lines: [String] = []
+        for (section, groups, verb) in [("notify", notify.groups, "notified"), ("clips", clips.groups, "clipped")] {
+            let unwatched = groups.filter { !published.contains($0) }
+            guard !unwatched.isEmpty, section == "clips" ? clips.enabled : !notify.urls.isEmpty else { continue }
+            let origin = locations["\(section).groups"].map { "\($0): " } ?? ""
+            let names = unwatched.joined(separator: ", ")
+            let one = unwatched.count == 1
+            lines.append("\(origin)[\(section)] groups: \(names) \(one ? "is" : "are") not watched, so \(one ? "it is" : "they are") never \(verb) (add \(one ? "it" : "them") to [detection] watch, or take \(one ? "it" : "them") out of [\(section)] groups)")
+        }
+        return lines
+    }
+
+    /// What ``checkStoragePaths()`` lets through but the daemon cannot create at start, where it would run without
+    /// storing (a `history_unavailable` or `clips_unavailable` health event, events lost): a `[history] path` or
+    /// `[clips] directory` whose parent directory does not exist (the daemon creates the file or the last
+    /// directory, not the ones above). One line each, e.g. `/etc/earshot/earshotd.conf:5: [history] path =
+    /// /srv/x/h.sqlite3: its directory /srv/x does not exist, so no event would be stored (create it, or set
+    /// [history] path)`.
+    package func storageWarnings() -> [String] {
+        func parent(_ path: String) -> String {
+            let trimmed = path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
+            guard let slash = trimmed.lastIndex(of: "/") else { return "." }
+            return slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
+        }
+        // The defaults are under the unit's StateDirectory, which systemd creates at start: only paths set in the
+        // file (or on the command line) are checked.
+        var lines: [String] = []
+        if history.enabled, locations["history.path"] != nil, PathKind(path: history.path) == .missing, PathKind(path: parent(history.path)) != .directory {
+            let origin = locations["history.path"].map { "\($0): " } ?? ""
+            lines.append("\(origin)[history] path = \(history.path): its directory \(parent(history.path)) does not exist, so no event would be stored (create it, or set [history] path)")
+        }
+        if clips.enabled, locations["clips.directory"] != nil, PathKind(path: clips.directory) == .missing, PathKind(path: parent(clips.directory)) != .directory {
+            let origin = locations["clips.directory"].map { "\($0): " } ?? ""
+            lines.append("\(origin)[clips] directory = \(clips.directory): its parent directory \(parent(clips.directory)) does not exist, so no clip would be saved (create it, or set [clips] directory)")
+        }
+        return lines
     }
 }

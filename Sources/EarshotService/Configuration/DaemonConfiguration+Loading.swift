@@ -441,8 +441,9 @@ package struct ConfigurationParser {
             throw EarshotError(.config, "\(source):\(keyLine(section: "notify", key: "groups")): [notify] groups: \(unknown)")
         }
         if let problem = configuration.mqtt.inconsistency {
-            // The line of the file key that needs the others (certfile, keyfile or cafile).
-            let line = ["certfile", "keyfile", "cafile"].map { keyLine(section: "mqtt", key: $0) }.first { $0 > 0 } ?? 0
+            // The line of the file key that needs the others (password_file, certfile, keyfile or cafile).
+            let keys = problem.hasPrefix("password_file") ? ["password_file"] : ["certfile", "keyfile", "cafile"]
+            let line = keys.map { keyLine(section: "mqtt", key: $0) }.first { $0 > 0 } ?? 0
             throw EarshotError(.config, "\(source):\(line): [mqtt] \(problem)")
         }
     }

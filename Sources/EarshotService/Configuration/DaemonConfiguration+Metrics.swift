@@ -15,9 +15,25 @@ extension DaemonConfiguration {
         do {
             return try MetricsSink(settings: metrics)
         } catch {
-            guard error.code == .config else { throw error }
-            let origin = locations["metrics.listen"].map { "\($0): " } ?? ""
-            throw EarshotError(.config, "\(origin)[metrics] \(error.message)", cause: error.cause)
+            throw located(error)
         }
+    }
+
+    /// For `--check-config`: binds `[metrics] listen` and releases it at once, so that an address in use is the
+    /// same line and status (78) as at start. Nothing when metrics are off.
+    /// - Throws: as ``makeMetricsSink()``.
+    package func checkMetricsListen() throws(EarshotError) {
+        guard metrics.enabled else { return }
+        do {
+            try MetricsSink.checkListen(settings: metrics)
+        } catch {
+            throw located(error)
+        }
+    }
+
+    private func located(_ error: EarshotError) -> EarshotError {
+        guard error.code == .config else { return error }
+        let origin = locations["metrics.listen"].map { "\($0): " } ?? ""
+        return EarshotError(.config, "\(origin)[metrics] \(error.message)", cause: error.cause)
     }
 }

@@ -19,7 +19,8 @@ import EarshotOutputs
 /// fires timers from its manager thread, which then wakes a worker.)
 ///
 /// On the way to the router: the snore detector's `snoring` events go out while `snoring` is watched or a sleep
-/// session runs (``SnorePublication``), muted groups' events stop (`GroupMutes`), sleep sessions see every window
+/// session runs (``SnorePublication``), muted groups' events stop (`GroupMutes`; an event still open when its group
+/// is unmuted is announced then, ``announceHeldOnset(of:)``), sleep sessions see every window
 /// and every snore decision, and the clip recorder sees every published event (its audio comes from the stage's resampled samples, on this queue).
 ///
 /// - Important: All methods other than `init` must be called on `queue`.
@@ -109,8 +110,11 @@ final class AnalysisPipeline {
     /// Swaps in custom models with the same class labels; false (nothing changed) when the labels differ.
     func replaceHeads(_ heads: HeadModelSet) -> Bool { stage.replaceHeads(heads) }
 
-    /// Names of the groups with an open event.
-    var activeGroups: [String] { stage.activeGroups }
+    /// Names of the groups with an open event (muted ones too): the stage's, then `snoring` while its published
+    /// event is open.
+    var activeGroups: [String] {
+        stage.activeGroups + (snorePublication.openEventPublished ? [SnoreDetector.groupName] : [])
+    }
 
     /// Reads what the capture thread has written and analyses it.
     ///
@@ -145,25 +149,45 @@ final class AnalysisPipeline {
             switch output {
             case .window(let result):
                 sleep.observe(window: result)
-            case .detection(let event):
-                guard mutes.admits(event) else { continue }
-                clips?.observe(event)
-                if case .onset = event { detections.add() }
+            case .detection:
+                guard mutes.admits(output) else { continue }
             case .snore(let decision):
                 let published = snorePublication.admits(decision, sessionActive: sleep.isActive)
                 sleep.observe(decision, published: published)
-                guard published, mutes.admits(decision.event) else { continue }
-                clips?.observe(decision.event)
-                if case .onset = decision { detections.add() }
-            case .alarm(let alarm):
-                guard mutes.admits(alarm) else { continue }
-                clips?.observe(alarm)
-                if alarm.kind == .onset { detections.add() }
+                guard published, mutes.admits(output) else { continue }
+            case .alarm:
+                guard mutes.admits(output) else { continue }
             case .health:
                 break
             }
-            router.route(DaemonOutput(output))
+            publish(output)
         }
+    }
+
+    /// `group` has just been unmuted: when it has an event still open whose onset was held back while it was muted,
+    /// that onset goes out now, with its original times and `announcedOnUnmute` (the socket's `"reason":"unmuted"`);
+    /// its end follows when the event ends. Nothing when the event ended meanwhile or the group was muted again.
+    func announceHeldOnset(of group: String) {
+        guard let onset = mutes.takeHeldOnset(of: group) else { return }
+        publish(onset, announcedOnUnmute: true)
+    }
+
+    /// Hands one admitted output to the clip recorder (events) and the router; counts onsets.
+    private func publish(_ output: DetectionStage.Output, announcedOnUnmute: Bool = false) {
+        switch output {
+        case .detection(let event):
+            clips?.observe(event)
+            if case .onset = event { detections.add() }
+        case .snore(let decision):
+            clips?.observe(decision.event)
+            if case .onset = decision { detections.add() }
+        case .alarm(let alarm):
+            clips?.observe(alarm)
+            if alarm.kind == .onset { detections.add() }
+        case .window, .health:
+            break
+        }
+        router.route(DaemonOutput(output), announcedOnUnmute: announcedOnUnmute)
     }
 }
 

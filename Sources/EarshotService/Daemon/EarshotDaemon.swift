@@ -247,6 +247,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         noteSettings(configuration)
         noteModels(heads)
         for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
+        for line in configuration.warnings() { journal.log("warning: \(line)", priority: 4) }
         if let path = configuration.sleep.modelPath {
             journal.log("the snore detector adds the snoring probability of \(path) to its evidence")
         }
@@ -526,8 +527,15 @@ package final class EarshotDaemon: @unchecked Sendable {
         if changed {
             journal.log("\(group) \(muted ? "muted" : "unmuted") over the event socket\(muted ? ": its events are not published until it is unmuted or the daemon restarts" : "")")
             routeControls()
+            if !muted { announceOpenEvent(of: group) }
         }
         return ["type": "mute", "group": .string(group), "muted": .bool(muted), "changed": .bool(changed)]
+    }
+
+    /// `group` has just been unmuted: an event of it still open, whose onset was held back while it was muted, is
+    /// announced now, on the analysis queue (in order with the stage's own outputs, so its end cannot overtake it).
+    private func announceOpenEvent(of group: String) {
+        pipeline.queue.async { [self] in pipeline.announceHeldOnset(of: group) }
     }
 
     /// A command from the MQTT broker (on its connection's thread): applied on the control queue.
@@ -541,6 +549,7 @@ package final class EarshotDaemon: @unchecked Sendable {
                 }
                 journal.log("\(group) \(enabled ? "unmuted" : "muted") by an MQTT command\(enabled ? "" : ": its events are not published until it is unmuted or the daemon restarts")")
                 routeControls()
+                if enabled { announceOpenEvent(of: group) }
             case .setSleep(let start):
                 let reply = sleep.handle(command: start ? "sleep_start" : "sleep_stop")
                 if reply["type"]?.stringValue == "error" || reply["state"]?.stringValue == "already_running" {

@@ -14,7 +14,9 @@ import EarshotService
 ///
 /// ```
 /// 2026-11-30 17:45:12  smoke_alarm started: "Smoke detector, smoke alarm" 81% (stream 12.48 s)
-/// 2026-11-30 17:45:20  smoke_alarm ended after 5.76 s: "Smoke detector, smoke alarm" peak 91%, mean 72% (stream 12.48-18.24 s)
+/// 2026-11-30 17:45:31  baby_cry started: "Baby cry, infant cry" 99% (stream 2.40 s, announced on unmute)
+/// 2026-11-30 17:45:20  baby_cry ended after 5.76 s: "Baby cry, infant cry" peak 91%, mean 72% (stream 12.48-18.24 s)
+/// 2026-11-30 17:45:40  smoke_alarm ended after 28.01 s: "Smoke detector, smoke alarm" T3 pattern, 7 cycles at 3150 Hz, confidence 99% (stream 12.01-40.02 s)
 /// 2026-11-30 17:45:20  health overrun: capture buffer overran; 3 xruns so far
 /// 2026-11-30 17:45:25  smoke_alarm clip saved: /var/lib/earshot/clips/2026-11-30T16-45-12Z_smoke_alarm.wav (16.76 s, stream 7.48-24.24 s)
 /// ```
@@ -35,11 +37,15 @@ package enum EventTextFormat {
         let label = text("class") ?? "?"
         switch type {
         case "detection":
+            let late = text("reason") == EventLines.unmutedReason ? ", announced on unmute" : ""
             return "\(when)\(group) started: \"\(label)\" \(percent(object["confidence"]))"
-                + " (stream \(seconds(object["stream_time"])) s)"
+                + " (stream \(seconds(object["stream_time"])) s\(late))"
         case "detection_end":
-            return "\(when)\(group) ended after \(seconds(object["duration"])) s: \"\(label)\""
-                + " peak \(percent(object["peak_confidence"])), mean \(percent(object["mean_confidence"]))"
+            // A smoke/CO alarm's end carries its evidence and one confidence, not a peak and a mean.
+            let scores = object["peak_confidence"] == nil && object["source"] != nil
+                ? "\(alarmEvidence(object)), confidence \(percent(object["confidence"]))"
+                : "peak \(percent(object["peak_confidence"])), mean \(percent(object["mean_confidence"]))"
+            return "\(when)\(group) ended after \(seconds(object["duration"])) s: \"\(label)\" \(scores)"
                 + " (stream \(seconds(object["start"]))-\(seconds(object["end"])) s)"
         case "health":
             let state = text("state") ?? "?"
@@ -68,6 +74,15 @@ package enum EventTextFormat {
         default:
             return line
         }
+    }
+
+    /// An alarm event's evidence: `T3 pattern, 10 cycles at 3132 Hz` (`alarm tone at 3132 Hz` without a pattern).
+    private static func alarmEvidence(_ object: JSONValue) -> String {
+        let hertz = object["tone_hz"]?.intValue.map { " at \($0) Hz" } ?? ""
+        guard let pattern = object["pattern"]?.stringValue else { return "alarm tone\(hertz)" }
+        let cycles = object["cycles"]?.intValue ?? 0
+        let unit = pattern == "chirp" ? "chirp" : "cycle"
+        return "\(pattern) pattern, \(cycles) \(unit)\(cycles == 1 ? "" : "s")\(hertz)"
     }
 
     private static func percent(_ value: JSONValue?) -> String {

@@ -166,17 +166,24 @@ package enum Enrollment {
     ///   - progress: called with lines for standard error.
     /// - Throws: ``EarshotError`` `.usage` for a label that cannot be one or fewer than 2 takes; as
     ///   `BuiltInClassifier.shared()` and `BackboneIdentity.builtIn()`.
-    package static func train(
-        takes: [[Float]], background: [[Float]], configuration: EnrollmentConfiguration,
-        progress: (String) -> Void = { _ in }
-    ) throws(EarshotError) -> EnrollmentReport {
-        let label = configuration.label
+    /// Checks `--label` before anything is recorded or trained.
+    /// - Throws: `EarshotError(.usage)` (64): `--label: a label cannot be empty (...)`, `--label: "a|b" cannot be a
+    ///   label: ...`, or `--label background is the name of the negative class; name the sound itself`.
+    package static func checkLabel(_ label: String) throws(EarshotError) {
         if let problem = LabelledFolders.labelProblem(label) {
             throw EarshotError(.usage, "--label: \(problem)")
         }
         guard label != LabelledFolders.backgroundLabel else {
             throw EarshotError(.usage, "--label background is the name of the negative class; name the sound itself")
         }
+    }
+
+    package static func train(
+        takes: [[Float]], background: [[Float]], configuration: EnrollmentConfiguration,
+        progress: (String) -> Void = { _ in }
+    ) throws(EarshotError) -> EnrollmentReport {
+        let label = configuration.label
+        try checkLabel(label)
         guard takes.count >= minimumTakes else {
             throw EarshotError(.usage, "enroll needs at least \(minimumTakes) takes of the sound, got \(takes.count)")
         }

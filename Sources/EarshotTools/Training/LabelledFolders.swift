@@ -83,7 +83,10 @@ package struct LabelledFolders: Sendable {
         if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) {
             return "a label cannot contain control characters"
         }
-        if name.trimmingSpaces() != name || name.isEmpty {
+        if name.isEmpty {
+            return "a label cannot be empty (name the sound, e.g. doorbell)"
+        }
+        if name.trimmingSpaces() != name {
             return "\"\(name)\" cannot be a label: it starts or ends with a space"
         }
         return nil
