@@ -597,14 +597,13 @@ package struct AlarmPatternMatcher: Sendable {
         }
         let burst = Burst(tones: kept)
         // A burst that lost one beep in noise still fits the grid of four (3 slots). Where the tones as they are do
-        // not fit, they are tried with the pieces of a beep that a room or noise split (one or two frames missing)
-        // joined; then cleaned, as they are and so joined: without the short pieces that trail a beep (``t4Tail``)
-        // and a last echo 6 dB below the median beep, with a first beep a tail lengthened cut back (``t4LongTail``).
-        // Cleaning the joined tones too is for beeps both split and echoed (tuning seed 37, `t4_2`: every beep in two
-        // pieces 0.03 s apart and an echo 7.5 dB down; its first burst fits so, its later ones do not, and it is still
-        // missed), and without a room's weak pieces (``withoutWeakPieces(_:)``: onsets heard apart from their beep,
-        // tails) and then a last echo. Only tones 20 dB or more above their floor are repaired
-        // (``t4RepairMinimumSNRDB``).
+        // not fit, they are tried with the pieces of a beep that a room or noise split joined (two, then three frames
+        // missing: ``t4PieceGapsSeconds``); then cleaned, as they are and so joined: without the short pieces that
+        // trail a beep (``t4Tail``) and a last echo 6 dB below the median beep, with a first beep a tail lengthened
+        // cut back (``t4LongTail``); cleaning the joined tones too is for beeps both split and echoed. Last, without
+        // a room's weak pieces (``withoutWeakPieces(_:)``: onsets heard apart from their beep, tails, echoes) and then
+        // a last echo (tuning seed 37, `t4_2`: a piece after every beep and an echo 7.5 dB down). Only tones 20 dB
+        // or more above their floor are repaired (``t4RepairMinimumSNRDB``).
         var slots = heard.interrupted ? 0 : Self.t4Slots(burst.tones)
         let unrepaired = slots
         if slots < 4, !heard.interrupted, burst.tones.allSatisfy({ $0.peakSNRDB >= Self.t4RepairMinimumSNRDB }) {
