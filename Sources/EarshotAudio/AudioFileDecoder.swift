@@ -175,7 +175,8 @@ public final class AudioFileDecoder {
         // size the file holds, through its virtual I/O, and decodes it as any other WAV.
         let fileBytes = Int64(status.st_size)
         var patchedIO: PatchedFileIO?
-        if let header = RIFFHeader(leading: leading), header.declaresNoDataBeforeSamples(leading: leading, fileSize: fileBytes) {
+        let riff = RIFFHeader(leading: leading)
+        if let header = riff, header.declaresNoDataBeforeSamples(leading: leading, fileSize: fileBytes) {
             let size = UInt32(min(fileBytes - Int64(header.dataStart), 0xFFFF_FFFF))
             patchedIO = PatchedFileIO(
                 descriptor: descriptor, length: fileBytes, patchOffset: Int64(header.dataSizeOffset),
@@ -195,7 +196,7 @@ public final class AudioFileDecoder {
             close(descriptor)
             // libsndfile's words for these ("SF_INFO struct incomplete", "Channel count is zero") do not say what is
             // wrong with the file; sox can read it with the value given (`-r`/`-c` before the input override it).
-            if let header = RIFFHeader(leading: leading) {
+            if let header = riff {
                 if header.sampleRate == 0 {
                     throw EarshotError(.data, "\(name): the header's sample rate is 0: not a playable WAV (re-export the recording, or if you know its rate, rewrite the header: sox -r RATE IN.wav OUT.wav)", cause: text)
                 }

@@ -22,10 +22,7 @@ struct RIFFHeader {
     /// Reads the chunks of `leading` (the start of the file): nil unless it starts with `RIFF....WAVE` and a
     /// `data` chunk header lies within it.
     init?(leading: [UInt8]) {
-        func word(_ offset: Int) -> UInt32 {
-            UInt32(leading[offset]) | UInt32(leading[offset + 1]) << 8 | UInt32(leading[offset + 2]) << 16
-                | UInt32(leading[offset + 3]) << 24
-        }
+        func word(_ offset: Int) -> UInt32 { Self.word(leading, at: offset) }
         guard leading.count >= 12, leading[0..<4].elementsEqual("RIFF".utf8),
               leading[8..<12].elementsEqual("WAVE".utf8) else { return nil }
         var channels: Int?
@@ -49,6 +46,12 @@ struct RIFFHeader {
         return nil
     }
 
+    /// The little-endian 32-bit word at `offset` of `bytes` (RIFF's byte order).
+    private static func word(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+        UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16
+            | UInt32(bytes[offset + 3]) << 24
+    }
+
     /// Whether the data chunk declares 0 bytes while samples follow it in a file of `fileSize` bytes: a WAV
     /// written to a pipe. Not when what follows is one more chunk that ends the file exactly (an empty data chunk
     /// before a `LIST` chunk, say).
@@ -56,8 +59,7 @@ struct RIFFHeader {
         guard declaredDataBytes == 0, Int64(dataStart) < fileSize else { return false }
         if dataStart + 8 <= leading.count {
             let id = leading[dataStart..<(dataStart + 4)]
-            let size = Int64(leading[dataStart + 4]) | Int64(leading[dataStart + 5]) << 8
-                | Int64(leading[dataStart + 6]) << 16 | Int64(leading[dataStart + 7]) << 24
+            let size = Int64(Self.word(leading, at: dataStart + 4))
             let isChunkName = id.allSatisfy { (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x20 }
             if isChunkName && Int64(dataStart) + 8 + size + (size & 1) == fileSize { return false }
         }

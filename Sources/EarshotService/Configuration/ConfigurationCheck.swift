@@ -173,15 +173,16 @@ extension DaemonConfiguration {
         }
         // The defaults are under the unit's StateDirectory, which systemd creates at start: only paths set in the
         // file (or on the command line) are checked.
-        var lines: [String] = []
-        if history.enabled, locations["history.path"] != nil, PathKind(path: history.path) == .missing, PathKind(path: parent(history.path)) != .directory {
-            let origin = locations["history.path"].map { "\($0): " } ?? ""
-            lines.append("\(origin)[history] path = \(history.path): its directory \(parent(history.path)) does not exist, so no event would be stored (create it, or set [history] path)")
+        let storage = [
+            (enabled: history.enabled, key: "history.path", setting: "[history] path", path: history.path,
+             above: "its directory", lost: "no event would be stored"),
+            (enabled: clips.enabled, key: "clips.directory", setting: "[clips] directory", path: clips.directory,
+             above: "its parent directory", lost: "no clip would be saved"),
+        ]
+        return storage.compactMap { item in
+            guard item.enabled, let origin = locations[item.key], PathKind(path: item.path) == .missing,
+                  PathKind(path: parent(item.path)) != .directory else { return nil }
+            return "\(origin): \(item.setting) = \(item.path): \(item.above) \(parent(item.path)) does not exist, so \(item.lost) (create it, or set \(item.setting))"
         }
-        if clips.enabled, locations["clips.directory"] != nil, PathKind(path: clips.directory) == .missing, PathKind(path: parent(clips.directory)) != .directory {
-            let origin = locations["clips.directory"].map { "\($0): " } ?? ""
-            lines.append("\(origin)[clips] directory = \(clips.directory): its parent directory \(parent(clips.directory)) does not exist, so no clip would be saved (create it, or set [clips] directory)")
-        }
-        return lines
     }
 }

@@ -158,14 +158,6 @@ package enum Enrollment {
         return best
     }
 
-    /// Trains the head.
-    /// - Parameters:
-    ///   - takes: the sound, 2 or more recordings (mono, 16 kHz), already checked.
-    ///   - background: recordings of the room without the sound (1 or more); may be empty, when only the synthetic
-    ///     noise is the negative class (the head then tells the sound from quiet only).
-    ///   - progress: called with lines for standard error.
-    /// - Throws: ``EarshotError`` `.usage` for a label that cannot be one or fewer than 2 takes; as
-    ///   `BuiltInClassifier.shared()` and `BackboneIdentity.builtIn()`.
     /// Checks `--label` before anything is recorded or trained.
     /// - Throws: `EarshotError(.usage)` (64): `--label: a label cannot be empty (...)`, `--label: "a|b" cannot be a
     ///   label: ...`, or `--label background is the name of the negative class; name the sound itself`.
@@ -178,6 +170,14 @@ package enum Enrollment {
         }
     }
 
+    /// Trains the head.
+    /// - Parameters:
+    ///   - takes: the sound, 2 or more recordings (mono, 16 kHz), already checked.
+    ///   - background: recordings of the room without the sound (1 or more); may be empty, when only the synthetic
+    ///     noise is the negative class (the head then tells the sound from quiet only).
+    ///   - progress: called with lines for standard error.
+    /// - Throws: ``EarshotError`` `.usage` for a label that cannot be one (``checkLabel(_:)``) or fewer than 2 takes; as
+    ///   `BuiltInClassifier.shared()` and `BackboneIdentity.builtIn()`.
     package static func train(
         takes: [[Float]], background: [[Float]], configuration: EnrollmentConfiguration,
         progress: (String) -> Void = { _ in }
