@@ -288,6 +288,75 @@ struct AlarmPatternTests {
         #expect(chirps.isEmpty)
     }
 
+    @Test("the tone tracker reports a tone's level dips: a T4 burst a room merged into one tone keeps its beat")
+    func levelDips() throws {
+        // One 0.83 s tone at 3025 Hz whose level dips every 0.2 s, 6.5 dB at the dip's centre and less, in dB
+        // linearly, up to 0.04 s either side of it (the beat that tuning seed 22's merged T4 bursts kept: dips of 5-8
+        // dB 0.17 s after the start and every 0.2 s, a frame or two deep), and a steady tone as the control.
+        let rate = 16_000
+        let dipCentres = [1.17, 1.37, 1.57]
+        var samples = [Float](repeating: 0, count: 3 * rate)
+        for n in Int(1.0 * Double(rate))..<Int(1.83 * Double(rate)) {
+            let t = Double(n) / Double(rate)
+            let depthDB = dipCentres.map { 6.5 * max(0, 1 - abs(t - $0) / 0.04) }.max() ?? 0
+            let gain = pow(10, -depthDB / 20)
+            samples[n] = Float(0.3 * gain * sin(2 * Double.pi * 3025 * t))
+        }
+        let tracker = try ToneTracker(sampleRate: rate)
+        let segments = tracker.process(samples, framePosition: 0) + tracker.finish()
+        let tone = try #require(segments.first { abs($0.frequencyHz - 3025) <= 30 })
+        #expect(segments.count == 1)
+        #expect(tone.levelDips.count == 3, "\(tone.levelDips)")
+        for (dip, centre) in zip(tone.levelDips, dipCentres) {
+            #expect(abs(dip - centre) <= 0.015, "\(dip) for \(centre)")
+        }
+        let steady = try ToneTracker(sampleRate: rate)
+        let plain = AlarmSignals.render(
+            [AlarmSignals.Tone(start: 1.0, duration: 0.83, frequencyHz: 3025)], seconds: 3, sampleRate: rate, amplitude: 0.3)
+        let steadySegments = steady.process(plain, framePosition: 0) + steady.finish()
+        #expect(steadySegments.count == 1 && steadySegments.allSatisfy { $0.levelDips.isEmpty })
+    }
+
+    @Test("a T4 burst a very reverberant room merged into long tones is T4 by its level's beat")
+    func t4MergedByRoom() throws {
+        /// Bursts at 5.1, 11.0 and 16.9 s of `tones` (offset and length, s; dips, s after the burst's start) at
+        /// 3025 Hz, 60 dB above the floor unless said, handed to a matcher as finished segments.
+        func matches(_ tones: [(offset: Double, length: Double, dips: [Double])], snr: Double = 60,
+                     spreadHz: Double = 4.6) -> [PatternMatch] {
+            var matcher = AlarmPatternMatcher()
+            var found: [PatternMatch] = []
+            for start in [5.1, 11.0, 16.9] {
+                for piece in tones {
+                    let segment = ToneSegment(
+                        start: start + piece.offset, end: start + piece.offset + piece.length, frequencyHz: 3025,
+                        levelDBFS: -16.7, peakLevelDBFS: -14.1, peakSNRDB: snr, frequencySpreadHz: spreadHz,
+                        levelDips: piece.dips.map { start + $0 })
+                    found += matcher.add(segment, now: segment.end + 0.03)
+                    found += matcher.advance(to: segment.end + 0.03)
+                }
+            }
+            found += matcher.advance(to: 19.9)
+            return found.filter { $0.pattern == .t4 }
+        }
+        // Seed 22 `t4_2` (household noise at +10 dB in a room), as the tracker segmented it: one 0.82 s tone per
+        // burst, its level dipping 0.17, 0.37, 0.57 and 0.77 s after its start.
+        let seed22 = try #require(matches([(0, 0.82, [0.17, 0.37, 0.57, 0.77])]).first)
+        #expect(abs(seed22.cycleStart - 5.1) < 1e-9)
+        #expect(abs(seed22.decisionTime - 11.9) < 1e-9, "\(seed22.decisionTime)")
+        #expect(seed22.repaired)
+        // Seed 50 `t4_2`: two tones of 0.39 and 0.37 s, 0.42 s apart, dipping 0.12 s into each beep.
+        #expect(matches([(0, 0.39, [0.12, 0.32]), (0.42, 0.37, [0.52, 0.72])]).first?.repaired == true)
+        // Controls: two dips only; dips every 0.25 s (a fast alarm clock's beep and gap); a tone of 1.3 s (longer
+        // than four beeps and a tail); a second tone off the beat's grid; a pitch that moves by 2 % (a singer's
+        // vibrato beats about every 0.2 s too); tones under 20 dB above their floor.
+        #expect(matches([(0, 0.82, [0.17, 0.37])]).isEmpty)
+        #expect(matches([(0, 0.95, [0.2, 0.45, 0.7])]).isEmpty)
+        #expect(matches([(0, 1.3, [0.17, 0.37, 0.57, 0.77])]).isEmpty)
+        #expect(matches([(0, 0.39, [0.12, 0.32]), (0.5, 0.3, [0.52, 0.72])]).isEmpty)
+        #expect(matches([(0, 0.82, [0.17, 0.37, 0.57, 0.77])], spreadHz: 60).isEmpty)
+        #expect(matches([(0, 0.82, [0.17, 0.37, 0.57, 0.77])], snr: 19).isEmpty)
+    }
+
     @Test("confusers raise no smoke or CO event",
           arguments: ["truck", "microwave", "oven", "clock", "phone", "monitor medium", "monitor high"])
     func confusers(name: String) {

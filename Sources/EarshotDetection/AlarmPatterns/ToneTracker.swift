@@ -30,12 +30,19 @@ package struct ToneSegment: Sendable, Equatable {
     /// shorter than four such periods (0.8 s), whose level hardly moves (variance under 0.25 dB squared), or from a
     /// tracker that does not measure it (``ToneTracker/Parameters/tracksEnvelopeBeat``).
     package var envelopePeriodicity: Double
+    /// Stream times (s, frame centres) of the dips in the tone's level during its first
+    /// ``ToneTracker/levelDipWindowSeconds``: frames ``ToneTracker/levelDipDB`` or more below the highest frame
+    /// before them (since the previous dip) with the level rising that much again after them (at most
+    /// ``ToneTracker/maximumLevelDips``). A T4 burst whose beeps a very reverberant room merged into one tone keeps
+    /// its 0.2 s beat here; ``AlarmPatternMatcher`` reads it only for bursts whose tones fit no grid of four.
+    package var levelDips: [Double] = []
 
     /// `end - start` in seconds. A segment of one frame has duration 0; add one hop for the audible length.
     package var duration: Double { end - start }
 
     package init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double,
-                peakSNRDB: Double = 0, frequencySpreadHz: Double = 0, envelopePeriodicity: Double = 0) {
+                peakSNRDB: Double = 0, frequencySpreadHz: Double = 0, envelopePeriodicity: Double = 0,
+                levelDips: [Double] = []) {
         self.start = start
         self.end = end
         self.frequencyHz = frequencyHz
@@ -44,6 +51,7 @@ package struct ToneSegment: Sendable, Equatable {
         self.peakSNRDB = peakSNRDB
         self.frequencySpreadHz = frequencySpreadHz
         self.envelopePeriodicity = envelopePeriodicity
+        self.levelDips = levelDips
     }
 
     /// `pieces` (one tone's, in start order) with each that starts at most `gap` seconds (frame centre to frame
@@ -54,6 +62,7 @@ package struct ToneSegment: Sendable, Equatable {
         for piece in pieces {
             if var last = joined.last, piece.start - last.end <= gap {
                 last.end = max(last.end, piece.end)
+                last.levelDips += piece.levelDips
                 last.peakLevelDBFS = max(last.peakLevelDBFS, piece.peakLevelDBFS)
                 last.peakSNRDB = max(last.peakSNRDB, piece.peakSNRDB)
                 joined[joined.count - 1] = last
@@ -218,7 +227,41 @@ package final class ToneTracker {
         var peakSum: Double
         var peakSquares: Double
         var peaks: Int
+        /// The level-dip search (``ToneSegment/levelDips``): the highest level (dB) since the last dip, the lowest
+        /// since it fell ``levelDipDB`` below that (nil: not falling) and when, and the dips found.
+        var dipHigh = -Double.infinity
+        var dipLow: (level: Double, time: Double)?
+        var dips: [Double] = []
+
+        /// Follows the level (dB) of the frame at `time` for ``ToneSegment/levelDips``.
+        mutating func followLevel(_ level: Double, at time: Double) {
+            guard time - start <= ToneTracker.levelDipWindowSeconds, dips.count < ToneTracker.maximumLevelDips else {
+                return
+            }
+            if let low = dipLow {
+                if level < low.level {
+                    dipLow = (level, time)
+                } else if level >= low.level + ToneTracker.levelDipDB {
+                    dips.append(low.time)
+                    dipLow = nil
+                    dipHigh = level
+                }
+            } else if level <= dipHigh - ToneTracker.levelDipDB {
+                dipLow = (level, time)
+            } else {
+                dipHigh = max(dipHigh, level)
+            }
+        }
     }
+
+    /// dB a tone's level must fall below its highest frame since the previous dip, and rise again, for a dip
+    /// (``ToneSegment/levelDips``). The tuning cases (T4 bursts a very reverberant room merged into one 0.8 s tone,
+    /// seeds 22, 34 and 50): dips 5-10 dB deep every 0.2 s; 4 dB leaves out the 3 dB ripples between them.
+    package static let levelDipDB = 4.0
+    /// Seconds from a segment's start in which its level dips are looked for: a T4 burst (0.7 s) and a room's tail.
+    package static let levelDipWindowSeconds = 1.2
+    /// Most dips kept per segment.
+    package static let maximumLevelDips = 8
 
     /// A segment that ended less than 1 s ago: its bin, peak power and the lowest power seen there since (for the
     /// rise rule).
@@ -402,7 +445,8 @@ package final class ToneTracker {
             peakSNRDB: running.peakSNR > 0 ? min(99, 10 * log10(running.peakSNR)) : 0,
             frequencySpreadHz: binHz * max(0, running.peakSquares / Double(max(running.peaks, 1))
                 - pow(running.peakSum / Double(max(running.peaks, 1)), 2)).squareRoot(),
-            envelopePeriodicity: envelopes.isEmpty ? 0 : envelopes[index].periodicity(minimumVariance: 0.25).score)
+            envelopePeriodicity: envelopes.isEmpty ? 0 : envelopes[index].periodicity(minimumVariance: 0.25).score,
+            levelDips: running.dips)
     }
 
     private func dbfs(_ lobePower: Double) -> Double { 10 * log10(max(lobePower * powerScale, 1e-20)) }
@@ -596,12 +640,15 @@ package final class ToneTracker {
                 tone.sumDB += levelDB
                 tone.frames += 1
                 tone.sumBin += tone.bin
+                tone.followLevel(levelDB, at: time)
                 running[index] = tone
                 if parameters.tracksEnvelopeBeat { envelopes[index].add(levelDB) }
                 index += 1
                 continue
             }
             tone.misses += 1
+            // A frame or two below the offset rule inside a tone is part of its level's dips.
+            tone.followLevel(dbfs(level), at: time)
             if tone.misses >= parameters.offsetFrames {
                 running[index] = tone
                 finished.append(segment(at: index))
