@@ -528,48 +528,37 @@ package struct AlarmPatternMatcher: Sendable {
     }
 
     /// A T4 burst whose beeps a very reverberant room merged into one to three long tones: the steps (s) its
-    /// level's beat may have (a T4 beep and gap, 0.1 s each, within 15 %), how far a dip may lie from the beat's
-    /// grid (s), and the tones' largest frequency spread as a share of their frequency (a sounder's pitch holds; a
+    /// level's beat may have (a T4 beep and gap, 0.1 s each, within 15 %), how far its steps may differ from one
+    /// another (s), and the tones' largest frequency spread as a share of their frequency (a sounder's pitch holds; a
     /// singer's vibrato, which also beats about every 0.2 s, moves it by several percent). The tuning cases (seeds
     /// 22, 34 and 50, household noise at +10 dB or brown noise in a room): one 0.83-0.85 s tone, or two of 0.37-0.39
-    /// s 0.42 s apart, whose level dips 5-10 dB every 0.2 s, 3-6 dB above the beeps' frequency spread.
-    static let t4MergedBeat = (steps: 0.17...0.23, slack: 0.03, largestSpread: 0.01)
+    /// s 0.42 s apart, whose level dips 5-10 dB every 0.2 s, with a frequency spread of 0.1-0.2 %.
+    static let t4MergedBeat = (steps: 0.17...0.23, spread: 0.03, largestFrequencySpread: 0.01)
 
-    /// 4 when `tones` (one burst's, one to three, consistent) are a T4 burst a room merged (``t4MergedBeat``): three
-    /// dips or more of their level (``ToneSegment/levelDips``) on consecutive steps of one grid, the tones' starts on
-    /// that step from the first start, and the burst's length that of four beeps (three steps and a beep, at least,
-    /// with a room's tail of up to 0.35 s); otherwise 0.
+    /// 4 when `tones` (one burst's, one to three, consistent) are a T4 burst a room merged (``t4MergedBeat``): the
+    /// dips of their level (``ToneSegment/levelDips``) inside the burst, all of them or all but the first or the
+    /// last, three or more, follow one another at one step (a kitchen timer's 0.15 s beat, a fridge alarm's or a
+    /// patient monitor's uneven ripples do not), the tones start on that step from the first, and the burst lasts
+    /// four beeps (three steps and a beep at least, with a room's tail of up to 0.35 s); otherwise 0.
     private static func mergedBurstSlots(_ tones: [ToneSegment]) -> Int {
         guard (1...3).contains(tones.count), consistent(tones, frequency: 0.02, durations: false),
-              tones.allSatisfy({ $0.frequencySpreadHz <= t4MergedBeat.largestSpread * $0.frequencyHz })
+              tones.allSatisfy({ $0.frequencySpreadHz <= t4MergedBeat.largestFrequencySpread * $0.frequencyHz })
         else { return 0 }
         let first = tones.map(\.start).min() ?? 0, last = tones.map(\.end).max() ?? 0
         let dips = tones.flatMap(\.levelDips).filter { $0 > first && $0 < last }.sorted()
         guard dips.count >= 3 else { return 0 }
-        for i in dips.indices {
-            for j in dips.indices where j > i {
-                for k in 1...3 {
-                    let d = (dips[j] - dips[i]) / Double(k)
-                    guard t4MergedBeat.steps.contains(d), (3 * d + 0.05...4 * d + 0.35).contains(last - first) else {
-                        continue
-                    }
-                    // Grid positions of the dips that sit on this step from dips[i]: three consecutive ones needed.
-                    var positions = Set<Int>()
-                    for dip in dips {
-                        let position = (dip - dips[i]) / d
-                        if abs(position - position.rounded()) * d <= t4MergedBeat.slack { positions.insert(Int(position.rounded())) }
-                    }
-                    guard positions.contains(where: { positions.contains($0 + 1) && positions.contains($0 + 2) }) else {
-                        continue
-                    }
-                    let tolerance = 0.1 * d + 0.02
-                    let startsFit = tones.allSatisfy { tone in
-                        let position = (tone.start - first) / d
-                        return abs(position - position.rounded()) * d <= tolerance
-                    }
-                    if startsFit { return 4 }
-                }
+        for beat in [dips[...], dips.dropFirst(), dips.dropLast()] where beat.count >= 3 {
+            let steps = zip(beat.dropFirst(), beat).map { $0 - $1 }
+            guard let shortest = steps.min(), let longest = steps.max(), longest - shortest <= t4MergedBeat.spread
+            else { continue }
+            let d = (beat.last! - beat.first!) / Double(steps.count)
+            guard t4MergedBeat.steps.contains(d), (3 * d + 0.05...4 * d + 0.35).contains(last - first) else { continue }
+            let tolerance = 0.1 * d + 0.02
+            let startsFit = tones.allSatisfy { tone in
+                let position = (tone.start - first) / d
+                return abs(position - position.rounded()) * d <= tolerance
             }
+            if startsFit { return 4 }
         }
         return 0
     }
