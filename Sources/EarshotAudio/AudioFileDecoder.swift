@@ -182,17 +182,22 @@ public final class AudioFileDecoder {
                 descriptor: descriptor, length: fileBytes, patchOffset: Int64(header.dataSizeOffset),
                 patch: (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) })
         }
-        let handle: OpaquePointer?
-        if let patchedIO {
-            var callbacks = PatchedFileIO.callbacks
-            handle = sf_open_virtual(&callbacks, Int32(SFM_READ), &info, Unmanaged.passUnretained(patchedIO).toOpaque())
-        } else {
+        // libsndfile's error of a failed open is process-wide: read under the lock every open takes.
+        let opening = SndFileOpening.open {
+            if let patchedIO {
+                var callbacks = PatchedFileIO.callbacks
+                return sf_open_virtual(&callbacks, Int32(SFM_READ), &info, Unmanaged.passUnretained(patchedIO).toOpaque())
+            }
             // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
-            handle = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0)
+            return sf_open_fd(descriptor, Int32(SFM_READ), &info, 0)
         }
-        guard let opened = handle else {
-            let code = sf_error(nil)
-            let text = Self.trimmed(String(cString: sf_strerror(nil)))
+        let opened: OpaquePointer
+        switch opening {
+        case .success(let handle):
+            opened = handle
+        case .failure(let failure):
+            let code = failure.code
+            let text = Self.trimmed(failure.text)
             close(descriptor)
             // libsndfile's words for these ("SF_INFO struct incomplete", "Channel count is zero") do not say what is
             // wrong with the file; sox can read it with the value given (`-r`/`-c` before the input override it).

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import Dispatch
 import EarshotSupport
+import EarshotAudio
 import EarshotModel
 import EarshotAnalysis
 import EarshotDetection
@@ -34,12 +35,13 @@ package final class WaveFileWriter {
         info.samplerate = Int32(sampleRate)
         info.channels = 1
         info.format = Int32(SF_FORMAT_WAV) | Int32(SF_FORMAT_PCM_16)
-        errno = 0
-        guard let opened = sf_open_fd(descriptor, Int32(SFM_WRITE), &info, 0) else {
-            let text = Self.systemText(library: String(cString: sf_strerror(nil)), errno: errno)
+        switch SndFileOpening.open({ sf_open_fd(descriptor, Int32(SFM_WRITE), &info, 0) }) {
+        case .success(let opened):
+            handle = opened
+        case .failure(let failure):
+            let text = Self.systemText(library: failure.text, errno: failure.systemErrno)
             throw EarshotError(.cannotCreate, "cannot write \(path): \(text)", cause: text)
         }
-        handle = opened
     }
 
     deinit {
