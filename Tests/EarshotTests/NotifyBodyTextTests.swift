@@ -42,9 +42,9 @@ struct NotifyBodyTextTests {
         let alarmConfig = try Self.daemonConfig(in: directories[0], watch: "smoke_alarm", url: alarmServer.url("/alarm"))
         let demoConfig = try Self.daemonConfig(in: directories[1], watch: "baby_cry | glass_break", url: demoServer.url("/demo"))
         let alarm = try DaemonProcess([
-            "--config", alarmConfig.path, "--foreground", "--input", TestPaths.sharedFile(MQTTBrokerTests.alarm).path,
+            "--config", alarmConfig.path, "--foreground", "--input-speed", "4", "--input", TestPaths.sharedFile(MQTTBrokerTests.alarm).path,
         ])
-        let demo = try DaemonProcess(["--config", demoConfig.path, "--foreground", "--input", "samples/demo.flac"])
+        let demo = try DaemonProcess(["--config", demoConfig.path, "--foreground", "--input-speed", "4", "--input", "samples/demo.flac"])
         #expect(alarm.wait(seconds: 60) == 0, "\(alarm.errorText)")
         #expect(demo.wait(seconds: 90) == 0, "\(demo.errorText)")
 
