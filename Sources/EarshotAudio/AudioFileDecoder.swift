@@ -189,13 +189,16 @@ public final class AudioFileDecoder {
                 patch: (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) })
         }
         // libsndfile's error of a failed open is process-wide: read under the lock every open takes.
-        let opening = SndFileOpening.open {
-            if let patchedIO {
+        let opening: Result<OpaquePointer, SndFileOpening.Failure>
+        if let patchedIO {
+            opening = SndFileOpening.open {
                 var callbacks = PatchedFileIO.callbacks
                 return sf_open_virtual(&callbacks, Int32(SFM_READ), &info, Unmanaged.passUnretained(patchedIO).toOpaque())
             }
-            // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
-            return sf_open_fd(descriptor, Int32(SFM_READ), &info, 0)
+        } else {
+            // libsndfile owns a duplicate (closed by it however the open ends); `descriptor` stays ours and is
+            // closed exactly once, here or in deinit.
+            opening = SndFileOpening.open(duplicating: descriptor) { sf_open_fd($0, Int32(SFM_READ), &info, Int32(SF_TRUE)) }
         }
         let opened: OpaquePointer
         switch opening {
@@ -205,6 +208,9 @@ public final class AudioFileDecoder {
             let code = failure.code
             let text = Self.trimmed(failure.text)
             close(descriptor)
+            if code == SndFileOpening.noDuplicate {
+                throw EarshotError(.noInput, "\(name): cannot open: \(text) (check the path)", cause: text)
+            }
             // libsndfile's words for these ("SF_INFO struct incomplete", "Channel count is zero") do not say what is
             // wrong with the file; sox can read it with the value given (`-r`/`-c` before the input override it).
             if let header = riff {
