@@ -26,15 +26,18 @@ package struct MQTTTopics: Sendable, Equatable {
     /// The filter the commands arrive on.
     package var commandFilter: String { "\(base)/+/set" }
     /// The filters of every group's retained topics (state, attributes, enabled), those of groups an earlier run
-    /// watched included.
-    package var groupRetainedFilters: [String] { ["\(base)/+/state", "\(base)/+/attributes", "\(base)/+/enabled"] }
-    /// The group whose state, attributes or enabled topic `topic` is; nil for any other topic (the capture's and
-    /// the sleep session's included).
-    package func groupOfRetainedTopic(_ topic: String) -> String? {
+    /// watched included (and the capture's and the sleep session's, which match them too).
+    package var retainedStateFilters: [String] { ["\(base)/+/state", "\(base)/+/attributes", "\(base)/+/enabled"] }
+    /// Names under ``retainedStateFilters`` that are not groups.
+    package static let fixedStateNames: Set<String> = ["capture", "sleep"]
+    /// The `NAME` of a topic `P/NAME/state`, `P/NAME/attributes` or `P/NAME/enabled`, which ``retainedStateFilters``
+    /// match: a group, or one of ``fixedStateNames``; nil for any other topic.
+    package func stateOwner(_ topic: String) -> String? {
         guard topic.hasPrefix(base + "/") else { return nil }
         let levels = topic.dropFirst(base.count + 1).split(separator: "/", omittingEmptySubsequences: false)
-        guard levels.count == 2, ["state", "attributes", "enabled"].contains(levels[1]), !levels[0].isEmpty,
-              levels[0] != "capture", levels[0] != "sleep" else { return nil }
+        guard levels.count == 2, ["state", "attributes", "enabled"].contains(levels[1]), !levels[0].isEmpty else {
+            return nil
+        }
         return String(levels[0])
     }
     /// `ON` while the capture has a problem (device unavailable, input silent); retained.

@@ -292,15 +292,15 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     }
 
     /// Those of `retained` (topics the broker holds for this node) that the current controls do not have: a
-    /// discovery config this sink has not published, or a group topic (``MQTTTopics/groupOfRetainedTopic(_:)``) of
-    /// a group that neither has a state (``ControlState/groups``) nor publishes events (``ControlState/eventGroups``).
-    /// Empty before the first controls.
+    /// discovery config this sink has not published, or a state topic (``MQTTTopics/stateOwner(_:)``) of a group
+    /// that neither has a state (``ControlState/groups``) nor publishes events (``ControlState/eventGroups``); the
+    /// capture's and the sleep session's stay. Empty before the first controls.
     private func staleRetainedTopics(_ retained: [String]) -> [String] {
         state.withLock { state -> [String] in
             guard let controls = state.controls else { return [] }
-            let kept = Set(controls.groups + controls.eventGroups)
+            let kept = MQTTTopics.fixedStateNames.union(controls.groups + controls.eventGroups)
             return retained.filter { topic in
-                if let group = topics.groupOfRetainedTopic(topic) { return !kept.contains(group) }
+                if let owner = topics.stateOwner(topic) { return !kept.contains(owner) }
                 return !state.publishedConfigs.contains(topic)
             }
         }
@@ -354,7 +354,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var birth = MQTTConnection.Birth()
         birth.first = [MQTTMessage(topic: topics.availability, text: "online", qos: 1, retain: true)]
         if settings.discovery, let controls { birth.first += configMessages(for: controls, deletingOthers: true) }
-        birth.subscriptions = [topics.commandFilter] + topics.groupRetainedFilters
+        birth.subscriptions = [topics.commandFilter] + topics.retainedStateFilters
             + (settings.discovery ? [discovery.statusTopic, discovery.configFilter] : [])
         birth.last = currentStates()
         return birth
@@ -382,10 +382,10 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             return
         }
         let isConfig = topic.hasPrefix(settings.discoveryPrefix + "/") && topic.hasSuffix("/config")
-        if isConfig || topics.groupOfRetainedTopic(topic) != nil {
+        if isConfig || topics.stateOwner(topic) != nil {
             // A config of this node's device, or a group's state, attributes or enabled topic, left by an earlier
             // run (or before a reload) for a group this run does not have. What this run publishes comes back too:
-            // a config as published, a group's topic without the retain flag (MQTT 3.1.1), which is not judged.
+            // a config as published, a state topic without the retain flag (MQTT 3.1.1), which is not judged.
             guard !payload.isEmpty, isConfig ? settings.discovery : retained else { return }
             let known = state.withLock { state -> Bool in
                 if state.controls == nil { state.unjudgedRetained.append(topic) }
