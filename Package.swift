@@ -65,7 +65,7 @@ let package = Package(
         .target(
             name: "EarshotOutputs",
             dependencies: [
-                "EarshotSupport", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
+                "EarshotSupport", "EarshotAudio", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
                 "CSystemd", "CSQLite", "CSndFile", "CMosquitto", "CMicroHTTPDShims", "CCurlShims",
             ]
         ),

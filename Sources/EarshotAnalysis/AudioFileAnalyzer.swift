@@ -91,7 +91,7 @@ public final class AudioFileAnalyzer: Sendable {
     /// Opens `url` and reads its header (Sound Analysis' `SNAudioFileAnalyzer(url:)`).
     /// - Throws: ``EarshotError`` as ``AudioFileDecoder/init(url:)``: `.noInput` for a missing file, a directory or
     ///   no permission; `.data` for an empty file, a file that is not audio, MP3 data in a WAV container or a WAV
-    ///   shorter than its header says.
+    ///   cut short before its first frame (one cut later is analysed as far as it goes, with a decoding warning).
     public init(url: URL) throws(EarshotError) {
         self.url = url
         var state = State()

@@ -22,14 +22,18 @@ import EarshotSupport
 /// - `.data` (65): an empty file, a file libsndfile does not recognise as audio, MP3 data inside a WAV (RIFF)
 ///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a sample rate outside
 ///   ``supportedSampleRates`` (a damaged or hostile header; a WAV whose header says 0 Hz or 0 channels:
-///   `x.wav: the header's sample rate is 0: not a playable WAV (...)`), a WAV whose data chunk is shorter than
-///   its header declares (a data chunk declaring 0 bytes, or 0xFFFFFFFF, with samples after it is not: recorders
-///   writing to a pipe leave those sizes, and the samples there are decoded), a file cut short before its first
-///   frame, a decoding error part-way (damage inside the file), or a file with no audio frames.
+///   `x.wav: the header's sample rate is 0: not a playable WAV (...)`), a WAV or AIFF whose data chunk is cut
+///   short before its first frame (`x.wav: truncated: the header declares 2000 bytes of audio data but the file
+///   holds 1 (...)`), any other file cut short before its first frame, a decoding error part-way (damage inside
+///   the file), or a file with no audio frames.
 ///
-/// A file cut short after some audio (FLAC, Ogg Vorbis/Opus, MP3) is not an error: what decodes is used, as
-/// players do, and once the end is reached ``truncationWarning`` names it (`NAME: truncated: ...`):
-/// - FLAC (any format whose header states an exact frame count): fewer frames than the header states, or a
+/// A file cut short after some audio (WAV, AIFF, FLAC, Ogg Vorbis/Opus, MP3) is not an error: what decodes is used,
+/// as players do, and once the end is reached ``truncationWarning`` names it (`NAME: truncated: ...`):
+/// - WAV and AIFF: a data chunk shorter than its header declares, read as far as it goes; the frames the header
+///   promises are those its `fact` (WAV) or `COMM` (AIFF) chunk states, else the declared bytes over the bytes per
+///   frame. A data chunk declaring 0 bytes, or 0xFFFFFFFF, with samples after it is not cut short: recorders
+///   writing to a pipe leave those sizes, and the samples there are decoded.
+/// - FLAC (any other format whose header states an exact frame count): fewer frames than the header states, or a
 ///   decoding error once libsndfile has read to the end of the file (a FLAC cut inside a frame: "flac decoder
 ///   lost sync").
 /// - Ogg: the container states no length, so the last pages tell (``OggEnding``): the file ends inside a page, or
@@ -52,7 +56,8 @@ public final class AudioFileDecoder {
     /// Interleaved channels per frame (>= 1).
     public let channelCount: Int
     /// The frame count the file declares, or nil when its container does not say (e.g. an Ogg stream without a
-    /// final granule position). For MP3 without a Xing/LAME header this is libmpg123's estimate.
+    /// final granule position). For MP3 without a Xing/LAME header this is libmpg123's estimate; for a WAV or AIFF
+    /// whose data chunk is cut short, what its header promises (more than the file holds).
     public let declaredFrameCount: Int64?
     /// libsndfile's names of the container and the encoding, e.g. `WAV (Microsoft), Signed 16 bit PCM`.
     public let formatDescription: String
@@ -62,7 +67,8 @@ public final class AudioFileDecoder {
     public private(set) var isAtEnd = false
     /// Set at the end of a file cut short (see the type's description): one line without a program prefix, e.g.
     /// `cut.flac: truncated: decoded 225280 of 510495 frames the header promises; results cover only the first
-    /// 14.08 s`, `cut.opus: truncated: the file ends inside an Ogg page; results cover only the first 16.99 s`,
+    /// 14.08 s` (the same for a WAV or AIFF), `cut.opus: truncated: the file ends inside an Ogg page; results cover
+    /// only the first 16.99 s`,
     /// `cut.ogg: truncated: the last Ogg page lacks the end-of-stream flag; results cover only the first 16.21 s`,
     /// `cut.mp3: truncated: the MP3 ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded` (a
     /// Xing/Info or VBRI header states the length), or `cut.mp3: truncated: the MP3 ends inside an audio frame
@@ -103,7 +109,7 @@ public final class AudioFileDecoder {
     /// Opens `url` and reads its header.
     ///
     /// - Throws: ``EarshotError`` `.noInput` (missing, directory, not a regular file, no permission) or `.data`
-    ///   (empty, not audio, MP3 in a WAV container, WAV data chunk shorter than declared, invalid header values,
+    ///   (empty, not audio, MP3 in a WAV container, a WAV data chunk cut before its first frame, invalid header values,
     ///   a sample rate outside ``supportedSampleRates``: `x.wav: sample rate 1 Hz is out of range (...)`; an MP3
     ///   that ends before its first complete frame: `x.mp3: truncated: the MP3 ends inside its first audio frame
     ///   (417 bytes; ...)`, see ``MP3Stream``). The corresponding C functions are `open`, `fstat`, `sf_open_fd`,
@@ -182,18 +188,29 @@ public final class AudioFileDecoder {
                 descriptor: descriptor, length: fileBytes, patchOffset: Int64(header.dataSizeOffset),
                 patch: (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) })
         }
-        let handle: OpaquePointer?
+        // libsndfile's error of a failed open is process-wide: read under the lock every open takes.
+        let opening: Result<OpaquePointer, SndFileOpening.Failure>
         if let patchedIO {
-            var callbacks = PatchedFileIO.callbacks
-            handle = sf_open_virtual(&callbacks, Int32(SFM_READ), &info, Unmanaged.passUnretained(patchedIO).toOpaque())
+            opening = SndFileOpening.open {
+                var callbacks = PatchedFileIO.callbacks
+                return sf_open_virtual(&callbacks, Int32(SFM_READ), &info, Unmanaged.passUnretained(patchedIO).toOpaque())
+            }
         } else {
-            // close_desc = 0: the descriptor stays ours and is closed exactly once, here or in deinit.
-            handle = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0)
+            // libsndfile owns a duplicate (closed by it however the open ends); `descriptor` stays ours and is
+            // closed exactly once, here or in deinit.
+            opening = SndFileOpening.open(duplicating: descriptor) { sf_open_fd($0, Int32(SFM_READ), &info, Int32(SF_TRUE)) }
         }
-        guard let opened = handle else {
-            let code = sf_error(nil)
-            let text = Self.trimmed(String(cString: sf_strerror(nil)))
+        let opened: OpaquePointer
+        switch opening {
+        case .success(let handle):
+            opened = handle
+        case .failure(let failure):
+            let code = failure.code
+            let text = Self.trimmed(failure.text)
             close(descriptor)
+            if code == SndFileOpening.noDuplicate {
+                throw EarshotError(.noInput, "\(name): cannot open: \(text) (check the path)", cause: text)
+            }
             // libsndfile's words for these ("SF_INFO struct incomplete", "Channel count is zero") do not say what is
             // wrong with the file; sox can read it with the value given (`-r`/`-c` before the input override it).
             if let header = riff {
@@ -223,7 +240,14 @@ public final class AudioFileDecoder {
         sampleRate = Int(info.samplerate)
         channelCount = Int(info.channels)
         let frames = Int64(info.frames)
-        declaredFrameCount = frames > 0 && frames < Int64.max ? frames : nil
+        // A data chunk shorter than its header declares (a WAV or AIFF cut short): libsndfile counts the frames the
+        // file holds, and decodes them; the count the header promises is what makes the end a truncation.
+        let log = Self.logInfo(of: opened)
+        let shortChunk = Self.shortDataChunk(log: log)
+        let promised = shortChunk.flatMap {
+            Self.promisedFrameCount(declaredBytes: $0.declared, presentBytes: $0.present, frames: frames, log: log)
+        }
+        declaredFrameCount = promised ?? (frames > 0 && frames < Int64.max ? frames : nil)
         frameCountIsExact = major != Int(SF_FORMAT_OGG) && major != Int(SF_FORMAT_MPEG)
             && subtype != Int(SF_FORMAT_MPEG_LAYER_III)
         isOgg = major == Int(SF_FORMAT_OGG)
@@ -242,7 +266,7 @@ public final class AudioFileDecoder {
             let range = Self.supportedSampleRates
             throw EarshotError(.data, "\(name): sample rate \(sampleRate) Hz is out of range (audio files must be \(range.lowerBound) to \(range.upperBound) Hz; the header is damaged or the file is not really audio)")
         }
-        if let (declared, present) = Self.shortDataChunk(log: logInfo()) {
+        if let (declared, present) = shortChunk, promised == nil {
             throw EarshotError(.data, "\(name): truncated: the header declares \(declared) bytes of audio data but the file holds \(present) (the copy or recording was cut short; copy it again)")
         }
     }
@@ -489,10 +513,9 @@ public final class AudioFileDecoder {
 
     /// libsndfile's header log (what it parsed, with its complaints). The corresponding C function is
     /// `sf_command(SFC_GET_LOG_INFO)`.
-    private func logInfo() -> String {
+    private static func logInfo(of handle: OpaquePointer) -> String {
         var buffer = [CChar](repeating: 0, count: 16_384)
         let count = buffer.count
-        guard case .sndfile(let handle) = backend else { return "" }
         _ = buffer.withUnsafeMutableBufferPointer { pointer in
             sf_command(handle, Int32(SFC_GET_LOG_INFO), pointer.baseAddress, Int32(count))
         }
@@ -518,6 +541,22 @@ public final class AudioFileDecoder {
             }
         }
         return nil
+    }
+
+    /// The frames a WAV or AIFF whose data chunk was cut short (`declaredBytes` declared, `presentBytes` there)
+    /// promises: the count its header states (AIFF's `COMM` chunk, a WAV's `fact` chunk, logged by libsndfile as
+    /// `Frames : 510495` or `frames : 510495`), else, for PCM, the declared bytes over the bytes per frame (the
+    /// bytes there over the `frames` libsndfile found in them). Nil when nothing was found to decode (`frames` 0).
+    package static func promisedFrameCount(declaredBytes: Int64, presentBytes: Int64, frames: Int64, log: String) -> Int64? {
+        guard frames > 0 else { return nil }
+        for line in log.split(separator: "\n") {
+            let words = line.trimmingSpaces()
+            guard words.lowercased().hasPrefix("frames") else { continue }
+            let rest = words.dropFirst("frames".count).trimmingSpaces()
+            if rest.hasPrefix(":"), let stated = Int64(rest.dropFirst().trimmingSpaces()), stated > frames { return stated }
+        }
+        let bytesPerFrame = presentBytes / frames
+        return bytesPerFrame > 0 ? max(frames, declaredBytes / bytesPerFrame) : nil
     }
 
     /// libsndfile's name of a major format or subtype, e.g. `FLAC (Free Lossless Audio Codec)`.

@@ -438,21 +438,40 @@ struct DecodingTests {
         return bytes
     }
 
-    @Test("truncated WAV: exact line")
+    @Test("truncated WAV: the frames there, and the exact warning line; cut before its first frame: exact error line")
     func truncated() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
         defer { AudioTestFiles.remove(directory) }
         let d = directory.path
 
-        // A WAV declaring 2000 data bytes (1000 frames) that holds only 600.
+        // A WAV declaring 2000 data bytes (1000 frames) that holds only 600 (300 frames).
         let samples = AudioTestFiles.littleEndian((0..<300).map { Int64($0 * 50) }, width: 2)
         let cut = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 8_000, bitsPerSample: 16, data: samples,
                                      declaredDataBytes: 2_000)
         let wavURL = directory.appendingPathComponent("cut.wav")
         try AudioTestFiles.write(cut, to: wavURL)
-        let wav = AudioTestFiles.error { () throws(EarshotError) in try AudioFileDecoder(url: wavURL) }
-        #expect(wav?.message == "\(d)/cut.wav: truncated: the header declares 2000 bytes of audio data but the file holds 600 (the copy or recording was cut short; copy it again)")
+        let decoder = try AudioFileDecoder(url: wavURL)
+        #expect(decoder.declaredFrameCount == 1_000)
+        let decoded = try decoder.readAllMono()
+        #expect(decoded == (0..<300).map { Float($0 * 50) / 32_768 })
+        #expect(decoder.truncationWarning == "\(d)/cut.wav: truncated: decoded 300 of 1000 frames the header promises; results cover only the first 0.04 s")
+
+        // One byte of data (the helper's pad byte dropped): not one frame to decode.
+        let stub = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 8_000, bitsPerSample: 16, data: [7],
+                                      declaredDataBytes: 2_000).dropLast()
+        let stubURL = directory.appendingPathComponent("stub.wav")
+        try AudioTestFiles.write(Array(stub), to: stubURL)
+        let wav = AudioTestFiles.error { () throws(EarshotError) in try AudioFileDecoder(url: stubURL) }
+        #expect(wav?.message == "\(d)/stub.wav: truncated: the header declares 2000 bytes of audio data but the file holds 1 (the copy or recording was cut short; copy it again)")
         #expect(wav?.code == .data)
+    }
+
+    @Test("the frames a cut WAV or AIFF promises: the COMM/fact count libsndfile logs, else the declared bytes per frame")
+    func promisedFrames() {
+        #expect(AudioFileDecoder.promisedFrameCount(declaredBytes: 1_020_990, presentBytes: 299_957, frames: 149_978, log: "data : 1020990 (should be 299957)\n") == 510_495)
+        #expect(AudioFileDecoder.promisedFrameCount(declaredBytes: 1_020_998, presentBytes: 299_920, frames: 149_956, log: " COMM : 18\n  Frames      : 510495\n SSND : 1020998 (should be 299920)\n") == 510_495)
+        #expect(AudioFileDecoder.promisedFrameCount(declaredBytes: 258_816, presentBytes: 99_940, frames: 197_455, log: "fact : 4\n  frames  : 510495\ndata : 258816 (should be 99940)\n") == 510_495)
+        #expect(AudioFileDecoder.promisedFrameCount(declaredBytes: 2_000, presentBytes: 1, frames: 0, log: "") == nil)
     }
 
     @Test("truncated FLAC: the frames there, and the exact warning line", .needsShared)

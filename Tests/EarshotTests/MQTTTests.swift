@@ -153,6 +153,21 @@ struct MQTTUnitTests {
         let smoke = try object(0)
         #expect(smoke["device_class"]?.stringValue == "smoke")
         #expect(smoke["unique_id"]?.stringValue == "earshot_kitchen_smoke_alarm")
+        // Home Assistant 2025.10 replaced object_id by default_entity_id (DOMAIN.OBJECT); 2026.4 ignores object_id.
+        #expect(smoke["default_entity_id"]?.stringValue == "binary_sensor.earshot_kitchen_smoke_alarm")
+        #expect(smoke["object_id"] == nil)
+        #expect(try configs.indices.map { try object($0)["default_entity_id"]?.stringValue ?? "" } == [
+            "binary_sensor.earshot_kitchen_smoke_alarm", "switch.earshot_kitchen_smoke_alarm_enabled",
+            "binary_sensor.earshot_kitchen_co_alarm", "switch.earshot_kitchen_co_alarm_enabled",
+            "binary_sensor.earshot_kitchen_glass_break", "switch.earshot_kitchen_glass_break_enabled",
+            "binary_sensor.earshot_kitchen_baby_cry", "switch.earshot_kitchen_baby_cry_enabled",
+            "event.earshot_kitchen_events", "sensor.earshot_kitchen_level",
+            "binary_sensor.earshot_kitchen_capture_problem", "switch.earshot_kitchen_sleep_session",
+        ])
+        // A node may hold '-' (a host name); an entity id may not.
+        let hyphen = HomeAssistantDiscovery(
+            discoveryPrefix: "homeassistant", node: "living-room_", topics: MQTTTopics(base: "earshot/living-room_"))
+        #expect(hyphen.defaultEntityID(component: "binary_sensor", objectID: "baby_cry") == "binary_sensor.earshot_living_room_baby_cry")
         #expect(smoke["state_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/state")
         #expect(smoke["availability_topic"]?.stringValue == "earshot/kitchen/availability")
         #expect(smoke["device"]?["identifiers"]?.arrayValue == [.string("earshot_kitchen")])

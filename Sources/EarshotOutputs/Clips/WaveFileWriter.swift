@@ -3,14 +3,15 @@ import FoundationEssentials
 import Glibc
 import Dispatch
 import EarshotSupport
+import EarshotAudio
 import EarshotModel
 import EarshotAnalysis
 import EarshotDetection
 
 /// Writes 16-bit PCM mono WAV to an open file descriptor with libsndfile.
 ///
-/// The descriptor stays the caller's (libsndfile does not close it), so the caller can `fsync` and `close` it and
-/// see `errno` of its own calls. Samples are written as they are (`sf_write_short`: no scaling, no dither).
+/// The descriptor stays the caller's (libsndfile writes through a duplicate, which it closes), so the caller can
+/// `fsync` and `close` it and see `errno` of its own calls. Samples are written as they are (`sf_write_short`: no scaling, no dither).
 ///
 /// - Important: Not thread-safe. The class owns the `SNDFILE*`, closed by ``finish()`` or in `deinit`.
 package final class WaveFileWriter {
@@ -34,12 +35,14 @@ package final class WaveFileWriter {
         info.samplerate = Int32(sampleRate)
         info.channels = 1
         info.format = Int32(SF_FORMAT_WAV) | Int32(SF_FORMAT_PCM_16)
-        errno = 0
-        guard let opened = sf_open_fd(descriptor, Int32(SFM_WRITE), &info, 0) else {
-            let text = Self.systemText(library: String(cString: sf_strerror(nil)), errno: errno)
+        // libsndfile owns a duplicate of the descriptor (it would close the caller's own on a failed open).
+        switch SndFileOpening.open(duplicating: descriptor, { sf_open_fd($0, Int32(SFM_WRITE), &info, Int32(SF_TRUE)) }) {
+        case .success(let opened):
+            handle = opened
+        case .failure(let failure):
+            let text = Self.systemText(library: failure.text, errno: failure.systemErrno)
             throw EarshotError(.cannotCreate, "cannot write \(path): \(text)", cause: text)
         }
-        handle = opened
     }
 
     deinit {

@@ -25,6 +25,21 @@ package struct MQTTTopics: Sendable, Equatable {
     package func command(_ name: String) -> String { "\(base)/\(name)/set" }
     /// The filter the commands arrive on.
     package var commandFilter: String { "\(base)/+/set" }
+    /// The filters of every group's retained topics (state, attributes, enabled), those of groups an earlier run
+    /// watched included (and the capture's and the sleep session's, which match them too).
+    package var retainedStateFilters: [String] { ["\(base)/+/state", "\(base)/+/attributes", "\(base)/+/enabled"] }
+    /// Names under ``retainedStateFilters`` that are not groups.
+    package static let fixedStateNames: Set<String> = ["capture", "sleep"]
+    /// The `NAME` of a topic `P/NAME/state`, `P/NAME/attributes` or `P/NAME/enabled`, which ``retainedStateFilters``
+    /// match: a group, or one of ``fixedStateNames``; nil for any other topic.
+    package func stateOwner(_ topic: String) -> String? {
+        guard topic.hasPrefix(base + "/") else { return nil }
+        let levels = topic.dropFirst(base.count + 1).split(separator: "/", omittingEmptySubsequences: false)
+        guard levels.count == 2, ["state", "attributes", "enabled"].contains(levels[1]), !levels[0].isEmpty else {
+            return nil
+        }
+        return String(levels[0])
+    }
     /// `ON` while the capture has a problem (device unavailable, input silent); retained.
     package var captureState: String { "\(base)/capture/state" }
     package var captureAttributes: String { "\(base)/capture/attributes" }
@@ -46,7 +61,9 @@ package struct MQTTTopics: Sendable, Equatable {
 /// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
 /// | sleep session | `switch` | `sleep_session` | |
 ///
-/// `unique_id` is `earshot_NODE_OBJECT_ID`: stable across restarts. Every entity follows `P/availability`.
+/// `unique_id` is `earshot_NODE_OBJECT_ID`: stable across restarts; `default_entity_id` asks Home Assistant for the
+/// entity id `COMPONENT.earshot_NODE_OBJECT_ID` (``defaultEntityID(component:objectID:)``). Every entity follows
+/// `P/availability`.
 package struct HomeAssistantDiscovery: Sendable {
     package let discoveryPrefix: String
     package let node: String
@@ -88,7 +105,7 @@ package struct HomeAssistantDiscovery: Sendable {
         var result: [(String, JSONObject)] = []
         for group in state.groups {
             result.append((configTopic(component: "binary_sensor", objectID: group), entity(
-                objectID: group, name: GroupTitle.of(group),
+                component: "binary_sensor", objectID: group, name: GroupTitle.of(group),
                 extra: [
                     "device_class": .string(Self.deviceClass(group: group)),
                     "state_topic": .string(topics.state(group)),
@@ -96,7 +113,7 @@ package struct HomeAssistantDiscovery: Sendable {
                     "payload_on": "ON", "payload_off": "OFF",
                 ])))
             result.append((configTopic(component: "switch", objectID: "\(group)_enabled"), entity(
-                objectID: "\(group)_enabled", name: "\(GroupTitle.of(group)) detection",
+                component: "switch", objectID: "\(group)_enabled", name: "\(GroupTitle.of(group)) detection",
                 extra: [
                     "command_topic": .string(topics.command(group)),
                     "state_topic": .string(topics.enabled(group)),
@@ -105,13 +122,13 @@ package struct HomeAssistantDiscovery: Sendable {
                 ])))
         }
         result.append((configTopic(component: "event", objectID: "events"), entity(
-            objectID: "events", name: "Sound event",
+            component: "event", objectID: "events", name: "Sound event",
             extra: [
                 "state_topic": .string(topics.detected),
                 "event_types": .array(state.eventGroups.map { .string($0) }),
             ])))
         result.append((configTopic(component: "sensor", objectID: "level"), entity(
-            objectID: "level", name: "Sound level",
+            component: "sensor", objectID: "level", name: "Sound level",
             extra: [
                 "state_topic": .string(topics.level),
                 "value_template": "{{ value_json.dbfs }}",
@@ -120,7 +137,7 @@ package struct HomeAssistantDiscovery: Sendable {
                 "entity_category": "diagnostic", "icon": "mdi:waveform",
             ])))
         result.append((configTopic(component: "binary_sensor", objectID: "capture_problem"), entity(
-            objectID: "capture_problem", name: "Capture problem",
+            component: "binary_sensor", objectID: "capture_problem", name: "Capture problem",
             extra: [
                 "device_class": "problem",
                 "state_topic": .string(topics.captureState),
@@ -128,7 +145,7 @@ package struct HomeAssistantDiscovery: Sendable {
                 "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
             ])))
         result.append((configTopic(component: "switch", objectID: "sleep_session"), entity(
-            objectID: "sleep_session", name: "Sleep session",
+            component: "switch", objectID: "sleep_session", name: "Sleep session",
             extra: [
                 "command_topic": .string(topics.command("sleep")),
                 "state_topic": .string(topics.sleepState),
@@ -138,11 +155,26 @@ package struct HomeAssistantDiscovery: Sendable {
         return result
     }
 
-    private func entity(objectID: String, name: String, extra: JSONObject) -> JSONObject {
+    /// The entity id Home Assistant is asked to give an entity of `component` (its domain): `DOMAIN.` and the
+    /// unique id as Home Assistant's entity ids spell it (lowercase letters, digits and single `_`, none at either
+    /// end: a node's `-` becomes `_`), e.g. `binary_sensor.earshot_kitchen_smoke_alarm`. Sent as
+    /// `default_entity_id`, which replaced `object_id` in Home Assistant 2025.10 (`object_id` is ignored from
+    /// 2026.4); a value that is no valid entity id would make Home Assistant refuse the whole config.
+    package func defaultEntityID(component: String, objectID: String) -> String {
+        var slug = ""
+        for character in "\(deviceID)_\(objectID)".lowercased() {
+            let kept = character.isASCII && (character.isLetter || character.isNumber)
+            if kept { slug.append(character) } else if !slug.isEmpty, slug.last != "_" { slug.append("_") }
+        }
+        while slug.last == "_" { slug.removeLast() }
+        return "\(component).\(slug)"
+    }
+
+    private func entity(component: String, objectID: String, name: String, extra: JSONObject) -> JSONObject {
         var object: JSONObject = [
             "name": .string(name),
             "unique_id": .string("\(deviceID)_\(objectID)"),
-            "object_id": .string("\(deviceID)_\(objectID)"),
+            "default_entity_id": .string(defaultEntityID(component: component, objectID: objectID)),
             "availability_topic": .string(topics.availability),
             "payload_available": "online", "payload_not_available": "offline",
         ]

@@ -31,8 +31,9 @@ package protocol MQTTConnectionDelegate: AnyObject, Sendable {
 /// MQTT 3.1.1, clean session, QoS 0 and 1. The corresponding C library is libmosquitto (`mosquitto_new`,
 /// `mosquitto_connect_async`, `mosquitto_publish`, `mosquitto_subscribe`, `mosquitto_will_set`, `mosquitto_tls_set`).
 package final class MQTTConnection: @unchecked Sendable {
-    // @unchecked: `handle`, `connecting`, `connectDeadline`, `backoff`, `lastLogLine` and `lastErrno` are touched
-    // only on the connection's thread (callbacks run there too); the rest is behind `shared` or immutable.
+    // @unchecked: `handle`, `connecting`, `connectDeadline`, `backoff`, `quickDropsInRow`, `lastLogLine` and
+    // `lastErrno` are touched only on the connection's thread (callbacks run there too); the rest is behind
+    // `shared` or immutable.
 
     /// What to send and subscribe right after the broker accepted a connection.
     package struct Birth: Sendable {
@@ -99,6 +100,10 @@ package final class MQTTConnection: @unchecked Sendable {
     /// Seconds a connection must last for the back-off to start again from ``firstBackoff``: a broker that drops
     /// the client right after accepting it (another client took the same id) is retried ever more slowly.
     package static let stableSeconds = 10.0
+    /// Quick drops in a row (each less than ``stableSeconds`` after the broker accepted the connection, the
+    /// reconnect in between accepted too) from which the cause is named as another client with the same client id.
+    /// One quick drop is what a broker that stops or restarts does as well.
+    package static let quickDropsForClientIDHint = 2
 
     package let endpoint: Endpoint
     private weak var delegateReference: (any MQTTConnectionDelegate)?
@@ -126,6 +131,10 @@ package final class MQTTConnection: @unchecked Sendable {
     private var connectedAt: Double?
     private var nextAttempt: Double = 0
     private var backoff = MQTTConnection.firstBackoff
+    /// Connections in a row that the broker dropped less than ``stableSeconds`` after accepting them, with every
+    /// reconnect in between accepted (the broker stayed reachable); an attempt that fails before being accepted, or
+    /// a connection that lasts, starts the count again.
+    private var quickDropsInRow = 0
     private var lastLogLine: String?
     private var lastErrno: Int32 = 0
     /// The mids of the final messages (stopping), to wait for their acknowledgement.
@@ -389,9 +398,15 @@ package final class MQTTConnection: @unchecked Sendable {
            rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) || rc == Int32(MOSQ_ERR_PROTOCOL.rawValue) {
             return "the broker closed the TLS connection before accepting it (does it require a client certificate? set [mqtt] certfile and keyfile)"
         }
-        if !beforeAccept, let connectedAt, Self.now() - connectedAt < Self.stableSeconds,
-           rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) {
-            return "the broker dropped the connection \(String(cFormat: "%.1f", Self.now() - connectedAt)) s after accepting it (another client using the client id \(endpoint.clientID)? each daemon needs its own [mqtt] node or client_id)"
+        if !beforeAccept, rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) {
+            // Once, this is what a broker that stops or restarts does; again and again right after accepting the
+            // connection, while the broker stays reachable, it is a broker handing the client id to another client
+            // (each connect takes it back from the other).
+            let drops = quickDropsCounting()
+            guard drops >= Self.quickDropsForClientIDHint else {
+                return "the connection was lost (the broker stopped or restarted?)"
+            }
+            return "the broker accepted the connection and dropped it within \(Int(Self.stableSeconds)) s, \(drops) times in a row (another client using the client id \(endpoint.clientID)? each daemon needs its own [mqtt] node or client_id)"
         }
         if rc == Int32(MOSQ_ERR_ERRNO.rawValue), lastErrno != 0 {
             return String(cString: strerror(lastErrno))
@@ -467,9 +482,17 @@ package final class MQTTConnection: @unchecked Sendable {
         schedule(after: cause)
     }
 
+    /// The current connection's end as one of a run of quick drops: the run's length with this one; 0 when it
+    /// was never accepted or lasted ``stableSeconds``.
+    private func quickDropsCounting() -> Int {
+        guard let connectedAt, Self.now() - connectedAt < Self.stableSeconds else { return 0 }
+        return quickDropsInRow + 1
+    }
+
     private func schedule(after cause: String) {
         let stopping = shared.withLock { $0.stopping }
         if let connectedAt, Self.now() - connectedAt >= Self.stableSeconds { backoff = Self.firstBackoff }
+        quickDropsInRow = quickDropsCounting()
         connectedAt = nil
         let delay = backoff
         nextAttempt = Self.now() + delay

@@ -61,6 +61,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var captureAttributes: JSONObject = [:]
         var lastLevel = -Double.infinity
         var publishedConfigs: Set<String> = []
+        /// Retained topics of this node found on the broker before the first controls said what is watched:
+        /// judged when they come (``staleRetainedTopics(_:)``).
+        var unjudgedRetained: [String] = []
         var saidUnavailable = false
         var connectedOnce = false
         var ignoredWindowStart = -Double.infinity
@@ -171,11 +174,15 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case .statistics:
             break
         case .controls(let controls):
-            let previous = state.withLock { state -> ControlState? in
-                defer { state.controls = controls }
-                return state.controls
+            let (previous, unjudged) = state.withLock { state -> (ControlState?, [String]) in
+                defer {
+                    state.controls = controls
+                    state.unjudgedRetained = []
+                }
+                return (state.controls, state.unjudgedRetained)
             }
-            // Not connected: the next connection's birth publishes the configs and states (read from `state`).
+            // Not connected: the next connection's birth publishes the configs and states (read from `state`), and
+            // the broker sends its retained topics again on that connection.
             guard connection.isConnected else { return }
             if settings.discovery, previous?.groups != controls.groups || previous?.eventGroups != controls.eventGroups {
                 for message in configMessages(for: controls, deletingOthers: true) { connection.enqueue(message) }
@@ -193,6 +200,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
                 }
             }
             for message in controlStateMessages(controls) { connection.enqueue(message) }
+            for topic in staleRetainedTopics(unjudged) {
+                connection.enqueue(MQTTMessage(topic: topic, payload: [], qos: 1, retain: true))
+            }
         }
     }
 
@@ -281,6 +291,21 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             + configs.map { MQTTMessage(topic: $0.topic, text: $0.payload.encoded, qos: 1, retain: true) }
     }
 
+    /// Those of `retained` (topics the broker holds for this node) that the current controls do not have: a
+    /// discovery config this sink has not published, or a state topic (``MQTTTopics/stateOwner(_:)``) of a group
+    /// that neither has a state (``ControlState/groups``) nor publishes events (``ControlState/eventGroups``); the
+    /// capture's and the sleep session's stay. Empty before the first controls.
+    private func staleRetainedTopics(_ retained: [String]) -> [String] {
+        state.withLock { state -> [String] in
+            guard let controls = state.controls else { return [] }
+            let kept = MQTTTopics.fixedStateNames.union(controls.groups + controls.eventGroups)
+            return retained.filter { topic in
+                if let owner = topics.stateOwner(topic) { return !kept.contains(owner) }
+                return !state.publishedConfigs.contains(topic)
+            }
+        }
+    }
+
     /// The switches' states (each group's `enabled`, the sleep session).
     private func controlStateMessages(_ controls: ControlState) -> [MQTTMessage] {
         controls.groups.map {
@@ -316,6 +341,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             defer {
                 state.saidUnavailable = false
                 state.connectedOnce = true
+                state.unjudgedRetained = []  // this connection's subscriptions bring them again
             }
             return (state.reportHealth, state.controls, !state.connectedOnce || state.saidUnavailable)
         }
@@ -328,7 +354,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var birth = MQTTConnection.Birth()
         birth.first = [MQTTMessage(topic: topics.availability, text: "online", qos: 1, retain: true)]
         if settings.discovery, let controls { birth.first += configMessages(for: controls, deletingOthers: true) }
-        birth.subscriptions = [topics.commandFilter] + (settings.discovery ? [discovery.statusTopic, discovery.configFilter] : [])
+        birth.subscriptions = [topics.commandFilter] + topics.retainedStateFilters
+            + (settings.discovery ? [discovery.statusTopic, discovery.configFilter] : [])
         birth.last = currentStates()
         return birth
     }
@@ -354,11 +381,19 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             for message in configMessages(for: controls, deletingOthers: false) + currentStates() { connection.enqueue(message) }
             return
         }
-        if topic.hasPrefix(settings.discoveryPrefix + "/"), topic.hasSuffix("/config") {
-            // A config of this node's device left by an earlier run, for an entity this run does not have.
-            guard settings.discovery, !payload.isEmpty else { return }
-            let stale = state.withLock { state in state.controls != nil && !state.publishedConfigs.contains(topic) }
-            if stale { connection.enqueue(MQTTMessage(topic: topic, payload: [], qos: 1, retain: true)) }
+        let isConfig = topic.hasPrefix(settings.discoveryPrefix + "/") && topic.hasSuffix("/config")
+        if isConfig || topics.stateOwner(topic) != nil {
+            // A config of this node's device, or a group's state, attributes or enabled topic, left by an earlier
+            // run (or before a reload) for a group this run does not have. What this run publishes comes back too:
+            // a config as published, a state topic without the retain flag (MQTT 3.1.1), which is not judged.
+            guard !payload.isEmpty, isConfig ? settings.discovery : retained else { return }
+            let known = state.withLock { state -> Bool in
+                if state.controls == nil { state.unjudgedRetained.append(topic) }
+                return state.controls != nil
+            }
+            for stale in known ? staleRetainedTopics([topic]) : [] {
+                connection.enqueue(MQTTMessage(topic: stale, payload: [], qos: 1, retain: true))
+            }
             return
         }
         guard let command = parseCommand(topic: topic, payload: payload, retained: retained) else { return }

@@ -316,18 +316,19 @@ package struct NotificationMessage: Sendable, Equatable {
     /// - Parameters:
     ///   - object: the event's JSON as the socket carries it (for a reminder: the onset's, with `reminder`,
     ///     `since` and `ongoing_seconds`).
-    ///   - format: `json`: that object, `Content-Type: application/json`. `ntfy`: a line such as
-    ///     `Smoke detector, smoke alarm (confidence 0.81)` with `Title: Smoke alarm`, `Priority: 5` and
-    ///     `Tags: rotating_light,smoke_alarm`; an end is `... ended after 12.5 s` (`Title: Smoke alarm ended`,
-    ///     priority 2, tag `white_check_mark`), a reminder `... still heard after 5 min` (`Title: Smoke alarm
-    ///     still heard`).
+    ///   - format: `json`: that object, `Content-Type: application/json`. `ntfy`: a line that says what was heard
+    ///     in words (``heard(_:group:)``), such as `Smoke alarm: T3 pattern at 3057 Hz (confidence 0.98)` or
+    ///     `Baby cry (confidence 0.99)`, with `Title: Smoke alarm`, `Priority: 5` and
+    ///     `Tags: rotating_light,smoke_alarm`; an end is `Baby cry ended after 7.2 s` or `Smoke alarm ended after
+    ///     28.0 s (T3 pattern at 3057 Hz)` (`Title: Smoke alarm ended`, priority 2, tag `white_check_mark`), a
+    ///     reminder `... still heard after 5 min` (`Title: Smoke alarm still heard`).
     package init(object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format) {
         switch format {
         case .json:
             headers = ["Content-Type: application/json"]
             body = Array(object.encoded.utf8)
         case .ntfy:
-            let what = Self.what(object, group: group)
+            let (what, evidence) = Self.heard(object, group: group)
             let title = GroupTitle.of(group)
             let text: String
             let priority: Int
@@ -336,19 +337,20 @@ package struct NotificationMessage: Sendable, Equatable {
             switch kind {
             case .onset:
                 let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
-                text = what + (confidence.map { " (confidence \(JSONValue.format($0, decimals: 2)))" } ?? "")
+                text = what + (evidence.map { ": \($0)" } ?? "")
+                    + (confidence.map { " (confidence \(JSONValue.format($0, decimals: 2)))" } ?? "")
                 headers = ["Title: \(title)"]
                 priority = urgent ? 5 : group == "glass_break" ? 4 : 3
                 tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
             case .end:
                 let duration = object["duration"]?.doubleValue ?? 0
-                text = "\(what) ended after \(Self.duration(duration))"
+                text = "\(what) ended after \(Self.duration(duration))" + (evidence.map { " (\($0))" } ?? "")
                 headers = ["Title: \(title) ended"]
                 priority = 2
                 tags = ["white_check_mark"]
             case .reminder:
                 let ongoing = Double(object["ongoing_seconds"]?.doubleValue ?? 0)
-                text = "\(what) still heard after \(Self.duration(ongoing))"
+                text = "\(what) still heard after \(Self.duration(ongoing))" + (evidence.map { " (\($0))" } ?? "")
                 headers = ["Title: \(title) still heard"]
                 priority = urgent ? 5 : group == "glass_break" ? 4 : 3
                 tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
@@ -360,13 +362,36 @@ package struct NotificationMessage: Sendable, Equatable {
         }
     }
 
-    /// What was heard: the class, else the alarm pattern (`T3 pattern at 3150 Hz`), else the group's title.
-    private static func what(_ object: JSONObject, group: String) -> String {
-        if let pattern = object["pattern"]?.stringValue {
-            let tone = object["tone_hz"]?.doubleValue.map { " at \(Int($0)) Hz" } ?? ""
-            return "\(pattern) pattern\(tone)"
+    /// What was heard, in the words a phone should show, and the evidence when there is some to show:
+    /// - an alarm the pattern detector decided (its JSON has `source`): the group's title and the pattern
+    ///   (`Smoke alarm`, `T3 pattern at 3057 Hz`; `alarm tone at 3150 Hz` for a steady tone; for a low-battery
+    ///   chirp `Alarm chirp`, `a chirp every 42.0 s at 3150 Hz`);
+    /// - the level-driven `loud` group: `Loud sound`, and the level (`-10.6 dBFS`);
+    /// - a class of a custom or built-in model (`MODEL:LABEL`, e.g. `builtin_baby_cry:baby_cry`): its label as words
+    ///   (`Baby cry`), not the model's identifier;
+    /// - a class of the classifier: its AudioSet display name (`Smoke detector, smoke alarm`, `Shatter`);
+    /// - no class: the group's title.
+    package static func heard(_ object: JSONObject, group: String) -> (what: String, evidence: String?) {
+        let tone = object["tone_hz"]?.doubleValue.map { " at \(Int($0)) Hz" } ?? ""
+        if object["source"] != nil {
+            let evidence: String
+            switch object["pattern"]?.stringValue {
+            case nil: evidence = "alarm tone\(tone)"
+            case "chirp"?:
+                evidence = object["interval"]?.doubleValue.map { "a chirp every \(JSONValue.format($0, decimals: 1)) s\(tone)" }
+                    ?? "chirp pattern\(tone)"
+            case let pattern?: evidence = "\(pattern) pattern\(tone)"
+            }
+            return (GroupTitle.of(group), evidence)
         }
-        return object["class"]?.stringValue ?? GroupTitle.of(group)
+        guard let label = object["class"]?.stringValue else { return (GroupTitle.of(group), nil) }
+        if group == LabelGroup.loudName { return ("Loud sound", label) }
+        // A model's class is MODEL:LABEL (a label cannot contain ':'); YAMNet's display names never contain one.
+        if let colon = label.lastIndex(of: ":") {
+            let name = label[label.index(after: colon)...]
+            if !name.isEmpty { return (GroupTitle.of(String(name)), nil) }
+        }
+        return (label, nil)
     }
 
     /// `12.5 s` under two minutes, else whole minutes (`5 min`).

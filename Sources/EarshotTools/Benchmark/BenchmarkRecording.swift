@@ -104,11 +104,13 @@ package final class SoundFileWriter {
         info.samplerate = Int32(sampleRate)
         info.channels = Int32(channels)
         info.format = format
-        guard let handle = sf_open(path, Int32(SFM_WRITE), &info) else {
-            let cause = String(cString: sf_strerror(nil))
+        switch SndFileOpening.open({ sf_open(path, Int32(SFM_WRITE), &info) }) {
+        case .success(let handle):
+            self.handle = handle
+        case .failure(let failure):
+            let cause = failure.text
             throw EarshotError(.cannotCreate, "cannot create benchmark file \(path): \(cause) (is the temporary directory writable?)", cause: cause)
         }
-        self.handle = handle
         // Resampled loud audio can overshoot full scale; clip it rather than let the integer conversion wrap.
         _ = sf_command(handle, Int32(SFC_SET_CLIPPING), nil, Int32(SF_TRUE))
     }
