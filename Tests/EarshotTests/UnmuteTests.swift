@@ -110,7 +110,7 @@ struct UnmuteTests {
 
         func ask(_ line: String) throws -> [String: Any] {
             try client.send(line: line)
-            let reply = try client.nextLine(timeoutSeconds: 10) { $0.hasPrefix(#"{"type":"mute""#) || $0.hasPrefix(#"{"type":"status""#) || $0.hasPrefix(#"{"type":"error""#) }
+            let reply = try client.nextLine(timeoutSeconds: 30) { $0.hasPrefix(#"{"type":"mute""#) || $0.hasPrefix(#"{"type":"status""#) || $0.hasPrefix(#"{"type":"error""#) }
             return try #require((try? JSONSerialization.jsonObject(with: Data((reply ?? "").utf8))) as? [String: Any], "no reply to \(line)")
         }
 
