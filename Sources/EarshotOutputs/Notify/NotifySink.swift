@@ -390,12 +390,7 @@ package struct NotificationMessage: Sendable, Equatable {
         }
         guard let label = object["class"]?.stringValue else { return (GroupTitle.of(group), nil) }
         if group == LabelGroup.loudName { return ("Loud sound", label) }
-        // A model's class is MODEL:LABEL (a label cannot contain ':'); YAMNet's display names never contain one.
-        if let colon = label.lastIndex(of: ":") {
-            let name = label[label.index(after: colon)...]
-            if !name.isEmpty { return (GroupTitle.of(String(name)), nil) }
-        }
-        return (label, nil)
+        return (GroupTitle.ofClass(label), nil)
     }
 
     /// `12.5 s` under two minutes, else whole minutes (`5 min`).
