@@ -425,6 +425,10 @@ struct HistoryTests {
             ("[history]\nenabled = perhaps", "t.conf:2: [history] enabled = perhaps: must be true or false (or yes/no, on/off, 1/0)"),
             ("[sleep]\nschedule = 25:00-07:00", "t.conf:2: [sleep] schedule = 25:00-07:00: must be a daily time window HH:MM-HH:MM in local time, e.g. 22:30-07:00 (empty: no schedule)"),
             ("[sleep]\nthreshold = 0.2\nrhythm_threshold = 0.25", "t.conf:3: [sleep] rhythm_threshold = 0.25: must be at most threshold (0.2)"),
+            ("[sleep]\nrhythm_threshold = 0.25\nthreshold = 0.2", "t.conf:2: [sleep] rhythm_threshold = 0.25: must be at most threshold (0.2)"),
+            // Only threshold written, below the default rhythm threshold: the line and key written, and the fix.
+            ("[sleep]\nthreshold = 0.1", "t.conf:2: [sleep] threshold = 0.1: below rhythm_threshold (default 0.2); set rhythm_threshold too, at most 0.1"),
+            ("# night\n[sleep]\n\nreport_dir = /srv/s\nthreshold = 0.15", "t.conf:5: [sleep] threshold = 0.15: below rhythm_threshold (default 0.2); set rhythm_threshold too, at most 0.15"),
         ]
         for (text, message) in bad {
             #expect(throws: EarshotError(.config, message)) { _ = try DaemonConfiguration.parse(text, source: "t.conf") }
@@ -435,6 +439,17 @@ struct HistoryTests {
         #expect(stateDirectory == "earshot")
         #expect(DaemonConfiguration().history.path == "/var/lib/\(stateDirectory)/history.sqlite3")
         #expect(DaemonConfiguration().sleep.reportDirectory == "/var/lib/\(stateDirectory)/sleep")
+    }
+
+    @Test("earshotd --check-config: [sleep] threshold alone below the default rhythm threshold is its line, exit 78", .needsEarshotdBuilt)
+    func sleepThresholdCheckConfig() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let config = scratch.directory.appendingPathComponent("t.conf")
+        try "[sleep]\nthreshold = 0.1\n".write(to: config, atomically: true, encoding: .utf8)
+        let run = try #require(try EarshotdRun.run(["--check-config", "--config", config.path]))
+        #expect(run.status == 78)
+        #expect(run.error == "earshotd: \(config.path):2: [sleep] threshold = 0.1: below rhythm_threshold (default 0.2); set rhythm_threshold too, at most 0.1\n")
     }
 
     @Test("sleep schedules cross midnight")
