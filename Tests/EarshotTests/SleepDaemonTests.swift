@@ -320,6 +320,66 @@ struct SleepDaemonTests {
         }
     }
 
+    /// Six snoring clips of `snoring-khan/1`, each followed by 2 s of quiet (snores every 3 s), as 16 kHz S16_LE.
+    static func snoringRaw() throws -> Data {
+        let clips = try FileManager.default.contentsOfDirectory(atPath: TestPaths.sharedFile("audio/snoring-khan/1").path)
+            .sorted().prefix(6)
+        var raw = Data()
+        for name in clips {
+            let samples = try decodeMono16k(TestPaths.sharedFile("audio/snoring-khan/1/\(name)"))
+            for value in samples + [Float](repeating: 0, count: 32_000) {
+                let sample = Int16(max(-32768, min(32767, (value * 32768).rounded())))
+                withUnsafeBytes(of: sample.littleEndian) { raw.append(contentsOf: $0) }
+            }
+        }
+        return raw
+    }
+
+    @Test("SIGHUP that changes only [sleep] threshold during a snoring event: the event goes on (no reason reload); a new gate still ends it",
+          .needsShared, arguments: [false, true])
+    func reloadOfSleepThresholdKeepsSnoringEvent(changeGate: Bool) throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let wav = sandbox.directory.appendingPathComponent("snoring.wav")
+        try Self.pcm16WAV(try Self.snoringRaw(), sampleRate: 16_000).write(to: wav)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf")
+        let base = "[detection]\nwatch = snoring\n[history]\nenabled = false\n"
+        try base.write(to: config, atomically: true, encoding: .utf8)
+        let daemon = Process()
+        daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--config", config.path, "--input", wav.path, "--socket", sandbox.socket, "--foreground"]
+        daemon.environment = DaemonEndToEndTests.environment(home: sandbox.home)
+        let out = Pipe(), err = Pipe()
+        daemon.standardOutput = out
+        daemon.standardError = err
+        try daemon.run()
+        let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 90, execute: watchdog)
+        var collected = ""
+        #expect(DaemonEndToEndTests.waitForLine(#""type":"detection","group":"snoring""#, in: out.fileHandleForReading, seconds: 40, collected: &collected))
+        try (base + (changeGate ? "[analysis]\ngate_dbfs = -60\n" : "[sleep]\nthreshold = 0.35\n"))
+            .write(to: config, atomically: true, encoding: .utf8)
+        kill(daemon.processIdentifier, SIGHUP)
+        daemon.waitUntilExit()
+        watchdog.cancel()
+        #expect(daemon.terminationStatus == 0)
+        collected += String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log.contains("earshotd: configuration reloaded: watching snoring"), "\(log)")
+        let events = collected.split(separator: "\n").map { DaemonEndToEndTests.parse(String($0)) }
+            .filter { $0["group"] as? String == "snoring" }
+        let onset = try #require(events.first { $0["type"] as? String == "detection" }, "\(collected)")
+        let first = try #require(events.first { $0["type"] as? String == "detection_end" }, "\(collected)")
+        #expect(first["start"] as? Double == onset["stream_time"] as? Double)
+        if changeGate {
+            #expect(first["reason"] as? String == "reload")
+        } else {
+            // One event from the first snores to the end of the input, as without the reload.
+            #expect(events.map { $0["type"] as? String ?? "" } == ["detection", "detection_end"], "\(collected)")
+            #expect(first["reason"] as? String != "reload", "\(collected)")
+        }
+    }
+
     /// `raw` (16-bit little-endian mono samples) as a WAV file.
     static func pcm16WAV(_ raw: Data, sampleRate: Int) -> Data {
         var data = Data()

@@ -575,16 +575,22 @@ package final class EarshotDaemon: @unchecked Sendable {
                 configuration: fresh, yamnetLabels: model.classLabels, heads: loaded.set, configPath: commandLine.configPath)
             let groups = plan.groups
             // What shapes events unchanged (window, gate, groups, alarms, the models' labels): open events go on
-            // and the window grid stays; only reloaded model weights are swapped in.
+            // and the window grid stays; only reloaded model weights are swapped in, and new snore thresholds
+            // ([sleep] threshold, rhythm_threshold) apply in place.
             let eventsUnchanged = fresh.analysis == configuration.analysis && fresh.detection == configuration.detection
                 && fresh.alarms == configuration.alarms && loaded.set.classLabels == heads.classLabels
-                && fresh.sleep.detectorConfiguration == configuration.sleep.detectorConfiguration
                 && fresh.sleep.modelPath == configuration.sleep.modelPath
+            let snoreSettings = fresh.sleep.detectorConfiguration
+            let snoreSettingsChanged = snoreSettings != configuration.sleep.detectorConfiguration
             let failure: EarshotError? = analysisQueue.sync {
                 // A shutdown that began while the files were read has stopped the pipeline: leave it stopped.
                 if stopping.load(ordering: .acquiring) { return EarshotError(.unavailable, "the daemon is stopping") }
                 do throws(EarshotError) {
-                    if eventsUnchanged, pipeline.replaceHeads(loaded.set) { return nil }
+                    if eventsUnchanged, !snoreSettingsChanged || pipeline.updateSnoreThresholds(snoreSettings),
+                       pipeline.replaceHeads(loaded.set)
+                    {
+                        return nil
+                    }
                     try pipeline.reconfigure(plan: plan, heads: loaded.set, snoreHead: snoreHead)
                     return nil
                 } catch {
