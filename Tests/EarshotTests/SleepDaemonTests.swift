@@ -124,22 +124,92 @@ struct SleepDaemonTests {
     /// commands with a real ``SleepService``, and a runner of `earshot sleep ARGUMENTS --socket` on it.
     static func sleepSocket(_ body: (_ socket: String, _ reportDirectory: String,
                                      _ run: ([String]) throws -> EarshotCLI.Outcome) throws -> Void) throws {
+        try sleepSocket(audioProblem: { nil }) { socket, reportDirectory, run, _, _ in try body(socket, reportDirectory, run) }
+    }
+
+    /// As ``sleepSocket(_:)``, with the service's `audioProblem`, and the service and its analysis queue handed to
+    /// `body` (to feed it windows and an open snoring event).
+    static func sleepSocket(
+        audioProblem: @escaping @Sendable () -> String?,
+        _ body: (_ socket: String, _ reportDirectory: String, _ run: @escaping ([String]) throws -> EarshotCLI.Outcome,
+                 _ service: SleepService, _ queue: DispatchQueue) throws -> Void
+    ) throws {
         let directory = try TemporarySocketDirectory()
         chmod(directory.path, 0o777)
         let path = directory.file("e.sock")
         var settings = DaemonConfiguration.Sleep()
         settings.reportDirectory = directory.file("sleep")
-        let service = SleepService(analysisQueue: DispatchQueue(label: "test.analysis"), settings: settings,
-                                   timeZone: .current, publishReport: { _ in }, log: { _, _ in })
+        let queue = DispatchQueue(label: "test.analysis")
+        let service = SleepService(analysisQueue: queue, settings: settings, timeZone: .current,
+                                   publishReport: { _ in }, log: { _, _ in }, audioProblem: audioProblem)
         let server = try EventServer(
             configuration: .init(path: path, mode: 0o666, clientQueueLimitBytes: 256 * 1024, maxClients: 64,
                                  maxClientsPerUser: 16, stalledClientSeconds: 60, controlUsers: [0]),
             status: SocketTestSupport.status)
         defer { server.stop() }
         server.register(commands: SleepService.commands) { command, _ in service.handle(command: command) }
-        try body(path, settings.reportDirectory) { arguments in
+        try body(path, settings.reportDirectory, { arguments in
             try #require(try EarshotCLI.run(["sleep"] + arguments + ["--socket", path],
                                             in: URL(fileURLWithPath: directory.path), timeout: 20))
+        }, service, queue)
+    }
+
+    @Test("earshot sleep status counts the snoring event open now (minutes, events, snoring now)", .needsEarshotBuilt)
+    func statusCountsOpenEvent() throws {
+        try Self.sleepSocket(audioProblem: { nil }) { _, _, run, service, queue in
+            #expect(try run(["start"]).status == 0)
+            let finished = SnoreEvent(start: 1, end: 31, peakEvidence: 0.5, meanEvidence: 0.5, snores: 9, levelDBFS: -30,
+                                      peakLevelDBFS: -25, peakLevelTime: 2)
+            let offset = SnoreDetector.Decision.offset(.init(
+                group: "snoring", classLabel: "Snoring", start: 1, end: 31, peakConfidence: 0.5, meanConfidence: 0.5,
+                positiveWindows: 60, reason: .holdElapsed), finished)
+            queue.sync {
+                service.observe(window: Self.quietWindow(at: 0))
+                service.observe(window: Self.quietWindow(at: 119.04))  // 120 s monitored
+                service.observe(offset, published: true)
+            }
+            // No open event: the finished one only.
+            let before = try run(["status", "--json"])
+            #expect(before.outputLines.count == 1)
+            #expect(before.outputLines.first?.contains(#""minutes":2.0,"snoring_minutes":0.5,"events":1,"snoring_now":false"#) == true, "\(before.outputLines)")
+            // Snoring since 60 s, released up to 108 s: 48 s more, a second event, going on now.
+            queue.sync {
+                service.openSnoreEvent = {
+                    SnoreEvent(start: 60, end: 108, peakEvidence: 0.6, meanEvidence: 0.5, snores: 14, levelDBFS: -28,
+                               peakLevelDBFS: -20, peakLevelTime: 70, endReason: .streamEnd)
+                }
+            }
+            let json = try run(["status", "--json"])
+            #expect(json.outputLines.first?.contains(#""minutes":2.0,"snoring_minutes":1.3,"events":2,"snoring_now":true"#) == true, "\(json.outputLines)")
+            let text = try run(["status"])
+            #expect(text.status == 0)
+            #expect(text.standardError.isEmpty)
+            #expect(text.outputLines.count == 1)
+            #expect(text.outputLines.first?.hasSuffix(" (2.0 min, 1.3 min snoring so far, snoring now)") == true, "\(text.outputLines)")
+        }
+    }
+
+    @Test("earshot sleep start and status with no audio arriving: the session starts (exit 0) and stderr says why", .needsEarshotBuilt)
+    func startWarnsWithoutAudio() throws {
+        let problem = #"no audio is arriving (capture unavailable: cannot open capture device "hw:9,0": No such file or directory (retrying in 2 s))"#
+        try Self.sleepSocket(audioProblem: { problem }) { _, _, run, _, _ in
+            let started = try run(["start"])
+            #expect(started.status == 0)
+            #expect(started.outputLines.count == 1)
+            #expect(started.outputLines.first?.hasPrefix("sleep session started at ") == true)
+            let warning = "earshot: warning: \(problem); the session counts only audio it hears (earshot status shows the capture)"
+            #expect(started.errorLines == [warning])
+            let status = try run(["status"])
+            #expect(status.status == 0)
+            #expect(status.errorLines == [warning])
+            let json = try run(["start", "--json"])
+            #expect(json.outputLines.first?.contains(#""state":"already_running""#) == true)
+        }
+        // Audio arriving: no warning.
+        try Self.sleepSocket(audioProblem: { nil }) { _, _, run, _, _ in
+            let started = try run(["start"])
+            #expect(started.status == 0)
+            #expect(started.standardError.isEmpty)
         }
     }
 

@@ -210,7 +210,8 @@ package final class EarshotDaemon: @unchecked Sendable {
             analysisQueue: analysisQueue, settings: configuration.sleep,
             publishReport: { object in router.route(.sleepReport(object)) },
             log: { line, priority in journal.log(line, priority: priority) },
-            stateChanged: { active in link.daemon?.sleepStateChanged(active) })
+            stateChanged: { active in link.daemon?.sleepStateChanged(active) },
+            audioProblem: { link.daemon?.audioProblem() })
         self.sleep = sleep
         server.register(commands: SleepService.commands + ["mute", "unmute"]) { command, group in
             switch command {
@@ -503,6 +504,17 @@ package final class EarshotDaemon: @unchecked Sendable {
         let (groups, eventGroups) = controlGroups.withLock { $0 }
         router.route(.controls(ControlState(
             groups: groups, eventGroups: eventGroups, muted: mutes.muted, sleepActive: sleepActive.load(ordering: .relaxed))))
+    }
+
+    /// Why no audio is arriving, for a sleep session's start and status: `no audio is arriving (capture
+    /// unavailable: ERROR)`, or `no audio has arrived yet (capture opening)`; nil while capture is live.
+    fileprivate func audioProblem() -> String? {
+        let (capture, error) = status.withLock { ($0.capture, $0.captureError) }
+        switch capture {
+        case "live": return nil
+        case "opening": return "no audio has arrived yet (capture opening)"
+        default: return "no audio is arriving (capture \(capture)\(error.map { ": \($0)" } ?? ""))"
+        }
     }
 
     fileprivate func sleepStateChanged(_ active: Bool) {
