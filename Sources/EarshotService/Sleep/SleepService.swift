@@ -180,7 +180,8 @@ package final class SleepService: @unchecked Sendable {
         }
         let paths = claimReportPaths(start: report.startDate ?? date)
         let reportObject = report.json
-        let svg = report.svg(timeZone: zone(at: report.startDate ?? date))
+        // Each clock time with its own UTC offset: a night crosses daylight-saving changes.
+        let svg = report.svg(zoneAt: { [fixedTimeZone] instant in fixedTimeZone ?? LocalTime.zone(at: instant) })
         let directory = settings.reportDirectory
         reportQueue.async { [self] in
             publishReport(reportObject)
