@@ -28,9 +28,7 @@ enum HistoryCommand: EarshotCommand {
                 case "--since", "--until":
                     let text = try parser.value(of: flag, inline, allowed: usage)
                     guard let date = HistoryListing.parseTime(text, now: now, timeZone: .current) else {
-                        throw EarshotError(
-                            .usage,
-                            "\(flag) \"\(text)\": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30")
+                        throw HistoryListing.timeError(option: flag, text)
                     }
                     if flag == "--since" { listing.since = date } else { listing.until = date }
                 case "--group":

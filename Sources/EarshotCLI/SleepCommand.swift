@@ -68,6 +68,10 @@ enum SleepCommand: EarshotCommand {
                 reportError(object["message"] as? String ?? reply.line)
             } else {
                 print(describe(object))
+                // No audio arriving: the session would hear nothing; said at bedtime, not in the morning.
+                if let warning = object["warning"] as? String {
+                    reportError("warning: \(warning); the session counts only audio it hears (earshot status shows the capture)")
+                }
             }
             return reply.type == "error" ? errorStatus(object["message"] as? String ?? "") : 0
         }
@@ -101,7 +105,8 @@ enum SleepCommand: EarshotCommand {
         case "running":
             let minutes = reply["minutes"] as? Double ?? 0
             let snoring = reply["snoring_minutes"] as? Double ?? 0
-            return "sleep session running since \(start) (\(JSONValue.format(minutes, decimals: 1)) min, \(JSONValue.format(snoring, decimals: 1)) min snoring so far)"
+            let now = reply["snoring_now"] as? Bool == true ? ", snoring now" : ""
+            return "sleep session running since \(start) (\(JSONValue.format(minutes, decimals: 1)) min, \(JSONValue.format(snoring, decimals: 1)) min snoring so far\(now))"
         default:
             let schedule = (reply["schedule"] as? String).map { " (schedule \($0))" } ?? ""
             return "no sleep session is running\(schedule)"

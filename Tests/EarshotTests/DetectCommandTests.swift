@@ -148,8 +148,8 @@ struct DetectCommandTests {
         #expect(text.status == 0)
         #expect(text.outputLines.count == csv.outputLines.count - 1)
         #expect(Array(text.outputLines.prefix(2)) == [
-            "\(Self.demo): baby_cry started: \"builtin_baby_cry:baby_cry\" 100% (stream 2.40 s)",
-            "\(Self.demo): baby_cry ended after 7.20 s: \"builtin_baby_cry:baby_cry\" peak 100%, mean 99% (stream 2.40-9.60 s)",
+            "\(Self.demo): baby_cry started: \"Baby cry\" 100% (stream 2.40 s)",
+            "\(Self.demo): baby_cry ended after 7.20 s: \"Baby cry\" peak 100%, mean 99% (stream 2.40-9.60 s)",
         ])
     }
 

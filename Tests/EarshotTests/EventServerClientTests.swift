@@ -3,6 +3,7 @@ import Testing
 
 import Earshot
 import EarshotDetection
+import EarshotSupport
 import EarshotOutputs
 import EarshotService
 import EarshotTools
@@ -152,6 +153,33 @@ struct EventServerClientTests {
         #expect(outcome.outputLines.count == 2)
         #expect(outcome.outputLines.first?.hasPrefix(#"{"type":"health","state":"capture_live""#) == true)
         #expect(outcome.outputLines.last == #"{"type":"shutdown"}"#)
+    }
+
+    @Test("earshot subscribe --format text: a model's class in words (JSON keeps the identifier)", .needsEarshotBuilt)
+    func subscribeTextNamesModelClassesInWords() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        defer { server.stop() }
+        let text = Self.runInBackground(["subscribe", "--socket", path, "--format", "text"])
+        let json = Self.runInBackground(["subscribe", "--socket", path])
+        try #require(text.started && json.started)
+        #expect(S.eventually { server.statistics.subscribers == 2 })
+        server.publish(S.onset("baby_cry", "builtin_baby_cry:baby_cry", 0.99, 29.28), time: S.wallClock)
+        server.publish(S.offset("baby_cry", "builtin_baby_cry:baby_cry", 29.28, 35.52), time: S.wallClock)
+        server.publish(S.onset("ourbaby", "ourbaby:ourbaby", 0.7, 40), time: S.wallClock)
+        server.stop()
+        let textOutcome = try #require(text.wait())
+        let jsonOutcome = try #require(json.wait())
+        #expect(textOutcome.status == 0)
+        let local = LocalTime.dateTimeText(S.wallClock, timeZone: LocalTime.zone())
+        #expect(textOutcome.outputLines == [
+            #"\#(local)  baby_cry started: "Baby cry" 99% (stream 29.28 s)"#,
+            #"\#(local)  baby_cry ended after 6.24 s: "Baby cry" peak 91%, mean 72% (stream 29.28-35.52 s)"#,
+            #"\#(local)  ourbaby started: "Ourbaby" 70% (stream 40.00 s)"#,
+            "earshotd stopped (shutdown notice)",
+        ])
+        #expect(jsonOutcome.outputLines.first?.hasPrefix(#"{"type":"detection","group":"baby_cry","class":"builtin_baby_cry:baby_cry","#) == true)
     }
 
     @Test("earshot subscribe: a connection that ends without the shutdown notice is one stderr line and status 69", .needsEarshotBuilt)

@@ -80,6 +80,29 @@ struct EventServerTests {
         #expect(try S.lines(smokeOnly, 1) == [S.line(baby)])
     }
 
+    @Test("A sleep session's snore_report goes to the clients of snoring and those with no filter, not to baby_cry's")
+    func snoreReportFollowsTheSnoringFilter() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        let sink = SocketSink(server: server)
+        defer { sink.stop() }
+        let babyOnly = try S.subscriber(path, groups: ["baby_cry"])
+        let snoring = try S.subscriber(path, groups: ["snoring"])
+        let everything = try S.subscriber(path)
+        let report: JSONObject = ["type": "snore_report", "source": "sleep session", "snoring_minutes": .number(4.84, decimals: 2), "events": 2]
+        let baby = S.onset("baby_cry", "builtin_baby_cry:baby_cry", 0.99, 29.28)
+        #expect(sink.accepts(.sleepReport(report)))
+        sink.deliver(RoutedOutput(output: .sleepReport(report), time: S.wallClock))
+        sink.deliver(RoutedOutput(output: .detection(baby), time: S.wallClock))
+        let reportLine = #"{"type":"snore_report","source":"sleep session","snoring_minutes":4.84,"events":2}"#
+        #expect(try S.lines(babyOnly, 1) == [S.line(baby)])
+        #expect(try S.lines(snoring, 1) == [reportLine])
+        #expect(try S.lines(everything, 2) == [reportLine, S.line(baby)])
+        // Nothing else waits for the baby_cry client (the report was not queued behind the detection).
+        #expect(try babyOnly.readLine(timeoutSeconds: 0.3) == .timedOut)
+    }
+
     @Test("Malformed requests get an error line and the client keeps receiving events")
     func malformedRequests() throws {
         let directory = try TemporarySocketDirectory()

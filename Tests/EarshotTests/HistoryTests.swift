@@ -333,7 +333,8 @@ struct HistoryTests {
         #expect(HistoryListing.parseTime("2026-03-01T23:00:00+01:00", now: now, timeZone: utc) == now)
 
         let errors: [([String], String)] = [
-            (["--since", "yesterday"], "--since \"yesterday\": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30"),
+            (["--since", "yesterday"], "--since \"yesterday\": expected a duration (90s, 30m, 8h, 2d, 1w), a local date or time (2026-05-01, 2026-05-01T22:30, 22:30) or ISO 8601 with Z or an offset (2026-05-01T22:30Z, 2026-05-01T22:30+02:00)"),
+            (["--until", "2026-03-01T21:00+25:00"], "--until \"2026-03-01T21:00+25:00\": expected a duration (90s, 30m, 8h, 2d, 1w), a local date or time (2026-05-01, 2026-05-01T22:30, 22:30) or ISO 8601 with Z or an offset (2026-05-01T22:30Z, 2026-05-01T22:30+02:00)"),
             (["--format", "xml"], "--format \"xml\": expected text, jsonl or csv"),
             (["--limit", "0"], "--limit \"0\": expected a whole number of events, 1 or more"),
             (["--group"], "--group needs a value (\(HistoryListing.usage))"),
@@ -342,6 +343,50 @@ struct HistoryTests {
         for (arguments, message) in errors {
             #expect(throws: EarshotError(.usage, message)) { _ = try HistoryListing.parse(arguments, now: now) }
         }
+    }
+
+    @Test("--since/--until: ISO 8601 with Z or an offset without seconds, and a local time of day (the last one before now)")
+    func timesWithoutSeconds() throws {
+        let now = Self.night  // 2026-03-01T22:00:00Z
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        let kolkata = try #require(TimeZone(identifier: "Asia/Kolkata"))  // now is 2026-03-02 03:30 there
+        let cases: [(String, TimeZone, Date?)] = [
+            ("2026-03-01T21:00Z", utc, now.addingTimeInterval(-3600)),
+            ("2026-03-01T21:00z", kolkata, now.addingTimeInterval(-3600)),
+            ("2026-03-01T23:00+01:00", utc, now),
+            ("2026-03-02T03:30+05:30", utc, now),
+            ("2026-03-02T03:30+0530", utc, now),
+            ("2026-03-01T17:00-05", utc, now),
+            ("2026-03-01T21:00:30Z", utc, now.addingTimeInterval(-3570)),
+            ("22:00", utc, now),
+            ("21:15", utc, now.addingTimeInterval(-2700)),
+            ("22:30", utc, now.addingTimeInterval(-23.5 * 3600)),
+            ("22:30:15", utc, now.addingTimeInterval(-23.5 * 3600 + 15)),
+            ("22:30", kolkata, now.addingTimeInterval(-5 * 3600)),
+            ("02:00", kolkata, now.addingTimeInterval(-1.5 * 3600)),
+            ("2026-03-01T21:00+25:00", utc, nil),
+            ("2026-03-01T21:00+5:30", utc, nil),
+            ("2026-03-01T21:00Q", utc, nil),
+            ("24:00", utc, nil),
+            ("9:30", utc, nil),
+        ]
+        for (text, zone, expected) in cases {
+            #expect(HistoryListing.parseTime(text, now: now, timeZone: zone) == expected, "\(text) in \(zone.identifier)")
+        }
+    }
+
+    @Test("earshot history --since 2026-12-06T13:00Z and +05:30 are accepted on the command line", .needsEarshotBuilt)
+    func commandLineZonedSince() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        for since in ["2026-12-06T13:00Z", "2026-12-06T13:00+05:30", "22:30"] {
+            let run = try #require(try EarshotCLI.run(["history", "--db", scratch.database, "--since", since], in: scratch.directory))
+            // Parsed: the next complaint is the missing database (66), not the time (64).
+            #expect(run.status == 66, "\(since): \(run.standardError)")
+        }
+        let bad = try #require(try EarshotCLI.run(["history", "--since", "tonight"], in: scratch.directory))
+        #expect(bad.status == 64)
+        #expect(bad.errorLines == ["earshot: --since \"tonight\": expected a duration (90s, 30m, 8h, 2d, 1w), a local date or time (2026-05-01, 2026-05-01T22:30, 22:30) or ISO 8601 with Z or an offset (2026-05-01T22:30Z, 2026-05-01T22:30+02:00)"])
     }
 
     @Test("history formats: text, jsonl and csv lines are exact (class labels with commas are quoted)")
@@ -380,6 +425,10 @@ struct HistoryTests {
             ("[history]\nenabled = perhaps", "t.conf:2: [history] enabled = perhaps: must be true or false (or yes/no, on/off, 1/0)"),
             ("[sleep]\nschedule = 25:00-07:00", "t.conf:2: [sleep] schedule = 25:00-07:00: must be a daily time window HH:MM-HH:MM in local time, e.g. 22:30-07:00 (empty: no schedule)"),
             ("[sleep]\nthreshold = 0.2\nrhythm_threshold = 0.25", "t.conf:3: [sleep] rhythm_threshold = 0.25: must be at most threshold (0.2)"),
+            ("[sleep]\nrhythm_threshold = 0.25\nthreshold = 0.2", "t.conf:2: [sleep] rhythm_threshold = 0.25: must be at most threshold (0.2)"),
+            // Only threshold written, below the default rhythm threshold: the line and key written, and the fix.
+            ("[sleep]\nthreshold = 0.1", "t.conf:2: [sleep] threshold = 0.1: below rhythm_threshold (default 0.2); set rhythm_threshold too, at most 0.1"),
+            ("# night\n[sleep]\n\nreport_dir = /srv/s\nthreshold = 0.15", "t.conf:5: [sleep] threshold = 0.15: below rhythm_threshold (default 0.2); set rhythm_threshold too, at most 0.15"),
         ]
         for (text, message) in bad {
             #expect(throws: EarshotError(.config, message)) { _ = try DaemonConfiguration.parse(text, source: "t.conf") }
@@ -390,6 +439,17 @@ struct HistoryTests {
         #expect(stateDirectory == "earshot")
         #expect(DaemonConfiguration().history.path == "/var/lib/\(stateDirectory)/history.sqlite3")
         #expect(DaemonConfiguration().sleep.reportDirectory == "/var/lib/\(stateDirectory)/sleep")
+    }
+
+    @Test("earshotd --check-config: [sleep] threshold alone below the default rhythm threshold is its line, exit 78", .needsEarshotdBuilt)
+    func sleepThresholdCheckConfig() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        let config = scratch.directory.appendingPathComponent("t.conf")
+        try "[sleep]\nthreshold = 0.1\n".write(to: config, atomically: true, encoding: .utf8)
+        let run = try #require(try EarshotdRun.run(["--check-config", "--config", config.path]))
+        #expect(run.status == 78)
+        #expect(run.error == "earshotd: \(config.path):2: [sleep] threshold = 0.1: below rhythm_threshold (default 0.2); set rhythm_threshold too, at most 0.1\n")
     }
 
     @Test("sleep schedules cross midnight")

@@ -38,6 +38,20 @@ struct JournalSinkTests {
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
     }
 
+    @Test("A model's class is in words in MESSAGE (the stderr line too); EARSHOT_CLASS keeps the identifier")
+    func modelClassInWords() {
+        let onset = DetectionEvent.onset(.init(
+            group: "baby_cry", classLabel: "builtin_baby_cry:baby_cry", confidence: 0.99, start: 29.28, decisionTime: 30.72))
+        let offset = DetectionEvent.offset(.init(
+            group: "baby_cry", classLabel: "builtin_baby_cry:baby_cry", start: 29.28, end: 35.52,
+            peakConfidence: 1, meanConfidence: 0.99, positiveWindows: 11, reason: .holdElapsed))
+        #expect(JournalSink.message(for: onset) == #"baby_cry detected: "Baby cry" (confidence 0.99) at stream time 29.28 s"#)
+        #expect(JournalSink.message(for: offset) == #"baby_cry ended: "Baby cry" from 29.28 s to 35.52 s (6.24 s, peak confidence 1.00, mean 0.99)"#)
+        #expect(JournalSink.fields(for: onset, identifier: "earshotd").first { $0.name == "EARSHOT_CLASS" }?.value == "builtin_baby_cry:baby_cry")
+        #expect(GroupTitle.ofClass("ourbaby:our baby") == "Our baby")
+        #expect(GroupTitle.ofClass("Smoke detector, smoke alarm") == "Smoke detector, smoke alarm")
+    }
+
     @Test("The journal fields of an onset, an end and a health change, exactly")
     func fields() {
         typealias F = JournalSink.Field

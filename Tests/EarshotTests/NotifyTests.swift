@@ -189,38 +189,89 @@ struct NotifyTests {
         #expect(sink.statistics.failed == 1)
     }
 
-    @Test("repeat_after: a repeating onset within it is not notified; a lasting event gets reminders; its end follows")
+    @Test("repeat_after: a repeating onset within it is not notified; a lasting event gets reminders")
     func repeatAfter() throws {
         let server = try HTTPTestServer { _ in .init(status: 200) }
         defer { server.stop() }
         let reports = Reports()
-        let sink = try Self.sink(Self.settings([server.url("/r")]) {
-            $0.repeatAfterSeconds = 1
-            $0.onEnd = true
-        }, reports)
+        let sink = try Self.sink(Self.settings([server.url("/r")]) { $0.repeatAfterSeconds = 1 }, reports)
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
         sink.deliver(RoutedOutput(output: Self.end(), time: Self.time))
         // Starts again at once: suppressed, but the alarm is still going, so a reminder comes 1 s after the first.
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
-        let requests = server.waitForRequests(4, timeout: 6)
+        let requests = server.waitForRequests(3, timeout: 6)
         sink.deliver(RoutedOutput(output: Self.end(), time: Self.time))
-        let withEnd = server.waitForRequests(5, timeout: 5)
-        sink.stop()
-        try #require(withEnd.count >= 5)
-        let kinds = withEnd.prefix(5).map { request -> String in
+        try #require(requests.count == 3)
+        let kinds = requests.map { request -> String in
             if request.body.contains(#""reminder":true"#) { return "reminder" }
             return request.body.contains(#""type":"detection_end""#) ? "end" : "onset"
         }
-        #expect(kinds == ["onset", "end", "reminder", "reminder", "end"])
-        let gaps = [requests[2].receivedAt - requests[0].receivedAt, requests[3].receivedAt - requests[2].receivedAt]
+        #expect(kinds == ["onset", "reminder", "reminder"])
+        let gaps = [requests[1].receivedAt - requests[0].receivedAt, requests[2].receivedAt - requests[1].receivedAt]
         #expect(abs(gaps[0] - 1) < 0.3, "first reminder after \(gaps[0]) s")
         #expect(abs(gaps[1] - 1) < 0.3, "second reminder after \(gaps[1]) s")
-        #expect(requests[2].body.contains(#""since":"2027-01-15T08:00:00.000Z""#))
+        #expect(requests[1].body.contains(#""since":"2027-01-15T08:00:00.000Z""#))
+        // No reminders after the end, and no end without on_end.
+        usleep(1_300_000)
+        sink.stop()
+        #expect(server.requests.count == 3)
         #expect(sink.statistics.suppressed == 1)
         #expect(sink.statistics.reminders == 2)
-        // No reminders after the end.
-        usleep(1_300_000)
-        #expect(server.requests.count == 5)
+    }
+
+    @Test("on_end: after a notified end the next onset is notified within repeat_after; a lasting one gets reminders and its end")
+    func onsetAfterNotifiedEnd() throws {
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let reports = Reports()
+        let sink = try Self.sink(Self.settings([server.url("/nt-topic")]) {
+            $0.format = .ntfy
+            $0.onEnd = true
+            $0.repeatAfterSeconds = 300
+        }, reports)
+        // The trial's night: a cry, its end, and two more cries 30 s apart, all within repeat_after.
+        for index in 0..<3 {
+            let start = 29.28 + 35.0 * Double(index)
+            sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "builtin_baby_cry:baby_cry", start: start), time: Self.time))
+            sink.deliver(RoutedOutput(output: Self.end("baby_cry", label: "builtin_baby_cry:baby_cry"), time: Self.time))
+        }
+        let requests = server.waitForRequests(6, timeout: 10)
+        try #require(requests.count == 6)
+        #expect(requests.map(\.body) == [
+            "Baby cry (confidence 0.81)", "Baby cry ended after 12.5 s",
+            "Baby cry (confidence 0.81)", "Baby cry ended after 12.5 s",
+            "Baby cry (confidence 0.81)", "Baby cry ended after 12.5 s",
+        ])
+        #expect(requests.map { $0.header("Title") ?? "" } == [
+            "Baby cry", "Baby cry ended", "Baby cry", "Baby cry ended", "Baby cry", "Baby cry ended",
+        ])
+        #expect(sink.statistics.suppressed == 0)
+        sink.stop()
+
+        // repeat_after still spaces reminders: an onset right after a notified end gets reminders 1 s and 2 s
+        // after it, then its end.
+        let short = try Self.sink(Self.settings([server.url("/r")]) {
+            $0.onEnd = true
+            $0.repeatAfterSeconds = 1
+        }, reports)
+        short.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        short.deliver(RoutedOutput(output: Self.end(), time: Self.time))
+        short.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        let withReminders = server.waitForRequests(11, timeout: 6)
+        short.deliver(RoutedOutput(output: Self.end(), time: Self.time))
+        let all = server.waitForRequests(12, timeout: 5)
+        short.stop()
+        try #require(withReminders.count == 11)
+        try #require(all.count == 12)
+        let kinds = all[6...].map { request -> String in
+            if request.body.contains(#""reminder":true"#) { return "reminder" }
+            return request.body.contains(#""type":"detection_end""#) ? "end" : "onset"
+        }
+        #expect(kinds == ["onset", "end", "onset", "reminder", "reminder", "end"])
+        let gap = all[9].receivedAt - all[8].receivedAt
+        #expect(abs(gap - 1) < 0.3, "first reminder after \(gap) s")
+        #expect(short.statistics.suppressed == 0)
+        #expect(short.statistics.reminders == 2)
     }
 
     @Test("[notify] keys are read; bad values are one line with file:line and the fix")

@@ -124,22 +124,92 @@ struct SleepDaemonTests {
     /// commands with a real ``SleepService``, and a runner of `earshot sleep ARGUMENTS --socket` on it.
     static func sleepSocket(_ body: (_ socket: String, _ reportDirectory: String,
                                      _ run: ([String]) throws -> EarshotCLI.Outcome) throws -> Void) throws {
+        try sleepSocket(audioProblem: { nil }) { socket, reportDirectory, run, _, _ in try body(socket, reportDirectory, run) }
+    }
+
+    /// As ``sleepSocket(_:)``, with the service's `audioProblem`, and the service and its analysis queue handed to
+    /// `body` (to feed it windows and an open snoring event).
+    static func sleepSocket(
+        audioProblem: @escaping @Sendable () -> String?,
+        _ body: (_ socket: String, _ reportDirectory: String, _ run: @escaping ([String]) throws -> EarshotCLI.Outcome,
+                 _ service: SleepService, _ queue: DispatchQueue) throws -> Void
+    ) throws {
         let directory = try TemporarySocketDirectory()
         chmod(directory.path, 0o777)
         let path = directory.file("e.sock")
         var settings = DaemonConfiguration.Sleep()
         settings.reportDirectory = directory.file("sleep")
-        let service = SleepService(analysisQueue: DispatchQueue(label: "test.analysis"), settings: settings,
-                                   timeZone: .current, publishReport: { _ in }, log: { _, _ in })
+        let queue = DispatchQueue(label: "test.analysis")
+        let service = SleepService(analysisQueue: queue, settings: settings, timeZone: .current,
+                                   publishReport: { _ in }, log: { _, _ in }, audioProblem: audioProblem)
         let server = try EventServer(
             configuration: .init(path: path, mode: 0o666, clientQueueLimitBytes: 256 * 1024, maxClients: 64,
                                  maxClientsPerUser: 16, stalledClientSeconds: 60, controlUsers: [0]),
             status: SocketTestSupport.status)
         defer { server.stop() }
         server.register(commands: SleepService.commands) { command, _ in service.handle(command: command) }
-        try body(path, settings.reportDirectory) { arguments in
+        try body(path, settings.reportDirectory, { arguments in
             try #require(try EarshotCLI.run(["sleep"] + arguments + ["--socket", path],
                                             in: URL(fileURLWithPath: directory.path), timeout: 20))
+        }, service, queue)
+    }
+
+    @Test("earshot sleep status counts the snoring event open now (minutes, events, snoring now)", .needsEarshotBuilt)
+    func statusCountsOpenEvent() throws {
+        try Self.sleepSocket(audioProblem: { nil }) { _, _, run, service, queue in
+            #expect(try run(["start"]).status == 0)
+            let finished = SnoreEvent(start: 1, end: 31, peakEvidence: 0.5, meanEvidence: 0.5, snores: 9, levelDBFS: -30,
+                                      peakLevelDBFS: -25, peakLevelTime: 2)
+            let offset = SnoreDetector.Decision.offset(.init(
+                group: "snoring", classLabel: "Snoring", start: 1, end: 31, peakConfidence: 0.5, meanConfidence: 0.5,
+                positiveWindows: 60, reason: .holdElapsed), finished)
+            queue.sync {
+                service.observe(window: Self.quietWindow(at: 0))
+                service.observe(window: Self.quietWindow(at: 119.04))  // 120 s monitored
+                service.observe(offset, published: true)
+            }
+            // No open event: the finished one only.
+            let before = try run(["status", "--json"])
+            #expect(before.outputLines.count == 1)
+            #expect(before.outputLines.first?.contains(#""minutes":2.0,"snoring_minutes":0.5,"events":1,"snoring_now":false"#) == true, "\(before.outputLines)")
+            // Snoring since 60 s, released up to 108 s: 48 s more, a second event, going on now.
+            queue.sync {
+                service.openSnoreEvent = {
+                    SnoreEvent(start: 60, end: 108, peakEvidence: 0.6, meanEvidence: 0.5, snores: 14, levelDBFS: -28,
+                               peakLevelDBFS: -20, peakLevelTime: 70, endReason: .streamEnd)
+                }
+            }
+            let json = try run(["status", "--json"])
+            #expect(json.outputLines.first?.contains(#""minutes":2.0,"snoring_minutes":1.3,"events":2,"snoring_now":true"#) == true, "\(json.outputLines)")
+            let text = try run(["status"])
+            #expect(text.status == 0)
+            #expect(text.standardError.isEmpty)
+            #expect(text.outputLines.count == 1)
+            #expect(text.outputLines.first?.hasSuffix(" (2.0 min, 1.3 min snoring so far, snoring now)") == true, "\(text.outputLines)")
+        }
+    }
+
+    @Test("earshot sleep start and status with no audio arriving: the session starts (exit 0) and stderr says why", .needsEarshotBuilt)
+    func startWarnsWithoutAudio() throws {
+        let problem = #"no audio is arriving (capture unavailable: cannot open capture device "hw:9,0": No such file or directory (retrying in 2 s))"#
+        try Self.sleepSocket(audioProblem: { problem }) { _, _, run, _, _ in
+            let started = try run(["start"])
+            #expect(started.status == 0)
+            #expect(started.outputLines.count == 1)
+            #expect(started.outputLines.first?.hasPrefix("sleep session started at ") == true)
+            let warning = "earshot: warning: \(problem); the session counts only audio it hears (earshot status shows the capture)"
+            #expect(started.errorLines == [warning])
+            let status = try run(["status"])
+            #expect(status.status == 0)
+            #expect(status.errorLines == [warning])
+            let json = try run(["start", "--json"])
+            #expect(json.outputLines.first?.contains(#""state":"already_running""#) == true)
+        }
+        // Audio arriving: no warning.
+        try Self.sleepSocket(audioProblem: { nil }) { _, _, run, _, _ in
+            let started = try run(["start"])
+            #expect(started.status == 0)
+            #expect(started.standardError.isEmpty)
         }
     }
 
@@ -317,6 +387,66 @@ struct SleepDaemonTests {
         for (a, b) in zip(session, file) {
             #expect(abs(a.start - b.start) <= 0.48 + 1e-9 && abs(a.end - b.end) <= 0.48 + 1e-9 && a.snores == b.snores,
                     "session \(a) vs report --snore \(b)")
+        }
+    }
+
+    /// Six snoring clips of `snoring-khan/1`, each followed by 2 s of quiet (snores every 3 s), as 16 kHz S16_LE.
+    static func snoringRaw() throws -> Data {
+        let clips = try FileManager.default.contentsOfDirectory(atPath: TestPaths.sharedFile("audio/snoring-khan/1").path)
+            .sorted().prefix(6)
+        var raw = Data()
+        for name in clips {
+            let samples = try decodeMono16k(TestPaths.sharedFile("audio/snoring-khan/1/\(name)"))
+            for value in samples + [Float](repeating: 0, count: 32_000) {
+                let sample = Int16(max(-32768, min(32767, (value * 32768).rounded())))
+                withUnsafeBytes(of: sample.littleEndian) { raw.append(contentsOf: $0) }
+            }
+        }
+        return raw
+    }
+
+    @Test("SIGHUP that changes only [sleep] threshold during a snoring event: the event goes on (no reason reload); a new gate still ends it",
+          .needsShared, arguments: [false, true])
+    func reloadOfSleepThresholdKeepsSnoringEvent(changeGate: Bool) throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let wav = sandbox.directory.appendingPathComponent("snoring.wav")
+        try Self.pcm16WAV(try Self.snoringRaw(), sampleRate: 16_000).write(to: wav)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf")
+        let base = "[detection]\nwatch = snoring\n[history]\nenabled = false\n"
+        try base.write(to: config, atomically: true, encoding: .utf8)
+        let daemon = Process()
+        daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")
+        daemon.arguments = ["--config", config.path, "--input", wav.path, "--socket", sandbox.socket, "--foreground"]
+        daemon.environment = DaemonEndToEndTests.environment(home: sandbox.home)
+        let out = Pipe(), err = Pipe()
+        daemon.standardOutput = out
+        daemon.standardError = err
+        try daemon.run()
+        let watchdog = DispatchWorkItem { if daemon.isRunning { daemon.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 90, execute: watchdog)
+        var collected = ""
+        #expect(DaemonEndToEndTests.waitForLine(#""type":"detection","group":"snoring""#, in: out.fileHandleForReading, seconds: 40, collected: &collected))
+        try (base + (changeGate ? "[analysis]\ngate_dbfs = -60\n" : "[sleep]\nthreshold = 0.35\n"))
+            .write(to: config, atomically: true, encoding: .utf8)
+        kill(daemon.processIdentifier, SIGHUP)
+        daemon.waitUntilExit()
+        watchdog.cancel()
+        #expect(daemon.terminationStatus == 0)
+        collected += String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log.contains("earshotd: configuration reloaded: watching snoring"), "\(log)")
+        let events = collected.split(separator: "\n").map { DaemonEndToEndTests.parse(String($0)) }
+            .filter { $0["group"] as? String == "snoring" }
+        let onset = try #require(events.first { $0["type"] as? String == "detection" }, "\(collected)")
+        let first = try #require(events.first { $0["type"] as? String == "detection_end" }, "\(collected)")
+        #expect(first["start"] as? Double == onset["stream_time"] as? Double)
+        if changeGate {
+            #expect(first["reason"] as? String == "reload")
+        } else {
+            // One event from the first snores to the end of the input, as without the reload.
+            #expect(events.map { $0["type"] as? String ?? "" } == ["detection", "detection_end"], "\(collected)")
+            #expect(first["reason"] as? String != "reload", "\(collected)")
         }
     }
 

@@ -119,6 +119,30 @@ struct SnoreTests {
         #expect(clocked.contains(">22:50</text>"))
     }
 
+    @Test("the SVG's clock times each use their own UTC offset: a night across the spring-forward change (Berlin, 2026-03-29)")
+    func svgAcrossDaylightSavingChange() throws {
+        var report = Self.hour
+        report.source = "sleep session"
+        report.startDate = Date(timeIntervalSince1970: 1_774_744_200)  // 2026-03-29T00:30:00Z, 01:30 CET
+        // As LocalTime.zone(at:) gives it in TZ=Europe/Berlin: +01:00 before 01:00Z, +02:00 from then on.
+        let change = Date(timeIntervalSince1970: 1_774_746_000)  // 2026-03-29T01:00:00Z, 02:00 CET -> 03:00 CEST
+        let perInstant = { (date: Date) in TimeZone(secondsFromGMT: date < change ? 3600 : 7200)! }
+        let svg = report.svg(zoneAt: perInstant)
+        #expect(svg.contains(">sleep session: 01:30-03:30, snoring per 5-minute bin</text>"))
+        // Ticks every 10 minutes: 01:50, then 03:00 (02:00 does not exist that day).
+        #expect(svg.contains(">01:50</text>"))
+        #expect(svg.contains(">03:00</text>"))
+        #expect(!svg.contains(">02:00</text>"))
+        // The last event (3590-3620 s, cut at the report's end, 3600 s) and its loudest moment are after the change.
+        #expect(svg.contains("<title>loudest: 03:30:00, -25.0 dBFS</title>"))
+        #expect(svg.contains("<title>03:29:50-03:30:00: 0.2 min snoring, 3 snores, -30.0 dBFS</title>"))
+        #expect(svg.contains("<title>01:55:00: 0.0 min snoring</title>"))
+        #expect(svg.contains("<title>03:00:00: 0.0 min snoring</title>"))
+        // The same document as with the zone's rules themselves.
+        let berlin = try #require(TimeZone(identifier: "Europe/Berlin"))
+        #expect(svg == report.svg(timeZone: berlin))
+    }
+
     @Test("the JSON report has every figure, and times as clock times when the session has a start")
     func jsonReport() {
         let report = SnoreReport(

@@ -168,7 +168,7 @@ package struct SnoreDetector: Sendable {
     /// clips and 1.0 % of the held-out non-snoring ones at p >= 0.9.
     package static let headProbabilityOffset: Float = 0.6
 
-    package let configuration: Configuration
+    package private(set) var configuration: Configuration
     private let headEvidence: HeadEvidence?
     private let snoringIndex: Int
     private let breathingIndices: [Int]
@@ -257,6 +257,14 @@ package struct SnoreDetector: Sendable {
     }
 
     private static let positiveScore: Float = 1e-6
+
+    /// Changes the two thresholds in place (a reload of `[sleep] threshold`/`rhythm_threshold`): an open event goes
+    /// on, windows still pending are decided with the new ones, decisions already made stand. Clamped as in
+    /// ``init(classLabels:configuration:head:)``.
+    package mutating func setThresholds(strong: Float, weak: Float) {
+        configuration.strongThreshold = min(1, max(0, strong.isNaN ? 0.3 : strong))
+        configuration.weakThreshold = min(configuration.strongThreshold, max(0, weak.isNaN ? 0.2 : weak))
+    }
 
     /// The snore evidence of one window (see the type's documentation), 0...1: from its YAMNet `scores` (0 for a
     /// wrong-length array) and, with a head, the higher of that and the head's probability of its `embedding`

@@ -349,6 +349,21 @@ package final class DetectionStage {
         return takeOutputs()
     }
 
+    /// Applies snore settings that differ from the running ones in the thresholds alone (a reload of `[sleep]
+    /// threshold` or `rhythm_threshold`): the snore detector keeps its open event and pending windows
+    /// (``SnoreDetector/setThresholds(strong:weak:)``). Returns false, changing nothing, when anything else differs
+    /// or there is no snore detector (then ``reconfigure``).
+    package func updateSnoreThresholds(_ configuration: SnoreDetector.Configuration) -> Bool {
+        guard let current = settings.snore, snore != nil else { return false }
+        var same = configuration
+        same.strongThreshold = current.strongThreshold
+        same.weakThreshold = current.weakThreshold
+        guard same == current else { return false }
+        snore!.setThresholds(strong: configuration.strongThreshold, weak: configuration.weakThreshold)
+        settings.snore = configuration
+        return true
+    }
+
     /// Swaps in custom models with the same class labels (a reloaded file): they score from the next window on;
     /// open events go on. Returns false, changing nothing, when the labels differ (then ``reconfigure``).
     package func replaceHeads(_ heads: HeadModelSet) -> Bool {

@@ -24,8 +24,9 @@ package struct NotifySettings: Sendable, Equatable {
     package var onEnd = false
     /// Seconds, 0...86400: while a group's event lasts, it is notified again once per this (a reminder), and a new
     /// onset of the group less than this after its last notification is not notified (a repeating alarm that
-    /// pauses and starts again is one notification per `repeat_after`). 0 notifies every onset and sends no
-    /// reminders. Key `repeat_after`, default 300 (5 minutes).
+    /// pauses and starts again is one notification per `repeat_after`), unless that last notification was the
+    /// group's end (with ``onEnd``): after "ended", the next onset is always notified. 0 notifies every onset and
+    /// sends no reminders. Key `repeat_after`, default 300 (5 minutes).
     package var repeatAfterSeconds: Double = 300
     /// Seconds one HTTP attempt may take, connecting included, 1...300. Key `timeout`, default 10.
     package var timeoutSeconds: Double = 10

@@ -21,7 +21,8 @@ import EarshotDetection
 /// Repeats (``NotifySettings/repeatAfterSeconds``, R): an onset of a group less than R after that group's last
 /// notification is not notified (counted in ``Statistics/suppressed``); while the event stays open, a reminder goes
 /// out R after the last notification, and every R after. An end is notified (with `on_end`) when its event's onset
-/// or a reminder was. `alarm_chirp` events are points: no reminders, no ends.
+/// or a reminder was; once an end is notified, the group's next onset is notified whenever it comes (the last thing
+/// the user was told is that the sound ended). `alarm_chirp` events are points: no reminders, no ends.
 ///
 /// Stopping: no more reminders and no more retries; what is queued is still tried once, for at most
 /// ``NotifySettings/timeoutSeconds`` altogether; what is left is counted and logged.
@@ -153,7 +154,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             guard !state.stopped else { return .none }
             if !isOnset {
                 state.open[group] = nil
-                return .end(state.notifiedOpen.remove(group) != nil && settings.onEnd)
+                let notifyEnd = state.notifiedOpen.remove(group) != nil && settings.onEnd
+                // The phone now says the sound ended: the next onset is news, whatever repeat_after says.
+                if notifyEnd { state.lastNotified[group] = nil }
+                return .end(notifyEnd)
             }
             var generation: Int?
             if !isPoint {
@@ -386,12 +390,7 @@ package struct NotificationMessage: Sendable, Equatable {
         }
         guard let label = object["class"]?.stringValue else { return (GroupTitle.of(group), nil) }
         if group == LabelGroup.loudName { return ("Loud sound", label) }
-        // A model's class is MODEL:LABEL (a label cannot contain ':'); YAMNet's display names never contain one.
-        if let colon = label.lastIndex(of: ":") {
-            let name = label[label.index(after: colon)...]
-            if !name.isEmpty { return (GroupTitle.of(String(name)), nil) }
-        }
-        return (label, nil)
+        return (GroupTitle.ofClass(label), nil)
     }
 
     /// `12.5 s` under two minutes, else whole minutes (`5 min`).

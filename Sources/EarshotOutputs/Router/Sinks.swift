@@ -9,7 +9,7 @@ import EarshotDetection
 // The daemon's sinks: each turns outputs into what its medium carries, on its own queue (see `OutputSink`).
 
 /// Subscribers on the Unix socket (`EventServer`): detections, alarms and clips to the clients of their group,
-/// health and sleep reports to every client. Stopping sends `{"type":"shutdown"}`, flushes the clients (bounded)
+/// sleep reports to the clients of group `snoring`, health to every client. Stopping sends `{"type":"shutdown"}`, flushes the clients (bounded)
 /// and removes the socket file.
 package final class SocketSink: OutputSink {
     package let name = "socket"
@@ -35,7 +35,10 @@ package final class SocketSink: OutputSink {
             return
         }
         guard let object = EventLines.object(for: routed) else { return }
-        server.publish(object: object, group: routed.output.group)
+        // A sleep session's report is about snoring: it goes to the clients of group `snoring` (and to those
+        // with no filter), not to one that asked for `baby_cry` only.
+        let group = if case .sleepReport = routed.output { SnoreDetector.groupName } else { routed.output.group }
+        server.publish(object: object, group: group)
     }
 
     package func stop() { server.stop() }

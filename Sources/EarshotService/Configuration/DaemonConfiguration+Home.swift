@@ -105,9 +105,17 @@ extension DaemonConfiguration {
     }
 
     /// Checks what spans keys of `[sleep]`: the rhythm threshold may not exceed the threshold.
-    package func homeConsistencyProblem() -> String? {
+    /// - Parameter rhythmThresholdWritten: whether the file sets `rhythm_threshold`. When it does, that key is
+    ///   blamed (`[sleep] rhythm_threshold = 0.25: must be at most threshold (0.2)`); when only `threshold` is set,
+    ///   below the default rhythm threshold, `threshold` is (`[sleep] threshold = 0.1: below rhythm_threshold
+    ///   (default 0.2); set rhythm_threshold too, at most 0.1`).
+    /// - Returns: the problem and the key it names; nil when there is none.
+    package func homeConsistencyProblem(rhythmThresholdWritten: Bool = true) -> (key: String, problem: String)? {
         guard sleep.rhythmThreshold <= sleep.threshold else {
-            return "[sleep] rhythm_threshold = \(sleep.rhythmThreshold): must be at most threshold (\(sleep.threshold))"
+            if !rhythmThresholdWritten {
+                return ("threshold", "[sleep] threshold = \(sleep.threshold): below rhythm_threshold (default \(sleep.rhythmThreshold)); set rhythm_threshold too, at most \(sleep.threshold)")
+            }
+            return ("rhythm_threshold", "[sleep] rhythm_threshold = \(sleep.rhythmThreshold): must be at most threshold (\(sleep.threshold))")
         }
         return nil
     }

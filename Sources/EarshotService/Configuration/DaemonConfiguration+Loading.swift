@@ -423,8 +423,9 @@ package struct ConfigurationParser {
                 .config,
                 "\(source):\(watchLine): [detection] watch: must name at least one group (separate names with |)")
         }
-        if let problem = configuration.homeConsistencyProblem() {
-            throw EarshotError(.config, "\(source):\(keyLine(section: "sleep", key: "rhythm_threshold")): \(problem)")
+        let rhythmWritten = keyLine(section: "sleep", key: "rhythm_threshold") > 0
+        if let (key, problem) = configuration.homeConsistencyProblem(rhythmThresholdWritten: rhythmWritten) {
+            throw EarshotError(.config, "\(source):\(keyLine(section: "sleep", key: key)): \(problem)")
         }
         configuration.detection.watch = uniqued(configuration.detection.watch)
         if let unknown = configuration.unknownWatchedGroup() {

@@ -110,6 +110,12 @@ final class AnalysisPipeline {
     /// Swaps in custom models with the same class labels; false (nothing changed) when the labels differ.
     func replaceHeads(_ heads: HeadModelSet) -> Bool { stage.replaceHeads(heads) }
 
+    /// New snore thresholds without ending the open snoring event; false (nothing changed) when the snore settings
+    /// differ in more than the thresholds.
+    func updateSnoreThresholds(_ configuration: SnoreDetector.Configuration) -> Bool {
+        stage.updateSnoreThresholds(configuration)
+    }
+
     /// Names of the groups with an open event (muted ones too): the stage's, then `snoring` while its published
     /// event is open.
     var activeGroups: [String] {

@@ -210,7 +210,8 @@ package final class EarshotDaemon: @unchecked Sendable {
             analysisQueue: analysisQueue, settings: configuration.sleep,
             publishReport: { object in router.route(.sleepReport(object)) },
             log: { line, priority in journal.log(line, priority: priority) },
-            stateChanged: { active in link.daemon?.sleepStateChanged(active) })
+            stateChanged: { active in link.daemon?.sleepStateChanged(active) },
+            audioProblem: { link.daemon?.audioProblem() })
         self.sleep = sleep
         server.register(commands: SleepService.commands + ["mute", "unmute"]) { command, group in
             switch command {
@@ -505,6 +506,17 @@ package final class EarshotDaemon: @unchecked Sendable {
             groups: groups, eventGroups: eventGroups, muted: mutes.muted, sleepActive: sleepActive.load(ordering: .relaxed))))
     }
 
+    /// Why no audio is arriving, for a sleep session's start and status: `no audio is arriving (capture
+    /// unavailable: ERROR)`, or `no audio has arrived yet (capture opening)`; nil while capture is live.
+    fileprivate func audioProblem() -> String? {
+        let (capture, error) = status.withLock { ($0.capture, $0.captureError) }
+        switch capture {
+        case "live": return nil
+        case "opening": return "no audio has arrived yet (capture opening)"
+        default: return "no audio is arriving (capture \(capture)\(error.map { ": \($0)" } ?? ""))"
+        }
+    }
+
     fileprivate func sleepStateChanged(_ active: Bool) {
         sleepActive.store(active, ordering: .relaxed)
         routeControls()
@@ -575,16 +587,22 @@ package final class EarshotDaemon: @unchecked Sendable {
                 configuration: fresh, yamnetLabels: model.classLabels, heads: loaded.set, configPath: commandLine.configPath)
             let groups = plan.groups
             // What shapes events unchanged (window, gate, groups, alarms, the models' labels): open events go on
-            // and the window grid stays; only reloaded model weights are swapped in.
+            // and the window grid stays; only reloaded model weights are swapped in, and new snore thresholds
+            // ([sleep] threshold, rhythm_threshold) apply in place.
             let eventsUnchanged = fresh.analysis == configuration.analysis && fresh.detection == configuration.detection
                 && fresh.alarms == configuration.alarms && loaded.set.classLabels == heads.classLabels
-                && fresh.sleep.detectorConfiguration == configuration.sleep.detectorConfiguration
                 && fresh.sleep.modelPath == configuration.sleep.modelPath
+            let snoreSettings = fresh.sleep.detectorConfiguration
+            let snoreSettingsChanged = snoreSettings != configuration.sleep.detectorConfiguration
             let failure: EarshotError? = analysisQueue.sync {
                 // A shutdown that began while the files were read has stopped the pipeline: leave it stopped.
                 if stopping.load(ordering: .acquiring) { return EarshotError(.unavailable, "the daemon is stopping") }
                 do throws(EarshotError) {
-                    if eventsUnchanged, pipeline.replaceHeads(loaded.set) { return nil }
+                    if eventsUnchanged, !snoreSettingsChanged || pipeline.updateSnoreThresholds(snoreSettings),
+                       pipeline.replaceHeads(loaded.set)
+                    {
+                        return nil
+                    }
                     try pipeline.reconfigure(plan: plan, heads: loaded.set, snoreHead: snoreHead)
                     return nil
                 } catch {

@@ -21,9 +21,11 @@ import EarshotOutputs
 /// `{"type":"snore_report",...}` line. A session that heard no audio writes and sends no report; its stop reply says
 /// so (`"audio_seconds":0` and a `message`).
 ///
-/// Replies: `{"type":"sleep","state":"started","start":ISO}` (or `"already_running"`), `{"type":"sleep",
-/// "state":"stopped","start":..,"end":..,"snoring_minutes":..,"snoring_percent":..,"episodes":N,"events":N,
-/// "report_json":PATH,"report_svg":PATH}`, `{"type":"sleep","state":"running"|"idle",...}`; `sleep_stop` with no
+/// Replies: `{"type":"sleep","state":"started","start":ISO}` (or `"already_running"`; with `"warning":TEXT` when no
+/// audio is arriving), `{"type":"sleep","state":"stopped","start":..,"end":..,"snoring_minutes":..,
+/// "snoring_percent":..,"episodes":N,"events":N,"report_json":PATH,"report_svg":PATH}`, `{"type":"sleep",
+/// "state":"running","minutes":..,"snoring_minutes":..,"events":N,"snoring_now":BOOL}` (the open snoring event
+/// counted as far as it stands; `warning` as for start) or `{"type":"sleep","state":"idle"}`; `sleep_stop` with no
 /// session gets `{"type":"error","message":"no sleep session is running (start one with `earshot sleep start`)"}`.
 ///
 /// - Important: ``observe(window:)``, ``observe(_:)``, ``start(at:scheduled:)``, ``stop(at:)`` and
@@ -44,6 +46,8 @@ package final class SleepService: @unchecked Sendable {
     private let publishReport: @Sendable (JSONObject) -> Void
     private let stateChanged: @Sendable (Bool) -> Void
     private let log: @Sendable (String, Int) -> Void
+    /// Why no audio is arriving now (e.g. `no audio is arriving: capture unavailable: ...`), or nil while it is.
+    private let audioProblem: @Sendable () -> String?
     /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
     private let fixedTimeZone: TimeZone?
     private var session: SleepSession?
@@ -62,12 +66,16 @@ package final class SleepService: @unchecked Sendable {
     ///   - log: a journal line and its priority (report written, or why not).
     ///   - stateChanged: a session started (`true`) or stopped (`false`), by a command or the schedule; called on
     ///     the analysis queue.
+    ///   - audioProblem: why no audio is arriving now, or nil while audio arrives (the capture's state); the
+    ///     `sleep_start` and `sleep_status` replies carry it as `warning`. Called on the analysis queue.
     package init(
         analysisQueue: DispatchQueue, settings: DaemonConfiguration.Sleep, timeZone: TimeZone? = nil,
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void,
-        stateChanged: @escaping @Sendable (Bool) -> Void = { _ in }
+        stateChanged: @escaping @Sendable (Bool) -> Void = { _ in },
+        audioProblem: @escaping @Sendable () -> String? = { nil }
     ) {
         self.stateChanged = stateChanged
+        self.audioProblem = audioProblem
         self.analysisQueue = analysisQueue
         self.settings = settings
         fixedTimeZone = timeZone
@@ -135,7 +143,12 @@ package final class SleepService: @unchecked Sendable {
         startedBySchedule = scheduled
         log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
         stateChanged(true)
-        return ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
+        var reply: JSONObject = ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
+        if let problem = audioProblem() {
+            reply["warning"] = .string(problem)
+            log("sleep session started while \(problem)", 4)
+        }
+        return reply
     }
 
     /// The error reply's message to `sleep_stop` when no session runs.
@@ -167,7 +180,8 @@ package final class SleepService: @unchecked Sendable {
         }
         let paths = claimReportPaths(start: report.startDate ?? date)
         let reportObject = report.json
-        let svg = report.svg(timeZone: zone(at: report.startDate ?? date))
+        // Each clock time with its own UTC offset: a night crosses daylight-saving changes.
+        let svg = report.svg(zoneAt: { [fixedTimeZone] instant in fixedTimeZone ?? LocalTime.zone(at: instant) })
         let directory = settings.reportDirectory
         reportQueue.async { [self] in
             publishReport(reportObject)
@@ -201,12 +215,17 @@ package final class SleepService: @unchecked Sendable {
             if let schedule = settings.schedule { object["schedule"] = .string(schedule.description) }
             return object
         }
-        return [
+        // The snoring going on now counts too, as far as the detector has released it.
+        let soFar = session.snoringSoFar(openEvent: openSnoreEvent())
+        var object: JSONObject = [
             "type": "sleep", "state": "running", "start": .string(EventJSON.timestamp(session.startDate)),
             "minutes": .number(session.monitoredSeconds / 60, decimals: 1),
-            "snoring_minutes": .number(session.snoringSecondsSoFar / 60, decimals: 2),
-            "events": .int(session.finishedEvents.count),
+            "snoring_minutes": .number(soFar.seconds / 60, decimals: 2),
+            "events": .int(soFar.events),
+            "snoring_now": .bool(soFar.open),
         ]
+        if let problem = audioProblem() { object["warning"] = .string(problem) }
+        return object
     }
 
     /// Starts or stops the session as the schedule says (analysis queue).

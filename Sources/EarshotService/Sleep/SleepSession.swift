@@ -49,6 +49,15 @@ package struct SleepSession: Sendable {
     /// Seconds of snoring in the finished events so far.
     package var snoringSecondsSoFar: Double { events.reduce(0) { $0 + $1.duration } }
 
+    /// Snoring so far with the event still open in the stage (`openEvent`, as it stands, up to its last positive
+    /// window released: what ``stop(openEvent:)`` would count now): seconds, events, and whether one is open.
+    package func snoringSoFar(openEvent: SnoreEvent?) -> (seconds: Double, events: Int, open: Bool) {
+        guard let openEvent, let kept = sessionEvent(openEvent) else {
+            return (snoringSecondsSoFar, events.count, false)
+        }
+        return (snoringSecondsSoFar + kept.duration, events.count + 1, true)
+    }
+
     /// Seconds of audio monitored so far.
     package var monitoredSeconds: Double { max(0, (streamEnd ?? 0) - (streamStart ?? 0)) }
 

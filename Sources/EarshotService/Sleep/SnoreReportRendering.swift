@@ -67,8 +67,15 @@ extension SnoreReport {
     /// A time in the report: the local clock time (`HH:MM:SS`) when the session has a wall-clock start, else the
     /// offset into the recording (`H:MM:SS`).
     package func timeText(_ seconds: Double, timeZone: TimeZone = LocalTime.zone()) -> String {
+        timeText(seconds, zoneAt: { _ in timeZone })
+    }
+
+    /// As ``timeText(_:timeZone:)``, each clock time in the zone `zoneAt` gives for that instant (its own UTC
+    /// offset, right across a daylight-saving change).
+    package func timeText(_ seconds: Double, zoneAt: (Date) -> TimeZone) -> String {
         if let startDate {
-            return Self.clock(startDate.addingTimeInterval(seconds), timeZone: timeZone, withSeconds: true)
+            let date = startDate.addingTimeInterval(seconds)
+            return Self.clock(date, timeZone: zoneAt(date), withSeconds: true)
         }
         return Self.offset(seconds)
     }
@@ -135,7 +142,21 @@ extension SnoreReport {
     /// of the plot height, zero-height bars included so that bar `i` is bin `i`), the episodes as a strip below
     /// (`<rect class="episode">`), the loudest moments as markers (`<circle class="loudest">`), hour ticks (clock
     /// time or offset), and a title line. Every bar and marker has a `<title>` tooltip.
-    package func svg(timeZone: TimeZone = LocalTime.zone(), layout: ChartLayout = ChartLayout()) -> String {
+    ///
+    /// - Parameter timeZone: the zone of every clock time (one that knows its rules, such as Foundation's
+    ///   `TimeZone.current`, or a fixed offset for tests).
+    package func svg(timeZone: TimeZone, layout: ChartLayout = ChartLayout()) -> String {
+        svg(zoneAt: { _ in timeZone }, layout: layout)
+    }
+
+    /// As ``svg(timeZone:layout:)``, each clock time (subtitle, ticks, tooltips) in the zone `zoneAt` gives for
+    /// that instant: by default ``LocalTime/zone(at:)``, the C library's offset in force then, so that a night across
+    /// a daylight-saving change shows `01:59-03:00`, not `01:59-02:00`.
+    package func svg(zoneAt: (Date) -> TimeZone = { LocalTime.zone(at: $0) }, layout: ChartLayout = ChartLayout()) -> String {
+        func clock(_ date: Date, withSeconds: Bool) -> String {
+            Self.clock(date, timeZone: zoneAt(date), withSeconds: withSeconds)
+        }
+        func timeText(_ seconds: Double) -> String { self.timeText(seconds, zoneAt: zoneAt) }
         let plotWidth = layout.width - layout.left - layout.right
         let baseline = layout.top + layout.plotHeight
         let span = max(duration, 1)
@@ -155,7 +176,7 @@ extension SnoreReport {
         let headline = "Snoring \(Self.minutesText(snoringSeconds)) (\(JSONValue.format(snoringPercent, decimals: 1)) %) of \(Self.minutesText(duration)), \(episodes.count) episode\(episodes.count == 1 ? "" : "s"), \(JSONValue.format(eventsPerHour, decimals: 1)) events/h"
         out += "<text x=\"\(n(layout.left))\" y=\"22\" font-size=\"15\" font-weight=\"bold\">\(escape(headline))</text>\n"
         let subtitle = startDate.map { start in
-            "\(escape(source)): \(Self.clock(start, timeZone: timeZone, withSeconds: false))-\(Self.clock(start.addingTimeInterval(duration), timeZone: timeZone, withSeconds: false)), snoring per \(Int(binSeconds / 60))-minute bin"
+            "\(escape(source)): \(clock(start, withSeconds: false))-\(clock(start.addingTimeInterval(duration), withSeconds: false)), snoring per \(Int(binSeconds / 60))-minute bin"
         } ?? "\(escape(source)): snoring per \(Int(binSeconds / 60))-minute bin"
         out += "<text x=\"\(n(layout.left))\" y=\"40\" fill=\"#555\">\(subtitle)</text>\n"
 
@@ -171,13 +192,13 @@ extension SnoreReport {
             let x0 = x(bin.start), x1 = x(bin.start + bin.length)
             let height = layout.plotHeight * min(1, bin.fraction)
             let gap = min(1.0, (x1 - x0) * 0.15)
-            let tip = "\(timeText(bin.start, timeZone: timeZone)): \(JSONValue.format(bin.snoringSeconds / 60, decimals: 1)) min snoring"
+            let tip = "\(timeText(bin.start)): \(JSONValue.format(bin.snoringSeconds / 60, decimals: 1)) min snoring"
             out += "<rect class=\"bar\" x=\"\(n(x0 + gap / 2))\" y=\"\(n(baseline - height))\" width=\"\(n(max(0, x1 - x0 - gap)))\" height=\"\(n(height))\"><title>\(escape(tip))</title></rect>\n"
         }
 
         // Loudest moments, above the plot.
         for moment in loudest {
-            let tip = "loudest: \(timeText(moment.time, timeZone: timeZone)), \(JSONValue.format(Double(moment.levelDBFS), decimals: 1)) dBFS"
+            let tip = "loudest: \(timeText(moment.time)), \(JSONValue.format(Double(moment.levelDBFS), decimals: 1)) dBFS"
             out += "<circle class=\"loudest\" cx=\"\(n(x(moment.time)))\" cy=\"\(n(layout.top - 6))\" r=\"4\"><title>\(escape(tip))</title></circle>\n"
         }
 
@@ -187,12 +208,12 @@ extension SnoreReport {
         var tick = 0.0
         if let startDate {
             // Ticks on whole clock hours (or half hours...) of the local time.
-            let offset = Double(timeZone.secondsFromGMT(for: startDate))
+            let offset = Double(zoneAt(startDate).secondsFromGMT(for: startDate))
             let local = startDate.timeIntervalSince1970 + offset
             tick = (local / tickStep).rounded(.up) * tickStep - local
         }
         while tick <= duration + 1e-9 {
-            let label = startDate.map { Self.clock($0.addingTimeInterval(tick), timeZone: timeZone, withSeconds: false) }
+            let label = startDate.map { clock($0.addingTimeInterval(tick), withSeconds: false) }
                 ?? String(Self.offset(tick).dropLast(3))
             out += "<line class=\"axis\" x1=\"\(n(x(tick)))\" y1=\"\(n(baseline))\" x2=\"\(n(x(tick)))\" y2=\"\(n(baseline + 5))\"/>\n"
             out += "<text x=\"\(n(x(tick)))\" y=\"\(n(baseline + 18))\" text-anchor=\"middle\">\(label)</text>\n"
@@ -209,7 +230,7 @@ extension SnoreReport {
             let width = max(1.5, x(episode.end) - x0)
             // Room for a loudness label: no other episode's centre within 60 units.
             let roomy = centers.enumerated().allSatisfy { $0.offset == index || abs($0.element - centers[index]) >= 60 }
-            let tip = "\(timeText(episode.start, timeZone: timeZone))-\(timeText(episode.end, timeZone: timeZone)): \(JSONValue.format(episode.snoringSeconds / 60, decimals: 1)) min snoring, \(episode.snores) snores, \(JSONValue.format(Double(episode.levelDBFS), decimals: 1)) dBFS"
+            let tip = "\(timeText(episode.start))-\(timeText(episode.end)): \(JSONValue.format(episode.snoringSeconds / 60, decimals: 1)) min snoring, \(episode.snores) snores, \(JSONValue.format(Double(episode.levelDBFS), decimals: 1)) dBFS"
             out += "<rect class=\"episode\" x=\"\(n(x0))\" y=\"\(n(stripY))\" width=\"\(n(width))\" height=\"14\"><title>\(escape(tip))</title></rect>\n"
             if roomy {
                 // Loudness under each episode that has room for it.

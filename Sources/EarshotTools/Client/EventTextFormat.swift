@@ -34,7 +34,8 @@ package enum EventTextFormat {
         func text(_ key: String) -> String? { object[key]?.stringValue }
         let when = text("time").flatMap { localTime($0, timeZone: timeZone) }.map { $0 + "  " } ?? ""
         let group = text("group") ?? "?"
-        let label = text("class") ?? "?"
+        // A model's class in words (`Baby cry`, not `builtin_baby_cry:baby_cry`); scripts read the JSON's `class`.
+        let label = text("class").map(GroupTitle.ofClass) ?? "?"
         switch type {
         case "detection":
             let late = text("reason") == EventLines.unmutedReason ? ", announced on unmute" : ""

@@ -25,8 +25,9 @@ package struct HistoryListing: Sendable, Equatable {
     /// Default: `history.sqlite3` in ``StateDirectory`` (where earshotd writes it: `$STATE_DIRECTORY`, else
     /// /var/lib/earshot).
     package var databasePath = StateDirectory.path + "/history.sqlite3"
-    /// `--since`: a duration back from now (`90s`, `30m`, `8h`, `2d`, `1w`) or a date (`2026-05-01`,
-    /// `2026-05-01T22:00`, local time, or ISO 8601 with `Z`/offset).
+    /// `--since`: a duration back from now (`90s`, `30m`, `8h`, `2d`, `1w`), a date (`2026-05-01`,
+    /// `2026-05-01T22:00`, local time, or ISO 8601 with `Z`/offset, seconds optional), or a local time (`22:30`:
+    /// the latest 22:30 at or before now).
     package var since: Date?
     /// `--until`: as `since`.
     package var until: Date?
@@ -44,8 +45,9 @@ package struct HistoryListing: Sendable, Equatable {
         \(usage)
 
         Lists the detections earshotd stored in its event history (oldest first).
-          --since WHEN   events that ended after WHEN: a duration back from now (90s, 30m, 8h, 2d, 1w) or a date
-                         (2026-05-01, 2026-05-01T22:30 in local time, or ISO 8601 with Z or an offset)
+          --since WHEN   events that ended after WHEN: a duration back from now (90s, 30m, 8h, 2d, 1w), a date
+                         (2026-05-01, 2026-05-01T22:30 in local time, or ISO 8601 with Z or an offset:
+                         2026-05-01T22:30Z, 2026-05-01T22:30+02:00), or a local time (22:30: the last 22:30)
           --until WHEN   events that started before WHEN (same forms)
           --group G      only label group G (repeat, or separate with commas), e.g. snoring
           --format F     text (default), jsonl, or csv
@@ -81,7 +83,7 @@ package struct HistoryListing: Sendable, Equatable {
     /// Parses the arguments after `history`.
     /// - Parameter now: the time durations count back from.
     /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.
-    ///   `--since "yesterday": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30`.
+    ///   `--since "yesterday": expected a duration (90s, 30m, 8h, 2d, 1w), a local date or time ...`.
     package static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = LocalTime.zone())
         throws(EarshotError) -> HistoryListing
     {
@@ -109,9 +111,7 @@ package struct HistoryListing: Sendable, Equatable {
             case "--since", "--until":
                 let text = try value(name, inline)
                 guard let date = parseTime(text, now: now, timeZone: timeZone) else {
-                    throw EarshotError(
-                        .usage,
-                        "\(name) \"\(text)\": expected a duration such as 8h, 30m, 2d or a date such as 2026-05-01T22:30")
+                    throw timeError(option: name, text)
                 }
                 if name == "--since" { listing.since = date } else { listing.until = date }
             case "--group":
@@ -148,7 +148,15 @@ package struct HistoryListing: Sendable, Equatable {
         HistoryQuery(since: since, until: until, groups: groups, limit: limit)
     }
 
-    /// A time given on the command line: `N` + `s|m|h|d|w` back from `now`, or a date.
+    /// The usage error of a `--since`/`--until` value ``parseTime(_:now:timeZone:)`` refused, naming the forms it takes.
+    package static func timeError(option: String, _ text: String) -> EarshotError {
+        EarshotError(
+            .usage,
+            "\(option) \"\(text)\": expected a duration (90s, 30m, 8h, 2d, 1w), a local date or time (2026-05-01, 2026-05-01T22:30, 22:30) or ISO 8601 with Z or an offset (2026-05-01T22:30Z, 2026-05-01T22:30+02:00)")
+    }
+
+    /// A time given on the command line: `N` + `s|m|h|d|w` back from `now`, a date (ISO 8601, seconds optional
+    /// with `Z` or an offset; without, local time in `timeZone`), or a local time of day (``clockTime(_:now:timeZone:)``).
     package static func parseTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
         let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
         if let unit = text.last, let scale = units[unit], let amount = Double(text.dropLast()), amount.isFinite,
@@ -161,7 +169,46 @@ package struct HistoryListing: Sendable, Equatable {
                 return date
             }
         }
-        return localDate(text, timeZone: timeZone)
+        if let date = zonedDate(text) { return date }
+        if let date = localDate(text, timeZone: timeZone) { return date }
+        return clockTime(text, now: now, timeZone: timeZone)
+    }
+
+    /// ISO 8601 with `Z` or an offset and the seconds left out (`2026-12-06T13:00Z`, `2026-12-06T13:00+05:30`,
+    /// `+0530`, `-05`), which Foundation's parser refuses; nil for anything else.
+    package static func zonedDate(_ text: String) -> Date? {
+        guard text.utf8.count > 16 else { return nil }
+        let wallClock = String(text.prefix(16))
+        let zone = String(text.dropFirst(16))
+        guard wallClock.dropFirst(10).first == "T",
+              let utc = TimeZone(identifier: "UTC"), let date = localDate(wallClock, timeZone: utc) else { return nil }
+        if zone == "Z" || zone == "z" { return date }
+        // +HH, +HHMM or +HH:MM (or -).
+        guard let sign = zone.first, sign == "+" || sign == "-" else { return nil }
+        var digits = Array(zone.dropFirst())
+        if digits.count == 5, digits[2] == ":" { digits.remove(at: 2) }
+        guard digits.count == 2 || digits.count == 4, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber),
+              let hours = Int(String(digits[0..<2])), let minutes = digits.count == 4 ? Int(String(digits[2..<4])) : 0,
+              hours <= 23, minutes <= 59 else { return nil }
+        let offset = (sign == "+" ? 1.0 : -1.0) * Double(hours * 3600 + minutes * 60)
+        return date.addingTimeInterval(-offset)
+    }
+
+    /// `HH:MM` or `HH:MM:SS` alone: the latest such local time in `timeZone` at or before `now` (at 07:00,
+    /// `22:30` is yesterday's); nil for anything else.
+    package static func clockTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
+        guard [5, 8].contains(text.utf8.count) else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        let today = calendar.dateComponents([.year, .month, .day], from: now)
+        guard let year = today.year, let month = today.month, let day = today.day else { return nil }
+        let date = String(cFormat: "%04d-%02d-%02d", year, month, day)
+        guard let todays = localDate("\(date)T\(text)", timeZone: timeZone) else { return nil }
+        if todays <= now { return todays }
+        guard let yesterday = calendar.date(byAdding: .day, value: -1, to: now) else { return nil }
+        let earlier = calendar.dateComponents([.year, .month, .day], from: yesterday)
+        guard let y = earlier.year, let m = earlier.month, let d = earlier.day else { return nil }
+        return localDate(String(cFormat: "%04d-%02d-%02dT", y, m, d) + text, timeZone: timeZone)
     }
 
     /// `YYYY-MM-DD`, optionally followed by `T` or a space and `HH:MM` or `HH:MM:SS`, as wall-clock time in
