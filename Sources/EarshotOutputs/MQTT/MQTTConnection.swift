@@ -398,7 +398,10 @@ package final class MQTTConnection: @unchecked Sendable {
            rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) || rc == Int32(MOSQ_ERR_PROTOCOL.rawValue) {
             return "the broker closed the TLS connection before accepting it (does it require a client certificate? set [mqtt] certfile and keyfile)"
         }
-        if !beforeAccept, rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) {
+        // A broker that closed the connection is seen on a read (end of stream) or, when a write comes first, as
+        // EPIPE or ECONNRESET: the same loss.
+        let closedByPeer = rc == Int32(MOSQ_ERR_ERRNO.rawValue) && (lastErrno == EPIPE || lastErrno == ECONNRESET)
+        if !beforeAccept, rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) || closedByPeer {
             // Once, this is what a broker that stops or restarts does; again and again right after accepting the
             // connection, while the broker stays reachable, it is a broker handing the client id to another client
             // (each connect takes it back from the other).
