@@ -158,6 +158,8 @@ package final class ProducerLoop: @unchecked Sendable {
     package let sampleRate: Int
     package let chunkFrames: Int
     package let pacing: CapturePacing
+    /// Whether a full ring makes the thread wait rather than drop (see ``init(reader:sampleRate:chunkFrames:pacing:waitsForRoom:)``).
+    package let waitsForRoom: Bool
 
     private let reader: SourceReader
     private let mono: UnsafeMutablePointer<Float>
@@ -173,11 +175,19 @@ package final class ProducerLoop: @unchecked Sendable {
     /// - Parameters:
     ///   - reader: the source; owned by the loop from now on (touched only by the producer thread once started).
     ///   - chunkFrames: the most frames one read returns (> 0).
-    package init(reader: SourceReader, sampleRate: Int, chunkFrames: Int, pacing: CapturePacing) {
+    ///   - waitsForRoom: before each chunk, wait (in 2 ms steps) until the ring has room for it instead of
+    ///     dropping what does not fit. Default: only with ``CapturePacing/consumer``. A source without a clock of its
+    ///     own (a file, stdin) passes true whatever its pacing: replayed faster than the analysis reads, it would lose
+    ///     audio, and a loss at the end of the input is not even seen as a gap (no chunk follows it). A live device
+    ///     must not wait: its overruns become gaps the analysis reports.
+    package init(
+        reader: SourceReader, sampleRate: Int, chunkFrames: Int, pacing: CapturePacing, waitsForRoom: Bool? = nil
+    ) {
         self.reader = reader
         self.sampleRate = sampleRate
         self.chunkFrames = chunkFrames
         self.pacing = pacing
+        self.waitsForRoom = waitsForRoom ?? (pacing == .consumer)
         mono = .allocate(capacity: chunkFrames)
         mono.initialize(repeating: 0, count: chunkFrames)
     }
@@ -232,12 +242,11 @@ package final class ProducerLoop: @unchecked Sendable {
         case .device, .consumer: nanosecondsPerFrame = 0
         case .clock(let speed): nanosecondsPerFrame = 1e9 / (Double(sampleRate) * max(speed, 1e-6))
         }
-        let waitsForConsumer = pacing == .consumer
         loop: while !stopRequested.load(ordering: .acquiring) {
             switch reader.read(into: mono, capacity: chunkFrames) {
             case .frames(let count):
                 guard count > 0 else { continue }
-                if waitsForConsumer {
+                if waitsForRoom {
                     while ring.availableToWrite < count && !stopRequested.load(ordering: .acquiring) { usleep(2_000) }
                 }
                 ring.write(

@@ -16,7 +16,9 @@ import EarshotAudio
 ///   `sox in.wav -t raw -e signed -b 16 -c 1 -r 16000 - | earshotd --input -`. End of input ends capture.
 ///
 /// Pacing defaults to real time: chunks of 0.2 s (an ALSA capture's default period) are written no faster than the clock, so the daemon behaves as
-/// with a microphone. Input that arrives slower than real time (a live pipe) is simply written as it comes.
+/// with a microphone. Input that arrives slower than real time (a live pipe) is simply written as it comes. At any
+/// pacing a full ring makes the thread wait for the analysis: nothing read from the input is ever dropped, so a
+/// file gives the same events at any `--input-speed`.
 public final class RealtimeFileSource: CaptureSource {
     /// The name that selects standard input.
     public static let standardInputName = "-"
@@ -84,7 +86,8 @@ public final class RealtimeFileSource: CaptureSource {
         self.format = format
         fileReader = reader as? DecodedFileReader
         loop = ProducerLoop(
-            reader: reader, sampleRate: format.sampleRate, chunkFrames: format.periodFrames, pacing: pacing)
+            reader: reader, sampleRate: format.sampleRate, chunkFrames: format.periodFrames, pacing: pacing,
+            waitsForRoom: true)
     }
 
     deinit { loop.stop(timeout: 1) }

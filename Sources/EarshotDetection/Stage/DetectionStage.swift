@@ -15,6 +15,14 @@ import EarshotAnalysis
 /// the caller hands the values on (the daemon to its output router, `earshot detect` to standard output), so the
 /// daemon and `earshot detect` run exactly the same detection over the same audio.
 ///
+/// Chunking: the stage analyses audio in pieces that end on a fixed grid of the stream's frame positions, every
+/// ``analysisPeriodDuration`` (0.2 s, the capture's default period), holding back the rest of a chunk until the
+/// piece is complete. So what it produces depends on the audio and its positions alone, never on how the caller cut
+/// it into chunks (a capture period, a ring read of several seconds when analysis fell behind, a pipe's reads): the
+/// glass-break check of a window reads the audio up to the end of the piece that completed it, and the pattern
+/// detector and the silence watch count per piece. Held audio is analysed at a discontinuity, at
+/// ``finishInput()``, ``stop()`` and ``reconfigure(settings:engine:heads:snoreHead:)``.
+///
 /// Gaps: a chunk after a discontinuity (an xrun, a device reopened: `gap` non-nil) ends open events at their last
 /// positive window, and windows restart after it. Silence: `silenceSeconds` of digital silence (every sample 0)
 /// gives one `input_silent` health event; sound after it `capture_live`.
@@ -118,6 +126,15 @@ package final class DetectionStage {
     /// shatter's tail in the next window too).
     static let shatterLead = 0.5
     private var outputs: [Output] = []
+    /// Seconds of audio per analysed piece: pieces end at frame positions that are multiples of
+    /// `round(sampleRate * analysisPeriodDuration)` (0.2 s: `CaptureConfiguration.defaultPeriodDuration`, the
+    /// chunks `earshot detect` and the daemon's capture hand over, for which the stage's rules were tuned).
+    package static let analysisPeriodDuration = 0.2
+    /// The start of a piece not yet complete (fewer frames than reach the next grid position): its samples, the
+    /// frame position of the first and their rate.
+    private var held: [Float] = []
+    private var heldPosition: Int64 = 0
+    private var heldSampleRate = 0
     /// Audio handed in and lost, counted in frames so that the seconds stay exact (16 000 frames at 16 kHz are 1 s,
     /// not a sum of float fractions).
     private var processedAudio = AudioDuration()
@@ -288,11 +305,18 @@ package final class DetectionStage {
     /// Analyses one chunk of mono samples in -1...1 at `sampleRate` Hz whose first frame is `framePosition` on the
     /// capture timeline. `gap`: frames lost just before it (nil: none; the chunk continues the previous one).
     /// - Returns: what the chunk produced, in order.
+    ///
+    /// The samples are analysed in pieces on the stage's grid (see the type's documentation): the part of
+    /// `samples` after the last grid position is held until the next chunk completes it (or a discontinuity,
+    /// ``finishInput()`` or ``stop()`` comes), so its windows may be produced by a later call.
     package func process(
         _ samples: UnsafeBufferPointer<Float>, sampleRate: Int, framePosition: Int64, gap: Int64? = nil
     ) -> [Output] {
         processedAudio.add(frames: Int64(samples.count), sampleRate: sampleRate)
         counters.processedSeconds = processedAudio.seconds
+        if gap != nil || sampleRate != heldSampleRate || framePosition != heldPosition + Int64(held.count) {
+            analyseHeld()
+        }
         if let gap {
             lostAudio.add(frames: max(gap, 0), sampleRate: sampleRate)
             counters.lostSeconds = lostAudio.seconds
@@ -303,6 +327,34 @@ package final class DetectionStage {
             if snore != nil { appendSnore(snore!.reset()) }
             reportGap(frames: gap, sampleRate: sampleRate)
         }
+        let period = Int64(max(1, (Double(sampleRate) * Self.analysisPeriodDuration).rounded()))
+        var offset = 0
+        if !held.isEmpty {
+            // Complete the held piece up to its grid position, if this chunk reaches it.
+            let missing = Int(period - (heldPosition + Int64(held.count)) % period)
+            let taken = min(missing, samples.count)
+            held.append(contentsOf: UnsafeBufferPointer(rebasing: samples[0..<taken]))
+            offset = taken
+            guard taken == missing else { return takeOutputs() }
+            analyseHeld()
+        }
+        while offset < samples.count {
+            let position = framePosition + Int64(offset)
+            let length = Int(period - position % period)
+            guard offset + length <= samples.count else {
+                held.append(contentsOf: UnsafeBufferPointer(rebasing: samples[offset...]))
+                heldPosition = position
+                heldSampleRate = sampleRate
+                break
+            }
+            analyse(UnsafeBufferPointer(rebasing: samples[offset..<(offset + length)]), sampleRate: sampleRate, framePosition: position)
+            offset += length
+        }
+        return takeOutputs()
+    }
+
+    /// Analyses one piece: the gate, the classifier's windows, the pattern detector and the silence watch.
+    private func analyse(_ samples: UnsafeBufferPointer<Float>, sampleRate: Int, framePosition: Int64) {
         if analyzer == nil || analyzer?.format.sampleRate != Double(sampleRate) {
             makeAnalyzer(sampleRate: sampleRate)
         }
@@ -311,18 +363,27 @@ package final class DetectionStage {
             appendAlarms(alarms.process(samples: samples, sampleRate: sampleRate, framePosition: framePosition))
         }
         analyzer?.analyze(samples, atAudioFramePosition: framePosition)
-        return takeOutputs()
+    }
+
+    /// Analyses the held samples (a piece cut short by a discontinuity or the end, or one just completed).
+    private func analyseHeld() {
+        guard !held.isEmpty else { return }
+        held.withUnsafeBufferPointer { analyse($0, sampleRate: heldSampleRate, framePosition: heldPosition) }
+        heldPosition += Int64(held.count)
+        held.removeAll(keepingCapacity: true)
     }
 
     /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
     /// then ends open events (`stream_end`).
     package func finishInput() -> [Output] {
+        analyseHeld()
         analyzer?.completeAnalysis()
         return stop()
     }
 
-    /// Ends open alarm and classifier events now (the daemon stops: `stream_end`).
+    /// Ends open alarm and classifier events now (the daemon stops: `stream_end`), after analysing the held audio.
     package func stop() -> [Output] {
+        analyseHeld()
         appendAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { outputs.append(.detection(event)) }
         if snore != nil { appendSnore(snore!.finish()) }
@@ -336,6 +397,7 @@ package final class DetectionStage {
         snoreHead: SnoreDetector.HeadEvidence? = nil
     ) throws(EarshotError) -> [Output] {
         let request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
+        analyseHeld()  // the audio before the reload, under the old settings
         for event in self.engine.finish(reason: .reload) { outputs.append(.detection(event)) }
         self.engine = engine
         self.heads = heads

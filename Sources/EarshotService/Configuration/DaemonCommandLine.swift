@@ -41,8 +41,9 @@ package struct DaemonCommandLine: Sendable, Equatable {
     /// microphone). Never used after the device has worked once.
     package var fallbackInput: String?
     /// `--input-speed X|max`: how an `--input` file or stdin is paced. Default real time (`.clock(speed: 1)`); `X`
-    /// (a number in (0, 100000]) replays X times faster; `max` replays as fast as the analysis reads
-    /// (``CapturePacing/consumer``: nothing dropped). For soak runs and benchmarks (`scripts/soak`).
+    /// (a number in (0, 100000]) replays X times faster, at most as fast as the analysis reads; `max` as fast as the
+    /// analysis reads (``CapturePacing/consumer``). Nothing is dropped at any speed, and the events are the same.
+    /// For soak runs and benchmarks (`scripts/soak`).
     package var inputPacing: CapturePacing = .realTime
 
     package init(action: Action = .run, configPath: String? = nil, overrides: DaemonConfiguration.Overrides = .init(),
