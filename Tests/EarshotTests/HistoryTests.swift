@@ -396,6 +396,14 @@ struct HistoryTests {
         event.id = 12
         #expect(HistoryListing.line(for: event, format: .text, timeZone: utc)
             == "2026-03-01 22:01:01  4.3 s  smoke_alarm  Smoke detector, smoke alarm  peak 0.81 mean 0.50  -30.0 dBFS (peak -23.5)")
+        // A model's class in words in the text (as the journal and `subscribe --format text` give it); the
+        // machine-readable formats keep the class as stored.
+        var cry = event
+        cry.group = "baby_cry"
+        cry.classLabel = "builtin_baby_cry:baby_cry"
+        #expect(HistoryListing.line(for: cry, format: .text, timeZone: utc)
+            == "2026-03-01 22:01:01  4.3 s  baby_cry  Baby cry  peak 0.81 mean 0.50  -30.0 dBFS (peak -23.5)")
+        #expect(HistoryListing.line(for: cry, format: .jsonl).contains(#""class":"builtin_baby_cry:baby_cry""#))
         #expect(HistoryListing.line(for: event, format: .jsonl)
             == #"{"id":12,"start":"2026-03-01T22:01:01.500Z","end":"2026-03-01T22:01:05.820Z","duration":4.32,"group":"smoke_alarm","class":"Smoke detector, smoke alarm","peak_confidence":0.8125,"mean_confidence":0.5,"level_dbfs":-30.0,"peak_level_dbfs":-23.5,"windows":7,"reason":"hold_elapsed"}"#)
         #expect(HistoryListing.csvHeader

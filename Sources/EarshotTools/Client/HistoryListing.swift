@@ -264,7 +264,7 @@ package struct HistoryListing: Sendable, Equatable {
             // Both decimals kept (peak 0.94 mean 0.70), so that rows line up.
             let peak = String(cFormat: "%.2f", Double(event.peakConfidence))
             let mean = String(cFormat: "%.2f", Double(event.meanConfidence))
-            return "\(localTime(event.start, timeZone: timeZone))  \(duration) s  \(event.group)  \(event.classLabel)  peak \(peak) mean \(mean)  \(level) dBFS (peak \(peakLevel))"
+            return "\(localTime(event.start, timeZone: timeZone))  \(duration) s  \(event.group)  \(GroupTitle.ofClass(event.classLabel))  peak \(peak) mean \(mean)  \(level) dBFS (peak \(peakLevel))"
         case .jsonl:
             let object: JSONObject = [
                 "id": .int(Int(event.id)),
