@@ -42,8 +42,7 @@ public enum OutputFile {
             return
         }
         let target = resolvingSymbolicLinks(path)
-        let url = URL(fileURLWithPath: target)
-        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).tmp-\(getpid())").path
+        let temporary = sibling(of: target, suffix: "tmp")
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
             // Report the user's path: EISDIR for a directory, ENOENT for a missing directory, EACCES...
@@ -76,20 +75,14 @@ public enum OutputFile {
     public static func checkWritable(_ path: String, what: String = "", hint: String = "check the directory and free space")
         throws(EarshotError)
     {
-        let name = what.isEmpty ? path : "\(what) \(path)"
-        func failure(_ code: Int32) -> EarshotError {
-            let reason = String(cString: strerror(code))
-            return EarshotError(.cannotCreate, "cannot write \(name): \(reason) (\(hint))", cause: reason)
-        }
         var status = stat()
         if stat(path, &status) == 0 {
-            if status.st_mode & S_IFMT == S_IFDIR { throw failure(EISDIR) }
+            if status.st_mode & S_IFMT == S_IFDIR { throw described(Failure(stage: .open, code: EISDIR), path, what, hint) }
             if status.st_mode & S_IFMT != S_IFREG { return }
         }
-        let url = URL(fileURLWithPath: resolvingSymbolicLinks(path))
-        let probe = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).check-\(getpid())").path
+        let probe = sibling(of: resolvingSymbolicLinks(path), suffix: "check")
         let descriptor = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw failure(errno) }
+        guard descriptor >= 0 else { throw described(Failure(stage: .open, code: errno), path, what, hint) }
         close(descriptor)
         unlink(probe)
     }
@@ -103,14 +96,25 @@ public enum OutputFile {
         do {
             try attemptWrite(data, to: path)
         } catch {
-            let name = what.isEmpty ? path : "\(what) \(path)"
-            switch error.stage {
-            case .open, .write:
-                throw EarshotError(.cannotCreate, "cannot write \(name): \(error.reason) (\(hint))", cause: error.reason)
-            case .writeInPlace:
-                throw EarshotError(.io, "cannot write \(name): \(error.reason)", cause: error.reason)
-            }
+            throw described(error, path, what, hint)
         }
+    }
+
+    /// The one line of a failure to write `path` (see ``write(_:to:what:hint:)``).
+    private static func described(_ failure: Failure, _ path: String, _ what: String, _ hint: String) -> EarshotError {
+        let name = what.isEmpty ? path : "\(what) \(path)"
+        switch failure.stage {
+        case .open, .write:
+            return EarshotError(.cannotCreate, "cannot write \(name): \(failure.reason) (\(hint))", cause: failure.reason)
+        case .writeInPlace:
+            return EarshotError(.io, "cannot write \(name): \(failure.reason)", cause: failure.reason)
+        }
+    }
+
+    /// `.NAME.SUFFIX-PID` beside `target` (a path with links resolved): where a write stages its file.
+    private static func sibling(of target: String, suffix: String) -> String {
+        let url = URL(fileURLWithPath: target)
+        return url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(suffix)-\(getpid())").path
     }
 
     /// `path` with symbolic links followed to the final target (relative targets resolved against the link's

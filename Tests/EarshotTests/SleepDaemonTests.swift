@@ -262,16 +262,7 @@ struct SleepDaemonTests {
             .write(to: config, atomically: true, encoding: .utf8)
 
         // Six snoring clips, each followed by 2 s of quiet: snores every 3 s.
-        let clips = try FileManager.default.contentsOfDirectory(atPath: TestPaths.sharedFile("audio/snoring-khan/1").path)
-            .sorted().prefix(6)
-        var raw = Data()
-        for name in clips {
-            let samples = try decodeMono16k(TestPaths.sharedFile("audio/snoring-khan/1/\(name)"))
-            for value in samples + [Float](repeating: 0, count: 32_000) {
-                let sample = Int16(max(-32768, min(32767, (value * 32768).rounded())))
-                withUnsafeBytes(of: sample.littleEndian) { raw.append(contentsOf: $0) }
-            }
-        }
+        let raw = try Self.snoringRaw()
 
         let daemon = Process()
         daemon.executableURL = DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd")

@@ -114,6 +114,12 @@ package struct SnoreDetector: Sendable {
         package var snoreSeconds: Double = 1.44
 
         package init() {}
+
+        /// Sets both thresholds, clamped: `strong` to 0...1 (NaN: 0.3), `weak` to 0...`strong` (NaN: 0.2).
+        mutating func setThresholds(strong: Float, weak: Float) {
+            strongThreshold = min(1, max(0, strong.isNaN ? 0.3 : strong))
+            weakThreshold = min(strongThreshold, max(0, weak.isNaN ? 0.2 : weak))
+        }
     }
 
     /// What the detector decided, in stream order.
@@ -238,8 +244,7 @@ package struct SnoreDetector: Sendable {
                 "the snore detector needs the built-in classifier's \"Snoring\" class, which this model's labels lack (use the built-in model)")
         }
         var settings = configuration
-        settings.strongThreshold = min(1, max(0, settings.strongThreshold.isNaN ? 0.3 : settings.strongThreshold))
-        settings.weakThreshold = min(settings.strongThreshold, max(0, settings.weakThreshold.isNaN ? 0.2 : settings.weakThreshold))
+        settings.setThresholds(strong: settings.strongThreshold, weak: settings.weakThreshold)
         settings.holdSeconds = settings.holdSeconds.isFinite ? max(0, settings.holdSeconds) : 8
         settings.minimumSnores = max(1, settings.minimumSnores)
         settings.maximumRhythmBurstSeconds = settings.maximumRhythmBurstSeconds.isFinite
@@ -262,8 +267,7 @@ package struct SnoreDetector: Sendable {
     /// on, windows still pending are decided with the new ones, decisions already made stand. Clamped as in
     /// ``init(classLabels:configuration:head:)``.
     package mutating func setThresholds(strong: Float, weak: Float) {
-        configuration.strongThreshold = min(1, max(0, strong.isNaN ? 0.3 : strong))
-        configuration.weakThreshold = min(configuration.strongThreshold, max(0, weak.isNaN ? 0.2 : weak))
+        configuration.setThresholds(strong: strong, weak: weak)
     }
 
     /// The snore evidence of one window (see the type's documentation), 0...1: from its YAMNet `scores` (0 for a

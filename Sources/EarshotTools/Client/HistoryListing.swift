@@ -200,15 +200,15 @@ package struct HistoryListing: Sendable, Equatable {
         guard [5, 8].contains(text.utf8.count) else { return nil }
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
-        let today = calendar.dateComponents([.year, .month, .day], from: now)
-        guard let year = today.year, let month = today.month, let day = today.day else { return nil }
-        let date = String(cFormat: "%04d-%02d-%02d", year, month, day)
-        guard let todays = localDate("\(date)T\(text)", timeZone: timeZone) else { return nil }
+        // `text` on the local day of `date`.
+        func at(dayOf date: Date) -> Date? {
+            let day = calendar.dateComponents([.year, .month, .day], from: date)
+            guard let year = day.year, let month = day.month, let dayOfMonth = day.day else { return nil }
+            return localDate(String(cFormat: "%04d-%02d-%02dT", year, month, dayOfMonth) + text, timeZone: timeZone)
+        }
+        guard let todays = at(dayOf: now) else { return nil }
         if todays <= now { return todays }
-        guard let yesterday = calendar.date(byAdding: .day, value: -1, to: now) else { return nil }
-        let earlier = calendar.dateComponents([.year, .month, .day], from: yesterday)
-        guard let y = earlier.year, let m = earlier.month, let d = earlier.day else { return nil }
-        return localDate(String(cFormat: "%04d-%02d-%02dT", y, m, d) + text, timeZone: timeZone)
+        return calendar.date(byAdding: .day, value: -1, to: now).flatMap(at(dayOf:))
     }
 
     /// `YYYY-MM-DD`, optionally followed by `T` or a space and `HH:MM` or `HH:MM:SS`, as wall-clock time in
