@@ -361,6 +361,30 @@ struct AlarmPatternTests {
         // rule, which looked for three dips on one grid among any number, took both for T4.
         #expect(matches([(0, 0.62, [0.14, 0.19, 0.34, 0.49])]).isEmpty)
         #expect(matches([(0, 1.04, [0.09, 0.25, 0.30, 0.44, 0.59, 0.73, 0.87])]).isEmpty)
+
+        // A room whose tail fills most of each 0.2 s step cuts the tone instead of dipping: the middle of a gap of
+        // at most 0.055 s between pieces is a dip. Validation seed 129 `t4_4`, as traced: five pieces 0.04-0.05 s
+        // apart, cut every 0.2 s.
+        let seed129 = try #require(matches([
+            (0, 0.05, []), (0.10, 0.16, []), (0.30, 0.16, []), (0.50, 0.16, []), (0.70, 0.11, []),
+        ]).first)
+        #expect(abs(seed129.decisionTime - 11.9) < 1e-9, "\(seed129.decisionTime)")
+        #expect(seed129.repaired)
+        // Tuning seed 60 `t4_2`: five pieces 0.02-0.04 s apart and level dips, two per beep (at the cut after its
+        // onset and where its tail meets the next onset): every other dip keeps the 0.2 s beat, and so do the ones
+        // between (0.15, 0.35, 0.55, 0.75 and 0.235, 0.435, 0.635 s).
+        #expect(matches([
+            (0, 0.13, []), (0.17, 0.05, []), (0.25, 0.17, [0.35, 0.39]), (0.45, 0.17, [0.55, 0.59]), (0.65, 0.17, [0.75]),
+        ]).first?.repaired == true)
+        // Controls: every other dip on the 0.2 s beat but the ones between every 0.25 s; a 10 Hz beeper's eight
+        // beeps, cut apart 0.02 s each (more pieces than a burst of four beeps is cut into); a patient monitor's six
+        // beeps 0.175 s apart, as traced (tuning seed 50 `beep_monitor_medium_1`: five cuts on one beat, more than
+        // four beeps have; a first version of this rule took it for T4).
+        #expect(matches([(0, 0.82, [0.15, 0.2, 0.35, 0.45, 0.55, 0.7, 0.75])]).isEmpty)
+        #expect(matches((0..<8).map { (0.1 * Double($0), 0.08, []) }).isEmpty)
+        #expect(matches([
+            (0, 0.14, []), (0.19, 0.14, []), (0.36, 0.13, []), (0.54, 0.14, []), (0.71, 0.13, []), (0.89, 0.14, []),
+        ]).isEmpty)
     }
 
     @Test("confusers raise no smoke or CO event",

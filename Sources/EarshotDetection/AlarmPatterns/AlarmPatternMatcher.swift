@@ -533,32 +533,79 @@ package struct AlarmPatternMatcher: Sendable {
     /// singer's vibrato, which also beats about every 0.2 s, moves it by several percent). The tuning cases (seeds
     /// 22, 34 and 50, household noise at +10 dB or brown noise in a room): one 0.83-0.85 s tone, or two of 0.37-0.39
     /// s 0.42 s apart, whose level dips 5-10 dB every 0.2 s, with a frequency spread of 0.1-0.2 %.
-    static let t4MergedBeat = (steps: 0.17...0.23, spread: 0.03, largestFrequencySpread: 0.01)
+    /// Where a dip went below the tracker's threshold for one to four frames, the tone was cut there instead: pieces
+    /// of one tone at most `pieceGap` s apart (frame centre to frame centre) are one tone whose dip is the middle of
+    /// the gap, and a burst may come in up to `maximumPieces` of them (a 10 Hz beeper's eight beeps in 0.8 s are
+    /// more). The traced cases, rooms whose tail fills 0.14-0.18 s of each 0.2 s step: tuning seed 60 `t4_2`, five
+    /// pieces 0.02-0.03 s apart; validation seeds 126 and 129 `t4_4`, five pieces 0.04-0.05 s apart, cut every
+    /// 0.2 s. Where the level dips twice per beep (at a cut after its onset and where its tail meets the next
+    /// onset: seed 60; fresh seeds 146 and 147), every other dip keeps the beat.
+    static let t4MergedBeat = (steps: 0.17...0.23, spread: 0.03, largestFrequencySpread: 0.01, pieceGap: 0.055,
+                               maximumPieces: 6)
 
-    /// 4 when `tones` (one burst's, one to three, consistent) are a T4 burst a room merged (``t4MergedBeat``): the
-    /// dips of their level (``ToneSegment/levelDips``) inside the burst, all of them or all but the first or the
-    /// last, three or more, follow one another at one step (a kitchen timer's 0.15 s beat, a fridge alarm's or a
-    /// patient monitor's uneven ripples do not), the tones start on that step from the first, and the burst lasts
-    /// four beeps (three steps and a beep at least, with a room's tail of up to 0.35 s); otherwise 0.
-    private static func mergedBurstSlots(_ tones: [ToneSegment]) -> Int {
-        guard (1...3).contains(tones.count), consistent(tones, frequency: 0.02, durations: false),
-              tones.allSatisfy({ $0.frequencySpreadHz <= t4MergedBeat.largestFrequencySpread * $0.frequencyHz })
+    /// 4 when `tones` (one burst's, consistent) are a T4 burst a room merged (``t4MergedBeat``): joined where they
+    /// are pieces of one tone (`pieceGap`), one to three tones; the dips of their level (``ToneSegment/levelDips``,
+    /// and the middle of each gap joined) inside the burst, all of them or all but the first or the last, three or
+    /// more, follow one another at one step (a kitchen timer's 0.15 s beat, a fridge alarm's or a patient monitor's
+    /// uneven ripples do not), the tones start on that step from the first, and the burst lasts four beeps (three
+    /// steps and a beep at least, with a room's tail of up to 0.35 s); otherwise 0.
+    private static func mergedBurstSlots(_ pieces: [ToneSegment]) -> Int {
+        guard (1...t4MergedBeat.maximumPieces).contains(pieces.count), consistent(pieces, frequency: 0.02, durations: false),
+              pieces.allSatisfy({ $0.frequencySpreadHz <= t4MergedBeat.largestFrequencySpread * $0.frequencyHz })
         else { return 0 }
+        let byStart = pieces.sorted { $0.start < $1.start }
+        var gapDips: [Double] = []
+        var reach = byStart[0].end
+        for piece in byStart.dropFirst() {
+            if piece.start > reach, piece.start - reach <= t4MergedBeat.pieceGap { gapDips.append((reach + piece.start) / 2) }
+            reach = max(reach, piece.end)
+        }
+        let tones = ToneSegment.joined(byStart, gap: t4MergedBeat.pieceGap)
+        guard (1...3).contains(tones.count) else { return 0 }
         let first = tones.map(\.start).min() ?? 0, last = tones.map(\.end).max() ?? 0
-        let dips = tones.flatMap(\.levelDips).filter { $0 > first && $0 < last }.sorted()
-        guard dips.count >= 3 else { return 0 }
-        for beat in [dips[...], dips.dropFirst(), dips.dropLast()] where beat.count >= 3 {
-            let steps = zip(beat.dropFirst(), beat).map { $0 - $1 }
-            guard let shortest = steps.min(), let longest = steps.max(), longest - shortest <= t4MergedBeat.spread
-            else { continue }
-            let d = (beat.last! - beat.first!) / Double(steps.count)
-            guard t4MergedBeat.steps.contains(d), (3 * d + 0.05...4 * d + 0.35).contains(last - first) else { continue }
-            let tolerance = 0.1 * d + 0.02
-            let startsFit = tones.allSatisfy { tone in
-                let position = (tone.start - first) / d
-                return abs(position - position.rounded()) * d <= tolerance
+        /// `times` inside the burst, in order, with a dip a frame or two from the previous one left out.
+        func dipsInside(_ times: [Double]) -> [Double] {
+            var dips: [Double] = []
+            for dip in times.filter({ $0 > first && $0 < last }).sorted() where dips.last.map({ dip - $0 > 0.05 }) ?? true {
+                dips.append(dip)
             }
-            if startsFit { return 4 }
+            return dips
+        }
+        /// The step of `times` when they follow one another at one step (within `spread`), else nil.
+        func evenStep(_ times: [Double]) -> Double? {
+            let steps = zip(times.dropFirst(), times).map { $0 - $1 }
+            guard let shortest = steps.min(), let longest = steps.max(), longest - shortest <= t4MergedBeat.spread
+            else { return nil }
+            return (times.last! - times.first!) / Double(steps.count)
+        }
+        let levelDips = tones.flatMap(\.levelDips)
+        // The level's dips alone (a cut may sit between a beep's two dips: seed 50), then with the cuts.
+        for dips in [dipsInside(levelDips), dipsInside(levelDips + gapDips)] where dips.count >= 3 {
+            // Candidate beats: an even run of the dips (all, all but the first or the last), its step and origin.
+            var beats: [(step: Double, origin: Double)] = []
+            for run in [Array(dips), Array(dips.dropFirst()), Array(dips.dropLast())] where run.count >= 3 {
+                if let d = evenStep(run) { beats.append((d, run[0])) }
+                // Two dips per beep (at a cut after its onset and where its tail meets the next onset): every other
+                // dip keeps the beat, and so do the ones between.
+                let every = run.indices.filter { $0 % 2 == 0 }.map { run[$0] }
+                let between = run.indices.filter { $0 % 2 == 1 }.map { run[$0] }
+                if every.count >= 3, between.count >= 2, let d = evenStep(every), let e = evenStep(between),
+                   abs(d - e) <= t4MergedBeat.spread {
+                    beats.append((d, every[0]))
+                }
+            }
+            for (d, origin) in beats {
+                guard t4MergedBeat.steps.contains(d), (3 * d + 0.05...4 * d + 0.35).contains(last - first) else { continue }
+                let tolerance = 0.1 * d + 0.02
+                func onGrid(_ time: Double, from origin: Double) -> Bool {
+                    let position = (time - origin) / d
+                    return abs(position - position.rounded()) * d <= tolerance
+                }
+                // Four beeps: at most four dips on the beat (a patient monitor's six beeps 0.175 s apart, cut apart
+                // by 0.05 s gaps, have five: tuning seed 50, `beep_monitor_medium_1`).
+                guard dips.filter({ onGrid($0, from: origin) }).count <= 4 else { continue }
+                if tones.allSatisfy({ onGrid($0.start, from: first) }) { return 4 }
+            }
         }
         return 0
     }
