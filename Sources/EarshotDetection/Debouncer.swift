@@ -28,7 +28,8 @@ import EarshotAnalysis
 package struct Debouncer: Sendable {
     /// The group whose rules this debouncer applies. Out-of-range values are clamped at init (n >= 1,
     /// 1 <= k <= n, hold and minimum interval >= 0); `DetectionEngine` rejects them with a config error first.
-    package let group: LabelGroup
+    /// Only its threshold may change afterwards (``setThreshold(_:)``).
+    package private(set) var group: LabelGroup
 
     private let k: Int
     private let n: Int
@@ -72,6 +73,12 @@ package struct Debouncer: Sendable {
         k = min(max(1, group.onsetWindows), n)
         holdSeconds = group.holdSeconds.isFinite ? max(0, group.holdSeconds) : 0
         minIntervalSeconds = group.minIntervalSeconds.isFinite ? max(0, group.minIntervalSeconds) : 0
+    }
+
+    /// A new threshold (a reload that changed only this): it decides from the next window on; an open event, the
+    /// k-of-n history (whether its windows counted) and the minimum interval go on.
+    package mutating func setThreshold(_ threshold: Float) {
+        group.threshold = threshold
     }
 
     /// Whether an event is open (an onset was returned and its offset not yet).

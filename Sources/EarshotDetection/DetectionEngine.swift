@@ -145,6 +145,34 @@ package struct DetectionEngine: Sendable {
         return events
     }
 
+    /// Continues `previous`'s events in this engine: a reload that keeps the window grid. A group watched in both
+    /// with the same rules keeps its debouncer (an open event, its k-of-n history, its minimum interval); one whose
+    /// rules differ in the threshold alone keeps it too, deciding with the new threshold from the next window on.
+    /// The other groups of `previous` (no longer watched, or with other classes, onset rule, hold, minimum interval,
+    /// level or support) end their open events at their last positive window (reason `.reload`); such a group still
+    /// watched starts afresh.
+    ///
+    /// - Returns: those ends, in `previous`'s watch-list order; nil, changing nothing, when the class labels differ
+    ///   (the scores mean other things: end everything, `finish(reason: .reload)`).
+    package mutating func takeOver(from previous: inout DetectionEngine) -> [DetectionEvent]? {
+        guard previous.classLabels == classLabels else { return nil }
+        var kept: Set<Int> = []
+        for (index, entry) in watched.enumerated() {
+            guard let old = previous.watched.firstIndex(where: { $0.group.name == entry.group.name }) else { continue }
+            var before = previous.watched[old]
+            before.group.threshold = entry.group.threshold
+            guard before == entry else { continue }
+            debouncers[index] = previous.debouncers[old]
+            debouncers[index].setThreshold(entry.group.threshold)
+            kept.insert(old)
+        }
+        var ended: [DetectionEvent] = []
+        for index in previous.debouncers.indices where !kept.contains(index) {
+            ended += previous.debouncers[index].finish(reason: .reload)
+        }
+        return ended
+    }
+
     /// Whether a group of this name is watched.
     package func watches(_ name: String) -> Bool { watched.contains { $0.group.name == name } }
 

@@ -48,6 +48,22 @@ struct CheckConfigStartTests {
         #expect(!FreePort.accepts(free))
     }
 
+    @Test("[output] socket in a directory that does not exist: the start's line and status 73 (trial 5 #6); under /run/earshot systemd makes it", .needsEarshotdBuilt)
+    func socketDirectoryMissing() throws {
+        let scratch = try CheckScratch("[output]\nsocket = DIR/nodir/e.sock\n[history]\nenabled = false\n")
+        defer { scratch.remove() }
+        let result = try scratch.check()
+        #expect(result.status == 73)
+        #expect(result.error == "earshotd: cannot create socket \(scratch.directory.path)/nodir/e.sock: No such file or directory (create the directory, run under systemd with RuntimeDirectory=earshot, or choose another --socket)\n")
+        #expect(result.output == "")
+        let start = try #require(try EarshotdRun.run(["--config", scratch.config, "--foreground", "--input", TestPaths.packageRoot.appendingPathComponent("samples/demo.flac").path]))
+        #expect(start.status == 73)
+        #expect(start.error == result.error)
+        let systemd = try CheckScratch("[output]\nsocket = /run/earshot/nodir-\(getpid())/e.sock\n[history]\nenabled = false\n")
+        defer { systemd.remove() }
+        #expect(try systemd.check().status == 0)
+    }
+
     @Test("[history] path and [clips] directory whose parent is missing: a warning line each, naming file, line and fix", .needsEarshotdBuilt)
     func missingStorageParents() throws {
         let scratch = try CheckScratch("[output]\nsocket = DIR/h.sock\n[history]\npath = DIR/nodir/h.sqlite3\n[clips]\nenabled = true\ndirectory = DIR/nodir2/x/clips\n")

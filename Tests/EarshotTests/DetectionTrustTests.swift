@@ -89,7 +89,7 @@ struct DetectionTrustTests {
         #expect(ends.map { abs($0.time - 11.5) <= 0.06 || abs($0.time - 50.5) <= 0.06 } == [true, true])
     }
 
-    @Test("end reasons are sent and stored as sent: pattern_stopped, stream_end; a chirp is stored as point_event")
+    @Test("end reasons are sent and stored as sent: pattern_stopped, stream_end; a chirp is stored as point_event; the stored class is the one sent, windows 0")
     func endReasonsAsSent() throws {
         let samples = AlarmSignals.render(AlarmSignals.t3(frequencyHz: 3100, cycles: 3, start: 1), seconds: 12,
                                           sampleRate: 16_000, amplitude: 0.3)
@@ -103,6 +103,17 @@ struct DetectionTrustTests {
         #expect(stored.reason == .streamEnd)
         #expect(stored.classLabel == "T3 pattern")
         #expect(stored.peakConfidence == end.confidence)
+        #expect(stored.positiveWindows == 0)
+        // With a classifier score the socket sends the classifier's class, and the history stores that class
+        // (trial 5 #2: it stored "T3 pattern", and the cycles as windows).
+        let heard = AlarmEvent(kind: .end, group: "smoke_alarm", source: .patternAndClassifier, pattern: .t3, cycles: 2,
+                               toneHz: 3057, toneLevelDBFS: -8.3, classifierScore: 0.9908,
+                               classifierClass: "Smoke detector, smoke alarm", start: 0.176, time: 11.52, reason: .streamEnd)
+        #expect(heard.object(wallClock: Date(timeIntervalSince1970: 0))["class"] == .string("Smoke detector, smoke alarm"))
+        guard case .offset(let heardStored) = heard.finishedEvent else { Issue.record("not an offset"); return }
+        #expect(heardStored.classLabel == "Smoke detector, smoke alarm")
+        #expect(heardStored.peakConfidence == heard.confidence && heardStored.meanConfidence == heard.confidence)
+        #expect(heardStored.positiveWindows == 0)
         let chirp = AlarmEvent(kind: .onset, group: AlarmEvent.alarmChirp, source: .pattern, pattern: .chirp, cycles: 2,
                                toneHz: 3200, toneLevelDBFS: -30, classifierScore: nil, classifierClass: nil, start: 45, time: 45.5)
         guard case .offset(let point) = chirp.finishedEvent else { Issue.record("not an offset"); return }

@@ -350,6 +350,27 @@ struct EventServerTests {
         #expect(try all.readLine(timeoutSeconds: S.timeout) == .endOfStream)
     }
 
+    @Test("A client that is behind when the server stops gets the lines that fit, then its dropped count and the shutdown notice")
+    func behindAtShutdown() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path)
+        let stuck = try S.subscriber(path)
+        defer { withExtendedLifetime(stuck) {} }
+        let events = (0..<10_000).map { S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.5, Double($0) * 0.48) }
+        let expected = events.map(S.line)
+        for event in events { server.publish(event, time: S.wallClock) }
+        // It does not read while the server stops (trial 5 #9: it got neither notice, and `earshot listen` took
+        // the end for a crash).
+        server.stop()
+        var received: [String] = []
+        while case .line(let line) = try stuck.readLine(timeoutSeconds: S.timeout) { received.append(line) }
+        let delivered = received.count - 2
+        #expect(delivered > 0 && delivered < 10_000, "\(received.count)")
+        #expect(Array(received.prefix(delivered)) == Array(expected.prefix(delivered)))
+        #expect(received.suffix(2) == [#"{"type":"dropped","count":\#(10_000 - delivered)}"#, #"{"type":"shutdown"}"#])
+    }
+
     @Test("A stale socket file is replaced; a live one is refused with an exact error")
     func staleAndLiveSockets() throws {
         let directory = try TemporarySocketDirectory()

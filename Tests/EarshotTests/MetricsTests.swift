@@ -193,6 +193,33 @@ struct MetricsTests {
         #expect(HTTPGet.fetch(port: port) == nil)
     }
 
+    @Test("--check-config while the daemon runs with [metrics]: the address it holds passes with a note (trial 5 #5); another program's is refused, 78",
+          .needsEarshotdBuilt)
+    func checkConfigWhileRunning() throws {
+        let port = try FreePort.pick()
+        let scratch = try DaemonScratch(["[metrics]", "enabled = true", "listen = 127.0.0.1:\(port)"])
+        defer { scratch.remove() }
+        let daemon = try DaemonProcess(["--config", scratch.config.path, "--input", "-"], standardInput: true)
+        #expect(TestWait.until(seconds: 30) { HTTPGet.fetch(port: port) != nil }, "\(daemon.errorText)")
+        let check = try #require(try EarshotdRun.run(["--config", scratch.config.path, "--check-config"]))
+        #expect(check.status == 0, "\(check.error)")
+        #expect(check.output == "earshotd: configuration OK (watching smoke_alarm, fire_alarm, co_alarm, baby_cry, glass_break); [metrics] listen = 127.0.0.1:\(port) is in use by a running earshotd (its /metrics answers): a reload of that daemon keeps it; another earshotd could not start with it\n")
+        #expect(check.error == "")
+        try daemon.input.fileHandleForWriting.close()
+        #expect(daemon.wait(seconds: 60) == 0, "\(daemon.errorText)")
+
+        // A listener that is not earshotd's (it accepts and answers nothing): the start's line, 78.
+        let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(holder) }
+        let held = try #require(FreePort.bindLoopback(holder))
+        #expect(listen(holder, 1) == 0)
+        let other = try DaemonScratch(["[metrics]", "enabled = true", "listen = 127.0.0.1:\(held)"])
+        defer { other.remove() }
+        let refused = try #require(try EarshotdRun.run(["--config", other.config.path, "--check-config"]))
+        #expect(refused.status == 78)
+        #expect(refused.error == "earshotd: \(other.config.path):8: [metrics] listen = 127.0.0.1:\(held): Address already in use (another program, or another earshotd, listens there; choose another port)\n")
+    }
+
     @Test("an address in use: one line naming the file, line and fix, exit 78, no socket file left; a remote address is refused by --check-config",
           .needsEarshotdBuilt)
     func addressInUse() throws {

@@ -126,11 +126,14 @@ package struct AlarmEvent: Sendable, Equatable {
     }
 
 
-    /// The same event as a plain ``DetectionEvent`` (for consumers that only know those, such as an event store):
-    /// class label `"T3 pattern"`, `"T4 pattern"`, `"chirp pattern"` or `"alarm tone"` (a persistent tone);
-    /// confidence ``confidence``; an end's reason as sent.
+    /// The same event as a plain ``DetectionEvent`` (for consumers that only know those, such as an event store),
+    /// as the socket sends it: class label the `class` sent (the classifier's, ``classifierClass``), or, when none
+    /// was sent (no window classified), `"T3 pattern"`, `"T4 pattern"`, `"chirp pattern"` or `"alarm tone"` (a
+    /// persistent tone); peak and mean confidence ``confidence`` (the end's is over the whole event); 0 positive
+    /// windows (an alarm is decided by its tone pattern, not by counting classifier windows; its cycles are in the
+    /// socket's `cycles`); an end's reason as sent.
     package var detectionEvent: DetectionEvent {
-        let label = pattern.map { "\($0.rawValue) pattern" } ?? "alarm tone"
+        let label = (classifierScore != nil ? classifierClass : nil) ?? pattern.map { "\($0.rawValue) pattern" } ?? "alarm tone"
         let confidence = self.confidence
         switch kind {
         case .onset:
@@ -138,13 +141,13 @@ package struct AlarmEvent: Sendable, Equatable {
         case .end:
             return .offset(.init(
                 group: group, classLabel: label, start: start, end: time, peakConfidence: confidence,
-                meanConfidence: confidence, positiveWindows: cycles, reason: reason))
+                meanConfidence: confidence, positiveWindows: 0, reason: reason))
         }
     }
 
     /// The event as a finished ``DetectionEvent/offset(_:)`` for an event store: an end as itself, an onset as a
     /// point event (start = end = its start; how a chirp, which has no end, is stored). Class label, confidence and
-    /// window count as in ``detectionEvent`` (`positiveWindows` = cycles); an end's reason as sent, `point_event`
+    /// window count (0) as in ``detectionEvent``; an end's reason as sent, `point_event`
     /// for an onset.
     package var finishedEvent: DetectionEvent {
         guard kind == .onset else { return detectionEvent }

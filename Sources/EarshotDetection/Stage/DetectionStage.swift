@@ -21,7 +21,7 @@ import EarshotAnalysis
 /// it into chunks (a capture period, a ring read of several seconds when analysis fell behind, a pipe's reads): the
 /// glass-break check of a window reads the audio up to the end of the piece that completed it, and the pattern
 /// detector and the silence watch count per piece. Held audio is analysed at a discontinuity, at
-/// ``finishInput()``, ``stop()`` and ``reconfigure(settings:engine:heads:snoreHead:)``.
+/// ``finishInput()``, ``stop()`` and ``reconfigure(settings:engine:heads:snoreHead:snoreHeadChanged:)``.
 ///
 /// Gaps: a chunk after a discontinuity (an xrun, a device reopened: `gap` non-nil) ends open events at their last
 /// positive window, and windows restart after it. Silence: `silenceSeconds` of digital silence (every sample 0)
@@ -211,6 +211,19 @@ package final class DetectionStage {
         glassAudio = shatter != nil ? [Float](repeating: 0, count: Int(Self.shatterAudioSeconds * 16_000)) : []
         glassAudioStart = 0
         glassAudioEnd = 0
+        pendingGlass = nil
+    }
+
+    /// The shatter check after a reload that keeps the window grid: the kept audio and a pending shatter go on
+    /// when `glass_break` stays watched (its classes and threshold as reloaded); otherwise as at start.
+    private func updateShatter() {
+        let glass = engine.watched.first { $0.group.name == Self.glassGroup }
+        guard shatter != nil, settings.glassOnsetGate, let glass else {
+            configureShatter()
+            return
+        }
+        glassIndices = glass.classIndices
+        glassThreshold = glass.group.threshold
     }
 
     /// Keeps the classifier's audio for the shatter check (a discontinuity starts afresh).
@@ -390,14 +403,47 @@ package final class DetectionStage {
         return takeOutputs()
     }
 
-    /// Applies new settings: open events end (`reload`), and the next chunk starts a new window grid.
+    /// Applies new settings, ending only the events that cannot go on.
+    ///
+    /// When the window, overlap, gate and the class labels (YAMNet's and the custom models') stay the same, the
+    /// window grid goes on and only these events end (reason `reload`): a classifier group's that is no longer
+    /// watched or whose rules changed in more than its threshold (``DetectionEngine/takeOver(from:)``; a threshold
+    /// change decides from the next window on); the smoke/CO pattern detector's when `[alarms]` pattern detection or
+    /// the alarm groups it publishes changed; the snoring event when `snoreHeadChanged` or the snore settings
+    /// changed in more than their thresholds. Otherwise every open event ends and the next chunk starts a new grid.
     /// - Throws: `EarshotError(.usage)` when the window or overlap is out of range (nothing changes then).
     package func reconfigure(
         settings: Settings, engine: DetectionEngine, heads: HeadModelSet = HeadModelSet(),
-        snoreHead: SnoreDetector.HeadEvidence? = nil
+        snoreHead: SnoreDetector.HeadEvidence? = nil, snoreHeadChanged: Bool = true
     ) throws(EarshotError) -> [Output] {
         let request = try ClassifySoundRequest(windowDuration: settings.windowDuration, overlapFactor: settings.overlapFactor)
         analyseHeld()  // the audio before the reload, under the old settings
+        let gridKept = settings.windowDuration == self.settings.windowDuration
+            && settings.overlapFactor == self.settings.overlapFactor
+            && settings.gateThresholdDBFS == self.settings.gateThresholdDBFS
+            && settings.glassOnsetGate == self.settings.glassOnsetGate
+        var fresh = engine
+        if gridKept, let ended = fresh.takeOver(from: &self.engine) {
+            for event in ended { outputs.append(.detection(event)) }
+            let alarmsChanged = settings.alarmPatternDetection != self.settings.alarmPatternDetection
+                || AlarmDetector.emittedGroups(watch: settings.watch) != alarmGroups
+            let previousSnore = self.settings.snore
+            self.engine = fresh
+            self.heads = heads
+            self.settings = settings
+            if alarmsChanged { configureAlarms() }
+            updateShatter()
+            if snoreHeadChanged {
+                self.snoreHead = snoreHead
+                configureSnore()
+            } else if settings.snore != previousSnore {
+                self.settings.snore = previousSnore
+                if let snoreSettings = settings.snore, updateSnoreThresholds(snoreSettings) { return takeOutputs() }
+                self.settings.snore = settings.snore
+                configureSnore()
+            }
+            return takeOutputs()
+        }
         for event in self.engine.finish(reason: .reload) { outputs.append(.detection(event)) }
         self.engine = engine
         self.heads = heads
@@ -454,14 +500,12 @@ package final class DetectionStage {
         do {
             let analyzer = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: Double(sampleRate), channelCount: 1))
             analyzer.gateThresholdDBFS = Float(settings.gateThresholdDBFS)
-            if shatter != nil {
-                let clips = onResampledAudio
-                analyzer.onResampledAudio = { [unowned self] samples, index in
-                    keepGlassAudio(samples, firstIndex: index)
-                    clips?(samples, index)
-                }
-            } else {
-                analyzer.onResampledAudio = onResampledAudio
+            // Always through the shatter check's ring (it keeps nothing while glass_break is not watched), so that
+            // a reload that starts watching it needs no new analyzer.
+            let clips = onResampledAudio
+            analyzer.onResampledAudio = { [unowned self] samples, index in
+                keepGlassAudio(samples, firstIndex: index)
+                clips?(samples, index)
             }
             try analyzer.add(request, withObserver: observer)
             self.analyzer = analyzer

@@ -46,6 +46,56 @@ enum MetricsListener {
         return fd
     }
 
+    /// The response to an HTTP/1.0 `GET path` at `endpoint` (status line, headers and body as text), or nil when
+    /// it cannot connect or no complete response comes within `timeoutMilliseconds`. The corresponding C
+    /// functions are `connect`, `send`, `poll` and `recv`.
+    static func get(_ path: String, from endpoint: MetricsEndpoint, timeoutMilliseconds: Int32) -> String? {
+        let family = endpoint.isIPv6 ? AF_INET6 : AF_INET
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let connected: Int32
+        if endpoint.isIPv6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = in_port_t(UInt16(endpoint.port).bigEndian)
+            _ = inet_pton(AF_INET6, endpoint.host, &address.sin6_addr)
+            connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(endpoint.port).bigEndian)
+            _ = inet_pton(AF_INET, endpoint.host, &address.sin_addr)
+            connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+        guard connected == 0 || errno == EINPROGRESS else { return nil }
+        var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        guard poll(&entry, 1, timeoutMilliseconds) == 1 else { return nil }
+        var failure: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &length) == 0, failure == 0 else { return nil }
+        let request = Array("GET \(path) HTTP/1.0\r\nHost: \(endpoint)\r\n\r\n".utf8)
+        guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else { return nil }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        while response.count < 1 << 20 {
+            entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, timeoutMilliseconds) == 1 else { return nil }
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count == 0 { break }  // HTTP/1.0: the server closes after the response
+            if count < 0 {
+                if errno == EINTR || errno == EAGAIN { continue }
+                return nil
+            }
+            response += buffer[0..<count]
+        }
+        return String(decoding: response, as: UTF8.self)
+    }
+
     /// What to do about a bind(2) failure.
     static func bindAdvice(_ code: Int32) -> String {
         switch code {

@@ -54,6 +54,14 @@ package final class MetricsSink: OutputSink {
         close(descriptor)
     }
 
+    /// Whether an earshotd serves its metrics at `endpoint`: `GET /metrics` answers within a second with Earshot's
+    /// own series (`earshot_windows_total`). For `--check-config`, to tell the daemon's own listener from another
+    /// program's.
+    package static func servesEarshotMetrics(at endpoint: MetricsEndpoint) -> Bool {
+        guard let body = MetricsListener.get("/metrics", from: endpoint, timeoutMilliseconds: 1_000) else { return false }
+        return body.contains("\nearshot_windows_total ") || body.contains("# TYPE earshot_windows_total ")
+    }
+
     /// The snapshot as it is now (what the next scrape renders).
     package var current: MetricsSnapshot { snapshot.withLock { $0 } }
 

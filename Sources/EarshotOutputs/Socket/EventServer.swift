@@ -18,8 +18,10 @@ import EarshotDetection
 /// - replies to requests: `{"type":"subscribed","groups":[...]}` (or `"groups":"all"`), `{"type":"status",...}`,
 ///   `{"type":"error","message":"..."}`;
 /// - `{"type":"shutdown"}` to every client, as its last line, when the server stops (``stop()``: the daemon exits
-///   or restarts). A connection that ends without it was dropped: the daemon crashed or was killed. (A client
-///   that stops reading may miss it: ``stop()`` waits at most ``shutdownGraceSeconds`` for queued lines.)
+///   or restarts). A connection that ends without it was dropped: the daemon crashed or was killed. A client
+///   that stops reading still gets it, preceded by `{"type":"dropped","count":N}` for the lines it had not been
+///   sent: ``stop()`` waits at most ``shutdownGraceSeconds`` for queued lines, then discards what is left (the
+///   kernel's send buffer always keeps ``shutdownReserveBytes`` free for these two lines).
 ///
 /// Client to server, one JSON object per line:
 /// - `{"subscribe":["smoke_alarm","baby_cry"]}` sets the client's group filter (an empty list, or `"*"` in it, means
@@ -63,6 +65,15 @@ package final class EventServer: @unchecked Sendable {
     /// The most ``stop()`` waits, in seconds, for the clients' queued lines (ending with the shutdown notice) to be
     /// sent before it closes the connections: 0.5 s, so that a stuck subscriber cannot hold up the daemon's exit.
     package static let shutdownGraceSeconds = 0.5
+
+    /// Room kept free in each client's kernel send buffer (`SO_SNDBUF`, about 208 KiB by default) for the final
+    /// `dropped` and `shutdown` lines: a line is not started while the bytes the kernel holds for the client
+    /// (`SIOCOUTQ`, counted with the kernel's overhead) come within this of the buffer's size, and each write is at
+    /// most ``maxWriteBytes``, so a write that started below the mark cannot fill the buffer. (The kernel takes a
+    /// write while the bytes it holds are below `SO_SNDBUF`.)
+    static let shutdownReserveBytes = 16 * 1024
+    /// The most bytes one `send` hands the kernel.
+    static let maxWriteBytes = 4096
 
     /// The server's settings.
     package struct Configuration: Sendable {
@@ -379,6 +390,16 @@ package final class EventServer: @unchecked Sendable {
                 pending = onQueue { clients.values.contains { !$0.isClosed && $0.queuedBytes > 0 } }
             }
         }
+        // A client still behind (not reading): its backlog is discarded and counted, and the dropped count and the
+        // shutdown notice go into the room kept for them in its send buffer.
+        onQueue {
+            for client in clients.values where !client.isClosed {
+                let discarded = client.discardBacklog(beforeLast: client.noticeChunks)
+                guard discarded > 0 else { continue }
+                client.replaceNotices(with: Self.shutdownNotices(dropped: client.announcedDropped + discarded))
+                flush(client, final: true)
+            }
+        }
         onQueue { teardown() }
     }
 
@@ -524,18 +545,27 @@ package final class EventServer: @unchecked Sendable {
     private func announceShutdown() -> Bool {
         guard !shutdownAnnounced else { return false }
         shutdownAnnounced = true
-        let notice: JSONObject = ["type": "shutdown"]
-        let line = Array((notice.encoded + "\n").utf8)
         for client in clients.values where !client.isClosed {
-            if client.droppedPending > 0 {
-                let dropped: JSONObject = ["type": "dropped", "count": .int(client.droppedPending)]
-                client.droppedPending = 0
-                client.append(Array((dropped.encoded + "\n").utf8))
-            }
-            client.append(line)
+            let notices = Self.shutdownNotices(dropped: client.droppedPending)
+            client.announcedDropped = client.droppedPending
+            client.droppedPending = 0
+            client.noticeChunks = notices.count
+            for line in notices { client.append(line) }
             if !client.waitingForWritable { flush(client) }
         }
         return clients.values.contains { !$0.isClosed && $0.queuedBytes > 0 }
+    }
+
+    /// The last lines of a client: `{"type":"dropped","count":N}` when lines were dropped for it, then
+    /// `{"type":"shutdown"}`.
+    private static func shutdownNotices(dropped: Int) -> [[UInt8]] {
+        let shutdown: JSONObject = ["type": "shutdown"]
+        var lines = [Array((shutdown.encoded + "\n").utf8)]
+        if dropped > 0 {
+            let notice: JSONObject = ["type": "dropped", "count": .int(dropped)]
+            lines.insert(Array((notice.encoded + "\n").utf8), at: 0)
+        }
+        return lines
     }
 
     /// Drops every client whose peer has closed the connection (`POLLHUP`: both directions shut) but whose close
@@ -587,11 +617,18 @@ package final class EventServer: @unchecked Sendable {
     }
 
     /// Writes as much of the client's queue as the socket takes; arms the write source when it would block.
-    private func flush(_ client: Client) {
+    /// Sends what the client's socket takes now. Unless `final` (the shutdown notices after a discarded backlog),
+    /// a line is not started while the kernel's send buffer is within ``shutdownReserveBytes`` of full: that room
+    /// is kept for the notices.
+    private func flush(_ client: Client, final: Bool = false) {
         while !client.isClosed {
             while let (chunk, offset) = client.head {
+                if offset == 0, !final, client.sendBufferNearlyFull {
+                    client.waitForWritable(true)
+                    return
+                }
                 let sent = chunk.withUnsafeBytes { raw in
-                    send(client.fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                    send(client.fd, raw.baseAddress! + offset, min(raw.count - offset, Self.maxWriteBytes), Int32(MSG_NOSIGNAL))
                 }
                 if sent >= 0 {
                     client.consume(sent)
@@ -852,6 +889,11 @@ private final class Client: @unchecked Sendable {
     var discardingLine = false
     var droppedPending = 0
     var droppedTotal = 0
+    /// The dropped count sent with the shutdown notice, and how many chunks those notices take at the queue's end.
+    var announcedDropped = 0
+    var noticeChunks = 0
+    /// `SO_SNDBUF`: the most bytes (with the kernel's overhead) the kernel holds for this client.
+    private let sendBufferBytes: Int
     /// Monotonic nanoseconds since the client's queue has been full (a line dropped), nil while it keeps up.
     var stalledSince: UInt64?
 
@@ -865,6 +907,9 @@ private final class Client: @unchecked Sendable {
         self.fd = fd
         self.uid = uid
         self.requestQueue = requestQueue
+        var size: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        sendBufferBytes = getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &length) == 0 ? Int(size) : 0
         // The descriptor closes once both sources are cancelled (a source must not outlive its descriptor).
         let closer = DescriptorCloser(fd: fd, users: 2)
         let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: requestQueue)
@@ -882,6 +927,36 @@ private final class Client: @unchecked Sendable {
     func append(_ line: [UInt8]) {
         chunks.append(line)
         queuedBytes += line.count
+    }
+
+    /// Whether the kernel holds so much for this client (`SIOCOUTQ`) that a new line would eat into the room kept
+    /// for the shutdown notices (``EventServer/shutdownReserveBytes``, at most half the buffer, so that the kernel's
+    /// "writable" at a quarter full comes only after the client has read). False when it cannot be told. The
+    /// corresponding C function is `ioctl`.
+    var sendBufferNearlyFull: Bool {
+        guard sendBufferBytes > 0 else { return false }
+        var held: Int32 = 0
+        guard ioctl(fd, UInt(TIOCOUTQ), &held) == 0 else { return false }
+        return Int(held) + min(EventServer.shutdownReserveBytes, sendBufferBytes / 2) >= sendBufferBytes
+    }
+
+    /// Drops the queued lines that have not begun to go out, except the last `kept` chunks (the shutdown notices);
+    /// returns how many were dropped.
+    func discardBacklog(beforeLast kept: Int) -> Int {
+        let first = headIndex + (headOffset > 0 ? 1 : 0)
+        let end = chunks.count - kept
+        guard end > first else { return 0 }
+        for chunk in chunks[first..<end] { queuedBytes -= chunk.count }
+        chunks.removeSubrange(first..<end)
+        return end - first
+    }
+
+    /// Replaces the last ``noticeChunks`` chunks (not begun) with `notices`.
+    func replaceNotices(with notices: [[UInt8]]) {
+        for chunk in chunks.suffix(noticeChunks) { queuedBytes -= chunk.count }
+        chunks.removeLast(noticeChunks)
+        for line in notices { append(line) }
+        noticeChunks = notices.count
     }
 
     /// Marks `count` bytes at the head as sent.

@@ -25,7 +25,8 @@ extension DaemonConfiguration {
     ///   with label `snoring`); those of ``checkFallbackInput(_:)`` for `--fallback-input`; with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
     ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
     ///   `; the MQTT broker HOST:PORT accepted the connection`; with `[metrics] enabled`, those of
-    ///   ``checkMetricsListen()`` (78: the address is in use, as at start). Without `--config` and with no file at
+    ///   ``checkMetricsListen()`` (78: the address is in use by another program, as at start; held by a running
+    ///   earshotd, the line adds its note); those of ``checkSocketDirectory()`` (73). Without `--config` and with no file at
     ///   ``defaultPath``, the line ends `; no /etc/earshot/earshotd.conf, so the built-in defaults`.
     ///   `warn` gets the lines of ``warnings()`` and ``storageWarnings()``: settings the daemon starts with but
     ///   that do nothing or lose events.
@@ -35,7 +36,8 @@ extension DaemonConfiguration {
         let models = try configuration.loadHeadModels().set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()
-        try configuration.checkMetricsListen()
+        try configuration.checkSocketDirectory()
+        let metricsNote = try configuration.checkMetricsListen().map { "; \($0)" } ?? ""
         _ = try configuration.loadSnoreHead()  // `[sleep] model` loads as at start (a head with label snoring)
         try configuration.checkInputFile()
         if let fallback = commandLine.fallbackInput { try checkFallbackInput(fallback) }
@@ -45,7 +47,23 @@ extension DaemonConfiguration {
         // Without --config a missing default file is not an error (the built-in defaults apply): say which.
         let defaults = commandLine.configPath == nil && PathKind(path: defaultPath) == .missing
             ? "; no \(defaultPath), so the built-in defaults" : ""
-        return "configuration OK (watching \(configuration.detection.watch.joined(separator: ", ")))\(broker)\(defaults)"
+        return "configuration OK (watching \(configuration.detection.watch.joined(separator: ", ")))\(metricsNote)\(broker)\(defaults)"
+    }
+
+    /// For `--check-config`: the directory of `[output] socket` (or `--socket`) must exist, as the daemon binds the
+    /// socket there at start; under `/run/earshot` it need not, systemd makes it at start (`RuntimeDirectory=`).
+    /// - Throws: `EarshotError(.cannotCreate)` (73) with the line the daemon's start would give, e.g. `cannot
+    ///   create socket /srv/x/e.sock: No such file or directory (create the directory, run under systemd with
+    ///   RuntimeDirectory=earshot, or choose another --socket)`.
+    package func checkSocketDirectory() throws(EarshotError) {
+        let path = output.socketPath
+        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return }
+        let directory = String(path[..<slash])
+        guard directory != "/run/earshot", !directory.hasPrefix("/run/earshot/"), PathKind(path: directory) == .missing
+        else { return }
+        throw EarshotError(
+            .cannotCreate,
+            "cannot create socket \(path): No such file or directory (create the directory, run under systemd with RuntimeDirectory=earshot, or choose another --socket)")
     }
 
     /// Opens the input file named by `[capture] input` or `--input` (nothing to do for a device or standard

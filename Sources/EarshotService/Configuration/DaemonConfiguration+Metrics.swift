@@ -1,3 +1,4 @@
+import Glibc
 import EarshotSupport
 import EarshotOutputs
 
@@ -20,13 +21,21 @@ extension DaemonConfiguration {
     }
 
     /// For `--check-config`: binds `[metrics] listen` and releases it at once, so that an address in use is the
-    /// same line and status (78) as at start. Nothing when metrics are off.
+    /// same line and status (78) as at start. An address in use where a running earshotd serves its metrics (the
+    /// daemon about to be reloaded, which keeps its listener) is no error: the note says so. Nothing when metrics
+    /// are off.
+    /// - Returns: nil, or the note, e.g. `[metrics] listen = 127.0.0.1:9464 is in use by a running earshotd (its
+    ///   /metrics answers): a reload of that daemon keeps it; another earshotd could not start with it`.
     /// - Throws: as ``makeMetricsSink()``.
-    package func checkMetricsListen() throws(EarshotError) {
-        guard metrics.enabled else { return }
+    package func checkMetricsListen() throws(EarshotError) -> String? {
+        guard metrics.enabled else { return nil }
         do {
             try MetricsSink.checkListen(settings: metrics)
+            return nil
         } catch {
+            if error.cause == String(cString: strerror(EADDRINUSE)), MetricsSink.servesEarshotMetrics(at: metrics.listen) {
+                return "[metrics] listen = \(metrics.listen) is in use by a running earshotd (its /metrics answers): a reload of that daemon keeps it; another earshotd could not start with it"
+            }
             throw located(error)
         }
     }

@@ -101,9 +101,14 @@ final class AnalysisPipeline {
         hand(stage.finishInput())
     }
 
-    /// Applies a reloaded plan: open events end (`reload`), the window grid restarts.
-    func reconfigure(plan: DetectionPlan, heads: HeadModelSet, snoreHead: SnoreDetector.HeadEvidence?) throws(EarshotError) {
-        hand(try stage.reconfigure(settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead))
+    /// Applies a reloaded plan, ending only the open events that cannot go on (`reload`; see
+    /// `DetectionStage.reconfigure`): a new window, overlap, gate or set of class labels restarts the window grid.
+    func reconfigure(
+        plan: DetectionPlan, heads: HeadModelSet, snoreHead: SnoreDetector.HeadEvidence?, snoreHeadChanged: Bool
+    ) throws(EarshotError) {
+        hand(try stage.reconfigure(
+            settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead,
+            snoreHeadChanged: snoreHeadChanged))
         snorePublication.watched = plan.snoringWatched
     }
 

@@ -588,7 +588,8 @@ package final class EarshotDaemon: @unchecked Sendable {
             let groups = plan.groups
             // What shapes events unchanged (window, gate, groups, alarms, the models' labels): open events go on
             // and the window grid stays; only reloaded model weights are swapped in, and new snore thresholds
-            // ([sleep] threshold, rhythm_threshold) apply in place.
+            // ([sleep] threshold, rhythm_threshold) apply in place. Otherwise the stage ends only the events that
+            // cannot go on (a group's threshold alone ends none; see DetectionStage.reconfigure).
             let eventsUnchanged = fresh.analysis == configuration.analysis && fresh.detection == configuration.detection
                 && fresh.alarms == configuration.alarms && loaded.set.classLabels == heads.classLabels
                 && fresh.sleep.modelPath == configuration.sleep.modelPath
@@ -603,7 +604,9 @@ package final class EarshotDaemon: @unchecked Sendable {
                     {
                         return nil
                     }
-                    try pipeline.reconfigure(plan: plan, heads: loaded.set, snoreHead: snoreHead)
+                    try pipeline.reconfigure(
+                        plan: plan, heads: loaded.set, snoreHead: snoreHead,
+                        snoreHeadChanged: fresh.sleep.modelPath != configuration.sleep.modelPath)
                     return nil
                 } catch {
                     return error
