@@ -46,8 +46,9 @@ package final class SleepService: @unchecked Sendable {
     private let publishReport: @Sendable (JSONObject) -> Void
     private let stateChanged: @Sendable (Bool) -> Void
     private let log: @Sendable (String, Int) -> Void
-    /// Why no audio is arriving now (e.g. `no audio is arriving: capture unavailable: ...`), or nil while it is.
-    private let audioProblem: @Sendable () -> String?
+    /// Why no audio is arriving now (e.g. `no audio is arriving (capture unavailable: ...)`), or nil while it is:
+    /// the capture's state as the daemon last handed it in (``captureChanged(audioProblem:)``).
+    private let audioProblemNow: Mutex<String?>
     /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
     private let fixedTimeZone: TimeZone?
     private var session: SleepSession?
@@ -66,16 +67,17 @@ package final class SleepService: @unchecked Sendable {
     ///   - log: a journal line and its priority (report written, or why not).
     ///   - stateChanged: a session started (`true`) or stopped (`false`), by a command or the schedule; called on
     ///     the analysis queue.
-    ///   - audioProblem: why no audio is arriving now, or nil while audio arrives (the capture's state); the
-    ///     `sleep_start` and `sleep_status` replies carry it as `warning`. Called on the analysis queue.
+    ///   - audioProblem: why no audio is arriving at the start (the capture's state), or nil when audio arrives;
+    ///     later changes come through ``captureChanged(audioProblem:)``. The `sleep_start` and `sleep_status`
+    ///     replies carry it as `warning`.
     package init(
         analysisQueue: DispatchQueue, settings: DaemonConfiguration.Sleep, timeZone: TimeZone? = nil,
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void,
         stateChanged: @escaping @Sendable (Bool) -> Void = { _ in },
-        audioProblem: @escaping @Sendable () -> String? = { nil }
+        audioProblem: String? = nil
     ) {
         self.stateChanged = stateChanged
-        self.audioProblem = audioProblem
+        audioProblemNow = Mutex(audioProblem)
         self.analysisQueue = analysisQueue
         self.settings = settings
         fixedTimeZone = timeZone
@@ -97,6 +99,14 @@ package final class SleepService: @unchecked Sendable {
             timer.resume()
         }
     }
+
+    /// The capture's state changed: why no audio is arriving now (`no audio is arriving (capture stalled: ...)`), or
+    /// nil once audio arrives. Any queue; the daemon hands it in as the capture reports each change.
+    package func captureChanged(audioProblem: String?) {
+        audioProblemNow.withLock { $0 = audioProblem }
+    }
+
+    private var audioProblem: String? { audioProblemNow.withLock { $0 } }
 
     /// Whether a session is running (analysis queue).
     package var isActive: Bool { session != nil }
@@ -144,7 +154,7 @@ package final class SleepService: @unchecked Sendable {
         log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
         stateChanged(true)
         var reply: JSONObject = ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
-        if let problem = audioProblem() {
+        if let problem = audioProblem {
             reply["warning"] = .string(problem)
             log("sleep session started while \(problem)", 4)
         }
@@ -224,7 +234,7 @@ package final class SleepService: @unchecked Sendable {
             "events": .int(soFar.events),
             "snoring_now": .bool(soFar.open),
         ]
-        if let problem = audioProblem() { object["warning"] = .string(problem) }
+        if let problem = audioProblem { object["warning"] = .string(problem) }
         return object
     }
 
