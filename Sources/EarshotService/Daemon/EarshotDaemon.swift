@@ -98,7 +98,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let supervisor: CaptureSupervisor
     private var signals: SignalSources?
     private var watchdog: ServiceWatchdog?
-    private let startTime = Date()
+    /// When the daemon started (the status reply's uptime; stream time 0 of a replayed input's history).
+    private let startTime: Date
     private let status = Mutex(StatusSnapshot())
     /// Onsets published (classifier, alarm and snore), for the status reply.
     private let detections = EventCounter()
@@ -134,6 +135,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     ///   the wrong kind: ``DaemonConfiguration/checkStoragePaths()``), `.noInput` (model files missing), `.system` or
     ///   `.cannotCreate` (the socket cannot be created, another daemon listens on it).
     package init(commandLine: DaemonCommandLine) throws(EarshotError) {
+        let startTime = Date()
+        self.startTime = startTime
         self.commandLine = commandLine
         var loaded = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
         try loaded.checkStoragePaths()
@@ -174,7 +177,13 @@ package final class EarshotDaemon: @unchecked Sendable {
         // The sinks in start order; they stop in reverse (the history commits before the socket goes).
         var sinks: [any OutputSink] = [SocketSink(server: server), JournalOutputSink(journal: journal)]
         if commandLine.foreground { sinks.append(StandardOutputSink()) }
-        let historySink = historySettings.enabled ? HistorySink(settings: historySettings, log: { journal.log($0) }) : nil
+        // Input replayed faster or slower than real time is stored on its own time line from the daemon's start (as
+        // a sleep session's report is from the session's), not squeezed against the clock.
+        let replayed = configuration.capture.input != nil && commandLine.inputPacing != .realTime
+        let historySink = historySettings.enabled
+            ? HistorySink(settings: historySettings, timeLine: replayed ? .stream(origin: startTime) : .live,
+                          log: { journal.log($0) })
+            : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
         if let metricsSink { sinks.append(metricsSink) }
