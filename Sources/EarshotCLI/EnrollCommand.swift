@@ -74,6 +74,9 @@ enum EnrollCommand: EarshotCommand {
                     endMeter()
                 }
             } else {
+                for file in EnrollmentReport.duplicateTakes(options.from) {
+                    reportError("warning: --from names \(file) more than once: a take given twice counts twice and makes the separation check look better than it is (give each recording once)")
+                }
                 for file in options.from {
                     let take = try decodeMono16k(URL(fileURLWithPath: file))
                     let quality = Enrollment.check(take)
@@ -94,8 +97,12 @@ enum EnrollCommand: EarshotCommand {
                 takes: takes, background: background, configuration: configuration, progress: { writeError($0) })
             try report.head.write(to: URL(fileURLWithPath: output))
             for line in report.formatted(takeNames: takeNames) { print(line) }
-            print("wrote \(output)")
-            for line in UsageSnippet.lines(modelPath: output, head: report.head) { print(line) }
+            let problems = report.readinessProblems
+            print("wrote \(output)\(problems.isEmpty ? "" : " (kept to inspect it, not to use)")")
+            let advice = "record more takes of the \(label), and the background with the room's usual sounds (--background), and enroll again"
+            for line in problems.isEmpty
+                ? UsageSnippet.lines(modelPath: output, head: report.head)
+                : UsageSnippet.notReady(modelPath: output, problems: problems, advice: advice) { print(line) }
             fflush(nil)
             return 0
         } catch {

@@ -63,8 +63,12 @@ enum TrainCommand: EarshotCommand {
             return error.exitStatus
         }
         for line in report.formatted() { print(line) }
-        print("wrote \(options.output)")
-        for line in UsageSnippet.lines(modelPath: options.output, head: report.head) { print(line) }
+        let problems = report.readinessProblems
+        print("wrote \(options.output)\(problems.isEmpty ? "" : " (kept to inspect it, not to use)")")
+        let advice = "add recordings (more files per label, and background with the room's usual sounds) and train again"
+        for line in problems.isEmpty
+            ? UsageSnippet.lines(modelPath: options.output, head: report.head)
+            : UsageSnippet.notReady(modelPath: options.output, problems: problems, advice: advice) { print(line) }
         fflush(nil)
         return 0
     }
@@ -162,6 +166,12 @@ final class ProgressPrinter: Sendable {
 
 /// How to use a model file: `earshot analyze --model` and the daemon configuration lines.
 enum UsageSnippet {
+    /// Instead of the configuration lines, for a model its own check found poor: why, and what to do.
+    static func notReady(modelPath: String, problems: [String], advice: String) -> [String] {
+        ["NOT READY for earshotd, do not add it to the configuration:"] + problems.map { "  - " + $0 }
+            + ["what to do: \(advice)", "inspect it: earshot analyze --model \(DisplayText.shellWord(modelPath)) FILE"]
+    }
+
     static func lines(modelPath: String, head: ClassifierHead) -> [String] {
         let absolute = URL(fileURLWithPath: modelPath).standardizedFileURL.path
         let name = HeadModelSet.modelName(forPath: absolute)

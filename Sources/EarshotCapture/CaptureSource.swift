@@ -88,6 +88,11 @@ public protocol CaptureSource: AnyObject, Sendable {
     /// ended, e.g. a file cut short (``AudioFileDecoder/truncationWarning``, one line without a program prefix);
     /// nil otherwise. Read it after `onEnd` has run. Default nil.
     var endNote: String? { get }
+    /// Seconds the thread has been waiting for its input without getting a frame, counted from the end of the last
+    /// chunk delivered: 0 while audio flows, before the first frame ever arrived, and while the thread waits for the
+    /// ring or its pacing clock (the input is not late then). A hung pipe or device makes it grow. Any thread.
+    /// Default 0 (a source that cannot stall).
+    var secondsWithoutInput: Double { get }
 
     /// Starts the capture thread, which writes mono chunks into `ring` at ``CaptureFormat/sampleRate``, the first
     /// at `framePosition`.
@@ -110,6 +115,7 @@ public protocol CaptureSource: AnyObject, Sendable {
 
 extension CaptureSource {
     public var endNote: String? { nil }
+    public var secondsWithoutInput: Double { 0 }
 }
 
 // MARK: - The shared producer loop
@@ -169,6 +175,9 @@ package final class ProducerLoop: @unchecked Sendable {
     private let captured = Atomic<Int64>(0)
     private let xruns = Atomic<Int>(0)
     private let nextPosition = Atomic<Int64>(0)
+    /// Monotonic nanoseconds at which the thread began waiting for input after the last chunk; 0 while it is not
+    /// waiting (before the first frame, between a read that delivered and the next read).
+    private let waitingForInputSince = Atomic<UInt64>(0)
     private let exited = DispatchSemaphore(value: 0)
     private let endReason = Mutex<CaptureEnd?>(nil)
 
@@ -199,6 +208,13 @@ package final class ProducerLoop: @unchecked Sendable {
     package var isRunning: Bool { running.load(ordering: .acquiring) }
     package var nextFramePosition: Int64 { nextPosition.load(ordering: .relaxed) }
     package var end: CaptureEnd? { endReason.withLock { $0 } }
+    /// See ``CaptureSource/secondsWithoutInput``.
+    package var secondsWithoutInput: Double {
+        let since = waitingForInputSince.load(ordering: .relaxed)
+        guard since > 0 else { return 0 }
+        let now = Self.monotonicNanoseconds()
+        return now > since ? Double(now - since) / 1e9 : 0
+    }
 
     package func start(
         into ring: SampleRingBuffer, startingAt framePosition: Int64, name: String, queue: DispatchQueue,
@@ -242,10 +258,24 @@ package final class ProducerLoop: @unchecked Sendable {
         case .device, .consumer: nanosecondsPerFrame = 0
         case .clock(let speed): nanosecondsPerFrame = 1e9 / (Double(sampleRate) * max(speed, 1e-6))
         }
+        // Whether a frame has ever arrived, and whether `waitingForInputSince` is set: the stall clock starts after
+        // the first chunk (a daemon started before its writer is waiting, not stalled) and is cleared while the
+        // thread waits for the ring or its clock.
+        var delivered = false
+        var waiting = false
         loop: while !stopRequested.load(ordering: .acquiring) {
+            if delivered, !waiting {
+                waitingForInputSince.store(Self.monotonicNanoseconds(), ordering: .relaxed)
+                waiting = true
+            }
             switch reader.read(into: mono, capacity: chunkFrames) {
             case .frames(let count):
                 guard count > 0 else { continue }
+                delivered = true
+                if waiting {
+                    waitingForInputSince.store(0, ordering: .relaxed)
+                    waiting = false
+                }
                 if waitsForRoom {
                     while ring.availableToWrite < count && !stopRequested.load(ordering: .acquiring) { usleep(2_000) }
                 }
@@ -256,6 +286,10 @@ package final class ProducerLoop: @unchecked Sendable {
                 nextPosition.store(position, ordering: .relaxed)
                 captured.add(Int64(count), ordering: .relaxed)
             case .lost(let frames):
+                if waiting {
+                    waitingForInputSince.store(0, ordering: .relaxed)
+                    waiting = false
+                }
                 xruns.add(1, ordering: .relaxed)
                 position += max(1, frames)
                 nextPosition.store(position, ordering: .relaxed)
@@ -272,6 +306,7 @@ package final class ProducerLoop: @unchecked Sendable {
                 Self.sleep(until: due, orStop: stopRequested)
             }
         }
+        waitingForInputSince.store(0, ordering: .relaxed)
         if let failure { return .failed(reader.error(for: failure)) }
         return stopRequested.load(ordering: .acquiring) ? .stopped : .finished
     }

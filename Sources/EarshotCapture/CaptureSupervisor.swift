@@ -20,6 +20,11 @@ import EarshotAudio
 /// a session has run for `stableDuration` seconds, so a device that opens but fails at once cannot cause a fast
 /// crash loop.
 ///
+/// Stalls: while a session runs, the supervisor checks every ``stallCheckInterval`` how long its source has been
+/// waiting for input (``CaptureSource/secondsWithoutInput``); past `stallSeconds` the state becomes
+/// ``State/stalled(name:seconds:)``, and the next chunk makes it ``State/running(name:format:)`` again (each said
+/// once). A stall ends nothing: the source keeps reading, and no gap is added (the stream resumes where it stopped).
+///
 /// State reports: `onStateChange` runs on `callbackQueue`, in order, only when the state differs from the last one
 /// reported; a device that stays missing is reported once, however many retries fail the same way.
 ///
@@ -31,6 +36,10 @@ public final class CaptureSupervisor: Sendable {
         case opening
         /// A session is capturing: the source's name and negotiated format.
         case running(name: String, format: CaptureFormat)
+        /// The running session's source has delivered nothing for `seconds` (the supervisor's `stallSeconds`),
+        /// having delivered audio before: a hung pipe writer or device. The session goes on; audio arriving again
+        /// makes the state ``running(name:format:)``.
+        case stalled(name: String, seconds: Double)
         /// The source cannot be opened or failed; the supervisor retries after a back-off. The error is the one
         /// line to show (e.g. `cannot open capture device "hw:2,0": Device or resource busy (...)`).
         case unavailable(EarshotError)
@@ -45,6 +54,7 @@ public final class CaptureSupervisor: Sendable {
             switch (lhs, rhs) {
             case (.opening, .opening), (.finished, .finished), (.stopped, .stopped): true
             case (.running(let a, let f), .running(let b, let g)): a == b && f == g
+            case (.stalled(let a, let x), .stalled(let b, let y)): a == b && x == y
             case (.unavailable(let a), .unavailable(let b)): a.code == b.code && a.message == b.message
             default: false
             }
@@ -90,12 +100,22 @@ public final class CaptureSupervisor: Sendable {
         var finishedXruns = 0
         var finishedFrames: Int64 = 0
         var endNote: String?
+        /// Checks the running session for a stall (``stallSeconds``), from start to stop.
+        var stallTimer: DispatchSourceTimer?
+        /// The source's ``CaptureSource/framesCaptured`` when it was found stalled: more means audio came back.
+        var framesAtStall: Int64 = 0
     }
 
     /// The ring every session writes.
     public let ring: SampleRingBuffer
     /// The retry delays.
     public let backoff: Backoff
+    /// Seconds without input, after audio has flowed, that make a running session ``State/stalled(name:seconds:)``;
+    /// nil: never.
+    public let stallSeconds: Double?
+    /// How often a running session is checked for a stall: 0.5 s, so a stall is said at most half a second after
+    /// `stallSeconds`, and its end within half a second of the audio's return.
+    public static let stallCheckInterval = 0.5
     private let open: @Sendable () throws -> any CaptureSource
     private let onStateChange: @Sendable (State) -> Void
     private let callbackQueue: DispatchQueue
@@ -108,20 +128,23 @@ public final class CaptureSupervisor: Sendable {
     ///   - callbackQueue: where `onStateChange` runs (serial queues keep the reports in order).
     ///   - open: creates and opens a source, e.g. `{ try PCMCapture(configuration: configuration) }`; throw an
     ///     ``EarshotError`` to report a failure line (other errors are shown with their description).
+    ///   - stallSeconds: see ``stallSeconds`` (> 0, or nil for no stall check).
     ///   - onStateChange: called once per change of ``State``.
     public init(
-        ring: SampleRingBuffer, backoff: Backoff = Backoff(), callbackQueue: DispatchQueue,
+        ring: SampleRingBuffer, backoff: Backoff = Backoff(), stallSeconds: Double? = nil, callbackQueue: DispatchQueue,
         open: @escaping @Sendable () throws -> any CaptureSource,
         onStateChange: @escaping @Sendable (State) -> Void
     ) {
         self.ring = ring
         self.backoff = backoff
+        self.stallSeconds = stallSeconds.flatMap { $0 > 0 ? $0 : nil }
         self.callbackQueue = callbackQueue
         self.open = open
         self.onStateChange = onStateChange
     }
 
     deinit {
+        inner.withLock { $0.stallTimer }?.cancel()
         // Sessions hold no reference to the supervisor (their callbacks capture it weakly), so this runs; make sure
         // no capture thread outlives it.
         inner.withLock { $0.source }?.stop(timeout: 1)
@@ -150,6 +173,17 @@ public final class CaptureSupervisor: Sendable {
         guard begin else { return }
         transition(to: .opening)
         queue.async { [weak self] in self?.attempt(generation: 0) }
+        if stallSeconds != nil {
+            let interval = DispatchTimeInterval.milliseconds(Int(Self.stallCheckInterval * 1000))
+            let queue = queue
+            inner.withLock { inner in
+                let timer = DispatchSource.makeTimerSource(queue: queue)
+                timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(50))
+                timer.setEventHandler { [weak self] in self?.checkStall() }
+                timer.resume()
+                inner.stallTimer = timer
+            }
+        }
     }
 
     /// Stops the running session (waiting up to `timeout` seconds for its thread) and cancels retries. The state
@@ -157,6 +191,8 @@ public final class CaptureSupervisor: Sendable {
     public func stop(timeout: Double = 2) {
         let source = inner.withLock { inner -> (any CaptureSource)? in
             inner.stopped = true
+            inner.stallTimer?.cancel()
+            inner.stallTimer = nil
             inner.generation += 1
             inner.nextRetryDelay = nil
             let source = inner.source
@@ -172,6 +208,22 @@ public final class CaptureSupervisor: Sendable {
     }
 
     // MARK: Private, on `queue`
+
+    /// A running session whose source has waited `stallSeconds` for input is stalled; one that delivers again runs.
+    private func checkStall() {
+        guard let stallSeconds else { return }
+        let (source, state, framesAtStall) = inner.withLock { ($0.source, $0.state, $0.framesAtStall) }
+        guard let source else { return }
+        switch state {
+        case .running where source.secondsWithoutInput >= stallSeconds:
+            inner.withLock { $0.framesAtStall = source.framesCaptured }
+            transition(to: .stalled(name: source.name, seconds: stallSeconds), ifStill: state)
+        case .stalled where source.framesCaptured > framesAtStall:
+            transition(to: .running(name: source.name, format: source.format), ifStill: state)
+        default:
+            break
+        }
+    }
 
     private func attempt(generation: Int) {
         let proceed = inner.withLock { !$0.stopped && $0.generation == generation }
@@ -227,6 +279,13 @@ public final class CaptureSupervisor: Sendable {
             return true
         }
         guard current else { return }
+        // Audio that came back just before the end (a writer that resumed, then closed its pipe within one check)
+        // ends the stall first, so that the stall's end is said before the input's.
+        let resumed = inner.withLock { inner -> Bool in
+            guard case .stalled = inner.state else { return false }
+            return source.framesCaptured > inner.framesAtStall
+        }
+        if resumed { transition(to: .running(name: source.name, format: source.format)) }
         switch end {
         case .stopped:
             return
@@ -250,10 +309,12 @@ public final class CaptureSupervisor: Sendable {
         queue.asyncAfter(deadline: .now() + delay) { [weak self] in self?.attempt(generation: generation) }
     }
 
-    /// Sets the state and reports it if it differs from the last report.
-    private func transition(to state: State) {
+    /// Sets the state and reports it if it differs from the last report; with `expected`, only while the state is
+    /// still that one (a stall check must not undo a failure or a stop reported meanwhile).
+    private func transition(to state: State, ifStill expected: State? = nil) {
         let onStateChange = onStateChange
         inner.withLock { inner in
+            if let expected, inner.state != expected { return }
             inner.state = state
             guard inner.lastReported != state else { return }
             inner.lastReported = state

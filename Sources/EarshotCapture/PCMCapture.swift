@@ -129,6 +129,7 @@ public final class PCMCapture: CaptureSource {
     public var isRunning: Bool { loop.isRunning }
     public var nextFramePosition: Int64 { loop.nextFramePosition }
     public var end: CaptureEnd? { loop.end }
+    public var secondsWithoutInput: Double { loop.secondsWithoutInput }
 
     public func start(
         into ring: SampleRingBuffer, startingAt framePosition: Int64 = 0, queue: DispatchQueue,

@@ -101,6 +101,7 @@ public final class RealtimeFileSource: CaptureSource {
     public var isRunning: Bool { loop.isRunning }
     public var nextFramePosition: Int64 { loop.nextFramePosition }
     public var end: CaptureEnd? { loop.end }
+    public var secondsWithoutInput: Double { loop.secondsWithoutInput }
     /// A file cut short: the decoder's ``AudioFileDecoder/truncationWarning``, e.g. `cut.flac: truncated: decoded
     /// 225280 of 510495 frames the header promises; results cover only the first 14.08 s`.
     public var endNote: String? { fileReader?.truncationWarning }

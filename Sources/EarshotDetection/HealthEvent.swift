@@ -9,6 +9,10 @@ package struct HealthEvent: Sendable, Equatable {
         case captureLive = "capture_live"
         /// The capture device cannot be opened or was lost; the daemon retries with back-off.
         case captureUnavailable = "capture_unavailable"
+        /// The capture source delivered audio, then nothing for some seconds (a hung `--input -` writer such as
+        /// `arecord`, or a device that stopped delivering); capture goes on waiting. Said once per stall;
+        /// ``captureLive`` says when audio arrives again.
+        case inputStalled = "input_stalled"
         /// The input has been digital silence (all samples zero) for the configured number of minutes.
         case inputSilent = "input_silent"
         /// The capture buffer overran (xrun); audio was lost and the stream has a gap.
@@ -35,7 +39,7 @@ package struct HealthEvent: Sendable, Equatable {
             switch self {
             case .captureLive, .mqttConnected: 6
             case .captureUnavailable: 3
-            case .inputSilent, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed: 4
+            case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed: 4
             }
         }
     }

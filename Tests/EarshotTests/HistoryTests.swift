@@ -280,6 +280,35 @@ struct HistoryTests {
             levelDBFS: Float(10 * log10(energy)), peakLevelDBFS: -20, windows: 3, endReason: "hold_elapsed")])
     }
 
+    @Test("replayed input (--input-speed other than 1): history times are the daemon's start plus stream seconds, in order, whenever the events are routed (trial 4 #7)")
+    func streamTimeLine() {
+        let origin = Self.night
+        var meter = EventLevelMeter(timeLine: .stream(origin: origin))
+        for index in 0..<2_000 { meter.observe(windowStart: 0.48 * Double(index), windowDuration: 0.96, levelDBFS: -30) }
+        func offset(_ start: Double, _ end: Double) -> DetectionEvent {
+            .offset(.init(group: "snoring", classLabel: "Snoring", start: start, end: end, peakConfidence: 0.5,
+                          meanConfidence: 0.5, positiveWindows: 3, reason: .holdElapsed))
+        }
+        // At --input-speed max three events end within a second of the wall clock, 13 s after the start: the
+        // live time line would put them minutes before the daemon started, out of order.
+        let first = meter.finish(offset(59.52, 180.00), now: origin.addingTimeInterval(13.0))
+        let second = meter.finish(offset(523.20, 693.12), now: origin.addingTimeInterval(13.2))
+        let third = meter.finish(offset(995.52, 1086.72), now: origin.addingTimeInterval(13.1))
+        // Times are kept to the millisecond.
+        func at(_ date: Date?, _ seconds: Double) -> Bool {
+            guard let date else { return false }
+            return abs(date.timeIntervalSince(origin) - seconds) < 0.0005
+        }
+        #expect(at(first?.start, 59.52) && at(first?.end, 180.00), "\(String(describing: first))")
+        #expect(at(second?.start, 523.20) && at(second?.end, 693.12), "\(String(describing: second))")
+        #expect(at(third?.start, 995.52) && at(third?.end, 1086.72), "\(String(describing: third))")
+        // The live time line (real-time input) still follows the routed time: the latest window's end is now.
+        var live = EventLevelMeter()
+        for index in 0..<2_000 { live.observe(windowStart: 0.48 * Double(index), windowDuration: 0.96, levelDBFS: -30) }
+        let latest = 0.48 * 1_999 + 0.96
+        #expect(at(live.finish(offset(59.52, 180.00), now: origin)?.start, 59.52 - latest))
+    }
+
     @Test("the recorder stores a finished event with its loudness and wall-clock times")
     func recorder() throws {
         let scratch = try HistoryScratch()

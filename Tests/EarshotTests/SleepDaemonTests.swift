@@ -124,13 +124,13 @@ struct SleepDaemonTests {
     /// commands with a real ``SleepService``, and a runner of `earshot sleep ARGUMENTS --socket` on it.
     static func sleepSocket(_ body: (_ socket: String, _ reportDirectory: String,
                                      _ run: ([String]) throws -> EarshotCLI.Outcome) throws -> Void) throws {
-        try sleepSocket(audioProblem: { nil }) { socket, reportDirectory, run, _, _ in try body(socket, reportDirectory, run) }
+        try sleepSocket(audioProblem: nil) { socket, reportDirectory, run, _, _ in try body(socket, reportDirectory, run) }
     }
 
-    /// As ``sleepSocket(_:)``, with the service's `audioProblem`, and the service and its analysis queue handed to
+    /// As ``sleepSocket(_:)``, with the service's `audioProblem` at the start, and the service and its analysis queue handed to
     /// `body` (to feed it windows and an open snoring event).
     static func sleepSocket(
-        audioProblem: @escaping @Sendable () -> String?,
+        audioProblem: String?,
         _ body: (_ socket: String, _ reportDirectory: String, _ run: @escaping ([String]) throws -> EarshotCLI.Outcome,
                  _ service: SleepService, _ queue: DispatchQueue) throws -> Void
     ) throws {
@@ -156,7 +156,7 @@ struct SleepDaemonTests {
 
     @Test("earshot sleep status counts the snoring event open now (minutes, events, snoring now)", .needsEarshotBuilt)
     func statusCountsOpenEvent() throws {
-        try Self.sleepSocket(audioProblem: { nil }) { _, _, run, service, queue in
+        try Self.sleepSocket(audioProblem: nil) { _, _, run, service, queue in
             #expect(try run(["start"]).status == 0)
             let finished = SnoreEvent(start: 1, end: 31, peakEvidence: 0.5, meanEvidence: 0.5, snores: 9, levelDBFS: -30,
                                       peakLevelDBFS: -25, peakLevelTime: 2)
@@ -192,7 +192,7 @@ struct SleepDaemonTests {
     @Test("earshot sleep start and status with no audio arriving: the session starts (exit 0) and stderr says why", .needsEarshotBuilt)
     func startWarnsWithoutAudio() throws {
         let problem = #"no audio is arriving (capture unavailable: cannot open capture device "hw:9,0": No such file or directory (retrying in 2 s))"#
-        try Self.sleepSocket(audioProblem: { problem }) { _, _, run, _, _ in
+        try Self.sleepSocket(audioProblem: problem) { _, _, run, service, _ in
             let started = try run(["start"])
             #expect(started.status == 0)
             #expect(started.outputLines.count == 1)
@@ -204,9 +204,17 @@ struct SleepDaemonTests {
             #expect(status.errorLines == [warning])
             let json = try run(["start", "--json"])
             #expect(json.outputLines.first?.contains(#""state":"already_running""#) == true)
+            // The daemon hands in each change of the capture: a stall, then audio again.
+            let stalled = "no audio is arriving (capture stalled: no audio from standard input for 5 s)"
+            service.captureChanged(audioProblem: stalled)
+            #expect(try run(["status"]).errorLines == ["earshot: warning: \(stalled); the session counts only audio it hears (earshot status shows the capture)"])
+            service.captureChanged(audioProblem: nil)
+            let live = try run(["status"])
+            #expect(live.status == 0)
+            #expect(live.standardError.isEmpty, "\(live.errorLines)")
         }
         // Audio arriving: no warning.
-        try Self.sleepSocket(audioProblem: { nil }) { _, _, run, _, _ in
+        try Self.sleepSocket(audioProblem: nil) { _, _, run, _, _ in
             let started = try run(["start"])
             #expect(started.status == 0)
             #expect(started.standardError.isEmpty)

@@ -134,7 +134,7 @@ struct SnoreTests {
         #expect(svg.contains(">03:00</text>"))
         #expect(!svg.contains(">02:00</text>"))
         // The last event (3590-3620 s, cut at the report's end, 3600 s) and its loudest moment are after the change.
-        #expect(svg.contains("<title>loudest: 03:30:00, -25.0 dBFS</title>"))
+        #expect(svg.contains("<title>loudest snore: 03:30:00, -25.0 dBFS</title>"))
         #expect(svg.contains("<title>03:29:50-03:30:00: 0.2 min snoring, 3 snores, -30.0 dBFS</title>"))
         #expect(svg.contains("<title>01:55:00: 0.0 min snoring</title>"))
         #expect(svg.contains("<title>03:00:00: 0.0 min snoring</title>"))

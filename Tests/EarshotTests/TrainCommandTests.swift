@@ -81,7 +81,9 @@ struct TrainCommandTests {
         #expect(lines.filter { $0.hasPrefix("take 1/2: ok (peak ") }.count == 1)
         #expect(lines.filter { $0.hasPrefix("take 2/2: ok (peak ") }.count == 1)
         #expect(lines.contains("now the room as it usually sounds, without the beeper: 2.0 s"))
-        #expect(output.contains("wrote \(model.path)\n"))
+        // The "room" is the same looping file of beeps: the check finds the takes not separated from it, and the
+        // model is written but not handed out as ready (trial 4 #11).
+        #expect(output.contains("wrote \(model.path) (kept to inspect it, not to use)\nNOT READY for earshotd, do not add it to the configuration:\n"), "\(output)")
         let head = try ClassifierHead(contentsOf: model)
         #expect(head.labels == ["background", "beeper"])
         #expect(head.metadata.training.filesPerLabel == ["background": 1, "beeper": 2])

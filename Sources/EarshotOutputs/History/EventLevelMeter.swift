@@ -15,13 +15,25 @@ import EarshotDetection
 /// `10 log10(mean(10^(L/10)))` and the maximum. An onset may start up to ``recentWindowLimit`` windows back (the
 /// k-of-n rule looks back n windows), so the last windows are kept.
 ///
-/// Wall clock: the latest window's end is "now" in stream time, so an event time `t` is
-/// `now - (latestWindowEnd - t)` seconds.
+/// Wall clock (``TimeLine``): with real-time input the latest window's end is "now" in stream time, so an event
+/// time `t` is `now - (latestWindowEnd - t)` seconds (``TimeLine/live``: follows the system clock, no drift between
+/// the audio's clock and it). Input replayed faster or slower (`--input-speed`) uses ``TimeLine/stream(origin:)``:
+/// `t` seconds after the origin (the daemon's start), so events stay in order, none starts before the daemon did,
+/// and the times agree with a sleep session started with the daemon (whose report is its start plus stream
+/// seconds) to within the daemon's start-up time.
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
 package struct EventLevelMeter: Sendable {
     /// Windows kept for onsets that start in the past: 100 (the largest n of a k-of-n rule) plus a margin.
     package static let recentWindowLimit = 128
+
+    /// How stream seconds become wall-clock times.
+    package enum TimeLine: Sendable, Equatable {
+        /// Real-time input: the latest window ends now.
+        case live
+        /// Replayed input: stream time 0 is `origin` (the daemon's start).
+        case stream(origin: Date)
+    }
 
     package struct Window: Sendable, Equatable {
         package var start: Double
@@ -33,8 +45,11 @@ package struct EventLevelMeter: Sendable {
     private var open: [String: [Window]] = [:]
     /// Stream time (s) of the end of the latest window observed.
     package private(set) var latestWindowEnd: Double = 0
+    package let timeLine: TimeLine
 
-    package init() {}
+    package init(timeLine: TimeLine = .live) {
+        self.timeLine = timeLine
+    }
 
     /// One analysis window: start and duration in stream seconds, RMS level in dBFS.
     package mutating func observe(windowStart: Double, windowDuration: Double, levelDBFS: Float) {
@@ -48,7 +63,7 @@ package struct EventLevelMeter: Sendable {
     /// Takes an event: an onset starts collecting windows for its group; an offset returns the finished event with
     /// its levels and wall-clock times (nil for an onset).
     ///
-    /// - Parameter now: the wall-clock time of the latest observed window's end.
+    /// - Parameter now: the wall-clock time of the latest observed window's end (``TimeLine/live``).
     package mutating func finish(_ event: DetectionEvent, now: Date) -> HistoryEvent? {
         switch event {
         case .onset(let onset):
@@ -59,7 +74,13 @@ package struct EventLevelMeter: Sendable {
                 .filter { $0.start >= offset.start - 1e-6 && $0.end <= offset.end + 1e-6 }
             let (mean, peak) = Self.levels(windows.map(\.levelDBFS))
             let latest = latestWindowEnd
-            let wallClock = { (streamTime: Double) in now.addingTimeInterval(streamTime - latest) }
+            let timeLine = timeLine
+            let wallClock = { (streamTime: Double) -> Date in
+                switch timeLine {
+                case .live: now.addingTimeInterval(streamTime - latest)
+                case .stream(let origin): origin.addingTimeInterval(streamTime)
+                }
+            }
             return HistoryEvent(
                 group: offset.group, classLabel: offset.classLabel, start: wallClock(offset.start),
                 end: wallClock(offset.end), peakConfidence: offset.peakConfidence, meanConfidence: offset.meanConfidence,

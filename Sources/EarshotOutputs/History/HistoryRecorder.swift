@@ -14,12 +14,18 @@ import EarshotDetection
 package final class HistoryRecorder: @unchecked Sendable {
     // @unchecked: `meter` is touched only on the analysis queue; the writer is Sendable.
     package let writer: EventHistoryWriter
-    private var meter = EventLevelMeter()
+    private var meter: EventLevelMeter
 
     /// - Parameters:
     ///   - settings: `[history]` (path and retention; `enabled` is the caller's business).
+    ///   - timeLine: how stream times become wall-clock times (``EventLevelMeter/TimeLine``; `.stream(origin:)` for input
+    ///     replayed at another speed than real time).
     ///   - report: told when storing starts failing and when it works again (on the writer's queue).
-    package init(settings: HistorySettings, report: @escaping @Sendable (EventHistoryWriter.Report) -> Void) {
+    package init(
+        settings: HistorySettings, timeLine: EventLevelMeter.TimeLine = .live,
+        report: @escaping @Sendable (EventHistoryWriter.Report) -> Void
+    ) {
+        meter = EventLevelMeter(timeLine: timeLine)
         writer = EventHistoryWriter(path: settings.path, retentionDays: settings.retentionDays, report: report)
     }
 

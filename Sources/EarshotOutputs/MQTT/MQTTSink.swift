@@ -152,7 +152,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case .health(let health):
             publishEvent(routed)
             let problem: Bool? = switch health.state {
-            case .captureUnavailable, .inputSilent: true
+            case .captureUnavailable, .inputSilent, .inputStalled: true
             case .captureLive: false
             default: nil
             }

@@ -159,10 +159,13 @@ package final class HistorySink: OutputSink {
 
     /// - Parameters:
     ///   - settings: `[history]` path and retention.
+    ///   - timeLine: how stream times become wall-clock times (`.stream(origin:)` for input replayed at another speed).
     ///   - log: where a recovery line goes (the journal).
-    package init(settings: HistorySettings, log: @escaping @Sendable (String) -> Void) {
+    package init(
+        settings: HistorySettings, timeLine: EventLevelMeter.TimeLine = .live, log: @escaping @Sendable (String) -> Void
+    ) {
         let reporter = HealthRelay()
-        recorder = HistoryRecorder(settings: settings) { report in
+        recorder = HistoryRecorder(settings: settings, timeLine: timeLine) { report in
             switch report {
             case .failing(let line): reporter.report(HealthEvent(state: .historyUnavailable, message: line))
             case .recovered(let line): log(line)

@@ -33,6 +33,14 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// and the queue is woken every capture period (0.2 s); the ring was 8 s (2 MB resident) before peak RSS mattered.
     static let ringSeconds = 4
 
+    /// Seconds without audio, after audio has flowed, that make the capture `stalled` (an `input_stalled` health
+    /// event): 5. Writers deliver far more often than that (`arecord` every period, 0.1-0.5 s; `sox` every 8 KB,
+    /// 0.26 s at 16 kHz; an ALSA device every period), so 5 s is no normal pause, yet a sleep session or a
+    /// subscriber learns of a hung writer within seconds, not in the morning.
+    static let inputStallSeconds = 5.0
+    /// Monotonic nanoseconds at which the capture stalled (control queue), for the recovery's message.
+    private var stalledAt: UInt64?
+
     private let commandLine: DaemonCommandLine
     /// The running configuration; read and replaced on the control queue only.
     private var configuration: DaemonConfiguration
@@ -90,7 +98,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let supervisor: CaptureSupervisor
     private var signals: SignalSources?
     private var watchdog: ServiceWatchdog?
-    private let startTime = Date()
+    /// When the daemon started (the status reply's uptime; stream time 0 of a replayed input's history).
+    private let startTime: Date
     private let status = Mutex(StatusSnapshot())
     /// Onsets published (classifier, alarm and snore), for the status reply.
     private let detections = EventCounter()
@@ -126,6 +135,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     ///   the wrong kind: ``DaemonConfiguration/checkStoragePaths()``), `.noInput` (model files missing), `.system` or
     ///   `.cannotCreate` (the socket cannot be created, another daemon listens on it).
     package init(commandLine: DaemonCommandLine) throws(EarshotError) {
+        let startTime = Date()
+        self.startTime = startTime
         self.commandLine = commandLine
         var loaded = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
         try loaded.checkStoragePaths()
@@ -166,7 +177,13 @@ package final class EarshotDaemon: @unchecked Sendable {
         // The sinks in start order; they stop in reverse (the history commits before the socket goes).
         var sinks: [any OutputSink] = [SocketSink(server: server), JournalOutputSink(journal: journal)]
         if commandLine.foreground { sinks.append(StandardOutputSink()) }
-        let historySink = historySettings.enabled ? HistorySink(settings: historySettings, log: { journal.log($0) }) : nil
+        // Input replayed faster or slower than real time is stored on its own time line from the daemon's start (as
+        // a sleep session's report is from the session's), not squeezed against the clock.
+        let replayed = configuration.capture.input != nil && commandLine.inputPacing != .realTime
+        let historySink = historySettings.enabled
+            ? HistorySink(settings: historySettings, timeLine: replayed ? .stream(origin: startTime) : .live,
+                          log: { journal.log($0) })
+            : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
         if let metricsSink { sinks.append(metricsSink) }
@@ -211,7 +228,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             publishReport: { object in router.route(.sleepReport(object)) },
             log: { line, priority in journal.log(line, priority: priority) },
             stateChanged: { active in link.daemon?.sleepStateChanged(active) },
-            audioProblem: { link.daemon?.audioProblem() })
+            audioProblem: Self.audioProblem(capture: "opening", error: nil))
         self.sleep = sleep
         server.register(commands: SleepService.commands + ["mute", "unmute"]) { command, group in
             switch command {
@@ -234,7 +251,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             detections: detections, mutes: mutes, snoringWatched: plan.snoringWatched,
             onFirstAudio: { link.daemon?.audioStarted() })
         supervisor = CaptureSupervisor(
-            ring: ring, callbackQueue: control,
+            ring: ring, stallSeconds: Self.inputStallSeconds, callbackQueue: control,
             open: {
                 guard let daemon = link.daemon else { throw EarshotError(.unavailable, "the daemon is stopping") }
                 return try daemon.openSource()
@@ -341,14 +358,38 @@ package final class EarshotDaemon: @unchecked Sendable {
     }
 
     fileprivate func captureStateChanged(_ state: CaptureSupervisor.State) {
+        noteCaptureState(state)
+        // The sleep service is handed the capture's state as a value (for its start and status replies).
+        let (capture, error) = status.withLock { ($0.capture, $0.captureError) }
+        sleep.captureChanged(audioProblem: Self.audioProblem(capture: capture, error: error))
+    }
+
+    private func noteCaptureState(_ state: CaptureSupervisor.State) {
         switch state {
         case .opening, .stopped:
             break
         case .running(let name, let format):
             if capture.input == nil, !usingFallback.load(ordering: .relaxed) { deviceHasWorked.store(true, ordering: .relaxed) }
             status.withLock { $0.capture = "live"; $0.captureError = nil; $0.source = "\(name) (\(format))" }
+            if let stalledAt {
+                // The end of a stall: the same source, delivering again.
+                self.stalledAt = nil
+                let seconds = Double(DispatchTime.now().uptimeNanoseconds &- stalledAt) / 1e9 + Self.inputStallSeconds
+                router.route(.health(HealthEvent(
+                    state: .captureLive,
+                    message: "audio from \(Self.sourceLabel(name)) again after about \(Int(seconds.rounded())) s without any",
+                    details: ["source": .string(name)])))
+                _ = try? notifier.status("listening to \(sourceDescription)")
+                break
+            }
             router.route(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
                                              details: ["source": .string(name)])))
+        case .stalled(let name, let seconds):
+            stalledAt = DispatchTime.now().uptimeNanoseconds
+            let line = Self.stallMessage(source: name, seconds: seconds)
+            status.withLock { $0.capture = "stalled"; $0.captureError = line }
+            router.route(.health(HealthEvent(state: .inputStalled, message: line, details: ["source": .string(name)])))
+            _ = try? notifier.status("waiting for \(sourceDescription): no audio for \(SettingRules.format(seconds)) s")
         case .unavailable(let error) where capture.input != nil || usingFallback.load(ordering: .relaxed):
             // A file or stdin that cannot be opened or read will not get better by retrying (and a retry would
             // replay a file from its start): analyse what arrived, then say why in the last line (priority 3, err,
@@ -376,6 +417,19 @@ package final class EarshotDaemon: @unchecked Sendable {
             // events of the audio it held.
             shutdown(reason: "end of input", status: 0, warnings: supervisor.endNote.map { [$0] } ?? [])
         }
+    }
+
+    /// `standard input` for `-`, else the quoted name.
+    static func sourceLabel(_ name: String) -> String {
+        name == RealtimeFileSource.standardInputName ? "standard input" : "\"\(name)\""
+    }
+
+    /// The `input_stalled` message: `no audio from standard input for 5 s (has the program writing to it hung or
+    /// paused?); waiting for it, and saying so when audio comes back`.
+    static func stallMessage(source name: String, seconds: Double) -> String {
+        let cause = name == RealtimeFileSource.standardInputName
+            ? "has the program writing to it hung or paused?" : "has the device stopped delivering?"
+        return "no audio from \(sourceLabel(name)) for \(SettingRules.format(seconds)) s (\(cause)); waiting for it, and saying so when audio comes back"
     }
 
     fileprivate func audioStarted() {
@@ -508,8 +562,7 @@ package final class EarshotDaemon: @unchecked Sendable {
 
     /// Why no audio is arriving, for a sleep session's start and status: `no audio is arriving (capture
     /// unavailable: ERROR)`, or `no audio has arrived yet (capture opening)`; nil while capture is live.
-    fileprivate func audioProblem() -> String? {
-        let (capture, error) = status.withLock { ($0.capture, $0.captureError) }
+    static func audioProblem(capture: String, error: String?) -> String? {
         switch capture {
         case "live": return nil
         case "opening": return "no audio has arrived yet (capture opening)"

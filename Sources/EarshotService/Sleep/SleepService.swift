@@ -46,8 +46,9 @@ package final class SleepService: @unchecked Sendable {
     private let publishReport: @Sendable (JSONObject) -> Void
     private let stateChanged: @Sendable (Bool) -> Void
     private let log: @Sendable (String, Int) -> Void
-    /// Why no audio is arriving now (e.g. `no audio is arriving: capture unavailable: ...`), or nil while it is.
-    private let audioProblem: @Sendable () -> String?
+    /// Why no audio is arriving now (e.g. `no audio is arriving (capture unavailable: ...)`), or nil while it is:
+    /// the capture's state as the daemon last handed it in (``captureChanged(audioProblem:)``).
+    private let audioProblemNow: Mutex<String?>
     /// The zone for wall-clock times; nil: local time (``LocalTime``) at each instant.
     private let fixedTimeZone: TimeZone?
     private var session: SleepSession?
@@ -58,6 +59,11 @@ package final class SleepService: @unchecked Sendable {
     /// Set when a scheduled window's session was stopped by hand: no restart until the window closes.
     private var scheduleSkipped = false
     private var scheduleTimer: DispatchSourceTimer?
+    /// The wall clock (a test may shift it).
+    private let clock: @Sendable () -> Date
+    /// The longest the schedule timer waits before looking again, in seconds: 600. Boundaries are found for the
+    /// next 10 minutes only, so a step of the system clock (an NTP step, a manual change) is followed within 10 min.
+    package static let scheduleLookAheadSeconds = 600.0
 
     /// - Parameters:
     ///   - analysisQueue: the daemon's analysis queue.
@@ -66,16 +72,18 @@ package final class SleepService: @unchecked Sendable {
     ///   - log: a journal line and its priority (report written, or why not).
     ///   - stateChanged: a session started (`true`) or stopped (`false`), by a command or the schedule; called on
     ///     the analysis queue.
-    ///   - audioProblem: why no audio is arriving now, or nil while audio arrives (the capture's state); the
-    ///     `sleep_start` and `sleep_status` replies carry it as `warning`. Called on the analysis queue.
+    ///   - audioProblem: why no audio is arriving at the start (the capture's state), or nil when audio arrives;
+    ///     later changes come through ``captureChanged(audioProblem:)``. The `sleep_start` and `sleep_status`
+    ///     replies carry it as `warning`.
     package init(
         analysisQueue: DispatchQueue, settings: DaemonConfiguration.Sleep, timeZone: TimeZone? = nil,
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void,
         stateChanged: @escaping @Sendable (Bool) -> Void = { _ in },
-        audioProblem: @escaping @Sendable () -> String? = { nil }
+        audioProblem: String? = nil, clock: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.clock = clock
         self.stateChanged = stateChanged
-        self.audioProblem = audioProblem
+        audioProblemNow = Mutex(audioProblem)
         self.analysisQueue = analysisQueue
         self.settings = settings
         fixedTimeZone = timeZone
@@ -87,16 +95,57 @@ package final class SleepService: @unchecked Sendable {
         scheduleTimer?.cancel()
     }
 
-    /// Starts the schedule check (every 30 s, on the analysis queue) when `[sleep] schedule` is set.
+    /// Starts following `[sleep] schedule` (on the analysis queue): checks it now, then sleeps until the next minute
+    /// at which the window opens or closes (``nextScheduleChange(after:)``, at most
+    /// ``scheduleLookAheadSeconds``) and checks again, so that sessions start and stop at the configured minute
+    /// (within milliseconds), not up to a polling interval late.
     package func startSchedule() {
         analysisQueue.async { [self] in
             let timer = DispatchSource.makeTimerSource(queue: analysisQueue)
-            timer.schedule(deadline: .now(), repeating: .seconds(30), leeway: .seconds(2))
-            timer.setEventHandler { [weak self] in self?.checkSchedule(now: Date()) }
+            timer.setEventHandler { [weak self] in self?.scheduleTick() }
             scheduleTimer = timer
+            timer.schedule(deadline: .now())
             timer.resume()
         }
     }
+
+    /// Checks the schedule and re-arms the timer for the next change (analysis queue).
+    private func scheduleTick() {
+        guard let timer = scheduleTimer else { return }
+        let now = clock()
+        checkSchedule(now: now)
+        let next = nextScheduleChange(after: now)
+        // Never less than 1 ms: a timer that fired a moment early (the wall clock and the monotonic timer drift
+        // apart by milliseconds) finds the same boundary again and waits for it.
+        let wait = max(0.001, next.timeIntervalSince(now))
+        timer.schedule(deadline: .now() + .nanoseconds(Int(wait * 1e9)), leeway: .milliseconds(5))
+    }
+
+    /// The first whole minute after `date` at which `[sleep] schedule` opens or closes, looking
+    /// ``scheduleLookAheadSeconds`` ahead (that far when none is, or when no schedule is set). Each minute is read
+    /// in the local time zone as it is at that instant (``SleepSchedule/contains(_:timeZone:)``), so a
+    /// daylight-saving change is followed: a `02:30` start on the night clocks jump from 02:00 to 03:00 opens at
+    /// 03:00, the first local minute past 02:30. Local minutes change on whole UTC minutes (every zone's offset is a
+    /// whole number of minutes).
+    package func nextScheduleChange(after date: Date) -> Date {
+        let horizon = date.addingTimeInterval(Self.scheduleLookAheadSeconds)
+        guard let schedule = settings.schedule else { return horizon }
+        let inside = schedule.contains(date, timeZone: zone(at: date))
+        var minute = Date(timeIntervalSince1970: (date.timeIntervalSince1970 / 60).rounded(.down) * 60 + 60)
+        while minute < horizon {
+            if schedule.contains(minute, timeZone: zone(at: minute)) != inside { return minute }
+            minute.addTimeInterval(60)
+        }
+        return horizon
+    }
+
+    /// The capture's state changed: why no audio is arriving now (`no audio is arriving (capture stalled: ...)`), or
+    /// nil once audio arrives. Any queue; the daemon hands it in as the capture reports each change.
+    package func captureChanged(audioProblem: String?) {
+        audioProblemNow.withLock { $0 = audioProblem }
+    }
+
+    private var audioProblem: String? { audioProblemNow.withLock { $0 } }
 
     /// Whether a session is running (analysis queue).
     package var isActive: Bool { session != nil }
@@ -119,12 +168,14 @@ package final class SleepService: @unchecked Sendable {
     /// keys reach the stage with the plan).
     package func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
         settings = fresh
+        // A new schedule: check it now and wait for its own next change.
+        if scheduleTimer != nil { scheduleTick() }
     }
 
     /// Answers a socket command; runs on any queue but the analysis queue (it waits for it).
     package func handle(command: String) -> JSONObject {
         analysisQueue.sync {
-            let now = Date()
+            let now = clock()
             switch command {
             case "sleep_start": return start(at: now, scheduled: false)
             case "sleep_stop": return stop(at: now)
@@ -144,7 +195,7 @@ package final class SleepService: @unchecked Sendable {
         log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
         stateChanged(true)
         var reply: JSONObject = ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
-        if let problem = audioProblem() {
+        if let problem = audioProblem {
             reply["warning"] = .string(problem)
             log("sleep session started while \(problem)", 4)
         }
@@ -224,7 +275,7 @@ package final class SleepService: @unchecked Sendable {
             "events": .int(soFar.events),
             "snoring_now": .bool(soFar.open),
         ]
-        if let problem = audioProblem() { object["warning"] = .string(problem) }
+        if let problem = audioProblem { object["warning"] = .string(problem) }
         return object
     }
 

@@ -97,7 +97,7 @@ extension SnoreReport {
         if !loudest.isEmpty {
             lines.append("  loudest      " + loudest.map {
                 "\(timeText($0.time, timeZone: timeZone)) \(JSONValue.format(Double($0.levelDBFS), decimals: 1)) dBFS"
-            }.joined(separator: ", "))
+            }.joined(separator: ", ") + " (of the windows counted as snores)")
         }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -198,7 +198,7 @@ extension SnoreReport {
 
         // Loudest moments, above the plot.
         for moment in loudest {
-            let tip = "loudest: \(timeText(moment.time)), \(JSONValue.format(Double(moment.levelDBFS), decimals: 1)) dBFS"
+            let tip = "loudest snore: \(timeText(moment.time)), \(JSONValue.format(Double(moment.levelDBFS), decimals: 1)) dBFS"
             out += "<circle class=\"loudest\" cx=\"\(n(x(moment.time)))\" cy=\"\(n(layout.top - 6))\" r=\"4\"><title>\(escape(tip))</title></circle>\n"
         }
 
@@ -240,7 +240,7 @@ extension SnoreReport {
         let legendY = stripY + 50
         out += "<rect class=\"bar\" x=\"\(n(layout.left))\" y=\"\(n(legendY - 10))\" width=\"12\" height=\"12\"/><text x=\"\(n(layout.left + 18))\" y=\"\(n(legendY))\">share of each bin spent snoring</text>\n"
         out += "<rect class=\"episode\" x=\"\(n(layout.left + 230))\" y=\"\(n(legendY - 10))\" width=\"12\" height=\"12\"/><text x=\"\(n(layout.left + 248))\" y=\"\(n(legendY))\">episode</text>\n"
-        out += "<circle class=\"loudest\" cx=\"\(n(layout.left + 326))\" cy=\"\(n(legendY - 4))\" r=\"4\"/><text x=\"\(n(layout.left + 336))\" y=\"\(n(legendY))\">loudest moments</text>\n"
+        out += "<circle class=\"loudest\" cx=\"\(n(layout.left + 326))\" cy=\"\(n(legendY - 4))\" r=\"4\"/><text x=\"\(n(layout.left + 336))\" y=\"\(n(legendY))\">loudest snores</text>\n"
         out += "</svg>\n"
         return out
     }

@@ -78,6 +78,30 @@ package struct EnrollmentReport: Sendable {
     /// True when every held-out take scores above every held-out background window.
     package var isSeparated: Bool { (takeScores.min() ?? 0) > backgroundHighest }
 
+    /// Why the model is not ready for earshotd, one line each (empty when it is): takes not separated from the
+    /// background.
+    package var readinessProblems: [String] {
+        guard !isSeparated else { return [] }
+        return ["the takes are not separated from the background (lowest take " + String(cFormat: "%.3f", takeScores.min() ?? 0)
+                + " <= highest background " + String(cFormat: "%.3f", backgroundHighest)
+                + "): it would fire on the room's usual sounds"]
+    }
+
+    /// `--from` files named more than once (by their resolved path), each once, in order: a take given twice
+    /// counts twice and makes the separation check look better than it is.
+    package static func duplicateTakes(_ paths: [String]) -> [String] {
+        var seen: Set<String> = [], reported: Set<String> = [], duplicates: [String] = []
+        for path in paths {
+            var resolved = path
+            if let real = realpath(path, nil) {
+                resolved = String(cString: real)
+                free(real)
+            }
+            if !seen.insert(resolved).inserted, reported.insert(resolved).inserted { duplicates.append(path) }
+        }
+        return duplicates
+    }
+
     /// The lines a person reads.
     package func formatted(takeNames: [String]) -> [String] {
         var lines = ["separation (each take left out of training in turn, with a part of the background):"]

@@ -61,6 +61,40 @@ package struct TrainingReport: Sendable {
     /// Files left out because they could not be decoded.
     package let skipped: [EarshotError]
 
+    /// The fewest windows a label should have: 20 (about 10 s of the sound at the 0.48 s hop). Below that the 20 %
+    /// of files held out for validation holds 4 windows or fewer, one window moves a recall by a quarter or more,
+    /// and neither the figures nor the suggested threshold mean much (trial 4: 4 windows of `dog` gave precision
+    /// 0.015).
+    package static let minimumWindows = 20
+    /// The lowest precision and recall (cross-validation, else validation) at which a label is ready for the
+    /// daemon: 0.5, at least every other detection right and every other window of the sound found.
+    package static let minimumScore = 0.5
+
+    /// Why the model is not ready for earshotd, one line each (empty when it is): a target label (not the
+    /// background) with fewer than ``minimumWindows`` windows, or whose cross-validation (else validation)
+    /// precision or recall is below ``minimumScore``.
+    package var readinessProblems: [String] {
+        let metadata = head.metadata
+        var problems: [String] = []
+        let summary = metadata.metrics.crossValidation ?? metadata.metrics.validation
+        let check = metadata.metrics.crossValidation.map { "\($0.folds ?? 0)-fold cross-validation" } ?? "validation"
+        for (index, label) in metadata.labels.enumerated() where label != metadata.backgroundLabel {
+            let windows = index < windowsPerLabel.count ? windowsPerLabel[index] : 0
+            if windows < Self.minimumWindows {
+                problems.append("\(label) has \(windows) window\(windows == 1 ? "" : "s"), fewer than \(Self.minimumWindows) (about 10 s of the sound): add recordings of it")
+            }
+            if let metric = summary?.perLabel.first(where: { $0.label == label }),
+               metric.precision < Self.minimumScore || metric.recall < Self.minimumScore
+            {
+                problems.append("\(label): \(check) precision " + String(cFormat: "%.3f", metric.precision) + ", recall "
+                                + String(cFormat: "%.3f", metric.recall) + " (below " + String(cFormat: "%.1f", Self.minimumScore)
+                                + "): it would miss the sound or fire on others")
+            }
+        }
+        if summary == nil { problems.append("no validation: too few files to hold any out, so nothing says the model works") }
+        return problems
+    }
+
     /// The lines a person reads: the validation report and the cross-validation figures.
     package func formatted() -> [String] {
         let metadata = head.metadata
