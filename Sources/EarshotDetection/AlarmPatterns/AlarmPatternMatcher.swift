@@ -539,9 +539,11 @@ package struct AlarmPatternMatcher: Sendable {
     /// more). The traced cases, rooms whose tail fills 0.14-0.18 s of each 0.2 s step: tuning seed 60 `t4_2`, five
     /// pieces 0.02-0.03 s apart; validation seeds 126 and 129 `t4_4`, five pieces 0.04-0.05 s apart, cut every
     /// 0.2 s. Where the level dips twice per beep (at a cut after its onset and where its tail meets the next
-    /// onset: seed 60; fresh seeds 146 and 147), every other dip keeps the beat.
+    /// onset: seed 60; fresh seeds 146 and 147), every other dip keeps the beat. A burst read with its cuts lasts at
+    /// most three steps and `cutTail` s (a beep and its tail: the traced cases last 0.79-0.82 s; five beeps 0.2 s
+    /// apart, cut apart, last 0.92 s).
     static let t4MergedBeat = (steps: 0.17...0.23, spread: 0.03, largestFrequencySpread: 0.01, pieceGap: 0.055,
-                               maximumPieces: 6)
+                               maximumPieces: 6, cutTail: 0.25)
 
     /// 4 when `tones` (one burst's, consistent) are a T4 burst a room merged (``t4MergedBeat``): joined where they
     /// are pieces of one tone (`pieceGap`), one to three tones; the dips of their level (``ToneSegment/levelDips``,
@@ -580,7 +582,7 @@ package struct AlarmPatternMatcher: Sendable {
         }
         let levelDips = tones.flatMap(\.levelDips)
         // The level's dips alone (a cut may sit between a beep's two dips: seed 50), then with the cuts.
-        for dips in [dipsInside(levelDips), dipsInside(levelDips + gapDips)] where dips.count >= 3 {
+        for (dips, withCuts) in [(dipsInside(levelDips), false), (dipsInside(levelDips + gapDips), true)] where dips.count >= 3 {
             // Candidate beats: an even run of the dips (all, all but the first or the last), its step and origin.
             var beats: [(step: Double, origin: Double)] = []
             for run in [Array(dips), Array(dips.dropFirst()), Array(dips.dropLast())] where run.count >= 3 {
@@ -596,6 +598,9 @@ package struct AlarmPatternMatcher: Sendable {
             }
             for (d, origin) in beats {
                 guard t4MergedBeat.steps.contains(d), (3 * d + 0.05...4 * d + 0.35).contains(last - first) else { continue }
+                // Cut into pieces, a burst lasts four beeps and a short tail (`cutTail`): five beeps on the step, cut
+                // apart, last a step longer.
+                guard !withCuts || last - first <= 3 * d + t4MergedBeat.cutTail else { continue }
                 let tolerance = 0.1 * d + 0.02
                 func onGrid(_ time: Double, from origin: Double) -> Bool {
                     let position = (time - origin) / d
