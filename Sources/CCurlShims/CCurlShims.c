@@ -105,3 +105,7 @@ CURLcode earshot_curl_discard_body(CURL *handle) {
 CURLcode earshot_curl_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl.easy_getinfo(handle, info, value);
 }
+
+CURLcode earshot_curl_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl.easy_getinfo(handle, info, value);
+}

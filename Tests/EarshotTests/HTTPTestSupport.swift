@@ -21,6 +21,8 @@ final class HTTPTestServer: @unchecked Sendable {
     struct Answer: Sendable {
         var status: Int
         var delaySeconds: Double = 0
+        /// Extra `Name: value` lines of the answer (e.g. `Retry-After: 1`).
+        var headers: [String] = []
     }
 
     let port: Int
@@ -134,7 +136,8 @@ final class HTTPTestServer: @unchecked Sendable {
         let reply = answer(index)
         let until = Date().addingTimeInterval(reply.delaySeconds)
         while Date() < until, !stopped.load(ordering: .relaxed) { usleep(10_000) }
-        let text = "HTTP/1.1 \(reply.status) Test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+        let extra = reply.headers.map { "\($0)\r\n" }.joined()
+        let text = "HTTP/1.1 \(reply.status) Test\r\n\(extra)Content-Length: 2\r\nConnection: close\r\n\r\nok"
         _ = text.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
         answered.wrappingAdd(1, ordering: .relaxed)
     }

@@ -51,10 +51,11 @@ struct NotifyBodyTextTests {
         let alarmRequests = alarmServer.waitForRequests(2, timeout: 10)
         #expect(alarmRequests.map(\.body) == [
             "Smoke alarm: T3 pattern at 3057 Hz (confidence 1.0)",
-            "Smoke alarm ended after 11.3 s (T3 pattern at 3057 Hz)",
+            // The file ends within the alarm's 10 s hold: not an all-clear (NotifyDeliveryTests.endTexts).
+            "Smoke alarm heard for 11.3 s, then monitoring stopped (earshotd stopped or its input ended) (T3 pattern at 3057 Hz)",
         ])
-        #expect(alarmRequests.map { $0.header("Title") ?? "" } == ["Smoke alarm", "Smoke alarm ended"])
-        #expect(alarmRequests.map { $0.header("Priority") ?? "" } == ["5", "2"])
+        #expect(alarmRequests.map { $0.header("Title") ?? "" } == ["Smoke alarm", "Smoke alarm: monitoring stopped"])
+        #expect(alarmRequests.map { $0.header("Priority") ?? "" } == ["5", "4"])
 
         let demoRequests = demoServer.waitForRequests(4, timeout: 10)
         #expect(demoRequests.map(\.body) == [

@@ -123,6 +123,8 @@ struct NotifyTests {
         let sink = try Self.sink(Self.settings([server.url("/fail")]) {
             $0.retries = 2
             $0.firstRetryDelaySeconds = 0.2
+            // Not this test's subject (NotifyDeliveryTests): the smoke alarm gets its retries like any other.
+            $0.urgentRetrySeconds = 0
         }, reports)
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
         sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "Baby cry, infant cry"), time: Self.time))
@@ -146,9 +148,9 @@ struct NotifyTests {
         let health = reports.healthEvents
         #expect(health.count == 1)
         #expect(health.first?.state == .notifyFailed)
-        #expect(health.first?.message == "notifications to http://127.0.0.1:\(server.port) are failing: HTTP 503 after 3 attempts; detection goes on, and further failures are counted until one gets through")
-        #expect(health.first?.details["url"]?.stringValue == "http://127.0.0.1:\(server.port)")
-        #expect(reports.logLines == ["notify: http://127.0.0.1:\(server.port) accepts notifications again (2 failed before)"])
+        #expect(health.first?.message == "notifications to http://127.0.0.1:\(server.port)/fail are failing: HTTP 503 after 3 attempts; detection goes on, and further failures are counted until one gets through")
+        #expect(health.first?.details["url"]?.stringValue == "http://127.0.0.1:\(server.port)/fail")
+        #expect(reports.logLines == ["notify: http://127.0.0.1:\(server.port)/fail accepts notifications again (2 failed before)"])
     }
 
     @Test("a 404 is not retried; it names the key to check")
@@ -160,7 +162,7 @@ struct NotifyTests {
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
         sink.stop()
         #expect(server.requests.count == 1)
-        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(server.port) are failing: HTTP 404 after 1 attempt (check [notify] url); detection goes on, and further failures are counted until one gets through"])
+        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(server.port)/miss… are failing: HTTP 404 after 1 attempt (check [notify] url); detection goes on, and further failures are counted until one gets through"])
     }
 
     @Test("a slow server: deliver returns before the answer, the attempt times out, another URL is not held back")
@@ -172,6 +174,7 @@ struct NotifyTests {
         let reports = Reports()
         let sink = try Self.sink(Self.settings([slow.url("/slow"), fast.url("/fast")]) {
             $0.timeoutSeconds = 1
+            $0.urgentRetrySeconds = 0
             $0.retries = 0
         }, reports)
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
@@ -184,7 +187,7 @@ struct NotifyTests {
         let deadline = Date().addingTimeInterval(8)
         while reports.healthEvents.isEmpty && Date() < deadline { usleep(20_000) }
         sink.stop()
-        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(slow.port) are failing: Timeout was reached after 1 attempt; detection goes on, and further failures are counted until one gets through"])
+        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(slow.port)/slow (url 1 of 2) are failing: Timeout was reached after 1 attempt; detection goes on, and further failures are counted until one gets through"])
         #expect(sink.statistics.sent == 1)
         #expect(sink.statistics.failed == 1)
     }

@@ -29,5 +29,8 @@ CURLcode earshot_curl_setopt_pointer(CURL *handle, CURLoption option, const void
 CURLcode earshot_curl_discard_body(CURL *handle);
 /// `curl_easy_getinfo` with a `long` result (CURLINFO_RESPONSE_CODE).
 CURLcode earshot_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
+/// `curl_easy_getinfo` with a `curl_off_t` result (CURLINFO_RETRY_AFTER: the answer's `Retry-After` in seconds, 0
+/// when there was none; libcurl reads both the seconds and the HTTP-date forms).
+CURLcode earshot_curl_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value);
 
 #endif

@@ -394,6 +394,18 @@ package final class DetectionStage {
         return stop()
     }
 
+    /// The capture device went away: ends open alarm, classifier and snoring events now (`stream_gap`, each at its
+    /// last positive window, as the gap that comes when audio returns would), after analysing the held audio, so
+    /// that an event does not stay open for the whole outage, or for ever when the device never returns. The audio
+    /// that returns starts a new window grid, as after any gap.
+    package func captureLost() -> [Output] {
+        analyseHeld()
+        appendAlarms(alarms?.finish(reason: .streamGap) ?? [])
+        for event in engine.reset(at: counters.streamTime) { outputs.append(.detection(event)) }
+        if snore != nil { appendSnore(snore!.reset()) }
+        return takeOutputs()
+    }
+
     /// Ends open alarm and classifier events now (the daemon stops: `stream_end`), after analysing the held audio.
     package func stop() -> [Output] {
         analyseHeld()

@@ -31,6 +31,9 @@ package final class EventHistoryWriter: @unchecked Sendable {
         case failing(String)
         /// Storing works again after a failure; the line says how many events were lost.
         case recovered(String)
+        /// The open database file was deleted or replaced (its path now names another file, or none): a new one
+        /// was opened (created) at the path, and events go there from now on. Sent once per such change.
+        case replaced(String)
     }
 
     /// Events held in memory while the database cannot be written (days of busy detections).
@@ -73,6 +76,8 @@ package final class EventHistoryWriter: @unchecked Sendable {
     private let counters = Mutex(Statistics())
 
     private var history: EventHistory?
+    /// The device and inode of the file `history` has open, to notice a file deleted or replaced under it.
+    private var openedFile: FileIdentity?
     private var backlog: [HistoryEvent] = []
     private var lostSinceFailure = 0
     private var retryTimer: DispatchSourceTimer?
@@ -182,9 +187,23 @@ package final class EventHistoryWriter: @unchecked Sendable {
     }
 
     private func openIfNeeded() throws(EarshotError) -> EventHistory {
-        if let history { return history }
+        if let history {
+            // Deleted (`rm history.sqlite3`, the only way the README gave to clear it) or replaced: SQLite would go
+            // on writing into the unlinked file, and every later event would be lost with it (trial 6 #11).
+            guard let opened = openedFile, FileIdentity(path: path) != opened else { return history }
+            self.history = nil  // closes the old file first (its WAL is checkpointed into it, not into the new one)
+            openedFile = nil
+            let reopened = try open()
+            report(.replaced("event history \(path) was deleted or replaced while earshotd had it open; a new database was created there and events are stored in it from now on (the events before are only in the old file, gone if it was deleted)"))
+            return reopened
+        }
+        return try open()
+    }
+
+    private func open() throws(EarshotError) -> EventHistory {
         let opened = try EventHistory(path: path, access: .readWrite, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
         history = opened
+        openedFile = FileIdentity(path: path)
         prune()
         startPruneTimer()
         return opened
@@ -215,5 +234,19 @@ package final class EventHistoryWriter: @unchecked Sendable {
         timer.setEventHandler { [weak self] in self?.drain() }
         retryTimer = timer
         timer.resume()
+    }
+}
+
+/// A file's device and inode (`stat`): the same path naming another file, or none, is a different identity.
+private struct FileIdentity: Equatable {
+    var device: UInt64
+    var inode: UInt64
+
+    /// nil when `path` cannot be stat'ed (deleted). The corresponding C function is `stat`.
+    init?(path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
     }
 }

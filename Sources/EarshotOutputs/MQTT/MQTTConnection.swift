@@ -25,7 +25,7 @@ package protocol MQTTConnectionDelegate: AnyObject, Sendable {
 /// ``enqueue(_:)`` and ``stop(finally:timeout:)`` write to, and drives libmosquitto's read, write and keep-alive
 /// steps itself (`mosquitto_loop_read`, `_write`, `_misc`). Each attempt uses a fresh handle (a lost connection's
 /// handle is destroyed, so that nothing it held is sent twice by libmosquitto; the outbox resends what the broker
-/// did not acknowledge). Attempts back off 1, 2, 4 ... 60 s after failures of any kind, a name that does not
+/// did not acknowledge). Attempts back off 1, 2, 4, 5, 5 ... s after failures of any kind, a name that does not
 /// resolve included (libmosquitto's own reconnect gives up on those); a success resets the back-off.
 ///
 /// MQTT 3.1.1, clean session, QoS 0 and 1. The corresponding C library is libmosquitto (`mosquitto_new`,
@@ -92,9 +92,13 @@ package final class MQTTConnection: @unchecked Sendable {
         package var description: String { "\(host.contains(":") ? "[\(host)]" : host):\(port)" }
     }
 
-    /// Seconds between attempts after failures: doubled from the first to the last.
+    /// Seconds between attempts after failures: doubled from the first to the last, 1, 2, 4, 5, 5 ... The cap is
+    /// 5 s (it was 60 s) because what waits is an alarm: a broker restarted (a Mosquitto add-on update, a Home
+    /// Assistant restart: half a minute) must see the daemon back within 5 s, not after the next step of a back-off
+    /// that grew all through the outage (trial 6: a smoke alarm reached Home Assistant 31 s after the broker was
+    /// back); an attempt costs one TCP connect (and a TLS handshake), nothing at one per 5 s.
     package static let firstBackoff = 1.0
-    package static let maximumBackoff = 60.0
+    package static let maximumBackoff = 5.0
     /// Seconds an attempt may take from its start to the broker's CONNACK.
     package static let connectTimeout = 10.0
     /// Seconds a connection must last for the back-off to start again from ``firstBackoff``: a broker that drops

@@ -69,13 +69,21 @@ package struct MQTTOutbox: Sendable {
     /// The entries not yet sent on this connection, in order.
     package var unsent: [Entry] { entries.filter { $0.mid == nil } }
 
-    /// Notes that the entry `sequence` was handed to libmosquitto as `mid`. A QoS 0 message is done once written
-    /// (libmosquitto acknowledges it with the same callback as a PUBACK).
+    /// Notes that the entry `sequence` was handed to libmosquitto as `mid`. A QoS 0 message is done then: nothing
+    /// acknowledges it, and libmosquitto's publish callback for it runs inside `mosquitto_publish` when the packet
+    /// is written at once, before its mid is known here (trial 6: such entries stayed for ever, `waiting` climbed
+    /// to the limit and every later message counted one as dropped); a QoS 0 message lost with the connection is
+    /// not sent again anyway.
     package mutating func markSent(sequence: UInt64, mid: Int32) {
-        if let index = entries.firstIndex(where: { $0.sequence == sequence }) { entries[index].mid = mid }
+        guard let index = entries.firstIndex(where: { $0.sequence == sequence }) else { return }
+        if entries[index].message.qos == 0 {
+            entries.remove(at: index)
+        } else {
+            entries[index].mid = mid
+        }
     }
 
-    /// The broker acknowledged `mid` (QoS 1), or libmosquitto wrote it (QoS 0): the entry is done.
+    /// The broker acknowledged `mid` (QoS 1): the entry is done (a QoS 0 entry is gone already, ``markSent``).
     package mutating func acknowledge(mid: Int32) {
         if let index = entries.firstIndex(where: { $0.mid == mid }) { entries.remove(at: index) }
     }

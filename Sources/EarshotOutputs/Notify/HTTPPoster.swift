@@ -11,8 +11,10 @@ import EarshotSupport
 final class HTTPPoster {
     /// What one POST came to.
     enum Outcome: Sendable, Equatable {
-        /// The server answered with this HTTP status (any: the caller decides what is a success).
-        case status(Int)
+        /// The server answered with this HTTP status (any: the caller decides what is a success), and with the
+        /// seconds its `Retry-After` header asked for (nil without one; an HTTP-date is turned into seconds from
+        /// now by libcurl).
+        case status(Int, retryAfterSeconds: Double?)
         /// No answer: libcurl's error text (`curl_easy_strerror`), e.g. `Timeout was reached`,
         /// `Couldn't connect to server`.
         case failed(String)
@@ -38,8 +40,9 @@ final class HTTPPoster {
     deinit { earshot_curl_easy_cleanup(handle) }
 
     /// POSTs `body` to `url` with `headers` (`Name: value`), waiting at most `timeoutSeconds` for the whole
-    /// exchange (connect included). No redirects are followed; the response body is read and discarded.
-    /// The corresponding C functions are `curl_easy_setopt`, `curl_easy_perform` and `curl_easy_getinfo`.
+    /// exchange (connect included). No redirects are followed; the response body is read and discarded; the
+    /// status and `Retry-After` are returned. The corresponding C functions are `curl_easy_setopt`,
+    /// `curl_easy_perform` and `curl_easy_getinfo` (`CURLINFO_RESPONSE_CODE`, `CURLINFO_RETRY_AFTER`).
     func post(url: String, headers: [String], body: [UInt8], timeoutSeconds: Double) -> Outcome {
         earshot_curl_easy_reset(handle)
         var list: UnsafeMutablePointer<curl_slist>?
@@ -82,6 +85,9 @@ final class HTTPPoster {
         guard earshot_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK else {
             return .failed("no HTTP status (curl_easy_getinfo)")
         }
-        return .status(status)
+        // CURLINFO_RETRY_AFTER: libcurl 7.66 on; 0 when the header is missing or unreadable.
+        var retryAfter: curl_off_t = 0
+        let readRetryAfter = earshot_curl_getinfo_off_t(handle, CURLINFO_RETRY_AFTER, &retryAfter) == CURLE_OK
+        return .status(status, retryAfterSeconds: readRetryAfter && retryAfter > 0 ? Double(retryAfter) : nil)
     }
 }

@@ -37,6 +37,25 @@ package struct NotifySettings: Sendable, Equatable {
     package var firstRetryDelaySeconds: Double = 1
     /// The longest wait between two attempts, in seconds (not a key). Default 60.
     package var maximumRetryDelaySeconds: Double = 60
+    /// How long an onset or reminder of an urgent group (``NotificationMessage/urgentGroups``: smoke, CO, fire) is
+    /// retried while the answer is worth retrying (no answer, 408, 429, 5xx), in seconds (not a key). Default 900
+    /// (15 minutes): a rate limit (ntfy.sh answers 429 once a visitor's burst is used; it refills in seconds to
+    /// minutes) or a home server's restart (an update of Home Assistant or of a self-hosted ntfy: a minute or two)
+    /// must not cost the one message that matters, and an alarm told 15 minutes late still matters to someone away
+    /// from home; beyond that, a URL that still refuses is down, and the queue behind it (the end, reminders,
+    /// other groups) must move on. `retries` bounds every other notification.
+    package var urgentRetrySeconds: Double = 900
+    /// The longest wait between two attempts of an urgent onset (not a key), in seconds, default 10, unless the
+    /// server's `Retry-After` asks for longer: once the server is back, the alarm arrives within this.
+    package var urgentMaximumRetryDelaySeconds: Double = 10
+    /// The longest `Retry-After` (HTTP 429 or 503, seconds or a date) honoured, in seconds (not a key), default 60:
+    /// a server asking for an hour must not hold a smoke alarm for an hour.
+    package var maximumRetryAfterSeconds: Double = 60
+    /// How long an end caused by a reload or a gap in the audio (reasons `reload`, `stream_gap`) is held before it
+    /// is notified, in seconds (not a key), default 30: a new event of the group within it is the same sound
+    /// still going (a reload restarts the window grid, a short outage ends open events), so the end is dropped and
+    /// the new event carries on the notified one (no second onset message, its end notified).
+    package var continuationSeconds: Double = 30
     /// Notifications waiting per URL before further ones are dropped for it (counted), not a key. Default 256.
     package var queueLimit = 256
 
@@ -115,8 +134,25 @@ package struct NotifySettings: Sendable, Equatable {
         return nil
     }
 
+    /// `url` as health events and logs show it: `scheme://host[:port]`, then each segment of its path cut to
+    /// its first 4 characters (`…` marks a cut), never its user, password, query or fragment (a ntfy topic or a
+    /// webhook token is a secret, and 4 characters do not give it away), and, with several URLs, its position in
+    /// `[notify] url`: `https://ntfy.sh/kitc… (url 2 of 3)`. Two URLs on one server are told apart by the
+    /// position even when their paths begin alike.
+    package static func shownURL(_ url: String, index: Int, count: Int) -> String {
+        var shown = shownOrigin(url)
+        if let range = url.firstRange(of: "://") {
+            let rest = url[range.upperBound...]
+            let path = rest.drop { $0 != "/" && $0 != "?" && $0 != "#" }.prefix { $0 != "?" && $0 != "#" }
+            for segment in path.split(separator: "/", omittingEmptySubsequences: false).dropFirst() {
+                shown += "/" + segment.prefix(4) + (segment.count > 4 ? "…" : "")
+            }
+        }
+        return count > 1 ? "\(shown) (url \(index + 1) of \(count))" : shown
+    }
+
     /// `scheme://host[:port]` of `url`, without user, path or query (a ntfy topic or a webhook token in the path
-    /// is a secret): what health events and logs show.
+    /// is a secret).
     package static func shownOrigin(_ url: String) -> String {
         guard let range = url.firstRange(of: "://") else { return url }
         let scheme = url[..<range.lowerBound].lowercased()

@@ -67,6 +67,11 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var since: Date
     }
 
+    private struct HeldEnd {
+        var generation: Int
+        var object: JSONObject
+    }
+
     private struct State {
         var reportHealth: (@Sendable (HealthEvent) -> Void)?
         /// Uptime seconds of each group's last notification (onset or reminder).
@@ -75,6 +80,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var open: [String: OpenEvent] = [:]
         /// Groups whose open event was notified (its onset or a reminder): their end is notified with `on_end`.
         var notifiedOpen: Set<String> = []
+        /// Ends of notified events caused by a reload or a gap in the audio, held for
+        /// ``NotifySettings/continuationSeconds`` (with `on_end`): the group's next onset within it drops the end.
+        var heldEnds: [String: HeldEnd] = [:]
         var generation = 0
         var stopped = false
     }
@@ -82,6 +90,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// One URL: its queue, libcurl handle and counters.
     private final class Target: @unchecked Sendable {
         let url: String
+        /// The URL as messages show it (``NotifySettings/shownURL(_:index:count:)``).
         let origin: String
         let queue: DispatchQueue
         /// Used on ``queue`` only.
@@ -90,11 +99,14 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let failing = Atomic<Bool>(false)
         /// Failures since the URL last succeeded (for the recovery line).
         let failuresInRow = Atomic<Int>(0)
+        /// Groups whose last onset or reminder this URL never accepted (given up): their end says so. Used on
+        /// ``queue`` only.
+        var missedOnsets: Set<String> = []
 
-        init(url: String) throws(EarshotError) {
+        init(url: String, index: Int, count: Int) throws(EarshotError) {
             self.url = url
-            origin = NotifySettings.shownOrigin(url)
-            queue = DispatchQueue(label: "earshot.notify.\(origin)")
+            origin = NotifySettings.shownURL(url, index: index, count: count)
+            queue = DispatchQueue(label: "earshot.notify.\(index)")
             poster = try HTTPPoster()
         }
     }
@@ -107,7 +119,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         self.settings = settings
         self.log = log
         var targets: [Target] = []
-        for url in settings.urls { targets.append(try Target(url: url)) }
+        for (index, url) in settings.urls.enumerated() {
+            targets.append(try Target(url: url, index: index, count: settings.urls.count))
+        }
         self.targets = targets
     }
 
@@ -149,21 +163,40 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let isPoint = group == AlarmEvent.alarmChirp
         let now = Self.uptime()
         let repeatAfter = settings.repeatAfterSeconds
-        enum Decision { case notify(reminderGeneration: Int?), suppress(reminderGeneration: Int?, after: Double), end(Bool), none }
+        enum Decision {
+            case notify(reminderGeneration: Int?), suppress(reminderGeneration: Int?, after: Double)
+            case carryOn(reminderGeneration: Int, after: Double?), end(Bool), hold(generation: Int), none
+        }
+        let continuation = settings.continuationSeconds
         let decision = state.withLock { state -> Decision in
             guard !state.stopped else { return .none }
             if !isOnset {
                 state.open[group] = nil
                 let notifyEnd = state.notifiedOpen.remove(group) != nil && settings.onEnd
+                guard notifyEnd else { return .end(false) }
+                // A reload or a gap ended the event, not the sound: wait for the group's next onset.
+                let reason = object["reason"]?.stringValue
+                if continuation > 0, reason == DetectionEvent.EndReason.reload.rawValue
+                    || reason == DetectionEvent.EndReason.streamGap.rawValue {
+                    state.generation += 1
+                    state.heldEnds[group] = HeldEnd(generation: state.generation, object: object)
+                    return .hold(generation: state.generation)
+                }
                 // The phone now says the sound ended: the next onset is news, whatever repeat_after says.
-                if notifyEnd { state.lastNotified[group] = nil }
-                return .end(notifyEnd)
+                state.lastNotified[group] = nil
+                return .end(true)
             }
             var generation: Int?
             if !isPoint {
                 state.generation += 1
                 generation = state.generation
                 state.open[group] = OpenEvent(generation: state.generation, object: object, since: routed.time)
+            }
+            if let generation, state.heldEnds.removeValue(forKey: group) != nil {
+                // The same sound after a reload or a gap: the phone already knows; its end will be notified.
+                state.notifiedOpen.insert(group)
+                let after = state.lastNotified[group].map { max(0, $0 + repeatAfter - now) }
+                return .carryOn(reminderGeneration: generation, after: after)
             }
             if repeatAfter > 0, let last = state.lastNotified[group], now - last < repeatAfter {
                 return .suppress(reminderGeneration: generation, after: last + repeatAfter - now)
@@ -177,6 +210,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return
         case .end(true):
             enqueue(NotificationMessage(object: object, group: group, kind: .end, format: settings.format))
+        case .hold(let generation):
+            reminderQueue.asyncAfter(deadline: .now() + continuation) { [weak self] in
+                self?.releaseHeldEnd(group: group, generation: generation)
+            }
+        case .carryOn(let generation, let after):
+            if repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: after ?? repeatAfter) }
         case .suppress(let generation, let after):
             suppressed.wrappingAdd(1, ordering: .relaxed)
             if let generation, repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: after) }
@@ -187,7 +226,15 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     package func stop() {
-        state.withLock { $0.stopped = true }
+        let held = state.withLock { state -> [(String, JSONObject)] in
+            state.stopped = true
+            defer { state.heldEnds = [:] }
+            return state.heldEnds.sorted { $0.value.generation < $1.value.generation }.map { ($0.key, $0.value.object) }
+        }
+        // Held ends go out now, as what they are (the sound was not heard again before stopping).
+        for (group, object) in held {
+            enqueue(NotificationMessage(object: object, group: group, kind: .end, format: settings.format))
+        }
         stopDeadline.store(
             DispatchTime.now().uptimeNanoseconds + UInt64(settings.timeoutSeconds * 1e9), ordering: .relaxed)
         stopping.store(true, ordering: .relaxed)
@@ -201,6 +248,18 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     // MARK: Reminders and sending
+
+    /// A held end whose group had no onset within ``NotifySettings/continuationSeconds``: notified now.
+    private func releaseHeldEnd(group: String, generation: Int) {
+        let object = state.withLock { state -> JSONObject? in
+            guard !state.stopped, let held = state.heldEnds[group], held.generation == generation else { return nil }
+            state.heldEnds[group] = nil
+            state.lastNotified[group] = nil
+            return held.object
+        }
+        guard let object else { return }
+        enqueue(NotificationMessage(object: object, group: group, kind: .end, format: settings.format))
+    }
 
     private func scheduleReminder(group: String, generation: Int, after seconds: Double) {
         reminderQueue.asyncAfter(deadline: .now() + max(0, seconds)) { [weak self] in
@@ -243,15 +302,34 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// Tries `message` on `target` (on its queue), with retries, and counts and reports the outcome.
-    private func send(_ message: NotificationMessage, to target: Target) {
+    ///
+    /// A retry waits 1, 2, 4 ... s (``NotifySettings/retryDelay(beforeRetry:)``), or what the server's
+    /// `Retry-After` asks when longer (at most ``NotifySettings/maximumRetryAfterSeconds``). An onset or reminder
+    /// of an urgent group is retried for ``NotifySettings/urgentRetrySeconds`` (waits of at most
+    /// ``NotifySettings/urgentMaximumRetryDelaySeconds`` unless `Retry-After` says more) instead of `retries`
+    /// times; the outage is reported once its `retries` are used up, as for any other. An end whose onset this URL
+    /// never accepted says so (``NotificationMessage/missedOnset()``): the phone never reads "ended" about an
+    /// alarm it was not told of.
+    private func send(_ original: NotificationMessage, to target: Target) {
+        var message = original
+        switch original.kind {
+        case .end:
+            if target.missedOnsets.remove(original.group) != nil { message = original.missedOnset() }
+        case .onset, .reminder:
+            break
+        }
+        let urgent = message.kind != .end && NotificationMessage.urgentGroups.contains(message.group)
+        let started = Self.uptime()
         var attempt = 0
         var lastProblem = ""
+        var reported = false
         while true {
             var timeout = settings.timeoutSeconds
             if stopping.load(ordering: .relaxed) {
                 let left = Double(Int64(stopDeadline.load(ordering: .relaxed)) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
                 guard left > 0.05 else {
-                    failed.wrappingAdd(1, ordering: .relaxed)
+                    // Counted, and logged by stop(); not an outage of the URL.
+                    giveUp(message, on: target, problem: lastProblem, attempts: attempt, retryable: true, reported: true)
                     return
                 }
                 timeout = min(timeout, left)
@@ -260,35 +338,70 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             let outcome = target.poster.post(
                 url: target.url, headers: message.headers, body: message.body, timeoutSeconds: timeout)
             let retryable: Bool
+            var retryAfter: Double?
             switch outcome {
-            case .status(let status) where (200..<300).contains(status):
+            case .status(let status, _) where (200..<300).contains(status):
                 sent.wrappingAdd(1, ordering: .relaxed)
+                if message.kind != .end { target.missedOnsets.remove(message.group) }
                 let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
                 if target.failing.exchange(false, ordering: .relaxed) {
-                    log("notify: \(target.origin) accepts notifications again (\(failures) failed before)", 6)
+                    let before = failures == 0
+                        ? "none was lost" : "\(failures) failed before"
+                    log("notify: \(target.origin) accepts notifications again (\(before))", 6)
                 }
                 return
-            case .status(let status):
+            case .status(let status, let retryAfterSeconds):
                 lastProblem = "HTTP \(status)"
                 retryable = status == 408 || status == 429 || status >= 500
+                retryAfter = retryAfterSeconds
             case .failed(let text):
                 lastProblem = text
                 retryable = true
             }
-            if retryable, attempt <= settings.retries, !stopping.load(ordering: .relaxed) {
-                if waitUnlessStopping(settings.retryDelay(beforeRetry: attempt)) { continue }
+            let now = Self.uptime()
+            let urgentLeft = urgent ? started + settings.urgentRetrySeconds - now : 0
+            if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || urgentLeft > 0 {
+                var wait = settings.retryDelay(beforeRetry: attempt)
+                if urgent { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
+                if let retryAfter { wait = max(wait, min(retryAfter, settings.maximumRetryAfterSeconds)) }
+                if attempt > settings.retries { wait = min(wait, max(0, urgentLeft)) }
+                if attempt == settings.retries + 1, !reported {
+                    // An urgent onset still being retried: the outage is said now, not in 15 minutes.
+                    reported = true
+                    reportFailing(target, problem: lastProblem, attempts: attempt, retryable: true,
+                                  note: "; this \(message.group) notification is tried again for up to \(Self.duration(settings.urgentRetrySeconds))")
+                }
+                if waitUnlessStopping(wait) { continue }
             }
-            failed.wrappingAdd(1, ordering: .relaxed)
-            let failures = target.failuresInRow.wrappingAdd(1, ordering: .relaxed).newValue
-            guard !target.failing.exchange(true, ordering: .relaxed) else { return }
-            let advice = retryable ? "" : " (check [notify] url)"
-            let health = HealthEvent(
-                state: .notifyFailed,
-                message: "notifications to \(target.origin) are failing: \(lastProblem) after \(attempt) attempt\(attempt == 1 ? "" : "s")\(advice); detection goes on, and further failures are counted until one gets through",
-                details: ["url": .string(target.origin), "failed": .int(failures)])
-            state.withLock { $0.reportHealth }?(health)
+            giveUp(message, on: target, problem: lastProblem, attempts: attempt, retryable: retryable, reported: reported)
             return
         }
+    }
+
+    /// Counts `message` as failed on `target`, remembers an undelivered onset, and reports the outage once.
+    private func giveUp(_ message: NotificationMessage, on target: Target, problem: String, attempts: Int,
+                        retryable: Bool, reported: Bool) {
+        failed.wrappingAdd(1, ordering: .relaxed)
+        if message.kind != .end, message.group != AlarmEvent.alarmChirp { target.missedOnsets.insert(message.group) }
+        target.failuresInRow.wrappingAdd(1, ordering: .relaxed)
+        guard !reported, attempts > 0 else { return }
+        reportFailing(target, problem: problem, attempts: attempts, retryable: retryable, note: "")
+    }
+
+    /// The `notify_failed` health event, once per outage of `target` (until it accepts one again).
+    private func reportFailing(_ target: Target, problem: String, attempts: Int, retryable: Bool, note: String) {
+        guard !target.failing.exchange(true, ordering: .relaxed) else { return }
+        let advice = retryable ? "" : " (check [notify] url)"
+        let health = HealthEvent(
+            state: .notifyFailed,
+            message: "notifications to \(target.origin) are failing: \(problem) after \(attempts) attempt\(attempts == 1 ? "" : "s")\(advice)\(note); detection goes on, and further failures are counted until one gets through",
+            details: ["url": .string(target.origin), "failed": .int(target.failuresInRow.load(ordering: .relaxed))])
+        state.withLock { $0.reportHealth }?(health)
+    }
+
+    /// `15 min`, `90 s`.
+    private static func duration(_ seconds: Double) -> String {
+        seconds >= 120 ? "\(Int((seconds / 60).rounded())) min" : "\(Int(seconds.rounded())) s"
     }
 
     /// Sleeps `seconds` in short steps; false when the sink began stopping meanwhile.
@@ -313,6 +426,10 @@ package struct NotificationMessage: Sendable, Equatable {
     /// `Name: value` lines.
     package var headers: [String]
     package var body: [UInt8]
+    package let kind: Kind
+    package let group: String
+    private let object: JSONObject
+    private let format: NotifySettings.Format
 
     /// Groups whose notifications are urgent (ntfy priority 5).
     package static let urgentGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
@@ -325,17 +442,30 @@ package struct NotificationMessage: Sendable, Equatable {
     ///     `Baby cry (confidence 0.99)`, with `Title: Smoke alarm`, `Priority: 5` and
     ///     `Tags: rotating_light,smoke_alarm`; an end is `Baby cry ended after 7.2 s` or `Smoke alarm ended after
     ///     28.0 s (T3 pattern at 3057 Hz)` (`Title: Smoke alarm ended`, priority 2, tag `white_check_mark`), a
-    ///     reminder `... still heard after 5 min` (`Title: Smoke alarm still heard`).
-    package init(object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format) {
+    ///     reminder `... still heard after 5 min` (`Title: Smoke alarm still heard`). An end says what ended the
+    ///     event (its `reason`): the sound (`hold_elapsed`, `pattern_stopped`: `... ended after 28.0 s`), a reload
+    ///     the group did not resume after (`reload`: `... ended after 13.8 s, not heard again after a configuration
+    ///     reload`), the audio capture (`stream_gap`: `Smoke alarm heard for 13.9 s, then the audio capture was lost`,
+    ///     `Title: Smoke alarm: capture lost`, priority 4, tag `warning`), or monitoring (`stream_end`: `Smoke alarm
+    ///     heard for 9.7 s, then monitoring stopped (earshotd stopped or its input ended)`, `Title: Smoke alarm:
+    ///     monitoring stopped`, priority 4, tag `warning`): not an all-clear.
+    ///   - onsetMissed: for an end, the URL never accepted the event's onset (``missedOnset()``).
+    package init(object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format, onsetMissed: Bool = false) {
+        self.kind = kind
+        self.group = group
+        self.object = object
+        self.format = format
         switch format {
         case .json:
             headers = ["Content-Type: application/json"]
+            var object = object
+            if onsetMissed { object["onset_delivered"] = .bool(false) }
             body = Array(object.encoded.utf8)
         case .ntfy:
             let (what, evidence) = Self.heard(object, group: group)
             let title = GroupTitle.of(group)
-            let text: String
-            let priority: Int
+            var text: String
+            var priority: Int
             var tags: [String]
             let urgent = Self.urgentGroups.contains(group)
             switch kind {
@@ -347,11 +477,30 @@ package struct NotificationMessage: Sendable, Equatable {
                 priority = urgent ? 5 : group == "glass_break" ? 4 : 3
                 tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
             case .end:
-                let duration = object["duration"]?.doubleValue ?? 0
-                text = "\(what) ended after \(Self.duration(duration))" + (evidence.map { " (\($0))" } ?? "")
-                headers = ["Title: \(title) ended"]
-                priority = 2
-                tags = ["white_check_mark"]
+                let duration = Self.duration(object["duration"]?.doubleValue ?? 0)
+                let shownEvidence = evidence.map { " (\($0))" } ?? ""
+                switch object["reason"]?.stringValue.flatMap(DetectionEvent.EndReason.init(rawValue:)) {
+                case .streamGap?:
+                    text = "\(what) heard for \(duration), then the audio capture was lost\(shownEvidence)"
+                    headers = ["Title: \(title): capture lost"]
+                    priority = 4
+                    tags = ["warning"]
+                case .streamEnd?:
+                    text = "\(what) heard for \(duration), then monitoring stopped (earshotd stopped or its input ended)\(shownEvidence)"
+                    headers = ["Title: \(title): monitoring stopped"]
+                    priority = 4
+                    tags = ["warning"]
+                case .reload?:
+                    text = "\(what) ended after \(duration)\(shownEvidence), not heard again after a configuration reload"
+                    headers = ["Title: \(title) ended"]
+                    priority = 2
+                    tags = ["white_check_mark"]
+                default:
+                    text = "\(what) ended after \(duration)\(shownEvidence)"
+                    headers = ["Title: \(title) ended"]
+                    priority = 2
+                    tags = ["white_check_mark"]
+                }
             case .reminder:
                 let ongoing = Double(object["ongoing_seconds"]?.doubleValue ?? 0)
                 text = "\(what) still heard after \(Self.duration(ongoing))" + (evidence.map { " (\($0))" } ?? "")
@@ -359,11 +508,22 @@ package struct NotificationMessage: Sendable, Equatable {
                 priority = urgent ? 5 : group == "glass_break" ? 4 : 3
                 tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
             }
+            if onsetMissed {
+                // The first the phone hears of this event: as loud as an onset.
+                text += "; its start could not be delivered"
+                priority = max(priority, urgent ? 5 : 3)
+            }
             tags.append(group)
             headers += ["Priority: \(priority)", "Tags: \(tags.joined(separator: ","))", "Content-Type: text/plain; charset=utf-8"]
             headers = headers.map(Self.headerSafe)
             body = Array(text.utf8)
         }
+    }
+
+    /// This end, for a URL that never accepted the event's onset (given up after its retries): ntfy appends `;
+    /// its start could not be delivered` and raises the priority to the onset's; JSON adds `"onset_delivered":false`.
+    package func missedOnset() -> NotificationMessage {
+        NotificationMessage(object: object, group: group, kind: kind, format: format, onsetMissed: true)
     }
 
     /// What was heard, in the words a phone should show, and the evidence when there is some to show:

@@ -169,6 +169,7 @@ package final class HistorySink: OutputSink {
             switch report {
             case .failing(let line): reporter.report(HealthEvent(state: .historyUnavailable, message: line))
             case .recovered(let line): log(line)
+            case .replaced(let line): reporter.report(HealthEvent(state: .historyUnavailable, message: line))
             }
         }
         relay = reporter

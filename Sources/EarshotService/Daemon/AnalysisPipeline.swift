@@ -94,6 +94,12 @@ final class AnalysisPipeline {
         hand(stage.stop())
     }
 
+    /// The capture device went away: analyses what the ring holds, then ends open events (`stream_gap`).
+    func captureLost() {
+        pump(drain: true)
+        hand(stage.captureLost())
+    }
+
     /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
     /// then ends open events.
     func finishInput() {

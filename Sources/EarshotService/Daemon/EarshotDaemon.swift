@@ -19,7 +19,8 @@ import EarshotOutputs
 /// in reverse: `STOPPING=1`, capture stops, the analysis drains the ring and ends open events, clips in progress
 /// are written, the router delivers everything routed and stops the sinks in reverse order (the history commits,
 /// the socket sends `{"type":"shutdown"}` and its file is removed), then the process exits with the status.
-/// `READY=1` once audio flows (the first chunk read from the ring); watchdog pings while the analysis queue keeps
+/// `READY=1` once audio flows (the first chunk read from the ring), or once the daemon serves while it waits for a
+/// capture device that cannot be opened yet (`STATUS=waiting for ...`); watchdog pings while the analysis queue keeps
 /// polling; SIGTERM/SIGINT stop as above (exit 0); SIGHUP reloads the configuration file (groups, thresholds,
 /// window, gate; the device and the socket path need a restart); the end of an `--input` file or stdin scores the
 /// last window, ends open events and exits 0.
@@ -58,6 +59,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let notifySettings: DaemonConfiguration.Notify
     /// Set once `--fallback-input` replaced a device that could not be opened.
     private let usingFallback = Atomic<Bool>(false)
+    /// Set once READY=1 went to systemd (audio flowed, or the daemon began waiting for the device).
+    private let readySent = Atomic<Bool>(false)
     private let control = DispatchQueue(label: "earshot.control")
     /// Where SIGTERM, SIGINT and SIGHUP arrive: a queue of their own, so that a reload (on `control`) that waits on a
     /// file or the analysis queue can never keep the daemon from stopping.
@@ -409,8 +412,21 @@ package final class EarshotDaemon: @unchecked Sendable {
                 journal.log("capture still unavailable: \(error.message)\(retry)", priority: 4)
             } else {
                 router.route(.health(HealthEvent(state: .captureUnavailable, message: error.message + retry)))
+                // Open events end now (stream_gap, at their last positive window), not when the device returns.
+                analysisQueue.async { [self] in pipeline.captureLost() }
             }
-            _ = try? notifier.status("waiting for \(sourceDescription): \(error.message)")
+            // Serving already (socket, outputs, capture_unavailable published): READY=1 now, so that a unit with
+            // Type=notify waits for the device instead of killing the daemon at its start timeout (trial 6 #3).
+            let waiting = "waiting for \(sourceDescription): \(error.message)"
+            do {
+                if readySent.exchange(true, ordering: .relaxed) {
+                    try notifier.status(waiting)
+                } else {
+                    try notifier.ready(status: waiting)
+                }
+            } catch {
+                journal.log("sd_notify: \(error.message)")
+            }
         case .finished:
             analysisQueue.sync { pipeline.finishInput() }
             // A file cut short is analysed as far as it goes, as `earshot analyze` does, and named once, after the
@@ -434,6 +450,8 @@ package final class EarshotDaemon: @unchecked Sendable {
 
     fileprivate func audioStarted() {
         do {
+            // READY=1 again when the device was waited for: systemd ignores a second one; the status is what counts.
+            readySent.store(true, ordering: .relaxed)
             try notifier.ready(status: "listening to \(sourceDescription)")
         } catch {
             journal.log("sd_notify: \(error.message)")

@@ -1,0 +1,150 @@
+import Foundation
+import Synchronization
+import Testing
+import EarshotSupport
+import EarshotDetection
+import EarshotOutputs
+
+/// Trial 6: an alarm's onset is not lost to a rate limit (`Retry-After` honoured, urgent onsets retried for
+/// minutes), the phone never reads "ended" about an event it was not told of, and an end that the sound did not
+/// cause (a reload, a capture outage, stopping) says what happened. Against real HTTP servers on 127.0.0.1.
+@Suite("Notify: delivery of alarm onsets and what ends say")
+struct NotifyDeliveryTests {
+    static func end(
+        _ group: String = "smoke_alarm", label: String = "Smoke detector, smoke alarm", reason: DetectionEvent.EndReason
+    ) -> DaemonOutput {
+        .detection(.offset(.init(
+            group: group, classLabel: label, start: 12.48, end: 24.96, peakConfidence: 0.93, meanConfidence: 0.7,
+            positiveWindows: 20, reason: reason)))
+    }
+
+    @Test("429 with Retry-After: 1 three times, then 200: the smoke onset arrives, each retry waits the second asked, the end follows it")
+    func rateLimitedSmokeOnset() throws {
+        let server = try HTTPTestServer { index in index < 3 ? .init(status: 429, headers: ["Retry-After: 1"]) : .init(status: 200) }
+        defer { server.stop() }
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/phone?auth=secret")]) {
+            $0.format = .ntfy
+            $0.onEnd = true
+            // The default 3 would end at 0.05 + 0.1 + 0.2 s without Retry-After; one retry, then the urgent rule.
+            $0.retries = 1
+            $0.firstRetryDelaySeconds = 0.05
+            $0.urgentRetrySeconds = 30
+        }, reports)
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(), time: NotifyTests.time))
+        sink.deliver(RoutedOutput(output: Self.end(reason: .holdElapsed), time: NotifyTests.time))
+        let requests = server.waitForRequests(5, timeout: 15)
+        sink.stop()
+        try #require(requests.count == 5)
+        #expect(requests.map(\.body) == [
+            "Smoke detector, smoke alarm (confidence 0.81)", "Smoke detector, smoke alarm (confidence 0.81)",
+            "Smoke detector, smoke alarm (confidence 0.81)", "Smoke detector, smoke alarm (confidence 0.81)",
+            "Smoke detector, smoke alarm ended after 12.5 s",
+        ])
+        // Each retry waited for Retry-After (1 s), not the 0.05 s back-off.
+        let gaps = (1..<4).map { requests[$0].receivedAt - requests[$0 - 1].receivedAt }
+        #expect(gaps.allSatisfy { $0 >= 0.95 }, "gaps \(gaps)")
+        #expect(sink.statistics.sent == 2)
+        #expect(sink.statistics.failed == 0)
+        // Said once when its retries were used up, while it went on being tried; the query is never shown.
+        #expect(reports.healthEvents.map(\.message) == [
+            "notifications to http://127.0.0.1:\(server.port)/phon… are failing: HTTP 429 after 2 attempts; this smoke_alarm notification is tried again for up to 30 s; detection goes on, and further failures are counted until one gets through",
+        ])
+        #expect(reports.logLines == ["notify: http://127.0.0.1:\(server.port)/phon… accepts notifications again (none was lost)"])
+    }
+
+    @Test("an onset given up: its end says the start could not be delivered (ntfy at the onset's priority; JSON onset_delivered false)")
+    func endOfUndeliveredOnset() throws {
+        let refusing = try HTTPTestServer { index in .init(status: index == 0 ? 503 : 200) }
+        let accepting = try HTTPTestServer { _ in .init(status: 200) }
+        defer {
+            refusing.stop()
+            accepting.stop()
+        }
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings([refusing.url("/a"), accepting.url("/b")]) {
+            $0.format = .ntfy
+            $0.onEnd = true
+            $0.retries = 0
+        }, reports)
+        // /a refuses the onset (given up: retries = 0), /b takes it; then the end to both.
+        sink.deliver(RoutedOutput(output: NotifyTests.onset("baby_cry", label: "Baby cry, infant cry"), time: NotifyTests.time))
+        sink.deliver(RoutedOutput(output: Self.end("baby_cry", label: "Baby cry, infant cry", reason: .holdElapsed), time: NotifyTests.time))
+        let toA = refusing.waitForRequests(2, timeout: 10)
+        let toB = accepting.waitForRequests(2, timeout: 10)
+        sink.stop()
+        try #require(toA.count == 2 && toB.count == 2)
+        #expect(toA[1].body == "Baby cry, infant cry ended after 12.5 s; its start could not be delivered")
+        #expect(toA[1].header("Priority") == "3")
+        #expect(toB[1].body == "Baby cry, infant cry ended after 12.5 s")
+        #expect(toB[1].header("Priority") == "2")
+        #expect(reports.healthEvents.map(\.message) == [
+            "notifications to http://127.0.0.1:\(refusing.port)/a (url 1 of 2) are failing: HTTP 503 after 1 attempt; detection goes on, and further failures are counted until one gets through",
+        ])
+        #expect(reports.logLines == ["notify: http://127.0.0.1:\(refusing.port)/a (url 1 of 2) accepts notifications again (1 failed before)"])
+
+        let object = EventJSON.object(for: .offset(.init(
+            group: "baby_cry", classLabel: "Baby cry", start: 1, end: 3, peakConfidence: 0.9, meanConfidence: 0.8,
+            positiveWindows: 3, reason: .holdElapsed)), time: NotifyTests.time)
+        let json = NotificationMessage(object: object, group: "baby_cry", kind: .end, format: .json).missedOnset()
+        #expect(String(decoding: json.body, as: UTF8.self) == #"{"type":"detection_end","group":"baby_cry","class":"Baby cry","start":1.0,"end":3.0,"duration":2.0,"peak_confidence":0.9,"mean_confidence":0.8,"windows":3,"reason":"hold_elapsed","time":"2027-01-15T08:00:00.000Z","onset_delivered":false}"#)
+    }
+
+    @Test("the ntfy text of an end says what ended it: the sound, a reload, the capture, stopping")
+    func endTexts() {
+        func message(_ reason: DetectionEvent.EndReason) -> (String, [String]) {
+            let alarm = AlarmEvent(
+                kind: .end, group: "smoke_alarm", source: .pattern, pattern: .t3, cycles: 2, toneHz: 3056.2,
+                toneLevelDBFS: -20, classifierScore: nil, classifierClass: nil, start: 3.18, time: 14.4, reason: reason)
+            let routed = RoutedOutput(output: .alarm(alarm), time: NotifyTests.time)
+            let object = EventLines.object(for: routed)!
+            let message = NotificationMessage(object: object, group: "smoke_alarm", kind: .end, format: .ntfy)
+            return (String(decoding: message.body, as: UTF8.self), message.headers)
+        }
+        #expect(message(.patternStopped).0 == "Smoke alarm ended after 11.2 s (T3 pattern at 3056 Hz)")
+        #expect(message(.patternStopped).1 == ["Title: Smoke alarm ended", "Priority: 2", "Tags: white_check_mark,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
+        #expect(message(.reload).0 == "Smoke alarm ended after 11.2 s (T3 pattern at 3056 Hz), not heard again after a configuration reload")
+        #expect(message(.streamGap).0 == "Smoke alarm heard for 11.2 s, then the audio capture was lost (T3 pattern at 3056 Hz)")
+        #expect(message(.streamGap).1 == ["Title: Smoke alarm: capture lost", "Priority: 4", "Tags: warning,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
+        #expect(message(.streamEnd).0 == "Smoke alarm heard for 11.2 s, then monitoring stopped (earshotd stopped or its input ended) (T3 pattern at 3056 Hz)")
+        #expect(message(.streamEnd).1 == ["Title: Smoke alarm: monitoring stopped", "Priority: 4", "Tags: warning,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
+    }
+
+    @Test("an end by reload or gap is held: the group's next onset drops it (one story); without one it goes out; stop sends what is held")
+    func heldEnds() throws {
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/h")]) {
+            $0.format = .ntfy
+            $0.onEnd = true
+            $0.repeatAfterSeconds = 300
+            $0.continuationSeconds = 0.5
+        }, reports)
+        func deliver(_ output: DaemonOutput) { sink.deliver(RoutedOutput(output: output, time: NotifyTests.time)) }
+        // Reload mid-alarm, the alarm still heard: one onset, no end until the sound stops.
+        deliver(NotifyTests.onset())
+        deliver(Self.end(reason: .reload))
+        deliver(NotifyTests.onset())
+        deliver(Self.end(reason: .holdElapsed))
+        // The capture lost mid-alarm and not back within 0.5 s: the capture-lost message.
+        deliver(NotifyTests.onset())
+        deliver(Self.end(reason: .streamGap))
+        let requests = server.waitForRequests(4, timeout: 10)
+        // A reload end held when stopping: sent by stop, as the reload end it is.
+        deliver(NotifyTests.onset())
+        deliver(Self.end(reason: .reload))
+        sink.stop()
+        let all = server.requests
+        try #require(requests.count == 4)
+        #expect(all.map(\.body) == [
+            "Smoke detector, smoke alarm (confidence 0.81)",
+            "Smoke detector, smoke alarm ended after 12.5 s",
+            "Smoke detector, smoke alarm (confidence 0.81)",
+            "Smoke detector, smoke alarm heard for 12.5 s, then the audio capture was lost",
+            "Smoke detector, smoke alarm (confidence 0.81)",
+            "Smoke detector, smoke alarm ended after 12.5 s, not heard again after a configuration reload",
+        ])
+        #expect(sink.statistics.suppressed == 0)
+    }
+}
