@@ -154,7 +154,7 @@ package struct ConfigurationParser {
     }
 
     private func value<T>(_ rule: SettingRule<T>, _ entry: INIEntry) throws(EarshotError) -> T {
-        guard let value = rule.parse(entry.value) else { throw badValue(entry, rule.requirement) }
+        guard let value = rule.parse(entry.value) else { throw badValue(entry, rule.requirement(for: entry.value)) }
         return value
     }
 
