@@ -374,17 +374,17 @@ struct ConfigFileTests {
             threshold = 0.4
             """
         let configuration = try DaemonConfiguration.parse(text, source: "/etc/earshot/earshotd.conf")
-        #expect(throws: EarshotError(.config, "/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class \"kettle whistle\" (nearest: \"Steam whistle\"; `earshot classes` lists all 521)")) {
+        #expect(throws: EarshotError(.config, "/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class \"kettle whistle\" (nearest: \"Steam whistle\"; `earshot classes` lists the 521 built-in classes)")) {
             try configuration.resolvedGroups(classLabels: ClassMapFixture.labels)
         }
 
         let synonym = try DaemonConfiguration.parse("[group.smoke_alarm]\nclasses = Smoke alarm\n", source: "t.conf")
-        #expect(throws: EarshotError(.config, "t.conf:2: [group.smoke_alarm] classes: unknown class \"Smoke alarm\" (nearest: \"Smoke detector, smoke alarm\"; `earshot classes` lists all 521)")) {
+        #expect(throws: EarshotError(.config, "t.conf:2: [group.smoke_alarm] classes: unknown class \"Smoke alarm\" (nearest: \"Smoke detector, smoke alarm\"; `earshot classes` lists the 521 built-in classes)")) {
             try synonym.resolvedGroups(classLabels: ClassMapFixture.labels)
         }
 
         // A classifier whose labels lack a watched preset's class (a custom model).
-        #expect(throws: EarshotError(.config, "group smoke_alarm: preset class \"Smoke detector, smoke alarm\" is not a label of this classifier (nearest: \"Smoke\"; `earshot classes` lists all 2; set classes in [group.smoke_alarm])")) {
+        #expect(throws: EarshotError(.config, "group smoke_alarm: preset class \"Smoke detector, smoke alarm\" is not a label of this classifier (nearest: \"Smoke\"; `earshot classes` lists the 2 built-in classes; set classes in [group.smoke_alarm])")) {
             try DaemonConfiguration().resolvedGroups(classLabels: ["Smoke", "Speech"])
         }
     }
