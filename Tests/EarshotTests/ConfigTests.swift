@@ -285,7 +285,7 @@ struct ConfigFileTests {
         .init(text: "[detection]\nwatch = BABY_CRY",
               message: "test.conf:2: [detection] watch: \"BABY_CRY\" is not a group (did you mean baby_cry? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a group name is 1 to 64 lowercase letters, digits and _)"),
         .init(text: "[detection]\nwatch = |",
-              message: "test.conf:2: [detection] watch: must name at least one group (separate names with |)"),
+              message: "test.conf:2: [detection] watch: must name at least one group (separate names with |, commas or spaces)"),
         .init(text: "[group.snoring]\nthreshold = 0.5",
               message: "test.conf:2: [group.snoring] threshold: the snoring group is decided by the snore detector, not by class scores (remove [group.snoring]; tune it in [sleep] with threshold, rhythm_threshold or model)"),
         .init(text: "[capture]\ndevice = " + String(repeating: "x", count: 200) + "\n",

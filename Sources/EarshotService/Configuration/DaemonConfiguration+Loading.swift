@@ -421,7 +421,7 @@ package struct ConfigurationParser {
         if configuration.detection.watch.isEmpty {
             throw EarshotError(
                 .config,
-                "\(source):\(watchLine): [detection] watch: must name at least one group (separate names with |)")
+                "\(source):\(watchLine): [detection] watch: must name at least one group (separate names with |, commas or spaces)")
         }
         let rhythmWritten = keyLine(section: "sleep", key: "rhythm_threshold") > 0
         if let (key, problem) = configuration.homeConsistencyProblem(rhythmThresholdWritten: rhythmWritten) {
