@@ -125,6 +125,19 @@ public final class AudioFileDecoder {
             let number = errno
             let text = String(cString: strerror(number))
             switch number {
+            case ENOENT where name == "-":
+                // `-` means standard input to many tools; here it is a file name like any other.
+                throw EarshotError(
+                    .usage,
+                    "-: reading audio from standard input is not supported (save it to a file and give the file's path, e.g. ffmpeg -i IN -f wav /tmp/in.wav; a file named - is ./-)",
+                    cause: text)
+            case ENOENT where name.contains("\u{FFFD}"):
+                // The kernel's names are bytes; a name that is not UTF-8 reached us with U+FFFD in place of its
+                // bytes (Swift's command line and directory listings repair them), so it cannot be opened.
+                throw EarshotError(
+                    .noInput,
+                    "\(name): the file name is not valid UTF-8, so earshot cannot open it (rename the file, e.g. convmv -f latin1 -t utf8 --notest FILE)",
+                    cause: text)
             case ENOENT:
                 throw EarshotError(.noInput, "\(name): no such file (check the path)", cause: text)
             case EACCES, EPERM:

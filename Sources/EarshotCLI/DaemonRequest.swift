@@ -47,13 +47,23 @@ enum DaemonRequest {
     /// such line came within `timeoutSeconds` or the connection ended.
     static func reply(to request: String, on client: EventSubscriber, types: Set<String>,
                       timeoutSeconds: Double = 10) throws(EarshotError) -> (line: String, type: String)? {
-        try client.send(line: request)
+        // A daemon that refuses the connection (too many clients) writes its error line and closes at once, so the
+        // request may meet a closed socket ("Broken pipe"): the refusal is still waiting to be read, and is the answer.
+        var sendError: EarshotError?
+        do {
+            try client.send(line: request)
+        } catch {
+            sendError = error
+        }
         var type: String?
-        let line = try client.nextLine(timeoutSeconds: timeoutSeconds) { line in
+        let line = try client.nextLine(timeoutSeconds: sendError == nil ? timeoutSeconds : 1) { line in
             type = SubscribeCommand.lineType(line).flatMap { types.contains($0) ? $0 : nil }
             return type != nil
         }
-        guard let line, let type else { return nil }
+        guard let line, let type else {
+            if let sendError { throw sendError }
+            return nil
+        }
         return (line, type)
     }
 

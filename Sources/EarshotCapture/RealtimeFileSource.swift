@@ -78,7 +78,7 @@ public final class RealtimeFileSource: CaptureSource {
             format: CaptureFormat(
                 sampleFormat: .s16LE, channels: 1, sampleRate: sampleRate, periodFrames: chunkFrames,
                 bufferFrames: chunkFrames),
-            reader: RawS16Reader(descriptor: rawDescriptor, name: name, chunkFrames: chunkFrames), pacing: pacing)
+            reader: RawS16Reader(descriptor: rawDescriptor, name: name, sampleRate: sampleRate, chunkFrames: chunkFrames), pacing: pacing)
     }
 
     private init(name: String, format: CaptureFormat, reader: SourceReader, pacing: CapturePacing) {
@@ -157,20 +157,30 @@ package final class DecodedFileReader: SourceReader, @unchecked Sendable {
 }
 
 /// Reads raw S16_LE mono from a descriptor, waiting at most 100 ms per call (`poll`) so stop requests are seen.
+///
+/// The stream's first bytes are checked with ``ContainerSignature``: a WAV, FLAC, Ogg or MP3 piped to `--input -`
+/// fails with a `.data` error naming the fix, instead of being played as noise. Until enough bytes have arrived to
+/// tell (4, or one MP3 frame), nothing is delivered; the check never blocks, and a stream that ends undecided is raw.
 package final class RawS16Reader: SourceReader, @unchecked Sendable {
     private let descriptor: Int32
     private let name: String
+    private let sampleRate: Int
     private let bytes: UnsafeMutablePointer<UInt8>
     private let byteCapacity: Int
-    /// A byte left over from an odd-length read (the low byte of the next sample), or -1.
-    private var carry: Int = -1
+    /// Bytes read but not yet delivered: the stream's start while it is being identified, or the low byte of a
+    /// sample cut by an odd-length read. Reserved once, so the loop does not allocate.
+    private var pending: [UInt8] = []
+    private var identifying = true
+    private var pendingError: EarshotError?
 
-    package init(descriptor: Int32, name: String, chunkFrames: Int) {
+    package init(descriptor: Int32, name: String, sampleRate: Int, chunkFrames: Int) {
         self.descriptor = descriptor
         self.name = name
-        byteCapacity = chunkFrames * 2
+        self.sampleRate = sampleRate
+        byteCapacity = max(chunkFrames * 2, 2 * ContainerSignature.longestPrefix)
         bytes = .allocate(capacity: byteCapacity)
         bytes.initialize(repeating: 0, count: byteCapacity)
+        pending.reserveCapacity(2 * byteCapacity)
     }
 
     deinit { bytes.deallocate() }
@@ -179,32 +189,53 @@ package final class RawS16Reader: SourceReader, @unchecked Sendable {
     package func threadDidEnd() {}
 
     package func read(into destination: UnsafeMutablePointer<Float>, capacity: Int) -> SourceReadResult {
+        if !identifying, pending.count >= 2 { return deliver(into: destination, capacity: capacity) }
         var request = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
         let ready = poll(&request, 1, 100)
         if ready == 0 { return .idle }
         if ready < 0 {
             return errno == EINTR ? .idle : .failure(SourceFailure(function: "poll", code: -errno))
         }
-        let offset = carry >= 0 ? 1 : 0
-        if carry >= 0 { bytes[0] = UInt8(carry) }
-        let wanted = min(capacity * 2, byteCapacity) - offset
-        let got = Glibc.read(descriptor, bytes + offset, wanted)
+        let got = Glibc.read(descriptor, bytes, byteCapacity)
         if got < 0 {
             let code = errno
             return code == EINTR || code == EAGAIN ? .idle : .failure(SourceFailure(function: "read", code: -code))
         }
-        if got == 0 { return .end }  // a trailing odd byte is dropped: it is half a sample
-        let total = offset + got
-        let frames = total / 2
+        if got == 0 {
+            // Too short to be a container: raw. A trailing odd byte is dropped: it is half a sample.
+            identifying = false
+            return pending.count >= 2 ? deliver(into: destination, capacity: capacity) : .end
+        }
+        pending.append(contentsOf: UnsafeBufferPointer(start: bytes, count: got))
+        if identifying {
+            switch ContainerSignature.identify(pending) {
+            case .undecided: return .idle
+            case .raw: identifying = false
+            case .container(let kind):
+                pendingError = EarshotError(
+                    .data,
+                    "standard input holds \(kind), but --input - reads raw S16_LE mono samples at \(sampleRate) Hz "
+                        + "(give the file's path: --input FILE; or decode it: "
+                        + "ffmpeg -i FILE -f s16le -ac 1 -ar \(sampleRate) - | earshotd --input -)")
+                return .failure(SourceFailure(function: "read", code: -EPROTO))
+            }
+        }
+        return deliver(into: destination, capacity: capacity)
+    }
+
+    /// Converts whole samples from `pending` (at most `capacity`), keeping a leftover odd byte.
+    private func deliver(into destination: UnsafeMutablePointer<Float>, capacity: Int) -> SourceReadResult {
+        let frames = min(pending.count / 2, capacity)
         for frame in 0..<frames {
-            let value = Int16(bitPattern: UInt16(bytes[2 * frame]) | UInt16(bytes[2 * frame + 1]) << 8)
+            let value = Int16(bitPattern: UInt16(pending[2 * frame]) | UInt16(pending[2 * frame + 1]) << 8)
             destination[frame] = Float(value) * (1 / 32_768)
         }
-        carry = total % 2 == 1 ? Int(bytes[total - 1]) : -1
+        pending.removeFirst(2 * frames)
         return frames > 0 ? .frames(frames) : .idle
     }
 
     package func error(for failure: SourceFailure) -> EarshotError {
+        if let pendingError { return pendingError }
         let text = String(cString: strerror(-failure.code))
         return EarshotError(.io, "cannot read raw input \"\(name)\": \(text)", cause: "\(failure.function): \(text)")
     }

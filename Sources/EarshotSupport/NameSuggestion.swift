@@ -15,17 +15,29 @@ package enum NameSuggestion {
     /// The class label closest to `name`, always (there is always a nearest label). AudioSet display names list
     /// synonyms separated by ", " ("Smoke detector, smoke alarm"), so each synonym is compared on its own as well
     /// as the whole name: "smoke alarm" finds "Smoke detector, smoke alarm" rather than "Fire alarm".
+    ///
+    /// Labels sharing more whole words with `name` come first ("Dog barking" finds "Dog", not "Crying, sobbing",
+    /// which is fewer edits away); edit distance decides among labels sharing as many.
     package static func nearestLabel(to name: String, in labels: [String]) -> String? {
-        var best: (label: String, distance: Int)?
+        let nameWords = words(name)
+        var best: (label: String, shared: Int, distance: Int)?
         for label in labels {
+            let shared = nameWords.intersection(words(label)).count
             let parts = [label] + label.split(separator: ",").map { $0.trimmingSpaces() }
             for part in parts {
                 let distance = editDistance(name.lowercased(), part.lowercased())
-                if let current = best, current.distance <= distance { continue }
-                best = (label, distance)
+                if let current = best, current.shared > shared || (current.shared == shared && current.distance <= distance) {
+                    continue
+                }
+                best = (label, shared, distance)
             }
         }
         return best?.label
+    }
+
+    /// The lowercased words of `text` (runs of letters and digits).
+    private static func words(_ text: String) -> Set<String> {
+        Set(text.lowercased().split(whereSeparator: { !$0.isLetter && !$0.isNumber }).map(String.init))
     }
 
     package static func nearest(to name: String, among candidates: [String]) -> (candidate: String, distance: Int)? {

@@ -18,6 +18,19 @@ package struct SettingRule<Value>: Sendable {
 
     /// "must be ..." for a message.
     package var requirement: String { "must be \(allowed)" }
+
+    /// "must be ..." for `text`, saying what is wrong when `text` is a valid value followed by more words: a unit
+    /// (`-50 dB`) or a `#` comment, which the configuration file keeps as part of the value.
+    package func requirement(for text: String) -> String {
+        guard let space = text.firstIndex(where: { $0 == " " || $0 == "\t" }) else { return requirement }
+        let first = String(text[..<space])
+        let rest = text[space...].trimmingSpaces()
+        guard convert(first) != nil, !rest.isEmpty else { return requirement }
+        if rest.hasPrefix("#") {
+            return "\(requirement); '#' after a value is not a comment (write \(first), and put the comment on a line of its own or after \" ;\")"
+        }
+        return "\(requirement), as a plain number without a unit or other text after it (write \(first))"
+    }
 }
 
 /// The rules of every setting. Ranges are sanity bounds: they keep a typo from allocating gigabytes or making the
@@ -118,7 +131,9 @@ package enum SettingRules {
     }
 
     package static let classSeparators: Set<Character> = ["|"]
-    package static let groupSeparators: Set<Character> = ["|", ","]
+    /// Separators of group-name lists (`[detection] watch`, `[notify] groups`, `[clips] groups`, `--watch`): `|`,
+    /// `,` or spaces, all alike (a group name holds only lowercase letters, digits and `_`).
+    package static let groupSeparators: Set<Character> = ["|", ",", " ", "\t"]
 
     /// Formats a value the way the configuration file writes it (for messages and the shipped file's test).
     package static func format(_ value: Double) -> String {

@@ -99,7 +99,7 @@ struct ClipTests {
         .init(text: "[clips]\ndirectory =",
               message: "t.conf:2: [clips] directory = : must be an absolute directory path, e.g. /var/lib/earshot/clips"),
         .init(text: "[clips]\ngroups = Smoke",
-              message: "t.conf:2: [clips] groups = Smoke: \"Smoke\" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |)"),
+              message: "t.conf:2: [clips] groups = Smoke: \"Smoke\" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |, commas or spaces)"),
         .init(text: "[clips]\nenabled = true\n\ngroups = smoke_alrm",
               message: "t.conf:4: [clips] groups: \"smoke_alrm\" is not a group (did you mean smoke_alarm? groups: alarm_chirp, baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech)"),
         .init(text: "[clips]\nmax_clip = 3",

@@ -285,7 +285,7 @@ struct ConfigFileTests {
         .init(text: "[detection]\nwatch = BABY_CRY",
               message: "test.conf:2: [detection] watch: \"BABY_CRY\" is not a group (did you mean baby_cry? groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a group name is 1 to 64 lowercase letters, digits and _)"),
         .init(text: "[detection]\nwatch = |",
-              message: "test.conf:2: [detection] watch: must name at least one group (separate names with |)"),
+              message: "test.conf:2: [detection] watch: must name at least one group (separate names with |, commas or spaces)"),
         .init(text: "[group.snoring]\nthreshold = 0.5",
               message: "test.conf:2: [group.snoring] threshold: the snoring group is decided by the snore detector, not by class scores (remove [group.snoring]; tune it in [sleep] with threshold, rhythm_threshold or model)"),
         .init(text: "[capture]\ndevice = " + String(repeating: "x", count: 200) + "\n",
@@ -374,17 +374,17 @@ struct ConfigFileTests {
             threshold = 0.4
             """
         let configuration = try DaemonConfiguration.parse(text, source: "/etc/earshot/earshotd.conf")
-        #expect(throws: EarshotError(.config, "/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class \"kettle whistle\" (nearest: \"Steam whistle\"; `earshot classes` lists all 521)")) {
+        #expect(throws: EarshotError(.config, "/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class \"kettle whistle\" (nearest: \"Steam whistle\"; `earshot classes` lists the 521 built-in classes)")) {
             try configuration.resolvedGroups(classLabels: ClassMapFixture.labels)
         }
 
         let synonym = try DaemonConfiguration.parse("[group.smoke_alarm]\nclasses = Smoke alarm\n", source: "t.conf")
-        #expect(throws: EarshotError(.config, "t.conf:2: [group.smoke_alarm] classes: unknown class \"Smoke alarm\" (nearest: \"Smoke detector, smoke alarm\"; `earshot classes` lists all 521)")) {
+        #expect(throws: EarshotError(.config, "t.conf:2: [group.smoke_alarm] classes: unknown class \"Smoke alarm\" (nearest: \"Smoke detector, smoke alarm\"; `earshot classes` lists the 521 built-in classes)")) {
             try synonym.resolvedGroups(classLabels: ClassMapFixture.labels)
         }
 
         // A classifier whose labels lack a watched preset's class (a custom model).
-        #expect(throws: EarshotError(.config, "group smoke_alarm: preset class \"Smoke detector, smoke alarm\" is not a label of this classifier (nearest: \"Smoke\"; `earshot classes` lists all 2; set classes in [group.smoke_alarm])")) {
+        #expect(throws: EarshotError(.config, "group smoke_alarm: preset class \"Smoke detector, smoke alarm\" is not a label of this classifier (nearest: \"Smoke\"; `earshot classes` lists the 2 built-in classes; set classes in [group.smoke_alarm])")) {
             try DaemonConfiguration().resolvedGroups(classLabels: ["Smoke", "Speech"])
         }
     }

@@ -43,6 +43,38 @@ struct EventServerClientTests {
         }
     }
 
+    @Test("A path that is a file or a folder, not a socket: said so, not \"Connection refused\" (trial 5 #15)")
+    func notASocket() throws {
+        let directory = try TemporarySocketDirectory()
+        let file = directory.file("dk.conf")
+        try Data("[detection]\n".utf8).write(to: URL(fileURLWithPath: file))
+        for (path, kind) in [(file, "a file"), (directory.path, "a directory")] {
+            do {
+                _ = try EventSubscriber(path: path)
+                Issue.record("connected to \(path)")
+            } catch {
+                #expect(error.message == "cannot connect to \(path): it is \(kind), not a socket (give earshotd's socket, the [output] socket of its configuration, by default /run/earshot/earshot.sock)")
+                #expect(error.exitStatus == 69)
+            }
+        }
+    }
+
+    @Test("earshot sleep on a full socket prints the daemon's refusal every time, never \"Broken pipe\" (trial 5 #15)",
+          .enabled(if: EarshotCLI.executable != nil, Comment(rawValue: EarshotCLI.missingMessage)))
+    func sleepOnAFullSocket() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path, maxClients: 1)
+        defer { server.stop() }
+        let first = try S.subscriber(path)
+        for _ in 0..<10 {
+            let outcome = try #require(try EarshotCLI.run(["sleep", "status", "--socket", path], in: URL(fileURLWithPath: directory.path), timeout: 30))
+            #expect(outcome.errorLines == ["earshot: too many subscribers (1 connected, at most 1); try again later, or raise [output] max_clients"])
+            #expect(outcome.status == 69)
+        }
+        withExtendedLifetime(first) {}
+    }
+
     @Test("Permission denied: the hint names the group owning the socket, exit status 77")
     func permissionDenied() throws {
         let directory = try TemporarySocketDirectory()

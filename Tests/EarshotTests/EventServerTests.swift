@@ -267,6 +267,23 @@ struct EventServerTests {
         #expect(try S.lines(halfClosed, 1) == [S.line(event)])
     }
 
+    @Test("A reload that stops watching a subscribed group tells that subscriber, and only it (trial 5 #8)")
+    func reloadRemovesASubscribedGroup() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try S.server(path, knownGroups: ["baby_cry", "glass_break"])
+        defer { server.stop() }
+        let glass = try S.subscriber(path, groups: ["glass_break", "baby_cry"])
+        let baby = try S.subscriber(path, groups: ["baby_cry"])
+        let all = try S.subscriber(path)
+        server.setKnownGroups(
+            ["baby_cry"],
+            unwatched: .init(names: ["glass_break"], advice: "[detection] watch in g.conf, then reload earshotd (systemctl reload earshotd)"))
+        #expect(try glass.readLine(timeoutSeconds: S.timeout) == .line(#"{"type":"error","message":"the daemon no longer watches group \"glass_break\" after a reload: this subscription gets no events of it (to hear it again, add it to [detection] watch in g.conf, then reload earshotd (systemctl reload earshotd))"}"#))
+        #expect(try baby.readLine(timeoutSeconds: 0.5) == .timedOut)
+        #expect(try all.readLine(timeoutSeconds: 0.5) == .timedOut)
+    }
+
     @Test("Clients beyond maxClients get an error line and are disconnected")
     func tooManyClients() throws {
         let directory = try TemporarySocketDirectory()

@@ -188,9 +188,17 @@ struct HeadModelTests {
         #expect(load("flipped.earshot")?.message == "head model \(d)/flipped.earshot is damaged: its weights do not match the SHA-256 recorded in it (copy it again, or train it again)")
 
         var garbled = bytes
-        garbled[8] = UInt8(ascii: "#")
+        garbled[9] = UInt8(ascii: "#")
         try AudioTestFiles.write(garbled, to: directory.appendingPathComponent("garbled.earshot"))
         #expect(load("garbled.earshot")?.message == "head model \(d)/garbled.earshot is damaged: its header is not safetensors JSON (copy it again, or train it again)")
+
+        // Another kind of file given as the model (trial 5 #10) is named as such, not as damaged.
+        try AudioTestFiles.write(Array("RIFF\u{24}\u{7D}\0\0WAVEfmt ".utf8), to: directory.appendingPathComponent("knock.wav"))
+        let wav = load("knock.wav")
+        #expect(wav?.message == "\(d)/knock.wav is not an Earshot head model (an audio file); give the .earshot file that earshot train or earshot enroll wrote")
+        #expect(wav?.code == .data)
+        try AudioTestFiles.write(Array("[detection]\nwatch = dk_dog\n".utf8), to: directory.appendingPathComponent("dk.conf"))
+        #expect(load("dk.conf")?.message == "\(d)/dk.conf is not an Earshot head model (not a safetensors file); give the .earshot file that earshot train or earshot enroll wrote")
 
         // The backbone's own weights file is safetensors, but not a head.
         let weights = try ModelLocator.builtInDirectory().appendingPathComponent("yamnet.safetensors")

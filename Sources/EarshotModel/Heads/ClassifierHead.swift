@@ -170,6 +170,14 @@ package enum HeadFileCodec {
         guard bytes.count >= 8 else {
             throw EarshotError(.data, "\(damaged): \(bytes.count) bytes is too short for a safetensors file \(fix)")
         }
+        // A safetensors header is JSON starting at byte 8; anything else is another kind of file (an audio file, the
+        // configuration given in place of the model), not a damaged model.
+        if bytes.count > 8, bytes[8] != UInt8(ascii: "{") {
+            let audio = ["RIFF", "fLaC", "OggS", "ID3"].contains { bytes.starts(with: $0.utf8) }
+            throw EarshotError(
+                .data,
+                "\(path) is not an Earshot head model (\(audio ? "an audio file" : "not a safetensors file")); give the .earshot file that earshot train or earshot enroll wrote")
+        }
         var headerLength: UInt64 = 0
         for index in 0..<8 { headerLength |= UInt64(bytes[index]) << UInt64(8 * index) }
         guard headerLength >= 2, headerLength <= UInt64(bytes.count - 8) else {

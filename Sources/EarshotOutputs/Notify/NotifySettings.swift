@@ -86,9 +86,9 @@ package struct NotifySettings: Sendable, Equatable {
             }
             urls = items
         case "groups":
-            let names = SettingRules.listItems(value, separators: ["|", ",", " ", "\t"])
+            let names = SettingRules.listItems(value, separators: SettingRules.groupSeparators)
             if let bad = names.first(where: { !SettingRules.isValidGroupName($0) }) {
-                return "\"\(bad)\" is not a group name (1 to 64 lowercase letters, digits and _; separate names with spaces)"
+                return "\"\(bad)\" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |, commas or spaces)"
             }
             var seen = Set<String>()
             groups = names.filter { seen.insert($0).inserted }

@@ -359,11 +359,32 @@ package final class EventServer: @unchecked Sendable {
     }
 
     /// Replaces the group names clients may subscribe to (after a configuration reload); nil accepts any name.
-    /// Existing filters are kept.
+    /// Existing filters are kept; a client whose filter names a group no longer known gets
+    /// ``lostGroupsNotice(_:advice:)``, so that a script waiting for that group is not left deaf without a word.
     package func setKnownGroups(_ groups: [String]?, unwatched: UnwatchedGroups = UnwatchedGroups()) {
         queue.async { [self] in
             policy = SubscriptionPolicy(knownGroups: groups, unwatched: unwatched)
+            guard let groups else { return }
+            let known = Set(groups)
+            for client in clients.values where !client.isClosed {
+                guard let lost = client.filter?.subtracting(known).sorted(), !lost.isEmpty else { continue }
+                reply(Self.lostGroupsNotice(lost, advice: unwatched.advice), to: client)
+            }
         }
+    }
+
+    /// The error line for a client whose filter names groups that a reload stopped watching, e.g.
+    /// `{"type":"error","message":"the daemon no longer watches group \"glass_break\" after a reload: this subscription
+    /// gets no events of it (to hear it again, add it to [detection] watch in g.conf, then reload earshotd ...)"}`.
+    package static func lostGroupsNotice(_ names: [String], advice: String) -> JSONObject {
+        let list = names.map { "\"\($0)\"" }.joined(separator: ", ")
+        let one = names.count == 1
+        let fix = advice.isEmpty ? "" : " (to hear \(one ? "it" : "them") again, add \(one ? "it" : "them") to \(advice))"
+        return [
+            "type": "error",
+            "message": .string(
+                "the daemon no longer watches \(one ? "group" : "groups") \(list) after a reload: this subscription gets no events of \(one ? "it" : "them")\(fix)"),
+        ]
     }
 
     /// The counters now. Waits for the server queue.

@@ -134,7 +134,7 @@ package struct DaemonCommandLine: Sendable, Equatable {
             func parsed<T>(_ rule: SettingRule<T>, _ what: String) throws(EarshotError) -> T {
                 let text = try value(what)
                 guard let parsed = rule.parse(text) else {
-                    throw EarshotError(.usage, "\(flag) \(text): \(rule.requirement)")
+                    throw EarshotError(.usage, "\(flag) \(text): \(rule.requirement(for: text))")
                 }
                 return parsed
             }

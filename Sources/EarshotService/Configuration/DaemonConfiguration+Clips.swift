@@ -20,29 +20,29 @@ extension DaemonConfiguration {
     package mutating func setClipsKey(key: String, value: String) -> String? {
         switch key {
         case "enabled":
-            guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement }
+            guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement(for: value) }
             clips.enabled = flag
         case "directory":
             guard value.hasPrefix("/") else { return "must be an absolute directory path, e.g. /var/lib/earshot/clips" }
             clips.directory = value
         case "pre_seconds":
-            guard let seconds = SettingRules.clipSeconds.parse(value) else { return SettingRules.clipSeconds.requirement }
+            guard let seconds = SettingRules.clipSeconds.parse(value) else { return SettingRules.clipSeconds.requirement(for: value) }
             clips.preSeconds = seconds
         case "post_seconds":
-            guard let seconds = SettingRules.clipSeconds.parse(value) else { return SettingRules.clipSeconds.requirement }
+            guard let seconds = SettingRules.clipSeconds.parse(value) else { return SettingRules.clipSeconds.requirement(for: value) }
             clips.postSeconds = seconds
         case "max_clips":
-            guard let count = SettingRules.maxClips.parse(value) else { return SettingRules.maxClips.requirement }
+            guard let count = SettingRules.maxClips.parse(value) else { return SettingRules.maxClips.requirement(for: value) }
             clips.maxClips = count
         case "retention_days":
             guard let days = SettingRules.clipRetentionDays.parse(value) else {
-                return SettingRules.clipRetentionDays.requirement
+                return SettingRules.clipRetentionDays.requirement(for: value)
             }
             clips.retentionDays = days
         case "groups":
             let names = SettingRules.listItems(value, separators: SettingRules.groupSeparators)
             if let bad = names.first(where: { !SettingRules.isValidGroupName($0) }) {
-                return "\"\(bad)\" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |)"
+                return "\"\(bad)\" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |, commas or spaces)"
             }
             clips.groups = uniqued(names)
         default:

@@ -146,7 +146,9 @@ extension DaemonConfiguration {
     /// - Returns: One `LabelGroup` per name of `detection.watch`.
     /// - Throws: `EarshotError(.config)` (exit 78) for a class name that is not a label, naming the group, the class
     ///   and the nearest label, e.g. `/etc/earshot/earshotd.conf:5: [group.kettle] classes: unknown class
-    ///   "kettle whistle" (nearest: "Steam whistle"; `earshot classes` lists all 521)`; for a watched name that is
+    ///   "kettle whistle" (nearest: "Steam whistle"; `earshot classes` lists the 521 built-in classes)`; for
+    ///   `dk:cat`: `(nearest: "dk:dog"; model dk's labels: dk:background, dk:dog)`, or `(no model named dk is loaded;
+    ///   add its file to [models] files)`; for a watched name that is
     ///   not a group (`EarshotError(.usage)` when the name came from `--watch`).
     package func resolvedGroups(classLabels: [String]) throws(EarshotError) -> [LabelGroup] {
         if let unknown = unknownWatchedGroup() {
@@ -154,21 +156,34 @@ extension DaemonConfiguration {
             throw EarshotError(location == "--watch" ? .usage : .config, "\(location): \(unknown)")
         }
         let labels = Set(classLabels)
+        let builtInCount = classLabels.count(where: { !$0.contains(":") })
         let checkedNames = uniqued(detection.watch + detection.groups.keys.sorted())
         var groups: [String: LabelGroup] = [:]
         for name in checkedNames {
             guard let group = mergedGroup(named: name) else { continue }
             for label in group.classLabels where !labels.contains(label) {
-                let nearest = NameSuggestion.nearestLabel(to: label, in: classLabels).map { "nearest: \"\($0)\"; " } ?? ""
-                let catalogue = "`earshot classes` lists all \(classLabels.count)"
+                // MODEL:LABEL names a custom head's label: say when that head is not loaded, and otherwise list its
+                // labels (`earshot classes` lists only the built-in classes).
+                let model = label.firstIndex(of: ":").map { String(label[..<$0]) }
+                let modelLabels = model.map { model in classLabels.filter { $0.hasPrefix(model + ":") } } ?? []
+                let hint: String
+                if let model, modelLabels.isEmpty {
+                    hint = "no model named \(model) is loaded; add its file to [models] files"
+                } else if let model {
+                    let nearest = NameSuggestion.nearestLabel(to: label, in: modelLabels) ?? ""
+                    hint = "nearest: \"\(nearest)\"; model \(model)'s labels: \(modelLabels.joined(separator: ", "))"
+                } else {
+                    let nearest = NameSuggestion.nearestLabel(to: label, in: classLabels).map { "nearest: \"\($0)\"; " } ?? ""
+                    hint = "\(nearest)`earshot classes` lists the \(builtInCount) built-in classes"
+                }
                 if let location = locations["group.\(name).classes"] {
                     throw EarshotError(
                         .config,
-                        "\(location): [group.\(name)] classes: unknown class \"\(label)\" (\(nearest)\(catalogue))")
+                        "\(location): [group.\(name)] classes: unknown class \"\(label)\" (\(hint))")
                 }
                 throw EarshotError(
                     .config,
-                    "group \(name): preset class \"\(label)\" is not a label of this classifier (\(nearest)\(catalogue); set classes in [group.\(name)])")
+                    "group \(name): preset class \"\(label)\" is not a label of this classifier (\(hint); set classes in [group.\(name)])")
             }
             groups[name] = group
         }

@@ -69,14 +69,14 @@ extension DaemonConfiguration {
     package mutating func setHomeKey(section: String, key: String, value: String) -> String? {
         switch (section, key) {
         case ("history", "enabled"):
-            guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement }
+            guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement(for: value) }
             history.enabled = flag
         case ("history", "path"):
             guard !value.isEmpty else { return "must be the path of the database file" }
             history.path = value
         case ("history", "retention_days"):
             let rule = SettingRules.wholeNumber(in: 0...36_500, unit: "days (0 keeps everything)")
-            guard let days = rule.parse(value) else { return rule.requirement }
+            guard let days = rule.parse(value) else { return rule.requirement(for: value) }
             history.retentionDays = days
         case ("sleep", "schedule"):
             if value.isEmpty {
@@ -91,12 +91,12 @@ extension DaemonConfiguration {
             guard !value.isEmpty else { return "must be a directory path" }
             sleep.reportDirectory = value
         case ("sleep", "threshold"):
-            guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement }
+            guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement(for: value) }
             sleep.threshold = threshold
         case ("sleep", "model"):
             sleep.modelPath = value.isEmpty ? nil : value
         case ("sleep", "rhythm_threshold"):
-            guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement }
+            guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement(for: value) }
             sleep.rhythmThreshold = threshold
         default:
             return "is not a known key (report this as a bug)"

@@ -154,7 +154,7 @@ package struct ConfigurationParser {
     }
 
     private func value<T>(_ rule: SettingRule<T>, _ entry: INIEntry) throws(EarshotError) -> T {
-        guard let value = rule.parse(entry.value) else { throw badValue(entry, rule.requirement) }
+        guard let value = rule.parse(entry.value) else { throw badValue(entry, rule.requirement(for: entry.value)) }
         return value
     }
 
@@ -421,7 +421,7 @@ package struct ConfigurationParser {
         if configuration.detection.watch.isEmpty {
             throw EarshotError(
                 .config,
-                "\(source):\(watchLine): [detection] watch: must name at least one group (separate names with |)")
+                "\(source):\(watchLine): [detection] watch: must name at least one group (separate names with |, commas or spaces)")
         }
         let rhythmWritten = keyLine(section: "sleep", key: "rhythm_threshold") > 0
         if let (key, problem) = configuration.homeConsistencyProblem(rhythmThresholdWritten: rhythmWritten) {

@@ -41,6 +41,13 @@ package final class EventSubscriber {
         package init(path: String, errnoValue: Int32, ownerGroup: String? = nil) {
             self.path = path
             self.errnoValue = errnoValue
+            var info = stat()
+            if errnoValue == ECONNREFUSED, stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFSOCK {
+                // connect(2) says "refused" for a regular file too; the daemon's state is not the problem.
+                let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "a file"
+                message = "cannot connect to \(path): it is \(kind), not a socket (give earshotd's socket, the [output] socket of its configuration, by default \(EventServer.defaultPath))"
+                return
+            }
             let text = SocketCall.describe(errnoValue)
             let hint: String
             switch errnoValue {

@@ -107,7 +107,12 @@ package struct LabelledFolders: Sendable {
         for name in names where !name.hasPrefix(".") {
             let url = folder.appendingPathComponent(name)
             let kind = PathKind(path: url.path)
-            guard kind != .missing else { continue }
+            if kind == .missing {
+                // A name that is not UTF-8 (listed with U+FFFD) or a dangling link: kept, so that training names it
+                // in a `skipped:` line (the decoder's error says why) instead of dropping it without a word.
+                result.append(url)
+                continue
+            }
             if kind == .directory {
                 result += regularFiles(under: url, visited: &visited)
             } else {
