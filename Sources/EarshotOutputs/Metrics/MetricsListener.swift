@@ -14,24 +14,7 @@ enum MetricsListener {
         // A restarted daemon may bind again while the last one's connections sit in TIME_WAIT.
         _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         if endpoint.isIPv6 { _ = setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
-        let bound: Int32
-        if endpoint.isIPv6 {
-            var address = sockaddr_in6()
-            address.sin6_family = sa_family_t(AF_INET6)
-            address.sin6_port = in_port_t(UInt16(endpoint.port).bigEndian)
-            _ = inet_pton(AF_INET6, endpoint.host, &address.sin6_addr)
-            bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
-            }
-        } else {
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(endpoint.port).bigEndian)
-            _ = inet_pton(AF_INET, endpoint.host, &address.sin_addr)
-            bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-        }
+        let bound = withSocketAddress(of: endpoint) { bind(fd, $0, $1) }
         if bound != 0 {
             let code = errno
             close(fd)
@@ -46,6 +29,29 @@ enum MetricsListener {
         return fd
     }
 
+    /// Calls `body` with `endpoint` as a C socket address (`sockaddr_in` or `sockaddr_in6`, its host parsed by
+    /// `inet_pton`) and that address's length, and returns what `body` returns.
+    private static func withSocketAddress<Result>(
+        of endpoint: MetricsEndpoint, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Result
+    ) -> Result {
+        if endpoint.isIPv6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = in_port_t(UInt16(endpoint.port).bigEndian)
+            _ = inet_pton(AF_INET6, endpoint.host, &address.sin6_addr)
+            return withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(endpoint.port).bigEndian)
+        _ = inet_pton(AF_INET, endpoint.host, &address.sin_addr)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+    }
+
     /// The response to an HTTP/1.0 `GET path` at `endpoint` (status line, headers and body as text), or nil when
     /// it cannot connect or no complete response comes within `timeoutMilliseconds`. The corresponding C
     /// functions are `connect`, `send`, `poll` and `recv`.
@@ -54,24 +60,7 @@ enum MetricsListener {
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        let connected: Int32
-        if endpoint.isIPv6 {
-            var address = sockaddr_in6()
-            address.sin6_family = sa_family_t(AF_INET6)
-            address.sin6_port = in_port_t(UInt16(endpoint.port).bigEndian)
-            _ = inet_pton(AF_INET6, endpoint.host, &address.sin6_addr)
-            connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
-            }
-        } else {
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(endpoint.port).bigEndian)
-            _ = inet_pton(AF_INET, endpoint.host, &address.sin_addr)
-            connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-        }
+        let connected = withSocketAddress(of: endpoint) { connect(fd, $0, $1) }
         guard connected == 0 || errno == EINPROGRESS else { return nil }
         var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         guard poll(&entry, 1, timeoutMilliseconds) == 1 else { return nil }
