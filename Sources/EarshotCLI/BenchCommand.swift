@@ -22,8 +22,10 @@ enum BenchCommand: EarshotCommand {
                         it (AudioFileAnalyzer), 1 thread and all cores
       file analysis     a 10-minute 44.1 kHz stereo FLAC made by looping FILE: decode + resample + front end +
                         network, on 1 thread and on all cores, as `earshot analyze` runs it (AudioFileAnalyzer)
-      daemon            earshotd --input on 60 s of real-time audio: CPU share of one core and peak RSS with the
-                        gate open (loud input) and closed (noise at -60 dBFS), and the time to READY=1
+      daemon            earshotd --input on 60 s of real-time audio: CPU share of one core, peak RSS, its
+                        anonymous part and wake-ups per second with the gate open (loud input) and closed
+                        (noise at -60 dBFS), and the time to READY=1; compare builds on the anonymous RSS
+                        and the wake-ups, which hardly depend on the page cache and the machine's load
       --quick           fewer runs: 200 latency runs, a 2-minute file, 20 s per daemon run
       --no-daemon       skip the daemon runs
       --daemon-only     only the daemon runs
@@ -178,9 +180,13 @@ enum BenchCommand: EarshotCommand {
             report.figure("daemon_ready_ms", open.readyMillis, "daemon: start to READY=1", unit: "ms")
             report.figure("daemon_open_cpu_percent", open.cpuPercent, "daemon, gate open (\(Int(seconds)) s, \(open.windows.map(String.init) ?? "?") windows): CPU of one core", unit: "%")
             report.figure("daemon_open_peak_rss_mb", open.peakRSSMegabytes, "daemon, gate open: peak RSS", unit: "MB")
+            report.figure("daemon_open_anon_rss_mb", open.anonymousRSSMegabytes, "daemon, gate open: anonymous RSS at the end (heap, stacks, weights)", unit: "MB")
+            report.figure("daemon_open_wakeups_per_s", open.wakeupsPerSecond, "daemon, gate open: wake-ups (voluntary context switches)", unit: "per s")
             let gated = try DaemonBenchmark.measure(daemon: daemon, input: quiet, seconds: seconds)
             report.figure("daemon_gated_cpu_percent", gated.cpuPercent, "daemon, gate closed (-60 dBFS noise, \(gated.gatedWindows.map(String.init) ?? "?") gated windows): CPU of one core", unit: "%")
             report.figure("daemon_gated_peak_rss_mb", gated.peakRSSMegabytes, "daemon, gate closed: peak RSS", unit: "MB")
+            report.figure("daemon_gated_anon_rss_mb", gated.anonymousRSSMegabytes, "daemon, gate closed: anonymous RSS at the end (heap, stacks, weights)", unit: "MB")
+            report.figure("daemon_gated_wakeups_per_s", gated.wakeupsPerSecond, "daemon, gate closed: wake-ups (voluntary context switches)", unit: "per s")
             report.figure("daemon_gated_ready_ms", gated.readyMillis, "daemon: start to READY=1 (second run)", unit: "ms")
         }
     }

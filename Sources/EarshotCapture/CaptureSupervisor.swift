@@ -20,10 +20,11 @@ import EarshotAudio
 /// a session has run for `stableDuration` seconds, so a device that opens but fails at once cannot cause a fast
 /// crash loop.
 ///
-/// Stalls: while a session runs, the supervisor checks every ``stallCheckInterval`` how long its source has been
-/// waiting for input (``CaptureSource/secondsWithoutInput``); past `stallSeconds` the state becomes
-/// ``State/stalled(name:seconds:)``, and the next chunk makes it ``State/running(name:format:)`` again (each said
-/// once). A stall ends nothing: the source keeps reading, and no gap is added (the stream resumes where it stopped).
+/// Stalls: while a session runs, the supervisor checks how long its source has been waiting for input
+/// (``CaptureSource/secondsWithoutInput``), once when that wait could first reach `stallSeconds` (about once per
+/// `stallSeconds` while audio flows, so a healthy daemon is not woken twice a second); past `stallSeconds` the state
+/// becomes ``State/stalled(name:seconds:)``, checked every ``stallCheckInterval`` from then on, and the next chunk
+/// makes it ``State/running(name:format:)`` again (each said once). A stall ends nothing: the source keeps reading, and no gap is added (the stream resumes where it stopped).
 ///
 /// State reports: `onStateChange` runs on `callbackQueue`, in order, only when the state differs from the last one
 /// reported; a device that stays missing is reported once, however many retries fail the same way.
@@ -113,8 +114,8 @@ public final class CaptureSupervisor: Sendable {
     /// Seconds without input, after audio has flowed, that make a running session ``State/stalled(name:seconds:)``;
     /// nil: never.
     public let stallSeconds: Double?
-    /// How often a running session is checked for a stall: 0.5 s, so a stall is said at most half a second after
-    /// `stallSeconds`, and its end within half a second of the audio's return.
+    /// How often a stalled session is checked for the audio's return: 0.5 s, so a stall's end is said within half a
+    /// second of it. It is also the timer's leeway, so a stall is said at most half a second after `stallSeconds`.
     public static let stallCheckInterval = 0.5
     private let open: @Sendable () throws -> any CaptureSource
     private let onStateChange: @Sendable (State) -> Void
@@ -173,13 +174,17 @@ public final class CaptureSupervisor: Sendable {
         guard begin else { return }
         transition(to: .opening)
         queue.async { [weak self] in self?.attempt(generation: 0) }
-        if stallSeconds != nil {
-            let interval = DispatchTimeInterval.milliseconds(Int(Self.stallCheckInterval * 1000))
+        if let stallSeconds {
             let queue = queue
             inner.withLock { inner in
+                // One shot, set again by each check for the next time a stall could be due (`checkStall`).
                 let timer = DispatchSource.makeTimerSource(queue: queue)
-                timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(50))
-                timer.setEventHandler { [weak self] in self?.checkStall() }
+                Self.schedule(timer, after: stallSeconds)
+                timer.setEventHandler { [weak self] in
+                    guard let self else { return }
+                    let delay = self.checkStall()
+                    if let timer = self.inner.withLock({ $0.stallTimer }) { Self.schedule(timer, after: delay) }
+                }
                 timer.resume()
                 inner.stallTimer = timer
             }
@@ -210,19 +215,36 @@ public final class CaptureSupervisor: Sendable {
     // MARK: Private, on `queue`
 
     /// A running session whose source has waited `stallSeconds` for input is stalled; one that delivers again runs.
-    private func checkStall() {
-        guard let stallSeconds else { return }
+    /// - Returns: seconds until the next check: while running, until the current wait would reach `stallSeconds`
+    ///   (`stallSeconds` itself while audio flows); while stalled, ``stallCheckInterval``; otherwise `stallSeconds`.
+    private func checkStall() -> Double {
+        guard let stallSeconds else { return Self.stallCheckInterval }
         let (source, state, framesAtStall) = inner.withLock { ($0.source, $0.state, $0.framesAtStall) }
-        guard let source else { return }
+        guard let source else { return stallSeconds }
         switch state {
-        case .running where source.secondsWithoutInput >= stallSeconds:
+        case .running:
+            let waited = source.secondsWithoutInput
+            guard waited >= stallSeconds else { return stallSeconds - waited }
             inner.withLock { $0.framesAtStall = source.framesCaptured }
             transition(to: .stalled(name: source.name, seconds: stallSeconds), ifStill: state)
-        case .stalled where source.framesCaptured > framesAtStall:
-            transition(to: .running(name: source.name, format: source.format), ifStill: state)
+            return Self.stallCheckInterval
+        case .stalled:
+            if source.framesCaptured > framesAtStall {
+                transition(to: .running(name: source.name, format: source.format), ifStill: state)
+                return stallSeconds
+            }
+            return Self.stallCheckInterval
         default:
-            break
+            return stallSeconds
         }
+    }
+
+    /// Arms the one-shot stall timer `seconds` from now (at least 10 ms), with ``stallCheckInterval`` of leeway.
+    private static func schedule(_ timer: any DispatchSourceTimer, after seconds: Double) {
+        let nanoseconds = Int(max(seconds, 0.01) * 1e9)
+        timer.schedule(
+            deadline: .now() + .nanoseconds(nanoseconds),
+            leeway: .milliseconds(Int(stallCheckInterval * 1000)))
     }
 
     private func attempt(generation: Int) {

@@ -29,6 +29,15 @@ package enum DaemonBenchmark {
         package var peakRSSMegabytes: Double
         /// Resident set size at the end (`VmRSS`) in MB.
         package var rssMegabytes: Double
+        /// Its anonymous part at the end (`RssAnon`: heap, stacks, model weights) in MB. The rest is pages of the
+        /// executable and libraries, whose count depends on what the page cache holds (a binary just built or copied
+        /// maps up to 1 MB more than the same binary after `drop_caches`), so builds are compared on this figure.
+        package var anonymousRSSMegabytes: Double
+        /// Voluntary context switches per second over the measured span, summed over the daemon's threads alive at
+        /// both ends (`/proc/PID/task/*/status`): how often it sleeps and is woken (each wake-up costs CPU time in
+        /// the kernel beyond the work done). Unlike the CPU share, this count hardly depends on what else the machine
+        /// is doing, so it tells a new periodic timer from noise.
+        package var wakeupsPerSecond: Double
         /// Windows the daemon scored and windows it gated (from its status reply; nil when it did not answer).
         package var windows: Int?
         package var gatedWindows: Int?
@@ -112,6 +121,8 @@ package enum DaemonBenchmark {
             seconds: span,
             peakRSSMegabytes: after.peakRSSKilobytes * 1024 / 1e6,
             rssMegabytes: after.rssKilobytes * 1024 / 1e6,
+            anonymousRSSMegabytes: after.anonymousRSSKilobytes * 1024 / 1e6,
+            wakeupsPerSecond: Double(after.voluntarySwitches(since: before)) / span,
             windows: status?["windows"]?.intValue,
             gatedWindows: status?["gated_windows"]?.intValue)
     }
@@ -172,6 +183,17 @@ package struct ProcessSample {
     package let cpuTicksSeconds: Double
     package let peakRSSKilobytes: Double
     package let rssKilobytes: Double
+    package let anonymousRSSKilobytes: Double
+    /// Each live thread's `voluntary_ctxt_switches` (`/proc/PID/task/TID/status`), by thread id.
+    package let voluntarySwitches: [String: Int]
+
+    /// Voluntary context switches since `earlier`, over the threads alive in both samples.
+    package func voluntarySwitches(since earlier: ProcessSample) -> Int {
+        voluntarySwitches.reduce(0) { total, entry in
+            guard let before = earlier.voluntarySwitches[entry.key] else { return total }
+            return total + max(0, entry.value - before)
+        }
+    }
 
     package init?(pid: Int32) {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
@@ -182,14 +204,21 @@ package struct ProcessSample {
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         cpuTicksSeconds = (utime + stime) / max(ticks, 1)
         var nanoseconds = 0.0
+        var switches: [String: Int] = [:]
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
         for task in tasks {
             if let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8),
                let first = text.split(separator: " ").first, let value = Double(first) {
                 nanoseconds += value
             }
+            if let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8),
+               let line = text.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
+               let field = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).last, let value = Int(field) {
+                switches[task] = value
+            }
         }
         cpuNanoseconds = nanoseconds
+        voluntarySwitches = switches
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         func kilobytes(_ key: String) -> Double {
             for line in status.split(separator: "\n") where line.hasPrefix(key + ":") {
@@ -200,6 +229,7 @@ package struct ProcessSample {
         }
         peakRSSKilobytes = kilobytes("VmHWM")
         rssKilobytes = kilobytes("VmRSS")
+        anonymousRSSKilobytes = kilobytes("RssAnon")
     }
 }
 
