@@ -19,6 +19,8 @@ import EarshotSupport
 /// Bad input is refused with one ``EarshotError`` line that names the file (as given, e.g. `x.wav`) and the cause:
 /// - `.noInput` (66): the file is missing, is a directory, is not a regular file (device, FIFO, socket), or cannot
 ///   be opened (no permission). A directory is `.noInput` because, as for `cat dir`, there is no input *file* there.
+///   A name that is not UTF-8 reaches Swift with U+FFFD in place of its bytes; the file that reads so is opened by
+///   its own bytes (``rawPath(repairing:)``), and only when two files read the same is it refused.
 /// - `.data` (65): an empty file, a file libsndfile does not recognise as audio, MP3 data inside a WAV (RIFF)
 ///   container (libsndfile 1.2 decodes it only partly and floods stderr from libmpg123), a sample rate outside
 ///   ``supportedSampleRates`` (a damaged or hostile header; a WAV whose header says 0 Hz or 0 channels:
@@ -106,6 +108,49 @@ public final class AudioFileDecoder {
     /// its scratch stays bounded whatever the channel count (libsndfile allows up to 1024 channels).
     package static let scratchSampleLimit = 1 << 20
 
+    /// What ``rawPath(repairing:)`` found.
+    package enum RawPath: Equatable {
+        /// The path's bytes, NUL-terminated.
+        case found([CChar])
+        /// Several entries of one directory read as the repaired component (`caf\xe9.wav` and `caf\xe8.wav` both
+        /// read `caf\u{FFFD}.wav`).
+        case ambiguous
+        /// No entry reads as a component.
+        case missing
+        /// A directory on the way cannot be listed (no permission to read it).
+        case unreadable
+    }
+
+    /// The bytes of `path` with each component that holds U+FFFD replaced by the bytes of the one entry of its
+    /// directory whose name, repaired as Swift repairs bytes that are not UTF-8, reads the same (`caf\xe9.wav` for
+    /// `caf\u{FFFD}.wav`). The corresponding C functions are `opendir`, `readdir` and `closedir`.
+    package static func rawPath(repairing path: String) -> RawPath {
+        var bytes: [UInt8] = path.hasPrefix("/") ? [UInt8(ascii: "/")] : []
+        let components = path.split(separator: "/", omittingEmptySubsequences: true)
+        for (index, component) in components.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: "/")) }
+            guard component.contains("\u{FFFD}") else {
+                bytes += component.utf8
+                continue
+            }
+            let directory = bytes.isEmpty ? [UInt8(ascii: ".")] : bytes
+            guard let stream = (directory + [0]).withUnsafeBufferPointer({ buffer in
+                buffer.withMemoryRebound(to: CChar.self) { opendir($0.baseAddress!) }
+            }) else { return errno == ENOENT || errno == ENOTDIR ? .missing : .unreadable }
+            defer { closedir(stream) }
+            var matches: [[UInt8]] = []
+            while let entry = readdir(stream) {
+                let name = withUnsafeBytes(of: &entry.pointee.d_name) { Array($0.prefix(while: { $0 != 0 })) }
+                // Compared as bytes: String's == would also match another Unicode normalization of the name.
+                if String(decoding: name, as: UTF8.self).utf8.elementsEqual(component.utf8) { matches.append(name) }
+            }
+            guard matches.count <= 1 else { return .ambiguous }
+            guard let match = matches.first else { return .missing }
+            bytes += match
+        }
+        return .found((bytes + [0]).map { CChar(bitPattern: $0) })
+    }
+
     /// Opens `url` and reads its header.
     ///
     /// - Throws: ``EarshotError`` `.noInput` (missing, directory, not a regular file, no permission) or `.data`
@@ -120,9 +165,19 @@ public final class AudioFileDecoder {
         displayPath = name
 
         // Our own open() so that errno names the cause; O_NONBLOCK so that a FIFO cannot block us (it is refused below).
-        let descriptor = open(url.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        var descriptor = open(url.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        var number = errno
+        var repaired: RawPath?
+        if descriptor < 0, number == ENOENT, url.path.contains("\u{FFFD}") {
+            // A name that is not UTF-8 reached us with U+FFFD in place of its bytes (Swift's command line and
+            // directory listings repair them, trial 5 #3): open the one entry that reads so, by its own bytes.
+            repaired = Self.rawPath(repairing: url.path)
+            if case .found(let raw) = repaired {
+                descriptor = raw.withUnsafeBufferPointer { open($0.baseAddress!, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
+                number = descriptor < 0 ? errno : 0
+            }
+        }
         guard descriptor >= 0 else {
-            let number = errno
             let text = String(cString: strerror(number))
             switch number {
             case ENOENT where name == "-":
@@ -131,12 +186,15 @@ public final class AudioFileDecoder {
                     .usage,
                     "-: reading audio from standard input is not supported (save it to a file and give the file's path, e.g. ffmpeg -i IN -f wav /tmp/in.wav; a file named - is ./-)",
                     cause: text)
-            case ENOENT where name.contains("\u{FFFD}"):
-                // The kernel's names are bytes; a name that is not UTF-8 reached us with U+FFFD in place of its
-                // bytes (Swift's command line and directory listings repair them), so it cannot be opened.
+            case ENOENT where repaired == .ambiguous:
                 throw EarshotError(
                     .noInput,
-                    "\(name): the file name is not valid UTF-8, so earshot cannot open it (rename the file, e.g. convmv -f latin1 -t utf8 --notest FILE)",
+                    "\(name): the file name is not valid UTF-8, and more than one file's name reads as it, so earshot cannot tell which to open (rename them, e.g. convmv -f latin1 -t utf8 --notest FILE)",
+                    cause: text)
+            case ENOENT where repaired == .unreadable:
+                throw EarshotError(
+                    .noInput,
+                    "\(name): the file name is not valid UTF-8, and its directory cannot be listed to find it (rename the file, e.g. convmv -f latin1 -t utf8 --notest FILE)",
                     cause: text)
             case ENOENT:
                 throw EarshotError(.noInput, "\(name): no such file (check the path)", cause: text)

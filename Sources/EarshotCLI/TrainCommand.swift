@@ -172,6 +172,8 @@ enum UsageSnippet {
             + ["what to do: \(advice)", "inspect it: earshot analyze --model \(DisplayText.shellWord(modelPath)) FILE"]
     }
 
+    /// The lines for a ready model: how to try it, and the configuration for earshotd, with `[analysis] window`
+    /// when the head was trained on another window than the daemon's default 0.96 s (trial 5 #14).
     static func lines(modelPath: String, head: ClassifierHead) -> [String] {
         let absolute = URL(fileURLWithPath: modelPath).standardizedFileURL.path
         let name = HeadModelSet.modelName(forPath: absolute)
@@ -183,6 +185,10 @@ enum UsageSnippet {
             "  [models]",
             "  files = \(absolute)",
         ]
+        // The daemon runs every head on its one [analysis] window; a head trained on another window needs it set.
+        let window = head.metadata.windowDuration
+        let trainedOnOtherWindow = abs(window - DaemonConfiguration.Analysis().windowDuration) > 1e-6
+        if trainedOnOtherWindow { lines += ["  [analysis]", "  window = \(SettingRules.format(window))"] }
         var groups: [String] = []
         for label in targets {
             let group = HeadModelSet.suggestedGroupName(model: name, label: label)
@@ -191,6 +197,9 @@ enum UsageSnippet {
             lines += ["  [group.\(group)]", "  classes = \(name):\(label)", "  threshold = " + String(format: "%.2f", threshold)]
         }
         lines.append("  and add \(groups.joined(separator: " | ")) to watch in [detection]")
+        if trainedOnOtherWindow {
+            lines.append("  (window = \(SettingRules.format(window)): the model was trained on \(SettingRules.format(window)) s windows; the daemon analyses every group on one window)")
+        }
         return lines
     }
 }

@@ -82,6 +82,15 @@ public final class CaptureSupervisor: Sendable {
             let exponent = Double(min(max(failures, 1) - 1, 62))
             return min(maximumDelay, initialDelay * pow(2, exponent))
         }
+
+        /// What a user reads about the retries, given the wait before the next one (`delay`, seconds): `retrying in
+        /// 1 s, then twice as long each time, up to every 4 s`, or `retrying every 4 s` once the wait is the
+        /// longest. An outage is reported once, so the words must hold for all of it, not only the next retry.
+        public func retryText(delay: Double) -> String {
+            let longest = SettingRules.format(maximumDelay)
+            if delay >= maximumDelay { return "retrying every \(longest) s" }
+            return "retrying in \(SettingRules.format(delay)) s, then twice as long each time, up to every \(longest) s"
+        }
     }
 
     private struct Inner {

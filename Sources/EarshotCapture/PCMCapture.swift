@@ -228,6 +228,17 @@ public final class PCMCapture: CaptureSource {
         return Int32(digits)
     }
 
+    /// How to get a device that converts sample formats and channels: `use plughw:1,0, which converts` for a
+    /// `hw:` device (the kernel driver takes only what the hardware does); `use plug:NAME, which converts` for a
+    /// plugin PCM with a plain name (`default`, `pulse`, a `dsnoop` PCM defined in .asoundrc); for other plugin
+    /// names, a `plug` PCM over it in the ALSA configuration. Not for the rate: capture turns ALSA's resampling off
+    /// (`snd_pcm_hw_params_set_rate_resample`), so no plug PCM changes it.
+    package static func conversionAdvice(device: String) -> String {
+        if device == "hw" || device.hasPrefix("hw:") { return "use plug\(device), which converts" }
+        if !device.isEmpty, !device.contains(where: { ":'\"{} ".contains($0) }) { return "use plug:\(device), which converts" }
+        return "define a plug PCM over it in the ALSA configuration, which converts"
+    }
+
     private static func check(_ status: Int32, _ function: String, device: String) throws {
         guard status >= 0 else { throw ALSAError(function: function, code: status) }
     }
@@ -250,7 +261,7 @@ public final class PCMCapture: CaptureSource {
             throw EarshotError(
                 .unavailable,
                 "capture device \"\(device)\" offers none of the sample formats \(names) "
-                    + "(use a plughw: device, which converts, or allow more formats)")
+                    + "(\(conversionAdvice(device: device)), or allow more formats)")
         }
         try check(snd_pcm_hw_params_set_format(pcm, params, format.alsaFormat), "snd_pcm_hw_params_set_format", device: device)
 
@@ -332,14 +343,19 @@ public final class PCMCapture: CaptureSource {
 }
 
 extension ALSAError {
-    /// The line for a failed call while configuring an opened device.
+    /// The line for a failed call while configuring an opened device. A device that converts is suggested only
+    /// where it helps: a `hw:` device whose access, sample format or channel count cannot be set (see
+    /// ``PCMCapture/conversionAdvice(device:)``); plugin PCMs (`default`, `pulse`, `dsnoop`) and other calls get
+    /// "check the device and its ALSA configuration".
     package func configureFailure(device: String) -> EarshotError {
         switch kind {
-        case .busy, .missing, .permission: openFailure(device: device)
+        case .busy, .missing, .permission: return openFailure(device: device)
         default:
-            EarshotError(
-                .unavailable,
-                "cannot configure capture device \"\(device)\": \(text) (\(function) failed; try a plughw: device)",
+            let converts = ["snd_pcm_hw_params_set_access", "snd_pcm_hw_params_set_format", "snd_pcm_hw_params_set_channels"]
+            let advice = (device == "hw" || device.hasPrefix("hw:")) && converts.contains(function)
+                ? PCMCapture.conversionAdvice(device: device) : "check the device and its ALSA configuration"
+            return EarshotError(
+                .unavailable, "cannot configure capture device \"\(device)\": \(text) (\(function) failed; \(advice))",
                 cause: description)
         }
     }

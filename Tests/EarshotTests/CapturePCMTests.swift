@@ -190,6 +190,48 @@ struct CapturePCMTests {
             + "(snd_pcm_open failed; check the device name and its ALSA configuration)")
     }
 
+    /// trial 6 #10: `plughw:` was advised for plugin PCMs (`pulse`, `default`, a `dsnoop`), where it is wrong.
+    @Test func aPluginPCMWithoutTheFormatsIsAdvisedAPlugOverItNotPlughw() throws {
+        let values: [Float] = [0.125, -0.75, 0.5, -1]
+        let path = CaptureFixtures.writeRaw(
+            values.flatMap { value in withUnsafeBytes(of: value.bitPattern.littleEndian) { Array($0) } },
+            name: "float-plugin.raw")
+        let definition = CaptureFixtures.filePCM("earshot_float_plugin", infile: path, slave: CaptureFixtures.floatOnlySlave)
+        #expect {
+            _ = try PCMCapture(configuration: CaptureConfiguration(
+                device: "earshot_float_plugin", formats: [.s16LE], alsaConfiguration: definition))
+        } throws: { error in
+            (error as? EarshotError)?.message == "capture device \"earshot_float_plugin\" offers none of the sample "
+                + "formats S16_LE (use plug:earshot_float_plugin, which converts, or allow more formats)"
+        }
+        // The advice works: ALSA's plug PCM over it converts FLOAT_LE to S16_LE.
+        let (capture, ring) = try startCapture(CaptureConfiguration(
+            device: "plug:earshot_float_plugin", formats: [.s16LE], alsaConfiguration: definition))
+        defer { capture.stop() }
+        #expect(capture.format.sampleFormat == .s16LE)
+        #expect(CaptureFixtures.read(ring, frames: 4).samples == values)
+    }
+
+    @Test func conversionIsAdvisedOnlyWhereItHelps() {
+        #expect(PCMCapture.conversionAdvice(device: "hw:1,0") == "use plughw:1,0, which converts")
+        #expect(PCMCapture.conversionAdvice(device: "hw:CARD=Mic,DEV=0") == "use plughw:CARD=Mic,DEV=0, which converts")
+        #expect(PCMCapture.conversionAdvice(device: "dsnoop_mic") == "use plug:dsnoop_mic, which converts")
+        #expect(PCMCapture.conversionAdvice(device: "dsnoop:CARD=1") == "define a plug PCM over it in the ALSA configuration, which converts")
+        // A hw: device whose sample format cannot be set: plughw: converts it.
+        let format = ALSAError(function: "snd_pcm_hw_params_set_format", code: -EINVAL)
+        #expect(format.configureFailure(device: "hw:1,0").message == "cannot configure capture device \"hw:1,0\": "
+            + "Invalid argument (snd_pcm_hw_params_set_format failed; use plughw:1,0, which converts)")
+        // Not for a plugin PCM, and not for the rate: capture turns ALSA's resampling off, so plughw: would not help.
+        #expect(format.configureFailure(device: "pulse").message == "cannot configure capture device \"pulse\": "
+            + "Invalid argument (snd_pcm_hw_params_set_format failed; check the device and its ALSA configuration)")
+        let rate = ALSAError(function: "snd_pcm_hw_params_set_rate_near", code: -EINVAL)
+        #expect(rate.configureFailure(device: "hw:1,0").message == "cannot configure capture device \"hw:1,0\": "
+            + "Invalid argument (snd_pcm_hw_params_set_rate_near failed; check the device and its ALSA configuration)")
+        #expect(ALSAError(function: "snd_pcm_hw_params_set_format", code: -EBUSY).configureFailure(device: "default").message
+            == "cannot open capture device \"default\": Device or resource busy (another program is recording; try a "
+                + "dsnoop device or stop the other program)")
+    }
+
     @Test func cardIndexesAreFoundInDeviceNames() {
         #expect(PCMCapture.cardIndex(in: "hw:99,0") == 99)
         #expect(PCMCapture.cardIndex(in: "plughw:1") == 1)

@@ -84,7 +84,7 @@ struct CapturePulseAudioTests {
         let message = unavailable.object["message"] as? String ?? ""
         #expect(message.hasPrefix("capture device \"earshot_pulse\" stopped: "), "\(message)")
         #expect(message.hasSuffix(
-            "(the device was unplugged or failed; check it with `earshot devices`) (retrying in 1 s)"), "\(message)")
+            "(the device was unplugged or failed; check it with `earshot devices`) (retrying in 1 s, then twice as long each time, up to every 4 s)"), "\(message)")
         // The cry open at the kill ends now, while the device is away (trial 6 #5), not when it returns.
         try #require(TestWait.until(seconds: 3) { !Self.ends("baby_cry", daemon).isEmpty },
                      "the open baby_cry did not end while capture was unavailable: \(daemon.errorText)")

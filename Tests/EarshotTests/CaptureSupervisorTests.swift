@@ -23,6 +23,17 @@ struct CaptureSupervisorTests {
         #expect((1...4).map { fast.delay(afterFailures: $0) } == [0.01, 0.02, 0.04, 0.05])
     }
 
+    /// trial 6 #10: the outage line said `retrying in 2 s` for all of an outage whose retries grow; it is said once,
+    /// so it names the schedule.
+    @Test func theRetryTextNamesTheNextDelayAndTheLongest() {
+        let backoff = CaptureSupervisor.Backoff()
+        #expect(backoff.retryText(delay: 1) == "retrying in 1 s, then twice as long each time, up to every 4 s")
+        #expect(backoff.retryText(delay: 2) == "retrying in 2 s, then twice as long each time, up to every 4 s")
+        #expect(backoff.retryText(delay: 4) == "retrying every 4 s")
+        let fast = CaptureSupervisor.Backoff(initialDelay: 0.01, maximumDelay: 0.05)
+        #expect(fast.retryText(delay: 0.02) == "retrying in 0.02 s, then twice as long each time, up to every 0.05 s")
+    }
+
     @Test func aMissingDeviceIsReportedOnceThenCaptureStartsWhenItAppears() throws {
         let path = CaptureFixtures.writeRaw(CaptureFixtures.bytes(of: [1, 2, 3, 4]), name: "supervised.raw")
         let working = CaptureConfiguration(

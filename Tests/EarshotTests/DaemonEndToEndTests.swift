@@ -217,7 +217,7 @@ import EarshotTools
         let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         let firstLine = log.split(separator: "\n").first.map(String.init) ?? ""
         #expect(firstLine.hasPrefix("earshotd: health capture_unavailable: cannot open capture device \"hw:97,0\""), "\(log)")
-        #expect(firstLine.hasSuffix("(no such device; list devices with `earshot devices` or `arecord -L`) (retrying in 1 s)"), "\(firstLine)")
+        #expect(firstLine.hasSuffix("(no such device; list devices with `earshot devices` or `arecord -L`) (retrying in 1 s, then twice as long each time, up to every 4 s)"), "\(firstLine)")
         let events = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(events.contains("\"state\":\"capture_unavailable\""))
     }
@@ -259,7 +259,7 @@ import EarshotTools
             daemon.terminate()
             daemon.waitUntilExit()
             #expect(daemon.terminationStatus == 0)
-            let message = "cannot open capture device \"\(device)\": the JACK server is not running (start it, e.g. with qjackctl or jackd, or choose another device; list devices with `earshot devices`) (retrying in 1 s)"
+            let message = "cannot open capture device \"\(device)\": the JACK server is not running (start it, e.g. with qjackctl or jackd, or choose another device; list devices with `earshot devices`) (retrying in 1 s, then twice as long each time, up to every 4 s)"
             let log = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             #expect(log == "earshotd: health capture_unavailable: \(message)\nearshotd: stopped (signal 15)\n")
             let events = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

@@ -44,6 +44,38 @@ struct ModelReadinessTests {
         #expect(problems.first?.hasSuffix(" (below 0.5): it would miss the sound or fire on others") == true, "\(problems)")
     }
 
+    @Test("train without a background label: not ready, however well its labels separate (trial 5 #4)")
+    func trainingWithoutBackground() throws {
+        let report = try HeadTraining.train(
+            perFile: HeadTrainingTests.gaussianFiles(perClass: 200, columns: 16, distance: 8, seed: 1),
+            labels: ["hum", "tone"], backbone: HeadTrainingTests.backbone16,
+            configuration: HeadTrainingTests.configuration(), method: "train")
+        #expect(report.head.metadata.backgroundLabel == nil)
+        #expect(report.readinessProblems == [
+            "no background folder: every sound would be scored as one of hum, tone, so it would fire on any sound (add a folder named background with the room's usual sounds)",
+        ])
+    }
+
+    @Test("earshot train with no background folder: NOT READY and why instead of the configuration; the model is still written",
+          .needsEarshotBuilt)
+    func trainWithoutBackgroundNotReady() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try TrainCommandTests.writeTrainingData(directory.appendingPathComponent("data"), labels: ["hum", "tone"])
+        let run = try #require(try EarshotCLI.run(["train", "data", "--output", "m.earshot"], in: directory, timeout: 300))
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(run.outputLines.first == "data: hum 8 files/64 windows, tone 8 files/64 windows")
+        let start = try #require(run.outputLines.firstIndex(of: "wrote m.earshot (kept to inspect it, not to use)"), "\(run.outputLines)")
+        #expect(Array(run.outputLines[start...]) == [
+            "wrote m.earshot (kept to inspect it, not to use)",
+            "NOT READY for earshotd, do not add it to the configuration:",
+            "  - no background folder: every sound would be scored as one of hum, tone, so it would fire on any sound (add a folder named background with the room's usual sounds)",
+            "what to do: add recordings (more files per label, and background with the room's usual sounds) and train again",
+            "inspect it: earshot analyze --model m.earshot FILE",
+        ])
+        #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("m.earshot").path))
+    }
+
     @Test("enroll --from: a file named twice (also as ./FILE) is reported once, by the name given the second time")
     func duplicateTakes() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()

@@ -191,7 +191,7 @@ struct SleepDaemonTests {
 
     @Test("earshot sleep start and status with no audio arriving: the session starts (exit 0) and stderr says why", .needsEarshotBuilt)
     func startWarnsWithoutAudio() throws {
-        let problem = #"no audio is arriving (capture unavailable: cannot open capture device "hw:9,0": No such file or directory (retrying in 2 s))"#
+        let problem = #"no audio is arriving (capture unavailable: cannot open capture device "hw:9,0": No such file or directory (no such device; list devices with `earshot devices` or `arecord -L`) (retrying in 2 s, then twice as long each time, up to every 4 s))"#
         try Self.sleepSocket(audioProblem: problem) { _, _, run, service, _ in
             let started = try run(["start"])
             #expect(started.status == 0)

@@ -89,6 +89,56 @@ struct TrainCommandTests {
         #expect(head.metadata.training.filesPerLabel == ["background": 1, "beeper": 2])
     }
 
+    /// `count` 4 s recordings per label in `data/LABEL/`: `tone`, whistles of 1-2 kHz over faint noise; `hum`, 100-170
+    /// Hz hums; `background`, noise at -30 to -23 dBFS. 4 windows a file at a 2 s window (1 s hop), 8 at 0.96 s.
+    static func writeTrainingData(_ data: URL, labels: [String], count: Int = 8) throws {
+        for label in labels {
+            try HeadTrainingTests.writeFiles(data, label: label, count: count) { index in
+                let noise = HeadTrainingTests.noise(count: 64_000, dbfs: label == "background" ? -30 + Double(index) : -45,
+                                                    seed: UInt64(100 * labels.firstIndex(of: label)! + index))
+                guard label != "background" else { return noise }
+                let frequency = label == "hum" ? 100 + 10 * Double(index) : 1_000 + 150 * Double(index)
+                let tone = AnalysisTestSupport.sine(frequency: frequency, dbfs: -20, sampleRate: 16_000, count: 64_000)
+                return zip(tone, noise).map { $0 + $1 }
+            }
+        }
+    }
+
+    @Test("train --window 2: the configuration to paste sets [analysis] window = 2; at the default window it does not (trial 5 #14)",
+          .needsEarshotBuilt)
+    func snippetCarriesTheWindow() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try Self.writeTrainingData(directory.appendingPathComponent("data"), labels: ["background", "tone"])
+        let model = directory.appendingPathComponent("whistle.earshot")
+        let run = try #require(try EarshotCLI.run(["train", "data", "--output", "whistle.earshot", "--window", "2"], in: directory, timeout: 300))
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(run.outputLines.first == "data: background 8 files/32 windows, tone 8 files/32 windows")
+        let start = try #require(run.outputLines.firstIndex(of: "wrote whistle.earshot"), "\(run.outputLines)")
+        let path = model.standardizedFileURL.path
+        #expect(Array(run.outputLines[start...]) == [
+            "wrote whistle.earshot",
+            "try it: earshot analyze --model whistle.earshot FILE",
+            "use it in earshotd (/etc/earshot/earshotd.conf; the daemon reads the model at start and on SIGHUP):",
+            "  [models]",
+            "  files = \(path)",
+            "  [analysis]",
+            "  window = 2",
+            "  [group.whistle_tone]",
+            "  classes = whistle:tone",
+            "  threshold = 0.50",
+            "  and add whistle_tone to watch in [detection]",
+            "  (window = 2: the model was trained on 2 s windows; the daemon analyses every group on one window)",
+        ])
+        #expect(try ClassifierHead(contentsOf: model).metadata.windowDuration == 2)
+
+        let plain = try #require(try EarshotCLI.run(["train", "data", "--output", "whistle.earshot"], in: directory, timeout: 300))
+        #expect(plain.status == 0, "\(plain.standardError)")
+        let at = try #require(plain.outputLines.firstIndex(of: "  files = \(path)"), "\(plain.outputLines)")
+        #expect(plain.outputLines[at + 1] == "  [group.whistle_tone]")
+        #expect(!plain.outputLines.contains { $0.contains("[analysis]") || $0.contains("window =") }, "\(plain.outputLines)")
+    }
+
     @Test("help lists train and enroll, and their own help prints", .needsEarshotBuilt)
     func help() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()

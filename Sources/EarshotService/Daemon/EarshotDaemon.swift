@@ -401,7 +401,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             analysisQueue.sync { pipeline.finishInput() }
             shutdown(reason: "input failed", status: error.exitStatus, lastLine: (error.message, 3))
         case .unavailable(let error):
-            let retry = supervisor.nextRetryDelay.map { " (retrying in \(Int($0.rounded())) s)" } ?? ""
+            let retry = supervisor.nextRetryDelay.map { " (\(supervisor.backoff.retryText(delay: $0)))" } ?? ""
             let alreadySaid = status.withLock { status -> Bool in
                 defer { status.capture = "unavailable"; status.captureError = error.message + retry }
                 return status.capture == "unavailable"

@@ -72,10 +72,15 @@ package struct TrainingReport: Sendable {
 
     /// Why the model is not ready for earshotd, one line each (empty when it is): a target label (not the
     /// background) with fewer than ``minimumWindows`` windows, or whose cross-validation (else validation)
-    /// precision or recall is below ``minimumScore``.
+    /// precision or recall is below ``minimumScore``; or no background label (trial 5 #4): the head's scores sum
+    /// to 1 over the labels, so without a "none of these" label every window, whatever its sound, scores high for
+    /// one of them.
     package var readinessProblems: [String] {
         let metadata = head.metadata
         var problems: [String] = []
+        if metadata.backgroundLabel == nil {
+            problems.append("no \(LabelledFolders.backgroundLabel) folder: every sound would be scored as one of \(metadata.labels.joined(separator: ", ")), so it would fire on any sound (add a folder named \(LabelledFolders.backgroundLabel) with the room's usual sounds)")
+        }
         let summary = metadata.metrics.crossValidation ?? metadata.metrics.validation
         let check = metadata.metrics.crossValidation.map { "\($0.folds ?? 0)-fold cross-validation" } ?? "validation"
         for (index, label) in metadata.labels.enumerated() where label != metadata.backgroundLabel {

@@ -108,8 +108,9 @@ package struct LabelledFolders: Sendable {
             let url = folder.appendingPathComponent(name)
             let kind = PathKind(path: url.path)
             if kind == .missing {
-                // A name that is not UTF-8 (listed with U+FFFD) or a dangling link: kept, so that training names it
-                // in a `skipped:` line (the decoder's error says why) instead of dropping it without a word.
+                // A name that is not UTF-8 (listed with U+FFFD; the decoder finds the file by its bytes) or a
+                // dangling link: kept, so that the decoder opens it or training names it in a `skipped:` line
+                // (the decoder's error says why) instead of dropping it without a word.
                 result.append(url)
                 continue
             }
