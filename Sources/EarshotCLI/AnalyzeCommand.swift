@@ -20,7 +20,7 @@ enum AnalyzeCommand: EarshotCommand {
       --model FILE  use a custom classifier made by `earshot train` or `earshot enroll` instead: its labels and
                     probabilities (window and overlap default to the ones it was trained with)
       --format F    text (default): "FILE START-ENDs  Label 93.1%  ..." per window
-                    jsonl: {"file":...,"start":...,"duration":...,"classifications":[{"label":...,"confidence":...}]}
+                    jsonl: {"file":...,"start":...,"duration":...,"classes":[{"class":...,"confidence":...}]}
                     csv: file,start,duration,rank,label,confidence (one row per window per class)
       --top K       classes per window, 1 to 521 (default 3)
       --window S    window length in seconds, 0.96 to 3600 (default 0.96); a longer window averages the 0.96 s

@@ -396,7 +396,17 @@ struct AnalysisTests {
         #expect(text.lines(file: "x.wav", result: result) == ["x.wav 0.48-1.44s  Speech 93.1%  Say \"hi\" 50.0%  Music 5.2%"])
         let json = AnalysisReportFormatter(format: .jsonl, top: 2)
         #expect(json.lines(file: "x.wav", result: result)
-                == [#"{"file":"x.wav","start":0.48,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.931},{"label":"Say \"hi\"","confidence":0.5}]}"#])
+                == [#"{"file":"x.wav","start":0.48,"duration":0.96,"classes":[{"class":"Speech","confidence":0.931},{"class":"Say \"hi\"","confidence":0.5}]}"#])
+        // One shape for a window's classes: analyze's jsonl line and the socket's window line (`{"cmd":"listen"}`,
+        // `earshot listen --json`) carry the same array, confidences written alike (`0.0`, not `0`).
+        let window = EventLines.windowObject(for: result, time: Date(timeIntervalSince1970: 1_796_242_503.12))
+        #expect(JSONValue.object(window).encoded
+                == #"{"type":"window","start":0.48,"end":1.44,"level_dbfs":-20.0,"gate_open":true,"classes":[{"class":"Speech","confidence":0.931},{"class":"Say \"hi\"","confidence":0.5},{"class":"Music","confidence":0.052},{"class":"Smoke detector, smoke alarm","confidence":0.0}],"time":"2026-12-02T20:15:03.120Z"}"#)
+        #expect(AnalysisReportFormatter(format: .jsonl, top: 5).lines(file: "x.wav", result: result)
+                == [#"{"file":"x.wav","start":0.48,"duration":0.96,"classes":"# + window["classes"]!.encoded + "}"])
+        #expect(AnalysisReportFormatter(format: .jsonl, top: 1).lines(file: "one.wav", result: .scored(
+            timeRange: TimeRange(start: 0, duration: 0.96), scores: [1, 0], labels: ["Silence", "Speech"], levelDBFS: -20))
+                == [#"{"file":"one.wav","start":0,"duration":0.96,"classes":[{"class":"Silence","confidence":1.0}]}"#])
         let csv = AnalysisReportFormatter(format: .csv, top: 4)
         #expect(csv.header == "file,start,duration,rank,label,confidence")
         #expect(csv.lines(file: "a,b.wav", result: result) == [
@@ -407,7 +417,7 @@ struct AnalysisTests {
         ])
         let gated = ClassificationResult.gated(timeRange: TimeRange(start: 0, duration: 0.96), levelDBFS: -63.25)
         #expect(text.lines(file: "q.wav", result: gated) == ["q.wav 0.00-0.96s  (quiet: -63.2 dBFS)"])
-        #expect(json.lines(file: "q.wav", result: gated) == [#"{"file":"q.wav","start":0,"duration":0.96,"classifications":[]}"#])
+        #expect(json.lines(file: "q.wav", result: gated) == [#"{"file":"q.wav","start":0,"duration":0.96,"classes":[]}"#])
 
         var tally = TopClassTally()
         let labels = ["Speech", "Music"]
@@ -429,7 +439,7 @@ struct AnalysisTests {
                                                  labels: ["Speech"], levelDBFS: -20)
         #expect(text.lines(file: "n.wav", result: broken) == ["n.wav 0.00-0.96s  Speech n/a"])
         #expect(json.lines(file: "n.wav", result: broken)
-                == [#"{"file":"n.wav","start":0,"duration":0.96,"classifications":[{"label":"Speech","confidence":null}]}"#])
+                == [#"{"file":"n.wav","start":0,"duration":0.96,"classes":[{"class":"Speech","confidence":null}]}"#])
         #expect(csv.lines(file: "n.wav", result: broken) == ["n.wav,0,0.96,1,Speech,"])
     }
 }
