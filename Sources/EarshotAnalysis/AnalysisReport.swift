@@ -9,7 +9,8 @@ import EarshotModel
 public enum AnalysisOutputFormat: String, CaseIterable, Sendable {
     /// One line per window: `x.wav 0.48-1.44s  Speech 93.1%  Music 5.2%`.
     case text
-    /// One JSON object per line: `{"file":"x.wav","start":0.48,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.931},...]}`.
+    /// One JSON object per line: `{"file":"x.wav","start":0.48,"duration":0.96,"classes":[{"class":"Speech","confidence":0.931},...]}`
+    /// (the classes as the daemon's window lines carry them, ``AnalysisReportFormatter/classesJSON(_:)``).
     case jsonl
     /// A header, then one row per window per class: `file,start,duration,rank,label,confidence`.
     case csv
@@ -24,9 +25,10 @@ public enum AnalysisOutputFormat: String, CaseIterable, Sendable {
 /// quoted field spans lines).
 ///
 /// Numbers: times in seconds with up to 3 decimals in JSON/CSV (2 in text), confidences with 4 decimals in
-/// JSON/CSV (trailing zeros dropped, e.g. `0.93`), percentages with 1 decimal in text. A number that is not finite
-/// (which sanitized input never produces) is written `null` in JSON, an empty field in CSV and `n/a` in text, never
-/// `nan`, so the output stays valid JSON and CSV.
+/// JSON/CSV (trailing zeros dropped, e.g. `0.93`; a class's confidence in JSON keeps one, `1.0`, as the daemon
+/// writes it), percentages with 1 decimal in text. A number that is not finite (which sanitized input never
+/// produces) is written `null` in JSON, an empty field in CSV and `n/a` in text, never `nan`, so the output stays
+/// valid JSON and CSV.
 public struct AnalysisReportFormatter: Sendable {
     /// The output format.
     public let format: AnalysisOutputFormat
@@ -61,8 +63,8 @@ public struct AnalysisReportFormatter: Sendable {
             }
             return [line]
         case .jsonl:
-            let classes = best.map { "{\"label\":\(Self.jsonString($0.identifier)),\"confidence\":\(Self.number($0.confidence, 4))}" }
-            return ["{\"file\":\(Self.jsonString(file)),\"start\":\(Self.number(start, 3)),\"duration\":\(Self.number(duration, 3)),\"classifications\":[\(classes.joined(separator: ","))]}"]
+            let classes = Self.classesJSON(best).encoded
+            return ["{\"file\":\(Self.jsonString(file)),\"start\":\(Self.number(start, 3)),\"duration\":\(Self.number(duration, 3)),\"classes\":\(classes)}"]
         case .csv:
             return best.enumerated().map { rank, item in
                 [Self.csvField(file), Self.csvNumber(start, 3), Self.csvNumber(duration, 3), String(rank + 1),
@@ -91,6 +93,14 @@ public struct AnalysisReportFormatter: Sendable {
                 [Self.csvField(file), "", "", String(rank + 1), Self.csvField(item.label), Self.csvNumber(item.share, 4)].joined(separator: ",")
             }
         }
+    }
+
+    /// A window's classes, highest first, in the one shape every JSON line of Earshot carries them (`earshot
+    /// analyze --format jsonl`, the daemon's socket window lines and status reply, `earshot listen --json`):
+    /// `[{"class":"Speech","confidence":0.9123},...]`, confidences to 4 decimals as ``JSONValue/format(_:decimals:)``
+    /// writes them (`0.931`, `1.0`; `null` when not finite).
+    package static func classesJSON(_ classes: some Sequence<Classification>) -> JSONValue {
+        .array(classes.map { .object(["class": .string($0.identifier), "confidence": .number($0.confidence, decimals: 4)]) })
     }
 
     /// `value` with exactly `decimals` decimals (`%.*f`); `n/a` when it is not finite.

@@ -12,9 +12,10 @@ import EarshotModel
 /// ``decodeMono16k(_:)-(URL)`` does (`round(frames * 16000 / rate)` samples), padded at the end with zeros as the
 /// reference's `pad_waveform` pads it (at least one window, then whole hops until the last sample is inside a window),
 /// and scored with YAMNet on its log-mel spectrogram. Each window's scores are YAMNet's scores of the 0.96 s patches
-/// inside it (their mean when there are several). With the default request (0.96 s, overlap 0.5) the results are the
-/// reference model's per-patch outputs: window `i` starts at `0.48 * i` s and covers 16 kHz samples
-/// `[7680 i, 7680 i + 15600)`.
+/// inside it (their mean when there are several; in a window longer than 0.96 s that reaches into the end's padding,
+/// the mean of its patches of real audio only, ``WindowGeometry/patchStartFrames(realSamples:)``). With the default
+/// request (0.96 s, overlap 0.5) the results are the reference model's per-patch outputs: window `i` starts at
+/// `0.48 * i` s and covers 16 kHz samples `[7680 i, 7680 i + 15600)`.
 ///
 /// Memory stays bounded whatever the file's length: the file is decoded in chunks and scored in rounds of
 /// ``windowsPerRound`` windows (the log-mel frames of a round are computed once; each frame depends only on its own
@@ -391,6 +392,7 @@ public final class AudioFileAnalyzer: Sendable {
             let windows = geometry.windowCount(sampleCount: total)
             stream.padWithZeros(to: (windows - 1) * geometry.hopSamples + geometry.windowSamples)
             state.windowLimit = windows
+            state.sampleCount = total
             scoreReadyRounds(state, stream: stream, onlyFullRounds: false)
             deliverPending(state)
             guard !run.isCancelled else {
@@ -421,6 +423,8 @@ public final class AudioFileAnalyzer: Sendable {
         var nextWindow = 0
         /// Windows in the file, once known (at the end of decoding).
         var windowLimit = Int.max
+        /// 16 kHz samples in the file, once known (at the end of decoding): where the zero padding starts.
+        var sampleCount = Int.max
         /// The round whose inference is running (or done) and whose results are not delivered yet.
         var pending: Round?
         var nextWindowStart: Int { nextWindow * request.geometry.hopSamples }
@@ -502,15 +506,16 @@ public final class AudioFileAnalyzer: Sendable {
             guard !state.run.isCancelled else { return }
             var windowScores = [Float](repeating: 0, count: YAMNet.classCount)
             var windowEmbedding = [Float](repeating: 0, count: YAMNet.embeddingSize)
-            for patch in 0..<geometry.patchesPerWindow {
-                let patchRow = round.row[window * geometry.hopFrames + patch * YAMNet.patchHopFrames - round.firstFrame] ?? 0
+            let patches = Self.patchStartFrames(window: window, geometry: geometry, state: state)
+            for patch in patches {
+                let patchRow = round.row[window * geometry.hopFrames + patch - round.firstFrame] ?? 0
                 let base = patchRow * YAMNet.classCount
                 for index in 0..<YAMNet.classCount { windowScores[index] += round.scores[base + index] }
                 let embeddingBase = patchRow * YAMNet.embeddingSize
                 for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] += round.embeddings[embeddingBase + index] }
             }
-            if geometry.patchesPerWindow > 1 {
-                let divisor = Float(geometry.patchesPerWindow)
+            if patches.count > 1 {
+                let divisor = Float(patches.count)
                 for index in 0..<YAMNet.classCount { windowScores[index] /= divisor }
                 for index in 0..<YAMNet.embeddingSize { windowEmbedding[index] /= divisor }
             }
@@ -523,6 +528,13 @@ public final class AudioFileAnalyzer: Sendable {
             state.streams.yield(result, of: state.request)
             state.statistics.windowDelivered()
         }
+    }
+
+    /// Start frames (from the window's start) of the patches window `window` averages: all of them, except in a
+    /// last window that reaches into the end's zero padding, where only those of real audio
+    /// (``WindowGeometry/patchStartFrames(realSamples:)``).
+    private static func patchStartFrames(window: Int, geometry: WindowGeometry, state: RequestState) -> [Int] {
+        geometry.patchStartFrames(realSamples: state.sampleCount - window * geometry.hopSamples)
     }
 
     /// The part of a round that needs the samples: the round's log-mel frames (computed once), its distinct patch
@@ -542,8 +554,8 @@ public final class AudioFileAnalyzer: Sendable {
         // The distinct patch start frames (relative to firstFrame), in order.
         var candidates: [Int] = []
         for window in windows {
-            for patch in 0..<geometry.patchesPerWindow {
-                candidates.append(window * geometry.hopFrames + patch * YAMNet.patchHopFrames - firstFrame)
+            for patch in patchStartFrames(window: window, geometry: geometry, state: state) {
+                candidates.append(window * geometry.hopFrames + patch - firstFrame)
             }
         }
         let starts = Array(Set(candidates)).sorted()

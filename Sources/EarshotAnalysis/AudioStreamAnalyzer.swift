@@ -35,8 +35,9 @@ public struct AudioStreamFormat: Sendable, Equatable, Hashable {
 /// and no inference (no classifications), which saves the model's time on quiet input.
 ///
 /// ``completeAnalysis()`` ends the stream: it flushes the resampler, scores the remaining audio in windows padded
-/// with zeros exactly as ``AudioFileAnalyzer`` pads a file's end (so a whole file streamed through this class gives
-/// the file analyzer's results), then calls `requestDidComplete`. The analyzer can then take a new stream.
+/// with zeros exactly as ``AudioFileAnalyzer`` pads a file's end (a window longer than 0.96 s averages only its
+/// patches of audio there, not the padding; so a whole file streamed through this class gives the file analyzer's
+/// results), then calls `requestDidComplete`. The analyzer can then take a new stream.
 ///
 /// Results go to each request's observer (``add(_:withObserver:)``) and to the ``results`` streams, which another
 /// task may consume (`for try await result in analyzer.results`): the tutorial's Combine subject, in Swift's own
@@ -255,7 +256,7 @@ public final class AudioStreamAnalyzer {
                 let geometry = entry.request.geometry
                 let windows = geometry.windowCount(sampleCount: total)
                 while entry.nextWindowStart < windows * geometry.hopSamples {
-                    emitPaddedWindow(entry)
+                    emitPaddedWindow(entry, streamLength: total)
                     entry.nextWindowStart += geometry.hopSamples
                 }
             }
@@ -314,8 +315,10 @@ public final class AudioStreamAnalyzer {
         }
     }
 
-    /// The window at `entry.nextWindowStart`, zeros after the end of the buffered audio.
-    private func emitPaddedWindow(_ entry: Entry) {
+    /// The window at `entry.nextWindowStart`, zeros after the end of the buffered audio; `streamLength` (16 kHz
+    /// samples of the segment, the file analyzer's length) is where the audio ends: a longer window's score averages
+    /// only its patches before it, as the file analyzer's last window does.
+    private func emitPaddedWindow(_ entry: Entry, streamLength: Int) {
         let length = entry.request.geometry.windowSamples
         if paddedWindow.count != length {
             paddedWindow = [Float](repeating: 0, count: length)
@@ -325,10 +328,11 @@ public final class AudioStreamAnalyzer {
             let source = offset + index
             paddedWindow[index] = source >= 0 && source < samples.count ? samples[source] : 0
         }
-        paddedWindow.withUnsafeBufferPointer { deliver(entry, window: $0) }
+        let realSamples = max(0, streamLength - entry.nextWindowStart)
+        paddedWindow.withUnsafeBufferPointer { deliver(entry, window: $0, realSamples: realSamples) }
     }
 
-    private func deliver(_ entry: Entry, window: UnsafeBufferPointer<Float>) {
+    private func deliver(_ entry: Entry, window: UnsafeBufferPointer<Float>, realSamples: Int = .max) {
         let start = Double(segmentStartPosition ?? 0) / format.sampleRate
             + Double(entry.nextWindowStart) / Double(YAMNet.sampleRate)
         let range = TimeRange(start: start, duration: entry.request.windowDuration)
@@ -338,7 +342,7 @@ public final class AudioStreamAnalyzer {
             result = .gated(timeRange: range, levelDBFS: level)
         } else {
             let began = DispatchTime.now().uptimeNanoseconds
-            let scored = entry.scorer.score(window: window)
+            let scored = entry.scorer.score(window: window, realSamples: realSamples)
             var classified = ClassificationResult.scored(
                 by: entry.request, timeRange: range, yamnetScores: scored.scores, embedding: scored.embedding,
                 yamnetLabels: entry.scorer.labels, levelDBFS: level)

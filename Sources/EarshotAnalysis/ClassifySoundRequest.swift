@@ -10,7 +10,9 @@ import EarshotModel
 ///
 /// The built-in classifier is YAMNet (521 AudioSet classes). YAMNet scores 0.96 s log-mel patches; a window of
 /// ``windowDuration`` seconds is scored as the mean of the 0.96 s patches that fit inside it at 0.48 s steps
-/// (`1 + floor((windowDuration - 0.96) / 0.48)` patches; one patch for the default 0.96 s, two for 1.44 s).
+/// (`1 + floor((windowDuration - 0.96) / 0.48)` patches; one patch for the default 0.96 s, two for 1.44 s). A longer
+/// window that reaches past the end of the audio (a file's, or a stream's at `completeAnalysis()`) is padded with
+/// zeros but averages only its patches of audio, the last one ending with the audio, not the padding.
 /// Windows start every `windowDuration * (1 - overlapFactor)` seconds, rounded to the 10 ms log-mel hop (a hop that
 /// rounds to none is refused). The defaults, 0.96 s and 0.5 (a 0.48 s hop), are exactly the reference model's patches.
 ///
@@ -311,6 +313,30 @@ package struct WindowGeometry: Sendable, Equatable {
         let hopSeconds = windowDuration * (1 - overlapFactor)
         hopFrames = max(1, Int((hopSeconds * Double(YAMNet.sampleRate) / Double(LogMelSpectrogram.hopSamples)).rounded()))
         hopSamples = hopFrames * LogMelSpectrogram.hopSamples
+    }
+
+    /// Start frames, counted from the window's start, of the patches whose mean scores a window that holds
+    /// `realSamples` samples of audio followed by zero padding (the last window of a file or of a stream that
+    /// ended), in order.
+    ///
+    /// A full window (`realSamples >= windowSamples`) or a one-patch window: every patch, `0, 48, 96, ...` (the
+    /// default 0.96 s window is its one patch, padded at the end as the reference pads it). A longer window that the
+    /// end of the audio cuts short averages only patches of real audio: the patches on the 48-frame grid that end
+    /// within the audio, then, when audio is left after the last of them, one more that ends with the audio (on the
+    /// 10 ms frame grid, within 160 samples of the end), overlapping the one before. With less than one patch of
+    /// audio (15600 samples), its first patch alone, padded as the default window's. E.g. 3 s windows (5 patches,
+    /// 46320 samples) on 1.2 s of audio (19200 samples): frames `[0, 22]`, not `[0, 48, 96, 144, 192]` (three of
+    /// those five patches would be more than three quarters zeros).
+    package func patchStartFrames(realSamples: Int) -> [Int] {
+        let grid = (0..<patchesPerWindow).map { $0 * YAMNet.patchHopFrames }
+        guard patchesPerWindow > 1, realSamples < windowSamples else { return grid }
+        let patchSamples = LogMelSpectrogram.patchSamples
+        guard realSamples > patchSamples else { return [0] }
+        let gridPatches = 1 + (realSamples - patchSamples) / LogMelSpectrogram.patchHopSamples
+        var starts = Array(grid.prefix(gridPatches))
+        let lastStart = (realSamples - patchSamples) / LogMelSpectrogram.hopSamples
+        if lastStart > starts[starts.count - 1] { starts.append(lastStart) }
+        return starts
     }
 
     /// Windows needed to cover `sampleCount` samples, padding the end with zeros as the reference's `pad_waveform`

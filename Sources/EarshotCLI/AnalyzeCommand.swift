@@ -20,13 +20,14 @@ enum AnalyzeCommand: EarshotCommand {
       --model FILE  use a custom classifier made by `earshot train` or `earshot enroll` instead: its labels and
                     probabilities (window and overlap default to the ones it was trained with)
       --format F    text (default): "FILE START-ENDs  Label 93.1%  ..." per window
-                    jsonl: {"file":...,"start":...,"duration":...,"classifications":[{"label":...,"confidence":...}]}
+                    jsonl: {"file":...,"start":...,"duration":...,"classes":[{"class":...,"confidence":...}]}
                     csv: file,start,duration,rank,label,confidence (one row per window per class)
       --top K       classes per window, 1 to 521 (default 3)
       --window S    window length in seconds, 0.96 to 3600 (default 0.96); a longer window averages the 0.96 s
                     patches inside it. A window reaching past the end of a file is padded with silence, as the
                     reference model pads, and printed with its whole length: --window 100 on a 5 s file gives
-                    one window, 0.00-100.00s
+                    one window, 0.00-100.00s; a longer window averages only its patches of audio there (the
+                    last one ending with the file), not the padding
       --overlap F   fraction shared by successive windows, 0 <= F < 1 (default 0.5: a 0.48 s hop); windows
                     start on a 10 ms step, so at most 0.994 for a 0.96 s window
       --summary     after each file, each label's share of the windows where it is the top class

@@ -21,9 +21,10 @@ enum DetectCommand: EarshotCommand {
       --config FILE  the daemon's configuration file (default /etc/earshot/earshotd.conf when it exists, else the
                      built-in defaults); its [detection], [group.NAME], [analysis], [alarms], [models] and
                      [sleep] (the snore detector's threshold, rhythm_threshold and model) apply
-      --format F     jsonl (default): the socket's JSON lines, each with "file" added
+      --format F     jsonl (default): the socket's JSON lines, each with "file" added and "time" in
+                     seconds into the file (when earshotd --input would send the line), not the wall clock
                      text: one readable line per event, as `earshot subscribe --format text` prints them
-                     (without the wall-clock time: stream times say when in the file)
+                     (without "time": stream times say when in the file)
                      csv: file,type,group,class,start,end,confidence (start/end in stream seconds)
 
     A bad FILE gets one line on standard error; the other files are still analysed. A file cut short (FLAC, Ogg
@@ -75,8 +76,8 @@ enum DetectCommand: EarshotCommand {
         var failures: [Int32] = []
         for file in files {
             do {
-                try detection.run(url: URL(fileURLWithPath: file), warning: { reportError($0) }) { output in
-                    emit(output, file: file, format: format)
+                try detection.run(url: URL(fileURLWithPath: file), warning: { reportError($0) }) { output, streamSeconds in
+                    emit(output, streamSeconds: streamSeconds, file: file, format: format)
                 }
             } catch {
                 reportError(error.message)
@@ -86,9 +87,12 @@ enum DetectCommand: EarshotCommand {
         return AnalyzeCommand.exitStatus(failures: failures)
     }
 
-    private static func emit(_ output: DetectionStage.Output, file: String, format: Format) {
+    /// Prints one output. `time` is `streamSeconds`, when `earshotd --input` would publish the line in seconds into
+    /// the file, not the daemon's wall clock (the moment of this analysis): runs over the same file print the same.
+    private static func emit(_ output: DetectionStage.Output, streamSeconds: Double, file: String, format: Format) {
         if case .window = output { return }
         guard var object = EventLines.object(for: RoutedOutput(output: DaemonOutput(output), time: Date())) else { return }
+        if object["time"] != nil { object["time"] = .number(streamSeconds, decimals: EventJSON.timeDecimals) }
         switch format {
         case .jsonl:
             object["file"] = .string(file)

@@ -40,6 +40,24 @@ enum AnalysisTestSupport {
         return observer
     }
 
+    /// YAMNet's scores `[521]` of one 0.96 s patch (15600 samples at 16 kHz), scored alone.
+    static func patchScores(_ samples: [Float]) throws -> [Float] {
+        precondition(samples.count == LogMelSpectrogram.patchSamples)
+        let scorer = WindowScorer(
+            geometry: try ClassifySoundRequest().geometry, session: try BuiltInClassifier.shared().makeSession(),
+            frontEnd: LogMelSpectrogram())
+        return samples.withUnsafeBufferPointer { scorer.score(window: $0).scores }
+    }
+
+    /// The mean scores of every patch of one window of `geometry` holding `samples` then zeros, padding included.
+    static func paddedMeanScores(_ samples: [Float], geometry: WindowGeometry) throws -> [Float] {
+        precondition(samples.count <= geometry.windowSamples)
+        let window = samples + [Float](repeating: 0, count: geometry.windowSamples - samples.count)
+        let scorer = WindowScorer(
+            geometry: geometry, session: try BuiltInClassifier.shared().makeSession(), frontEnd: LogMelSpectrogram())
+        return window.withUnsafeBufferPointer { scorer.score(window: $0).scores }
+    }
+
     static func maxDifference(_ a: [Float], _ b: ArraySlice<Float>) -> Float {
         zip(a, b).reduce(0) { max($0, abs($1.0 - $1.1)) }
     }
@@ -162,16 +180,85 @@ struct AnalysisTests {
         print("golden input \(stem): max |score - reference| = \(worst)")
         #expect(worst <= 1e-3)
 
-        // 1.44 s windows with overlap 2/3: hop 0.48 s, each window = mean of reference patches i and i + 1.
+        // 1.44 s windows with overlap 2/3: hop 0.48 s, each window = mean of reference patches i and i + 1, except
+        // the last, which the file's end cuts short: 98043 - 76800 = 21243 samples of audio, so its second patch is
+        // not the reference's padded patch 11 but the one ending with the audio, frame 35 of the window
+        // ((21243 - 15600) / 160), samples 82400..<98000 of the file.
         let long = try AnalysisTestSupport.fileResults(url, request: ClassifySoundRequest(windowDuration: 1.44, overlapFactor: 2.0 / 3))
+        #expect(waveform.count == 98_043)
         #expect(long.results.count == 11)
+        let request = try ClassifySoundRequest(windowDuration: 1.44, overlapFactor: 2.0 / 3)
+        #expect(request.geometry.patchStartFrames(realSamples: 21_243) == [0, 35])
+        let lastPatch = try AnalysisTestSupport.patchScores(Array(waveform[82_400..<98_000]))
         var worstMean: Float = 0
         for (index, result) in long.results.enumerated() {
             #expect(result.timeRange == TimeRange(start: Double(index * 7_680) / 16_000, duration: 1.44))
-            let mean = (0..<521).map { (reference[index * 521 + $0] + reference[(index + 1) * 521 + $0]) / 2 }
+            let second = index == 10 ? lastPatch[...] : reference[((index + 1) * 521)..<((index + 2) * 521)]
+            let mean = (0..<521).map { (reference[index * 521 + $0] + second[second.startIndex + $0]) / 2 }
             worstMean = max(worstMean, AnalysisTestSupport.maxDifference(result.scores, mean[...]))
         }
         #expect(worstMean <= 1e-3)
+    }
+
+    @Test("a window longer than 0.96 s cut short by the end of the audio averages only its patches of audio")
+    func longWindowAtTheEnd() throws {
+        // Patch starts (frames from the window's start) for 3 s windows: 5 patches, 46320 samples.
+        let three = try ClassifySoundRequest(windowDuration: 3, overlapFactor: 0.5).geometry
+        #expect([three.patchesPerWindow, three.windowSamples] as [Int] == [5, 46_320])
+        #expect(three.patchStartFrames(realSamples: 46_320) == [0, 48, 96, 144, 192])
+        #expect(three.patchStartFrames(realSamples: .max) == [0, 48, 96, 144, 192])
+        #expect(three.patchStartFrames(realSamples: 46_319) == [0, 48, 96, 144, 191])
+        #expect(three.patchStartFrames(realSamples: 30_000) == [0, 48, 90])
+        #expect(three.patchStartFrames(realSamples: 23_281) == [0, 48])
+        #expect(three.patchStartFrames(realSamples: 23_280) == [0, 48])
+        #expect(three.patchStartFrames(realSamples: 19_200) == [0, 22])
+        #expect(three.patchStartFrames(realSamples: 15_760) == [0, 1])
+        #expect(three.patchStartFrames(realSamples: 15_759) == [0])
+        #expect(three.patchStartFrames(realSamples: 15_600) == [0])
+        #expect(three.patchStartFrames(realSamples: 1) == [0])
+        // The default window is its one patch, padded or not (the reference's own padding).
+        let standard = try ClassifySoundRequest().geometry
+        for real in [0, 1, 15_599, 15_600, Int.max] { #expect(standard.patchStartFrames(realSamples: real) == [0]) }
+
+        // 1.2 s of samples/demo.flac (a baby crying and speech, 1.9 s in) as a whole file, with 3 s windows: one
+        // window, 19200 samples of audio then 27120 of zeros. Its scores are the mean of the two 0.96 s patches of
+        // audio, samples 0..<15600 and 3520..<19120 (frame 22), the last ending with the audio.
+        let demo = try decodeMono16k(TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        let clip = Array(demo[30_400..<49_600])
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let url = directory.appendingPathComponent("clip.wav")
+        try AnalysisTestSupport.writeFloatWAV(clip, sampleRate: 16_000, to: url)
+        let first = try AnalysisTestSupport.patchScores(Array(clip[0..<15_600]))
+        let last = try AnalysisTestSupport.patchScores(Array(clip[3_520..<19_120]))
+        let expected = (0..<521).map { (first[$0] + last[$0]) / 2 }
+
+        let request = try ClassifySoundRequest(windowDuration: 3, overlapFactor: 0.5)
+        let file = try AnalysisTestSupport.fileResults(url, request: request)
+        try #require(file.results.count == 1)
+        let fileWorst = AnalysisTestSupport.maxDifference(file.results[0].scores, expected[...])
+        print("3 s window on 1.2 s of audio: file analyzer max |score - mean of the two patches| = \(fileWorst)")
+        #expect(fileWorst <= 1e-5)
+
+        let stream = try AudioStreamAnalyzer(format: AudioStreamFormat(sampleRate: 16_000, channelCount: 1))
+        let observer = CollectingObserver()
+        try stream.add(request, withObserver: observer)
+        stream.analyze(clip, atAudioFramePosition: 0)
+        #expect(observer.results.isEmpty)
+        stream.completeAnalysis()
+        try #require(observer.results.count == 1)
+        // The stream scores each patch alone, as the expected values were scored: exactly their mean.
+        #expect(observer.results[0].scores == expected)
+        #expect(observer.results[0].timeRange == TimeRange(start: 0, duration: 3))
+
+        let top = observer.results[0].classifications.prefix(3).map { "\($0.identifier) \(String(format: "%.4f", $0.confidence))" }
+        #expect(top == ["Crying, sobbing 0.3206", "Speech 0.2553", "Baby cry, infant cry 0.2131"])
+        // The mean of all five patches, three of them more than three quarters zeros (what was scored before),
+        // said "Silence".
+        let padded = try AnalysisTestSupport.paddedMeanScores(clip, geometry: three)
+        let paddedTop = padded.indices.max { padded[$0] < padded[$1] }!
+        #expect(try request.knownClassifications()[paddedTop] == "Silence")
+        #expect(String(format: "%.4f", padded[paddedTop]) == "0.4000")
     }
 
     @Test("scoring in rounds of a few windows while decoding gives the same results as one round", .needsShared)
@@ -396,7 +483,17 @@ struct AnalysisTests {
         #expect(text.lines(file: "x.wav", result: result) == ["x.wav 0.48-1.44s  Speech 93.1%  Say \"hi\" 50.0%  Music 5.2%"])
         let json = AnalysisReportFormatter(format: .jsonl, top: 2)
         #expect(json.lines(file: "x.wav", result: result)
-                == [#"{"file":"x.wav","start":0.48,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.931},{"label":"Say \"hi\"","confidence":0.5}]}"#])
+                == [#"{"file":"x.wav","start":0.48,"duration":0.96,"classes":[{"class":"Speech","confidence":0.931},{"class":"Say \"hi\"","confidence":0.5}]}"#])
+        // One shape for a window's classes: analyze's jsonl line and the socket's window line (`{"cmd":"listen"}`,
+        // `earshot listen --json`) carry the same array, confidences written alike (`0.0`, not `0`).
+        let window = EventLines.windowObject(for: result, time: Date(timeIntervalSince1970: 1_796_242_503.12))
+        #expect(JSONValue.object(window).encoded
+                == #"{"type":"window","start":0.48,"end":1.44,"level_dbfs":-20.0,"gate_open":true,"classes":[{"class":"Speech","confidence":0.931},{"class":"Say \"hi\"","confidence":0.5},{"class":"Music","confidence":0.052},{"class":"Smoke detector, smoke alarm","confidence":0.0}],"time":"2026-12-02T20:15:03.120Z"}"#)
+        #expect(AnalysisReportFormatter(format: .jsonl, top: 5).lines(file: "x.wav", result: result)
+                == [#"{"file":"x.wav","start":0.48,"duration":0.96,"classes":"# + window["classes"]!.encoded + "}"])
+        #expect(AnalysisReportFormatter(format: .jsonl, top: 1).lines(file: "one.wav", result: .scored(
+            timeRange: TimeRange(start: 0, duration: 0.96), scores: [1, 0], labels: ["Silence", "Speech"], levelDBFS: -20))
+                == [#"{"file":"one.wav","start":0,"duration":0.96,"classes":[{"class":"Silence","confidence":1.0}]}"#])
         let csv = AnalysisReportFormatter(format: .csv, top: 4)
         #expect(csv.header == "file,start,duration,rank,label,confidence")
         #expect(csv.lines(file: "a,b.wav", result: result) == [
@@ -407,7 +504,7 @@ struct AnalysisTests {
         ])
         let gated = ClassificationResult.gated(timeRange: TimeRange(start: 0, duration: 0.96), levelDBFS: -63.25)
         #expect(text.lines(file: "q.wav", result: gated) == ["q.wav 0.00-0.96s  (quiet: -63.2 dBFS)"])
-        #expect(json.lines(file: "q.wav", result: gated) == [#"{"file":"q.wav","start":0,"duration":0.96,"classifications":[]}"#])
+        #expect(json.lines(file: "q.wav", result: gated) == [#"{"file":"q.wav","start":0,"duration":0.96,"classes":[]}"#])
 
         var tally = TopClassTally()
         let labels = ["Speech", "Music"]
@@ -429,7 +526,7 @@ struct AnalysisTests {
                                                  labels: ["Speech"], levelDBFS: -20)
         #expect(text.lines(file: "n.wav", result: broken) == ["n.wav 0.00-0.96s  Speech n/a"])
         #expect(json.lines(file: "n.wav", result: broken)
-                == [#"{"file":"n.wav","start":0,"duration":0.96,"classifications":[{"label":"Speech","confidence":null}]}"#])
+                == [#"{"file":"n.wav","start":0,"duration":0.96,"classes":[{"class":"Speech","confidence":null}]}"#])
         #expect(csv.lines(file: "n.wav", result: broken) == ["n.wav,0,0.96,1,Speech,"])
     }
 }

@@ -164,7 +164,7 @@ struct AnalyzeCommandTests {
         #expect(json.outputLines.count == 2)
         for line in json.outputLines {
             let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
-            let classes = object?["classifications"] as? [[String: Any]] ?? []
+            let classes = object?["classes"] as? [[String: Any]] ?? []
             #expect(classes.count == 2)
             #expect(classes.allSatisfy { ($0["confidence"] as? Double)?.isFinite == true })
         }
@@ -261,8 +261,8 @@ struct AnalyzeCommandTests {
         #expect(outcome.standardError.isEmpty)
         // Reference (golden Front_Center.json): Speech 0.999512 at 0 s, Speech 0.918587 at 0.48 s.
         #expect(outcome.outputLines == [
-            #"{"file":"Front_Center.wav","start":0,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.9995}]}"#,
-            #"{"file":"Front_Center.wav","start":0.48,"duration":0.96,"classifications":[{"label":"Speech","confidence":0.9186}]}"#,
+            #"{"file":"Front_Center.wav","start":0,"duration":0.96,"classes":[{"class":"Speech","confidence":0.9995}]}"#,
+            #"{"file":"Front_Center.wav","start":0.48,"duration":0.96,"classes":[{"class":"Speech","confidence":0.9186}]}"#,
             #"{"file":"Front_Center.wav","summary":[{"label":"Speech","share":1}]}"#,
         ])
     }

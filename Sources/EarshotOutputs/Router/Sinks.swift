@@ -121,9 +121,10 @@ package enum EventLines {
         ]
     }
 
-    /// `[{"class":"Speech","confidence":0.9123},...]`, 4 decimals as events carry them.
+    /// `[{"class":"Speech","confidence":0.9123},...]`, 4 decimals as events carry them: the shape
+    /// `earshot analyze --format jsonl` prints too (``AnalysisReportFormatter/classesJSON(_:)``).
     package static func classesArray(_ classes: some Sequence<Classification>) -> JSONValue {
-        .array(classes.map { .object(["class": .string($0.identifier), "confidence": .number($0.confidence, decimals: 4)]) })
+        AnalysisReportFormatter.classesJSON(classes)
     }
 
     /// An onset announced on unmute (``RoutedOutput/announcedOnUnmute``) carries `"reason":"unmuted"` before its

@@ -41,6 +41,16 @@ package struct FileDetection {
     package func run(
         url: URL, warning: (String) -> Void = { _ in }, _ body: (DetectionStage.Output) -> Void
     ) throws(EarshotError) -> Double {
+        try run(url: url, warning: warning, timed: { output, _ in body(output) })
+    }
+
+    /// ``run(url:warning:_:)``, handing `body` each output with the moment `earshotd --input` would publish it, in
+    /// seconds into the file: the end of the audio the stage had been given when the output came (the end of its
+    /// 0.2 s period; the file's length for what its end produces). Reproducible, unlike the wall clock.
+    @discardableResult
+    package func run(
+        url: URL, warning: (String) -> Void = { _ in }, timed body: (DetectionStage.Output, _ streamSeconds: Double) -> Void
+    ) throws(EarshotError) -> Double {
         let decoder = try AudioFileDecoder(url: url)
         let stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead)
         let period = max(1, Int((Double(decoder.sampleRate) * CaptureConfiguration.defaultPeriodDuration).rounded()))
@@ -54,10 +64,12 @@ package struct FileDetection {
             let outputs = samples.withUnsafeBufferPointer { buffer in
                 stage.process(buffer, sampleRate: decoder.sampleRate, framePosition: position)
             }
-            for output in outputs where publishes(output) { body(output) }
             position += Int64(count)
+            let seconds = Double(position) / Double(decoder.sampleRate)
+            for output in outputs where publishes(output) { body(output, seconds) }
         }
-        for output in stage.finishInput() where publishes(output) { body(output) }
+        let end = Double(position) / Double(decoder.sampleRate)
+        for output in stage.finishInput() where publishes(output) { body(output, end) }
         if let text = decoder.truncationWarning { warning(text) }
         return Double(position) / Double(decoder.sampleRate)
     }
