@@ -21,8 +21,9 @@ enum DetectCommand: EarshotCommand {
       --config FILE  the daemon's configuration file (default /etc/earshot/earshotd.conf when it exists, else the
                      built-in defaults); its [detection], [group.NAME], [analysis], [alarms], [models] and
                      [sleep] (the snore detector's threshold, rhythm_threshold and model) apply
-      --format F     jsonl (default): the socket's JSON lines, each with "file" added and "time" in
-                     seconds into the file (when earshotd --input would send the line), not the wall clock
+      --format F     jsonl (default): the socket's JSON lines, each with "file" added and, instead of the
+                     wall-clock "time", "sent_stream_time": seconds into the file when earshotd --input
+                     would send the line
                      text: one readable line per event, as `earshot subscribe --format text` prints them
                      (without "time": stream times say when in the file)
                      csv: file,type,group,class,start,end,confidence (start/end in stream seconds)
@@ -87,12 +88,16 @@ enum DetectCommand: EarshotCommand {
         return AnalyzeCommand.exitStatus(failures: failures)
     }
 
-    /// Prints one output. `time` is `streamSeconds`, when `earshotd --input` would publish the line in seconds into
-    /// the file, not the daemon's wall clock (the moment of this analysis): runs over the same file print the same.
+    /// Prints one output. The daemon's wall-clock `time` is replaced by `sent_stream_time`: `streamSeconds`, when
+    /// `earshotd --input` would publish the line, in seconds into the file, so runs over the same file print the same.
     private static func emit(_ output: DetectionStage.Output, streamSeconds: Double, file: String, format: Format) {
         if case .window = output { return }
         guard var object = EventLines.object(for: RoutedOutput(output: DaemonOutput(output), time: Date())) else { return }
-        if object["time"] != nil { object["time"] = .number(streamSeconds, decimals: EventJSON.timeDecimals) }
+        if object["time"] != nil {
+            // Not under "time": the daemon's "time" is a wall-clock string, and one key must keep one type.
+            object["time"] = nil
+            object["sent_stream_time"] = .number(streamSeconds, decimals: EventJSON.timeDecimals)
+        }
         switch format {
         case .jsonl:
             object["file"] = .string(file)

@@ -143,14 +143,14 @@ struct DetectCommandTests {
         // `time`: when earshotd --input would send the line, the end of the 0.2 s period that produced it.
         let file = AnalysisReportFormatter.jsonString(Self.demo)
         #expect(first.outputLines == [
-            #"{"type":"detection","group":"baby_cry","class":"builtin_baby_cry:baby_cry","confidence":0.9958,"stream_time":2.4,"time":4.0,"file":"# + file + "}",
-            #"{"type":"detection_end","group":"baby_cry","class":"builtin_baby_cry:baby_cry","start":2.4,"end":9.6,"duration":7.2,"peak_confidence":0.9983,"mean_confidence":0.9874,"windows":9,"reason":"hold_elapsed","time":13.0,"file":"# + file + "}",
-            #"{"type":"detection","group":"snoring","class":"Snoring","confidence":1.0,"stream_time":11.52,"time":16.4,"file":"# + file + "}",
-            #"{"type":"detection_end","group":"snoring","class":"Snoring","start":11.52,"end":15.84,"duration":4.32,"peak_confidence":1.0,"mean_confidence":1.0,"windows":8,"reason":"hold_elapsed","time":24.2,"file":"# + file + "}",
-            #"{"type":"detection","group":"glass_break","class":"Shatter","confidence":0.909,"stream_time":24.0,"time":25.0,"file":"# + file + "}",
-            #"{"type":"detection_end","group":"glass_break","class":"Shatter","start":24.0,"end":24.96,"duration":0.96,"peak_confidence":0.909,"mean_confidence":0.909,"windows":1,"reason":"hold_elapsed","time":26.6,"file":"# + file + "}",
-            #"{"type":"detection","group":"doorbell_knock","class":"Knock","confidence":0.9112,"stream_time":26.88,"time":28.0,"file":"# + file + "}",
-            #"{"type":"detection_end","group":"doorbell_knock","class":"Knock","start":26.88,"end":28.32,"duration":1.44,"peak_confidence":0.9639,"mean_confidence":0.9376,"windows":2,"reason":"hold_elapsed","time":30.8,"file":"# + file + "}",
+            #"{"type":"detection","group":"baby_cry","class":"builtin_baby_cry:baby_cry","confidence":0.9958,"stream_time":2.4,"sent_stream_time":4.0,"file":"# + file + "}",
+            #"{"type":"detection_end","group":"baby_cry","class":"builtin_baby_cry:baby_cry","start":2.4,"end":9.6,"duration":7.2,"peak_confidence":0.9983,"mean_confidence":0.9874,"windows":9,"reason":"hold_elapsed","sent_stream_time":13.0,"file":"# + file + "}",
+            #"{"type":"detection","group":"snoring","class":"Snoring","confidence":1.0,"stream_time":11.52,"sent_stream_time":16.4,"file":"# + file + "}",
+            #"{"type":"detection_end","group":"snoring","class":"Snoring","start":11.52,"end":15.84,"duration":4.32,"peak_confidence":1.0,"mean_confidence":1.0,"windows":8,"reason":"hold_elapsed","sent_stream_time":24.2,"file":"# + file + "}",
+            #"{"type":"detection","group":"glass_break","class":"Shatter","confidence":0.909,"stream_time":24.0,"sent_stream_time":25.0,"file":"# + file + "}",
+            #"{"type":"detection_end","group":"glass_break","class":"Shatter","start":24.0,"end":24.96,"duration":0.96,"peak_confidence":0.909,"mean_confidence":0.909,"windows":1,"reason":"hold_elapsed","sent_stream_time":26.6,"file":"# + file + "}",
+            #"{"type":"detection","group":"doorbell_knock","class":"Knock","confidence":0.9112,"stream_time":26.88,"sent_stream_time":28.0,"file":"# + file + "}",
+            #"{"type":"detection_end","group":"doorbell_knock","class":"Knock","start":26.88,"end":28.32,"duration":1.44,"peak_confidence":0.9639,"mean_confidence":0.9376,"windows":2,"reason":"hold_elapsed","sent_stream_time":30.8,"file":"# + file + "}",
         ])
         let second = try #require(try EarshotCLI.run(["detect", Self.demo, "--config", config], in: scratch.directory))
         #expect(second.standardOutput == first.standardOutput)
@@ -163,7 +163,7 @@ struct DetectCommandTests {
         let cut = try #require(try EarshotCLI.run(["detect", "cut.wav", "--config", config], in: scratch.directory))
         #expect(cut.status == 0)
         #expect(cut.outputLines.last
-                == #"{"type":"detection_end","group":"baby_cry","class":"builtin_baby_cry:baby_cry","start":2.4,"end":4.8,"duration":2.4,"peak_confidence":0.9958,"mean_confidence":0.9865,"windows":4,"reason":"stream_end","time":5.05,"file":"cut.wav"}"#)
+                == #"{"type":"detection_end","group":"baby_cry","class":"builtin_baby_cry:baby_cry","start":2.4,"end":4.8,"duration":2.4,"peak_confidence":0.9958,"mean_confidence":0.9865,"windows":4,"reason":"stream_end","sent_stream_time":5.05,"file":"cut.wav"}"#)
     }
 
     @Test("csv and text formats carry the same events", .needsEarshotBuilt)
