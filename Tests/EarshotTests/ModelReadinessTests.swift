@@ -8,18 +8,20 @@ import EarshotTools
 /// a ready-to-paste configuration (trial 4 #11); `--from` names a take twice: a warning.
 @Suite("Training: a model its own check finds poor is not handed out as ready")
 struct ModelReadinessTests {
+    /// A head trained on two labels of 16-column Gaussian embeddings 8 apart (seed 1), `perClass` windows each.
+    static func trainGaussian(labels: [String], perClass: Int) throws -> TrainingReport {
+        try HeadTraining.train(
+            perFile: HeadTrainingTests.gaussianFiles(perClass: perClass, columns: 16, distance: 8, seed: 1),
+            labels: labels, backbone: HeadTrainingTests.backbone16,
+            configuration: HeadTrainingTests.configuration(), method: "train")
+    }
+
     @Test("train: a separable model with enough windows is ready; 10 windows of a label are too few; a label lost in the background fails its validation")
     func trainingReadiness() throws {
-        let ready = try HeadTraining.train(
-            perFile: HeadTrainingTests.gaussianFiles(perClass: 200, columns: 16, distance: 8, seed: 1),
-            labels: ["background", "tone"], backbone: HeadTrainingTests.backbone16,
-            configuration: HeadTrainingTests.configuration(), method: "train")
+        let ready = try Self.trainGaussian(labels: ["background", "tone"], perClass: 200)
         #expect(ready.readinessProblems == [])
 
-        let few = try HeadTraining.train(
-            perFile: HeadTrainingTests.gaussianFiles(perClass: 10, columns: 16, distance: 8, seed: 1),
-            labels: ["background", "tone"], backbone: HeadTrainingTests.backbone16,
-            configuration: HeadTrainingTests.configuration(), method: "train")
+        let few = try Self.trainGaussian(labels: ["background", "tone"], perClass: 10)
         #expect(few.windowsPerLabel == [10, 10])
         // 5 held-out windows per label: one missed window costs a fifth of the recall.
         #expect(few.readinessProblems == [
@@ -46,10 +48,7 @@ struct ModelReadinessTests {
 
     @Test("train without a background label: not ready, however well its labels separate (trial 5 #4)")
     func trainingWithoutBackground() throws {
-        let report = try HeadTraining.train(
-            perFile: HeadTrainingTests.gaussianFiles(perClass: 200, columns: 16, distance: 8, seed: 1),
-            labels: ["hum", "tone"], backbone: HeadTrainingTests.backbone16,
-            configuration: HeadTrainingTests.configuration(), method: "train")
+        let report = try Self.trainGaussian(labels: ["hum", "tone"], perClass: 200)
         #expect(report.head.metadata.backgroundLabel == nil)
         #expect(report.readinessProblems == [
             "no background folder: every sound would be scored as one of hum, tone, so it would fire on any sound (add a folder named background with the room's usual sounds)",
