@@ -111,16 +111,12 @@ struct EventServerAccessTests {
             data += chunk
         sys.stdout.write(data.decode().splitlines()[0] if data else "")
         """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
+        // The client's own socket timeout is 10 s; 30 s is only a guard against a hang.
+        return try EarshotCLI.runProcess(
+            URL(fileURLWithPath: "/usr/bin/setpriv"),
+            ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script] + arguments,
+            timeout: 30
+        ).standardOutput
     }
 
     @Test("sleep_start / sleep_stop need a control user (SO_PEERCRED); sleep_status and status stay open", .enabled(if: getuid() == 0, "needs root, to connect as the user nobody through setpriv"))

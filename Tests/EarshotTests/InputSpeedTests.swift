@@ -10,42 +10,11 @@ import EarshotTools
 /// looked at "the audio delivered so far" (and kept only its last 3.5 s) lost the demo's shatter at 24.00 s.
 @Suite("Events do not depend on the input speed or the chunking")
 struct InputSpeedTests {
-    static let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")
-
     /// The detection stage's outputs over samples/demo.flac handed over in chunks of `chunkFrames` (cycled), as
-    /// lines: every window's time range, level and gate, every event in full.
+    /// lines: every window's start, level and gate, every event in full.
     static func stageOutputs(chunkFrames: [Int]) throws -> [String] {
-        let configuration = try DaemonConfiguration.parse(DetectCommandTests.configText, source: "test")
-        let detection = try FileDetection(configuration: configuration, configPath: nil)
-        let stage = try DetectionStage(
-            settings: detection.plan.stageSettings, engine: detection.plan.engine, heads: detection.heads,
-            snoreHead: detection.snoreHead)
-        let samples = try AudioFileDecoder(url: demo).readAllMono()
-        var lines: [String] = []
-        func keep(_ outputs: [DetectionStage.Output]) {
-            for output in outputs {
-                switch output {
-                case .window(let result):
-                    lines.append("window \(result.timeRange.start) \(result.levelDBFS) \(result.isGated)")
-                case .detection(let event): lines.append("detection \(event)")
-                case .alarm(let event): lines.append("alarm \(event)")
-                case .snore(let decision): lines.append("snore \(decision)")
-                case .health(let event): lines.append("health \(event.state) \(event.message)")
-                }
-            }
-        }
-        var position = 0, chunk = 0
-        while position < samples.count {
-            let count = min(chunkFrames[chunk % chunkFrames.count], samples.count - position)
-            keep(samples.withUnsafeBufferPointer { all in
-                stage.process(UnsafeBufferPointer(rebasing: all[position..<(position + count)]), sampleRate: 16_000,
-                              framePosition: Int64(position))
-            })
-            position += count
-            chunk += 1
-        }
-        keep(stage.finishInput())
-        return lines
+        try DemoStageRun.lines(DetectCommandTests.configText, windowLevelAndGate: true, healthMessage: true,
+                               chunkFrames: { chunkFrames[$0 % chunkFrames.count] })
     }
 
     @Test("the detection stage over demo.flac: the same windows and events in 0.2 s periods, in the 6 s reads of a ring that fell behind, and in uneven reads")

@@ -68,13 +68,9 @@ struct NotifyBodyTextTests {
 
     @Test("T4, a steady tone, a low-battery chirp, the loud group and a custom model's class, as pushed")
     func sinkBodies() throws {
-        let server = try HTTPTestServer { _ in .init(status: 200) }
-        defer { server.stop() }
-        let reports = NotifyTests.Reports()
-        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/t")]) {
-            $0.format = .ntfy
-            $0.onEnd = true
-        }, reports)
+        let receiver = try NotifyTests.NtfyReceiver(path: "/t")
+        defer { receiver.stop() }
+        let (server, sink) = (receiver.server, receiver.sink)
         let t4 = AlarmEvent(
             kind: .onset, group: "co_alarm", source: .pattern, pattern: .t4, cycles: 2, toneHz: 3150.4,
             toneLevelDBFS: -20, classifierScore: nil, classifierClass: nil, start: 1, time: 7)
@@ -92,7 +88,7 @@ struct NotifyBodyTextTests {
             .detection(.onset(.init(group: "loud", classLabel: "-10.6 dBFS", confidence: 0.8227, start: 1.44, decisionTime: 2.88))),
             .detection(.onset(.init(group: "doorbell", classLabel: "front_door:ding_dong", confidence: 0.93, start: 3, decisionTime: 4))),
         ]
-        for output in outputs { sink.deliver(RoutedOutput(output: output, time: NotifyTests.time)) }
+        for output in outputs { receiver.deliver(output) }
         let requests = server.waitForRequests(outputs.count, timeout: 10)
         sink.stop()
         #expect(requests.map(\.body) == [

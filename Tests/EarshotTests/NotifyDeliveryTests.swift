@@ -20,19 +20,18 @@ struct NotifyDeliveryTests {
 
     @Test("429 with Retry-After: 1 three times, then 200: the smoke onset arrives, each retry waits the second asked, the end follows it")
     func rateLimitedSmokeOnset() throws {
-        let server = try HTTPTestServer { index in index < 3 ? .init(status: 429, headers: ["Retry-After: 1"]) : .init(status: 200) }
-        defer { server.stop() }
-        let reports = NotifyTests.Reports()
-        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/phone?auth=secret")]) {
-            $0.format = .ntfy
-            $0.onEnd = true
+        let receiver = try NotifyTests.NtfyReceiver(path: "/phone?auth=secret", answer: { index in
+            index < 3 ? .init(status: 429, headers: ["Retry-After: 1"]) : .init(status: 200)
+        }, configure: {
             // The default 3 would end at 0.05 + 0.1 + 0.2 s without Retry-After; one retry, then the urgent rule.
             $0.retries = 1
             $0.firstRetryDelaySeconds = 0.05
             $0.urgentRetrySeconds = 30
-        }, reports)
-        sink.deliver(RoutedOutput(output: NotifyTests.onset(), time: NotifyTests.time))
-        sink.deliver(RoutedOutput(output: Self.end(reason: .holdElapsed), time: NotifyTests.time))
+        })
+        defer { receiver.stop() }
+        let (server, reports, sink) = (receiver.server, receiver.reports, receiver.sink)
+        receiver.deliver(NotifyTests.onset())
+        receiver.deliver(Self.end(reason: .holdElapsed))
         let requests = server.waitForRequests(5, timeout: 15)
         sink.stop()
         try #require(requests.count == 5)
@@ -112,16 +111,13 @@ struct NotifyDeliveryTests {
 
     @Test("an end by reload or gap is held: the group's next onset drops it (one story); without one it goes out; stop sends what is held")
     func heldEnds() throws {
-        let server = try HTTPTestServer { _ in .init(status: 200) }
-        defer { server.stop() }
-        let reports = NotifyTests.Reports()
-        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/h")]) {
-            $0.format = .ntfy
-            $0.onEnd = true
+        let receiver = try NotifyTests.NtfyReceiver(path: "/h", configure: {
             $0.repeatAfterSeconds = 300
             $0.continuationSeconds = 0.5
-        }, reports)
-        func deliver(_ output: DaemonOutput) { sink.deliver(RoutedOutput(output: output, time: NotifyTests.time)) }
+        })
+        defer { receiver.stop() }
+        let (server, sink) = (receiver.server, receiver.sink)
+        let deliver = receiver.deliver
         // Reload mid-alarm, the alarm still heard: one onset, no end until the sound stops.
         deliver(NotifyTests.onset())
         deliver(Self.end(reason: .reload))

@@ -45,6 +45,36 @@ struct NotifyTests {
         return settings
     }
 
+    /// A real HTTP receiver on 127.0.0.1 (an ``HTTPTestServer`` answering as `answer` says for each request's index)
+    /// and a started sink posting every onset and end to `path` on it in ntfy's format, further set by `configure`;
+    /// what the sink reports goes to `reports`.
+    struct NtfyReceiver {
+        let server: HTTPTestServer
+        let reports = Reports()
+        let sink: NotifySink
+
+        init(
+            path: String, answer: @escaping @Sendable (Int) -> HTTPTestServer.Answer = { _ in .init(status: 200) },
+            configure: (inout NotifySettings) -> Void = { _ in }
+        ) throws {
+            server = try HTTPTestServer(answer: answer)
+            sink = try NotifyTests.sink(NotifyTests.settings([server.url(path)]) {
+                $0.format = .ntfy
+                $0.onEnd = true
+                configure(&$0)
+            }, reports)
+        }
+
+        /// Hands `output` to the sink at ``NotifyTests/time``.
+        func deliver(_ output: DaemonOutput) { sink.deliver(RoutedOutput(output: output, time: NotifyTests.time)) }
+
+        /// Stops the sink (again, if a test stopped it already: harmless) and the server.
+        func stop() {
+            sink.stop()
+            server.stop()
+        }
+    }
+
     @Test("json: an onset and its end are POSTed as the socket's JSON objects")
     func jsonBodies() throws {
         let server = try HTTPTestServer { _ in .init(status: 200) }

@@ -9,47 +9,18 @@ import EarshotTools
 /// event ended with reason `reload` and the window grid restarted, so one baby cry became two events.
 @Suite("A reload ends only the events it must")
 struct ReloadStageTests {
-    static let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")
     static let base = "[detection]\nwatch = baby_cry | glass_break\n[history]\nenabled = false\n"
 
     /// The stage's outputs over samples/demo.flac in 0.2 s periods, with a reload to `reloaded` (a configuration
     /// text) before the period at `reloadFrame`: windows as "window START", events in full.
     static func outputs(_ text: String, reloaded: String? = nil, reloadFrame: Int = 89_600) throws -> [String] {
-        let detection = try FileDetection(configuration: try DaemonConfiguration.parse(text, source: "test"), configPath: nil)
-        let stage = try DetectionStage(
-            settings: detection.plan.stageSettings, engine: detection.plan.engine, heads: detection.heads,
-            snoreHead: detection.snoreHead)
-        let samples = try AudioFileDecoder(url: demo).readAllMono()
-        var lines: [String] = []
-        func keep(_ outputs: [DetectionStage.Output]) {
-            for output in outputs {
-                switch output {
-                case .window(let result): lines.append("window \(result.timeRange.start)")
-                case .detection(let event): lines.append("detection \(event)")
-                case .alarm(let event): lines.append("alarm \(event)")
-                case .snore(let decision): lines.append("snore \(decision)")
-                case .health(let event): lines.append("health \(event.state)")
-                }
-            }
-        }
-        var position = 0
-        while position < samples.count {
-            if position == reloadFrame, let reloaded {
-                let fresh = try FileDetection(configuration: try DaemonConfiguration.parse(reloaded, source: "test"), configPath: nil)
-                keep(try stage.reconfigure(
-                    settings: fresh.plan.stageSettings, engine: fresh.plan.engine, heads: fresh.heads,
-                    snoreHead: fresh.snoreHead, snoreHeadChanged: false))
-                lines.append("reload")
-            }
-            let count = min(3_200, samples.count - position)
-            keep(samples.withUnsafeBufferPointer { all in
-                stage.process(UnsafeBufferPointer(rebasing: all[position..<(position + count)]), sampleRate: 16_000,
-                              framePosition: Int64(position))
-            })
-            position += count
-        }
-        keep(stage.finishInput())
-        return lines
+        try DemoStageRun.lines(text, reload: { position, stage in
+            guard position == reloadFrame, let reloaded else { return nil }
+            let fresh = try FileDetection(configuration: try DaemonConfiguration.parse(reloaded, source: "test"), configPath: nil)
+            return try stage.reconfigure(
+                settings: fresh.plan.stageSettings, engine: fresh.plan.engine, heads: fresh.heads,
+                snoreHead: fresh.snoreHead, snoreHeadChanged: false)
+        })
     }
 
     static func events(_ lines: [String], group: String) -> [String] {
