@@ -1,6 +1,5 @@
 import Foundation
 import Testing
-import EarshotAudio
 import EarshotDetection
 import EarshotService
 import EarshotTools
