@@ -17,6 +17,8 @@ struct NotifyBodyTextTests {
             "[history]", "enabled = false",
             "[detection]", "watch = \(watch)",
             "[notify]", "url = \(url)", "format = ntfy", "on_end = true",
+            // MQTT stays off: notifications still name the daemon by its [mqtt] node.
+            "[mqtt]", "node = kitchen",
         ]
         try (lines.joined(separator: "\n") + "\n").write(to: config, atomically: true, encoding: .utf8)
         return config
@@ -48,21 +50,34 @@ struct NotifyBodyTextTests {
         #expect(alarm.wait(seconds: 60) == 0, "\(alarm.errorText)")
         #expect(demo.wait(seconds: 90) == 0, "\(demo.errorText)")
 
-        let alarmRequests = alarmServer.waitForRequests(2, timeout: 10)
-        #expect(alarmRequests.map(\.body) == [
-            "Smoke alarm: T3 pattern at 3057 Hz (confidence 1.0)",
+        // The local clock times vary from run to run: shown as HH:MM:SS.
+        func texts(_ requests: [HTTPTestServer.Request]) -> [String] {
+            requests.map { $0.body.replacing(/[0-9]{2}:[0-9]{2}:[0-9]{2}/, with: "HH:MM:SS") }
+        }
+        let alarmRequests = alarmServer.waitForRequests(4, timeout: 10)
+        #expect(texts(alarmRequests) == [
+            "Listening in kitchen since HH:MM:SS (earshotd started)\ncapturing from \(TestPaths.sharedFile(MQTTBrokerTests.alarm).path): FLOAT_LE, 1 channel, 48000 Hz, period 9600 frames, buffer 9600 frames",
+            "Smoke alarm sounding in kitchen at HH:MM:SS\nT3 pattern at 3057 Hz (confidence 1.0)",
             // The file ends within the alarm's 10 s hold: not an all-clear (NotifyDeliveryTests.endTexts).
-            "Smoke alarm heard for 11.3 s, then monitoring stopped (earshotd stopped or its input ended) (T3 pattern at 3057 Hz)",
+            "Smoke alarm heard in kitchen for 11.3 s, then monitoring stopped at HH:MM:SS (earshotd stopped or its input ended)\nT3 pattern at 3057 Hz",
+            "Not listening in kitchen since HH:MM:SS: earshotd stopped (or its input ended)",
         ])
-        #expect(alarmRequests.map { $0.header("Title") ?? "" } == ["Smoke alarm", "Smoke alarm: monitoring stopped"])
-        #expect(alarmRequests.map { $0.header("Priority") ?? "" } == ["5", "4"])
+        #expect(alarmRequests.map { $0.header("Title") ?? "" } == [
+            "kitchen: listening", "kitchen: Smoke alarm", "kitchen: Smoke alarm: monitoring stopped", "kitchen: monitoring stopped",
+        ])
+        #expect(alarmRequests.map { $0.header("Priority") ?? "" } == ["2", "5", "4", "4"])
 
-        let demoRequests = demoServer.waitForRequests(4, timeout: 10)
-        #expect(demoRequests.map(\.body) == [
-            "Baby cry (confidence 1.0)", "Baby cry ended after 7.2 s",
-            "Shatter (confidence 0.91)", "Shatter ended after 1.0 s",
+        let demoRequests = demoServer.waitForRequests(6, timeout: 10)
+        #expect(texts(demoRequests) == [
+            "Listening in kitchen since HH:MM:SS (earshotd started)\ncapturing from samples/demo.flac: FLOAT_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 3200 frames",
+            "Baby cry heard in kitchen at HH:MM:SS\nconfidence 1.0", "Baby cry in kitchen ended at HH:MM:SS, after 7.2 s",
+            "Glass break heard in kitchen at HH:MM:SS\nShatter (confidence 0.91)", "Glass break in kitchen ended at HH:MM:SS, after 1.0 s\nShatter",
+            "Not listening in kitchen since HH:MM:SS: earshotd stopped (or its input ended)",
         ])
-        #expect(demoRequests.map { $0.header("Title") ?? "" } == ["Baby cry", "Baby cry ended", "Glass break", "Glass break ended"])
+        #expect(demoRequests.map { $0.header("Title") ?? "" } == [
+            "kitchen: listening", "kitchen: Baby cry", "kitchen: Baby cry ended", "kitchen: Glass break",
+            "kitchen: Glass break ended", "kitchen: monitoring stopped",
+        ])
         #expect(!demoRequests.contains { $0.body.contains("builtin_") })
     }
 
@@ -92,13 +107,16 @@ struct NotifyBodyTextTests {
         let requests = server.waitForRequests(outputs.count, timeout: 10)
         sink.stop()
         #expect(requests.map(\.body) == [
-            "CO alarm: T4 pattern at 3150 Hz (confidence 0.9)",
-            "CO alarm ended after 60.0 s (T4 pattern at 3150 Hz)",
-            "Smoke alarm: alarm tone at 3100 Hz (confidence 0.94)",
-            "Alarm chirp: a chirp every 42.0 s at 3300 Hz (confidence 0.9)",
-            "Loud sound: -10.6 dBFS (confidence 0.82)",
-            "Ding dong (confidence 0.93)",
+            "CO alarm sounding in kitchen at \(receiver.heard)\nT4 pattern at 3150 Hz (confidence 0.9)",
+            "CO alarm in kitchen ended at \(receiver.heard), after 60.0 s\nT4 pattern at 3150 Hz",
+            "Smoke alarm sounding in kitchen at \(receiver.heard)\nalarm tone at 3100 Hz (confidence 0.94)",
+            "Smoke alarm low battery chirp heard in kitchen at \(receiver.heard)\na chirp every 42.0 s at 3300 Hz (confidence 0.9)",
+            "Loud sound heard in kitchen at \(receiver.heard)\n-10.6 dBFS (confidence 0.82)",
+            "Doorbell heard in kitchen at \(receiver.heard)\nDing dong (confidence 0.93)",
         ])
-        #expect(requests.map { $0.header("Title") ?? "" } == ["CO alarm", "CO alarm ended", "Smoke alarm", "Alarm chirp", "Loud", "Doorbell"])
+        #expect(requests.map { $0.header("Title") ?? "" } == [
+            "kitchen: CO alarm", "kitchen: CO alarm ended", "kitchen: Smoke alarm", "kitchen: Smoke alarm low battery chirp",
+            "kitchen: Loud sound", "kitchen: Doorbell",
+        ])
     }
 }

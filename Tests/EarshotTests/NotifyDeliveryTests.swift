@@ -36,9 +36,9 @@ struct NotifyDeliveryTests {
         sink.stop()
         try #require(requests.count == 5)
         #expect(requests.map(\.body) == [
-            "Smoke detector, smoke alarm (confidence 0.81)", "Smoke detector, smoke alarm (confidence 0.81)",
-            "Smoke detector, smoke alarm (confidence 0.81)", "Smoke detector, smoke alarm (confidence 0.81)",
-            "Smoke detector, smoke alarm ended after 12.5 s",
+            "Smoke alarm sounding in kitchen at \(receiver.heard)\nSmoke detector, smoke alarm (confidence 0.81)", "Smoke alarm sounding in kitchen at \(receiver.heard)\nSmoke detector, smoke alarm (confidence 0.81)",
+            "Smoke alarm sounding in kitchen at \(receiver.heard)\nSmoke detector, smoke alarm (confidence 0.81)", "Smoke alarm sounding in kitchen at \(receiver.heard)\nSmoke detector, smoke alarm (confidence 0.81)",
+            "Smoke alarm in kitchen ended at \(receiver.heard), after 12.5 s\nSmoke detector, smoke alarm",
         ])
         // Each retry waited for Retry-After (1 s), not the 0.05 s back-off.
         let gaps = (1..<4).map { requests[$0].receivedAt - requests[$0 - 1].receivedAt }
@@ -54,6 +54,8 @@ struct NotifyDeliveryTests {
 
     @Test("an onset given up: its end says the start could not be delivered (ntfy at the onset's priority; JSON onset_delivered false)")
     func endOfUndeliveredOnset() throws {
+        let recent = NotifyTests.now()
+        let heard = NotificationMessage.clock(recent)
         let refusing = try HTTPTestServer { index in .init(status: index == 0 ? 503 : 200) }
         let accepting = try HTTPTestServer { _ in .init(status: 200) }
         defer {
@@ -67,15 +69,15 @@ struct NotifyDeliveryTests {
             $0.retries = 0
         }, reports)
         // /a refuses the onset (given up: retries = 0), /b takes it; then the end to both.
-        sink.deliver(RoutedOutput(output: NotifyTests.onset("baby_cry", label: "Baby cry, infant cry"), time: NotifyTests.time))
-        sink.deliver(RoutedOutput(output: Self.end("baby_cry", label: "Baby cry, infant cry", reason: .holdElapsed), time: NotifyTests.time))
+        sink.deliver(RoutedOutput(output: NotifyTests.onset("baby_cry", label: "Baby cry, infant cry"), time: recent))
+        sink.deliver(RoutedOutput(output: Self.end("baby_cry", label: "Baby cry, infant cry", reason: .holdElapsed), time: recent))
         let toA = refusing.waitForRequests(2, timeout: 10)
         let toB = accepting.waitForRequests(2, timeout: 10)
         sink.stop()
         try #require(toA.count == 2 && toB.count == 2)
-        #expect(toA[1].body == "Baby cry, infant cry ended after 12.5 s; its start could not be delivered")
+        #expect(toA[1].body == "Baby cry ended at \(heard), after 12.5 s; its start could not be delivered\nBaby cry, infant cry")
         #expect(toA[1].header("Priority") == "3")
-        #expect(toB[1].body == "Baby cry, infant cry ended after 12.5 s")
+        #expect(toB[1].body == "Baby cry ended at \(heard), after 12.5 s\nBaby cry, infant cry")
         #expect(toB[1].header("Priority") == "2")
         #expect(reports.healthEvents.map(\.message) == [
             "notifications to http://127.0.0.1:\(refusing.port)/a (url 1 of 2) are failing: HTTP 503 after 1 attempt; detection goes on, and further failures are counted until one gets through",
@@ -85,8 +87,8 @@ struct NotifyDeliveryTests {
         let object = EventJSON.object(for: .offset(.init(
             group: "baby_cry", classLabel: "Baby cry", start: 1, end: 3, peakConfidence: 0.9, meanConfidence: 0.8,
             positiveWindows: 3, reason: .holdElapsed)), time: NotifyTests.time)
-        let json = NotificationMessage(object: object, group: "baby_cry", kind: .end, format: .json).missedOnset()
-        #expect(String(decoding: json.body, as: UTF8.self) == #"{"type":"detection_end","group":"baby_cry","class":"Baby cry","start":1.0,"end":3.0,"duration":2.0,"peak_confidence":0.9,"mean_confidence":0.8,"windows":3,"reason":"hold_elapsed","time":"2027-01-15T08:00:00.000Z","onset_delivered":false}"#)
+        let json = NotificationMessage(object: object, group: "baby_cry", kind: .end, format: .json, node: "kitchen", time: NotifyTests.time).missedOnset()
+        #expect(String(decoding: json.body, as: UTF8.self) == #"{"type":"detection_end","group":"baby_cry","class":"Baby cry","start":1.0,"end":3.0,"duration":2.0,"peak_confidence":0.9,"mean_confidence":0.8,"windows":3,"reason":"hold_elapsed","time":"2027-01-15T08:00:00.000Z","onset_delivered":false,"node":"kitchen"}"#)
     }
 
     @Test("the ntfy text of an end says what ended it: the sound, a reload, the capture, stopping")
@@ -97,16 +99,17 @@ struct NotifyDeliveryTests {
                 toneLevelDBFS: -20, classifierScore: nil, classifierClass: nil, start: 3.18, time: 14.4, reason: reason)
             let routed = RoutedOutput(output: .alarm(alarm), time: NotifyTests.time)
             let object = EventLines.object(for: routed)!
-            let message = NotificationMessage(object: object, group: "smoke_alarm", kind: .end, format: .ntfy)
+            let message = NotificationMessage(object: object, group: "smoke_alarm", kind: .end, format: .ntfy, node: "kitchen", time: NotifyTests.time)
             return (String(decoding: message.body, as: UTF8.self), message.headers)
         }
-        #expect(message(.patternStopped).0 == "Smoke alarm ended after 11.2 s (T3 pattern at 3056 Hz)")
-        #expect(message(.patternStopped).1 == ["Title: Smoke alarm ended", "Priority: 2", "Tags: white_check_mark,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
-        #expect(message(.reload).0 == "Smoke alarm ended after 11.2 s (T3 pattern at 3056 Hz), not heard again after a configuration reload")
-        #expect(message(.streamGap).0 == "Smoke alarm heard for 11.2 s, then the audio capture was lost (T3 pattern at 3056 Hz)")
-        #expect(message(.streamGap).1 == ["Title: Smoke alarm: capture lost", "Priority: 4", "Tags: warning,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
-        #expect(message(.streamEnd).0 == "Smoke alarm heard for 11.2 s, then monitoring stopped (earshotd stopped or its input ended) (T3 pattern at 3056 Hz)")
-        #expect(message(.streamEnd).1 == ["Title: Smoke alarm: monitoring stopped", "Priority: 4", "Tags: warning,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
+        let at = NotificationMessage.clock(NotifyTests.time)
+        #expect(message(.patternStopped).0 == "Smoke alarm in kitchen ended at \(at), after 11.2 s\nT3 pattern at 3056 Hz")
+        #expect(message(.patternStopped).1 == ["Title: kitchen: Smoke alarm ended", "Priority: 2", "Tags: white_check_mark,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
+        #expect(message(.reload).0 == "Smoke alarm in kitchen ended at \(at), after 11.2 s: not heard again after a configuration reload\nT3 pattern at 3056 Hz")
+        #expect(message(.streamGap).0 == "Smoke alarm heard in kitchen for 11.2 s, then the audio capture was lost at \(at)\nT3 pattern at 3056 Hz")
+        #expect(message(.streamGap).1 == ["Title: kitchen: Smoke alarm: capture lost", "Priority: 4", "Tags: warning,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
+        #expect(message(.streamEnd).0 == "Smoke alarm heard in kitchen for 11.2 s, then monitoring stopped at \(at) (earshotd stopped or its input ended)\nT3 pattern at 3056 Hz")
+        #expect(message(.streamEnd).1 == ["Title: kitchen: Smoke alarm: monitoring stopped", "Priority: 4", "Tags: warning,smoke_alarm", "Content-Type: text/plain; charset=utf-8"])
     }
 
     @Test("an end by reload or gap is held: the group's next onset drops it (one story); without one it goes out; stop sends what is held")
@@ -134,12 +137,12 @@ struct NotifyDeliveryTests {
         let all = server.requests
         try #require(requests.count == 4)
         #expect(all.map(\.body) == [
-            "Smoke detector, smoke alarm (confidence 0.81)",
-            "Smoke detector, smoke alarm ended after 12.5 s",
-            "Smoke detector, smoke alarm (confidence 0.81)",
-            "Smoke detector, smoke alarm heard for 12.5 s, then the audio capture was lost",
-            "Smoke detector, smoke alarm (confidence 0.81)",
-            "Smoke detector, smoke alarm ended after 12.5 s, not heard again after a configuration reload",
+            "Smoke alarm sounding in kitchen at \(receiver.heard)\nSmoke detector, smoke alarm (confidence 0.81)",
+            "Smoke alarm in kitchen ended at \(receiver.heard), after 12.5 s\nSmoke detector, smoke alarm",
+            "Smoke alarm sounding in kitchen at \(receiver.heard)\nSmoke detector, smoke alarm (confidence 0.81)",
+            "Smoke alarm heard in kitchen for 12.5 s, then the audio capture was lost at \(receiver.heard)\nSmoke detector, smoke alarm",
+            "Smoke alarm sounding in kitchen at \(receiver.heard)\nSmoke detector, smoke alarm (confidence 0.81)",
+            "Smoke alarm in kitchen ended at \(receiver.heard), after 12.5 s: not heard again after a configuration reload\nSmoke detector, smoke alarm",
         ])
         #expect(sink.statistics.suppressed == 0)
     }

@@ -12,6 +12,9 @@ import EarshotService
 struct NotifyTests {
     /// 2027-01-15T08:00:00.000Z.
     static let time = Date(timeIntervalSince1970: 1_800_000_000)
+    /// Now in whole seconds: ntfy tests deliver events at it, so that no message is late (a message sent more than
+    /// 10 s after its event says so).
+    static func now() -> Date { Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)) }
 
     static func onset(_ group: String = "smoke_alarm", label: String = "Smoke detector, smoke alarm", start: Double = 12.48) -> DaemonOutput {
         .detection(.onset(.init(group: group, classLabel: label, confidence: 0.81, start: start, decisionTime: start + 1.44)))
@@ -52,6 +55,10 @@ struct NotifyTests {
         let server: HTTPTestServer
         let reports = Reports()
         let sink: NotifySink
+        /// When ``deliver(_:)`` says its outputs happened (the receiver's creation, in whole seconds).
+        let time = NotifyTests.now()
+        /// ``time`` as ntfy texts show it (local `HH:MM:SS`).
+        var heard: String { NotificationMessage.clock(time) }
 
         init(
             path: String, answer: @escaping @Sendable (Int) -> HTTPTestServer.Answer = { _ in .init(status: 200) },
@@ -61,12 +68,13 @@ struct NotifyTests {
             sink = try NotifyTests.sink(NotifyTests.settings([server.url(path)]) {
                 $0.format = .ntfy
                 $0.onEnd = true
+                $0.node = "kitchen"
                 configure(&$0)
             }, reports)
         }
 
-        /// Hands `output` to the sink at ``NotifyTests/time``.
-        func deliver(_ output: DaemonOutput) { sink.deliver(RoutedOutput(output: output, time: NotifyTests.time)) }
+        /// Hands `output` to the sink at ``time``.
+        func deliver(_ output: DaemonOutput) { sink.deliver(RoutedOutput(output: output, time: time)) }
 
         /// Stops the sink (again, if a test stopped it already: harmless) and the server.
         func stop() {
@@ -100,29 +108,32 @@ struct NotifyTests {
 
     @Test("ntfy: plain-text message with Title, Priority and Tags; only the groups listed; no end without on_end")
     func ntfyFormat() throws {
+        let recent = Self.now()
+        let heard = NotificationMessage.clock(recent)
         let server = try HTTPTestServer { _ in .init(status: 200) }
         defer { server.stop() }
         let reports = Reports()
         let sink = try Self.sink(Self.settings([server.url("/earshot-test")]) {
             $0.format = .ntfy
+            $0.node = "kitchen"
             $0.groups = ["smoke_alarm", "baby_cry"]
         }, reports)
         #expect(!sink.accepts(Self.onset("glass_break", label: "Glass")))
         #expect(!sink.accepts(.health(HealthEvent(state: .overrun, message: "x"))))
         #expect(sink.accepts(Self.onset()))
-        sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
-        sink.deliver(RoutedOutput(output: Self.end(), time: Self.time))
-        sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "Baby cry, infant cry"), time: Self.time))
+        sink.deliver(RoutedOutput(output: Self.onset(), time: recent))
+        sink.deliver(RoutedOutput(output: Self.end(), time: recent))
+        sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "Baby cry, infant cry"), time: recent))
         let requests = server.waitForRequests(2, timeout: 10)
         sink.stop()
         try #require(requests.count == 2)
-        #expect(requests[0].body == "Smoke detector, smoke alarm (confidence 0.81)")
-        #expect(requests[0].header("Title") == "Smoke alarm")
+        #expect(requests[0].body == "Smoke alarm sounding in kitchen at \(heard)\nSmoke detector, smoke alarm (confidence 0.81)")
+        #expect(requests[0].header("Title") == "kitchen: Smoke alarm")
         #expect(requests[0].header("Priority") == "5")
         #expect(requests[0].header("Tags") == "rotating_light,smoke_alarm")
         #expect(requests[0].header("Content-Type") == "text/plain; charset=utf-8")
-        #expect(requests[1].body == "Baby cry, infant cry (confidence 0.81)")
-        #expect(requests[1].header("Title") == "Baby cry")
+        #expect(requests[1].body == "Baby cry heard in kitchen at \(heard)\nBaby cry, infant cry (confidence 0.81)")
+        #expect(requests[1].header("Title") == "kitchen: Baby cry")
         #expect(requests[1].header("Priority") == "3")
         #expect(requests[1].header("Tags") == "loud_sound,baby_cry")
         #expect(server.requests.count == 2)
@@ -134,14 +145,14 @@ struct NotifyTests {
             object: EventJSON.object(for: .offset(.init(
                 group: "co_alarm", classLabel: "Carbon monoxide detector, CO detector", start: 1, end: 13.5,
                 peakConfidence: 0.9, meanConfidence: 0.8, positiveWindows: 9, reason: .holdElapsed)), time: Self.time),
-            group: "co_alarm", kind: .end, format: .ntfy)
-        #expect(String(decoding: end.body, as: UTF8.self) == "Carbon monoxide detector, CO detector ended after 12.5 s")
-        #expect(end.headers == ["Title: CO alarm ended", "Priority: 2", "Tags: white_check_mark,co_alarm", "Content-Type: text/plain; charset=utf-8"])
+            group: "co_alarm", kind: .end, format: .ntfy, node: "kitchen", time: Self.time)
+        #expect(String(decoding: end.body, as: UTF8.self) == "CO alarm in kitchen ended at \(NotificationMessage.clock(Self.time)), after 12.5 s\nCarbon monoxide detector, CO detector")
+        #expect(end.headers == ["Title: kitchen: CO alarm ended", "Priority: 2", "Tags: white_check_mark,co_alarm", "Content-Type: text/plain; charset=utf-8"])
         var object = EventJSON.object(for: .onset(.init(group: "glass_break", classLabel: "Glass", confidence: 0.5, start: 0, decisionTime: 1)), time: Self.time)
         object["ongoing_seconds"] = .int(300)
-        let reminder = NotificationMessage(object: object, group: "glass_break", kind: .reminder, format: .ntfy)
-        #expect(String(decoding: reminder.body, as: UTF8.self) == "Glass still heard after 5 min")
-        #expect(reminder.headers == ["Title: Glass break still heard", "Priority: 4", "Tags: warning,glass_break", "Content-Type: text/plain; charset=utf-8"])
+        let reminder = NotificationMessage(object: object, group: "glass_break", kind: .reminder, format: .ntfy, node: "kitchen", time: Self.time)
+        #expect(String(decoding: reminder.body, as: UTF8.self) == "Glass break still heard in kitchen at \(NotificationMessage.clock(Self.time)), 5 min after it started\nGlass")
+        #expect(reminder.headers == ["Title: kitchen: Glass break still heard", "Priority: 4", "Tags: warning,glass_break", "Content-Type: text/plain; charset=utf-8"])
     }
 
     @Test("a failing server: retried after 0.2 s then 0.4 s, given up, said once as notify_failed, counted; recovery logged")
@@ -254,29 +265,33 @@ struct NotifyTests {
 
     @Test("on_end: after a notified end the next onset is notified within repeat_after; a lasting one gets reminders and its end")
     func onsetAfterNotifiedEnd() throws {
+        let recent = Self.now()
+        let heard = NotificationMessage.clock(recent)
         let server = try HTTPTestServer { _ in .init(status: 200) }
         defer { server.stop() }
         let reports = Reports()
         let sink = try Self.sink(Self.settings([server.url("/nt-topic")]) {
             $0.format = .ntfy
+            $0.node = "kitchen"
             $0.onEnd = true
             $0.repeatAfterSeconds = 300
         }, reports)
         // The trial's night: a cry, its end, and two more cries 30 s apart, all within repeat_after.
         for index in 0..<3 {
             let start = 29.28 + 35.0 * Double(index)
-            sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "builtin_baby_cry:baby_cry", start: start), time: Self.time))
-            sink.deliver(RoutedOutput(output: Self.end("baby_cry", label: "builtin_baby_cry:baby_cry"), time: Self.time))
+            sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "builtin_baby_cry:baby_cry", start: start), time: recent))
+            sink.deliver(RoutedOutput(output: Self.end("baby_cry", label: "builtin_baby_cry:baby_cry"), time: recent))
         }
         let requests = server.waitForRequests(6, timeout: 10)
         try #require(requests.count == 6)
         #expect(requests.map(\.body) == [
-            "Baby cry (confidence 0.81)", "Baby cry ended after 12.5 s",
-            "Baby cry (confidence 0.81)", "Baby cry ended after 12.5 s",
-            "Baby cry (confidence 0.81)", "Baby cry ended after 12.5 s",
+            "Baby cry heard in kitchen at \(heard)\nconfidence 0.81", "Baby cry in kitchen ended at \(heard), after 12.5 s",
+            "Baby cry heard in kitchen at \(heard)\nconfidence 0.81", "Baby cry in kitchen ended at \(heard), after 12.5 s",
+            "Baby cry heard in kitchen at \(heard)\nconfidence 0.81", "Baby cry in kitchen ended at \(heard), after 12.5 s",
         ])
         #expect(requests.map { $0.header("Title") ?? "" } == [
-            "Baby cry", "Baby cry ended", "Baby cry", "Baby cry ended", "Baby cry", "Baby cry ended",
+            "kitchen: Baby cry", "kitchen: Baby cry ended", "kitchen: Baby cry", "kitchen: Baby cry ended",
+            "kitchen: Baby cry", "kitchen: Baby cry ended",
         ])
         #expect(sink.statistics.suppressed == 0)
         sink.stop()
@@ -315,21 +330,30 @@ struct NotifyTests {
             groups = smoke_alarm co_alarm
             format = ntfy
             on_end = yes
+            health = no
             repeat_after = 120
             timeout = 5
             retries = 0
+            [mqtt]
+            node = kitchen
             """, source: "test.conf")
         var expected = NotifySettings()
         expected.urls = ["https://ntfy.sh/earshot-kitchen", "http://192.168.1.5:8080/hook"]
         expected.groups = ["smoke_alarm", "co_alarm"]
         expected.format = .ntfy
         expected.onEnd = true
+        expected.health = false
+        // The name MQTT knows the daemon by, passed on although MQTT is off.
+        expected.node = "kitchen"
         expected.repeatAfterSeconds = 120
         expected.timeoutSeconds = 5
         expected.retries = 0
         #expect(configuration.notify == expected)
         #expect(DaemonConfiguration().notify.enabled == false)
         #expect(DaemonConfiguration().notify.repeatAfterSeconds == 300)
+        #expect(DaemonConfiguration().notify.health == true)
+        // No [mqtt] node: the host name, as MQTT's default.
+        #expect(try DaemonConfiguration.parse("[notify]\nurl = http://127.0.0.1/x\n", source: "t.conf").notify.node == MQTTSettings.defaultNode)
 
         let cases: [(String, String)] = [
             ("url = ftp://example.com/x", #"test.conf:2: [notify] url = ftp://example.com/x: "ftp://example.com/x" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
@@ -338,6 +362,7 @@ struct NotifyTests {
             ("repeat_after = -1", "test.conf:2: [notify] repeat_after = -1: must be a number in [0, 86400] seconds (0: notify every onset, no reminders)"),
             ("timeout = 0", "test.conf:2: [notify] timeout = 0: must be a number in [1, 300] seconds"),
             ("retries = 11", "test.conf:2: [notify] retries = 11: must be a whole number in [0, 10]"),
+            ("health = maybe", "test.conf:2: [notify] health = maybe: \(SettingRules.flag.requirement)"),
             ("groups = smoke_alarm kettle", #"test.conf:2: [notify] groups: "kettle" is not a group (groups: alarm_chirp, baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech)"#),
         ]
         for (line, message) in cases {

@@ -22,6 +22,14 @@ package struct NotifySettings: Sendable, Equatable {
     package var format: Format = .json
     /// Whether an event's end is notified too (only for an onset that was). Key `on_end`, default false.
     package var onEnd = false
+    /// Whether the phone is told when monitoring stops working (the capture is unavailable or lost, the input
+    /// stalled, the daemon stops) and when it works again (and when the daemon starts listening), whatever
+    /// ``groups`` says. Key `health`, default true: a smoke or CO monitor that cannot hear must say so.
+    package var health = true
+    /// This daemon's name, said in every notification (`kitchen: Smoke alarm`; the JSON's `node`). Not a key of
+    /// `[notify]`: the daemon passes the name it has on MQTT (`[mqtt] node`, by default the host name, whether or
+    /// not MQTT is enabled). Empty leaves the name out.
+    package var node = ""
     /// Seconds, 0...86400: while a group's event lasts, it is notified again once per this (a reminder), and a new
     /// onset of the group less than this after its last notification is not notified (a repeating alarm that
     /// pauses and starts again is one notification per `repeat_after`), unless that last notification was the
@@ -65,7 +73,7 @@ package struct NotifySettings: Sendable, Equatable {
     package var enabled: Bool { !urls.isEmpty }
 
     /// The keys of `[notify]`, in the order `config/earshotd.conf` documents them.
-    package static let keys = ["url", "groups", "format", "on_end", "repeat_after", "timeout", "retries"]
+    package static let keys = ["url", "groups", "format", "on_end", "health", "repeat_after", "timeout", "retries"]
 
     /// The wait before retry `attempt` (1 for the first retry), in seconds.
     package func retryDelay(beforeRetry attempt: Int) -> Double {
@@ -98,6 +106,9 @@ package struct NotifySettings: Sendable, Equatable {
         case "on_end":
             guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement }
             onEnd = flag
+        case "health":
+            guard let flag = SettingRules.flag.parse(value) else { return SettingRules.flag.requirement }
+            health = flag
         case "repeat_after":
             guard let seconds = Double(value), seconds.isFinite, (0...86_400).contains(seconds) else {
                 return "must be a number in [0, 86400] seconds (0: notify every onset, no reminders)"

@@ -70,6 +70,16 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     private struct HeldEnd {
         var generation: Int
         var object: JSONObject
+        var time: Date
+    }
+
+    /// What the phone was last told about monitoring (``NotifySettings/health``).
+    private enum Monitoring {
+        /// Nothing yet (no `capture_live` since start).
+        case unknown
+        case live
+        /// Told that monitoring stopped working (`capture_unavailable`, `input_stalled`).
+        case down
     }
 
     private struct State {
@@ -85,6 +95,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var heldEnds: [String: HeldEnd] = [:]
         var generation = 0
         var stopped = false
+        var monitoring = Monitoring.unknown
     }
 
     /// One URL: its queue, libcurl handle and counters.
@@ -142,7 +153,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .detection, .alarm:
             guard let group = output.group else { return false }
             return settings.groups.isEmpty || settings.groups.contains(group)
-        case .window, .health, .clip, .sleepReport, .controls, .statistics:
+        case .health(let health):
+            return settings.health && Self.healthStates.contains(health.state)
+        case .window, .clip, .sleepReport, .controls, .statistics:
             return false
         }
     }
@@ -151,9 +164,17 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         state.withLock { $0.reportHealth = reportHealth }
     }
 
+    /// The health states a phone is told of (with ``NotifySettings/health``): the ones that mean monitoring stopped
+    /// working, and `capture_live`, which says it works again. Not `input_silent`, `overrun` and the outputs' own
+    /// states: they do not mean that nothing is heard, or say it often.
+    package static let healthStates: Set<HealthEvent.State> = [.captureUnavailable, .inputStalled, .captureLive]
+
     package func deliver(_ routed: RoutedOutput) {
         let isOnset: Bool
         switch routed.output {
+        case .health(let health):
+            deliverHealth(health, time: routed.time)
+            return
         case .detection(.onset): isOnset = true
         case .detection(.offset): isOnset = false
         case .alarm(let alarm): isOnset = alarm.kind == .onset
@@ -179,7 +200,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 if continuation > 0, reason == DetectionEvent.EndReason.reload.rawValue
                     || reason == DetectionEvent.EndReason.streamGap.rawValue {
                     state.generation += 1
-                    state.heldEnds[group] = HeldEnd(generation: state.generation, object: object)
+                    state.heldEnds[group] = HeldEnd(generation: state.generation, object: object, time: routed.time)
                     return .hold(generation: state.generation)
                 }
                 // The phone now says the sound ended: the next onset is news, whatever repeat_after says.
@@ -209,7 +230,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .none, .end(false):
             return
         case .end(true):
-            enqueue(NotificationMessage(object: object, group: group, kind: .end, format: settings.format))
+            enqueue(message(object, group: group, kind: .end, time: routed.time))
         case .hold(let generation):
             reminderQueue.asyncAfter(deadline: .now() + continuation) { [weak self] in
                 self?.releaseHeldEnd(group: group, generation: generation)
@@ -220,20 +241,27 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             suppressed.wrappingAdd(1, ordering: .relaxed)
             if let generation, repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: after) }
         case .notify(let generation):
-            enqueue(NotificationMessage(object: object, group: group, kind: .onset, format: settings.format))
+            enqueue(message(object, group: group, kind: .onset, time: routed.time))
             if let generation, repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: repeatAfter) }
         }
     }
 
     package func stop() {
-        let held = state.withLock { state -> [(String, JSONObject)] in
+        let (held, wasLive) = state.withLock { state -> ([(String, HeldEnd)], Bool) in
             state.stopped = true
             defer { state.heldEnds = [:] }
-            return state.heldEnds.sorted { $0.value.generation < $1.value.generation }.map { ($0.key, $0.value.object) }
+            return (state.heldEnds.sorted { $0.value.generation < $1.value.generation }.map { ($0.key, $0.value) },
+                    state.monitoring == .live)
         }
         // Held ends go out now, as what they are (the sound was not heard again before stopping).
-        for (group, object) in held {
-            enqueue(NotificationMessage(object: object, group: group, kind: .end, format: settings.format))
+        for (group, end) in held {
+            enqueue(message(end.object, group: group, kind: .end, time: end.time))
+        }
+        // The daemon is stopping (a reload does not stop the sinks): nothing is heard until it starts again. Not
+        // said when the phone was told already that nothing is heard, or was never told that monitoring began.
+        if settings.health, wasLive {
+            enqueue(NotificationMessage.health(
+                state: "stopping", monitoring: false, message: nil, node: settings.node, time: Date(), format: settings.format))
         }
         stopDeadline.store(
             DispatchTime.now().uptimeNanoseconds + UInt64(settings.timeoutSeconds * 1e9), ordering: .relaxed)
@@ -247,18 +275,50 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         }
     }
 
-    // MARK: Reminders and sending
+    // MARK: Health, reminders and sending
+
+    /// A notification of `kind` about `object` of `group`, in ``NotifySettings/format``, from ``NotifySettings/node``.
+    private func message(_ object: JSONObject, group: String, kind: NotificationMessage.Kind, time: Date) -> NotificationMessage {
+        NotificationMessage(object: object, group: group, kind: kind, format: settings.format, node: settings.node, time: time)
+    }
+
+    /// Tells the phone once when monitoring stops working (`capture_unavailable`, `input_stalled`) and once when it
+    /// works again (`capture_live` after them); the first `capture_live` since start says that monitoring began.
+    private func deliverHealth(_ health: HealthEvent, time: Date) {
+        guard settings.health else { return }
+        let notification = state.withLock { state -> NotificationMessage? in
+            guard !state.stopped else { return nil }
+            switch health.state {
+            case .captureUnavailable, .inputStalled:
+                guard state.monitoring != .down else { return nil }
+                state.monitoring = .down
+                return NotificationMessage.health(
+                    state: health.state.rawValue, monitoring: false, message: health.message, node: settings.node,
+                    time: time, format: settings.format)
+            case .captureLive:
+                let before = state.monitoring
+                guard before != .live else { return nil }
+                state.monitoring = .live
+                return NotificationMessage.health(
+                    state: health.state.rawValue, monitoring: true, message: health.message, started: before == .unknown,
+                    node: settings.node, time: time, format: settings.format)
+            default:
+                return nil
+            }
+        }
+        if let notification { enqueue(notification) }
+    }
 
     /// A held end whose group had no onset within ``NotifySettings/continuationSeconds``: notified now.
     private func releaseHeldEnd(group: String, generation: Int) {
-        let object = state.withLock { state -> JSONObject? in
+        let held = state.withLock { state -> HeldEnd? in
             guard !state.stopped, let held = state.heldEnds[group], held.generation == generation else { return nil }
             state.heldEnds[group] = nil
             state.lastNotified[group] = nil
-            return held.object
+            return held
         }
-        guard let object else { return }
-        enqueue(NotificationMessage(object: object, group: group, kind: .end, format: settings.format))
+        guard let held else { return }
+        enqueue(message(held.object, group: group, kind: .end, time: held.time))
     }
 
     private func scheduleReminder(group: String, generation: Int, after seconds: Double) {
@@ -283,7 +343,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         object["reminder"] = .bool(true)
         object["since"] = .string(EventJSON.timestamp(open.since))
         object["ongoing_seconds"] = .int(Int(time.timeIntervalSince(open.since).rounded()))
-        enqueue(NotificationMessage(object: object, group: group, kind: .reminder, format: settings.format))
+        enqueue(message(object, group: group, kind: .reminder, time: time))
         scheduleReminder(group: group, generation: generation, after: settings.repeatAfterSeconds)
     }
 
@@ -315,10 +375,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         switch original.kind {
         case .end:
             if target.missedOnsets.remove(original.group) != nil { message = original.missedOnset() }
-        case .onset, .reminder:
+        case .onset, .reminder, .health:
             break
         }
-        let urgent = message.kind != .end && NotificationMessage.urgentGroups.contains(message.group)
+        let urgent = (message.kind == .onset || message.kind == .reminder) && NotificationMessage.urgentGroups.contains(message.group)
         let started = Self.uptime()
         var attempt = 0
         var lastProblem = ""
@@ -335,14 +395,16 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 timeout = min(timeout, left)
             }
             attempt += 1
+            // Rendered for this attempt: one sent late says so.
+            let attemptMessage = message.sending(at: Date())
             let outcome = target.poster.post(
-                url: target.url, headers: message.headers, body: message.body, timeoutSeconds: timeout)
+                url: target.url, headers: attemptMessage.headers, body: attemptMessage.body, timeoutSeconds: timeout)
             let retryable: Bool
             var retryAfter: Double?
             switch outcome {
             case .status(let status, _) where (200..<300).contains(status):
                 sent.wrappingAdd(1, ordering: .relaxed)
-                if message.kind != .end { target.missedOnsets.remove(message.group) }
+                if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
                 let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
                 if target.failing.exchange(false, ordering: .relaxed) {
                     let before = failures == 0
@@ -382,7 +444,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     private func giveUp(_ message: NotificationMessage, on target: Target, problem: String, attempts: Int,
                         retryable: Bool, reported: Bool) {
         failed.wrappingAdd(1, ordering: .relaxed)
-        if message.kind != .end, message.group != AlarmEvent.alarmChirp { target.missedOnsets.insert(message.group) }
+        if message.kind == .onset || message.kind == .reminder, message.group != AlarmEvent.alarmChirp {
+            target.missedOnsets.insert(message.group)
+        }
         target.failuresInRow.wrappingAdd(1, ordering: .relaxed)
         guard !reported, attempts > 0 else { return }
         reportFailing(target, problem: problem, attempts: attempts, retryable: retryable, note: "")
@@ -420,110 +484,223 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 /// The headers and body of one notification.
 package struct NotificationMessage: Sendable, Equatable {
     package enum Kind: Sendable, Equatable {
+        /// An event's onset, end, or a reminder while it lasts.
         case onset, end, reminder
+        /// Monitoring stopped working or works again (``NotificationMessage/health(state:message:started:node:time:format:)``).
+        case health
     }
 
     /// `Name: value` lines.
     package var headers: [String]
     package var body: [UInt8]
     package let kind: Kind
+    /// The event's group; empty for ``Kind/health``.
     package let group: String
     private let object: JSONObject
     private let format: NotifySettings.Format
+    private let node: String
+    private let time: Date
+    private let onsetMissed: Bool
 
     /// Groups whose notifications are urgent (ntfy priority 5).
     package static let urgentGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
 
+    /// A message sent more than this many seconds after ``time`` says how late it is (ntfy).
+    package static let lateAfterSeconds: Double = 10
+
     /// - Parameters:
     ///   - object: the event's JSON as the socket carries it (for a reminder: the onset's, with `reminder`,
-    ///     `since` and `ongoing_seconds`).
-    ///   - format: `json`: that object, `Content-Type: application/json`. `ntfy`: a line that says what was heard
-    ///     in words (``heard(_:group:)``), such as `Smoke alarm: T3 pattern at 3057 Hz (confidence 0.98)` or
-    ///     `Baby cry (confidence 0.99)`, with `Title: Smoke alarm`, `Priority: 5` and
-    ///     `Tags: rotating_light,smoke_alarm`; an end is `Baby cry ended after 7.2 s` or `Smoke alarm ended after
-    ///     28.0 s (T3 pattern at 3057 Hz)` (`Title: Smoke alarm ended`, priority 2, tag `white_check_mark`), a
-    ///     reminder `... still heard after 5 min` (`Title: Smoke alarm still heard`). An end says what ended the
-    ///     event (its `reason`): the sound (`hold_elapsed`, `pattern_stopped`: `... ended after 28.0 s`), a reload
-    ///     the group did not resume after (`reload`: `... ended after 13.8 s, not heard again after a configuration
-    ///     reload`), the audio capture (`stream_gap`: `Smoke alarm heard for 13.9 s, then the audio capture was lost`,
-    ///     `Title: Smoke alarm: capture lost`, priority 4, tag `warning`), or monitoring (`stream_end`: `Smoke alarm
-    ///     heard for 9.7 s, then monitoring stopped (earshotd stopped or its input ended)`, `Title: Smoke alarm:
-    ///     monitoring stopped`, priority 4, tag `warning`): not an all-clear.
+    ///     `since` and `ongoing_seconds`; for ``Kind/health``: `type`, `state`, `monitoring`, `message`, `time`).
+    ///   - format: `json`: that object with `"node"` added, `Content-Type: application/json`. `ntfy`: a first line
+    ///     that says in plain words what was heard, where and when (``NotifySettings/node``, local time), and a
+    ///     second line with the technical evidence, when there is some:
+    ///     `Smoke alarm sounding in kitchen at 20:19:26` / `T3 pattern at 3057 Hz (confidence 1.0)`, with
+    ///     `Title: kitchen: Smoke alarm`, `Priority: 5` and `Tags: rotating_light,smoke_alarm`; an end is `Baby cry
+    ///     in kitchen ended at 20:19:40, after 7.2 s` (`Title: kitchen: Baby cry ended`, priority 2, tag
+    ///     `white_check_mark`), a reminder `Smoke alarm still sounding in kitchen at 20:24:26, 5 min after it
+    ///     started` (`Title: kitchen: Smoke alarm still heard`). An end says what ended the event (its `reason`):
+    ///     the sound (`hold_elapsed`, `pattern_stopped`), a reload the group did not resume after (`reload`: `...,
+    ///     after 13.8 s: not heard again after a configuration reload`), the audio capture (`stream_gap`: `Smoke
+    ///     alarm heard in kitchen for 13.9 s, then the audio capture was lost at 20:19:40`, `Title: kitchen: Smoke
+    ///     alarm: capture lost`, priority 4, tag `warning`), or monitoring (`stream_end`: `... then monitoring
+    ///     stopped at 20:19:40 (earshotd stopped or its input ended)`, `Title: kitchen: Smoke alarm: monitoring
+    ///     stopped`, priority 4, tag `warning`): not an all-clear.
+    ///   - node: the daemon's name (``NotifySettings/node``); empty leaves the place out.
+    ///   - time: when the event (or reminder, or health change) happened.
     ///   - onsetMissed: for an end, the URL never accepted the event's onset (``missedOnset()``).
-    package init(object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format, onsetMissed: Bool = false) {
+    ///   - sentAt: when this attempt is sent; more than ``lateAfterSeconds`` after `time`, the ntfy first line
+    ///     ends with ` (delivered 25 s late)` (``sending(at:)``).
+    package init(
+        object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format, node: String, time: Date,
+        onsetMissed: Bool = false, sentAt: Date? = nil
+    ) {
         self.kind = kind
         self.group = group
         self.object = object
         self.format = format
+        self.node = node
+        self.time = time
+        self.onsetMissed = onsetMissed
         switch format {
         case .json:
             headers = ["Content-Type: application/json"]
             var object = object
             if onsetMissed { object["onset_delivered"] = .bool(false) }
+            if !node.isEmpty { object["node"] = .string(node) }
             body = Array(object.encoded.utf8)
         case .ntfy:
-            let (what, evidence) = Self.heard(object, group: group)
-            let title = GroupTitle.of(group)
-            var text: String
+            let place = node.isEmpty ? "" : " in \(node)"
+            let clock = Self.clock(time)
+            var title: String
+            var line: String
+            var details: String?
             var priority: Int
             var tags: [String]
-            let urgent = Self.urgentGroups.contains(group)
-            switch kind {
-            case .onset:
-                let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
-                text = what + (evidence.map { ": \($0)" } ?? "")
-                    + (confidence.map { " (confidence \(JSONValue.format($0, decimals: 2)))" } ?? "")
-                headers = ["Title: \(title)"]
-                priority = urgent ? 5 : group == "glass_break" ? 4 : 3
-                tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
-            case .end:
-                let duration = Self.duration(object["duration"]?.doubleValue ?? 0)
-                let shownEvidence = evidence.map { " (\($0))" } ?? ""
-                switch object["reason"]?.stringValue.flatMap(DetectionEvent.EndReason.init(rawValue:)) {
-                case .streamGap?:
-                    text = "\(what) heard for \(duration), then the audio capture was lost\(shownEvidence)"
-                    headers = ["Title: \(title): capture lost"]
-                    priority = 4
-                    tags = ["warning"]
-                case .streamEnd?:
-                    text = "\(what) heard for \(duration), then monitoring stopped (earshotd stopped or its input ended)\(shownEvidence)"
-                    headers = ["Title: \(title): monitoring stopped"]
-                    priority = 4
-                    tags = ["warning"]
-                case .reload?:
-                    text = "\(what) ended after \(duration)\(shownEvidence), not heard again after a configuration reload"
-                    headers = ["Title: \(title) ended"]
-                    priority = 2
-                    tags = ["white_check_mark"]
+            if kind == .health {
+                let monitoring = object["monitoring"]?.boolValue ?? false
+                let message = object["message"]?.stringValue
+                switch object["state"]?.stringValue {
+                case HealthEvent.State.captureUnavailable.rawValue?:
+                    title = "not listening"
+                    line = "Not listening\(place) since \(clock): the audio capture is unavailable"
+                    details = message
+                case HealthEvent.State.inputStalled.rawValue?:
+                    title = "not listening"
+                    line = "Not listening\(place) since \(clock): no audio arrives"
+                    details = message
+                case _ where !monitoring:
+                    title = "monitoring stopped"
+                    line = "Not listening\(place) since \(clock): earshotd stopped (or its input ended)"
+                case _ where object["started"]?.boolValue == true:
+                    title = "listening"
+                    line = "Listening\(place) since \(clock) (earshotd started)"
+                    details = message
                 default:
-                    text = "\(what) ended after \(duration)\(shownEvidence)"
-                    headers = ["Title: \(title) ended"]
-                    priority = 2
-                    tags = ["white_check_mark"]
+                    title = "listening again"
+                    line = "Listening again\(place) since \(clock)"
+                    details = message
                 }
-            case .reminder:
-                let ongoing = Double(object["ongoing_seconds"]?.doubleValue ?? 0)
-                text = "\(what) still heard after \(Self.duration(ongoing))" + (evidence.map { " (\($0))" } ?? "")
-                headers = ["Title: \(title) still heard"]
-                priority = urgent ? 5 : group == "glass_break" ? 4 : 3
-                tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
+                title = node.isEmpty ? title.prefix(1).uppercased() + title.dropFirst() : "\(node): \(title)"
+                priority = monitoring ? (object["started"]?.boolValue == true ? 2 : 3) : 4
+                tags = [monitoring ? "white_check_mark" : "warning"]
+            } else {
+                let (what, evidence) = Self.heard(object, group: group)
+                let subject = Self.subject(group)
+                // The evidence, or the class heard when it says more than the group's name.
+                let detail = evidence ?? (what == subject ? nil : what)
+                let urgent = Self.urgentGroups.contains(group)
+                let verb = group != AlarmEvent.alarmChirp && (urgent || object["source"] != nil) ? "sounding" : "heard"
+                let prefix = node.isEmpty ? "" : "\(node): "
+                switch kind {
+                case .onset, .health:
+                    let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
+                    let shown = confidence.map { "confidence \(JSONValue.format($0, decimals: 2))" }
+                    line = "\(subject) \(verb)\(place) at \(clock)"
+                    details = detail.map { d in shown.map { "\(d) (\($0))" } ?? d } ?? shown
+                    title = prefix + subject
+                    priority = urgent ? 5 : group == "glass_break" ? 4 : 3
+                    tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
+                case .end:
+                    let duration = Self.duration(object["duration"]?.doubleValue ?? 0)
+                    details = detail
+                    switch object["reason"]?.stringValue.flatMap(DetectionEvent.EndReason.init(rawValue:)) {
+                    case .streamGap?:
+                        line = "\(subject) heard\(place) for \(duration), then the audio capture was lost at \(clock)"
+                        title = "\(prefix)\(subject): capture lost"
+                        priority = 4
+                        tags = ["warning"]
+                    case .streamEnd?:
+                        line = "\(subject) heard\(place) for \(duration), then monitoring stopped at \(clock) (earshotd stopped or its input ended)"
+                        title = "\(prefix)\(subject): monitoring stopped"
+                        priority = 4
+                        tags = ["warning"]
+                    case .reload?:
+                        line = "\(subject)\(place) ended at \(clock), after \(duration): not heard again after a configuration reload"
+                        title = "\(prefix)\(subject) ended"
+                        priority = 2
+                        tags = ["white_check_mark"]
+                    default:
+                        line = "\(subject)\(place) ended at \(clock), after \(duration)"
+                        title = "\(prefix)\(subject) ended"
+                        priority = 2
+                        tags = ["white_check_mark"]
+                    }
+                case .reminder:
+                    let ongoing = Double(object["ongoing_seconds"]?.doubleValue ?? 0)
+                    line = "\(subject) still \(verb)\(place) at \(clock), \(Self.duration(ongoing)) after it started"
+                    details = detail
+                    title = "\(prefix)\(subject) still heard"
+                    priority = urgent ? 5 : group == "glass_break" ? 4 : 3
+                    tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
+                }
+                if onsetMissed {
+                    // The first the phone hears of this event: as loud as an onset.
+                    line += "; its start could not be delivered"
+                    priority = max(priority, urgent ? 5 : 3)
+                }
+                tags.append(group)
             }
-            if onsetMissed {
-                // The first the phone hears of this event: as loud as an onset.
-                text += "; its start could not be delivered"
-                priority = max(priority, urgent ? 5 : 3)
+            if let sentAt, sentAt.timeIntervalSince(time) > Self.lateAfterSeconds {
+                line += " (delivered \(Self.lateness(sentAt.timeIntervalSince(time))) late)"
             }
-            tags.append(group)
-            headers += ["Priority: \(priority)", "Tags: \(tags.joined(separator: ","))", "Content-Type: text/plain; charset=utf-8"]
-            headers = headers.map(Self.headerSafe)
-            body = Array(text.utf8)
+            headers = ["Title: \(title)", "Priority: \(priority)", "Tags: \(tags.joined(separator: ","))",
+                       "Content-Type: text/plain; charset=utf-8"].map(Self.headerSafe)
+            body = Array((line + (details.map { "\n\($0)" } ?? "")).utf8)
         }
+    }
+
+    /// A health notification: monitoring stopped working (`monitoring` false: `capture_unavailable`,
+    /// `input_stalled`, or `stopping`, the daemon stopping) or works again (`capture_live`; `started` for the
+    /// first time since the daemon started). JSON: `{"type":"health","state":...,"monitoring":...,"message":...,
+    /// "time":...,"node":...}`.
+    package static func health(
+        state: String, monitoring: Bool, message: String?, started: Bool = false, node: String, time: Date,
+        format: NotifySettings.Format
+    ) -> NotificationMessage {
+        var object: JSONObject = ["type": "health", "state": .string(state), "monitoring": .bool(monitoring)]
+        if started { object["started"] = .bool(true) }
+        if let message { object["message"] = .string(message) }
+        object["time"] = .string(EventJSON.timestamp(time))
+        return NotificationMessage(object: object, group: "", kind: .health, format: format, node: node, time: time)
+    }
+
+    /// This message as sent at `date`: in ntfy's format, ` (delivered 25 s late)` ends its first line when `date` is
+    /// more than ``lateAfterSeconds`` after the event.
+    package func sending(at date: Date) -> NotificationMessage {
+        NotificationMessage(
+            object: object, group: group, kind: kind, format: format, node: node, time: time,
+            onsetMissed: onsetMissed, sentAt: date)
     }
 
     /// This end, for a URL that never accepted the event's onset (given up after its retries): ntfy appends `;
     /// its start could not be delivered` and raises the priority to the onset's; JSON adds `"onset_delivered":false`.
     package func missedOnset() -> NotificationMessage {
-        NotificationMessage(object: object, group: group, kind: kind, format: format, onsetMissed: true)
+        NotificationMessage(object: object, group: group, kind: kind, format: format, node: node, time: time, onsetMissed: true)
+    }
+
+    /// The plain name of what a group's events are, as a title and a first line start: the group's title
+    /// (`Smoke alarm`, `Baby cry`), `Loud sound` for the `loud` group, and `Smoke alarm low battery chirp` for
+    /// `alarm_chirp` (what a lone chirp every 30 to 60 s means).
+    package static func subject(_ group: String) -> String {
+        switch group {
+        case AlarmEvent.alarmChirp: "Smoke alarm low battery chirp"
+        case LabelGroup.loudName: "Loud sound"
+        default: GroupTitle.of(group)
+        }
+    }
+
+    /// `20:19:26`: `date` in local time.
+    package static func clock(_ date: Date) -> String {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        localtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
+    }
+
+    /// `25 s` under two minutes, else whole minutes (`15 min`).
+    private static func lateness(_ seconds: Double) -> String {
+        seconds < 120 ? "\(Int(seconds.rounded())) s" : "\(Int((seconds / 60).rounded())) min"
     }
 
     /// What was heard, in the words a phone should show, and the evidence when there is some to show:

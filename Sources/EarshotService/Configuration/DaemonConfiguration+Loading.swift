@@ -438,6 +438,8 @@ package struct ConfigurationParser {
             let line = keyLine(section: "metrics", key: "listen")
             throw EarshotError(.config, "\(source):\(line): [metrics] \(problem)")
         }
+        // Notifications name the daemon as MQTT does (`[mqtt] node`, or the host name): the sink gets the name.
+        configuration.notify.node = configuration.mqtt.node
         if let unknown = configuration.unknownNotifyGroup() {
             throw EarshotError(.config, "\(source):\(keyLine(section: "notify", key: "groups")): [notify] groups: \(unknown)")
         }
