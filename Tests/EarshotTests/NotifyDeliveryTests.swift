@@ -75,9 +75,9 @@ struct NotifyDeliveryTests {
         let toB = accepting.waitForRequests(2, timeout: 10)
         sink.stop()
         try #require(toA.count == 2 && toB.count == 2)
-        #expect(toA[1].body == "Baby cry ended at \(heard), after 12.5 s; its start could not be delivered\nBaby cry, infant cry")
+        #expect(toA[1].body == "Baby cry in kitchen ended at \(heard), after 12.5 s; its start could not be delivered\nBaby cry, infant cry")
         #expect(toA[1].header("Priority") == "3")
-        #expect(toB[1].body == "Baby cry ended at \(heard), after 12.5 s\nBaby cry, infant cry")
+        #expect(toB[1].body == "Baby cry in kitchen ended at \(heard), after 12.5 s\nBaby cry, infant cry")
         #expect(toB[1].header("Priority") == "2")
         #expect(reports.healthEvents.map(\.message) == [
             "notifications to http://127.0.0.1:\(refusing.port)/a (url 1 of 2) are failing: HTTP 503 after 1 attempt; detection goes on, and further failures are counted until one gets through",

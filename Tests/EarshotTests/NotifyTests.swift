@@ -44,6 +44,7 @@ struct NotifyTests {
         var settings = NotifySettings()
         settings.urls = urls
         settings.repeatAfterSeconds = 0
+        settings.node = "kitchen"
         configure(&settings)
         return settings
     }
@@ -99,8 +100,8 @@ struct NotifyTests {
         #expect(requests[0].header("Content-Type") == "application/json")
         #expect(requests[0].header("User-Agent") == "earshotd/\(earshotVersion)")
         #expect(requests[0].header("Expect") == nil)
-        #expect(requests[0].body == #"{"type":"detection","group":"smoke_alarm","class":"Smoke detector, smoke alarm","confidence":0.81,"stream_time":12.48,"time":"2027-01-15T08:00:00.000Z"}"#)
-        #expect(requests[1].body == #"{"type":"detection_end","group":"smoke_alarm","class":"Smoke detector, smoke alarm","start":12.48,"end":24.96,"duration":12.48,"peak_confidence":0.93,"mean_confidence":0.7,"windows":20,"reason":"hold_elapsed","time":"2027-01-15T08:00:12.500Z"}"#)
+        #expect(requests[0].body == #"{"type":"detection","group":"smoke_alarm","class":"Smoke detector, smoke alarm","confidence":0.81,"stream_time":12.48,"time":"2027-01-15T08:00:00.000Z","node":"kitchen"}"#)
+        #expect(requests[1].body == #"{"type":"detection_end","group":"smoke_alarm","class":"Smoke detector, smoke alarm","start":12.48,"end":24.96,"duration":12.48,"peak_confidence":0.93,"mean_confidence":0.7,"windows":20,"reason":"hold_elapsed","time":"2027-01-15T08:00:12.500Z","node":"kitchen"}"#)
         #expect(sink.statistics.sent == 2)
         #expect(sink.statistics.failed == 0)
         #expect(reports.healthEvents.isEmpty)
