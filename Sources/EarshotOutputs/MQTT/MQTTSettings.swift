@@ -39,7 +39,8 @@ package struct MQTTSettings: Sendable, Equatable {
     package var certFile = ""
     package var keyFile = ""
     /// This daemon's name on the broker: one per microphone (`kitchen`, `nursery`). Key `node`, 1 to 64 of
-    /// `[a-z0-9_-]`; empty or absent: the host name, lowercased, other characters replaced by `_` (``defaultNode``).
+    /// `[a-z0-9_-]`; empty or absent: `$EARSHOT_DEFAULT_NODE` (which `earshotd@NAME.service` sets to `NAME`), else
+    /// the host name, lowercased, other characters replaced by `_` (``defaultNode``).
     package var node = MQTTSettings.defaultNode
     /// The first topic level. Key `topic_prefix`, default `earshot`.
     package var topicPrefix = "earshot"
@@ -68,9 +69,16 @@ package struct MQTTSettings: Sendable, Equatable {
     /// `P`: the prefix of every topic but discovery's.
     package var baseTopic: String { "\(topicPrefix)/\(node)" }
 
-    /// The host name reduced to `[a-z0-9_-]` (other characters become `_`), at most 64 characters; `earshot` when
-    /// that leaves nothing.
+    /// The environment variable naming the default node: `earshotd@.service` sets it to the instance name, so that
+    /// two instances on one host never share a node (and a client id) unless their files say so (trial 7 #10).
+    package static let defaultNodeVariable = "EARSHOT_DEFAULT_NODE"
+
+    /// `$EARSHOT_DEFAULT_NODE` when set and not empty, else the host name; reduced to `[a-z0-9_-]` (other
+    /// characters become `_`), at most 64 characters; `earshot` when that leaves nothing.
     package static var defaultNode: String {
+        if let value = getenv(defaultNodeVariable).map({ String(cString: $0) }), !value.isEmpty {
+            return node(fromHostName: value)
+        }
         var buffer = [CChar](repeating: 0, count: 256)
         let name = gethostname(&buffer, buffer.count - 1) == 0
             ? buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } : ""
