@@ -13,7 +13,7 @@ enum StatusCommand: EarshotCommand {
         \(usage)
 
         Shows what earshotd hears now: the level of the last window (dBFS), whether the gate let it through to the
-        classifier, its top 5 classes with their scores, the watched and active groups, and counters.
+        classifier, its top 5 classes with their scores, the watched, muted and active groups, and counters.
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
           --json          print the daemon's status reply as JSON
 

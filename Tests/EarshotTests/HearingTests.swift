@@ -38,6 +38,22 @@ struct HearingTests {
             watching: baby_cry
             windows: 0 (0 gated), detections: 0, xruns: 0, clients: 1
             """)
+        // A muted group (trial 7 #4): not under "watching", on a line of its own, also when it is heard now.
+        let muted = status.replacingOccurrences(of: #""watch":["baby_cry","loud"],"active":["loud"]"#,
+                                                with: #""watch":["smoke_alarm","baby_cry","loud"],"active":["smoke_alarm","loud"],"muted":["smoke_alarm"]"#)
+        #expect(HearingTextFormat.status(line: muted) == """
+            earshotd: capture live from raw input, up 8.0 s
+            level: -21.2 dBFS, gate open (gate -50.0 dBFS)
+            hears: Speech 0.17
+            watching: baby_cry, loud; active: loud
+            muted: smoke_alarm (no events until unmuted or the daemon restarts); active: smoke_alarm (not reported)
+            windows: 13 (5 gated), detections: 2, xruns: 0, clients: 1
+            """)
+        let allMuted = status.replacingOccurrences(of: #""active":["loud"]"#, with: #""active":[],"muted":["baby_cry","loud"]"#)
+        #expect(HearingTextFormat.status(line: allMuted)?.split(separator: "\n")[3...4].map(String.init) == [
+            "watching: nothing (every group is muted)",
+            "muted: baby_cry, loud (no events until unmuted or the daemon restarts)",
+        ])
         let opening = down.replacingOccurrences(of: #""capture":"unavailable""#, with: #""capture":"opening""#)
             .replacingOccurrences(of: reason, with: "")
         #expect(HearingTextFormat.status(line: opening)?.split(separator: "\n").dropFirst().prefix(2).map(String.init) == [

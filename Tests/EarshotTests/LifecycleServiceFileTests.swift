@@ -76,7 +76,9 @@ struct LifecycleServiceFileTests {
         #expect(template["ExecStart"] == ["/usr/sbin/earshotd --config /etc/earshot/%i.conf --socket /run/earshot/%i/earshot.sock"])
         #expect(template["RuntimeDirectory"] == ["earshot/%i"])
         #expect(template["StateDirectory"] == ["earshot/%i"])
-        for key in ["ExecStart", "RuntimeDirectory", "StateDirectory"] {
+        // The default MQTT node: two instances on one host must not share one (trial 7 #10).
+        #expect(template["Environment"] == ["EARSHOT_DEFAULT_NODE=%i"])
+        for key in ["ExecStart", "RuntimeDirectory", "StateDirectory", "Environment"] {
             single[key] = nil
             template[key] = nil
         }

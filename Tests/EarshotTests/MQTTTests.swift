@@ -184,6 +184,10 @@ struct MQTTUnitTests {
         #expect(level["unit_of_measurement"]?.stringValue == "dBFS")
         #expect(level["device_class"] == nil)
         #expect(level["entity_category"]?.stringValue == "diagnostic")
+        #expect(level["state_class"]?.stringValue == "measurement")
+        let noLevel = HomeAssistantDiscovery(
+            discoveryPrefix: "homeassistant", node: "kitchen", topics: MQTTTopics(base: "earshot/kitchen"), version: "0.1.0", level: false)
+        #expect(noLevel.configs(for: Self.controls).map(\.topic) == configs.map(\.topic).filter { !$0.contains("/level/") })
         #expect(try object(10)["device_class"]?.stringValue == "problem")
         #expect(try object(11)["command_topic"]?.stringValue == "earshot/kitchen/sleep/set")
     }
@@ -402,8 +406,8 @@ struct MQTTBrokerTests {
         #expect(stopped, "\(daemon.errorText)")
     }
 
-    @Test("Mute by MQTT: the group's switch echoes OFF, status lists it as muted, its events stop; garbage commands change nothing",
-          .needsMosquitto, .needsEarshotdBuilt)
+    @Test("Mute by MQTT: the group's switch echoes OFF, status lists it as muted (earshot status too), its events stop; garbage commands change nothing",
+          .needsMosquitto, .needsEarshotdBuilt, .needsEarshotBuilt)
     func muteByCommand() throws {
         let broker = try MosquittoBroker()
         let subscriber = try MQTTSubscriber(port: broker.port)
@@ -431,6 +435,14 @@ struct MQTTBrokerTests {
         #expect(mqtt?["connected"] as? Bool == true)
         #expect(mqtt?["dropped"] as? Int == 0)
         #expect(status["watch"] as? [String] == ["baby_cry", "snoring", "glass_break"])
+        // earshot status says it in words, and does not list it as watched (trial 7 #4).
+        let text = try #require(try EarshotCLI.run(["status", "--socket", setup.socket], in: setup.directory, timeout: 30))
+        #expect(text.status == 0, "\(text.standardError)")
+        #expect(text.outputLines.count == 6, "\(text.outputLines)")
+        #expect(Array(text.outputLines.dropFirst(3).prefix(2)) == [
+            "watching: snoring, glass_break",
+            "muted: baby_cry (no events until unmuted or the daemon restarts)",
+        ])
         // Stream the demo's first 16 s (a baby crying from 2.9 s, snoring from 11.5 s) as raw S16_LE.
         let samples = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")).readAllMono()  // 16 kHz
         var pcm = Data(capacity: 16 * 16_000 * 2)

@@ -46,6 +46,8 @@ struct MetricsTests {
         stats.socketDroppedLines = 7
         stats.historyWriteErrors = 1
         stats.mqtt = RuntimeStatistics.MQTTFigures(connected: true, published: 40, dropped: 0, waiting: 2)
+        stats.captureLive = true
+        stats.notify = RuntimeStatistics.NotifyFigures(sent: 5, failed: 2, dropped: 1)
         snapshot.statistics = stats
         var scored = ClassificationResult(
             timeRange: TimeRange(start: 0, duration: 0.96), classifications: [], scores: [], levelDBFS: -23.456, isGated: false)
@@ -69,6 +71,9 @@ struct MetricsTests {
             # HELP earshot_audio_lost_seconds_total Audio lost in gaps of the stream (xruns, a device reopened), in seconds.
             # TYPE earshot_audio_lost_seconds_total counter
             earshot_audio_lost_seconds_total 0.25
+            # HELP earshot_capture_up 1 while audio arrives from the capture device or input, 0 while it is opening, unavailable or stalled.
+            # TYPE earshot_capture_up gauge
+            earshot_capture_up 1
             # HELP earshot_level_dbfs RMS level of the latest analysis window, in dBFS to 0.01 (-120 for digital silence).
             # TYPE earshot_level_dbfs gauge
             earshot_level_dbfs -61.04
@@ -125,6 +130,15 @@ struct MetricsTests {
             # HELP earshot_mqtt_waiting MQTT messages waiting for the broker.
             # TYPE earshot_mqtt_waiting gauge
             earshot_mqtt_waiting 2
+            # HELP earshot_notify_sent_total Notifications a URL accepted (HTTP 2xx), counted per URL.
+            # TYPE earshot_notify_sent_total counter
+            earshot_notify_sent_total 5
+            # HELP earshot_notify_failed_total Notifications given up for a URL after their retries, counted per URL.
+            # TYPE earshot_notify_failed_total counter
+            earshot_notify_failed_total 2
+            # HELP earshot_notify_dropped_total Notifications dropped because a URL's queue was full.
+            # TYPE earshot_notify_dropped_total counter
+            earshot_notify_dropped_total 1
 
             """
         #expect(text == expected)
@@ -168,6 +182,8 @@ struct MetricsTests {
         #expect(values["earshot_socket_dropped_lines_total"] == "0")
         #expect(values["earshot_history_write_errors_total"] == "0")
         #expect(values["earshot_mqtt_connected"] == nil)  // [mqtt] is off
+        #expect(values["earshot_notify_failed_total"] == nil)  // [notify] is off
+        #expect(values["earshot_capture_up"] == "1")
         let windows = Int(values["earshot_windows_total"] ?? "") ?? -1
         let gated = Int(values["earshot_windows_gated_total"] ?? "") ?? -1
         #expect(gated > 0 && gated < windows, "\(gated) of \(windows)")
@@ -191,6 +207,61 @@ struct MetricsTests {
         #expect(daemon.wait(seconds: 60) == 0, "\(daemon.errorText)")
         // Stopped: nothing listens on the port any more.
         #expect(HTTPGet.fetch(port: port) == nil)
+    }
+
+    @Test("a capture device that cannot be opened: earshot_capture_up 0 (trial 7 #11)", .needsEarshotdBuilt, .needsPromtool)
+    func captureDown() throws {
+        let port = try FreePort.pick()
+        let scratch = try DaemonScratch(["[metrics]", "enabled = true", "listen = 127.0.0.1:\(port)"])
+        defer { scratch.remove() }
+        let daemon = try DaemonProcess(["--config", scratch.config.path, "--device", "earshot_no_such_pcm"])
+        var scrape = ""
+        let down = TestWait.until(seconds: 30) {
+            scrape = HTTPGet.fetch(port: port)?.body ?? ""
+            // Unavailable for a second at least: the statistics routed every second have seen it.
+            guard (try? MQTTBrokerTests.status(socket: scratch.socket, timeout: 5))?["capture"] as? String == "unavailable" else { return false }
+            Thread.sleep(forTimeInterval: 1.5)
+            scrape = HTTPGet.fetch(port: port)?.body ?? ""
+            return true
+        }
+        #expect(down, "\(scrape)\n\(daemon.errorText)")
+        #expect(HTTPGet.samples(scrape)["earshot_capture_up"] == "0")
+        #expect(HTTPGet.samples(scrape)["earshot_notify_failed_total"] == nil)  // [notify] is off
+        let check = try Promtool.check(scrape)
+        #expect(check.status == 0 && check.output.isEmpty, "\(check.output)")
+        daemon.process.terminate()
+        #expect(daemon.wait(seconds: 30) == 0, "\(daemon.errorText)")
+    }
+
+    @Test("a notification nobody accepts (connection refused, retries 0): earshot_notify_failed_total 1, sent 0 (trial 7 #11)",
+          .needsEarshotdBuilt, .needsPromtool)
+    func notifyFailedCounter() throws {
+        let port = try FreePort.pick()
+        let deadPort = try FreePort.pick()  // nothing listens there: the POST is refused
+        let scratch = try DaemonScratch([
+            "[detection]", "watch = loud", "[metrics]", "enabled = true", "listen = 127.0.0.1:\(port)",
+            "[notify]", "url = http://127.0.0.1:\(deadPort)/hook", "retries = 0", "timeout = 2",
+        ])
+        defer { scratch.remove() }
+        let daemon = try DaemonProcess(["--config", scratch.config.path, "--input", "-"], standardInput: true)
+        #expect(TestWait.until(seconds: 30) { HTTPGet.fetch(port: port) != nil }, "\(daemon.errorText)")
+        // 4 s of a 1 kHz sine at -23 dBFS: one `loud` onset (-30 dBFS for 2 s), notified once.
+        daemon.input.fileHandleForWriting.write(SyntheticAudio.pcm(SyntheticAudio.sine(seconds: 4, amplitude: 0.1)))
+        var scrape = ""
+        let failed = TestWait.until(seconds: 60) {
+            scrape = HTTPGet.fetch(port: port)?.body ?? ""
+            return HTTPGet.samples(scrape)["earshot_notify_failed_total"] == "1"
+        }
+        #expect(failed, "\(scrape)\n\(daemon.errorText)")
+        let values = HTTPGet.samples(scrape)
+        #expect(values["earshot_notify_sent_total"] == "0")
+        #expect(values["earshot_notify_dropped_total"] == "0")
+        #expect(values["earshot_events_total{group=\"loud\"}"] == "1")
+        #expect(values["earshot_capture_up"] == "1")
+        let check = try Promtool.check(scrape)
+        #expect(check.status == 0 && check.output.isEmpty, "\(check.output)")
+        try daemon.input.fileHandleForWriting.close()
+        #expect(daemon.wait(seconds: 60) == 0, "\(daemon.errorText)")
     }
 
     @Test("--check-config while the daemon runs with [metrics]: the address it holds passes with a note (trial 5 #5); another program's is refused, 78",

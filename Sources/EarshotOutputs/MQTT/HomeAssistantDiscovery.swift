@@ -57,7 +57,7 @@ package struct MQTTTopics: Sendable, Equatable {
 /// | each watched group's sound | `binary_sensor` | GROUP | smoke_alarm: `smoke`, co_alarm: `carbon_monoxide`, glass_break: `safety`, others: `sound` |
 /// | each watched group's switch (on = published, off = muted) | `switch` | GROUP`_enabled` | category `config` |
 /// | the onsets | `event` | `events` | `event_types`: every group that publishes |
-/// | the level | `sensor` | `level` | unit `dBFS`, no device class (dBFS is not sound pressure), category `diagnostic` |
+/// | the level (unless `[mqtt] level_interval = off`) | `sensor` | `level` | unit `dBFS`, state class `measurement`, no device class (dBFS is not sound pressure), category `diagnostic` |
 /// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
 /// | sleep session | `switch` | `sleep_session` | |
 ///
@@ -69,12 +69,15 @@ package struct HomeAssistantDiscovery: Sendable {
     package let node: String
     package let topics: MQTTTopics
     package let version: String
+    /// Whether the `Sound level` sensor exists (`[mqtt] level_interval` not `off`).
+    package let level: Bool
 
-    package init(discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion) {
+    package init(discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion, level: Bool = true) {
         self.discoveryPrefix = discoveryPrefix
         self.node = node
         self.topics = topics
         self.version = version
+        self.level = level
     }
 
     /// `earshot_NODE`: the device identifier and the discovery topics' node id.
@@ -127,7 +130,7 @@ package struct HomeAssistantDiscovery: Sendable {
                 "state_topic": .string(topics.detected),
                 "event_types": .array(state.eventGroups.map { .string($0) }),
             ])))
-        result.append((configTopic(component: "sensor", objectID: "level"), entity(
+        if level { result.append((configTopic(component: "sensor", objectID: "level"), entity(
             component: "sensor", objectID: "level", name: "Sound level",
             extra: [
                 "state_topic": .string(topics.level),
@@ -135,7 +138,7 @@ package struct HomeAssistantDiscovery: Sendable {
                 "json_attributes_topic": .string(topics.level),
                 "unit_of_measurement": "dBFS", "state_class": "measurement",
                 "entity_category": "diagnostic", "icon": "mdi:waveform",
-            ])))
+            ]))) }
         result.append((configTopic(component: "binary_sensor", objectID: "capture_problem"), entity(
             component: "binary_sensor", objectID: "capture_problem", name: "Capture problem",
             extra: [

@@ -39,7 +39,8 @@ package struct MQTTSettings: Sendable, Equatable {
     package var certFile = ""
     package var keyFile = ""
     /// This daemon's name on the broker: one per microphone (`kitchen`, `nursery`). Key `node`, 1 to 64 of
-    /// `[a-z0-9_-]`; empty or absent: the host name, lowercased, other characters replaced by `_` (``defaultNode``).
+    /// `[a-z0-9_-]`; empty or absent: `$EARSHOT_DEFAULT_NODE` (which `earshotd@NAME.service` sets to `NAME`), else
+    /// the host name, lowercased, other characters replaced by `_` (``defaultNode``).
     package var node = MQTTSettings.defaultNode
     /// The first topic level. Key `topic_prefix`, default `earshot`.
     package var topicPrefix = "earshot"
@@ -56,15 +57,28 @@ package struct MQTTSettings: Sendable, Equatable {
         set { explicitClientID = newValue }
     }
     private var explicitClientID: String?
+    /// Seconds between `P/level` messages while the level changes by less than ``levelStepDB``; nil: no level
+    /// topic and no `Sound level` sensor. Key `level_interval`, 10...86400 or `off`, default 60.
+    package var levelIntervalSeconds: Int? = 60
+    /// A level this far (dB) from the one last published, or the gate opening or closing, is published at once
+    /// (at most once a second). Key `level_step`, 0.5...120, default 3.
+    package var levelStepDB = 3.0
 
     package init() {}
 
     /// `P`: the prefix of every topic but discovery's.
     package var baseTopic: String { "\(topicPrefix)/\(node)" }
 
-    /// The host name reduced to `[a-z0-9_-]` (other characters become `_`), at most 64 characters; `earshot` when
-    /// that leaves nothing.
+    /// The environment variable naming the default node: `earshotd@.service` sets it to the instance name, so that
+    /// two instances on one host never share a node (and a client id) unless their files say so (trial 7 #10).
+    package static let defaultNodeVariable = "EARSHOT_DEFAULT_NODE"
+
+    /// `$EARSHOT_DEFAULT_NODE` when set and not empty, else the host name; reduced to `[a-z0-9_-]` (other
+    /// characters become `_`), at most 64 characters; `earshot` when that leaves nothing.
     package static var defaultNode: String {
+        if let value = getenv(defaultNodeVariable).map({ String(cString: $0) }), !value.isEmpty {
+            return node(fromHostName: value)
+        }
         var buffer = [CChar](repeating: 0, count: 256)
         let name = gethostname(&buffer, buffer.count - 1) == 0
             ? buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } : ""
@@ -83,7 +97,7 @@ package struct MQTTSettings: Sendable, Equatable {
     /// The keys of `[mqtt]`, in the order `config/earshotd.conf` documents them.
     package static let keys = [
         "enabled", "host", "port", "username", "password_file", "tls", "cafile", "certfile", "keyfile", "node",
-        "topic_prefix", "discovery", "discovery_prefix", "keepalive", "client_id",
+        "topic_prefix", "discovery", "discovery_prefix", "keepalive", "client_id", "level_interval", "level_step",
     ]
 
     /// Sets one `[mqtt]` key; returns what is allowed ("must be ...") when `value` is bad.
@@ -137,6 +151,15 @@ package struct MQTTSettings: Sendable, Equatable {
             guard (1...128).contains(value.utf8.count), value.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F })
             else { return "must be 1 to 128 printable ASCII characters without spaces" }
             clientID = value
+        case "level_interval":
+            if value == "off" { levelIntervalSeconds = nil; return nil }
+            guard let seconds = Int(value), (10...86_400).contains(seconds) else {
+                return "must be a whole number of seconds in [10, 86400], or off (no level sensor)"
+            }
+            levelIntervalSeconds = seconds
+        case "level_step":
+            guard let step = Double(value), step.isFinite, (0.5...120).contains(step) else { return "must be a number in [0.5, 120] dB" }
+            levelStepDB = step
         default:
             return "is not a known key (report this as a bug)"
         }

@@ -38,8 +38,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// counted in the next line.
     package static let ignoredLogLimit = 20
     package static let ignoredLogWindow = 60.0
-    /// Seconds between level messages at most.
-    package static let levelInterval = 1.0
+    /// Seconds between level messages at least (a level that moves by a step, or the gate opening or closing).
+    package static let levelMinimumInterval = 1.0
 
     private let commands: @Sendable (Command) -> Void
     private let log: @Sendable (String, Int) -> Void
@@ -59,7 +59,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var latestWindowEnd: Double?
         var captureProblem = false
         var captureAttributes: JSONObject = [:]
-        var lastLevel = -Double.infinity
+        /// The level last published: when (uptime, s), its dBFS (to 0.1) and gate; nil until the first, and again
+        /// after each connect (so a new connection gets the level at once).
+        var lastLevel: (time: Double, dbfs: Double, gateOpen: Bool)?
         var publishedConfigs: Set<String> = []
         /// Retained topics of this node found on the broker before the first controls said what is watched:
         /// judged when they come (``staleRetainedTopics(_:)``).
@@ -85,7 +87,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     ) throws(EarshotError) {
         self.settings = settings
         topics = MQTTTopics(base: settings.baseTopic)
-        discovery = HomeAssistantDiscovery(discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics)
+        discovery = HomeAssistantDiscovery(
+            discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics, level: settings.levelIntervalSeconds != nil)
         self.commands = commands
         self.log = log
         connection = try MQTTConnection(
@@ -128,10 +131,14 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         switch routed.output {
         case .window(let result):
             let now = Self.uptime()
+            let dbfs = (Double(result.levelDBFS) * 10).rounded() / 10
+            let gateOpen = !result.isGated
             let (due, clearSilence) = state.withLock { state -> (Bool, Bool) in
                 state.latestWindowEnd = max(state.latestWindowEnd ?? -Double.infinity, result.timeRange.end)
-                let due = now - state.lastLevel >= Self.levelInterval
-                if due { state.lastLevel = now }
+                let due = Self.levelIsDue(
+                    last: state.lastLevel, now: now, dbfs: dbfs, gateOpen: gateOpen,
+                    interval: settings.levelIntervalSeconds, step: settings.levelStepDB)
+                if due { state.lastLevel = (now, dbfs, gateOpen) }
                 // Sound again after digital silence: the capture problem it raised is over.
                 let clear = state.captureProblem && state.captureAttributes["state"]?.stringValue == HealthEvent.State.inputSilent.rawValue
                     && result.levelDBFS > ClassificationResult.levelFloorDBFS
@@ -140,11 +147,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             }
             if clearSilence { publishCapture() }
             if due {
-                let level: JSONObject = [
-                    "dbfs": .number(Double(result.levelDBFS), decimals: 1),
-                    "gate_open": .bool(!result.isGated),
-                    "time": .string(EventJSON.timestamp(routed.time)),
-                ]
+                // No time: the payload (the sensor's state and attributes) stays the same while the room does, so
+                // Home Assistant records nothing new.
+                let level: JSONObject = ["dbfs": .number(dbfs, decimals: 1), "gate_open": .bool(gateOpen)]
                 connection.enqueue(MQTTMessage(topic: topics.level, text: level.encoded, qos: 0, retain: false))
             }
         case .detection, .alarm:
@@ -332,6 +337,20 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         return messages
     }
 
+    /// Whether a window's level is published: never with `interval` nil (`level_interval = off`); the first one;
+    /// one `step` dB or more from the last published, or with the gate changed, at least
+    /// ``levelMinimumInterval`` after it; anything `interval` seconds after it.
+    package static func levelIsDue(
+        last: (time: Double, dbfs: Double, gateOpen: Bool)?, now: Double, dbfs: Double, gateOpen: Bool,
+        interval: Int?, step: Double
+    ) -> Bool {
+        guard let interval else { return false }
+        guard let last else { return true }
+        let elapsed = now - last.time
+        if elapsed >= Double(interval) { return true }
+        return elapsed >= levelMinimumInterval && (abs(dbfs - last.dbfs) >= step - 1e-9 || gateOpen != last.gateOpen)
+    }
+
     private static func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     // MARK: MQTTConnectionDelegate (the connection's thread)
@@ -342,6 +361,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
                 state.saidUnavailable = false
                 state.connectedOnce = true
                 state.unjudgedRetained = []  // this connection's subscriptions bring them again
+                state.lastLevel = nil  // the level is not retained: a new connection gets it with the next window
             }
             return (state.reportHealth, state.controls, !state.connectedOnce || state.saidUnavailable)
         }

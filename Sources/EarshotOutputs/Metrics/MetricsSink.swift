@@ -10,9 +10,10 @@ import EarshotDetection
 ///
 /// It reads analysis windows (level, gate, inference time), detections and alarms (events by group and which are
 /// open), the control state (the groups, listed at 0 before their first event) and the daemon's periodic
-/// ``RuntimeStatistics`` (xruns, lost audio, socket, history and MQTT counters). Each delivery is a few additions
-/// under a lock, on the routing thread (``deliversWithoutWaiting``: no queue hop per window); a scrape copies the
-/// snapshot under the same lock and renders it on libmicrohttpd's thread, so a scrape never delays the analysis.
+/// ``RuntimeStatistics`` (capture state, xruns, lost audio, socket, history, MQTT and notification counters). Each
+/// delivery is a few additions under a lock, on the routing thread (``deliversWithoutWaiting``: no queue hop per
+/// window); a scrape copies the snapshot under the same lock and renders it on libmicrohttpd's thread, so a scrape
+/// never delays the analysis.
 ///
 /// Order: ``init(settings:version:)`` binds the address and starts answering (an address in use is an error at
 /// start; until the router starts, a scrape shows the metrics at zero); ``stop()`` stops the server and closes the

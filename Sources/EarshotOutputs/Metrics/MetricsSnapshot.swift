@@ -77,6 +77,9 @@ package struct MetricsSnapshot: Sendable, Equatable {
         metric("earshot_audio_lost_seconds_total", "counter",
                "Audio lost in gaps of the stream (xruns, a device reopened), in seconds.",
                one(Self.format(stats.audioLostSeconds)))
+        metric("earshot_capture_up", "gauge",
+               "1 while audio arrives from the capture device or input, 0 while it is opening, unavailable or stalled.",
+               one(stats.captureLive ? "1" : "0"))
         metric("earshot_level_dbfs", "gauge", "RMS level of the latest analysis window, in dBFS to 0.01 (-120 for digital silence).",
                one(Self.format((levelDBFS * 100).rounded() / 100)))
         metric("earshot_gate_open", "gauge", "1 when the latest window was loud enough to be classified, else 0.",
@@ -113,6 +116,14 @@ package struct MetricsSnapshot: Sendable, Equatable {
             metric("earshot_mqtt_dropped_total", "counter", "MQTT messages dropped because the outbox was full.",
                    one(String(mqtt.dropped)))
             metric("earshot_mqtt_waiting", "gauge", "MQTT messages waiting for the broker.", one(String(mqtt.waiting)))
+        }
+        if let notify = stats.notify {
+            metric("earshot_notify_sent_total", "counter", "Notifications a URL accepted (HTTP 2xx), counted per URL.",
+                   one(String(notify.sent)))
+            metric("earshot_notify_failed_total", "counter", "Notifications given up for a URL after their retries, counted per URL.",
+                   one(String(notify.failed)))
+            metric("earshot_notify_dropped_total", "counter", "Notifications dropped because a URL's queue was full.",
+                   one(String(notify.dropped)))
         }
         return text
     }

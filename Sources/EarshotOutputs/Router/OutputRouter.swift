@@ -84,6 +84,23 @@ package struct RuntimeStatistics: Sendable, Equatable {
     package var historyWriteErrors = 0
     /// The MQTT client's figures, with `[mqtt] enabled`.
     package var mqtt: MQTTFigures?
+    /// Whether audio arrives now: the capture is live (not opening, unavailable or stalled).
+    package var captureLive = false
+    /// The notification counters, with `[notify] url` set.
+    package var notify: NotifyFigures?
+
+    /// Notifications since start, counted per URL: accepted (HTTP 2xx), given up, dropped from a full queue.
+    package struct NotifyFigures: Sendable, Equatable {
+        package var sent: Int
+        package var failed: Int
+        package var dropped: Int
+
+        package init(sent: Int, failed: Int, dropped: Int) {
+            self.sent = sent
+            self.failed = failed
+            self.dropped = dropped
+        }
+    }
 
     package struct MQTTFigures: Sendable, Equatable {
         package var connected: Bool

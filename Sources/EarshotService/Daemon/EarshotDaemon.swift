@@ -554,6 +554,10 @@ package final class EarshotDaemon: @unchecked Sendable {
         statistics.socketClients = socket.subscribers
         statistics.socketDroppedLines = socket.droppedLines
         statistics.historyWriteErrors = historySink?.recorder.writer.writeErrors ?? 0
+        statistics.captureLive = snapshot.capture == "live"
+        if let notify = notifySink?.statistics {
+            statistics.notify = RuntimeStatistics.NotifyFigures(sent: notify.sent, failed: notify.failed, dropped: notify.dropped)
+        }
         if let client = mqttSink?.client {
             let backlog = client.backlog
             statistics.mqtt = RuntimeStatistics.MQTTFigures(

@@ -11,6 +11,7 @@ import EarshotSupport
 /// level: -23.4 dBFS, gate open (gate -50.0 dBFS)
 /// hears: Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, Music 0.02, Inside, small room 0.01
 /// watching: baby_cry, loud; active: baby_cry
+/// muted: smoke_alarm (no events until unmuted or the daemon restarts)
 /// windows: 24 (7 gated), detections: 2, xruns: 0, clients: 1
 /// $ earshot listen
 ///    12.48 s   -23.4 dBFS  open   Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, ...
@@ -44,7 +45,17 @@ package enum HearingTextFormat {
             lines.append("level: \(decibels(object["level_dbfs"])) dBFS, gate closed (gate \(gate) dBFS)")
             lines.append("hears: nothing classified (the level is below the gate)")
         }
-        lines.append("watching: \(list("watch").joined(separator: ", "))\(active.isEmpty ? "" : "; active: \(active.joined(separator: ", "))")")
+        // A muted group is still analysed, but its events go nowhere: it is listed apart, not as "watching".
+        let muted = list("muted")
+        let watching = list("watch").filter { !muted.contains($0) }
+        let heard = active.filter { !muted.contains($0) }
+        let heardMuted = active.filter { muted.contains($0) }
+        lines.append("watching: \(watching.isEmpty ? "nothing (every group is muted)" : watching.joined(separator: ", "))"
+            + (heard.isEmpty ? "" : "; active: \(heard.joined(separator: ", "))"))
+        if !muted.isEmpty {
+            lines.append("muted: \(muted.joined(separator: ", ")) (no events until unmuted or the daemon restarts)"
+                + (heardMuted.isEmpty ? "" : "; active: \(heardMuted.joined(separator: ", ")) (not reported)"))
+        }
         lines.append("windows: \(int("windows")) (\(int("gated_windows")) gated), detections: \(int("detections")), xruns: \(int("xruns")), clients: \(int("subscribers"))")
         return lines.joined(separator: "\n")
     }
