@@ -240,7 +240,8 @@ struct MetricsTests {
         let deadPort = try FreePort.pick()  // nothing listens there: the POST is refused
         let scratch = try DaemonScratch([
             "[detection]", "watch = loud", "[metrics]", "enabled = true", "listen = 127.0.0.1:\(port)",
-            // health = false: only the onset is notified (not the "started listening" message too).
+            // health = false: the "listening" and "no audio arrives" messages would fail too (counted before and
+            // after the onset); this test counts the event's notification alone.
             "[notify]", "url = http://127.0.0.1:\(deadPort)/hook", "retries = 0", "timeout = 2", "health = false",
         ])
         defer { scratch.remove() }

@@ -27,8 +27,9 @@ package struct NotifySettings: Sendable, Equatable {
     /// ``groups`` says. Key `health`, default true: a smoke or CO monitor that cannot hear must say so.
     package var health = true
     /// This daemon's name, said in every notification (`kitchen: Smoke alarm`; the JSON's `node`). Not a key of
-    /// `[notify]`: the daemon passes the name it has on MQTT (`[mqtt] node`, by default the host name, whether or
-    /// not MQTT is enabled); the same default, the host name (``MQTTSettings/defaultNode``). Empty leaves it out.
+    /// `[notify]`: the daemon passes the name it has on MQTT (`[mqtt] node`, whether or not MQTT is enabled), and
+    /// the default is the same (``MQTTSettings/defaultNode``: NAME under `earshotd@NAME`, else the host name).
+    /// Empty leaves it out.
     package var node = MQTTSettings.defaultNode
     /// Seconds, 0...86400: while a group's event lasts, it is notified again once per this (a reminder), and a new
     /// onset of the group less than this after its last notification is not notified (a repeating alarm that
