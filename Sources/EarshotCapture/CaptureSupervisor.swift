@@ -191,7 +191,7 @@ public final class CaptureSupervisor: Sendable {
                 Self.schedule(timer, after: stallSeconds)
                 timer.setEventHandler { [weak self] in
                     guard let self else { return }
-                    let delay = self.checkStall()
+                    let delay = self.checkStall(stallSeconds: stallSeconds)
                     if let timer = self.inner.withLock({ $0.stallTimer }) { Self.schedule(timer, after: delay) }
                 }
                 timer.resume()
@@ -226,8 +226,7 @@ public final class CaptureSupervisor: Sendable {
     /// A running session whose source has waited `stallSeconds` for input is stalled; one that delivers again runs.
     /// - Returns: seconds until the next check: while running, until the current wait would reach `stallSeconds`
     ///   (`stallSeconds` itself while audio flows); while stalled, ``stallCheckInterval``; otherwise `stallSeconds`.
-    private func checkStall() -> Double {
-        guard let stallSeconds else { return Self.stallCheckInterval }
+    private func checkStall(stallSeconds: Double) -> Double {
         let (source, state, framesAtStall) = inner.withLock { ($0.source, $0.state, $0.framesAtStall) }
         guard let source else { return stallSeconds }
         switch state {

@@ -591,6 +591,9 @@ package struct NotificationMessage: Sendable, Equatable {
                 let urgent = Self.urgentGroups.contains(group)
                 let verb = group != AlarmEvent.alarmChirp && (urgent || object["source"] != nil) ? "sounding" : "heard"
                 let prefix = node.isEmpty ? "" : "\(node): "
+                // An onset's and a reminder's: the sound is going on.
+                let soundingPriority = urgent ? 5 : group == "glass_break" ? 4 : 3
+                let soundingTags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
                 switch kind {
                 case .onset, .health:
                     let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
@@ -598,8 +601,7 @@ package struct NotificationMessage: Sendable, Equatable {
                     line = "\(subject) \(verb)\(place) at \(clock)"
                     details = detail.map { d in shown.map { "\(d) (\($0))" } ?? d } ?? shown
                     title = prefix + subject
-                    priority = urgent ? 5 : group == "glass_break" ? 4 : 3
-                    tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
+                    (priority, tags) = (soundingPriority, soundingTags)
                 case .end:
                     let duration = Self.duration(object["duration"]?.doubleValue ?? 0)
                     details = detail
@@ -626,12 +628,11 @@ package struct NotificationMessage: Sendable, Equatable {
                         tags = ["white_check_mark"]
                     }
                 case .reminder:
-                    let ongoing = Double(object["ongoing_seconds"]?.doubleValue ?? 0)
+                    let ongoing = object["ongoing_seconds"]?.doubleValue ?? 0
                     line = "\(subject) still \(verb)\(place) at \(clock), \(Self.duration(ongoing)) after it started"
                     details = detail
                     title = "\(prefix)\(subject) still heard"
-                    priority = urgent ? 5 : group == "glass_break" ? 4 : 3
-                    tags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
+                    (priority, tags) = (soundingPriority, soundingTags)
                 }
                 if onsetMissed {
                     // The first the phone hears of this event: as loud as an onset.

@@ -212,24 +212,26 @@ package struct ProcessSample {
                 nanoseconds += value
             }
             if let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8),
-               let line = text.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
-               let field = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).last, let value = Int(field) {
-                switches[task] = value
+               let value = Self.statusValue(text, "voluntary_ctxt_switches") {
+                switches[task] = Int(value)
             }
         }
         cpuNanoseconds = nanoseconds
         voluntarySwitches = switches
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        func kilobytes(_ key: String) -> Double {
-            for line in status.split(separator: "\n") where line.hasPrefix(key + ":") {
-                let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-                if parts.count >= 2, let value = Double(parts[1]) { return value }
-            }
-            return 0
+        peakRSSKilobytes = Self.statusValue(status, "VmHWM") ?? 0
+        rssKilobytes = Self.statusValue(status, "VmRSS") ?? 0
+        anonymousRSSKilobytes = Self.statusValue(status, "RssAnon") ?? 0
+    }
+
+    /// The number after `key:` in a `/proc/.../status` text (`VmHWM:\t  39244 kB`: 39244;
+    /// `voluntary_ctxt_switches:\t337`: 337), or nil when the key is missing.
+    static func statusValue(_ text: String, _ key: String) -> Double? {
+        for line in text.split(separator: "\n") where line.hasPrefix(key + ":") {
+            let fields = line.dropFirst(key.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" })
+            return fields.first.flatMap { Double($0) }
         }
-        peakRSSKilobytes = kilobytes("VmHWM")
-        rssKilobytes = kilobytes("VmRSS")
-        anonymousRSSKilobytes = kilobytes("RssAnon")
+        return nil
     }
 }
 
