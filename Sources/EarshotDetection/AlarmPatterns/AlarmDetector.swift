@@ -327,7 +327,10 @@ package final class AlarmDetector {
             let scores = windows.filter { $0.range.start >= span.0 - 0.5 && $0.range.end <= span.1 + 0.01 }
             let mean = scores.isEmpty ? 0 : scores.reduce(Float(0)) { $0 + $1.smoke } / Float(scores.count)
             let bar = tone.shape == .cadence ? min(configuration.cadenceScore, configuration.persistentScore) : configuration.persistentScore
-            if scores.count >= 8, mean >= bar {
+            // Windows must span half of those seconds or more (8 windows of the default 0.96 s every 0.48 s, 3 of
+            // 2 s every 1 s): a count of windows would refuse longer windows (7 of 2 s fit in 8.5 s).
+            let heard = (scores.map(\.range.end).max() ?? 0) - (scores.map(\.range.start).min() ?? 0)
+            if heard >= configuration.persistentSeconds / 2, mean >= bar {
                 let best = scores.max { $0.smoke < $1.smoke }
                 let active = Active(
                     source: .toneAndClassifier, pattern: nil, start: tone.start, lastEvidence: result.timeRange.end,
