@@ -281,6 +281,29 @@ struct DetectionTrustTests {
         }
     }
 
+    @Test("an alarm still sounding when the stream ends ends at the end of its audio, not at its last window's padded end (trial 8 #6)")
+    func endAtTheStreamEnd() throws {
+        // Four T3 cycles from 1 s, cut at 14 s (mid-cycle); the last window, as a stream that ended pads it, runs to
+        // 14.4 s and agrees.
+        let samples = AlarmSignals.render(AlarmSignals.t3(frequencyHz: 3100, cycles: 4, start: 1), seconds: 14,
+                                          sampleRate: 16_000, amplitude: 0.3)
+        let labels = ["Smoke detector, smoke alarm", "Music"]
+        let detector = AlarmDetector(classLabels: labels)
+        var events = detector.process(samples: samples, sampleRate: 16_000, framePosition: 0)
+        var end = 0.96
+        while end <= 14.4 + 1e-9 {
+            let window = ClassificationResult.scored(
+                timeRange: TimeRange(start: end - 0.96, duration: 0.96), scores: [0.9, 0], labels: labels, levelDBFS: -20)
+            events += detector.observe(classification: window)
+            end += 0.48
+        }
+        events += detector.finish()
+        #expect(Self.onsets(events).count == 1)
+        let last = try #require(events.last)
+        #expect(last.kind == .end && last.reason == .streamEnd)
+        #expect(last.time <= 14 && last.time >= 13.9, "ended at \(last.time)")
+    }
+
     @Test("a warbling alarm tone (2676, 2864, 2454 Hz in turn every 1.03 s) with the classifier at 0.9 is one tone+classifier smoke_alarm; at 0.4, or with the warble off, nothing")
     func warblingTone() throws {
         // The steps of `alarm-wpmonitor/Smoke_alarm.wav`'s loudest partial, each 0.04 s after the last ended:

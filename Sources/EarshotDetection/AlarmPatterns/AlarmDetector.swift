@@ -516,10 +516,16 @@ package final class AlarmDetector {
         (smoke != nil ? [AlarmEvent.smokeAlarm] : []) + (co != nil ? [AlarmEvent.coAlarm] : [])
     }
 
+    /// Ends open events at `time` (the end of the audio heard) and forgets all state. An event's end is its last
+    /// evidence, but not after `time`: the last window of a stream that ended is padded past its audio (trial 8 #6:
+    /// a T3 recording of 11.168 s ended at 11.52 s, its last window's end).
     private func reset(at time: Double, reason: DetectionEvent.EndReason = .streamGap) -> [AlarmEvent] {
         var events: [AlarmEvent] = []
-        if let active = smoke { events.append(endEvent(group: AlarmEvent.smokeAlarm, active, reason: reason)) }
-        if let active = co { events.append(endEvent(group: AlarmEvent.coAlarm, active, reason: reason)) }
+        for (group, open) in [(AlarmEvent.smokeAlarm, smoke), (AlarmEvent.coAlarm, co)] {
+            guard var active = open else { continue }
+            active.lastEvidence = max(active.start, min(active.lastEvidence, time))
+            events.append(endEvent(group: group, active, reason: reason))
+        }
         smoke = nil
         co = nil
         matcher.reset()
