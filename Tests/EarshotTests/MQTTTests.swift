@@ -95,6 +95,21 @@ struct MQTTUnitTests {
         MQTTMessage(topic: topic, text: topic, qos: qos, retain: retain, critical: critical)
     }
 
+    @Test("[mqtt] area: free text of 1 to 64 UTF-8 bytes, empty for none; too long or a control character is one line")
+    func area() throws {
+        #expect(try Self.parse("area = Living room\n").mqtt.area == "Living room")
+        let sixtyFour = String(repeating: "ü", count: 32)
+        #expect(try Self.parse("area = \(sixtyFour)\n").mqtt.area == sixtyFour)
+        #expect(try Self.parse("area =\n").mqtt.area == nil)
+        // The test runs outside earshotd@NAME (no EARSHOT_DEFAULT_NODE): no area by default.
+        #expect(try Self.parse("").mqtt.area == nil)
+        #expect(Self.error("area = \(sixtyFour)!\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] area = \(sixtyFour)!: must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)")
+        var settings = MQTTSettings()
+        #expect(settings.set(key: "area", value: "Hall\u{7F}") == "must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)")
+        #expect(settings.set(key: "area", value: "Hall\tway") == "must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)")
+        #expect(settings.area == nil)
+    }
+
     @Test("Outbox: order kept, acknowledged entries leave, a lost connection resends all unacknowledged in order")
     func outboxOrder() {
         var outbox = MQTTOutbox(limit: 10)
@@ -172,6 +187,13 @@ struct MQTTUnitTests {
         #expect(smoke["availability_topic"]?.stringValue == "earshot/kitchen/availability")
         #expect(smoke["device"]?["identifiers"]?.arrayValue == [.string("earshot_kitchen")])
         #expect(smoke["device"]?["sw_version"]?.stringValue == "0.1.0")
+        #expect(smoke["device"]?["suggested_area"] == nil)
+        // [mqtt] area: every entity's device block suggests it.
+        let kitchen = HomeAssistantDiscovery(
+            discoveryPrefix: "homeassistant", node: "kitchen", topics: MQTTTopics(base: "earshot/kitchen"), version: "0.1.0",
+            area: "Küche")
+        #expect(try kitchen.configs(for: Self.controls).map { try JSONValue.parse($0.payload.encoded)["device"]?.encoded ?? "" }
+            == Array(repeating: #"{"identifiers":["earshot_kitchen"],"name":"Earshot kitchen","manufacturer":"Earshot","model":"earshotd","sw_version":"0.1.0","suggested_area":"Küche"}"#, count: configs.count))
         #expect(try object(2)["device_class"]?.stringValue == "carbon_monoxide")
         #expect(try object(4)["device_class"]?.stringValue == "safety")
         #expect(try object(6)["device_class"]?.stringValue == "sound")

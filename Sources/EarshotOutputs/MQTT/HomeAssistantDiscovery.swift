@@ -61,6 +61,9 @@ package struct MQTTTopics: Sendable, Equatable {
 /// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
 /// | sleep session | `switch` | `sleep_session` | |
 ///
+/// The device block carries `suggested_area` when ``area`` is set (`[mqtt] area`): Home Assistant puts a device it
+/// sees for the first time in that area (creating it when none has that name); it never moves it afterwards.
+///
 /// `unique_id` is `earshot_NODE_OBJECT_ID`: stable across restarts; `default_entity_id` asks Home Assistant for the
 /// entity id `COMPONENT.earshot_NODE_OBJECT_ID` (``defaultEntityID(component:objectID:)``). Every entity follows
 /// `P/availability`.
@@ -71,13 +74,19 @@ package struct HomeAssistantDiscovery: Sendable {
     package let version: String
     /// Whether the `Sound level` sensor exists (`[mqtt] level_interval` not `off`).
     package let level: Bool
+    /// The device's `suggested_area` (`[mqtt] area`); nil: none.
+    package let area: String?
 
-    package init(discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion, level: Bool = true) {
+    package init(
+        discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion, level: Bool = true,
+        area: String? = nil
+    ) {
         self.discoveryPrefix = discoveryPrefix
         self.node = node
         self.topics = topics
         self.version = version
         self.level = level
+        self.area = area
     }
 
     /// `earshot_NODE`: the device identifier and the discovery topics' node id.
@@ -182,13 +191,15 @@ package struct HomeAssistantDiscovery: Sendable {
             "payload_available": "online", "payload_not_available": "offline",
         ]
         object.merge(extra)
-        object["device"] = .object([
+        var device: JSONObject = [
             "identifiers": .array([.string(deviceID)]),
             "name": .string("Earshot \(node)"),
             "manufacturer": "Earshot",
             "model": "earshotd",
             "sw_version": .string(version),
-        ])
+        ]
+        if let area { device["suggested_area"] = .string(area) }
+        object["device"] = .object(device)
         object["origin"] = .object(["name": "Earshot", "sw_version": .string(version)])
         return object
     }

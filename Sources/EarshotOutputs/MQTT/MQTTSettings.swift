@@ -42,6 +42,11 @@ package struct MQTTSettings: Sendable, Equatable {
     /// `[a-z0-9_-]`; empty or absent: `$EARSHOT_DEFAULT_NODE` (which `earshotd@NAME.service` sets to `NAME`), else
     /// the host name, lowercased, other characters replaced by `_` (``defaultNode``).
     package var node = MQTTSettings.defaultNode
+    /// The room Home Assistant puts this daemon's device in when it first sees it (the device block's
+    /// `suggested_area`; the user may move it later); nil: none. Key `area`, free text of 1 to 64 UTF-8 bytes without
+    /// control characters; empty: none; absent: `$EARSHOT_DEFAULT_NODE` as it is (the instance name under
+    /// `earshotd@NAME`), else none (``defaultArea``).
+    package var area = MQTTSettings.defaultArea
     /// The first topic level. Key `topic_prefix`, default `earshot`.
     package var topicPrefix = "earshot"
     /// Whether to publish Home Assistant discovery configs. Key `discovery`, default true.
@@ -85,6 +90,18 @@ package struct MQTTSettings: Sendable, Equatable {
         return node(fromHostName: name)
     }
 
+    /// `$EARSHOT_DEFAULT_NODE` when it is set and a valid ``area`` (the instance name `earshotd@NAME` runs as: a
+    /// node is usually named after its room), else nil: a host name says nothing about a room.
+    package static var defaultArea: String? {
+        guard let value = getenv(defaultNodeVariable).map({ String(cString: $0) }), isArea(value) else { return nil }
+        return value
+    }
+
+    /// 1 to 64 UTF-8 bytes, no control characters.
+    private static func isArea(_ value: String) -> Bool {
+        (1...64).contains(value.utf8.count) && value.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7F }
+    }
+
     package static func node(fromHostName name: String) -> String {
         let reduced = String(name.lowercased().prefix(64).map { isNodeCharacter($0) ? $0 : "_" })
         return reduced.allSatisfy({ $0 == "_" }) ? "earshot" : reduced
@@ -97,7 +114,7 @@ package struct MQTTSettings: Sendable, Equatable {
     /// The keys of `[mqtt]`, in the order `config/earshotd.conf` documents them.
     package static let keys = [
         "enabled", "host", "port", "username", "password_file", "tls", "cafile", "certfile", "keyfile", "node",
-        "topic_prefix", "discovery", "discovery_prefix", "keepalive", "client_id", "level_interval", "level_step",
+        "topic_prefix", "area", "discovery", "discovery_prefix", "keepalive", "client_id", "level_interval", "level_step",
     ]
 
     /// Sets one `[mqtt]` key; returns what is allowed ("must be ...") when `value` is bad.
@@ -138,6 +155,12 @@ package struct MQTTSettings: Sendable, Equatable {
                 return "must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen"
             }
             node = value
+        case "area":
+            if value.isEmpty { area = nil; return nil }
+            guard Self.isArea(value) else {
+                return "must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)"
+            }
+            area = value
         case "topic_prefix", "discovery_prefix":
             guard Self.isTopicPrefix(value) else {
                 return "must be topic levels without wildcards, e.g. \(key == "topic_prefix" ? "earshot" : "homeassistant") (no +, #, spaces, leading $, or leading/trailing /)"

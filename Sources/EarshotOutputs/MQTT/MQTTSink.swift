@@ -88,7 +88,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         self.settings = settings
         topics = MQTTTopics(base: settings.baseTopic)
         discovery = HomeAssistantDiscovery(
-            discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics, level: settings.levelIntervalSeconds != nil)
+            discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics, level: settings.levelIntervalSeconds != nil,
+            area: settings.area)
         self.commands = commands
         self.log = log
         connection = try MQTTConnection(
