@@ -163,6 +163,7 @@ struct MQTTUnitTests {
             "homeassistant/sensor/earshot_kitchen/level/config",
             "homeassistant/binary_sensor/earshot_kitchen/capture_problem/config",
             "homeassistant/switch/earshot_kitchen/sleep_session/config",
+            "homeassistant/binary_sensor/earshot_kitchen/smoke_alarm_battery/config",
         ])
         func object(_ index: Int) throws -> JSONValue { try JSONValue.parse(configs[index].payload.encoded) }
         let smoke = try object(0)
@@ -178,6 +179,7 @@ struct MQTTUnitTests {
             "binary_sensor.earshot_kitchen_baby_cry", "switch.earshot_kitchen_baby_cry_enabled",
             "event.earshot_kitchen_events", "sensor.earshot_kitchen_level",
             "binary_sensor.earshot_kitchen_capture_problem", "switch.earshot_kitchen_sleep_session",
+            "binary_sensor.earshot_kitchen_smoke_alarm_battery",
         ])
         // A node may hold '-' (a host name); an entity id may not.
         let hyphen = HomeAssistantDiscovery(
@@ -212,6 +214,15 @@ struct MQTTUnitTests {
         #expect(noLevel.configs(for: Self.controls).map(\.topic) == configs.map(\.topic).filter { !$0.contains("/level/") })
         #expect(try object(10)["device_class"]?.stringValue == "problem")
         #expect(try object(11)["command_topic"]?.stringValue == "earshot/kitchen/sleep/set")
+        // A smoke alarm's low battery, while alarm_chirp publishes (smoke or CO watched, with pattern detection).
+        let battery = try object(12)
+        #expect(battery["name"]?.stringValue == "Smoke alarm battery")
+        #expect(battery["device_class"]?.stringValue == "battery")
+        #expect(battery["state_topic"]?.stringValue == "earshot/kitchen/alarm_chirp/state")
+        #expect(battery["payload_on"]?.stringValue == "ON")
+        #expect(battery["entity_category"] == nil)
+        let noChirp = ControlState(groups: ["baby_cry"], eventGroups: ["baby_cry", "snoring"])
+        #expect(!discovery.configs(for: noChirp).contains { $0.topic.contains("smoke_alarm_battery") })
     }
 
     @Test("The switchable groups: fire_alarm is shown as smoke_alarm when the pattern detector folds it in")

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import EarshotSupport
+import EarshotDetection
 
 /// The topics of one node (`P` = `topic_prefix/node`, e.g. `earshot/kitchen`).
 package struct MQTTTopics: Sendable, Equatable {
@@ -47,6 +48,10 @@ package struct MQTTTopics: Sendable, Equatable {
     package var sleepState: String { "\(base)/sleep/state" }
     /// The last sleep session's summary JSON; retained.
     package var sleepReport: String { "\(base)/sleep/report" }
+    /// `ON` from a low-battery chirp (an `alarm_chirp` onset) until none for 2 hours
+    /// (``MQTTSettings/batteryLowHoldSeconds``), `OFF` after; retained. Kept and deleted with `alarm_chirp`, the
+    /// group that publishes it.
+    package var batteryLowState: String { state(AlarmEvent.alarmChirp) }
 }
 
 /// Home Assistant MQTT discovery for one node: one device (`earshot_NODE`), and per entity a retained config at
@@ -60,6 +65,7 @@ package struct MQTTTopics: Sendable, Equatable {
 /// | the level (unless `[mqtt] level_interval = off`) | `sensor` | `level` | unit `dBFS`, state class `measurement`, no device class (dBFS is not sound pressure), category `diagnostic` |
 /// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
 /// | sleep session | `switch` | `sleep_session` | |
+/// | a smoke or CO alarm's low battery (while `alarm_chirp` publishes) | `binary_sensor` | `smoke_alarm_battery` | `battery` |
 ///
 /// The device block carries `suggested_area` when ``area`` is set (`[mqtt] area`): Home Assistant puts a device it
 /// sees for the first time in that area (creating it when none has that name); it never moves it afterwards.
@@ -164,6 +170,16 @@ package struct HomeAssistantDiscovery: Sendable {
                 "payload_on": "ON", "payload_off": "OFF", "state_on": "ON", "state_off": "OFF",
                 "icon": "mdi:sleep",
             ])))
+        if state.eventGroups.contains(AlarmEvent.alarmChirp) {
+            // `battery`: on means low. Not diagnostic: it is another device's battery, for the dashboard.
+            result.append((configTopic(component: "binary_sensor", objectID: "smoke_alarm_battery"), entity(
+                component: "binary_sensor", objectID: "smoke_alarm_battery", name: "Smoke alarm battery",
+                extra: [
+                    "device_class": "battery",
+                    "state_topic": .string(topics.batteryLowState),
+                    "payload_on": "ON", "payload_off": "OFF",
+                ])))
+        }
         return result
     }
 

@@ -6,7 +6,7 @@ import EarshotSupport
 ///
 /// Topics (`P` = ``topicPrefix``/``node``): `P/availability`, `P/GROUP/state`, `P/GROUP/attributes`,
 /// `P/GROUP/enabled`, `P/GROUP/set`, `P/event`, `P/detected`, `P/level`, `P/capture/state`,
-/// `P/capture/attributes`, `P/sleep/state`, `P/sleep/set`, `P/sleep/report` (see ``MQTTTopics``).
+/// `P/capture/attributes`, `P/sleep/state`, `P/sleep/set`, `P/sleep/report`, `P/alarm_chirp/state` (see ``MQTTTopics``).
 package struct MQTTSettings: Sendable, Equatable {
     /// Whether the daemon publishes to the broker. Key `enabled`, default false.
     package var enabled = false
@@ -68,6 +68,16 @@ package struct MQTTSettings: Sendable, Equatable {
     /// A level this far (dB) from the one last published, or the gate opening or closing, is published at once
     /// (at most once a second). Key `level_step`, 0.5...120, default 3.
     package var levelStepDB = 3.0
+    /// Seconds the `Smoke alarm battery` sensor (`P/alarm_chirp/state`) stays `ON` after the last low-battery chirp
+    /// event (`alarm_chirp` onset), and after a start, before it turns `OFF` (not a key; tests shorten it). Default
+    /// 7200 (2 hours): a smoke or CO alarm with a dying battery chirps every 30 to 60 s, for days, until the battery
+    /// is replaced, and the pattern detector makes one `alarm_chirp` event per 15 minutes of it
+    /// (`AlarmDetector.Configuration.chirpRepeatSeconds`, 900 s); 2 hours without one is 8 such periods and 120 to 240
+    /// chirps unheard: the battery was replaced (or the alarm taken down), not a series half drowned by a television
+    /// or missed during a short capture outage. Some alarms chirp only in the cool hours of the night: the sensor then
+    /// turns `OFF` by day and `ON` again the next night. The last chirp's time is not kept across a restart: a
+    /// retained `ON` stays until this long after the start without a chirp.
+    package var batteryLowHoldSeconds: Double = 7200
 
     package init() {}
 

@@ -7,7 +7,8 @@ import EarshotAnalysis
 import EarshotDetection
 
 /// The daemon's outputs on an MQTT broker, with Home Assistant discovery (``HomeAssistantDiscovery``): events,
-/// per-group states and attributes, the level, the capture's health and the sleep session, under
+/// per-group states and attributes, the level, the capture's health, the sleep session and a smoke alarm's low
+/// battery (``MQTTTopics/batteryLowState``), under
 /// ``MQTTTopics`` (`topic_prefix/node/...`), and the commands that mute a group or start a sleep session.
 ///
 /// Analysis never waits for the broker: ``deliver(_:)`` turns an output into messages and queues them in the
@@ -72,9 +73,18 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var ignoredLogged = 0
         var ignoredUnsaid = 0
         var lastReport: JSONObject?
+        /// The `Smoke alarm battery` sensor (``MQTTTopics/batteryLowState``): true from an `alarm_chirp` onset until
+        /// none for ``MQTTSettings/batteryLowHoldSeconds``, false once that long has passed since the start without
+        /// one; nil before either (what the broker retains from an earlier run stands: a restart keeps a low battery).
+        var batteryLow: Bool?
+        /// Counts the chirps: the hold of an earlier one does nothing.
+        var batteryGeneration = 0
+        var stopped = false
     }
 
     private let state = Mutex(State())
+    /// Where the low-battery hold runs out (``MQTTSettings/batteryLowHoldSeconds``).
+    private let batteryQueue = DispatchQueue(label: "earshot.mqtt.battery")
 
     /// - Parameters:
     ///   - settings: `[mqtt]`, with ``MQTTSettings/password`` read.
@@ -121,6 +131,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
 
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
         state.withLock { $0.reportHealth = reportHealth }
+        scheduleBatteryClear(generation: 0)
         do {
             try connection.start(delegate: self)
         } catch {
@@ -209,10 +220,19 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             for topic in staleRetainedTopics(unjudged) {
                 connection.enqueue(MQTTMessage(topic: topic, payload: [], qos: 1, retain: true))
             }
+            // The battery sensor comes and goes with alarm_chirp (smoke or CO watched, with pattern detection).
+            let chirpBefore = previous?.eventGroups.contains(AlarmEvent.alarmChirp) ?? false
+            let chirpNow = controls.eventGroups.contains(AlarmEvent.alarmChirp)
+            if chirpNow, !chirpBefore, let low = state.withLock({ $0.batteryLow }) {
+                connection.enqueue(batteryMessage(low: low))
+            } else if chirpBefore, !chirpNow {
+                connection.enqueue(MQTTMessage(topic: topics.batteryLowState, payload: [], qos: 1, retain: true))
+            }
         }
     }
 
     package func stop() {
+        state.withLock { $0.stopped = true }
         let left = connection.stop(finally: [MQTTMessage(topic: topics.availability, text: "offline", qos: 1, retain: true)])
         if left > 0 {
             log("MQTT: \(left) message\(left == 1 ? " was" : "s were") not delivered to \(connection.endpoint.description) before stopping (the broker did not acknowledge \(left == 1 ? "it" : "them"))", 4)
@@ -230,6 +250,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         guard let group else { return }
         let type = object["type"]?.stringValue
         let isPoint = group == AlarmEvent.alarmChirp
+        if isPoint, type == "detection" { noteLowBatteryChirp() }
         if type == "detection" {
             var detected: JSONObject = ["event_type": .string(group)]
             for entry in object.entries where entry.key != "type" && entry.key != "group" { detected[entry.key] = entry.value }
@@ -276,6 +297,35 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             attributes["ended"] = .string(EventJSON.timestamp(started.addingTimeInterval(duration)))
         }
         return attributes
+    }
+
+    /// An `alarm_chirp` onset: the battery sensor `ON`, for ``MQTTSettings/batteryLowHoldSeconds`` from now.
+    private func noteLowBatteryChirp() {
+        let generation = state.withLock { state -> Int in
+            state.batteryGeneration += 1
+            state.batteryLow = true
+            return state.batteryGeneration
+        }
+        connection.enqueue(batteryMessage(low: true))
+        scheduleBatteryClear(generation: generation)
+    }
+
+    /// In ``MQTTSettings/batteryLowHoldSeconds``: the battery sensor `OFF` unless a chirp came meanwhile (its
+    /// generation is newer), published while `alarm_chirp` publishes.
+    private func scheduleBatteryClear(generation: Int) {
+        batteryQueue.asyncAfter(deadline: .now() + settings.batteryLowHoldSeconds) { [weak self] in
+            guard let self else { return }
+            let publish = state.withLock { state -> Bool in
+                guard !state.stopped, state.batteryGeneration == generation else { return false }
+                state.batteryLow = false
+                return state.controls?.eventGroups.contains(AlarmEvent.alarmChirp) == true
+            }
+            if publish { connection.enqueue(batteryMessage(low: false)) }
+        }
+    }
+
+    private func batteryMessage(low: Bool) -> MQTTMessage {
+        MQTTMessage(topic: topics.batteryLowState, text: low ? "ON" : "OFF", qos: 1, retain: true)
     }
 
     private func publishCapture() {
@@ -334,6 +384,10 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         messages.append(MQTTMessage(topic: topics.captureState, text: snapshot.captureProblem ? "ON" : "OFF", qos: 1, retain: true))
         if let report = snapshot.lastReport {
             messages.append(MQTTMessage(topic: topics.sleepReport, text: report.encoded, qos: 1, retain: true))
+        }
+        // Unknown (nil): the state an earlier run left on the broker stands.
+        if let low = snapshot.batteryLow, snapshot.controls?.eventGroups.contains(AlarmEvent.alarmChirp) == true {
+            messages.append(batteryMessage(low: low))
         }
         return messages
     }
