@@ -221,6 +221,19 @@ struct MQTTUnitTests {
         #expect(battery["state_topic"]?.stringValue == "earshot/kitchen/alarm_chirp/state")
         #expect(battery["payload_on"]?.stringValue == "ON")
         #expect(battery["entity_category"] == nil)
+        // With [notify] url set: the Notifications failing sensor, after the capture's.
+        let notifying = HomeAssistantDiscovery(
+            discoveryPrefix: "homeassistant", node: "kitchen", topics: MQTTTopics(base: "earshot/kitchen"), version: "0.1.0", notify: true)
+        let withNotify = notifying.configs(for: Self.controls)
+        #expect(withNotify.map(\.topic) == Array(configs.map(\.topic).prefix(11)) + ["homeassistant/binary_sensor/earshot_kitchen/notifications_failing/config"]
+            + configs.map(\.topic).suffix(2))
+        let failing = try JSONValue.parse(withNotify[11].payload.encoded)
+        #expect(failing["name"]?.stringValue == "Notifications failing")
+        #expect(failing["device_class"]?.stringValue == "problem")
+        #expect(failing["state_topic"]?.stringValue == "earshot/kitchen/notify/state")
+        #expect(failing["json_attributes_topic"]?.stringValue == "earshot/kitchen/notify/attributes")
+        #expect(failing["entity_category"]?.stringValue == "diagnostic")
+        #expect(failing["default_entity_id"]?.stringValue == "binary_sensor.earshot_kitchen_notifications_failing")
         let noChirp = ControlState(groups: ["baby_cry"], eventGroups: ["baby_cry", "snoring"])
         #expect(!discovery.configs(for: noChirp).contains { $0.topic.contains("smoke_alarm_battery") })
     }

@@ -156,7 +156,7 @@ struct NotifyTests {
         #expect(reminder.headers == ["Title: kitchen: Glass break still heard", "Priority: 4", "Tags: warning,glass_break", "Content-Type: text/plain; charset=utf-8"])
     }
 
-    @Test("a failing server: retried after 0.2 s then 0.4 s, given up, said once as notify_failed, counted; recovery logged")
+    @Test("a failing server: retried after 0.2 s then 0.4 s, given up, said once as notify_failed, counted; recovery said as notify_recovered")
     func failingServer() throws {
         // Requests 0...2 (the first notification and its two retries) and 3...5 (the second) fail; then 200.
         let server = try HTTPTestServer { index in .init(status: index < 6 ? 503 : 200) }
@@ -188,11 +188,12 @@ struct NotifyTests {
         #expect(sink.statistics.failed == 2)
         #expect(sink.statistics.sent == 1)
         let health = reports.healthEvents
-        #expect(health.count == 1)
-        #expect(health.first?.state == .notifyFailed)
+        #expect(health.map(\.state) == [.notifyFailed, .notifyRecovered])
         #expect(health.first?.message == "notifications to http://127.0.0.1:\(server.port)/fail are failing: HTTP 503 after 3 attempts; detection goes on, and further failures are counted until one gets through")
         #expect(health.first?.details["url"]?.stringValue == "http://127.0.0.1:\(server.port)/fail")
-        #expect(reports.logLines == ["notify: http://127.0.0.1:\(server.port)/fail accepts notifications again (2 failed before)"])
+        #expect(health.last?.message == "notifications to http://127.0.0.1:\(server.port)/fail are accepted again (2 failed before)")
+        #expect(health.last?.details == ["url": .string("http://127.0.0.1:\(server.port)/fail"), "failed": .int(2)])
+        #expect(reports.logLines.isEmpty)
     }
 
     @Test("a 404 is not retried; it names the key to check")

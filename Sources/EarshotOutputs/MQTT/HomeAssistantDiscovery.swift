@@ -29,7 +29,7 @@ package struct MQTTTopics: Sendable, Equatable {
     /// The filters of every group's retained topics (state, attributes, enabled), those of groups an earlier run
     /// watched included (and the capture's and the sleep session's, which match them too).
     package var retainedStateFilters: [String] { ["\(base)/+/state", "\(base)/+/attributes", "\(base)/+/enabled"] }
-    /// Names under ``retainedStateFilters`` that are not groups.
+    /// Names under ``retainedStateFilters`` that are not groups (and `notify` with `[notify] url` set).
     package static let fixedStateNames: Set<String> = ["capture", "sleep"]
     /// The `NAME` of a topic `P/NAME/state`, `P/NAME/attributes` or `P/NAME/enabled`, which ``retainedStateFilters``
     /// match: a group, or one of ``fixedStateNames``; nil for any other topic.
@@ -44,6 +44,10 @@ package struct MQTTTopics: Sendable, Equatable {
     /// `ON` while the capture has a problem (device unavailable, input silent); retained.
     package var captureState: String { "\(base)/capture/state" }
     package var captureAttributes: String { "\(base)/capture/attributes" }
+    /// `ON` while notifications to a `[notify]` URL are failing (from `notify_failed` until `notify_recovered` for
+    /// every URL that failed), with `notify/attributes`; retained. Only with `[notify] url` set.
+    package var notifyState: String { "\(base)/notify/state" }
+    package var notifyAttributes: String { "\(base)/notify/attributes" }
     /// `ON` while a sleep session runs; retained.
     package var sleepState: String { "\(base)/sleep/state" }
     /// The last sleep session's summary JSON; retained.
@@ -64,6 +68,7 @@ package struct MQTTTopics: Sendable, Equatable {
 /// | the onsets | `event` | `events` | `event_types`: every group that publishes |
 /// | the level (unless `[mqtt] level_interval = off`) | `sensor` | `level` | unit `dBFS`, state class `measurement`, no device class (dBFS is not sound pressure), category `diagnostic` |
 /// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
+/// | notifications failing (with `[notify] url`) | `binary_sensor` | `notifications_failing` | `problem`, category `diagnostic` |
 /// | sleep session | `switch` | `sleep_session` | |
 /// | a smoke or CO alarm's low battery (while `alarm_chirp` publishes) | `binary_sensor` | `smoke_alarm_battery` | `battery` |
 ///
@@ -82,10 +87,12 @@ package struct HomeAssistantDiscovery: Sendable {
     package let level: Bool
     /// The device's `suggested_area` (`[mqtt] area`); nil: none.
     package let area: String?
+    /// Whether the `Notifications failing` sensor exists (`[notify] url` set).
+    package let notify: Bool
 
     package init(
         discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion, level: Bool = true,
-        area: String? = nil
+        area: String? = nil, notify: Bool = false
     ) {
         self.discoveryPrefix = discoveryPrefix
         self.node = node
@@ -93,6 +100,7 @@ package struct HomeAssistantDiscovery: Sendable {
         self.version = version
         self.level = level
         self.area = area
+        self.notify = notify
     }
 
     /// `earshot_NODE`: the device identifier and the discovery topics' node id.
@@ -162,6 +170,16 @@ package struct HomeAssistantDiscovery: Sendable {
                 "json_attributes_topic": .string(topics.captureAttributes),
                 "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
             ])))
+        if notify {
+            result.append((configTopic(component: "binary_sensor", objectID: "notifications_failing"), entity(
+                component: "binary_sensor", objectID: "notifications_failing", name: "Notifications failing",
+                extra: [
+                    "device_class": "problem",
+                    "state_topic": .string(topics.notifyState),
+                    "json_attributes_topic": .string(topics.notifyAttributes),
+                    "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
+                ])))
+        }
         result.append((configTopic(component: "switch", objectID: "sleep_session"), entity(
             component: "switch", objectID: "sleep_session", name: "Sleep session",
             extra: [

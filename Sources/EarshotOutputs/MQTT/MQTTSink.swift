@@ -33,6 +33,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     package let settings: MQTTSettings
     package let topics: MQTTTopics
     package let discovery: HomeAssistantDiscovery
+    /// Whether `[notify] url` is set: the `Notifications failing` sensor (``MQTTTopics/notifyState``) exists.
+    package let notifying: Bool
     /// Groups whose events must survive a full outbox.
     package static let criticalGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
     /// Ignored commands get a log line each, up to `ignoredLogLimit` per `ignoredLogWindow` seconds; the rest are
@@ -60,6 +62,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var latestWindowEnd: Double?
         var captureProblem = false
         var captureAttributes: JSONObject = [:]
+        /// The `[notify]` URLs (as health events show them) said `notify_failed` and not `notify_recovered` since.
+        var notifyFailing: [String] = []
+        var notifyAttributes: JSONObject = [:]
         /// The level last published: when (uptime, s), its dBFS (to 0.1) and gate; nil until the first, and again
         /// after each connect (so a new connection gets the level at once).
         var lastLevel: (time: Double, dbfs: Double, gateOpen: Bool)?
@@ -88,18 +93,21 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
 
     /// - Parameters:
     ///   - settings: `[mqtt]`, with ``MQTTSettings/password`` read.
+    ///   - notifying: whether `[notify] url` is set (the `Notifications failing` sensor, fed by the notify sink's
+    ///     `notify_failed` and `notify_recovered` health events, which the router brings like any other).
     ///   - commands: applies a command (called on the connection's thread: hop to your own queue).
     ///   - log: a journal line and its syslog priority.
     /// - Throws: `EarshotError(.system)` when libmosquitto cannot start.
     package init(
-        settings: MQTTSettings, commands: @escaping @Sendable (Command) -> Void,
+        settings: MQTTSettings, notifying: Bool = false, commands: @escaping @Sendable (Command) -> Void,
         log: @escaping @Sendable (String, Int) -> Void
     ) throws(EarshotError) {
         self.settings = settings
+        self.notifying = notifying
         topics = MQTTTopics(base: settings.baseTopic)
         discovery = HomeAssistantDiscovery(
             discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics, level: settings.levelIntervalSeconds != nil,
-            area: settings.area)
+            area: settings.area, notify: notifying)
         self.commands = commands
         self.log = log
         connection = try MQTTConnection(
@@ -182,6 +190,19 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
                     ]
                 }
                 publishCapture()
+            }
+            if notifying, health.state == .notifyFailed || health.state == .notifyRecovered {
+                let url = health.details["url"]?.stringValue ?? ""
+                state.withLock { state in
+                    state.notifyFailing.removeAll { $0 == url }
+                    if health.state == .notifyFailed { state.notifyFailing.append(url) }
+                    state.notifyAttributes = [
+                        "state": .string(health.state.rawValue), "message": .string(health.message),
+                        "failing": .array(state.notifyFailing.map { .string($0) }),
+                        "time": .string(EventJSON.timestamp(routed.time)),
+                    ]
+                }
+                publishNotify()
             }
         case .clip:
             publishEvent(routed)
@@ -334,6 +355,19 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         connection.enqueue(MQTTMessage(topic: topics.captureState, text: problem ? "ON" : "OFF", qos: 1, retain: true))
     }
 
+    private func publishNotify() {
+        for message in notifyMessages(state.withLock { $0 }) { connection.enqueue(message) }
+    }
+
+    /// The `Notifications failing` sensor's attributes and state (none without `[notify] url`).
+    private func notifyMessages(_ snapshot: State) -> [MQTTMessage] {
+        guard notifying else { return [] }
+        return [
+            MQTTMessage(topic: topics.notifyAttributes, text: snapshot.notifyAttributes.encoded, qos: 1, retain: true),
+            MQTTMessage(topic: topics.notifyState, text: snapshot.notifyFailing.isEmpty ? "OFF" : "ON", qos: 1, retain: true),
+        ]
+    }
+
     /// The discovery configs for `controls`; with `deletingOthers`, an empty retained message first for each
     /// config this sink published before that `controls` no longer has.
     private func configMessages(for controls: ControlState, deletingOthers: Bool) -> [MQTTMessage] {
@@ -350,11 +384,12 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// Those of `retained` (topics the broker holds for this node) that the current controls do not have: a
     /// discovery config this sink has not published, or a state topic (``MQTTTopics/stateOwner(_:)``) of a group
     /// that neither has a state (``ControlState/groups``) nor publishes events (``ControlState/eventGroups``); the
-    /// capture's and the sleep session's stay. Empty before the first controls.
+    /// capture's and the sleep session's stay, and the notifications' with `[notify] url` set. Empty before the first
+    /// controls.
     private func staleRetainedTopics(_ retained: [String]) -> [String] {
         state.withLock { state -> [String] in
             guard let controls = state.controls else { return [] }
-            let kept = MQTTTopics.fixedStateNames.union(controls.groups + controls.eventGroups)
+            let kept = MQTTTopics.fixedStateNames.union(controls.groups + controls.eventGroups + (notifying ? ["notify"] : []))
             return retained.filter { topic in
                 if let owner = topics.stateOwner(topic) { return !kept.contains(owner) }
                 return !state.publishedConfigs.contains(topic)
@@ -382,6 +417,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if let controls = snapshot.controls { messages += controlStateMessages(controls) }
         messages.append(MQTTMessage(topic: topics.captureAttributes, text: snapshot.captureAttributes.encoded, qos: 1, retain: true))
         messages.append(MQTTMessage(topic: topics.captureState, text: snapshot.captureProblem ? "ON" : "OFF", qos: 1, retain: true))
+        messages += notifyMessages(snapshot)
         if let report = snapshot.lastReport {
             messages.append(MQTTMessage(topic: topics.sleepReport, text: report.encoded, qos: 1, retain: true))
         }

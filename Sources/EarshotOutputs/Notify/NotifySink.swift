@@ -16,7 +16,8 @@ import EarshotDetection
 /// HTTP 408, 429 or 5xx, is retried up to ``NotifySettings/retries`` times after 1, 2, 4 ... s (other statuses
 /// below 200 or from 300 on are not retried: a wrong URL stays wrong). A notification given up is counted
 /// (``Statistics/failed``); the first one of a URL is said as a `notify_failed` health event, and the URL's next
-/// success as a log line, so an outage is one event however many notifications it costs.
+/// success as `notify_recovered`, so an outage is one pair of events however many notifications it costs (MQTT's
+/// `Notifications failing` sensor follows them).
 ///
 /// Repeats (``NotifySettings/repeatAfterSeconds``, R): an onset of a group less than R after that group's last
 /// notification is not notified (counted in ``Statistics/suppressed``); while the event stays open, a reminder goes
@@ -124,7 +125,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     /// - Parameters:
     ///   - settings: `[notify]`, with at least one URL.
-    ///   - log: a journal line and its syslog priority (recoveries, what stopping left unsent).
+    ///   - log: a journal line and its syslog priority (what stopping left unsent).
     /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle.
     package init(settings: NotifySettings, log: @escaping @Sendable (String, Int) -> Void) throws(EarshotError) {
         self.settings = settings
@@ -409,7 +410,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 if target.failing.exchange(false, ordering: .relaxed) {
                     let before = failures == 0
                         ? "none was lost" : "\(failures) failed before"
-                    log("notify: \(target.origin) accepts notifications again (\(before))", 6)
+                    state.withLock { $0.reportHealth }?(HealthEvent(
+                        state: .notifyRecovered,
+                        message: "notifications to \(target.origin) are accepted again (\(before))",
+                        details: ["url": .string(target.origin), "failed": .int(failures)]))
                 }
                 return
             case .status(let status, let retryAfterSeconds):

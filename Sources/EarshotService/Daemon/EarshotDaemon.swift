@@ -198,7 +198,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         // Last, so that it stops first: `offline` goes out while the other outputs still run.
         let mqttSink = mqttSettings.enabled
             ? try MQTTSink(
-                settings: mqttSettings, commands: { command in link.daemon?.apply(command) },
+                settings: mqttSettings, notifying: notifySink != nil, commands: { command in link.daemon?.apply(command) },
                 log: { line, priority in journal.log(line, priority: priority) })
             : nil
         self.mqttSink = mqttSink
