@@ -163,6 +163,7 @@ struct MQTTUnitTests {
             "homeassistant/sensor/earshot_kitchen/level/config",
             "homeassistant/binary_sensor/earshot_kitchen/capture_problem/config",
             "homeassistant/switch/earshot_kitchen/sleep_session/config",
+            "homeassistant/button/earshot_kitchen/test_alert/config",
             "homeassistant/binary_sensor/earshot_kitchen/smoke_alarm_battery/config",
         ])
         func object(_ index: Int) throws -> JSONValue { try JSONValue.parse(configs[index].payload.encoded) }
@@ -179,7 +180,7 @@ struct MQTTUnitTests {
             "binary_sensor.earshot_kitchen_baby_cry", "switch.earshot_kitchen_baby_cry_enabled",
             "event.earshot_kitchen_events", "sensor.earshot_kitchen_level",
             "binary_sensor.earshot_kitchen_capture_problem", "switch.earshot_kitchen_sleep_session",
-            "binary_sensor.earshot_kitchen_smoke_alarm_battery",
+            "button.earshot_kitchen_test_alert", "binary_sensor.earshot_kitchen_smoke_alarm_battery",
         ])
         // A node may hold '-' (a host name); an entity id may not.
         let hyphen = HomeAssistantDiscovery(
@@ -203,7 +204,7 @@ struct MQTTUnitTests {
         #expect(mute["command_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/set")
         #expect(mute["state_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/enabled")
         let events = try object(8)
-        #expect(events["event_types"]?.arrayValue?.compactMap(\.stringValue) == Self.controls.eventGroups)
+        #expect(events["event_types"]?.arrayValue?.compactMap(\.stringValue) == Self.controls.eventGroups + ["test_alert"])
         let level = try object(9)
         #expect(level["unit_of_measurement"]?.stringValue == "dBFS")
         #expect(level["device_class"] == nil)
@@ -215,7 +216,13 @@ struct MQTTUnitTests {
         #expect(try object(10)["device_class"]?.stringValue == "problem")
         #expect(try object(11)["command_topic"]?.stringValue == "earshot/kitchen/sleep/set")
         // A smoke alarm's low battery, while alarm_chirp publishes (smoke or CO watched, with pattern detection).
-        let battery = try object(12)
+        // The Test alert button: PRESS on its command topic.
+        let button = try object(12)
+        #expect(button["name"]?.stringValue == "Test alert")
+        #expect(button["command_topic"]?.stringValue == "earshot/kitchen/test_alert/set")
+        #expect(button["payload_press"]?.stringValue == "PRESS")
+        #expect(button["entity_category"]?.stringValue == "diagnostic")
+        let battery = try object(13)
         #expect(battery["name"]?.stringValue == "Smoke alarm battery")
         #expect(battery["device_class"]?.stringValue == "battery")
         #expect(battery["state_topic"]?.stringValue == "earshot/kitchen/alarm_chirp/state")
@@ -226,7 +233,7 @@ struct MQTTUnitTests {
             discoveryPrefix: "homeassistant", node: "kitchen", topics: MQTTTopics(base: "earshot/kitchen"), version: "0.1.0", notify: true)
         let withNotify = notifying.configs(for: Self.controls)
         #expect(withNotify.map(\.topic) == Array(configs.map(\.topic).prefix(11)) + ["homeassistant/binary_sensor/earshot_kitchen/notifications_failing/config"]
-            + configs.map(\.topic).suffix(2))
+            + configs.map(\.topic).suffix(3))
         let failing = try JSONValue.parse(withNotify[11].payload.encoded)
         #expect(failing["name"]?.stringValue == "Notifications failing")
         #expect(failing["device_class"]?.stringValue == "problem")
@@ -277,6 +284,10 @@ struct MQTTUnitTests {
         #expect(sink.parseCommand(topic: "earshot/kitchen/speech/set", payload: Array("ON".utf8), retained: false) == nil)
         #expect(sink.parseCommand(topic: "earshot/kitchen/baby_cry/set", payload: Array("on".utf8), retained: false) == nil)
         #expect(sink.parseCommand(topic: "earshot/kitchen//set", payload: Array("ON".utf8), retained: false) == nil)
+        // The Test alert button: PRESS, not retained.
+        #expect(sink.parseCommand(topic: "earshot/kitchen/test_alert/set", payload: Array("PRESS".utf8), retained: false) == .testAlert)
+        #expect(sink.parseCommand(topic: "earshot/kitchen/test_alert/set", payload: Array("ON".utf8), retained: false) == nil)
+        #expect(sink.parseCommand(topic: "earshot/kitchen/test_alert/set", payload: Array("PRESS".utf8), retained: true) == nil)
         var generator = SystemRandomNumberGenerator()
         let pieces = ["earshot", "kitchen", "baby_cry", "sleep", "set", "", "+", "#", "\u{0}", "é", "ON", "smoke_alarm", "x/y"]
         var accepted = 0

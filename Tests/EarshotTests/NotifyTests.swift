@@ -140,6 +140,34 @@ struct NotifyTests {
         #expect(server.requests.count == 2)
     }
 
+    @Test("a test alert: notified whatever groups says; ntfy 'Test alert from kitchen: Earshot can reach this phone', JSON type test_alert")
+    func testAlert() throws {
+        let recent = Self.now()
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let alert = DaemonOutput.testAlert(TestAlert(requestedBy: "the event socket"))
+        let ntfy = try Self.sink(Self.settings([server.url("/phone")]) {
+            $0.format = .ntfy
+            $0.groups = ["smoke_alarm"]
+        }, Reports())
+        let json = try Self.sink(Self.settings([server.url("/hook")]) { $0.groups = ["smoke_alarm"] }, Reports())
+        #expect(ntfy.accepts(alert))
+        ntfy.deliver(RoutedOutput(output: alert, time: recent))
+        #expect(server.waitForRequests(1, timeout: 10).count == 1)
+        json.deliver(RoutedOutput(output: alert, time: Self.time))
+        let requests = server.waitForRequests(2, timeout: 10)
+        ntfy.stop()
+        json.stop()
+        try #require(requests.count == 2)
+        #expect(requests[0].body == "Test alert from kitchen: Earshot can reach this phone")
+        #expect(requests[0].headers.filter { ["title", "priority", "tags"].contains($0.name) }.map { "\($0.name): \($0.value)" }
+            == ["title: kitchen: test alert", "priority: 3", "tags: bell,test_alert"])
+        #expect(requests[1].body == #"{"type":"test_alert","time":"2027-01-15T08:00:00.000Z","node":"kitchen"}"#)
+        #expect(requests[1].header("Content-Type") == "application/json")
+        #expect(ntfy.statistics.sent == 1)
+        #expect(NotificationMessage.testAlertText(node: "") == "Test alert: Earshot can reach this phone")
+    }
+
     @Test("ntfy end and reminder messages")
     func ntfyEndAndReminder() {
         let end = NotificationMessage(

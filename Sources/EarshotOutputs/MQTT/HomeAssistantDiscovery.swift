@@ -22,7 +22,7 @@ package struct MQTTTopics: Sendable, Equatable {
     package func attributes(_ group: String) -> String { "\(base)/\(group)/attributes" }
     /// `ON` when the group is published, `OFF` when muted; retained.
     package func enabled(_ group: String) -> String { "\(base)/\(group)/enabled" }
-    /// Commands: `ON` (unmute) or `OFF` (mute) for a group, start or stop for `sleep`.
+    /// Commands: `ON` (unmute) or `OFF` (mute) for a group, start or stop for `sleep`, `PRESS` for `test_alert`.
     package func command(_ name: String) -> String { "\(base)/\(name)/set" }
     /// The filter the commands arrive on.
     package var commandFilter: String { "\(base)/+/set" }
@@ -65,11 +65,12 @@ package struct MQTTTopics: Sendable, Equatable {
 /// |---|---|---|---|
 /// | each watched group's sound | `binary_sensor` | GROUP | smoke_alarm: `smoke`, co_alarm: `carbon_monoxide`, glass_break: `safety`, others: `sound` |
 /// | each watched group's switch (on = published, off = muted) | `switch` | GROUP`_enabled` | category `config` |
-/// | the onsets | `event` | `events` | `event_types`: every group that publishes |
+/// | the onsets | `event` | `events` | `event_types`: every group that publishes, and `test_alert` |
 /// | the level (unless `[mqtt] level_interval = off`) | `sensor` | `level` | unit `dBFS`, state class `measurement`, no device class (dBFS is not sound pressure), category `diagnostic` |
 /// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
 /// | notifications failing (with `[notify] url`) | `binary_sensor` | `notifications_failing` | `problem`, category `diagnostic` |
 /// | sleep session | `switch` | `sleep_session` | |
+/// | a test alert (`PRESS` on `P/test_alert/set`) | `button` | `test_alert` | category `diagnostic` |
 /// | a smoke or CO alarm's low battery (while `alarm_chirp` publishes) | `binary_sensor` | `smoke_alarm_battery` | `battery` |
 ///
 /// The device block carries `suggested_area` when ``area`` is set (`[mqtt] area`): Home Assistant puts a device it
@@ -151,7 +152,7 @@ package struct HomeAssistantDiscovery: Sendable {
             component: "event", objectID: "events", name: "Sound event",
             extra: [
                 "state_topic": .string(topics.detected),
-                "event_types": .array(state.eventGroups.map { .string($0) }),
+                "event_types": .array((state.eventGroups + [TestAlert.type]).map { .string($0) }),
             ])))
         if level { result.append((configTopic(component: "sensor", objectID: "level"), entity(
             component: "sensor", objectID: "level", name: "Sound level",
@@ -187,6 +188,13 @@ package struct HomeAssistantDiscovery: Sendable {
                 "state_topic": .string(topics.sleepState),
                 "payload_on": "ON", "payload_off": "OFF", "state_on": "ON", "state_off": "OFF",
                 "icon": "mdi:sleep",
+            ])))
+        result.append((configTopic(component: "button", objectID: "test_alert"), entity(
+            component: "button", objectID: "test_alert", name: "Test alert",
+            extra: [
+                "command_topic": .string(topics.command(TestAlert.type)),
+                "payload_press": .string(MQTTSink.pressPayload),
+                "entity_category": "diagnostic", "icon": "mdi:bell-ring",
             ])))
         if state.eventGroups.contains(AlarmEvent.alarmChirp) {
             // `battery`: on means low. Not diagnostic: it is another device's battery, for the dashboard.

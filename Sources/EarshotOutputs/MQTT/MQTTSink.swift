@@ -16,8 +16,9 @@ import EarshotDetection
 /// refuses the credentials is said once as an `mqtt_unavailable` health event (the broker and the cause), and
 /// `mqtt_connected` when it is back; what happened meanwhile is delivered then, in order.
 ///
-/// Commands (`P/GROUP/set`, `P/sleep/set`, payload `ON` or `OFF`, not retained) go to `commands`; anything else on
-/// those topics is ignored with a log line (at most 20 a minute; the rest are counted in the next line).
+/// Commands (`P/GROUP/set`, `P/sleep/set`, payload `ON` or `OFF`; `P/test_alert/set`, payload `PRESS`; not retained)
+/// go to `commands`; anything else on those topics is ignored with a log line (at most 20 a minute; the rest are
+/// counted in the next line).
 package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// A validated command from the broker.
     package enum Command: Sendable, Equatable {
@@ -25,6 +26,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case setGroup(String, enabled: Bool)
         /// Start (`true`) or stop (`false`) a sleep session.
         case setSleep(Bool)
+        /// Send a test alert (Home Assistant's `Test alert` button: `PRESS` on `P/test_alert/set`).
+        case testAlert
     }
 
     package let name = "mqtt"
@@ -41,6 +44,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// counted in the next line.
     package static let ignoredLogLimit = 20
     package static let ignoredLogWindow = 60.0
+    /// The payload of the `Test alert` button's command (Home Assistant's default `payload_press`).
+    package static let pressPayload = "PRESS"
     /// Seconds between level messages at least (a level that moves by a step, or the gate opening or closing).
     package static let levelMinimumInterval = 1.0
 
@@ -204,7 +209,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
                 }
                 publishNotify()
             }
-        case .clip:
+        case .clip, .testAlert:
             publishEvent(routed)
         case .sleepReport(let object):
             state.withLock { $0.lastReport = object }
@@ -268,6 +273,12 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         let group = routed.output.group
         let critical = group.map { Self.criticalGroups.contains($0) } ?? false
         connection.enqueue(MQTTMessage(topic: topics.event, text: object.encoded, qos: 1, retain: false, critical: critical))
+        if case .testAlert = routed.output {
+            // The event entity's too, so that an automation on it is part of what the test tries.
+            var detected: JSONObject = ["event_type": .string(TestAlert.type)]
+            for entry in object.entries where entry.key != "type" { detected[entry.key] = entry.value }
+            connection.enqueue(MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false))
+        }
         guard let group else { return }
         let type = object["type"]?.stringValue
         let isPoint = group == AlarmEvent.alarmChirp
@@ -543,6 +554,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         }
         let name = String(topic.dropFirst(prefix.count).dropLast(suffix.count))
         guard !retained else { return ignore("a retained command is not applied (publish it without the retain flag)") }
+        if name == TestAlert.type {
+            return payload == Array(Self.pressPayload.utf8) ? .testAlert : ignore("the payload must be \(Self.pressPayload)")
+        }
         let on: Bool
         switch payload {
         case Array("ON".utf8): on = true

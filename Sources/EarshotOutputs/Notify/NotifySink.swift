@@ -156,6 +156,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return settings.groups.isEmpty || settings.groups.contains(group)
         case .health(let health):
             return settings.health && Self.healthStates.contains(health.state)
+        case .testAlert:
+            // Whatever groups says: it tests the way to the phone.
+            return true
         case .window, .clip, .sleepReport, .controls, .statistics:
             return false
         }
@@ -175,6 +178,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         switch routed.output {
         case .health(let health):
             deliverHealth(health, time: routed.time)
+            return
+        case .testAlert:
+            guard !state.withLock({ $0.stopped }) else { return }
+            enqueue(NotificationMessage.testAlert(node: settings.node, time: routed.time, format: settings.format))
             return
         case .detection(.onset): isOnset = true
         case .detection(.offset): isOnset = false
@@ -376,7 +383,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         switch original.kind {
         case .end:
             if target.missedOnsets.remove(original.group) != nil { message = original.missedOnset() }
-        case .onset, .reminder, .health:
+        case .onset, .reminder, .health, .test:
             break
         }
         let urgent = (message.kind == .onset || message.kind == .reminder) && NotificationMessage.urgentGroups.contains(message.group)
@@ -492,13 +499,15 @@ package struct NotificationMessage: Sendable, Equatable {
         case onset, end, reminder
         /// Monitoring stopped working or works again (``NotificationMessage/health(state:message:started:node:time:format:)``).
         case health
+        /// A test alert (``NotificationMessage/testAlert(node:time:format:)``).
+        case test
     }
 
     /// `Name: value` lines.
     package var headers: [String]
     package var body: [UInt8]
     package let kind: Kind
-    /// The event's group; empty for ``Kind/health``.
+    /// The event's group; empty for ``Kind/health`` and ``Kind/test``.
     package let group: String
     private let object: JSONObject
     private let format: NotifySettings.Format
@@ -560,7 +569,12 @@ package struct NotificationMessage: Sendable, Equatable {
             var details: String?
             var priority: Int
             var tags: [String]
-            if kind == .health {
+            if kind == .test {
+                title = node.isEmpty ? "Test alert" : "\(node): test alert"
+                line = Self.testAlertText(node: node)
+                priority = 3
+                tags = ["bell", TestAlert.type]
+            } else if kind == .health {
                 let monitoring = object["monitoring"]?.boolValue ?? false
                 let message = object["message"]?.stringValue
                 switch object["state"]?.stringValue {
@@ -599,7 +613,7 @@ package struct NotificationMessage: Sendable, Equatable {
                 let soundingPriority = urgent ? 5 : group == "glass_break" ? 4 : 3
                 let soundingTags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
                 switch kind {
-                case .onset, .health:
+                case .onset, .health, .test:
                     let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
                     let shown = confidence.map { "confidence \(JSONValue.format($0, decimals: 2))" }
                     line = "\(subject) \(verb)\(place) at \(clock)"
@@ -667,6 +681,20 @@ package struct NotificationMessage: Sendable, Equatable {
         if let message { object["message"] = .string(message) }
         object["time"] = .string(EventJSON.timestamp(time))
         return NotificationMessage(object: object, group: "", kind: .health, format: format, node: node, time: time)
+    }
+
+    /// A test alert (``Kind/test``): ntfy `Test alert from kitchen: Earshot can reach this phone` (``testAlertText(node:)``),
+    /// title `kitchen: test alert`, priority 3 (the default: the phone sounds as for a baby cry), tags `bell,test_alert`;
+    /// JSON `{"type":"test_alert","time":...,"node":"kitchen"}`.
+    package static func testAlert(node: String, time: Date, format: NotifySettings.Format) -> NotificationMessage {
+        let object: JSONObject = ["type": .string(TestAlert.type), "time": .string(EventJSON.timestamp(time))]
+        return NotificationMessage(object: object, group: "", kind: .test, format: format, node: node, time: time)
+    }
+
+    /// The words of a test alert: `Test alert from kitchen: Earshot can reach this phone` (`Test alert: ...` without a
+    /// node).
+    package static func testAlertText(node: String) -> String {
+        "Test alert\(node.isEmpty ? "" : " from \(node)"): Earshot can reach this phone"
     }
 
     /// This message as sent at `date`: in ntfy's format, ` (delivered 25 s late)` ends its first line when `date` is
