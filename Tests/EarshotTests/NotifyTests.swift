@@ -193,8 +193,9 @@ struct NotifyTests {
         let sink = try Self.sink(Self.settings([server.url("/fail")]) {
             $0.retries = 2
             $0.firstRetryDelaySeconds = 0.2
-            // Not this test's subject (NotifyDeliveryTests): the smoke alarm gets its retries like any other.
+            // Not this test's subject (NotifyDeliveryTests): every onset gets its retries like any other message.
             $0.urgentRetrySeconds = 0
+            $0.onsetRetrySeconds = 0
         }, reports)
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
         sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "Baby cry, infant cry"), time: Self.time))

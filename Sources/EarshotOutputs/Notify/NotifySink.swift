@@ -13,8 +13,9 @@ import EarshotDetection
 /// is dropped for that URL and counted). Each URL has its own libcurl handle, so a slow one delays only itself.
 ///
 /// One attempt waits at most ``NotifySettings/timeoutSeconds``; an attempt without an answer, or answered with
-/// HTTP 408, 429 or 5xx, is retried up to ``NotifySettings/retries`` times after 1, 2, 4 ... s (other statuses
-/// below 200 or from 300 on are not retried: a wrong URL stays wrong). A notification given up is counted
+/// HTTP 408, 429 or 5xx, is retried up to ``NotifySettings/retries`` times after 1, 2, 4 ... s, an onset or reminder
+/// for ``NotifySettings/urgentRetrySeconds`` (smoke, CO, fire) or ``NotifySettings/onsetRetrySeconds`` (any other
+/// group) (other statuses below 200 or from 300 on are not retried: a wrong URL stays wrong). A notification given up is counted
 /// (``Statistics/failed``); the first one of a URL is said as a `notify_failed` health event, and the URL's next
 /// success as `notify_recovered`, so an outage is one pair of events however many notifications it costs (MQTT's
 /// `Notifications failing` sensor follows them).
@@ -373,8 +374,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     ///
     /// A retry waits 1, 2, 4 ... s (``NotifySettings/retryDelay(beforeRetry:)``), or what the server's
     /// `Retry-After` asks when longer (at most ``NotifySettings/maximumRetryAfterSeconds``). An onset or reminder
-    /// of an urgent group is retried for ``NotifySettings/urgentRetrySeconds`` (waits of at most
-    /// ``NotifySettings/urgentMaximumRetryDelaySeconds`` unless `Retry-After` says more) instead of `retries`
+    /// is retried for ``NotifySettings/urgentRetrySeconds`` (an urgent group's) or
+    /// ``NotifySettings/onsetRetrySeconds`` (any other's), with waits of at most
+    /// ``NotifySettings/urgentMaximumRetryDelaySeconds`` unless `Retry-After` says more, instead of `retries`
     /// times; the outage is reported once its `retries` are used up, as for any other. An end whose onset this URL
     /// never accepted says so (``NotificationMessage/missedOnset()``): the phone never reads "ended" about an
     /// alarm it was not told of.
@@ -386,7 +388,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .onset, .reminder, .health, .test:
             break
         }
-        let urgent = (message.kind == .onset || message.kind == .reminder) && NotificationMessage.urgentGroups.contains(message.group)
+        // How long past `retries` this one is tried: an alert's onset or reminder, while it is still news.
+        let retryWindow = message.kind == .onset || message.kind == .reminder
+            ? NotificationMessage.urgentGroups.contains(message.group) ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
+            : 0
         let started = Self.uptime()
         var attempt = 0
         var lastProblem = ""
@@ -432,17 +437,17 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 retryable = true
             }
             let now = Self.uptime()
-            let urgentLeft = urgent ? started + settings.urgentRetrySeconds - now : 0
-            if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || urgentLeft > 0 {
+            let windowLeft = retryWindow > 0 ? started + retryWindow - now : 0
+            if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || windowLeft > 0 {
                 var wait = settings.retryDelay(beforeRetry: attempt)
-                if urgent { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
+                if retryWindow > 0 { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
                 if let retryAfter { wait = max(wait, min(retryAfter, settings.maximumRetryAfterSeconds)) }
-                if attempt > settings.retries { wait = min(wait, max(0, urgentLeft)) }
+                if attempt > settings.retries { wait = min(wait, max(0, windowLeft)) }
                 if attempt == settings.retries + 1, !reported {
-                    // An urgent onset still being retried: the outage is said now, not in 15 minutes.
+                    // An onset still being retried: the outage is said now, not when its window closes.
                     reported = true
                     reportFailing(target, problem: lastProblem, attempts: attempt, retryable: true,
-                                  note: "; this \(message.group) notification is tried again for up to \(Self.duration(settings.urgentRetrySeconds))")
+                                  note: "; this \(message.group) notification is tried again for up to \(Self.duration(retryWindow))")
                 }
                 if waitUnlessStopping(wait) { continue }
             }
