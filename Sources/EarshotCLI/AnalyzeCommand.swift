@@ -65,6 +65,11 @@ enum AnalyzeCommand: EarshotCommand {
                 request = try ClassifySoundRequest(windowDuration: options.window, overlapFactor: options.overlap)
             }
             _ = try BuiltInClassifier.shared()
+            if case .custom(let head) = request.classifier, let model = options.model,
+               HeadModelSet.windowMismatch(trained: head.metadata.windowDuration, analysed: request.windowDuration) != nil {
+                let trained = SettingRules.format(head.metadata.windowDuration)
+                reportError("warning: model \(model) was trained on \(trained) s windows; with --window \(SettingRules.format(request.windowDuration)) its scores may be less reliable (leave --window out to analyse \(trained) s windows)")
+            }
         } catch {
             reportError(error.message)
             return error.exitStatus

@@ -69,6 +69,9 @@ enum DetectCommand: EarshotCommand {
         do {
             let configuration = try DaemonConfiguration.load(path: configPath, overrides: .init())
             detection = try FileDetection(configuration: configuration, configPath: configPath)
+            for line in detection.heads.windowMismatches(windowDuration: configuration.analysis.windowDuration) {
+                reportError("warning: \(line)")
+            }
         } catch {
             reportError(error.message)
             return error.exitStatus

@@ -199,6 +199,7 @@ enum UsageSnippet {
         lines.append("  and add \(groups.joined(separator: " | ")) to watch in [detection]")
         if trainedOnOtherWindow {
             lines.append("  (window = \(SettingRules.format(window)): the model was trained on \(SettingRules.format(window)) s windows; the daemon analyses every group on one window)")
+            lines.append("  (the built-in groups were set on 0.96 s windows: check the sounds you rely on with earshot detect FILE --config YOUR.conf)")
         }
         return lines
     }

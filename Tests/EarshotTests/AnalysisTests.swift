@@ -259,6 +259,20 @@ struct AnalysisTests {
         let paddedTop = padded.indices.max { padded[$0] < padded[$1] }!
         #expect(try request.knownClassifications()[paddedTop] == "Silence")
         #expect(String(format: "%.4f", padded[paddedTop]) == "0.4000")
+
+        // `earshot train --window 3` embeds the same window the same way: the mean of the two patches of audio
+        // (exactly the scorer's embedding for 19200 samples of audio), not of the five padded patches.
+        let extractor = try EmbeddingExtractor(windowDuration: 3, overlapFactor: 0.5)
+        let scorer = extractor.makeScorer()
+        let trained = extractor.embeddings(of: clip, scorer: scorer)
+        let window = clip + [Float](repeating: 0, count: 46_320 - clip.count)
+        let (realScores, realEmbedding) = window.withUnsafeBufferPointer { scorer.score(window: $0, realSamples: 19_200) }
+        let paddedEmbedding = window.withUnsafeBufferPointer { scorer.score(window: $0).embedding }
+        #expect(trained == realEmbedding)
+        #expect(AnalysisTestSupport.maxDifference(realScores, expected[...]) <= 1e-5)
+        let change = AnalysisTestSupport.maxDifference(trained, paddedEmbedding[...])
+        print("3 s training window on 1.2 s of audio: max |embedding - padded mean| = \(change)")
+        #expect(change > 0.1)
     }
 
     @Test("scoring in rounds of a few windows while decoding gives the same results as one round", .needsShared)

@@ -129,8 +129,29 @@ struct TrainCommandTests {
             "  threshold = 0.50",
             "  and add whistle_tone to watch in [detection]",
             "  (window = 2: the model was trained on 2 s windows; the daemon analyses every group on one window)",
+            "  (the built-in groups were set on 0.96 s windows: check the sounds you rely on with earshot detect FILE --config YOUR.conf)",
         ])
         #expect(try ClassifierHead(contentsOf: model).metadata.windowDuration == 2)
+
+        // Used at another window, the model is named with a warning (trial 8 #5): analyze --window, and earshot
+        // detect and earshotd --check-config with a configuration that leaves out [analysis] window = 2.
+        let sample = "data/tone/tone-0.wav"
+        let analyze = try #require(try EarshotCLI.run(["analyze", "--model", "whistle.earshot", "--window", "0.96", sample], in: directory))
+        #expect(analyze.status == 0)
+        #expect(analyze.errorLines == ["earshot: warning: model whistle.earshot was trained on 2 s windows; with --window 0.96 its scores may be less reliable (leave --window out to analyse 2 s windows)"])
+        let same = try #require(try EarshotCLI.run(["analyze", "--model", "whistle.earshot", sample], in: directory))
+        #expect(same.errorLines.isEmpty, "\(same.errorLines)")
+        let mismatch = "model whistle (\(path)) was trained on 2 s windows; the daemon analyses 0.96 s windows, so its scores may be less reliable (set [analysis] window = 2)"
+        for (name, window) in [("plain.conf", ""), ("windowed.conf", "[analysis]\nwindow = 2\n")] {
+            try "[models]\nfiles = \(path)\n\(window)[detection]\nwatch = whistle_tone\n[group.whistle_tone]\nclasses = whistle:tone\nthreshold = 0.5\n"
+                .write(to: directory.appendingPathComponent(name), atomically: true, encoding: .utf8)
+            let detect = try #require(try EarshotCLI.run(["detect", sample, "--config", name], in: directory))
+            #expect(detect.status == 0, "\(detect.standardError)")
+            #expect(detect.errorLines == (window.isEmpty ? ["earshot: warning: \(mismatch)"] : []), "\(name)")
+            let check = try StopAndPathTests.runDaemon(["--check-config", "--config", directory.appendingPathComponent(name).path], seconds: 30)
+            #expect(check.status == 0, "\(check.error)")
+            #expect(check.error.split(separator: "\n").map(String.init) == (window.isEmpty ? ["earshotd: warning: \(mismatch)"] : []), "\(name)")
+        }
 
         let plain = try #require(try EarshotCLI.run(["train", "data", "--output", "whistle.earshot"], in: directory, timeout: 300))
         #expect(plain.status == 0, "\(plain.standardError)")

@@ -21,9 +21,11 @@ import EarshotAnalysis
 ///   of ``Configuration/persistentMinimumBeepSeconds`` or more) while the classifier's smoke/fire score averages
 ///   ``Configuration/persistentScore`` or more, or ``Configuration/cadenceScore`` or more when the tone beeps in a
 ///   regular long-beep cadence (three whole beeps or more of 0.78-2.6 s, even in length, with even pauses of 0.15 s
-///   or more). Short beeps, half-duty beeping (timers, clocks, monitors, a reversing truck, a fridge door) and the
-///   classifier alone never are (it scores a kitchen timer 0.9); fast beeping that a room's echo merges into one
-///   tone can be (``Configuration/fastBeatPeriodicity`` refuses it, off by default: a real alarm beats as fast);
+///   or more). A tone that warbles within ``Configuration/warbleTolerance`` of its frequency counts as one tone,
+///   with the ``Configuration/persistentScore`` bar. Short beeps, half-duty beeping (timers, clocks, monitors, a
+///   reversing truck, a fridge door) and the classifier alone never are (it scores a kitchen timer 0.9); fast
+///   beeping that a room's echo merges into one tone can be (``Configuration/fastBeatPeriodicity`` refuses it, off
+///   by default: a real alarm beats as fast);
 /// - `co_alarm` onset when two T4 bursts are seen 3 to 9 s apart (three, on the tone of an open T3 `smoke_alarm`),
 ///   unless a louder tone that sounds with the first burst sounds again between them (a kitchen timer's alias);
 /// - `alarm_chirp` (onset only) when ``Configuration/minimumChirps`` (3) isolated short chirps of one frequency come
@@ -118,6 +120,12 @@ package final class AlarmDetector {
         /// `../shared` (`ALRMElec_Smoke_detector_alarm_2`: 0.26 s beeps every 0.34 s, 0.52-0.61), which beats just as
         /// a clock does. 0.5 turns it on.
         package var fastBeatPeriodicity = 2.0
+        /// Relative frequency band (0.03...0.5) within which a persistent tone's pieces may wander and still be one
+        /// warbling alarm tone (the `tone+classifier` rule; the classifier's bar is then ``persistentScore``). A
+        /// warbling smoke alarm in `../shared` (`alarm-wpmonitor/Smoke_alarm.wav`: "Fire alarm" 0.94-1.0) steps
+        /// its loudest partial through 2454, 2676 and 2864 Hz every second (-8 % to +7 % of the longest piece), in
+        /// pieces 0.1-0.5 s long that no one frequency covers 75 % of. 0.03 or less turns the warble off.
+        package var warbleTolerance = 0.1
 
         package init() {}
     }
@@ -318,8 +326,11 @@ package final class AlarmDetector {
             let span = (result.timeRange.end - configuration.persistentSeconds, result.timeRange.end)
             let scores = windows.filter { $0.range.start >= span.0 - 0.5 && $0.range.end <= span.1 + 0.01 }
             let mean = scores.isEmpty ? 0 : scores.reduce(Float(0)) { $0 + $1.smoke } / Float(scores.count)
-            let bar = tone.cadence ? min(configuration.cadenceScore, configuration.persistentScore) : configuration.persistentScore
-            if scores.count >= 8, mean >= bar {
+            let bar = tone.shape == .cadence ? min(configuration.cadenceScore, configuration.persistentScore) : configuration.persistentScore
+            // Windows must span half of those seconds or more (8 windows of the default 0.96 s every 0.48 s, 3 of
+            // 2 s every 1 s): a count of windows would refuse longer windows (7 of 2 s fit in 8.5 s).
+            let heard = (scores.map(\.range.end).max() ?? 0) - (scores.map(\.range.start).min() ?? 0)
+            if heard >= configuration.persistentSeconds / 2, mean >= bar {
                 let best = scores.max { $0.smoke < $1.smoke }
                 let active = Active(
                     source: .toneAndClassifier, pattern: nil, start: tone.start, lastEvidence: result.timeRange.end,
@@ -334,8 +345,11 @@ package final class AlarmDetector {
 
     /// A tone that sounded most of the last ``Configuration/persistentSeconds`` in long beeps (see the type's
     /// rules), with its first beep's start, frequency and mean level, and whether it beeps in a regular long-beep
-    /// cadence (``isLongBeepCadence(_:begin:end:)``); nil when none did.
-    private func persistentTone(endingAt end: Double) -> (start: Double, frequencyHz: Double, levelDBFS: Double, cadence: Bool)? {
+    /// cadence (``isLongBeepCadence(_:begin:end:)``); nil when none did. The tone is the longest piece's frequency
+    /// (within 3 %) or, where that does not cover enough, the same frequency warbling: pieces within
+    /// ``Configuration/warbleTolerance`` of it that are not all within 3 % of one another (``ToneShape/warble``,
+    /// never a cadence: it needs ``Configuration/persistentScore``).
+    private func persistentTone(endingAt end: Double) -> (start: Double, frequencyHz: Double, levelDBFS: Double, shape: ToneShape)? {
         let begin = end - configuration.persistentSeconds
         var tones = recentTones.filter { $0.end >= begin }
         for open in tracker?.openSegments ?? [] {
@@ -346,17 +360,48 @@ package final class AlarmDetector {
         // The loudest-in-total frequency, then every piece of it (rejoined where a codec broke it).
         guard let main = tones.max(by: { $0.duration < $1.duration }), main.duration >= 0.15
         else { return nil }
-        let tolerance = 0.03 * main.frequencyHz
-        var pieces = tones.filter { abs($0.frequencyHz - main.frequencyHz) <= tolerance }.sorted { $0.start < $1.start }
+        func pieces(within tolerance: Double) -> [ToneSegment] {
+            tones.filter { abs($0.frequencyHz - main.frequencyHz) <= tolerance * main.frequencyHz }.sorted { $0.start < $1.start }
+        }
+        let steady = pieces(within: 0.03)
         // A fast beeper is no alarm, even where a room's echo or the rejoining below made its beeps one tone.
-        if configuration.fastBeatPeriodicity <= 1, fastBeat(pieces, begin: begin, end: end) >= configuration.fastBeatPeriodicity {
+        if configuration.fastBeatPeriodicity <= 1, fastBeat(steady, begin: begin, end: end) >= configuration.fastBeatPeriodicity {
             return nil
         }
-        pieces = ToneSegment.joined(pieces, gap: configuration.rejoinGapSeconds + Self.gridSlackSeconds)
+        if let joined = sounding(steady, begin: begin, end: end) {
+            let level = joined.reduce(0) { $0 + $1.levelDBFS } / Double(joined.count)
+            let shape: ToneShape = isLongBeepCadence(joined, begin: begin, end: end) ? .cadence : .steady
+            return (joined[0].start, main.frequencyHz, level, shape)
+        }
+        let band = pieces(within: configuration.warbleTolerance)
+        guard configuration.warbleTolerance > 0.03, band.count > steady.count,
+              let low = band.map(\.frequencyHz).min(), let high = band.map(\.frequencyHz).max(), high > 1.03 * low,
+              let joined = sounding(band, begin: begin, end: end)
+        else { return nil }
+        let level = joined.reduce(0) { $0 + $1.levelDBFS } / Double(joined.count)
+        return (joined[0].start, main.frequencyHz, level, .warble)
+    }
+
+    /// How a persistent tone sounds, which sets the classifier's bar (``observe(classification:)``).
+    private enum ToneShape {
+        /// One frequency, not in a long-beep cadence: ``Configuration/persistentScore``.
+        case steady
+        /// One frequency in a regular long-beep cadence: ``Configuration/cadenceScore``.
+        case cadence
+        /// A frequency that warbles over a few per cent: ``Configuration/persistentScore``.
+        case warble
+    }
+
+    /// `pieces` (time order) rejoined across gaps of ``Configuration/rejoinGapSeconds``, when they sound most of
+    /// [begin, end] in long beeps: ``Configuration/persistentCoverage`` of it, no silence longer than
+    /// ``Configuration/persistentMaxGapSeconds`` (from `begin` to the first piece too), median beep
+    /// ``Configuration/persistentMinimumBeepSeconds`` or longer; nil otherwise.
+    private func sounding(_ pieces: [ToneSegment], begin: Double, end: Double) -> [ToneSegment]? {
+        let joined = ToneSegment.joined(pieces, gap: configuration.rejoinGapSeconds + Self.gridSlackSeconds)
         var covered = 0.0
         var longestGap = 0.0
         var cursor = begin
-        for piece in pieces {
+        for piece in joined {
             let from = max(piece.start, begin), to = min(piece.end + 0.01, end)
             guard to > from else { continue }
             longestGap = max(longestGap, from - cursor)
@@ -364,14 +409,13 @@ package final class AlarmDetector {
             cursor = max(cursor, to)
         }
         longestGap = max(longestGap, end - cursor)
-        let beeps = pieces.map { $0.end - $0.start + 0.01 }.sorted()
+        let beeps = joined.map { $0.end - $0.start + 0.01 }.sorted()
         guard !beeps.isEmpty, covered >= configuration.persistentCoverage * configuration.persistentSeconds,
               longestGap <= configuration.persistentMaxGapSeconds,
               beeps[beeps.count / 2] >= configuration.persistentMinimumBeepSeconds,
-              pieces.first.map({ $0.start <= begin + configuration.persistentMaxGapSeconds }) ?? false
+              joined.first.map({ $0.start <= begin + configuration.persistentMaxGapSeconds }) ?? false
         else { return nil }
-        let level = pieces.reduce(0) { $0 + $1.levelDBFS } / Double(pieces.count)
-        return (pieces[0].start, main.frequencyHz, level, isLongBeepCadence(pieces, begin: begin, end: end))
+        return joined
     }
 
     /// How strongly a persistent tone's pieces (as the tracker ended them, before rejoining) beat with a period of

@@ -137,17 +137,40 @@ public struct HeadModelSet: Sendable {
     /// daemon's window (`windowDuration`, seconds) differs from the one it was trained on.
     /// The heads shipped with the built-in classifier (``isBuiltIn(path:directory:)``) are part of it: no line.
     public func notes(windowDuration: Double) -> [String] {
-        let directory = try? ModelLocator.builtInDirectory()
-        let listed = models.filter { model in directory.map { !Self.isBuiltIn(path: model.path, directory: $0) } ?? true }
-        return listed.map { model in
+        listedModels.map { model in
             let metadata = model.head.metadata
             var line = "model \(model.name) (\(model.path)): classes " + model.head.labels.map { "\(model.name):\($0)" }.joined(separator: ", ")
                 + ", trained \(metadata.trainedAt) on \(SettingRules.format(metadata.windowDuration)) s windows"
-            if abs(metadata.windowDuration - windowDuration) > 1e-6 {
-                line += "; the daemon analyses \(SettingRules.format(windowDuration)) s windows, so its scores may be less reliable (set [analysis] window = \(SettingRules.format(metadata.windowDuration)))"
+            if let mismatch = Self.windowMismatch(trained: metadata.windowDuration, analysed: windowDuration) {
+                line += "; \(mismatch)"
             }
             return line
         }
+    }
+
+    /// One line per model trained on another window than `windowDuration` (seconds, the analysis window), for
+    /// `earshotd --check-config` and `earshot detect`, e.g. `model kettle (/etc/earshot/kettle.earshot) was
+    /// trained on 2 s windows; the daemon analyses 0.96 s windows, so its scores may be less reliable (set
+    /// [analysis] window = 2)`. Empty when every window agrees; the built-in heads have no line.
+    public func windowMismatches(windowDuration: Double) -> [String] {
+        listedModels.compactMap { model in
+            Self.windowMismatch(trained: model.head.metadata.windowDuration, analysed: windowDuration).map {
+                "model \(model.name) (\(model.path)) was trained on \(SettingRules.format(model.head.metadata.windowDuration)) s windows; \($0)"
+            }
+        }
+    }
+
+    /// What a model trained on `trained` s windows risks under an analysis window of `analysed` s, or nil when
+    /// they agree.
+    public static func windowMismatch(trained: Double, analysed: Double) -> String? {
+        guard abs(trained - analysed) > 1e-6 else { return nil }
+        return "the daemon analyses \(SettingRules.format(analysed)) s windows, so its scores may be less reliable (set [analysis] window = \(SettingRules.format(trained)))"
+    }
+
+    /// The models of the set but the heads shipped with the built-in classifier.
+    private var listedModels: [Model] {
+        let directory = try? ModelLocator.builtInDirectory()
+        return models.filter { model in directory.map { !Self.isBuiltIn(path: model.path, directory: $0) } ?? true }
     }
 
     /// A model's name: the file name without its last extension (`doorbell` for `/x/doorbell.earshot`).

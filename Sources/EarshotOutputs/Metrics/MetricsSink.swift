@@ -15,9 +15,10 @@ import EarshotDetection
 /// window); a scrape copies the snapshot under the same lock and renders it on libmicrohttpd's thread, so a scrape
 /// never delays the analysis.
 ///
-/// Order: ``init(settings:version:)`` binds the address and starts answering (an address in use is an error at
-/// start; until the router starts, a scrape shows the metrics at zero); ``stop()`` stops the server and closes the
-/// socket.
+/// Order: ``init(settings:version:)`` binds the address (an address in use is an error at start, before the
+/// daemon creates anything else); ``serve()`` starts answering, once the daemon's event socket exists, so that a
+/// scrape that answers means the socket can be connected to (until the router starts, a scrape shows the metrics
+/// at zero); ``stop()`` stops the server and closes the socket.
 package final class MetricsSink: OutputSink {
     package let name = "metrics"
     package let deliversWithoutWaiting = true
@@ -35,8 +36,7 @@ package final class MetricsSink: OutputSink {
     ///   - settings: `[metrics]`; ``MetricsSettings/listen`` is bound here.
     ///   - version: `earshot_build_info`'s `version` label.
     /// - Throws: `EarshotError(.config)` when the address cannot be bound (in use, not an address of this machine, a
-    ///   privileged port): see ``MetricsHTTPServer/init(endpoint:body:)``; `.system` when socket(2) fails or
-    ///   libmicrohttpd cannot start its thread.
+    ///   privileged port): see ``MetricsHTTPServer/init(endpoint:body:)``; `.system` when socket(2) fails.
     package init(settings: MetricsSettings, version: String = earshotVersion) throws(EarshotError) {
         self.settings = settings
         let snapshot = SharedSnapshot()
@@ -44,6 +44,12 @@ package final class MetricsSink: OutputSink {
         server = try MetricsHTTPServer(endpoint: settings.listen) {
             snapshot.withLock { $0 }.exposition(version: version)
         }
+    }
+
+    /// Starts answering scrapes (connections made since ``init(settings:version:)`` wait in the listen backlog
+    /// until now). Idempotent.
+    /// - Throws: `EarshotError(.system)` when libmicrohttpd cannot start its thread.
+    package func serve() throws(EarshotError) {
         try server.start()
     }
 

@@ -29,7 +29,8 @@ extension DaemonConfiguration {
     ///   earshotd, the line adds its note); those of ``checkSocketDirectory()`` (73). Without `--config` and with no file at
     ///   ``defaultPath``, the line ends `; no /etc/earshot/earshotd.conf, so the built-in defaults`.
     ///   `warn` gets the lines of ``warnings()`` and ``storageWarnings()``: settings the daemon starts with but
-    ///   that do nothing or lose events.
+    ///   that do nothing or lose events; and a line per `[models]` model trained on another window than `[analysis]
+    ///   window` (``HeadModelSet/windowMismatches(windowDuration:)``).
     package static func check(commandLine: DaemonCommandLine, warn: (String) -> Void = { _ in }) throws(EarshotError) -> String {
         var configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         try configuration.readMQTTPassword()
@@ -41,7 +42,8 @@ extension DaemonConfiguration {
         _ = try configuration.loadSnoreHead()  // `[sleep] model` loads as at start (a head with label snoring)
         try configuration.checkInputFile()
         if let fallback = commandLine.fallbackInput { try checkFallbackInput(fallback) }
-        for line in configuration.warnings() + configuration.storageWarnings() { warn(line) }
+        for line in configuration.warnings() + configuration.storageWarnings()
+            + models.windowMismatches(windowDuration: configuration.analysis.windowDuration) { warn(line) }
         let broker = configuration.mqtt.enabled
             ? "; the MQTT broker \(try configuration.checkMQTTBroker()) accepted the connection" : ""
         // Without --config a missing default file is not an error (the built-in defaults apply): say which.

@@ -6,11 +6,11 @@ extension DaemonConfiguration {
     /// `[metrics]`: see ``MetricsSettings`` (the settings belong to the component that uses them).
     package typealias Metrics = MetricsSettings
 
-    /// The metrics sink for `[metrics]`, listening already, or nil when metrics are off.
+    /// The metrics sink for `[metrics]`, its address bound (it answers after ``MetricsSink/serve()``), or nil when
+    /// metrics are off.
     /// - Throws: `EarshotError(.config)` (78) naming where `listen` was set when the address cannot be bound, e.g.
     ///   `/etc/earshot/earshotd.conf:40: [metrics] listen = 127.0.0.1:9464: Address already in use (another
-    ///   program, or another earshotd, listens there; choose another port)`; `.system` (71) when the server cannot
-    ///   start.
+    ///   program, or another earshotd, listens there; choose another port)`; `.system` (71) when socket(2) fails.
     package func makeMetricsSink() throws(EarshotError) -> MetricsSink? {
         guard metrics.enabled else { return nil }
         do {

@@ -167,7 +167,8 @@ package final class EarshotDaemon: @unchecked Sendable {
         let signal = AudioArrivedSignal(queue: analysisQueue)
         audioArrived = signal
         ring = SampleRingBuffer(minimumCapacity: Self.ringSeconds * 48_000, didWrite: { signal.raise() })
-        // Before the socket: a metrics address in use stops the start before anything else is created.
+        // Before the socket: a metrics address in use stops the start before anything else is created (it answers
+        // scrapes once the socket exists, below).
         let metricsSink = try configuration.makeMetricsSink()
         self.metricsSink = metricsSink
         let link = DaemonLink()
@@ -179,6 +180,13 @@ package final class EarshotDaemon: @unchecked Sendable {
                 controlUsers: output.controlUsers.isEmpty ? [0, geteuid()] : Set(output.controlUsers)),
             status: { link.daemon?.statusObject() ?? ["type": "status"] })
         self.server = server
+        // After the socket: a scrape that answers means the socket can be connected to.
+        do {
+            try metricsSink?.serve()
+        } catch {
+            server.stop()
+            throw error
+        }
         // The sinks in start order; they stop in reverse (the history commits before the socket goes).
         var sinks: [any OutputSink] = [SocketSink(server: server), JournalOutputSink(journal: journal)]
         if commandLine.foreground { sinks.append(StandardOutputSink()) }

@@ -69,8 +69,10 @@ package final class EmbeddingExtractor: Sendable {
     }
 
     /// Embeddings `[windows, 1024]` of the training windows of `samples16k` (mono, 16 kHz, full scale ±1).
-    /// With `minimumLevelDBFS`, windows whose RMS level is below it are left out (the daemon's level gate never
-    /// classifies them either).
+    /// A window longer than 0.96 s that the end of the recording cuts short is the mean of its patches of audio
+    /// only (``WindowGeometry/patchStartFrames(realSamples:)``), as `earshot analyze` and the daemon's last window
+    /// score it, not of its zero padding. With `minimumLevelDBFS`, windows whose RMS level is below it are left out
+    /// (the daemon's level gate never classifies them either).
     package func embeddings(of samples16k: [Float], scorer: WindowScorer, minimumLevelDBFS: Float? = nil) -> [Float] {
         let starts = Self.windowStarts(sampleCount: samples16k.count, geometry: geometry)
         let length = geometry.windowSamples
@@ -83,7 +85,7 @@ package final class EmbeddingExtractor: Sendable {
             for start in starts {
                 let window = UnsafeBufferPointer(rebasing: samples[start..<(start + length)])
                 if let minimumLevelDBFS, ClassificationResult.level(of: window) < minimumLevelDBFS { continue }
-                result += scorer.score(window: window).embedding
+                result += scorer.score(window: window, realSamples: samples16k.count - start).embedding
             }
         }
         return result

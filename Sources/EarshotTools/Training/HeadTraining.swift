@@ -86,7 +86,10 @@ package struct TrainingReport: Sendable {
         for (index, label) in metadata.labels.enumerated() where label != metadata.backgroundLabel {
             let windows = index < windowsPerLabel.count ? windowsPerLabel[index] : 0
             if windows < Self.minimumWindows {
-                problems.append("\(label) has \(windows) window\(windows == 1 ? "" : "s"), fewer than \(Self.minimumWindows) (about 10 s of the sound): add recordings of it")
+                // 20 windows at the model's hop: about 10 s of the sound at 0.96 s windows, 20 s at 2 s (trial 8 #9).
+                let hop = metadata.windowDuration * (1 - metadata.overlapFactor)
+                let seconds = SettingRules.format((Double(Self.minimumWindows) * hop).rounded())
+                problems.append("\(label) has \(windows) window\(windows == 1 ? "" : "s"), fewer than \(Self.minimumWindows) (about \(seconds) s of the sound): add recordings of it")
             }
             if let metric = summary?.perLabel.first(where: { $0.label == label }),
                metric.precision < Self.minimumScore || metric.recall < Self.minimumScore
