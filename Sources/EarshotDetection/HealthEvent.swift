@@ -32,12 +32,14 @@ package struct HealthEvent: Sendable, Equatable {
         /// Notifications to a `[notify]` URL are being given up (no answer or an error status after the retries);
         /// detection goes on. Said once per URL until a notification gets through again.
         case notifyFailed = "notify_failed"
+        /// A `[notify]` URL that was failing (``notifyFailed``) accepted a notification again.
+        case notifyRecovered = "notify_recovered"
 
-        /// The syslog priority the journal entry gets: 6 (info) for `captureLive`, 3 (err) for
+        /// The syslog priority the journal entry gets: 6 (info) for `captureLive` and the recoveries, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
         package var priority: Int {
             switch self {
-            case .captureLive, .mqttConnected: 6
+            case .captureLive, .mqttConnected, .notifyRecovered: 6
             case .captureUnavailable: 3
             case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed: 4
             }

@@ -8,7 +8,7 @@ import EarshotTools
 @Suite("CommandLine: one parser for every earshot command")
 struct CommandLineTests {
     static let commands = ["analyze", "detect", "train", "enroll", "subscribe", "classes", "devices", "eval", "bench", "history",
-                           "report", "sleep", "eval-snore", "help", "version"]
+                           "report", "sleep", "test-alert", "eval-snore", "help", "version"]
 
     static func run(_ arguments: [String]) throws -> EarshotCLI.Outcome {
         try #require(try EarshotCLI.run(arguments, in: FileManager.default.temporaryDirectory, timeout: 30))
@@ -42,6 +42,7 @@ struct CommandLineTests {
             // An unknown option names the command and its options.
             (["subscribe", "--bogus"], "unknown option \"--bogus\" for subscribe (allowed: --socket, --group, --format)"),
             (["sleep", "status", "--bogus"], "unknown option \"--bogus\" for sleep (allowed: --socket, --json)"),
+            (["test-alert", "--bogus"], "unknown option \"--bogus\" for test-alert (allowed: --socket, --json)"),
             (["bench", "--bogus"], "unknown option \"--bogus\" for bench (allowed: --quick, --no-daemon, --daemon-only, --layers, --json, --audio, --daemon)"),
             (["eval", "--bogus"], "unknown option \"--bogus\" for eval (allowed: --manifest, --no-synthetic, --no-classifier, --only, --cases, --segments, --onsets, --segment-hz, --rate-factor, --groups, --stream-hours, --stream-manifest, --threads, --config, --problems, --cost)"),
             (["eval-snore", "a", "b", "--bogus"], "unknown option \"--bogus\" for eval-snore (allowed: --model, --threshold, --rhythm-threshold)"),

@@ -95,6 +95,21 @@ struct MQTTUnitTests {
         MQTTMessage(topic: topic, text: topic, qos: qos, retain: retain, critical: critical)
     }
 
+    @Test("[mqtt] area: free text of 1 to 64 UTF-8 bytes, empty for none; too long or a control character is one line")
+    func area() throws {
+        #expect(try Self.parse("area = Living room\n").mqtt.area == "Living room")
+        let sixtyFour = String(repeating: "ü", count: 32)
+        #expect(try Self.parse("area = \(sixtyFour)\n").mqtt.area == sixtyFour)
+        #expect(try Self.parse("area =\n").mqtt.area == nil)
+        // The test runs outside earshotd@NAME (no EARSHOT_DEFAULT_NODE): no area by default.
+        #expect(try Self.parse("").mqtt.area == nil)
+        #expect(Self.error("area = \(sixtyFour)!\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] area = \(sixtyFour)!: must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)")
+        var settings = MQTTSettings()
+        #expect(settings.set(key: "area", value: "Hall\u{7F}") == "must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)")
+        #expect(settings.set(key: "area", value: "Hall\tway") == "must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)")
+        #expect(settings.area == nil)
+    }
+
     @Test("Outbox: order kept, acknowledged entries leave, a lost connection resends all unacknowledged in order")
     func outboxOrder() {
         var outbox = MQTTOutbox(limit: 10)
@@ -148,6 +163,8 @@ struct MQTTUnitTests {
             "homeassistant/sensor/earshot_kitchen/level/config",
             "homeassistant/binary_sensor/earshot_kitchen/capture_problem/config",
             "homeassistant/switch/earshot_kitchen/sleep_session/config",
+            "homeassistant/button/earshot_kitchen/test_alert/config",
+            "homeassistant/binary_sensor/earshot_kitchen/smoke_alarm_battery/config",
         ])
         func object(_ index: Int) throws -> JSONValue { try JSONValue.parse(configs[index].payload.encoded) }
         let smoke = try object(0)
@@ -163,6 +180,7 @@ struct MQTTUnitTests {
             "binary_sensor.earshot_kitchen_baby_cry", "switch.earshot_kitchen_baby_cry_enabled",
             "event.earshot_kitchen_events", "sensor.earshot_kitchen_level",
             "binary_sensor.earshot_kitchen_capture_problem", "switch.earshot_kitchen_sleep_session",
+            "button.earshot_kitchen_test_alert", "binary_sensor.earshot_kitchen_smoke_alarm_battery",
         ])
         // A node may hold '-' (a host name); an entity id may not.
         let hyphen = HomeAssistantDiscovery(
@@ -172,6 +190,13 @@ struct MQTTUnitTests {
         #expect(smoke["availability_topic"]?.stringValue == "earshot/kitchen/availability")
         #expect(smoke["device"]?["identifiers"]?.arrayValue == [.string("earshot_kitchen")])
         #expect(smoke["device"]?["sw_version"]?.stringValue == "0.1.0")
+        #expect(smoke["device"]?["suggested_area"] == nil)
+        // [mqtt] area: every entity's device block suggests it.
+        let kitchen = HomeAssistantDiscovery(
+            discoveryPrefix: "homeassistant", node: "kitchen", topics: MQTTTopics(base: "earshot/kitchen"), version: "0.1.0",
+            area: "Küche")
+        #expect(try kitchen.configs(for: Self.controls).map { try JSONValue.parse($0.payload.encoded)["device"]?.encoded ?? "" }
+            == Array(repeating: #"{"identifiers":["earshot_kitchen"],"name":"Earshot kitchen","manufacturer":"Earshot","model":"earshotd","sw_version":"0.1.0","suggested_area":"Küche"}"#, count: configs.count))
         #expect(try object(2)["device_class"]?.stringValue == "carbon_monoxide")
         #expect(try object(4)["device_class"]?.stringValue == "safety")
         #expect(try object(6)["device_class"]?.stringValue == "sound")
@@ -179,7 +204,7 @@ struct MQTTUnitTests {
         #expect(mute["command_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/set")
         #expect(mute["state_topic"]?.stringValue == "earshot/kitchen/smoke_alarm/enabled")
         let events = try object(8)
-        #expect(events["event_types"]?.arrayValue?.compactMap(\.stringValue) == Self.controls.eventGroups)
+        #expect(events["event_types"]?.arrayValue?.compactMap(\.stringValue) == Self.controls.eventGroups + ["test_alert"])
         let level = try object(9)
         #expect(level["unit_of_measurement"]?.stringValue == "dBFS")
         #expect(level["device_class"] == nil)
@@ -190,6 +215,34 @@ struct MQTTUnitTests {
         #expect(noLevel.configs(for: Self.controls).map(\.topic) == configs.map(\.topic).filter { !$0.contains("/level/") })
         #expect(try object(10)["device_class"]?.stringValue == "problem")
         #expect(try object(11)["command_topic"]?.stringValue == "earshot/kitchen/sleep/set")
+        // A smoke alarm's low battery, while alarm_chirp publishes (smoke or CO watched, with pattern detection).
+        // The Test alert button: PRESS on its command topic.
+        let button = try object(12)
+        #expect(button["name"]?.stringValue == "Test alert")
+        #expect(button["command_topic"]?.stringValue == "earshot/kitchen/test_alert/set")
+        #expect(button["payload_press"]?.stringValue == "PRESS")
+        #expect(button["entity_category"]?.stringValue == "diagnostic")
+        let battery = try object(13)
+        #expect(battery["name"]?.stringValue == "Smoke alarm battery")
+        #expect(battery["device_class"]?.stringValue == "battery")
+        #expect(battery["state_topic"]?.stringValue == "earshot/kitchen/alarm_chirp/state")
+        #expect(battery["payload_on"]?.stringValue == "ON")
+        #expect(battery["entity_category"] == nil)
+        // With [notify] url set: the Notifications failing sensor, after the capture's.
+        let notifying = HomeAssistantDiscovery(
+            discoveryPrefix: "homeassistant", node: "kitchen", topics: MQTTTopics(base: "earshot/kitchen"), version: "0.1.0", notify: true)
+        let withNotify = notifying.configs(for: Self.controls)
+        #expect(withNotify.map(\.topic) == Array(configs.map(\.topic).prefix(11)) + ["homeassistant/binary_sensor/earshot_kitchen/notifications_failing/config"]
+            + configs.map(\.topic).suffix(3))
+        let failing = try JSONValue.parse(withNotify[11].payload.encoded)
+        #expect(failing["name"]?.stringValue == "Notifications failing")
+        #expect(failing["device_class"]?.stringValue == "problem")
+        #expect(failing["state_topic"]?.stringValue == "earshot/kitchen/notify/state")
+        #expect(failing["json_attributes_topic"]?.stringValue == "earshot/kitchen/notify/attributes")
+        #expect(failing["entity_category"]?.stringValue == "diagnostic")
+        #expect(failing["default_entity_id"]?.stringValue == "binary_sensor.earshot_kitchen_notifications_failing")
+        let noChirp = ControlState(groups: ["baby_cry"], eventGroups: ["baby_cry", "snoring"])
+        #expect(!discovery.configs(for: noChirp).contains { $0.topic.contains("smoke_alarm_battery") })
     }
 
     @Test("The switchable groups: fire_alarm is shown as smoke_alarm when the pattern detector folds it in")
@@ -231,6 +284,10 @@ struct MQTTUnitTests {
         #expect(sink.parseCommand(topic: "earshot/kitchen/speech/set", payload: Array("ON".utf8), retained: false) == nil)
         #expect(sink.parseCommand(topic: "earshot/kitchen/baby_cry/set", payload: Array("on".utf8), retained: false) == nil)
         #expect(sink.parseCommand(topic: "earshot/kitchen//set", payload: Array("ON".utf8), retained: false) == nil)
+        // The Test alert button: PRESS, not retained.
+        #expect(sink.parseCommand(topic: "earshot/kitchen/test_alert/set", payload: Array("PRESS".utf8), retained: false) == .testAlert)
+        #expect(sink.parseCommand(topic: "earshot/kitchen/test_alert/set", payload: Array("ON".utf8), retained: false) == nil)
+        #expect(sink.parseCommand(topic: "earshot/kitchen/test_alert/set", payload: Array("PRESS".utf8), retained: true) == nil)
         var generator = SystemRandomNumberGenerator()
         let pieces = ["earshot", "kitchen", "baby_cry", "sleep", "set", "", "+", "#", "\u{0}", "é", "ON", "smoke_alarm", "x/y"]
         var accepted = 0

@@ -233,16 +233,18 @@ struct MetricsTests {
         #expect(daemon.wait(seconds: 30) == 0, "\(daemon.errorText)")
     }
 
-    @Test("a notification nobody accepts (connection refused, retries 0): earshot_notify_failed_total 1, sent 0 (trial 7 #11)",
+    @Test("a notification nobody accepts (HTTP 404, not retried): earshot_notify_failed_total 1, sent 0 (trial 7 #11)",
           .needsEarshotdBuilt, .needsPromtool)
     func notifyFailedCounter() throws {
         let port = try FreePort.pick()
-        let deadPort = try FreePort.pick()  // nothing listens there: the POST is refused
+        // A 404 is given up at once (a refused connection would be retried for 2 minutes: an onset is news that long).
+        let refusing = try HTTPTestServer { _ in .init(status: 404) }
+        defer { refusing.stop() }
         let scratch = try DaemonScratch([
             "[detection]", "watch = loud", "[metrics]", "enabled = true", "listen = 127.0.0.1:\(port)",
             // health = false: the "listening" and "no audio arrives" messages would fail too (counted before and
             // after the onset); this test counts the event's notification alone.
-            "[notify]", "url = http://127.0.0.1:\(deadPort)/hook", "retries = 0", "timeout = 2", "health = false",
+            "[notify]", "url = \(refusing.url("/hook"))", "retries = 0", "timeout = 2", "health = false",
         ])
         defer { scratch.remove() }
         let daemon = try DaemonProcess(["--config", scratch.config.path, "--input", "-"], standardInput: true)

@@ -140,6 +140,34 @@ struct NotifyTests {
         #expect(server.requests.count == 2)
     }
 
+    @Test("a test alert: notified whatever groups says; ntfy 'Test alert from kitchen: Earshot can reach this phone', JSON type test_alert")
+    func testAlert() throws {
+        let recent = Self.now()
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let alert = DaemonOutput.testAlert(TestAlert(requestedBy: "the event socket"))
+        let ntfy = try Self.sink(Self.settings([server.url("/phone")]) {
+            $0.format = .ntfy
+            $0.groups = ["smoke_alarm"]
+        }, Reports())
+        let json = try Self.sink(Self.settings([server.url("/hook")]) { $0.groups = ["smoke_alarm"] }, Reports())
+        #expect(ntfy.accepts(alert))
+        ntfy.deliver(RoutedOutput(output: alert, time: recent))
+        #expect(server.waitForRequests(1, timeout: 10).count == 1)
+        json.deliver(RoutedOutput(output: alert, time: Self.time))
+        let requests = server.waitForRequests(2, timeout: 10)
+        ntfy.stop()
+        json.stop()
+        try #require(requests.count == 2)
+        #expect(requests[0].body == "Test alert from kitchen: Earshot can reach this phone")
+        #expect(requests[0].headers.filter { ["title", "priority", "tags"].contains($0.name) }.map { "\($0.name): \($0.value)" }
+            == ["title: kitchen: test alert", "priority: 3", "tags: bell,test_alert"])
+        #expect(requests[1].body == #"{"type":"test_alert","time":"2027-01-15T08:00:00.000Z","node":"kitchen"}"#)
+        #expect(requests[1].header("Content-Type") == "application/json")
+        #expect(ntfy.statistics.sent == 1)
+        #expect(NotificationMessage.testAlertText(node: "") == "Test alert: Earshot can reach this phone")
+    }
+
     @Test("ntfy end and reminder messages")
     func ntfyEndAndReminder() {
         let end = NotificationMessage(
@@ -156,7 +184,7 @@ struct NotifyTests {
         #expect(reminder.headers == ["Title: kitchen: Glass break still heard", "Priority: 4", "Tags: warning,glass_break", "Content-Type: text/plain; charset=utf-8"])
     }
 
-    @Test("a failing server: retried after 0.2 s then 0.4 s, given up, said once as notify_failed, counted; recovery logged")
+    @Test("a failing server: retried after 0.2 s then 0.4 s, given up, said once as notify_failed, counted; recovery said as notify_recovered")
     func failingServer() throws {
         // Requests 0...2 (the first notification and its two retries) and 3...5 (the second) fail; then 200.
         let server = try HTTPTestServer { index in .init(status: index < 6 ? 503 : 200) }
@@ -165,8 +193,9 @@ struct NotifyTests {
         let sink = try Self.sink(Self.settings([server.url("/fail")]) {
             $0.retries = 2
             $0.firstRetryDelaySeconds = 0.2
-            // Not this test's subject (NotifyDeliveryTests): the smoke alarm gets its retries like any other.
+            // Not this test's subject (NotifyDeliveryTests): every onset gets its retries like any other message.
             $0.urgentRetrySeconds = 0
+            $0.onsetRetrySeconds = 0
         }, reports)
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
         sink.deliver(RoutedOutput(output: Self.onset("baby_cry", label: "Baby cry, infant cry"), time: Self.time))
@@ -188,11 +217,12 @@ struct NotifyTests {
         #expect(sink.statistics.failed == 2)
         #expect(sink.statistics.sent == 1)
         let health = reports.healthEvents
-        #expect(health.count == 1)
-        #expect(health.first?.state == .notifyFailed)
+        #expect(health.map(\.state) == [.notifyFailed, .notifyRecovered])
         #expect(health.first?.message == "notifications to http://127.0.0.1:\(server.port)/fail are failing: HTTP 503 after 3 attempts; detection goes on, and further failures are counted until one gets through")
         #expect(health.first?.details["url"]?.stringValue == "http://127.0.0.1:\(server.port)/fail")
-        #expect(reports.logLines == ["notify: http://127.0.0.1:\(server.port)/fail accepts notifications again (2 failed before)"])
+        #expect(health.last?.message == "notifications to http://127.0.0.1:\(server.port)/fail are accepted again (2 failed before)")
+        #expect(health.last?.details == ["url": .string("http://127.0.0.1:\(server.port)/fail"), "failed": .int(2)])
+        #expect(reports.logLines.isEmpty)
     }
 
     @Test("a 404 is not retried; it names the key to check")

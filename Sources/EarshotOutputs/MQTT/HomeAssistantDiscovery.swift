@@ -1,5 +1,6 @@
 import FoundationEssentials
 import EarshotSupport
+import EarshotDetection
 
 /// The topics of one node (`P` = `topic_prefix/node`, e.g. `earshot/kitchen`).
 package struct MQTTTopics: Sendable, Equatable {
@@ -21,14 +22,14 @@ package struct MQTTTopics: Sendable, Equatable {
     package func attributes(_ group: String) -> String { "\(base)/\(group)/attributes" }
     /// `ON` when the group is published, `OFF` when muted; retained.
     package func enabled(_ group: String) -> String { "\(base)/\(group)/enabled" }
-    /// Commands: `ON` (unmute) or `OFF` (mute) for a group, start or stop for `sleep`.
+    /// Commands: `ON` (unmute) or `OFF` (mute) for a group, start or stop for `sleep`, `PRESS` for `test_alert`.
     package func command(_ name: String) -> String { "\(base)/\(name)/set" }
     /// The filter the commands arrive on.
     package var commandFilter: String { "\(base)/+/set" }
     /// The filters of every group's retained topics (state, attributes, enabled), those of groups an earlier run
     /// watched included (and the capture's and the sleep session's, which match them too).
     package var retainedStateFilters: [String] { ["\(base)/+/state", "\(base)/+/attributes", "\(base)/+/enabled"] }
-    /// Names under ``retainedStateFilters`` that are not groups.
+    /// Names under ``retainedStateFilters`` that are not groups (and `notify` with `[notify] url` set).
     package static let fixedStateNames: Set<String> = ["capture", "sleep"]
     /// The `NAME` of a topic `P/NAME/state`, `P/NAME/attributes` or `P/NAME/enabled`, which ``retainedStateFilters``
     /// match: a group, or one of ``fixedStateNames``; nil for any other topic.
@@ -43,10 +44,18 @@ package struct MQTTTopics: Sendable, Equatable {
     /// `ON` while the capture has a problem (device unavailable, input silent); retained.
     package var captureState: String { "\(base)/capture/state" }
     package var captureAttributes: String { "\(base)/capture/attributes" }
+    /// `ON` while notifications to a `[notify]` URL are failing (from `notify_failed` until `notify_recovered` for
+    /// every URL that failed), with `notify/attributes`; retained. Only with `[notify] url` set.
+    package var notifyState: String { "\(base)/notify/state" }
+    package var notifyAttributes: String { "\(base)/notify/attributes" }
     /// `ON` while a sleep session runs; retained.
     package var sleepState: String { "\(base)/sleep/state" }
     /// The last sleep session's summary JSON; retained.
     package var sleepReport: String { "\(base)/sleep/report" }
+    /// `ON` from a low-battery chirp (an `alarm_chirp` onset) until none for 2 hours
+    /// (``MQTTSettings/batteryLowHoldSeconds``), `OFF` after; retained. Kept and deleted with `alarm_chirp`, the
+    /// group that publishes it.
+    package var batteryLowState: String { state(AlarmEvent.alarmChirp) }
 }
 
 /// Home Assistant MQTT discovery for one node: one device (`earshot_NODE`), and per entity a retained config at
@@ -56,10 +65,16 @@ package struct MQTTTopics: Sendable, Equatable {
 /// |---|---|---|---|
 /// | each watched group's sound | `binary_sensor` | GROUP | smoke_alarm: `smoke`, co_alarm: `carbon_monoxide`, glass_break: `safety`, others: `sound` |
 /// | each watched group's switch (on = published, off = muted) | `switch` | GROUP`_enabled` | category `config` |
-/// | the onsets | `event` | `events` | `event_types`: every group that publishes |
+/// | the onsets | `event` | `events` | `event_types`: every group that publishes, and `test_alert` |
 /// | the level (unless `[mqtt] level_interval = off`) | `sensor` | `level` | unit `dBFS`, state class `measurement`, no device class (dBFS is not sound pressure), category `diagnostic` |
 /// | capture problem | `binary_sensor` | `capture_problem` | `problem`, category `diagnostic` |
+/// | notifications failing (with `[notify] url`) | `binary_sensor` | `notifications_failing` | `problem`, category `diagnostic` |
 /// | sleep session | `switch` | `sleep_session` | |
+/// | a test alert (`PRESS` on `P/test_alert/set`) | `button` | `test_alert` | category `diagnostic` |
+/// | a smoke or CO alarm's low battery (while `alarm_chirp` publishes) | `binary_sensor` | `smoke_alarm_battery` | `battery` |
+///
+/// The device block carries `suggested_area` when ``area`` is set (`[mqtt] area`): Home Assistant puts a device it
+/// sees for the first time in that area (creating it when none has that name); it never moves it afterwards.
 ///
 /// `unique_id` is `earshot_NODE_OBJECT_ID`: stable across restarts; `default_entity_id` asks Home Assistant for the
 /// entity id `COMPONENT.earshot_NODE_OBJECT_ID` (``defaultEntityID(component:objectID:)``). Every entity follows
@@ -71,13 +86,22 @@ package struct HomeAssistantDiscovery: Sendable {
     package let version: String
     /// Whether the `Sound level` sensor exists (`[mqtt] level_interval` not `off`).
     package let level: Bool
+    /// The device's `suggested_area` (`[mqtt] area`); nil: none.
+    package let area: String?
+    /// Whether the `Notifications failing` sensor exists (`[notify] url` set).
+    package let notify: Bool
 
-    package init(discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion, level: Bool = true) {
+    package init(
+        discoveryPrefix: String, node: String, topics: MQTTTopics, version: String = earshotVersion, level: Bool = true,
+        area: String? = nil, notify: Bool = false
+    ) {
         self.discoveryPrefix = discoveryPrefix
         self.node = node
         self.topics = topics
         self.version = version
         self.level = level
+        self.area = area
+        self.notify = notify
     }
 
     /// `earshot_NODE`: the device identifier and the discovery topics' node id.
@@ -128,7 +152,7 @@ package struct HomeAssistantDiscovery: Sendable {
             component: "event", objectID: "events", name: "Sound event",
             extra: [
                 "state_topic": .string(topics.detected),
-                "event_types": .array(state.eventGroups.map { .string($0) }),
+                "event_types": .array((state.eventGroups + [TestAlert.type]).map { .string($0) }),
             ])))
         if level { result.append((configTopic(component: "sensor", objectID: "level"), entity(
             component: "sensor", objectID: "level", name: "Sound level",
@@ -147,6 +171,16 @@ package struct HomeAssistantDiscovery: Sendable {
                 "json_attributes_topic": .string(topics.captureAttributes),
                 "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
             ])))
+        if notify {
+            result.append((configTopic(component: "binary_sensor", objectID: "notifications_failing"), entity(
+                component: "binary_sensor", objectID: "notifications_failing", name: "Notifications failing",
+                extra: [
+                    "device_class": "problem",
+                    "state_topic": .string(topics.notifyState),
+                    "json_attributes_topic": .string(topics.notifyAttributes),
+                    "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
+                ])))
+        }
         result.append((configTopic(component: "switch", objectID: "sleep_session"), entity(
             component: "switch", objectID: "sleep_session", name: "Sleep session",
             extra: [
@@ -155,6 +189,23 @@ package struct HomeAssistantDiscovery: Sendable {
                 "payload_on": "ON", "payload_off": "OFF", "state_on": "ON", "state_off": "OFF",
                 "icon": "mdi:sleep",
             ])))
+        result.append((configTopic(component: "button", objectID: "test_alert"), entity(
+            component: "button", objectID: "test_alert", name: "Test alert",
+            extra: [
+                "command_topic": .string(topics.command(TestAlert.type)),
+                "payload_press": .string(MQTTSink.pressPayload),
+                "entity_category": "diagnostic", "icon": "mdi:bell-ring",
+            ])))
+        if state.eventGroups.contains(AlarmEvent.alarmChirp) {
+            // `battery`: on means low. Not diagnostic: it is another device's battery, for the dashboard.
+            result.append((configTopic(component: "binary_sensor", objectID: "smoke_alarm_battery"), entity(
+                component: "binary_sensor", objectID: "smoke_alarm_battery", name: "Smoke alarm battery",
+                extra: [
+                    "device_class": "battery",
+                    "state_topic": .string(topics.batteryLowState),
+                    "payload_on": "ON", "payload_off": "OFF",
+                ])))
+        }
         return result
     }
 
@@ -182,13 +233,15 @@ package struct HomeAssistantDiscovery: Sendable {
             "payload_available": "online", "payload_not_available": "offline",
         ]
         object.merge(extra)
-        object["device"] = .object([
+        var device: JSONObject = [
             "identifiers": .array([.string(deviceID)]),
             "name": .string("Earshot \(node)"),
             "manufacturer": "Earshot",
             "model": "earshotd",
             "sw_version": .string(version),
-        ])
+        ]
+        if let area { device["suggested_area"] = .string(area) }
+        object["device"] = .object(device)
         object["origin"] = .object(["name": "Earshot", "sw_version": .string(version)])
         return object
     }

@@ -6,7 +6,7 @@ import EarshotSupport
 ///
 /// Topics (`P` = ``topicPrefix``/``node``): `P/availability`, `P/GROUP/state`, `P/GROUP/attributes`,
 /// `P/GROUP/enabled`, `P/GROUP/set`, `P/event`, `P/detected`, `P/level`, `P/capture/state`,
-/// `P/capture/attributes`, `P/sleep/state`, `P/sleep/set`, `P/sleep/report` (see ``MQTTTopics``).
+/// `P/capture/attributes`, `P/sleep/state`, `P/sleep/set`, `P/sleep/report`, `P/alarm_chirp/state` (see ``MQTTTopics``).
 package struct MQTTSettings: Sendable, Equatable {
     /// Whether the daemon publishes to the broker. Key `enabled`, default false.
     package var enabled = false
@@ -42,6 +42,11 @@ package struct MQTTSettings: Sendable, Equatable {
     /// `[a-z0-9_-]`; empty or absent: `$EARSHOT_DEFAULT_NODE` (which `earshotd@NAME.service` sets to `NAME`), else
     /// the host name, lowercased, other characters replaced by `_` (``defaultNode``).
     package var node = MQTTSettings.defaultNode
+    /// The room Home Assistant puts this daemon's device in when it first sees it (the device block's
+    /// `suggested_area`; the user may move it later); nil: none. Key `area`, free text of 1 to 64 UTF-8 bytes without
+    /// control characters; empty: none; absent: `$EARSHOT_DEFAULT_NODE` as it is (the instance name under
+    /// `earshotd@NAME`), else none (``defaultArea``).
+    package var area = MQTTSettings.defaultArea
     /// The first topic level. Key `topic_prefix`, default `earshot`.
     package var topicPrefix = "earshot"
     /// Whether to publish Home Assistant discovery configs. Key `discovery`, default true.
@@ -63,6 +68,16 @@ package struct MQTTSettings: Sendable, Equatable {
     /// A level this far (dB) from the one last published, or the gate opening or closing, is published at once
     /// (at most once a second). Key `level_step`, 0.5...120, default 3.
     package var levelStepDB = 3.0
+    /// Seconds the `Smoke alarm battery` sensor (`P/alarm_chirp/state`) stays `ON` after the last low-battery chirp
+    /// event (`alarm_chirp` onset), and after a start, before it turns `OFF` (not a key; tests shorten it). Default
+    /// 7200 (2 hours): a smoke or CO alarm with a dying battery chirps every 30 to 60 s, for days, until the battery
+    /// is replaced, and the pattern detector makes one `alarm_chirp` event per 15 minutes of it
+    /// (`AlarmDetector.Configuration.chirpRepeatSeconds`, 900 s); 2 hours without one is 8 such periods and 120 to 240
+    /// chirps unheard: the battery was replaced (or the alarm taken down), not a series half drowned by a television
+    /// or missed during a short capture outage. Some alarms chirp only in the cool hours of the night: the sensor then
+    /// turns `OFF` by day and `ON` again the next night. The last chirp's time is not kept across a restart: a
+    /// retained `ON` stays until this long after the start without a chirp.
+    package var batteryLowHoldSeconds: Double = 7200
 
     package init() {}
 
@@ -85,6 +100,18 @@ package struct MQTTSettings: Sendable, Equatable {
         return node(fromHostName: name)
     }
 
+    /// `$EARSHOT_DEFAULT_NODE` when it is set and a valid ``area`` (the instance name `earshotd@NAME` runs as: a
+    /// node is usually named after its room), else nil: a host name says nothing about a room.
+    package static var defaultArea: String? {
+        guard let value = getenv(defaultNodeVariable).map({ String(cString: $0) }), isArea(value) else { return nil }
+        return value
+    }
+
+    /// 1 to 64 UTF-8 bytes, no control characters.
+    private static func isArea(_ value: String) -> Bool {
+        (1...64).contains(value.utf8.count) && value.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7F }
+    }
+
     package static func node(fromHostName name: String) -> String {
         let reduced = String(name.lowercased().prefix(64).map { isNodeCharacter($0) ? $0 : "_" })
         return reduced.allSatisfy({ $0 == "_" }) ? "earshot" : reduced
@@ -97,7 +124,7 @@ package struct MQTTSettings: Sendable, Equatable {
     /// The keys of `[mqtt]`, in the order `config/earshotd.conf` documents them.
     package static let keys = [
         "enabled", "host", "port", "username", "password_file", "tls", "cafile", "certfile", "keyfile", "node",
-        "topic_prefix", "discovery", "discovery_prefix", "keepalive", "client_id", "level_interval", "level_step",
+        "topic_prefix", "area", "discovery", "discovery_prefix", "keepalive", "client_id", "level_interval", "level_step",
     ]
 
     /// Sets one `[mqtt]` key; returns what is allowed ("must be ...") when `value` is bad.
@@ -138,6 +165,12 @@ package struct MQTTSettings: Sendable, Equatable {
                 return "must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen"
             }
             node = value
+        case "area":
+            if value.isEmpty { area = nil; return nil }
+            guard Self.isArea(value) else {
+                return "must be 1 to 64 bytes of text without control characters, e.g. Kitchen (empty: no area)"
+            }
+            area = value
         case "topic_prefix", "discovery_prefix":
             guard Self.isTopicPrefix(value) else {
                 return "must be topic levels without wildcards, e.g. \(key == "topic_prefix" ? "earshot" : "homeassistant") (no +, #, spaces, leading $, or leading/trailing /)"

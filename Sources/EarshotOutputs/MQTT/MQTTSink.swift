@@ -7,7 +7,8 @@ import EarshotAnalysis
 import EarshotDetection
 
 /// The daemon's outputs on an MQTT broker, with Home Assistant discovery (``HomeAssistantDiscovery``): events,
-/// per-group states and attributes, the level, the capture's health and the sleep session, under
+/// per-group states and attributes, the level, the capture's health, the sleep session and a smoke alarm's low
+/// battery (``MQTTTopics/batteryLowState``), under
 /// ``MQTTTopics`` (`topic_prefix/node/...`), and the commands that mute a group or start a sleep session.
 ///
 /// Analysis never waits for the broker: ``deliver(_:)`` turns an output into messages and queues them in the
@@ -15,8 +16,9 @@ import EarshotDetection
 /// refuses the credentials is said once as an `mqtt_unavailable` health event (the broker and the cause), and
 /// `mqtt_connected` when it is back; what happened meanwhile is delivered then, in order.
 ///
-/// Commands (`P/GROUP/set`, `P/sleep/set`, payload `ON` or `OFF`, not retained) go to `commands`; anything else on
-/// those topics is ignored with a log line (at most 20 a minute; the rest are counted in the next line).
+/// Commands (`P/GROUP/set`, `P/sleep/set`, payload `ON` or `OFF`; `P/test_alert/set`, payload `PRESS`; not retained)
+/// go to `commands`; anything else on those topics is ignored with a log line (at most 20 a minute; the rest are
+/// counted in the next line).
 package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// A validated command from the broker.
     package enum Command: Sendable, Equatable {
@@ -24,6 +26,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case setGroup(String, enabled: Bool)
         /// Start (`true`) or stop (`false`) a sleep session.
         case setSleep(Bool)
+        /// Send a test alert (Home Assistant's `Test alert` button: `PRESS` on `P/test_alert/set`).
+        case testAlert
     }
 
     package let name = "mqtt"
@@ -32,12 +36,16 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     package let settings: MQTTSettings
     package let topics: MQTTTopics
     package let discovery: HomeAssistantDiscovery
+    /// Whether `[notify] url` is set: the `Notifications failing` sensor (``MQTTTopics/notifyState``) exists.
+    package let notifying: Bool
     /// Groups whose events must survive a full outbox.
     package static let criticalGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
     /// Ignored commands get a log line each, up to `ignoredLogLimit` per `ignoredLogWindow` seconds; the rest are
     /// counted in the next line.
     package static let ignoredLogLimit = 20
     package static let ignoredLogWindow = 60.0
+    /// The payload of the `Test alert` button's command (Home Assistant's default `payload_press`).
+    package static let pressPayload = "PRESS"
     /// Seconds between level messages at least (a level that moves by a step, or the gate opening or closing).
     package static let levelMinimumInterval = 1.0
 
@@ -59,6 +67,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var latestWindowEnd: Double?
         var captureProblem = false
         var captureAttributes: JSONObject = [:]
+        /// The `[notify]` URLs (as health events show them) said `notify_failed` and not `notify_recovered` since.
+        var notifyFailing: [String] = []
+        var notifyAttributes: JSONObject = [:]
         /// The level last published: when (uptime, s), its dBFS (to 0.1) and gate; nil until the first, and again
         /// after each connect (so a new connection gets the level at once).
         var lastLevel: (time: Double, dbfs: Double, gateOpen: Bool)?
@@ -72,23 +83,36 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var ignoredLogged = 0
         var ignoredUnsaid = 0
         var lastReport: JSONObject?
+        /// The `Smoke alarm battery` sensor (``MQTTTopics/batteryLowState``): true from an `alarm_chirp` onset until
+        /// none for ``MQTTSettings/batteryLowHoldSeconds``, false once that long has passed since the start without
+        /// one; nil before either (what the broker retains from an earlier run stands: a restart keeps a low battery).
+        var batteryLow: Bool?
+        /// Counts the chirps: the hold of an earlier one does nothing.
+        var batteryGeneration = 0
+        var stopped = false
     }
 
     private let state = Mutex(State())
+    /// Where the low-battery hold runs out (``MQTTSettings/batteryLowHoldSeconds``).
+    private let batteryQueue = DispatchQueue(label: "earshot.mqtt.battery")
 
     /// - Parameters:
     ///   - settings: `[mqtt]`, with ``MQTTSettings/password`` read.
+    ///   - notifying: whether `[notify] url` is set (the `Notifications failing` sensor, fed by the notify sink's
+    ///     `notify_failed` and `notify_recovered` health events, which the router brings like any other).
     ///   - commands: applies a command (called on the connection's thread: hop to your own queue).
     ///   - log: a journal line and its syslog priority.
     /// - Throws: `EarshotError(.system)` when libmosquitto cannot start.
     package init(
-        settings: MQTTSettings, commands: @escaping @Sendable (Command) -> Void,
+        settings: MQTTSettings, notifying: Bool = false, commands: @escaping @Sendable (Command) -> Void,
         log: @escaping @Sendable (String, Int) -> Void
     ) throws(EarshotError) {
         self.settings = settings
+        self.notifying = notifying
         topics = MQTTTopics(base: settings.baseTopic)
         discovery = HomeAssistantDiscovery(
-            discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics, level: settings.levelIntervalSeconds != nil)
+            discoveryPrefix: settings.discoveryPrefix, node: settings.node, topics: topics, level: settings.levelIntervalSeconds != nil,
+            area: settings.area, notify: notifying)
         self.commands = commands
         self.log = log
         connection = try MQTTConnection(
@@ -120,6 +144,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
 
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
         state.withLock { $0.reportHealth = reportHealth }
+        scheduleBatteryClear(generation: 0)
         do {
             try connection.start(delegate: self)
         } catch {
@@ -171,7 +196,20 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
                 }
                 publishCapture()
             }
-        case .clip:
+            if notifying, health.state == .notifyFailed || health.state == .notifyRecovered {
+                let url = health.details["url"]?.stringValue ?? ""
+                state.withLock { state in
+                    state.notifyFailing.removeAll { $0 == url }
+                    if health.state == .notifyFailed { state.notifyFailing.append(url) }
+                    state.notifyAttributes = [
+                        "state": .string(health.state.rawValue), "message": .string(health.message),
+                        "failing": .array(state.notifyFailing.map { .string($0) }),
+                        "time": .string(EventJSON.timestamp(routed.time)),
+                    ]
+                }
+                publishNotify()
+            }
+        case .clip, .testAlert:
             publishEvent(routed)
         case .sleepReport(let object):
             state.withLock { $0.lastReport = object }
@@ -208,10 +246,19 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             for topic in staleRetainedTopics(unjudged) {
                 connection.enqueue(MQTTMessage(topic: topic, payload: [], qos: 1, retain: true))
             }
+            // The battery sensor comes and goes with alarm_chirp (smoke or CO watched, with pattern detection).
+            let chirpBefore = previous?.eventGroups.contains(AlarmEvent.alarmChirp) ?? false
+            let chirpNow = controls.eventGroups.contains(AlarmEvent.alarmChirp)
+            if chirpNow, !chirpBefore, let low = state.withLock({ $0.batteryLow }) {
+                connection.enqueue(batteryMessage(low: low))
+            } else if chirpBefore, !chirpNow {
+                connection.enqueue(MQTTMessage(topic: topics.batteryLowState, payload: [], qos: 1, retain: true))
+            }
         }
     }
 
     package func stop() {
+        state.withLock { $0.stopped = true }
         let left = connection.stop(finally: [MQTTMessage(topic: topics.availability, text: "offline", qos: 1, retain: true)])
         if left > 0 {
             log("MQTT: \(left) message\(left == 1 ? " was" : "s were") not delivered to \(connection.endpoint.description) before stopping (the broker did not acknowledge \(left == 1 ? "it" : "them"))", 4)
@@ -226,9 +273,16 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         let group = routed.output.group
         let critical = group.map { Self.criticalGroups.contains($0) } ?? false
         connection.enqueue(MQTTMessage(topic: topics.event, text: object.encoded, qos: 1, retain: false, critical: critical))
+        if case .testAlert = routed.output {
+            // The event entity's too, so that an automation on it is part of what the test tries.
+            var detected: JSONObject = ["event_type": .string(TestAlert.type)]
+            for entry in object.entries where entry.key != "type" { detected[entry.key] = entry.value }
+            connection.enqueue(MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false))
+        }
         guard let group else { return }
         let type = object["type"]?.stringValue
         let isPoint = group == AlarmEvent.alarmChirp
+        if isPoint, type == "detection" { noteLowBatteryChirp() }
         if type == "detection" {
             var detected: JSONObject = ["event_type": .string(group)]
             for entry in object.entries where entry.key != "type" && entry.key != "group" { detected[entry.key] = entry.value }
@@ -277,10 +331,52 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         return attributes
     }
 
+    /// An `alarm_chirp` onset: the battery sensor `ON`, for ``MQTTSettings/batteryLowHoldSeconds`` from now.
+    private func noteLowBatteryChirp() {
+        let generation = state.withLock { state -> Int in
+            state.batteryGeneration += 1
+            state.batteryLow = true
+            return state.batteryGeneration
+        }
+        connection.enqueue(batteryMessage(low: true))
+        scheduleBatteryClear(generation: generation)
+    }
+
+    /// In ``MQTTSettings/batteryLowHoldSeconds``: the battery sensor `OFF` unless a chirp came meanwhile (its
+    /// generation is newer), published while `alarm_chirp` publishes.
+    private func scheduleBatteryClear(generation: Int) {
+        batteryQueue.asyncAfter(deadline: .now() + settings.batteryLowHoldSeconds) { [weak self] in
+            guard let self else { return }
+            let publish = state.withLock { state -> Bool in
+                guard !state.stopped, state.batteryGeneration == generation else { return false }
+                state.batteryLow = false
+                return state.controls?.eventGroups.contains(AlarmEvent.alarmChirp) == true
+            }
+            if publish { connection.enqueue(batteryMessage(low: false)) }
+        }
+    }
+
+    private func batteryMessage(low: Bool) -> MQTTMessage {
+        MQTTMessage(topic: topics.batteryLowState, text: low ? "ON" : "OFF", qos: 1, retain: true)
+    }
+
     private func publishCapture() {
         let (problem, attributes) = state.withLock { ($0.captureProblem, $0.captureAttributes) }
         connection.enqueue(MQTTMessage(topic: topics.captureAttributes, text: attributes.encoded, qos: 1, retain: true))
         connection.enqueue(MQTTMessage(topic: topics.captureState, text: problem ? "ON" : "OFF", qos: 1, retain: true))
+    }
+
+    private func publishNotify() {
+        for message in notifyMessages(state.withLock { $0 }) { connection.enqueue(message) }
+    }
+
+    /// The `Notifications failing` sensor's attributes and state (none without `[notify] url`).
+    private func notifyMessages(_ snapshot: State) -> [MQTTMessage] {
+        guard notifying else { return [] }
+        return [
+            MQTTMessage(topic: topics.notifyAttributes, text: snapshot.notifyAttributes.encoded, qos: 1, retain: true),
+            MQTTMessage(topic: topics.notifyState, text: snapshot.notifyFailing.isEmpty ? "OFF" : "ON", qos: 1, retain: true),
+        ]
     }
 
     /// The discovery configs for `controls`; with `deletingOthers`, an empty retained message first for each
@@ -299,11 +395,12 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// Those of `retained` (topics the broker holds for this node) that the current controls do not have: a
     /// discovery config this sink has not published, or a state topic (``MQTTTopics/stateOwner(_:)``) of a group
     /// that neither has a state (``ControlState/groups``) nor publishes events (``ControlState/eventGroups``); the
-    /// capture's and the sleep session's stay. Empty before the first controls.
+    /// capture's and the sleep session's stay, and the notifications' with `[notify] url` set. Empty before the first
+    /// controls.
     private func staleRetainedTopics(_ retained: [String]) -> [String] {
         state.withLock { state -> [String] in
             guard let controls = state.controls else { return [] }
-            let kept = MQTTTopics.fixedStateNames.union(controls.groups + controls.eventGroups)
+            let kept = MQTTTopics.fixedStateNames.union(controls.groups + controls.eventGroups + (notifying ? ["notify"] : []))
             return retained.filter { topic in
                 if let owner = topics.stateOwner(topic) { return !kept.contains(owner) }
                 return !state.publishedConfigs.contains(topic)
@@ -331,8 +428,13 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if let controls = snapshot.controls { messages += controlStateMessages(controls) }
         messages.append(MQTTMessage(topic: topics.captureAttributes, text: snapshot.captureAttributes.encoded, qos: 1, retain: true))
         messages.append(MQTTMessage(topic: topics.captureState, text: snapshot.captureProblem ? "ON" : "OFF", qos: 1, retain: true))
+        messages += notifyMessages(snapshot)
         if let report = snapshot.lastReport {
             messages.append(MQTTMessage(topic: topics.sleepReport, text: report.encoded, qos: 1, retain: true))
+        }
+        // Unknown (nil): the state an earlier run left on the broker stands.
+        if let low = snapshot.batteryLow, snapshot.controls?.eventGroups.contains(AlarmEvent.alarmChirp) == true {
+            messages.append(batteryMessage(low: low))
         }
         return messages
     }
@@ -452,6 +554,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         }
         let name = String(topic.dropFirst(prefix.count).dropLast(suffix.count))
         guard !retained else { return ignore("a retained command is not applied (publish it without the retain flag)") }
+        if name == TestAlert.type {
+            return payload == Array(Self.pressPayload.utf8) ? .testAlert : ignore("the payload must be \(Self.pressPayload)")
+        }
         let on: Bool
         switch payload {
         case Array("ON".utf8): on = true

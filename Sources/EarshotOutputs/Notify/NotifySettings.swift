@@ -52,10 +52,17 @@ package struct NotifySettings: Sendable, Equatable {
     /// minutes) or a home server's restart (an update of Home Assistant or of a self-hosted ntfy: a minute or two)
     /// must not cost the one message that matters, and an alarm told 15 minutes late still matters to someone away
     /// from home; beyond that, a URL that still refuses is down, and the queue behind it (the end, reminders,
-    /// other groups) must move on. `retries` bounds every other notification.
+    /// other groups) must move on.
     package var urgentRetrySeconds: Double = 900
-    /// The longest wait between two attempts of an urgent onset (not a key), in seconds, default 10, unless the
-    /// server's `Retry-After` asks for longer: once the server is back, the alarm arrives within this.
+    /// How long an onset or reminder of any other group (a baby cry, breaking glass, a low-battery chirp) is retried
+    /// in the same way, in seconds (not a key). Default 120: `retries` alone (1 + 2 + 4 s by default) lost a baby
+    /// cry to a receiver away for 19 s (trial 7 #13), and a home server's or ntfy's restart takes a minute or two;
+    /// after 2 minutes the alert is stale (the cry has been heard, or has stopped: its end is the news then), so it
+    /// is given up as before and the queue behind it moves on. Ends, health messages and test alerts keep `retries`.
+    package var onsetRetrySeconds: Double = 120
+    /// The longest wait between two attempts of an onset or reminder retried past `retries` (not a key), in seconds,
+    /// default 10, unless the server's `Retry-After` asks for longer: once the server is back, the alert arrives
+    /// within this.
     package var urgentMaximumRetryDelaySeconds: Double = 10
     /// The longest `Retry-After` (HTTP 429 or 503, seconds or a date) honoured, in seconds (not a key), default 60:
     /// a server asking for an hour must not hold a smoke alarm for an hour.

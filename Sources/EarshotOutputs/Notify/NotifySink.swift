@@ -13,10 +13,12 @@ import EarshotDetection
 /// is dropped for that URL and counted). Each URL has its own libcurl handle, so a slow one delays only itself.
 ///
 /// One attempt waits at most ``NotifySettings/timeoutSeconds``; an attempt without an answer, or answered with
-/// HTTP 408, 429 or 5xx, is retried up to ``NotifySettings/retries`` times after 1, 2, 4 ... s (other statuses
-/// below 200 or from 300 on are not retried: a wrong URL stays wrong). A notification given up is counted
+/// HTTP 408, 429 or 5xx, is retried up to ``NotifySettings/retries`` times after 1, 2, 4 ... s, an onset or reminder
+/// for ``NotifySettings/urgentRetrySeconds`` (smoke, CO, fire) or ``NotifySettings/onsetRetrySeconds`` (any other
+/// group) (other statuses below 200 or from 300 on are not retried: a wrong URL stays wrong). A notification given up is counted
 /// (``Statistics/failed``); the first one of a URL is said as a `notify_failed` health event, and the URL's next
-/// success as a log line, so an outage is one event however many notifications it costs.
+/// success as `notify_recovered`, so an outage is one pair of events however many notifications it costs (MQTT's
+/// `Notifications failing` sensor follows them).
 ///
 /// Repeats (``NotifySettings/repeatAfterSeconds``, R): an onset of a group less than R after that group's last
 /// notification is not notified (counted in ``Statistics/suppressed``); while the event stays open, a reminder goes
@@ -124,7 +126,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     /// - Parameters:
     ///   - settings: `[notify]`, with at least one URL.
-    ///   - log: a journal line and its syslog priority (recoveries, what stopping left unsent).
+    ///   - log: a journal line and its syslog priority (what stopping left unsent).
     /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle.
     package init(settings: NotifySettings, log: @escaping @Sendable (String, Int) -> Void) throws(EarshotError) {
         self.settings = settings
@@ -155,6 +157,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return settings.groups.isEmpty || settings.groups.contains(group)
         case .health(let health):
             return settings.health && Self.healthStates.contains(health.state)
+        case .testAlert:
+            // Whatever groups says: it tests the way to the phone.
+            return true
         case .window, .clip, .sleepReport, .controls, .statistics:
             return false
         }
@@ -174,6 +179,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         switch routed.output {
         case .health(let health):
             deliverHealth(health, time: routed.time)
+            return
+        case .testAlert:
+            guard !state.withLock({ $0.stopped }) else { return }
+            enqueue(NotificationMessage.testAlert(node: settings.node, time: routed.time, format: settings.format))
             return
         case .detection(.onset): isOnset = true
         case .detection(.offset): isOnset = false
@@ -365,8 +374,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     ///
     /// A retry waits 1, 2, 4 ... s (``NotifySettings/retryDelay(beforeRetry:)``), or what the server's
     /// `Retry-After` asks when longer (at most ``NotifySettings/maximumRetryAfterSeconds``). An onset or reminder
-    /// of an urgent group is retried for ``NotifySettings/urgentRetrySeconds`` (waits of at most
-    /// ``NotifySettings/urgentMaximumRetryDelaySeconds`` unless `Retry-After` says more) instead of `retries`
+    /// is retried for ``NotifySettings/urgentRetrySeconds`` (an urgent group's) or
+    /// ``NotifySettings/onsetRetrySeconds`` (any other's), with waits of at most
+    /// ``NotifySettings/urgentMaximumRetryDelaySeconds`` unless `Retry-After` says more, instead of `retries`
     /// times; the outage is reported once its `retries` are used up, as for any other. An end whose onset this URL
     /// never accepted says so (``NotificationMessage/missedOnset()``): the phone never reads "ended" about an
     /// alarm it was not told of.
@@ -375,10 +385,13 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         switch original.kind {
         case .end:
             if target.missedOnsets.remove(original.group) != nil { message = original.missedOnset() }
-        case .onset, .reminder, .health:
+        case .onset, .reminder, .health, .test:
             break
         }
-        let urgent = (message.kind == .onset || message.kind == .reminder) && NotificationMessage.urgentGroups.contains(message.group)
+        // How long past `retries` this one is tried: an alert's onset or reminder, while it is still news.
+        let retryWindow = message.kind == .onset || message.kind == .reminder
+            ? NotificationMessage.urgentGroups.contains(message.group) ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
+            : 0
         let started = Self.uptime()
         var attempt = 0
         var lastProblem = ""
@@ -409,7 +422,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 if target.failing.exchange(false, ordering: .relaxed) {
                     let before = failures == 0
                         ? "none was lost" : "\(failures) failed before"
-                    log("notify: \(target.origin) accepts notifications again (\(before))", 6)
+                    state.withLock { $0.reportHealth }?(HealthEvent(
+                        state: .notifyRecovered,
+                        message: "notifications to \(target.origin) are accepted again (\(before))",
+                        details: ["url": .string(target.origin), "failed": .int(failures)]))
                 }
                 return
             case .status(let status, let retryAfterSeconds):
@@ -421,17 +437,17 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 retryable = true
             }
             let now = Self.uptime()
-            let urgentLeft = urgent ? started + settings.urgentRetrySeconds - now : 0
-            if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || urgentLeft > 0 {
+            let windowLeft = retryWindow > 0 ? started + retryWindow - now : 0
+            if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || windowLeft > 0 {
                 var wait = settings.retryDelay(beforeRetry: attempt)
-                if urgent { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
+                if retryWindow > 0 { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
                 if let retryAfter { wait = max(wait, min(retryAfter, settings.maximumRetryAfterSeconds)) }
-                if attempt > settings.retries { wait = min(wait, max(0, urgentLeft)) }
+                if attempt > settings.retries { wait = min(wait, max(0, windowLeft)) }
                 if attempt == settings.retries + 1, !reported {
-                    // An urgent onset still being retried: the outage is said now, not in 15 minutes.
+                    // An onset still being retried: the outage is said now, not when its window closes.
                     reported = true
                     reportFailing(target, problem: lastProblem, attempts: attempt, retryable: true,
-                                  note: "; this \(message.group) notification is tried again for up to \(Self.duration(settings.urgentRetrySeconds))")
+                                  note: "; this \(message.group) notification is tried again for up to \(Self.duration(retryWindow))")
                 }
                 if waitUnlessStopping(wait) { continue }
             }
@@ -488,13 +504,15 @@ package struct NotificationMessage: Sendable, Equatable {
         case onset, end, reminder
         /// Monitoring stopped working or works again (``NotificationMessage/health(state:message:started:node:time:format:)``).
         case health
+        /// A test alert (``NotificationMessage/testAlert(node:time:format:)``).
+        case test
     }
 
     /// `Name: value` lines.
     package var headers: [String]
     package var body: [UInt8]
     package let kind: Kind
-    /// The event's group; empty for ``Kind/health``.
+    /// The event's group; empty for ``Kind/health`` and ``Kind/test``.
     package let group: String
     private let object: JSONObject
     private let format: NotifySettings.Format
@@ -556,7 +574,12 @@ package struct NotificationMessage: Sendable, Equatable {
             var details: String?
             var priority: Int
             var tags: [String]
-            if kind == .health {
+            if kind == .test {
+                title = node.isEmpty ? "Test alert" : "\(node): test alert"
+                line = Self.testAlertText(node: node)
+                priority = 3
+                tags = ["bell", TestAlert.type]
+            } else if kind == .health {
                 let monitoring = object["monitoring"]?.boolValue ?? false
                 let message = object["message"]?.stringValue
                 switch object["state"]?.stringValue {
@@ -595,7 +618,7 @@ package struct NotificationMessage: Sendable, Equatable {
                 let soundingPriority = urgent ? 5 : group == "glass_break" ? 4 : 3
                 let soundingTags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
                 switch kind {
-                case .onset, .health:
+                case .onset, .health, .test:
                     let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
                     let shown = confidence.map { "confidence \(JSONValue.format($0, decimals: 2))" }
                     line = "\(subject) \(verb)\(place) at \(clock)"
@@ -663,6 +686,20 @@ package struct NotificationMessage: Sendable, Equatable {
         if let message { object["message"] = .string(message) }
         object["time"] = .string(EventJSON.timestamp(time))
         return NotificationMessage(object: object, group: "", kind: .health, format: format, node: node, time: time)
+    }
+
+    /// A test alert (``Kind/test``): ntfy `Test alert from kitchen: Earshot can reach this phone` (``testAlertText(node:)``),
+    /// title `kitchen: test alert`, priority 3 (the default: the phone sounds as for a baby cry), tags `bell,test_alert`;
+    /// JSON `{"type":"test_alert","time":...,"node":"kitchen"}`.
+    package static func testAlert(node: String, time: Date, format: NotifySettings.Format) -> NotificationMessage {
+        let object: JSONObject = ["type": .string(TestAlert.type), "time": .string(EventJSON.timestamp(time))]
+        return NotificationMessage(object: object, group: "", kind: .test, format: format, node: node, time: time)
+    }
+
+    /// The words of a test alert: `Test alert from kitchen: Earshot can reach this phone` (`Test alert: ...` without a
+    /// node).
+    package static func testAlertText(node: String) -> String {
+        "Test alert\(node.isEmpty ? "" : " from \(node)"): Earshot can reach this phone"
     }
 
     /// This message as sent at `date`: in ntfy's format, ` (delivered 25 s late)` ends its first line when `date` is

@@ -27,6 +27,11 @@ package enum DaemonOutput: Sendable {
     /// The daemon's counters that no other output carries (capture xruns, audio lost, socket clients, history
     /// write errors, MQTT figures): routed once a second while `[metrics]` is on, for the metrics sink.
     case statistics(RuntimeStatistics)
+    /// A test of the alert chain (`{"cmd":"test"}`, `earshot test-alert`, Home Assistant's `Test alert` button):
+    /// the socket (`{"type":"test_alert","time":...}`), the journal, MQTT and the notifications carry it as they
+    /// carry an event, so that one press shows whether a phone and Home Assistant hear from the daemon. No group:
+    /// no detection is involved, and the history does not store it.
+    case testAlert(TestAlert)
 
     /// The group whose socket subscribers get it; nil for every subscriber (health, sleep reports) and for windows.
     package var group: String? {
@@ -34,7 +39,7 @@ package enum DaemonOutput: Sendable {
         case .detection(let event): event.group
         case .alarm(let alarm): alarm.group
         case .clip(let clip): clip.group
-        case .window, .health, .sleepReport, .controls, .statistics: nil
+        case .window, .health, .sleepReport, .controls, .statistics, .testAlert: nil
         }
     }
 
@@ -48,6 +53,17 @@ package enum DaemonOutput: Sendable {
         case .health(let health): self = .health(health)
         }
     }
+}
+
+/// A test alert (``DaemonOutput/testAlert(_:)``) and who asked for it.
+package struct TestAlert: Sendable, Equatable {
+    /// `the event socket`, `an MQTT command`: said in the journal line.
+    package var requestedBy: String
+
+    package init(requestedBy: String) { self.requestedBy = requestedBy }
+
+    /// The `type` of its JSON object (`{"type":"test_alert","time":...}`) and its MQTT `event_type`.
+    package static let type = "test_alert"
 }
 
 /// The daemon's switchable state: which groups it watches, which of them are muted, whether a sleep session runs.
@@ -252,9 +268,9 @@ package final class OutputRouter: Sendable {
     /// Hands `output` to every sink that accepts it: on the caller's thread, a few atomic operations and one
     /// `async` per sink (analysis windows are held back, see `Shared`). Any thread; never waits for a sink.
     /// Ignored after ``stop()``. `announcedOnUnmute`: an onset held back while its group was muted, going out now
-    /// (``RoutedOutput/announcedOnUnmute``).
-    package func route(_ output: DaemonOutput, announcedOnUnmute: Bool = false) {
-        let routed = RoutedOutput(output: output, time: Date(), announcedOnUnmute: announcedOnUnmute)
+    /// (``RoutedOutput/announcedOnUnmute``). `time`: the wall clock every sink writes for it (default now).
+    package func route(_ output: DaemonOutput, announcedOnUnmute: Bool = false, at time: Date = Date()) {
+        let routed = RoutedOutput(output: output, time: time, announcedOnUnmute: announcedOnUnmute)
         shared.withLock { shared in
             guard shared.state != .stopped else { return }
             fanOut(routed, &shared)
@@ -307,6 +323,11 @@ package final class OutputRouter: Sendable {
                 }
             }
         }
+    }
+
+    /// The names of the sinks that take `output` (``OutputSink/accepts(_:)``), in start order: where it goes.
+    package func sinkNames(accepting output: DaemonOutput) -> [String] {
+        lanes.filter { $0.sink.accepts(output) }.map(\.sink.name)
     }
 
     /// Each sink's deliveries and drops so far.

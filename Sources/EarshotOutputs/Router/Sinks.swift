@@ -23,7 +23,7 @@ package final class SocketSink: OutputSink {
         switch output {
         case .window: server.hasListeners  // a line per window only while someone listens
         case .controls, .statistics: false
-        case .detection, .alarm, .health, .clip, .sleepReport: true
+        case .detection, .alarm, .health, .clip, .sleepReport, .testAlert: true
         }
     }
 
@@ -55,7 +55,7 @@ package final class JournalOutputSink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .sleepReport, .controls, .statistics: false
-        case .detection, .alarm, .health, .clip: true
+        case .detection, .alarm, .health, .clip, .testAlert: true
         }
     }
 
@@ -64,6 +64,7 @@ package final class JournalOutputSink: OutputSink {
     package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
         case .window, .sleepReport, .controls, .statistics: break
+        case .testAlert(let alert): journal.record(fields: JournalSink.fields(for: alert, identifier: journal.identifier))
         case .detection(let event) where routed.announcedOnUnmute:
             journal.record(fields: JournalSink.announcedOnUnmute(JournalSink.fields(for: event, identifier: journal.identifier)))
         case .detection(let event): journal.record(event)
@@ -79,7 +80,7 @@ package final class JournalOutputSink: OutputSink {
 }
 
 /// JSON lines on standard output (`earshotd --foreground`): the same objects the socket carries for detections,
-/// alarms, health changes and clips.
+/// alarms, health changes, clips and test alerts.
 package final class StandardOutputSink: OutputSink {
     package let name = "stdout"
     private let descriptor: Int32
@@ -89,7 +90,7 @@ package final class StandardOutputSink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .sleepReport, .controls, .statistics: false
-        case .detection, .alarm, .health, .clip: true
+        case .detection, .alarm, .health, .clip, .testAlert: true
         }
     }
 
@@ -128,7 +129,7 @@ package enum EventLines {
     }
 
     /// An onset announced on unmute (``RoutedOutput/announcedOnUnmute``) carries `"reason":"unmuted"` before its
-    /// `time`.
+    /// `time`; a test alert is `{"type":"test_alert","time":...}`.
     package static func object(for routed: RoutedOutput) -> JSONObject? {
         var object: JSONObject? = switch routed.output {
         case .window, .controls, .statistics: nil
@@ -137,6 +138,7 @@ package enum EventLines {
         case .health(let health): EventJSON.object(for: health, time: routed.time)
         case .clip(let clip): clip.object(time: routed.time)
         case .sleepReport(let object): object
+        case .testAlert: ["type": .string(TestAlert.type), "time": .string(EventJSON.timestamp(routed.time))]
         }
         if routed.announcedOnUnmute, object?["type"]?.stringValue == "detection", let time = object?["time"] {
             object?["time"] = nil
@@ -181,7 +183,7 @@ package final class HistorySink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .detection, .alarm: true
-        case .health, .clip, .sleepReport, .controls, .statistics: false
+        case .health, .clip, .sleepReport, .controls, .statistics, .testAlert: false
         }
     }
 
@@ -199,7 +201,7 @@ package final class HistorySink: OutputSink {
                     peakConfidence: finished.peakConfidence, meanConfidence: finished.meanConfidence,
                     windows: finished.positiveWindows, endReason: finished.reason, now: routed.time)
             }
-        case .health, .clip, .sleepReport, .controls, .statistics: break
+        case .health, .clip, .sleepReport, .controls, .statistics, .testAlert: break
         }
     }
 

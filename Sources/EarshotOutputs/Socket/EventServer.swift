@@ -49,7 +49,7 @@ import EarshotDetection
 ///
 /// Access: the socket file's mode and group decide who may connect. Each connection's peer credentials
 /// (`SO_PEERCRED`) are read at accept: a user may hold at most `maxClientsPerUser` connections; commands that change
-/// state (`Configuration.controlCommands`: `sleep_start`, `sleep_stop`) are answered only for the uids in
+/// state (`Configuration.controlCommands`: `sleep_start`, `sleep_stop`, `mute`, `unmute`, `test`) are answered only for the uids in
 /// `Configuration.controlUsers` and refused with an error line for anyone else.
 ///
 /// - Important: `publish` may be called from any thread (the analysis queue) and returns at once: the work is handed
@@ -117,7 +117,7 @@ package final class EventServer: @unchecked Sendable {
             knownGroups: [String]? = nil, unwatchedGroups: UnwatchedGroups = UnwatchedGroups(),
             maxClientsPerUser: Int = 16, stalledClientSeconds: Double = 60,
             controlUsers: Set<UInt32> = [0, geteuid()],
-            controlCommands: Set<String> = ["sleep_start", "sleep_stop", "mute", "unmute"]
+            controlCommands: Set<String> = ["sleep_start", "sleep_stop", "mute", "unmute", "test"]
         ) {
             self.maxClientsPerUser = maxClientsPerUser
             self.stalledClientSeconds = stalledClientSeconds

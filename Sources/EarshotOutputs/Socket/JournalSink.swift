@@ -12,7 +12,7 @@ import EarshotDetection
 ///
 /// Fields (names are `[A-Z0-9_]`, none starting with `_`, as the journal requires for user fields):
 /// - every entry: `MESSAGE`, `PRIORITY` (syslog level), `SYSLOG_IDENTIFIER` (`earshotd`), `EARSHOT_EVENT`
-///   (`onset`, `end` or `health`);
+///   (`onset`, `end`, `health`, or `test_alert` for a test alert, priority 5);
 /// - onset (priority 5, notice): `EARSHOT_GROUP`, `EARSHOT_CLASS`, `EARSHOT_CONFIDENCE` (4 decimals),
 ///   `EARSHOT_STREAM_TIME` (s, 3 decimals), and `EARSHOT_ONSET_REASON=unmuted` for one announced late because its
 ///   group was unmuted while the event was going on;
@@ -177,6 +177,17 @@ package final class JournalSink: Sendable {
             fields.append(Field(name, value))
         }
         return fields
+    }
+
+    /// The journal fields of a test alert (priority 5, notice, as an onset), e.g. `MESSAGE=test alert (requested
+    /// over the event socket): sent to every output that carries alerts`, `EARSHOT_EVENT=test_alert`.
+    package static func fields(for alert: TestAlert, identifier: String) -> [Field] {
+        [
+            Field("MESSAGE", "test alert (requested over \(alert.requestedBy)): sent to every output that carries alerts"),
+            Field("PRIORITY", "5"),
+            Field("SYSLOG_IDENTIFIER", identifier),
+            Field("EARSHOT_EVENT", TestAlert.type),
+        ]
     }
 
     /// The fallback line for `fields`: `"<identifier>: <MESSAGE>\n"`.

@@ -87,6 +87,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let notifySink: NotifySink?
     /// Groups muted at run time (MQTT switches).
     private let mutes = GroupMutes()
+    /// Uptime (s) of the last test alert sent (``sendTestAlert(requestedBy:)``).
+    private let lastTestAlert = Mutex<Double?>(nil)
     /// The groups the control state lists (the watched ones, and every one that publishes), set at start and reload.
     private let controlGroups = Mutex<(groups: [String], eventGroups: [String])>(([], []))
     /// Whether a sleep session runs (set from the analysis queue as sessions start and stop).
@@ -206,7 +208,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         // Last, so that it stops first: `offline` goes out while the other outputs still run.
         let mqttSink = mqttSettings.enabled
             ? try MQTTSink(
-                settings: mqttSettings, commands: { command in link.daemon?.apply(command) },
+                settings: mqttSettings, notifying: notifySink != nil, commands: { command in link.daemon?.apply(command) },
                 log: { line, priority in journal.log(line, priority: priority) })
             : nil
         self.mqttSink = mqttSink
@@ -241,10 +243,13 @@ package final class EarshotDaemon: @unchecked Sendable {
             stateChanged: { active in link.daemon?.sleepStateChanged(active) },
             audioProblem: Self.audioProblem(capture: "opening", error: nil))
         self.sleep = sleep
-        server.register(commands: SleepService.commands + ["mute", "unmute"]) { command, group in
+        server.register(commands: SleepService.commands + ["mute", "unmute", Self.testCommand]) { command, group in
             switch command {
             case "mute", "unmute":
                 link.daemonWhenStarted()?.setMute(group, muted: command == "mute")
+                    ?? ["type": "error", "message": "the daemon is stopping"]
+            case Self.testCommand:
+                link.daemonWhenStarted()?.sendTestAlert(requestedBy: "the event socket")
                     ?? ["type": "error", "message": "the daemon is stopping"]
             default:
                 sleep.handle(command: command)
@@ -633,6 +638,39 @@ package final class EarshotDaemon: @unchecked Sendable {
         pipeline.queue.async { [self] in pipeline.announceHeldOnset(of: group) }
     }
 
+    /// The socket command that sends a test alert: `{"cmd":"test"}`.
+    static let testCommand = "test"
+    /// Seconds between two test alerts at least: a button pressed twice, or held by a script, sends one.
+    static let testAlertIntervalSeconds = 10.0
+
+    /// Routes a test alert (``DaemonOutput/testAlert(_:)``) unless one went out less than
+    /// ``testAlertIntervalSeconds`` ago. Any thread; `requestedBy` is said in the journal line.
+    /// - Returns: `{"type":"test_alert_sent","time":...,"node":...,"outputs":["socket","journal",...],"message":...}`
+    ///   (the outputs it went to; `message`, the notification's words, with `[notify] url` set), or an error reply:
+    ///   `test alert refused: one was sent 3 s ago; at most one per 10 s (try again in 7 s)`.
+    fileprivate func sendTestAlert(requestedBy: String) -> JSONObject {
+        let now = Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+        let interval = Self.testAlertIntervalSeconds
+        let since = lastTestAlert.withLock { last -> Double? in
+            if let last, now - last < interval { return now - last }
+            last = now
+            return nil
+        }
+        if let since {
+            let wait = max(1, Int((interval - since).rounded(.up)))
+            return ["type": "error", "message": .string("test alert refused: one was sent \(Int(since.rounded(.down))) s ago; at most one per \(Int(interval)) s (try again in \(wait) s)")]
+        }
+        let output = DaemonOutput.testAlert(TestAlert(requestedBy: requestedBy))
+        let time = Date()
+        router.route(output, at: time)
+        var reply: JSONObject = [
+            "type": "test_alert_sent", "time": .string(EventJSON.timestamp(time)), "node": .string(mqttSettings.node),
+            "outputs": .array(router.sinkNames(accepting: output).map { .string($0) }),
+        ]
+        if notifySink != nil { reply["message"] = .string(NotificationMessage.testAlertText(node: notifySettings.node)) }
+        return reply
+    }
+
     /// A command from the MQTT broker (on its connection's thread): applied on the control queue.
     fileprivate func apply(_ command: MQTTSink.Command) {
         control.async { [self] in
@@ -649,6 +687,11 @@ package final class EarshotDaemon: @unchecked Sendable {
                 let reply = sleep.handle(command: start ? "sleep_start" : "sleep_stop")
                 if reply["type"]?.stringValue == "error" || reply["state"]?.stringValue == "already_running" {
                     routeControls()  // echo the unchanged state
+                }
+            case .testAlert:
+                let reply = sendTestAlert(requestedBy: "MQTT (Home Assistant's Test alert button)")
+                if reply["type"]?.stringValue == "error", let message = reply["message"]?.stringValue {
+                    journal.log("MQTT: \(message)", priority: 4)
                 }
             }
         }

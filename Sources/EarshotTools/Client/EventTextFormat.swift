@@ -80,6 +80,8 @@ package enum EventTextFormat {
             return "daemon error: \(text("message") ?? line)"
         case "shutdown":
             return "earshotd stopped (shutdown notice)"
+        case "test_alert":
+            return "\(when)test alert (earshot test-alert, or Home Assistant's Test alert button)"
         case "subscribed":
             return nil
         default:
