@@ -59,7 +59,7 @@ struct NotifyBodyTextTests {
             "Listening in kitchen since HH:MM:SS (earshotd started)\ncapturing from \(TestPaths.sharedFile(MQTTBrokerTests.alarm).path): FLOAT_LE, 1 channel, 48000 Hz, period 9600 frames, buffer 9600 frames",
             "Smoke alarm sounding in kitchen at HH:MM:SS\nT3 pattern at 3057 Hz (confidence 1.0)",
             // The file ends within the alarm's 10 s hold: not an all-clear (NotifyDeliveryTests.endTexts).
-            "Smoke alarm heard in kitchen for 11.3 s, then monitoring stopped at HH:MM:SS (earshotd stopped or its input ended)\nT3 pattern at 3057 Hz",
+            "Smoke alarm heard in kitchen for 11.0 s, then monitoring stopped at HH:MM:SS (earshotd stopped or its input ended)\nT3 pattern at 3057 Hz",
             "Not listening in kitchen since HH:MM:SS: earshotd stopped (or its input ended)",
         ])
         #expect(alarmRequests.map { $0.header("Title") ?? "" } == [

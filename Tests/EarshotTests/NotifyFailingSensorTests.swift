@@ -8,8 +8,8 @@ import Glibc
 /// HTTP receiver that refuses its first request, and a real mosquitto.
 @Suite("MQTT: the Notifications failing sensor")
 struct NotifyFailingSensorTests {
-    @Test("the first notification refused: notify_failed, the sensor ON; the next one (the stall message) accepted: notify_recovered, OFF",
-          .needsMosquitto, .needsEarshotdBuilt)
+    @Test("the first notification refused: notify_failed, the sensor ON; the next one (a test alert) accepted: notify_recovered, OFF",
+          .needsMosquitto, .needsEarshotdBuilt, .needsEarshotBuilt)
     func failingThenAccepted() throws {
         let receiver = try HTTPTestServer { index in .init(status: index == 0 ? 503 : 200) }
         defer { receiver.stop() }
@@ -19,21 +19,24 @@ struct NotifyFailingSensorTests {
             port: broker.port, node: "den", extraMQTT: ["[notify]", "url = \(receiver.url("/phone"))", "retries = 0"],
             watch: "baby_cry")
         defer { setup.remove() }
-        let audio = setup.directory.appendingPathComponent("audio.raw")
-        try SyntheticAudio.pcm(SyntheticAudio.sine(seconds: 2, amplitude: 0.1)).write(to: audio)
-        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "-"], standardInput: true)
-        // 2 s of audio (the start's "listening" notification, refused), then none: after 5 s the stall's
-        // notification, accepted.
-        try daemon.input.fileHandleForWriting.write(contentsOf: Data(contentsOf: audio))
+        // A file played in real time (not standard input, whose end would stop the daemon early): its start's
+        // "listening" notification is refused; a test alert, once the sensor is ON, is accepted.
+        let audio = setup.directory.appendingPathComponent("audio.wav")
+        try SyntheticAudio.writeWAV(SyntheticAudio.sine(seconds: 40, amplitude: 0.1), to: audio)
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", audio.path])
+        defer { daemon.signal(SIGKILL) }
         let state = "earshot/den/notify/state"
         func changes() -> [String] {
             subscriber.messages(on: state).map(\.payload).reduce(into: []) { changes, payload in
                 if changes.last != payload { changes.append(payload) }
             }
         }
-        // OFF at connect (unless the refusal came first), ON, OFF.
+        // OFF at connect (unless the refusal came first), then ON.
+        #expect(subscriber.waitFor(seconds: 30) { _ in Array(changes().drop { $0 == "OFF" }) == ["ON"] }, "\(changes())\n\(daemon.errorText)")
+        let sent = try #require(try EarshotCLI.run(["test-alert", "--socket", setup.socket], in: setup.directory, timeout: 30))
+        #expect(sent.status == 0, "\(sent.standardError)")
         #expect(subscriber.waitFor(seconds: 30) { _ in Array(changes().drop { $0 == "OFF" }) == ["ON", "OFF"] }, "\(changes())\n\(daemon.errorText)")
-        try daemon.input.fileHandleForWriting.close()
+        daemon.signal(SIGTERM)
         #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
 
         let url = "http://127.0.0.1:\(receiver.port)/phon…"
@@ -51,8 +54,8 @@ struct NotifyFailingSensorTests {
         let config = try #require(subscriber.messages(on: "homeassistant/binary_sensor/earshot_den/notifications_failing/config").last?.json)
         #expect(config["device_class"] as? String == "problem")
         #expect(config["state_topic"] as? String == state)
-        // The receiver: the refused start message, then the stall's (no stop message: the phone knows already).
-        #expect(receiver.requests.map { $0.body.contains(#""state":"capture_live""#) ? "live" : $0.body.contains(#""state":"input_stalled""#) ? "stalled" : "other" }
-            == ["live", "stalled"], "\(receiver.requests.map(\.body)) \(subscriber.messages.map { $0.topic + " " + $0.payload })")
+        // The receiver: the refused start message, then the test alert (then the stop message, SIGTERM's).
+        #expect(receiver.requests.prefix(2).map { $0.body.contains(#""state":"capture_live""#) ? "live" : $0.body.contains(#""type":"test_alert""#) ? "test" : "other" }
+            == ["live", "test"], "\(receiver.requests.map(\.body)) \(subscriber.messages.map { $0.topic + " " + $0.payload })")
     }
 }
