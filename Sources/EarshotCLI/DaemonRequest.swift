@@ -1,8 +1,9 @@
 import Earshot
+import EarshotOutputs
 import EarshotTools
 import Foundation
 
-/// What `earshot status`, `listen` and `sleep` share: a connection to earshotd's socket, a request and its reply.
+/// What `earshot status`, `listen`, `sleep` and `test-alert` share: a connection to earshotd's socket, a request and its reply.
 enum DaemonRequest {
     /// Parses the two options the socket commands have in common, `--socket PATH` and `--json`; a positional
     /// argument goes to `positional`, or is a usage error where that is nil.
@@ -65,6 +66,43 @@ enum DaemonRequest {
             return nil
         }
         return (line, type)
+    }
+
+    /// The options of a socket command that takes no others (`earshot status`, `earshot test-alert`).
+    struct SocketOptions {
+        var socket = EventServer.defaultPath
+        var json = false
+
+        /// `--socket PATH` and `--json`; anything else is a usage error.
+        static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> SocketOptions {
+            var options = SocketOptions()
+            try DaemonRequest.parse(&parser, socket: &options.socket, json: &options.json)
+            return options
+        }
+    }
+
+    /// A control command's round trip (`earshot sleep`, `earshot test-alert`): sends `request` on `socket`, waits
+    /// for a reply of `type` or `error`, and prints it: the line as it came with `json`, an error's message on
+    /// standard error, else what `show` makes of the reply (it prints).
+    /// - Returns: 0; for an error reply, `errorStatus(message)`; 69 when no reply came within 10 s (or the daemon
+    ///   cannot be reached: ``run(socket:_:)``).
+    static func command(_ request: String, replyType type: String, socket: String, json: Bool,
+                        show: ([String: Any]) -> Void, errorStatus: (String) -> Int32) -> Int32 {
+        run(socket: socket) { client throws(EarshotError) in
+            guard let reply = try reply(to: request, on: client, types: [type, "error"]) else {
+                reportError(noReply("reply", socket: socket))
+                return 69
+            }
+            let object = (try? JSONSerialization.jsonObject(with: Data(reply.line.utf8))) as? [String: Any] ?? [:]
+            if json {
+                print(reply.line)
+            } else if reply.type == "error" {
+                reportError(object["message"] as? String ?? reply.line)
+            } else {
+                show(object)
+            }
+            return reply.type == "error" ? errorStatus(object["message"] as? String ?? "") : 0
+        }
     }
 
     /// The line for a request that got no answer within 10 s.

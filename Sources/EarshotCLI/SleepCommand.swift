@@ -54,27 +54,17 @@ enum SleepCommand: EarshotCommand {
     }
 
     static func execute(_ options: Options) -> Int32 {
-        DaemonRequest.run(socket: options.socket) { client throws(EarshotError) in
-            // The analysis queue answers within a window's time.
-            let request = "{\"cmd\":\"sleep_\(options.action.rawValue)\"}"
-            guard let reply = try DaemonRequest.reply(to: request, on: client, types: ["sleep", "error"]) else {
-                reportError(DaemonRequest.noReply("reply", socket: options.socket))
-                return 69
-            }
-            let object = (try? JSONSerialization.jsonObject(with: Data(reply.line.utf8))) as? [String: Any] ?? [:]
-            if options.json {
-                print(reply.line)
-            } else if reply.type == "error" {
-                reportError(object["message"] as? String ?? reply.line)
-            } else {
+        // The analysis queue answers within a window's time.
+        DaemonRequest.command(
+            "{\"cmd\":\"sleep_\(options.action.rawValue)\"}", replyType: "sleep", socket: options.socket, json: options.json,
+            show: { object in
                 print(describe(object))
                 // No audio arriving: the session would hear nothing; said at bedtime, not in the morning.
                 if let warning = object["warning"] as? String {
                     reportError("warning: \(warning); the session counts only audio it hears (earshot status shows the capture)")
                 }
-            }
-            return reply.type == "error" ? errorStatus(object["message"] as? String ?? "") : 0
-        }
+            },
+            errorStatus: errorStatus)
     }
 
     /// The exit status for an error reply: 77 when the user may not change the daemon's state, 1 when `stop`

@@ -24,15 +24,10 @@ enum StatusCommand: EarshotCommand {
     static let name = "status"
     static let flags = ["--socket", "--json"]
 
-    struct Options {
-        var socket = EventServer.defaultPath
-        var json = false
-    }
+    typealias Options = DaemonRequest.SocketOptions
 
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
-        var options = Options()
-        try DaemonRequest.parse(&parser, socket: &options.socket, json: &options.json)
-        return options
+        try Options.parse(&parser)
     }
 
     static func execute(_ options: Options) -> Int32 {

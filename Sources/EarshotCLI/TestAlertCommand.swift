@@ -26,36 +26,20 @@ enum TestAlertCommand: EarshotCommand {
     static let name = "test-alert"
     static let flags = ["--socket", "--json"]
 
-    struct Options {
-        var socket = EventServer.defaultPath
-        var json = false
-    }
+    typealias Options = DaemonRequest.SocketOptions
 
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
-        var options = Options()
-        try DaemonRequest.parse(&parser, socket: &options.socket, json: &options.json)
-        return options
+        try Options.parse(&parser)
     }
 
     static func execute(_ options: Options) -> Int32 {
-        DaemonRequest.run(socket: options.socket) { client throws(EarshotError) in
-            guard let reply = try DaemonRequest.reply(to: #"{"cmd":"test"}"#, on: client, types: ["test_alert_sent", "error"]) else {
-                reportError(DaemonRequest.noReply("reply", socket: options.socket))
-                return 69
-            }
-            let object = (try? JSONSerialization.jsonObject(with: Data(reply.line.utf8))) as? [String: Any] ?? [:]
-            if options.json {
-                print(reply.line)
-            } else if reply.type == "error" {
-                reportError(object["message"] as? String ?? reply.line)
-            } else {
-                print(describe(object))
-            }
-            guard reply.type == "error" else { return 0 }
-            let message = object["message"] as? String ?? ""
-            if message.contains(EventServer.controlRefusal) { return 77 }
-            return message.hasPrefix("test alert refused") ? 75 : 69
-        }
+        DaemonRequest.command(
+            #"{"cmd":"test"}"#, replyType: "test_alert_sent", socket: options.socket, json: options.json,
+            show: { print(describe($0)) },
+            errorStatus: { message in
+                if message.contains(EventServer.controlRefusal) { return 77 }
+                return message.hasPrefix("test alert refused") ? 75 : 69
+            })
     }
 
     /// The lines for a `{"type":"test_alert_sent",...}` reply: when, from which node, to which outputs, and the

@@ -55,12 +55,16 @@ struct NotifyDeliveryTests {
     @Test("a baby_cry onset refused past its retries is tried on within onsetRetrySeconds (2 min; shortened here): delivered once the receiver takes it; refused throughout, given up when the window closes and its end says so")
     func nonUrgentOnsetRetried() throws {
         // Trial 7 #13: a receiver away for 19 s lost a baby cry (retries 3: 1 + 2 + 4 s).
-        let receiver = try NotifyTests.NtfyReceiver(path: "/phone", answer: { index in .init(status: index < 5 ? 503 : 200) }, configure: {
-            $0.retries = 1
-            $0.firstRetryDelaySeconds = 0.2
-            $0.urgentMaximumRetryDelaySeconds = 0.3
-            $0.onsetRetrySeconds = 5
-        })
+        // One retry 0.2 s after a refusal, then waits of 0.3 s at most within `window` seconds.
+        func makeReceiver(window: Double, answer: @escaping @Sendable (Int) -> HTTPTestServer.Answer) throws -> NotifyTests.NtfyReceiver {
+            try NotifyTests.NtfyReceiver(path: "/phone", answer: answer, configure: {
+                $0.retries = 1
+                $0.firstRetryDelaySeconds = 0.2
+                $0.urgentMaximumRetryDelaySeconds = 0.3
+                $0.onsetRetrySeconds = window
+            })
+        }
+        let receiver = try makeReceiver(window: 5) { index in .init(status: index < 5 ? 503 : 200) }
         defer { receiver.stop() }
         receiver.deliver(NotifyTests.onset("baby_cry", label: "Baby cry, infant cry"))
         receiver.deliver(Self.end("baby_cry", label: "Baby cry, infant cry", reason: .holdElapsed))
@@ -78,12 +82,7 @@ struct NotifyDeliveryTests {
         ])
 
         // Refused throughout: given up when the 1 s window closes (not after 15 minutes, as a smoke alarm would be).
-        let refusing = try NotifyTests.NtfyReceiver(path: "/phone", answer: { _ in .init(status: 503) }, configure: {
-            $0.retries = 1
-            $0.firstRetryDelaySeconds = 0.2
-            $0.urgentMaximumRetryDelaySeconds = 0.3
-            $0.onsetRetrySeconds = 1
-        })
+        let refusing = try makeReceiver(window: 1) { _ in .init(status: 503) }
         defer { refusing.stop() }
         refusing.deliver(NotifyTests.onset("baby_cry", label: "Baby cry, infant cry"))
         refusing.deliver(Self.end("baby_cry", label: "Baby cry, infant cry", reason: .holdElapsed))

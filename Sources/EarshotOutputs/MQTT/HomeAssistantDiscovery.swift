@@ -163,23 +163,12 @@ package struct HomeAssistantDiscovery: Sendable {
                 "unit_of_measurement": "dBFS", "state_class": "measurement",
                 "entity_category": "diagnostic", "icon": "mdi:waveform",
             ]))) }
-        result.append((configTopic(component: "binary_sensor", objectID: "capture_problem"), entity(
-            component: "binary_sensor", objectID: "capture_problem", name: "Capture problem",
-            extra: [
-                "device_class": "problem",
-                "state_topic": .string(topics.captureState),
-                "json_attributes_topic": .string(topics.captureAttributes),
-                "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
-            ])))
+        result.append(problemSensor(
+            objectID: "capture_problem", name: "Capture problem", state: topics.captureState, attributes: topics.captureAttributes))
         if notify {
-            result.append((configTopic(component: "binary_sensor", objectID: "notifications_failing"), entity(
-                component: "binary_sensor", objectID: "notifications_failing", name: "Notifications failing",
-                extra: [
-                    "device_class": "problem",
-                    "state_topic": .string(topics.notifyState),
-                    "json_attributes_topic": .string(topics.notifyAttributes),
-                    "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
-                ])))
+            result.append(problemSensor(
+                objectID: "notifications_failing", name: "Notifications failing", state: topics.notifyState,
+                attributes: topics.notifyAttributes))
         }
         result.append((configTopic(component: "switch", objectID: "sleep_session"), entity(
             component: "switch", objectID: "sleep_session", name: "Sleep session",
@@ -222,6 +211,19 @@ package struct HomeAssistantDiscovery: Sendable {
         }
         while slug.last == "_" { slug.removeLast() }
         return "\(component).\(slug)"
+    }
+
+    /// A diagnostic `problem` binary sensor (`ON`/`OFF` on `state`, its attributes as JSON on `attributes`): the
+    /// capture's, and the notifications' with `[notify] url`.
+    private func problemSensor(objectID: String, name: String, state: String, attributes: String) -> (String, JSONObject) {
+        (configTopic(component: "binary_sensor", objectID: objectID), entity(
+            component: "binary_sensor", objectID: objectID, name: name,
+            extra: [
+                "device_class": "problem",
+                "state_topic": .string(state),
+                "json_attributes_topic": .string(attributes),
+                "payload_on": "ON", "payload_off": "OFF", "entity_category": "diagnostic",
+            ]))
     }
 
     private func entity(component: String, objectID: String, name: String, extra: JSONObject) -> JSONObject {
