@@ -368,18 +368,21 @@ package final class AlarmDetector {
         if configuration.fastBeatPeriodicity <= 1, fastBeat(steady, begin: begin, end: end) >= configuration.fastBeatPeriodicity {
             return nil
         }
-        if let joined = sounding(steady, begin: begin, end: end) {
-            let level = joined.reduce(0) { $0 + $1.levelDBFS } / Double(joined.count)
-            let shape: ToneShape = isLongBeepCadence(joined, begin: begin, end: end) ? .cadence : .steady
-            return (joined[0].start, main.frequencyHz, level, shape)
+        let joined: [ToneSegment], shape: ToneShape
+        if let sounded = sounding(steady, begin: begin, end: end) {
+            joined = sounded
+            shape = isLongBeepCadence(sounded, begin: begin, end: end) ? .cadence : .steady
+        } else {
+            let band = pieces(within: configuration.warbleTolerance)
+            guard configuration.warbleTolerance > 0.03, band.count > steady.count,
+                  let low = band.map(\.frequencyHz).min(), let high = band.map(\.frequencyHz).max(), high > 1.03 * low,
+                  let sounded = sounding(band, begin: begin, end: end)
+            else { return nil }
+            joined = sounded
+            shape = .warble
         }
-        let band = pieces(within: configuration.warbleTolerance)
-        guard configuration.warbleTolerance > 0.03, band.count > steady.count,
-              let low = band.map(\.frequencyHz).min(), let high = band.map(\.frequencyHz).max(), high > 1.03 * low,
-              let joined = sounding(band, begin: begin, end: end)
-        else { return nil }
         let level = joined.reduce(0) { $0 + $1.levelDBFS } / Double(joined.count)
-        return (joined[0].start, main.frequencyHz, level, .warble)
+        return (joined[0].start, main.frequencyHz, level, shape)
     }
 
     /// How a persistent tone sounds, which sets the classifier's bar (``observe(classification:)``).
