@@ -839,10 +839,12 @@ private final class DaemonLink: @unchecked Sendable {
     /// Set once `daemon` has been set: the daemon finished starting (a nil `daemon` after that means it stopped).
     let linked = Atomic<Bool>(false)
 
-    /// The daemon, waiting up to 2 s while it is still starting: the socket accepts clients (and their commands)
-    /// from the moment it exists, a moment before the daemon it serves is complete.
+    /// The daemon, waiting up to 10 s while it is still starting: the socket accepts clients (and their commands)
+    /// from the moment it exists, a moment before the daemon it serves is complete (on a loaded machine more than
+    /// the 2 s this waited before: a whole-suite run answered a mute sent right after the socket appeared with "the
+    /// daemon is stopping").
     func daemonWhenStarted() -> EarshotDaemon? {
-        for _ in 0..<400 {
+        for _ in 0..<2_000 {
             if let daemon { return daemon }
             if linked.load(ordering: .acquiring) { return nil }
             usleep(5_000)
