@@ -45,11 +45,12 @@ let package = Package(
         .systemLibrary(name: "CINIH", pkgConfig: "inih", providers: [.apt(["libinih-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CRSVG", pkgConfig: "librsvg-2.0", providers: [.apt(["librsvg2-dev"])]),
-        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
-        // libcurl (libcurl4-openssl-dev) and libmicrohttpd (libmicrohttpd-dev): their headers only, the libraries
-        // loaded with dlopen where [notify] or [metrics] needs them (linked, they cost every earshotd about 4.5 MB of
-        // resident memory); these C targets hold the loaders and typed wrappers of the variadic calls.
+        // libcurl (libcurl4-openssl-dev), libmicrohttpd (libmicrohttpd-dev) and libmosquitto (libmosquitto-dev):
+        // their headers only, the libraries loaded with dlopen where [notify], [metrics] or [mqtt] needs them
+        // (linked, they cost every earshotd about 6 MB of resident memory); these C targets hold the loaders and
+        // wrappers (typed ones for the variadic calls).
         .target(name: "CCurlShims"),
+        .target(name: "CMosquittoShims"),
         .target(name: "CMicroHTTPDShims"),
         .target(name: "EarshotKernels"),
         .target(name: "EarshotKernelsAVX512"),
@@ -66,7 +67,7 @@ let package = Package(
             name: "EarshotOutputs",
             dependencies: [
                 "EarshotSupport", "EarshotAudio", "EarshotModel", "EarshotAnalysis", "EarshotDetection",
-                "CSystemd", "CSQLite", "CSndFile", "CMosquitto", "CMicroHTTPDShims", "CCurlShims",
+                "CSystemd", "CSQLite", "CSndFile", "CMosquittoShims", "CMicroHTTPDShims", "CCurlShims",
             ]
         ),
         .target(

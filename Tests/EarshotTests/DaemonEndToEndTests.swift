@@ -204,10 +204,13 @@ import EarshotTools
         Thread.sleep(forTimeInterval: 1.5)
         #expect(daemon.isRunning, "the daemon keeps running and retries")
         // Its memory diet (README, Performance): the Swift runtime is linked in statically, Foundation's ICU and
-        // CoreFoundation are not in the process at all, and OpenBLAS is loaded only where a product needs it.
+        // CoreFoundation are not in the process at all, OpenBLAS is loaded only where a product needs it, and the
+        // libraries of outputs that are off ([notify]: libcurl, [metrics]: libmicrohttpd, [mqtt]: libmosquitto with
+        // its libssl and libcrypto) are not loaded.
         let maps = (try? String(contentsOfFile: "/proc/\(daemon.processIdentifier)/maps", encoding: .utf8)) ?? ""
         #expect(maps.contains("earshotd"), "cannot read the daemon's memory map")
-        for library in ["libswiftCore.so", "libFoundation.so", "lib_FoundationICU.so", "libFoundationEssentials.so"] {
+        for library in ["libswiftCore.so", "libFoundation.so", "lib_FoundationICU.so", "libFoundationEssentials.so",
+                        "libcurl", "libmicrohttpd", "libmosquitto", "libssl.so", "libcrypto.so"] {
             #expect(!maps.contains(library), "earshotd maps \(library)")
         }
         if GEMMKernel.current != .openBLAS { #expect(!maps.contains("libopenblas"), "earshotd loaded OpenBLAS without using it") }

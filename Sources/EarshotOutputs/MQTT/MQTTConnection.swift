@@ -3,7 +3,7 @@ import Glibc
 import Dispatch
 import Synchronization
 import EarshotSupport
-internal import CMosquitto
+internal import CMosquittoShims
 
 /// What an ``MQTTConnection`` tells its owner, on the connection's thread.
 package protocol MQTTConnectionDelegate: AnyObject, Sendable {
@@ -148,14 +148,18 @@ package final class MQTTConnection: @unchecked Sendable {
     /// own callback).
     private var pendingFailure: String?
 
-    private static let libraryReady: Bool = { mosquitto_lib_init() == Int32(MOSQ_ERR_SUCCESS.rawValue) }()
-
     /// - Parameters:
     ///   - endpoint: the broker and the client's identity.
     ///   - outboxLimit: messages held while the broker is away (see ``MQTTOutbox``).
-    /// - Throws: `EarshotError(.system)` when libmosquitto cannot start or the wake-up pipe cannot be made.
+    /// - Throws: `EarshotError(.unavailable)` when libmosquitto cannot be loaded or initialised (it is opened with
+    ///   `dlopen` on first use: Debian's libmosquitto1), `EarshotError(.system)` when the wake-up pipe cannot be made.
+    ///   The corresponding C functions are `dlopen` and `mosquitto_lib_init`.
     package init(endpoint: Endpoint, outboxLimit: Int = 1_000) throws(EarshotError) {
-        guard Self.libraryReady else { throw EarshotError(.system, "libmosquitto could not be initialised") }
+        if let failure = earshot_mosquitto_load() {
+            let reason = String(cString: failure)
+            throw EarshotError(.unavailable, "[mqtt] needs libmosquitto, which cannot be loaded (\(reason)): install libmosquitto1 (apt-get install libmosquitto1)",
+                               cause: reason)
+        }
         self.endpoint = endpoint
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else {
@@ -276,8 +280,8 @@ package final class MQTTConnection: @unchecked Sendable {
         }
         if finalMids.isEmpty, !disconnectSent {
             disconnectSent = true
-            mosquitto_disconnect(handle)
-            _ = mosquitto_loop_write(handle, 1)
+            earshot_mosquitto_disconnect(handle)
+            _ = earshot_mosquitto_loop_write(handle, 1)
             return true
         }
         return false
@@ -297,24 +301,24 @@ package final class MQTTConnection: @unchecked Sendable {
     private func step(timeoutMilliseconds: Int32) {
         guard let handle else { return }
         lastErrno = 0  // the disconnect callback keeps errno as libmosquitto left it
-        let socket = mosquitto_socket(handle)
+        let socket = earshot_mosquitto_socket(handle)
         var descriptors = [
             pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: socket, events: Int16(POLLIN) | (mosquitto_want_write(handle) ? Int16(POLLOUT) : 0), revents: 0),
+            pollfd(fd: socket, events: Int16(POLLIN) | (earshot_mosquitto_want_write(handle) ? Int16(POLLOUT) : 0), revents: 0),
         ]
         let ready = poll(&descriptors, socket >= 0 ? 2 : 1, timeoutMilliseconds)
         if ready > 0, descriptors[0].revents != 0 { drainWake() }
         var rc = Int32(MOSQ_ERR_SUCCESS.rawValue)
         let events = descriptors[1].revents
         if ready > 0, socket >= 0, events & Int16(POLLIN | POLLERR | POLLHUP) != 0 {
-            rc = mosquitto_loop_read(handle, 1)
+            rc = earshot_mosquitto_loop_read(handle, 1)
         }
         if rc == success, self.handle != nil, socket >= 0, events & Int16(POLLOUT) != 0 {
-            rc = mosquitto_loop_write(handle, 1)
+            rc = earshot_mosquitto_loop_write(handle, 1)
         }
         if rc == success, self.handle != nil {
             if !connecting { sendQueued(on: handle) }
-            rc = mosquitto_loop_misc(handle)
+            rc = earshot_mosquitto_loop_misc(handle)
         }
         if let failure = pendingFailure {
             pendingFailure = nil
@@ -329,46 +333,46 @@ package final class MQTTConnection: @unchecked Sendable {
 
     /// Makes a fresh handle and starts connecting (the TCP connect does not wait; the name lookup does).
     private func attempt() {
-        guard let handle = mosquitto_new(endpoint.clientID, true, Unmanaged.passUnretained(self).toOpaque()) else {
+        guard let handle = earshot_mosquitto_new(endpoint.clientID, true, Unmanaged.passUnretained(self).toOpaque()) else {
             schedule(after: "libmosquitto could not make a client (out of memory)")
             return
         }
         self.handle = handle
         lastLogLine = nil
-        _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311)
-        mosquitto_connect_callback_set(handle) { _, context, code in
+        _ = earshot_mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311)
+        earshot_mosquitto_connect_callback_set(handle) { _, context, code in
             guard let context else { return }
             Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().didConnect(code: code)
         }
-        mosquitto_disconnect_callback_set(handle) { _, context, code in
+        earshot_mosquitto_disconnect_callback_set(handle) { _, context, code in
             guard let context else { return }
             let connection = Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue()
             connection.lastErrno = errno
         }
-        mosquitto_publish_callback_set(handle) { _, context, mid in
+        earshot_mosquitto_publish_callback_set(handle) { _, context, mid in
             guard let context else { return }
             Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().didPublish(mid: mid)
         }
-        mosquitto_message_callback_set(handle) { _, context, message in
+        earshot_mosquitto_message_callback_set(handle) { _, context, message in
             guard let context, let message else { return }
             Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().didReceive(message.pointee)
         }
-        mosquitto_log_callback_set(handle) { _, context, level, line in
+        earshot_mosquitto_log_callback_set(handle) { _, context, level, line in
             guard let context, let line, level & (MOSQ_LOG_ERR | MOSQ_LOG_WARNING) != 0 else { return }
             Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().lastLogLine = String(cString: line)
         }
         if let will = endpoint.will {
             let rc = will.payload.withUnsafeBytes { bytes in
-                mosquitto_will_set(handle, will.topic, Int32(bytes.count), bytes.baseAddress, will.qos, will.retain)
+                earshot_mosquitto_will_set(handle, will.topic, Int32(bytes.count), bytes.baseAddress, will.qos, will.retain)
             }
             guard rc == success else { return fail("cannot set the Last Will: \(cause(of: rc))") }
         }
         if let username = endpoint.username {
-            let rc = mosquitto_username_pw_set(handle, username, endpoint.password)
+            let rc = earshot_mosquitto_username_pw_set(handle, username, endpoint.password)
             guard rc == success else { return fail("cannot set the credentials: \(cause(of: rc))") }
         }
         if let tls = endpoint.tls {
-            let rc = mosquitto_tls_set(
+            let rc = earshot_mosquitto_tls_set(
                 handle, tls.caFile, tls.caFile == nil ? "/etc/ssl/certs" : nil, tls.certFile, tls.keyFile, nil)
             guard rc == success else {
                 return fail("TLS setup failed: \(cause(of: rc)) (check [mqtt] cafile, certfile and keyfile)")
@@ -377,7 +381,7 @@ package final class MQTTConnection: @unchecked Sendable {
         connecting = true
         connectDeadline = Self.now() + Self.connectTimeout
         errno = 0
-        let rc = mosquitto_connect_async(handle, endpoint.host, Int32(endpoint.port), Int32(endpoint.keepaliveSeconds))
+        let rc = earshot_mosquitto_connect_async(handle, endpoint.host, Int32(endpoint.port), Int32(endpoint.keepaliveSeconds))
         if rc != success {
             lastErrno = errno
             if rc == Int32(MOSQ_ERR_EAI.rawValue) {
@@ -424,12 +428,12 @@ package final class MQTTConnection: @unchecked Sendable {
         if rc == Int32(MOSQ_ERR_CONN_LOST.rawValue), let line = lastLogLine, line.contains("SSL") || line.contains("TLS") {
             return "TLS: \(line)"
         }
-        return String(cString: mosquitto_strerror(rc)).trimmingTrailingPeriod
+        return String(cString: earshot_mosquitto_strerror(rc)).trimmingTrailingPeriod
     }
 
     private func didConnect(code: Int32) {
         guard code == 0 else {
-            let reason = String(cString: mosquitto_connack_string(code)).trimmingTrailingPeriod
+            let reason = String(cString: earshot_mosquitto_connack_string(code)).trimmingTrailingPeriod
             let advice = code == 4 || code == 5 ? " (check [mqtt] username and password_file)" : ""
             pendingFailure = "the broker refused the connection: \(reason)\(advice)"
             return
@@ -443,7 +447,7 @@ package final class MQTTConnection: @unchecked Sendable {
         }
         let birth = delegateReference?.connectionDidConnect(self) ?? Birth()
         for message in birth.first { _ = publish(message, on: handle) }
-        for filter in birth.subscriptions { _ = mosquitto_subscribe(handle, nil, filter, 1) }
+        for filter in birth.subscriptions { _ = earshot_mosquitto_subscribe(handle, nil, filter, 1) }
         sendQueued(on: handle)
         for message in birth.last { enqueue(message) }
         sendQueued(on: handle)
@@ -461,7 +465,7 @@ package final class MQTTConnection: @unchecked Sendable {
     private func publish(_ message: MQTTMessage, on handle: OpaquePointer) -> Int32? {
         var mid: Int32 = 0
         let rc = message.payload.withUnsafeBytes { bytes in
-            mosquitto_publish(handle, &mid, message.topic, Int32(bytes.count), bytes.baseAddress, message.qos, message.retain)
+            earshot_mosquitto_publish(handle, &mid, message.topic, Int32(bytes.count), bytes.baseAddress, message.qos, message.retain)
         }
         guard rc == success else { return nil }
         shared.withLock { $0.published += 1 }
@@ -517,7 +521,7 @@ package final class MQTTConnection: @unchecked Sendable {
             shared.connected = false
             shared.outbox.connectionLost()
         }
-        mosquitto_destroy(handle)
+        earshot_mosquitto_destroy(handle)
     }
 }
 
