@@ -29,8 +29,8 @@ struct CheckScratch {
 struct CheckConfigStartTests {
     @Test("[metrics] listen on a port in use: the start's line and status 78, from --check-config", .needsEarshotdBuilt)
     func metricsPortInUse() throws {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
+        var descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { if descriptor >= 0 { close(descriptor) } }
         let port = try #require(FreePort.bindLoopback(descriptor))
         #expect(listen(descriptor, 1) == 0)
         let scratch = try CheckScratch("[metrics]\nenabled = true\nlisten = 127.0.0.1:\(port)\n[output]\nsocket = DIR/m.sock\n")
@@ -39,8 +39,10 @@ struct CheckConfigStartTests {
         #expect(result.status == 78)
         #expect(result.error == "earshotd: \(scratch.config):3: [metrics] listen = 127.0.0.1:\(port): Address already in use (another program, or another earshotd, listens there; choose another port)\n")
         #expect(result.output == "")
-        // The port is released again: a free one passes.
+        // The port is released again: a free one passes. Closed once: by the end of the test its number may be
+        // another test's pipe or socket, and a second close would end, say, a daemon's standard input early.
         close(descriptor)
+        descriptor = -1
         let free = try FreePort.pick()
         let fine = try CheckScratch("[metrics]\nenabled = true\nlisten = 127.0.0.1:\(free)\n[output]\nsocket = DIR/m.sock\n")
         defer { fine.remove() }

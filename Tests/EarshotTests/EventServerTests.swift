@@ -13,6 +13,22 @@ import EarshotTools
 struct EventServerTests {
     typealias S = SocketTestSupport
 
+    @Test("Commands given at creation are answered from the first connection (no register call); a status closure's error object is the reply, as it is")
+    func commandsFromCreationAndAStatusError() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let server = try EventServer(
+            configuration: .init(path: path),
+            status: { ["type": "error", "message": "not ready yet; try again in a moment"] },
+            commands: ["ping"], commandHandler: { command, group in ["type": .string(command), "group": .string(group ?? "")] })
+        defer { server.stop() }
+        let client = try EventSubscriber(path: path)
+        try client.send(line: #"{"cmd":"ping","group":"baby_cry"}"#)
+        #expect(try client.nextReply(timeoutSeconds: S.timeout) == #"{"type":"ping","group":"baby_cry"}"#)
+        try client.send(line: #"{"status":true}"#)
+        #expect(try client.nextReply(timeoutSeconds: S.timeout) == #"{"type":"error","message":"not ready yet; try again in a moment"}"#)
+    }
+
     @Test("Several subscribers receive the same events, in order, as exact JSON lines")
     func fanOutInOrder() throws {
         let directory = try TemporarySocketDirectory()

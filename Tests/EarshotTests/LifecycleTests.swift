@@ -78,6 +78,16 @@ func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
 
 @Suite("Lifecycle: sd_notify, watchdog, signals", .serialized)
 struct LifecycleTests {
+    @Test("earshot bench's notification socket on a path another socket holds: one line, and the other socket's file is left alone")
+    func benchNotifySocketOnATakenPath() throws {
+        let other = try NotifySocketFixture()
+        let error = #expect(throws: EarshotError.self) { _ = try NotifySocket(path: other.path) }
+        #expect(error?.message == "cannot bind the notification socket \(other.path): Address already in use")
+        // A failed init ran no deinit: nothing closed a descriptor twice or unlinked the path it never bound.
+        var info = stat()
+        #expect(lstat(other.path, &info) == 0 && info.st_mode & S_IFMT == S_IFSOCK)
+    }
+
     @Test("READY=1, STATUS=, STOPPING=1, RELOADING=1 and WATCHDOG=1 reach a real notification socket")
     func notifications() throws {
         let socket = try NotifySocketFixture()

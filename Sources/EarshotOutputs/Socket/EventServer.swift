@@ -34,7 +34,8 @@ import EarshotDetection
 ///   analysis window, whatever its group filter (``publish(window:)``), until it disconnects (`earshot listen`).
 /// - `{"status":true}` or `{"cmd":"status"}` asks for a status reply: the daemon's fields (from the `status`
 ///   closure) followed by `subscribers`, `events_published`, `dropped_lines` (total over all clients),
-///   `your_dropped_lines`, `evicted_clients`, `refused_clients` and `time`.
+///   `your_dropped_lines`, `evicted_clients`, `refused_clients` and `time`; or the closure's error reply as it
+///   is (a daemon that is still starting says so).
 /// - Anything else, malformed JSON, or a line longer than `maxRequestLineBytes` gets an error reply; the client
 ///   stays connected. Empty lines are ignored. A client that closes its sending side (shutdown `SHUT_WR`) keeps
 ///   receiving events.
@@ -164,7 +165,8 @@ package final class EventServer: @unchecked Sendable {
         package var refusedClients: Int = 0
     }
 
-    /// Returns the daemon's status fields (uptime, device, xruns, windows analysed, ...); runs on the server queue.
+    /// Returns the daemon's status fields (uptime, device, xruns, windows analysed, ...), or an error reply
+    /// (`{"type":"error","message":...}`, e.g. the daemon is still starting), sent as it is; runs on the server queue.
     package typealias StatusProvider = @Sendable () -> JSONObject
 
     package let configuration: Configuration
@@ -173,7 +175,7 @@ package final class EventServer: @unchecked Sendable {
     /// Where clients' requests are read and parsed (``readRequests(from:)``), apart from the publishing queue.
     private let requestQueue = DispatchQueue(label: "earshot.event-server.requests", qos: .utility)
     /// The registered command names, read by the request queue's parser.
-    private let parsedCommands = Mutex<[String]>([])
+    private let parsedCommands: Mutex<[String]>
     /// Checks for stalled clients (server queue).
     private var stallTimer: DispatchSourceTimer?
     private let queueKey = DispatchSpecificKey<Bool>()
@@ -203,15 +205,23 @@ package final class EventServer: @unchecked Sendable {
     /// Creates the socket file and starts accepting clients.
     ///
     /// A socket file left at `path` by a daemon that is gone (nothing accepts connections on it) is removed first.
+    /// `commands` and `commandHandler` are ``register(commands:handler:)``'s, known before the socket file appears
+    /// (a client that connects the moment it exists is not told its command is unknown).
     ///
     /// - Throws: `EarshotError(.config)` for an empty or too long path; `.cannotCreate` when another process is
     ///   listening on `path` (`cannot listen on PATH: another process is already listening there (is earshotd
     ///   already running? stop it or choose another --socket)`), when `path` exists and is not a
     ///   socket, or its directory is missing or not writable, or another program creates `path` while the socket
     ///   starts; `.system` when socket(2), listen(2), chmod(2), chown(2) or naming the socket fails.
-    package init(configuration: Configuration, status: @escaping StatusProvider) throws(EarshotError) {
+    package init(
+        configuration: Configuration, status: @escaping StatusProvider, commands: [String] = [],
+        commandHandler: CommandHandler? = nil
+    ) throws(EarshotError) {
         self.configuration = configuration
         statusProvider = status
+        commandNames = commands
+        self.commandHandler = commandHandler
+        parsedCommands = Mutex(commands)
         policy = SubscriptionPolicy(knownGroups: configuration.knownGroups, unwatched: configuration.unwatchedGroups)
         let path = configuration.path
         let address = try UnixSocketAddress(path: path)
@@ -807,8 +817,13 @@ package final class EventServer: @unchecked Sendable {
             if let commandHandler { reply(commandHandler(name, group), to: client) }
         case .status:
             dropHungUpClients()
+            let fields = statusProvider()
+            if fields["type"]?.stringValue == "error" {
+                reply(fields, to: client)
+                return
+            }
             var object: JSONObject = ["type": "status"]
-            for entry in statusProvider().entries where entry.key != "type" { object[entry.key] = entry.value }
+            for entry in fields.entries where entry.key != "type" { object[entry.key] = entry.value }
             object["subscribers"] = .int(clients.count)
             object["events_published"] = .int(stats.eventsPublished)
             object["dropped_lines"] = .int(stats.droppedLines)

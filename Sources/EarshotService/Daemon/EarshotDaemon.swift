@@ -87,6 +87,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let notifySink: NotifySink?
     /// Groups muted at run time (MQTT switches).
     private let mutes = GroupMutes()
+    /// How the socket's commands and status replies reach this daemon, and whether it is starting, running or stopping.
+    private let link: DaemonLink
     /// Uptime (s) of the last test alert sent (``sendTestAlert(requestedBy:)``).
     private let lastTestAlert = Mutex<Double?>(nil)
     /// The groups the control state lists (the watched ones, and every one that publishes), set at start and reload.
@@ -172,13 +174,18 @@ package final class EarshotDaemon: @unchecked Sendable {
         let metricsSink = try configuration.makeMetricsSink()
         self.metricsSink = metricsSink
         let link = DaemonLink()
+        self.link = link
+        // The commands are known from the moment the socket exists: one sent while the daemon is still starting
+        // waits for it, and is told so if it is not ready in time (not "unknown command").
         let server = try EventServer(
             configuration: EventServer.Configuration(
                 path: output.socketPath, mode: output.socketMode, clientQueueLimitBytes: output.clientQueueBytes,
                 maxClients: output.maxClients, knownGroups: plan.subscribable, unwatchedGroups: plan.unwatched,
                 maxClientsPerUser: output.maxClientsPerUser, stalledClientSeconds: Double(output.stalledClientSeconds),
                 controlUsers: output.controlUsers.isEmpty ? [0, geteuid()] : Set(output.controlUsers)),
-            status: { link.daemon?.statusObject() ?? ["type": "status"] })
+            status: { link.status() },
+            commands: SleepService.commands + ["mute", "unmute", Self.testCommand],
+            commandHandler: { command, group in link.answer(command, group: group) })
         self.server = server
         // After the socket: a scrape that answers means the socket can be connected to.
         do {
@@ -243,18 +250,6 @@ package final class EarshotDaemon: @unchecked Sendable {
             stateChanged: { active in link.daemon?.sleepStateChanged(active) },
             audioProblem: Self.audioProblem(capture: "opening", error: nil))
         self.sleep = sleep
-        server.register(commands: SleepService.commands + ["mute", "unmute", Self.testCommand]) { command, group in
-            switch command {
-            case "mute", "unmute":
-                link.daemonWhenStarted()?.setMute(group, muted: command == "mute")
-                    ?? ["type": "error", "message": "the daemon is stopping"]
-            case Self.testCommand:
-                link.daemonWhenStarted()?.sendTestAlert(requestedBy: "the event socket")
-                    ?? ["type": "error", "message": "the daemon is stopping"]
-            default:
-                sleep.handle(command: command)
-            }
-        }
         let stage: DetectionStage
         do {
             stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead)
@@ -274,10 +269,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             },
             onStateChange: { state in link.daemon?.captureStateChanged(state) })
         link.daemon = self
-        link.linked.store(true, ordering: .releasing)
-        // A `sleep_start` the socket answered before the link was made told nobody: read the session's state once,
-        // on the analysis queue, where sessions start and stop (every later change reaches `sleepStateChanged`).
-        sleepActive.store(analysisQueue.sync { sleep.isActive }, ordering: .relaxed)
+        link.phase.store(.running, ordering: .releasing)
         noteSettings(configuration)
         noteModels(heads)
         for line in heads.notes(windowDuration: configuration.analysis.windowDuration) { journal.log(line) }
@@ -610,6 +602,16 @@ package final class EarshotDaemon: @unchecked Sendable {
         routeControls()
     }
 
+    /// Answers a socket command registered in `init` (`sleep_start`, `sleep_stop`, `sleep_status`, `mute`, `unmute`,
+    /// `test`) once the daemon runs; ``DaemonLink/answer(_:group:)`` answers for it while it starts or stops.
+    fileprivate func answer(_ command: String, group: String?) -> JSONObject {
+        switch command {
+        case "mute", "unmute": setMute(group, muted: command == "mute")
+        case Self.testCommand: sendTestAlert(requestedBy: "the event socket")
+        default: sleep.handle(command: command)
+        }
+    }
+
     /// `{"cmd":"mute"|"unmute","group":NAME}` from the socket (server queue; the event server has checked that the
     /// peer is a control user). Mutes are a lock of their own: nothing here waits for the control queue.
     /// - Returns: `{"type":"mute","group":NAME,"muted":true,"changed":true}`, or an error reply for a missing or
@@ -783,6 +785,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     ) {
         let (first, _) = stopping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
         guard first else { return }
+        // From here the socket's commands are answered "the daemon is stopping" (its status still answers).
+        link.phase.store(.stopping, ordering: .releasing)
         startStopDeadline(status: status, lastLine: lastLine)
         _ = try? notifier.stopping(status: "stopping: \(reason)")
         stopStep.withLock { $0 = "stopping capture" }
@@ -832,23 +836,64 @@ package final class EarshotDaemon: @unchecked Sendable {
 }
 
 /// Lets the closures components are given during ``EarshotDaemon/init(commandLine:)`` reach the daemon once it
-/// exists (status replies, opening the capture source, capture state). Set once at the end of init, before any of
-/// them can run (the socket answers and capture starts in `run()`).
+/// exists (socket commands and status replies, opening the capture source, capture state), and tells the socket's
+/// commands where the daemon is in its life. `daemon` is set once at the end of init; the capture and the sinks
+/// start later, in `run()`, but the socket answers from the moment it exists, before the daemon is complete.
 private final class DaemonLink: @unchecked Sendable {
-    weak var daemon: EarshotDaemon?
-    /// Set once `daemon` has been set: the daemon finished starting (a nil `daemon` after that means it stopped).
-    let linked = Atomic<Bool>(false)
+    /// Where the daemon is, as the socket's commands see it: `starting` until the end of init, `running`, then
+    /// `stopping` from the first step of the shutdown to the exit.
+    enum Phase: UInt8, AtomicRepresentable {
+        case starting, running, stopping
+    }
 
-    /// The daemon, waiting up to 10 s while it is still starting: the socket accepts clients (and their commands)
-    /// from the moment it exists, a moment before the daemon it serves is complete (on a loaded machine more than
-    /// the 2 s this waited before: a whole-suite run answered a mute sent right after the socket appeared with "the
-    /// daemon is stopping").
-    func daemonWhenStarted() -> EarshotDaemon? {
-        for _ in 0..<2_000 {
-            if let daemon { return daemon }
-            if linked.load(ordering: .acquiring) { return nil }
+    weak var daemon: EarshotDaemon?
+    /// Stored (releasing) after `daemon` is set; loaded (acquiring) before `daemon` is read.
+    let phase = Atomic<Phase>(.starting)
+
+    /// How long after its socket opened a starting daemon is waited for, in seconds: 8, under the 10 s that
+    /// `earshot status`, `sleep` and `test-alert` wait for a reply, so that they print ``stillStarting`` rather
+    /// than "no reply within 10 s". (2 s was too short: on a loaded machine a whole-suite test run sent a mute
+    /// right after the socket appeared, and the daemon was not complete 2 s later.)
+    static let startWaitSeconds = 8
+    /// The error reply's message to a command (or a status request) that came while the daemon was starting and
+    /// found it still starting ``startWaitSeconds`` after its socket opened.
+    static let stillStarting = "the daemon is still starting (not ready \(startWaitSeconds) s after opening its socket); try again in a moment"
+    /// The error reply's message to a command that came while the daemon was stopping.
+    static let stopping = "the daemon is stopping"
+
+    /// Until when (monotonic nanoseconds) commands wait for a starting daemon: ``startWaitSeconds`` from the
+    /// link's creation, just before the socket's. A deadline, not a wait per command: the socket answers one
+    /// request at a time, and the ones queued behind the first must not wait 8 s each.
+    private let startDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(startWaitSeconds) * 1_000_000_000
+
+    /// The phase, and the daemon unless it is still starting: waits (in 5 ms steps) while the daemon is starting,
+    /// at most until ``startDeadline``. The socket's queue.
+    private func daemonWhenStarted() -> (phase: Phase, daemon: EarshotDaemon?) {
+        while true {
+            let phase = phase.load(ordering: .acquiring)
+            if phase != .starting { return (phase, daemon) }
+            if DispatchTime.now().uptimeNanoseconds >= startDeadline { return (.starting, nil) }
             usleep(5_000)
         }
-        return daemon
+    }
+
+    /// The reply to a registered socket command: the daemon's once it runs; ``stillStarting`` or ``stopping``
+    /// otherwise.
+    func answer(_ command: String, group: String?) -> JSONObject {
+        switch daemonWhenStarted() {
+        case (.running, let daemon?): daemon.answer(command, group: group)
+        case (.starting, _): ["type": "error", "message": .string(Self.stillStarting)]
+        default: ["type": "error", "message": .string(Self.stopping)]
+        }
+    }
+
+    /// The status reply's daemon fields: also while the daemon stops (its counters are still true), an error
+    /// reply (``stillStarting``) while it starts.
+    func status() -> JSONObject {
+        switch daemonWhenStarted() {
+        case (.starting, _): ["type": "error", "message": .string(Self.stillStarting)]
+        case (_, let daemon?): daemon.statusObject()
+        case (_, nil): ["type": "error", "message": .string(Self.stopping)]
+        }
     }
 }

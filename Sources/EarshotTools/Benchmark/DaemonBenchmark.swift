@@ -243,20 +243,24 @@ package final class NotifySocket {
     /// - Throws: `EarshotError(.system)` when the socket cannot be created or bound.
     package init(path: String) throws(EarshotError) {
         self.path = path
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw .posix(.system, "cannot create a notification socket", errno: errno) }
+        // `fd` is set last: a class whose stored properties are all set runs its deinit when its init throws, and
+        // that would close the descriptor a second time (by then perhaps another thread's) and unlink `path`,
+        // which may be another program's socket.
+        let descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw .posix(.system, "cannot create a notification socket", errno: errno) }
         guard var address = DaemonBenchmark.unixAddress(path) else {
-            Glibc.close(fd)
+            Glibc.close(descriptor)
             throw EarshotError(.system, "notification socket path \(path) is too long (set TMPDIR to a shorter directory)")
         }
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard bound == 0 else {
             let code = errno
-            Glibc.close(fd)
+            Glibc.close(descriptor)
             throw .posix(.system, "cannot bind the notification socket \(path)", errno: code)
         }
+        fd = descriptor
     }
 
     /// The next datagram's text, or nil when none arrives within `timeoutMillis`.
