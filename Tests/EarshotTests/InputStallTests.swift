@@ -67,4 +67,48 @@ struct InputStallTests {
         #expect((7...9).contains(seconds), "\(recovery)")
         #expect(events[2].object["source"] as? String == "-")
     }
+
+    static let waitingMessage = "nothing from standard input yet (is the program writing to it running?)"
+
+    /// Trial 9 #6: standard input opens at once, whether or not its writer writes. Until the first audio the daemon
+    /// is `waiting`, not live: no `capture_live` (so no "Listening" on the phone), and `earshot status` says why
+    /// instead of a level of -120 dBFS.
+    @Test("a writer that waits 4 s before its first audio: status 'waiting' with the reason, no capture_live until the audio comes, then one",
+          .needsEarshotdBuilt, .needsEarshotBuilt)
+    func writerNotWritingYet() throws {
+        let scratch = try DaemonScratch([])
+        defer { scratch.remove() }
+        let audio = scratch.directory.appendingPathComponent("audio.raw")
+        try SyntheticAudio.pcm(SyntheticAudio.sine(seconds: 2, amplitude: 0.1)).write(to: audio)
+        let daemon = try DaemonProcess(["--config", scratch.config.path, "--foreground", "--input", "-"], standardInput: true)
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+        writer.arguments = ["-c", #"sleep 4; cat "$1""#, "sh", audio.path]
+        writer.standardOutput = daemon.input.fileHandleForWriting
+        try writer.run()
+        try daemon.input.fileHandleForWriting.close()
+
+        // Before the first audio: the socket answers, the capture is waiting, and no health event went out.
+        #expect(TestWait.until(seconds: 3) { FileManager.default.fileExists(atPath: scratch.socket) }, "\(daemon.errorText)")
+        // The capture opens just after the daemon starts answering (`opening` until then).
+        var status: [String: Any] = [:]
+        #expect(TestWait.until(seconds: 3) {
+            status = (try? MQTTBrokerTests.status(socket: scratch.socket, timeout: 5)) ?? [:]
+            return status["capture"] as? String != nil && status["capture"] as? String != "opening"
+        }, "\(status)")
+        #expect(writer.isRunning, "the writer wrote before the status was read; the test proves nothing")
+        #expect(status["capture"] as? String == "waiting")
+        #expect(status["capture_error"] as? String == Self.waitingMessage)
+        let text = try #require(try EarshotCLI.run(["status", "--socket", scratch.socket], in: scratch.directory, timeout: 30))
+        #expect(text.outputLines.first?.hasPrefix("earshotd: capture waiting from -") == true, "\(text.outputLines)")
+        #expect(text.outputLines.dropFirst().first == "level: no audio (capture waiting: \(Self.waitingMessage))")
+        #expect(Self.health(daemon).isEmpty, "\(Self.health(daemon).map(\.object))")
+
+        writer.waitUntilExit()
+        #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
+        let events = Self.health(daemon)
+        #expect(events.map { $0.object["state"] as? String ?? "?" } == ["capture_live"], "\(events.map(\.object))")
+        #expect(events.first?.object["message"] as? String
+                == "capturing from -: S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 3200 frames")
+    }
 }

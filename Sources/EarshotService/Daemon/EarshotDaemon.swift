@@ -61,6 +61,10 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let usingFallback = Atomic<Bool>(false)
     /// Set once READY=1 went to systemd (audio flowed, or the daemon began waiting for the device).
     private let readySent = Atomic<Bool>(false)
+    /// Whether the first audio came from the ring (set on the analysis queue), and the `capture_live` of a standard
+    /// input held until then (set on the control queue): standard input opens at once, whether or not its writer
+    /// ever writes, so it is `waiting` (and the phone is not told "Listening") until audio arrives.
+    private let firstAudio = Mutex<(flowed: Bool, heldLive: HealthEvent?)>((false, nil))
     private let control = DispatchQueue(label: "earshot.control")
     /// Where SIGTERM, SIGINT and SIGHUP arrive: a queue of their own, so that a reload (on `control`) that waits on a
     /// file or the analysis queue can never keep the daemon from stopping.
@@ -390,8 +394,18 @@ package final class EarshotDaemon: @unchecked Sendable {
                 _ = try? notifier.status("listening to \(sourceDescription)")
                 break
             }
-            router.route(.health(HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
-                                             details: ["source": .string(name)])))
+            let live = HealthEvent(state: .captureLive, message: "capturing from \(name): \(format)",
+                                   details: ["source": .string(name)])
+            let held = name == RealtimeFileSource.standardInputName && firstAudio.withLock { state -> Bool in
+                guard !state.flowed else { return false }
+                state.heldLive = live
+                return true
+            }
+            if held {
+                status.withLock { $0.capture = "waiting"; $0.captureError = Self.waitingMessage }
+            } else {
+                router.route(.health(live))
+            }
         case .stalled(let name, let seconds):
             stalledAt = DispatchTime.now().uptimeNanoseconds
             let line = Self.stallMessage(source: name, seconds: seconds)
@@ -453,7 +467,23 @@ package final class EarshotDaemon: @unchecked Sendable {
         return "no audio from \(sourceLabel(name)) for \(SettingRules.format(seconds)) s (\(cause)); waiting for it, and saying so when audio comes back"
     }
 
+    /// Why a standard input opened before its writer wrote is `waiting`: `earshot status` and a sleep session's
+    /// start and status say it.
+    static let waitingMessage = "nothing from standard input yet (is the program writing to it running?)"
+
+    /// The first audio from the ring (analysis queue): a standard input that was `waiting` is live now, and says so
+    /// (its `capture_live`, held since it opened); READY=1.
     fileprivate func audioStarted() {
+        let heldLive = firstAudio.withLock { state -> HealthEvent? in
+            state.flowed = true
+            defer { state.heldLive = nil }
+            return state.heldLive
+        }
+        if let heldLive {
+            status.withLock { if $0.capture == "waiting" { $0.capture = "live"; $0.captureError = nil } }
+            sleep.captureChanged(audioProblem: nil)
+            router.route(.health(heldLive))
+        }
         do {
             // READY=1 again when the device was waited for: systemd ignores a second one; the status is what counts.
             readySent.store(true, ordering: .relaxed)
