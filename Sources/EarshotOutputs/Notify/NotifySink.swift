@@ -95,6 +95,11 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         /// Ends of notified events caused by a reload or a gap in the audio, held for
         /// ``NotifySettings/continuationSeconds`` (with `on_end`): the group's next onset within it drops the end.
         var heldEnds: [String: HeldEnd] = [:]
+        /// Each group's next reminder: the generation of the open event it is for and when it is due (uptime
+        /// seconds). One per group: a later onset's reminder replaces an earlier one's, whose event is no longer
+        /// open (one timer per group, not one per onset: a flood of suppressed onsets would otherwise hold a timer
+        /// each for `repeat_after` seconds).
+        var reminder: [String: (generation: Int, due: Double)] = [:]
         var generation = 0
         var stopped = false
         var monitoring = Monitoring.unknown
@@ -330,9 +335,40 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         enqueue(message(held.object, group: group, kind: .end, time: held.time))
     }
 
+    /// Sets the group's next reminder (replacing the one before, see ``State/reminder``); a timer is armed only
+    /// when none is armed for the group for an earlier moment.
     private func scheduleReminder(group: String, generation: Int, after seconds: Double) {
-        reminderQueue.asyncAfter(deadline: .now() + max(0, seconds)) { [weak self] in
-            self?.remind(group: group, generation: generation)
+        let due = Self.uptime() + max(0, seconds)
+        let arm = state.withLock { state -> Bool in
+            let armed = state.reminder[group]
+            state.reminder[group] = (generation, due)
+            return armed.map { due < $0.due } ?? true
+        }
+        if arm { armReminder(group: group, at: due) }
+    }
+
+    private func armReminder(group: String, at due: Double) {
+        reminderQueue.asyncAfter(deadline: .now() + max(0, due - Self.uptime())) { [weak self] in
+            self?.reminderTimerFired(group: group)
+        }
+    }
+
+    /// The group's reminder timer: the reminder due now is sent; one due later (set since the timer was armed)
+    /// gets the timer again.
+    private func reminderTimerFired(group: String) {
+        enum Next { case remind(Int), rearm(Double), none }
+        let now = Self.uptime()
+        let next = state.withLock { state -> Next in
+            guard let reminder = state.reminder[group] else { return .none }
+            // A millisecond of slack: the timer may fire a hair before its uptime deadline.
+            if reminder.due > now + 0.001 { return .rearm(reminder.due) }
+            state.reminder[group] = nil
+            return .remind(reminder.generation)
+        }
+        switch next {
+        case .remind(let generation): remind(group: group, generation: generation)
+        case .rearm(let due): armReminder(group: group, at: due)
+        case .none: break
         }
     }
 
