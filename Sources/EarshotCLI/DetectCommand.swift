@@ -107,7 +107,7 @@ enum DetectCommand: EarshotCommand {
             print(JSONValue.object(object).encoded)
         case .text:
             object["time"] = nil  // the moment of analysis, not of the sound: stream times say when
-            if let line = EventTextFormat.format(line: JSONValue.object(object).encoded, timeZone: TimeZone.current) {
+            if let line = EventTextFormat.format(line: JSONValue.object(object).encoded) {
                 print("\(file): \(line)")
             }
         case .csv:

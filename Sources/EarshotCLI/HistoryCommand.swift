@@ -5,20 +5,25 @@ import EarshotService
 import EarshotTools
 import Foundation
 
-/// `earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]`:
-/// prints the detections stored by earshotd. Exit status: 0 (also when nothing matched), 64 usage (also a --db that
-/// is a directory), 66 no database (or a --db that is a FIFO, device or socket), 65 not a history, 69 locked.
+/// `earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]
+/// [--config FILE]`: prints the detections stored by earshotd, in local time as earshotd reads it (glibc's `TZ`).
+/// Exit status: 0 (also when nothing matched), 64 usage (also a --db that is a directory, --since later than
+/// --until, a --group that is no group), 66 no database (or a --db that is a FIFO, device or socket), 65 not a
+/// history, 69 locked, 78 a configuration file that cannot be read.
 enum HistoryCommand: EarshotCommand {
     static let name = "history"
     static let usage = HistoryListing.usage
     static let help = HistoryListing.help
-    static let flags = ["--since", "--until", "--group", "--format", "--limit", "--db"]
+    static let flags = ["--since", "--until", "--group", "--format", "--limit", "--db", "--config"]
 
     /// The same options and errors as `HistoryListing.parse`, whose wording HistoryTests pins (durations back from
-    /// now, local dates in the current time zone).
+    /// now, local dates in local time as earshotd reads it: `LocalTime`, not Foundation's `TimeZone.current`, which
+    /// takes no POSIX `TZ` rule such as `CET-1CEST,M3.5.0,M10.5.0/3`).
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> HistoryListing {
         var listing = HistoryListing()
         let now = Date()
+        var since: (text: String, date: Date)?
+        var until: (text: String, date: Date)?
         while let item = try parser.next() {
             switch item {
             case .positional(let text):
@@ -27,10 +32,16 @@ enum HistoryCommand: EarshotCommand {
                 switch flag {
                 case "--since", "--until":
                     let text = try parser.value(of: flag, inline, allowed: usage)
-                    guard let date = HistoryListing.parseTime(text, now: now, timeZone: .current) else {
+                    guard let date = HistoryListing.parseTime(text, now: now) else {
                         throw HistoryListing.timeError(option: flag, text)
                     }
-                    if flag == "--since" { listing.since = date } else { listing.until = date }
+                    if flag == "--since" {
+                        listing.since = date
+                        since = (text, date)
+                    } else {
+                        listing.until = date
+                        until = (text, date)
+                    }
                 case "--group":
                     let names = try parser.value(of: flag, inline, allowed: usage).split(separator: ",")
                         .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -52,24 +63,31 @@ enum HistoryCommand: EarshotCommand {
                     let text = try parser.value(of: flag, inline, allowed: usage)
                     guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
                     listing.databasePath = text
+                case "--config":
+                    let text = try parser.value(of: flag, inline, allowed: usage)
+                    guard !text.isEmpty else { throw EarshotError(.usage, "--config needs a path") }
+                    listing.configPath = text
                 default:
                     // HistoryTests pins this wording (HistoryListing.parse's), not the other commands' list.
                     throw EarshotError(.usage, "unknown option \"\(flag)\" (\(usage))")
                 }
             }
         }
+        try HistoryListing.checkOrder(since: since, until: until)
         return listing
     }
 
     static func execute(_ listing: HistoryListing) -> Int32 {
         do {
-            let history = try listing.openHistory()
+            let (database, configuration) = try listing.database()
+            let history = try HistoryListing.openHistory(database)
+            try listing.checkGroups(configuration: configuration, history: history)
             let events = try history.events(matching: listing.query)
             var out = listing.format == .csv ? HistoryListing.csvHeader + "\n" : ""
-            for event in events { out += HistoryListing.line(for: event, format: listing.format, timeZone: .current) + "\n" }
+            for event in events { out += HistoryListing.line(for: event, format: listing.format) + "\n" }
             StandardOutput.write(out)
             if events.isEmpty, listing.format == .text {
-                reportError("no events in \(listing.databasePath) match")
+                reportError("no events in \(database.path) match")
             }
             return 0
         } catch {

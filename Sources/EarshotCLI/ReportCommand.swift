@@ -11,8 +11,9 @@ import Foundation
 /// writes the JSON, the SVG timeline and its PNG rendering where asked, and shows a progress bar on stderr when it is
 /// a terminal. `earshot report --from-svg SVG --png OUT [--png-scale N]` renders a chart written earlier (e.g. the
 /// daemon's `snore-*.svg`, which stays SVG: the daemon does not link librsvg) as PNG.
-/// Exit status: 0, 64 usage, 65 bad audio or SVG, 66 missing file, 73 an output cannot be written, 74 writing into an
-/// existing device or FIFO (or standard output) failed.
+/// Every output path is checked before the analysis (a directory, or one that cannot be created, is refused at once).
+/// Exit status: 0, 64 usage (also an output path that is a directory), 65 bad audio or SVG, 66 missing file, 73 an
+/// output cannot be written, 74 writing into an existing device or FIFO (or standard output) failed.
 enum ReportCommand: EarshotCommand {
     static let usage =
         "usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--config FILE] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet]"
@@ -40,6 +41,8 @@ enum ReportCommand: EarshotCommand {
           --progress, --quiet  force or hide the progress bar (default: shown when stderr is a terminal)
           --from-svg SVG       render a chart written earlier (--svg, or the daemon's snore-*.svg) as PNG
                                instead of analysing a recording
+        The output paths are checked before the analysis (a directory, or a file that cannot be created, is refused
+        at once). A recording cut short is reported over the audio decoded, not the length its header promised.
         """
 
     /// Allowed `--png-scale` values.
@@ -143,6 +146,10 @@ enum ReportCommand: EarshotCommand {
         let bar = ProgressBar(enabled: options.showProgress)
         let result: SnoreFileAnalysis.Result
         do throws(EarshotError) {
+            // Before the analysis (two minutes for a night): its results would be lost with no file to hold them.
+            try checkOutput(options.jsonPath == "-" ? nil : options.jsonPath, format: "JSON")
+            try checkOutput(options.svgPath, format: "SVG")
+            try checkOutput(options.pngPath, format: "PNG")
             var configuration = try DaemonConfiguration.load(path: options.configPath, overrides: .init())
             if let threshold = options.threshold { configuration.sleep.threshold = threshold }
             if let rhythm = options.rhythmThreshold { configuration.sleep.rhythmThreshold = rhythm }
@@ -170,8 +177,10 @@ enum ReportCommand: EarshotCommand {
         if let warning = result.decodingWarning { reportError(warning) }
         let report = result.report
         do {
-            if let svgPath = options.svgPath { try write(report.svg(timeZone: .current), to: svgPath) }
-            if let pngPath = options.pngPath { try report.png(scale: options.pngScale).write(to: pngPath) }
+            // Clock times in local time as earshotd reads it; the PNG is the SVG written beside it, rendered.
+            let svg = report.svg()
+            if let svgPath = options.svgPath { try write(svg, to: svgPath) }
+            if let pngPath = options.pngPath { try PNGRenderer(scale: options.pngScale).render(svg: svg).write(to: pngPath) }
             if let jsonPath = options.jsonPath {
                 let json = JSONValue.object(report.json).encoded + "\n"
                 if jsonPath == "-" {
@@ -184,8 +193,24 @@ enum ReportCommand: EarshotCommand {
             reportError(error.message)
             return error.exitStatus
         }
-        if options.jsonPath != "-" { StandardOutput.write(report.text(timeZone: .current)) }
+        if options.jsonPath != "-" { StandardOutput.write(report.text()) }
         return 0
+    }
+
+    /// Refuses an output path before any work: a directory (or a path ending in `/`) with the file name to give, e.g.
+    /// `tmp/rep/ is a directory: give the SVG file's name, e.g. tmp/rep/night.svg` (64), and a file that cannot be
+    /// created, e.g. in a missing or read-only directory, as ``OutputFile/checkWritable(_:what:hint:)`` (73). A
+    /// device or FIFO is written in place later and not probed.
+    /// - Parameter format: `JSON`, `SVG` or `PNG`; its lowercase is the example's extension.
+    static func checkOutput(_ path: String?, format: String) throws(EarshotError) {
+        guard let path else { return }
+        let kind = PathKind(path: path)
+        if kind == .directory || path.hasSuffix("/") {
+            let example = joinedPath(path, "night.\(format.lowercased())")
+            let what = kind == .directory ? "is a directory" : "names a directory"
+            throw EarshotError(.usage, "\(path) \(what): give the \(format) file's name, e.g. \(example)")
+        }
+        try OutputFile.checkWritable(path)
     }
 
     static func write(_ text: String, to path: String) throws(EarshotError) {
@@ -195,6 +220,7 @@ enum ReportCommand: EarshotCommand {
     /// `--from-svg SVG --png OUT`: reads the SVG file and writes its PNG rendering.
     static func renderSVGFile(_ svgPath: String, to pngPath: String, scale: Double) -> Int32 {
         do {
+            try checkOutput(pngPath, format: "PNG")
             try PNGRenderer(scale: scale).render(contentsOf: svgPath).write(to: pngPath)
         } catch {
             reportError(error.message)

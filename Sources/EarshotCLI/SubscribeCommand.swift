@@ -96,7 +96,7 @@ enum SubscribeCommand: EarshotCommand {
                         reportError(errorMessage(line) ?? line)
                         return 64
                     }
-                    reportError(EventTextFormat.format(line: line, timeZone: .current) ?? line)
+                    reportError(EventTextFormat.format(line: line) ?? line)
                     continue
                 }
                 let output = options.text ? EventTextFormat.format(line: line) : line

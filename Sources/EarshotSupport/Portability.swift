@@ -72,6 +72,27 @@ public enum LocalTime {
         return TimeZone(secondsFromGMT: parts.tm_gmtoff) ?? TimeZone(secondsFromGMT: 0)!
     }
 
+    /// The instant a local wall-clock time names, as the C library reads local time (`TZ` in any form glibc takes:
+    /// `Europe/Berlin`, `:Europe/Berlin`, `CET-1CEST,M3.5.0,M10.5.0/3`, else /etc/localtime); nil when the date does
+    /// not exist (31 April). A time a daylight-saving change skips or repeats is the instant `mktime` gives it, as
+    /// for any C program. The corresponding C function is `mktime`.
+    public static func date(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) -> Date? {
+        var parts = tm()
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month - 1)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
+        parts.tm_isdst = -1  // let the zone's rules say whether daylight-saving time is in force
+        let seconds = mktime(&parts)
+        // mktime normalizes 31 April to 1 May: a different day is a date that does not exist.
+        guard seconds != -1 || parts.tm_year == 69,
+              parts.tm_year == Int32(year - 1900), parts.tm_mon == Int32(month - 1), parts.tm_mday == Int32(day)
+        else { return nil }
+        return Date(timeIntervalSince1970: Double(seconds))
+    }
+
     /// `date` as wall-clock `YYYY-MM-DD HH:MM:SS` in `timeZone` (the history's and `subscribe`'s text lines).
     package static func dateTimeText(_ date: Date, timeZone: TimeZone) -> String {
         var calendar = Calendar(identifier: .gregorian)

@@ -502,3 +502,134 @@ struct HistoryTests {
         #expect(SleepSchedule("7:5-8:00") == nil)
     }
 }
+
+@Suite("History: earshot history reads local time as earshotd does, refuses filters that cannot be meant, reads --config")
+struct HistoryCommandTests {
+    /// A history with a baby cry on 2026-12-07 at 01:37:56 UTC (winter), snoring on 2026-07-01 at 12:00:00 UTC
+    /// (summer) and an event of a custom group `mydog`.
+    static func writeHistory(_ scratch: HistoryScratch) throws {
+        func event(_ group: String, _ label: String, _ start: Double, _ duration: Double) -> HistoryEvent {
+            HistoryEvent(group: group, classLabel: label, start: Date(timeIntervalSince1970: start),
+                         end: Date(timeIntervalSince1970: start + duration), peakConfidence: 0.9, meanConfidence: 0.75,
+                         levelDBFS: -23.75, peakLevelDBFS: -20, windows: 12, endReason: "hold_elapsed")
+        }
+        let history = try EventHistory(path: scratch.database)
+        try history.insert([
+            event("snoring", "Snoring", 1_782_907_200, 30),  // 2026-07-01T12:00:00Z
+            event("baby_cry", "builtin_baby_cry:baby_cry", 1_796_607_476, 6.25),  // 2026-12-07T01:37:56Z
+            event("mydog", "Bark", 1_796_612_400, 2),  // 2026-12-07T03:00:00Z
+        ])
+    }
+
+    static func run(_ arguments: [String], tz: String? = nil, in scratch: HistoryScratch) throws -> EarshotCLI.Outcome {
+        let executable = try #require(EarshotCLI.executable)
+        var environment = ProcessInfo.processInfo.environment
+        environment["TZ"] = tz
+        return try EarshotCLI.runProcess(executable, ["history"] + arguments, in: scratch.directory, environment: environment, timeout: 30)
+    }
+
+    @Test("TZ as a POSIX rule or with a leading colon (glibc's forms, which earshotd honours) gives the printed times and reads --since/--until (trial 9 #12)",
+          .needsEarshotBuilt)
+    func posixTimeZones() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        try Self.writeHistory(scratch)
+        let berlin = [
+            "2026-07-01 14:00:00  30.0 s  snoring  Snoring  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)",
+            "2026-12-07 02:37:56  6.2 s  baby_cry  Baby cry  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)",
+        ]
+        let cases: [(tz: String, lines: [String], cryMinute: (String, String))] = [
+            ("CET-1CEST,M3.5.0,M10.5.0/3", berlin, ("2026-12-07T02:37", "2026-12-07 02:38")),
+            (":Europe/Berlin", berlin, ("2026-12-07T02:37", "2026-12-07 02:38")),
+            ("Europe/Berlin", berlin, ("2026-12-07T02:37", "2026-12-07 02:38")),
+            // 1 h 35 min west of UTC, no daylight saving: the cry is just after midnight local time.
+            ("ZZZ+01:35", [
+                "2026-07-01 10:25:00  30.0 s  snoring  Snoring  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)",
+                "2026-12-07 00:02:56  6.2 s  baby_cry  Baby cry  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)",
+            ], ("2026-12-07T00:02", "2026-12-07 00:03")),
+            ("UTC0", [
+                "2026-07-01 12:00:00  30.0 s  snoring  Snoring  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)",
+                "2026-12-07 01:37:56  6.2 s  baby_cry  Baby cry  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)",
+            ], ("2026-12-07T01:37", "2026-12-07 01:38")),
+        ]
+        for (tz, lines, cryMinute) in cases {
+            let listed = try Self.run(["--db", scratch.database, "--group", "snoring,baby_cry"], tz: tz, in: scratch)
+            #expect(listed.status == 0, "\(tz): \(listed.standardError)")
+            #expect(listed.outputLines == lines, "\(tz)")
+            // --since/--until as local dates: the cry's local minute finds the cry alone.
+            let minute = try Self.run(["--db", scratch.database, "--since", cryMinute.0, "--until", cryMinute.1], tz: tz, in: scratch)
+            #expect(minute.status == 0, "\(tz): \(minute.standardError)")
+            #expect(minute.outputLines == [lines[1]], "\(tz)")
+        }
+    }
+
+    @Test("--since later than --until, and a --group that is no group, are refused with one line, 64; a group stored in the history is accepted (trial 9 #13)",
+          .needsEarshotBuilt)
+    func refusedFilters() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        try Self.writeHistory(scratch)
+        let groups = "alarm_chirp, baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, mydog, smoke_alarm, snoring, speech"
+        let cases: [([String], String)] = [
+            (["--since", "1h", "--until", "2h"],
+             "earshot: --since \"1h\" is later than --until \"2h\" (give the earlier time to --since, e.g. --since 2h --until 1h)"),
+            (["--since", "2026-12-07T02:00Z", "--until=2026-12-07T01:00Z"],
+             "earshot: --since \"2026-12-07T02:00Z\" is later than --until \"2026-12-07T01:00Z\" (give the earlier time to --since, e.g. --since 2026-12-07T01:00Z --until 2026-12-07T02:00Z)"),
+            (["--group", "snorring"], "earshot: --group \"snorring\" is not a group (did you mean snoring? groups: \(groups))"),
+            (["--group", "baby_cry,mydgo"], "earshot: --group \"mydgo\" is not a group (did you mean mydog? groups: \(groups))"),
+            (["--group", "cat"], "earshot: --group \"cat\" is not a group (groups: \(groups))"),
+        ]
+        for (arguments, line) in cases {
+            let outcome = try Self.run(["--db", scratch.database] + arguments, tz: "UTC0", in: scratch)
+            #expect(outcome.status == 64, "\(arguments)")
+            #expect(outcome.standardError == line + "\n", "\(arguments)")
+            #expect(outcome.standardOutput == "", "\(arguments)")
+        }
+        // Equal times, a custom group stored in the history, and a known group with no events pass.
+        let same = try Self.run(["--db", scratch.database, "--since", "2026-12-07T01:37:56Z", "--until", "2026-12-07T01:37:56Z"], tz: "UTC0", in: scratch)
+        #expect(same.status == 0)
+        #expect(same.outputLines == ["2026-12-07 01:37:56  6.2 s  baby_cry  Baby cry  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)"])
+        let dog = try Self.run(["--db", scratch.database, "--group", "mydog"], tz: "UTC0", in: scratch)
+        #expect(dog.status == 0)
+        #expect(dog.outputLines == ["2026-12-07 03:00:00  2.0 s  mydog  Bark  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)"])
+        let glass = try Self.run(["--db", scratch.database, "--group", "glass_break"], tz: "UTC0", in: scratch)
+        #expect(glass.status == 0)
+        #expect(glass.errorLines == ["earshot: no events in \(scratch.database) match"])
+        // In process, the parser refuses the order too.
+        #expect(throws: EarshotError(.usage, "--since \"1h\" is later than --until \"2h\" (give the earlier time to --since, e.g. --since 2h --until 1h)")) {
+            _ = try HistoryListing.parse(["--since", "1h", "--until", "2h"], now: HistoryTests.night)
+        }
+    }
+
+    @Test("--config FILE: the database is its [history] path (--db wins); a missing file is 78, a directory there is named with the fix", .needsEarshotBuilt)
+    func configFile() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        try Self.writeHistory(scratch)
+        let config = scratch.directory.appendingPathComponent("earshotd.conf")
+        try "[history]\npath = \(scratch.database)\n".write(to: config, atomically: true, encoding: .utf8)
+        let cry = "2026-12-07 01:37:56  6.2 s  baby_cry  Baby cry  peak 0.90 mean 0.75  -23.8 dBFS (peak -20.0)"
+        let listed = try Self.run(["--config", config.path, "--group", "baby_cry"], tz: "UTC0", in: scratch)
+        #expect(listed.status == 0, "\(listed.standardError)")
+        #expect(listed.outputLines == [cry])
+        #expect(try HistoryListing.parse(["--config", "earshotd.conf"]).configPath == "earshotd.conf")
+
+        // --db wins over the file's [history] path.
+        let other = scratch.directory.appendingPathComponent("other.sqlite3").path
+        let overridden = try Self.run(["--config=earshotd.conf", "--db", other], tz: "UTC0", in: scratch)
+        #expect(overridden.status == 66)
+        #expect(overridden.errorLines == ["earshot: no event history at \(other) (earshotd writes it when [history] enabled = true; name another file with --db)"])
+
+        let missing = try Self.run(["--config", "gone.conf"], tz: "UTC0", in: scratch)
+        #expect(missing.status == 78)
+        #expect(missing.errorLines == [
+            "earshot: gone.conf: cannot read the configuration file: No such file or directory (check the --config path, or omit --config to run with the built-in defaults)",
+        ])
+
+        let directoryConfig = scratch.directory.appendingPathComponent("dir.conf")
+        try "[history]\npath = \(scratch.directory.path)\n".write(to: directoryConfig, atomically: true, encoding: .utf8)
+        let directory = try Self.run(["--config", "dir.conf"], tz: "UTC0", in: scratch)
+        #expect(directory.status == 64)
+        #expect(directory.errorLines == ["earshot: [history] path \(scratch.directory.path) in dir.conf is a directory: name the history database file with --db"])
+    }
+}

@@ -117,3 +117,130 @@ struct ReportCommandTests {
         #expect(list.outputLines.contains("                                  render a snore report's SVG chart (e.g. the daemon's) as PNG"))
     }
 }
+
+@Suite("ReportCommand: a recording cut short and the output paths checked first")
+struct ReportTruncatedAndOutputTests {
+    /// samples/demo.flac (31.91 s at 16 kHz, snoring at 11-15 s) as a 16-bit WAV padded with silence to 400 s, the
+    /// header saying so, cut after its first 20 s of samples (a copy interrupted): 44 + 640000 bytes. Also the same
+    /// 20 s as a whole WAV.
+    static func writeRecordings(in directory: URL) throws {
+        let decoder = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        let samples = try decoder.readAllMono()
+        #expect(samples.count == 510_495)
+        let values = samples.map { min(32_767, max(-32_768, Int64(($0 * 32_768).rounded()))) }
+        let padded = values + [Int64](repeating: 0, count: 400 * 16_000 - values.count)
+        let long = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16,
+                                      data: AudioTestFiles.littleEndian(padded, width: 2))
+        #expect(long.count == 44 + 12_800_000)
+        try AudioTestFiles.write(Array(long.prefix(44 + 2 * 320_000)), to: directory.appendingPathComponent("cut.wav"))
+        let whole = AudioTestFiles.wav(formatTag: 1, channels: 1, sampleRate: 16_000, bitsPerSample: 16,
+                                       data: AudioTestFiles.littleEndian(Array(values.prefix(320_000)), width: 2))
+        try AudioTestFiles.write(whole, to: directory.appendingPathComponent("first20.wav"))
+    }
+
+    @Test("report --snore on a WAV cut short: session, share, rates and bins over the 20 s decoded, as the same 20 s in a whole file (text, JSON, SVG, PNG; trial 9 #2)",
+          .needsEarshotBuilt)
+    func truncatedWAV() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try Self.writeRecordings(in: directory)
+        let cut = try #require(try EarshotCLI.run(
+            ["report", "--snore", "cut.wav", "--quiet", "--json", "cut.json", "--svg", "cut.svg", "--png", "cut.png"], in: directory))
+        #expect(cut.status == 0)
+        #expect(cut.errorLines == [
+            "earshot: cut.wav: truncated: decoded 320000 of 6400000 frames the header promises; results cover only the first 20.00 s",
+        ])
+        #expect(cut.outputLines == [
+            "snore report: cut.wav",
+            "  session      0.3 min",
+            "  snoring      0.1 min (21.6 % of the session)",
+            "  events       1 (180.0 per hour), 3 snores (540.0 per hour)",
+            "  episodes     1 (events less than 2 minutes apart merge)",
+            "    0:00:11-0:00:15  0.1 min snoring, 3 snores, -36.6 dBFS (peak -34.5)",
+            "  loudest      0:00:12 -34.5 dBFS (of the windows counted as snores)",
+        ])
+        let json = try String(contentsOf: directory.appendingPathComponent("cut.json"), encoding: .utf8)
+        #expect(json.contains(#""duration_seconds":20.0,"#), "\(json)")
+        #expect(json.contains(#""bins":[{"start":0.0,"snoring_seconds":4.32}]"#), "\(json)")
+
+        // The same audio in a whole file gives the same report, file name aside.
+        let whole = try #require(try EarshotCLI.run(
+            ["report", "--snore", "first20.wav", "--quiet", "--json", "first20.json", "--svg", "first20.svg"], in: directory))
+        #expect(whole.status == 0)
+        #expect(whole.standardError == "")
+        #expect(whole.standardOutput.replacing("first20.wav", with: "cut.wav") == cut.standardOutput)
+        let wholeJSON = try String(contentsOf: directory.appendingPathComponent("first20.json"), encoding: .utf8)
+        #expect(wholeJSON.replacing("first20.wav", with: "cut.wav") == json)
+        let svg = try String(contentsOf: directory.appendingPathComponent("cut.svg"), encoding: .utf8)
+        let wholeSVG = try String(contentsOf: directory.appendingPathComponent("first20.svg"), encoding: .utf8)
+        #expect(wholeSVG.replacing("first20.wav", with: "cut.wav") == svg)
+        // The PNG is that chart.
+        let png = try Data(contentsOf: directory.appendingPathComponent("cut.png"))
+        #expect(try PNGRenderer().render(svg: svg).data == png)
+    }
+
+    @Test("report --snore on a FLAC cut short (its first 80 % of bytes) reports the 19.46 s decoded, not the header's 31.91 s (trial 9 #2)",
+          .needsEarshotBuilt)
+    func truncatedFLAC() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let flac = try Data(contentsOf: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"))
+        try flac.prefix(flac.count * 8 / 10).write(to: directory.appendingPathComponent("cut.flac"))
+        let line = "earshot: cut.flac: truncated: decoded 311296 of 510495 frames the header promises; results cover only the first 19.46 s"
+        let text = try #require(try EarshotCLI.run(["report", "--snore", "cut.flac", "--quiet"], in: directory))
+        #expect(text.status == 0)
+        #expect(text.errorLines == [line])
+        // 4.32 s of snoring in 19.456 s: 22.2 %; one event and three snores in 19.456 s: 185.0 and 555.1 per hour.
+        #expect(text.outputLines == [
+            "snore report: cut.flac",
+            "  session      0.3 min",
+            "  snoring      0.1 min (22.2 % of the session)",
+            "  events       1 (185.0 per hour), 3 snores (555.1 per hour)",
+            "  episodes     1 (events less than 2 minutes apart merge)",
+            "    0:00:11-0:00:15  0.1 min snoring, 3 snores, -36.6 dBFS (peak -34.5)",
+            "  loudest      0:00:12 -34.5 dBFS (of the windows counted as snores)",
+        ])
+        let json = try #require(try EarshotCLI.run(["report", "--snore", "cut.flac", "--quiet", "--json", "-"], in: directory))
+        #expect(json.status == 0)
+        #expect(json.errorLines == [line])
+        #expect(json.standardOutput.hasPrefix(
+            #"{"type":"snore_report","source":"cut.flac","start":null,"end":null,"duration_seconds":19.46,"snoring_minutes":0.07,"snoring_percent":22.2,"events":1,"events_per_hour":185.03,"snores":3,"snores_per_hour":555.1,"#),
+            "\(json.standardOutput)")
+        #expect(json.standardOutput.contains(#""bins":[{"start":0.0,"snoring_seconds":4.32}]"#), "\(json.standardOutput)")
+    }
+
+    @Test("every output path is checked before the analysis: a directory names the file to give (64), a missing directory is 73; nothing is written (trial 9 #9, #10)",
+          .needsEarshotBuilt)
+    func outputsCheckedFirst() throws {
+        let directory = try ReportCommandTests.makeDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        try FileManager.default.createDirectory(at: directory.appendingPathComponent("rep"), withIntermediateDirectories: false)
+        // notes.wav is no audio: an analysis would end in 65, so a 64 or 73 here was decided before it.
+        try Data("not audio at all\n".utf8).write(to: directory.appendingPathComponent("notes.wav"))
+        let cases: [(arguments: [String], status: Int32, line: String)] = [
+            (["--svg", "rep/"], 64, "earshot: rep/ is a directory: give the SVG file's name, e.g. rep/night.svg"),
+            (["--svg", "rep"], 64, "earshot: rep is a directory: give the SVG file's name, e.g. rep/night.svg"),
+            (["--json", "rep"], 64, "earshot: rep is a directory: give the JSON file's name, e.g. rep/night.json"),
+            (["--json", "ok.json", "--png", "rep/"], 64, "earshot: rep/ is a directory: give the PNG file's name, e.g. rep/night.png"),
+            (["--svg", "new/"], 64, "earshot: new/ names a directory: give the SVG file's name, e.g. new/night.svg"),
+            (["--json", "ok.json", "--png", "no/dir/x.png"], 73,
+             "earshot: cannot write no/dir/x.png: No such file or directory (check the directory and free space)"),
+        ]
+        for (outputs, status, line) in cases {
+            for file in ["tone.wav", "notes.wav"] {
+                let arguments = ["report", "--snore", file, "--progress"] + outputs
+                let outcome = try #require(try EarshotCLI.run(arguments, in: directory))
+                #expect(outcome.status == status, "\(arguments)")
+                // One line: no progress bar was drawn, no analysis began.
+                #expect(outcome.standardError == line + "\n", "\(arguments)")
+                #expect(outcome.standardOutput == "", "\(arguments)")
+            }
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["bad.svg", "notes.wav", "rep", "tone.wav"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.appendingPathComponent("rep").path) == [])
+        // --from-svg --png DIR too.
+        let render = try #require(try EarshotCLI.run(["report", "--from-svg", "bad.svg", "--png", "rep"], in: directory))
+        #expect(render.status == 64)
+        #expect(render.errorLines == ["earshot: rep is a directory: give the PNG file's name, e.g. rep/night.png"])
+    }
+}

@@ -315,6 +315,18 @@ package final class EventHistory {
         return events
     }
 
+    /// The groups of the stored events, each once, sorted.
+    /// - Throws: `EarshotError` as ``events(matching:)``.
+    package func groups() throws(EarshotError) -> [String] {
+        var names: [String] = []
+        do throws(SQLiteError) {
+            try database.run("SELECT DISTINCT grp FROM events ORDER BY grp") { row in names.append(row.text(0)) }
+        } catch {
+            throw Self.error(error, path: path, doing: "cannot read", access: access)
+        }
+        return names
+    }
+
     /// Deletes the events that ended before `cutoff` and returns how many were deleted.
     /// - Throws: `EarshotError` as ``insert(_:)``.
     @discardableResult

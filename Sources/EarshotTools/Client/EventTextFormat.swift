@@ -25,11 +25,11 @@ package enum EventTextFormat {
     ///
     /// - Parameters:
     ///   - line: one JSON line as the socket sends it.
-    ///   - timeZone: the zone the wall-clock `time` is shown in (default: the local offset now, `LocalTime`; the
-    ///     command line passes `TimeZone.current`, which knows the zone's rules).
+    ///   - timeZone: the zone the wall-clock `time` is shown in (default nil: local time at that instant as
+    ///     earshotd reads it, ``LocalTime/zone(at:)``, which takes any `TZ` glibc takes).
     /// - Returns: the text line; nil for a `subscribed` acknowledgement (not an event); the line itself when it is
     ///   not a known object.
-    package static func format(line: String, timeZone: TimeZone = LocalTime.zone()) -> String? {
+    package static func format(line: String, timeZone: TimeZone? = nil) -> String? {
         guard let object = try? JSONValue.parse(line), let type = object["type"]?.stringValue else { return line }
         func text(_ key: String) -> String? { object[key]?.stringValue }
         let when = text("time").flatMap { localTime($0, timeZone: timeZone) }.map { $0 + "  " } ?? ""
@@ -118,11 +118,11 @@ package enum EventTextFormat {
         return String(cFormat: "%.2f", number)
     }
 
-    /// `2026-11-30T16:45:12.345Z` shown as `2026-11-30 17:45:12` in `timeZone`.
-    package static func localTime(_ text: String, timeZone: TimeZone) -> String? {
+    /// `2026-11-30T16:45:12.345Z` shown as `2026-11-30 17:45:12` in `timeZone` (nil: local time at that instant).
+    package static func localTime(_ text: String, timeZone: TimeZone?) -> String? {
         guard let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) else {
             return nil
         }
-        return LocalTime.dateTimeText(date, timeZone: timeZone)
+        return LocalTime.dateTimeText(date, timeZone: timeZone ?? LocalTime.zone(at: date))
     }
 }

@@ -22,9 +22,13 @@ package struct HistoryListing: Sendable, Equatable {
         case csv
     }
 
-    /// Default: `history.sqlite3` in ``StateDirectory`` (where earshotd writes it: `$STATE_DIRECTORY`, else
-    /// /var/lib/earshot).
-    package var databasePath = StateDirectory.path + "/history.sqlite3"
+    /// `--db`: the database file. nil: `[history] path` of the configuration (``configPath``, or
+    /// `DaemonConfiguration.defaultPath` when that file exists), else its default, `history.sqlite3` in
+    /// ``StateDirectory`` (where earshotd writes it: `$STATE_DIRECTORY`, else /var/lib/earshot).
+    package var databasePath: String?
+    /// `--config`: the daemon's configuration file, read for `[history] path` (unless `--db` is given) and its
+    /// `[group.NAME]` sections; nil: `DaemonConfiguration.defaultPath` when it exists.
+    package var configPath: String?
     /// `--since`: a duration back from now (`90s`, `30m`, `8h`, `2d`, `1w`), a date (`2026-05-01`,
     /// `2026-05-01T22:00`, local time, or ISO 8601 with `Z`/offset, seconds optional), or a local time (`22:30`:
     /// the latest 22:30 at or before now).
@@ -39,7 +43,7 @@ package struct HistoryListing: Sendable, Equatable {
     package init() {}
 
     package static let usage =
-        "usage: earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH]"
+        "usage: earshot history [--since WHEN] [--until WHEN] [--group G]... [--format text|jsonl|csv] [--limit N] [--db PATH] [--config FILE]"
 
     package static let help = """
         \(usage)
@@ -49,45 +53,113 @@ package struct HistoryListing: Sendable, Equatable {
                          (2026-05-01, 2026-05-01T22:30 in local time, or ISO 8601 with Z or an offset:
                          2026-05-01T22:30Z, 2026-05-01T22:30+02:00), or a local time (22:30: the last 22:30)
           --until WHEN   events that started before WHEN (same forms)
-          --group G      only label group G (repeat, or separate with commas), e.g. snoring
+                         (--since later than --until is refused)
+          --group G      only label group G (repeat, or separate with commas), e.g. snoring; a name that is
+                         no group is refused with the groups there are
           --format F     text (default), jsonl, or csv
           --limit N      only the newest N events
-          --db PATH      the database (default \(EventHistory.defaultPath), or history.sqlite3 in $STATE_DIRECTORY
-                         when that is set, as for earshotd; under systemd it is readable by root:
-                         sudo earshot history)
+          --db PATH      the database (default: [history] path of the configuration file, else
+                         \(EventHistory.defaultPath), or history.sqlite3 in $STATE_DIRECTORY when that is set,
+                         as for earshotd; under systemd it is readable by root: sudo earshot history)
+          --config FILE  the daemon's configuration file, for its [history] path (default
+                         \(DaemonConfiguration.defaultPath) when it exists; --db wins over it)
+        Times are local time as earshotd reads it (TZ in any form the C library takes, else /etc/localtime).
         """
 
-    /// Opens the event history to list: ``databasePath``, read only.
+    /// The database to list and where its path comes from.
+    package struct Database: Sendable, Equatable {
+        package enum Origin: Sendable, Equatable {
+            /// `--db`.
+            case flag
+            /// `[history] path` in this configuration file.
+            case configuration(file: String)
+            /// The default (no `--db`, no `[history] path`).
+            case builtIn
+        }
+
+        package var path: String
+        package var origin: Origin
+    }
+
+    /// Where the database is (``databasePath``, else `[history] path` of the configuration, else the default) and
+    /// the configuration read for it (nil when `--db` alone was given: no file is read then).
+    /// - Throws: the errors of `DaemonConfiguration.load(path:overrides:)` (78 for a file that cannot be read or
+    ///   has a bad line; a missing `--config` file too).
+    package func database() throws(EarshotError) -> (database: Database, configuration: DaemonConfiguration?) {
+        if let databasePath, configPath == nil { return (Database(path: databasePath, origin: .flag), nil) }
+        let configuration = try DaemonConfiguration.load(path: configPath)
+        if let databasePath { return (Database(path: databasePath, origin: .flag), configuration) }
+        let origin: Database.Origin = configuration.locations["history.path"] != nil
+            ? .configuration(file: configPath ?? DaemonConfiguration.defaultPath) : .builtIn
+        return (Database(path: configuration.history.path, origin: origin), configuration)
+    }
+
+    /// Opens the event history to list, read only.
     /// - Throws: `EarshotError(.usage)` when the path is a directory, naming it and the fix, e.g.
     ///   `--db /tmp/x is a directory: give the history database file (e.g. /var/lib/earshot/history.sqlite3)`;
     ///   `.noInput` when it is a FIFO, device or socket (`--db f: is a FIFO (named pipe), not a regular file (...)`);
     ///   otherwise the errors of ``EventHistory/init(path:access:busyTimeoutMilliseconds:)`` (66 no file, 65 not
     ///   a history, 69 locked).
-    package func openHistory() throws(EarshotError) -> EventHistory {
-        let kind = PathKind(path: databasePath)
+    package static func openHistory(_ database: Database) throws(EarshotError) -> EventHistory {
+        let path = database.path
+        let named: String
+        switch database.origin {
+        case .flag: named = "--db \(path)"
+        case .configuration(let file): named = "[history] path \(path) in \(file)"
+        case .builtIn: named = path
+        }
+        let kind = PathKind(path: path)
         if kind == .directory {
-            let fix = databasePath == StateDirectory.path + "/history.sqlite3"
-                ? "\(databasePath) is a directory: name the history database file with --db"
-                : "--db \(databasePath) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
+            let fix = database.origin == .flag
+                ? "\(named) is a directory: give the history database file (e.g. \(EventHistory.defaultPath))"
+                : "\(named) is a directory: name the history database file with --db"
             throw EarshotError(.usage, fix)
         }
         // SQLite's open(2) of a FIFO would wait for a writer forever (and a device is no database either).
         if kind != .missing, kind != .regularFile {
             throw EarshotError(
                 .noInput,
-                "--db \(databasePath): is \(kind.phrase), not a regular file (give the history database file, e.g. \(EventHistory.defaultPath))")
+                "\(named): is \(kind.phrase), not a regular file (give the history database file, e.g. \(EventHistory.defaultPath))")
         }
-        return try EventHistory(path: databasePath, access: .readOnly)
+        return try EventHistory(path: path, access: .readOnly)
+    }
+
+    /// Refuses a `--group` name that is no group: not a preset, not a `[group.NAME]` section of `configuration`,
+    /// not an alarm pattern's group and not stored in `history`.
+    /// - Throws: `EarshotError(.usage)`, e.g. `--group "snorring" is not a group (did you mean snoring? groups:
+    ///   alarm_chirp, baby_cry, ...)`, as earshotd answers a misspelt `[detection] watch`.
+    package func checkGroups(configuration: DaemonConfiguration?, history: EventHistory) throws(EarshotError) {
+        guard !groups.isEmpty else { return }
+        let stored = try history.groups()
+        let known = Set((configuration ?? DaemonConfiguration()).groupNames + [AlarmEvent.alarmChirp] + stored).sorted()
+        for name in groups where !known.contains(name) {
+            let guess = NameSuggestion.likelyTypo(of: name, among: known).map { "did you mean \($0)? " } ?? ""
+            throw EarshotError(.usage, "--group \"\(name)\" is not a group (\(guess)groups: \(known.joined(separator: ", ")))")
+        }
+    }
+
+    /// Refuses `--since` later than `--until`, quoting both as given.
+    /// - Throws: `EarshotError(.usage)`: `--since "1h" is later than --until "2h" (give the earlier time to
+    ///   --since, e.g. --since 2h --until 1h)`.
+    package static func checkOrder(since: (text: String, date: Date)?, until: (text: String, date: Date)?) throws(EarshotError) {
+        guard let since, let until, since.date > until.date else { return }
+        throw EarshotError(
+            .usage,
+            "--since \"\(since.text)\" is later than --until \"\(until.text)\" (give the earlier time to --since, e.g. --since \(until.text) --until \(since.text))")
     }
 
     /// Parses the arguments after `history`.
     /// - Parameter now: the time durations count back from.
     /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.
     ///   `--since "yesterday": expected a duration (90s, 30m, 8h, 2d, 1w), a local date or time ...`.
-    package static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone = LocalTime.zone())
+    /// - Parameter timeZone: the zone of local dates and times; nil (the default): local time as the C library
+    ///   reads it, as earshotd does (``LocalTime``).
+    package static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone? = nil)
         throws(EarshotError) -> HistoryListing
     {
         var listing = HistoryListing()
+        var sinceText: (text: String, date: Date)?
+        var untilText: (text: String, date: Date)?
         var index = 0
         func value(_ name: String, _ inline: String?) throws(EarshotError) -> String {
             if let inline { return inline }
@@ -113,7 +185,13 @@ package struct HistoryListing: Sendable, Equatable {
                 guard let date = parseTime(text, now: now, timeZone: timeZone) else {
                     throw timeError(option: name, text)
                 }
-                if name == "--since" { listing.since = date } else { listing.until = date }
+                if name == "--since" {
+                    listing.since = date
+                    sinceText = (text, date)
+                } else {
+                    listing.until = date
+                    untilText = (text, date)
+                }
             case "--group":
                 let names = try value(name, inline).split(separator: ",").map { $0.trimmingSpaces() }
                     .filter { !$0.isEmpty }
@@ -135,11 +213,16 @@ package struct HistoryListing: Sendable, Equatable {
                 let text = try value(name, inline)
                 guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
                 listing.databasePath = text
+            case "--config":
+                let text = try value(name, inline)
+                guard !text.isEmpty else { throw EarshotError(.usage, "--config needs a path") }
+                listing.configPath = text
             default:
                 throw EarshotError(.usage, "unknown option \"\(argument)\" (\(usage))")
             }
             index += 1
         }
+        try checkOrder(since: sinceText, until: untilText)
         return listing
     }
 
@@ -157,7 +240,10 @@ package struct HistoryListing: Sendable, Equatable {
 
     /// A time given on the command line: `N` + `s|m|h|d|w` back from `now`, a date (ISO 8601, seconds optional
     /// with `Z` or an offset; without, local time in `timeZone`), or a local time of day (``clockTime(_:now:timeZone:)``).
-    package static func parseTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
+    /// A nil `timeZone` is local time as earshotd reads it: glibc's `TZ` (any form it takes, such as
+    /// `CET-1CEST,M3.5.0,M10.5.0/3` or `:Europe/Berlin`, which Foundation's `TimeZone.current` does not), else
+    /// /etc/localtime (``LocalTime``).
+    package static func parseTime(_ text: String, now: Date, timeZone: TimeZone? = nil) -> Date? {
         let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
         if let unit = text.last, let scale = units[unit], let amount = Double(text.dropLast()), amount.isFinite,
            amount >= 0
@@ -196,24 +282,31 @@ package struct HistoryListing: Sendable, Equatable {
 
     /// `HH:MM` or `HH:MM:SS` alone: the latest such local time in `timeZone` at or before `now` (at 07:00,
     /// `22:30` is yesterday's); nil for anything else.
-    package static func clockTime(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
+    package static func clockTime(_ text: String, now: Date, timeZone: TimeZone? = nil) -> Date? {
         guard [5, 8].contains(text.utf8.count) else { return nil }
+        // Today's date where `now` is; the day before is counted on the calendar in UTC (dates alone, so that a
+        // 23- or 25-hour day does not move it).
         var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = timeZone
-        // `text` on the local day of `date`.
-        func at(dayOf date: Date) -> Date? {
-            let day = calendar.dateComponents([.year, .month, .day], from: date)
-            guard let year = day.year, let month = day.month, let dayOfMonth = day.day else { return nil }
-            return localDate(String(cFormat: "%04d-%02d-%02dT", year, month, dayOfMonth) + text, timeZone: timeZone)
+        calendar.timeZone = timeZone ?? LocalTime.zone(at: now)
+        let today = calendar.dateComponents([.year, .month, .day], from: now)
+        guard let year = today.year, let month = today.month, let day = today.day,
+              let utc = TimeZone(identifier: "UTC") else { return nil }
+        func on(_ year: Int, _ month: Int, _ day: Int) -> Date? {
+            localDate(String(cFormat: "%04d-%02d-%02dT", year, month, day) + text, timeZone: timeZone)
         }
-        guard let todays = at(dayOf: now) else { return nil }
+        guard let todays = on(year, month, day) else { return nil }
         if todays <= now { return todays }
-        return calendar.date(byAdding: .day, value: -1, to: now).flatMap(at(dayOf:))
+        calendar.timeZone = utc
+        guard let noon = calendar.date(from: DateComponents(year: year, month: month, day: day, hour: 12)) else { return nil }
+        let previous = calendar.dateComponents([.year, .month, .day], from: noon.addingTimeInterval(-86_400))
+        guard let pYear = previous.year, let pMonth = previous.month, let pDay = previous.day else { return nil }
+        return on(pYear, pMonth, pDay)
     }
 
     /// `YYYY-MM-DD`, optionally followed by `T` or a space and `HH:MM` or `HH:MM:SS`, as wall-clock time in
-    /// `timeZone`; nil for anything else or an impossible date.
-    package static func localDate(_ text: String, timeZone: TimeZone) -> Date? {
+    /// `timeZone` (nil: local time as earshotd reads it, ``LocalTime/date(year:month:day:hour:minute:second:)``);
+    /// nil for anything else or an impossible date.
+    package static func localDate(_ text: String, timeZone: TimeZone? = nil) -> Date? {
         let bytes = Array(text.utf8)
         func number(_ from: Int, _ count: Int) -> Int? {
             guard from + count <= bytes.count else { return nil }
@@ -239,6 +332,10 @@ package struct HistoryListing: Sendable, Equatable {
         }
         guard (1...12).contains(month), (1...31).contains(day), (0...23).contains(components.hour ?? 0),
               (0...59).contains(components.minute ?? 0), (0...59).contains(components.second ?? 0) else { return nil }
+        guard let timeZone else {
+            return LocalTime.date(year: year, month: month, day: day, hour: components.hour ?? 0,
+                                  minute: components.minute ?? 0, second: components.second ?? 0)
+        }
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         guard let date = calendar.date(from: components),
@@ -252,10 +349,11 @@ package struct HistoryListing: Sendable, Equatable {
     package static let csvHeader =
         "id,start,end,duration,group,class,peak_confidence,mean_confidence,level_dbfs,peak_level_dbfs,windows,reason"
 
-    /// One event in `format`, without a newline. Text uses `timeZone`; JSONL and CSV use UTC ISO 8601.
+    /// One event in `format`, without a newline. Text uses `timeZone` (nil: local time at the event's start as
+    /// earshotd reads it, ``LocalTime/zone(at:)``); JSONL and CSV use UTC ISO 8601.
     ///
     /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`.
-    package static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone = LocalTime.zone()) -> String {
+    package static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone? = nil) -> String {
         let duration = JSONValue.format(event.duration, decimals: 1)
         let level = JSONValue.format(Double(event.levelDBFS), decimals: 1)
         let peakLevel = JSONValue.format(Double(event.peakLevelDBFS), decimals: 1)
@@ -299,8 +397,8 @@ package struct HistoryListing: Sendable, Equatable {
         return "\"" + text.replacing("\"", with: "\"\"") + "\""
     }
 
-    /// `YYYY-MM-DD HH:MM:SS` in `timeZone`.
-    package static func localTime(_ date: Date, timeZone: TimeZone) -> String {
-        LocalTime.dateTimeText(date, timeZone: timeZone)
+    /// `YYYY-MM-DD HH:MM:SS` in `timeZone` (nil: local time at `date`, ``LocalTime/zone(at:)``).
+    package static func localTime(_ date: Date, timeZone: TimeZone?) -> String {
+        LocalTime.dateTimeText(date, timeZone: timeZone ?? LocalTime.zone(at: date))
     }
 }

@@ -31,7 +31,9 @@ package enum SnoreFileAnalysis {
         return settings
     }
 
-    /// Analyses `url`.
+    /// Analyses `url`. The report's length (session, share of snoring, per-hour rates, timeline bins) is the audio
+    /// decoded, not the length the header declares: a file cut short (a copy interrupted, a recorder that died) is
+    /// reported over the audio it holds, as the decoder's warning says (trial 9 #2).
     ///
     /// - Parameters:
     ///   - configuration: the daemon's configuration: its `[analysis]` (window, gate) and `[sleep]` (the snore
@@ -64,8 +66,8 @@ package enum SnoreFileAnalysis {
                 break
             }
         }
-        progress?(total ?? seconds, total)
-        let report = SnoreReport(events: events, duration: total ?? seconds, source: url.relativePath)
+        progress?(seconds, total)
+        let report = SnoreReport(events: events, duration: seconds, source: url.relativePath)
         return Result(report: report, decodingWarning: warning)
     }
 }
