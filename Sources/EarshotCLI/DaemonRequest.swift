@@ -87,7 +87,8 @@ enum DaemonRequest {
     /// - Returns: 0; for an error reply, `errorStatus(message)`; 69 when no reply came within 10 s (or the daemon
     ///   cannot be reached: ``run(socket:_:)``).
     static func command(_ request: String, replyType type: String, socket: String, json: Bool,
-                        show: ([String: Any]) -> Void, errorStatus: (String) -> Int32) -> Int32 {
+                        show: ([String: Any]) -> Void, errorStatus: (String) -> Int32,
+                        replyStatus: ([String: Any]) -> Int32 = { _ in 0 }) -> Int32 {
         run(socket: socket) { client throws(EarshotError) in
             guard let reply = try reply(to: request, on: client, types: [type, "error"]) else {
                 reportError(noReply("reply", socket: socket))
@@ -101,7 +102,7 @@ enum DaemonRequest {
             } else {
                 show(object)
             }
-            return reply.type == "error" ? errorStatus(object["message"] as? String ?? "") : 0
+            return reply.type == "error" ? errorStatus(object["message"] as? String ?? "") : replyStatus(object)
         }
     }
 

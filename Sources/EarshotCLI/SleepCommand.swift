@@ -7,7 +7,8 @@ import Foundation
 
 /// `earshot sleep start|stop|status [--socket PATH] [--json]`: starts, stops or shows the daemon's sleep session
 /// (snore monitoring). Exit status: 0, 1 stop with no session running, 64 usage, 69 daemon unreachable, no reply
-/// or unable to act (stopping), 77 no permission (the socket, or not in `[output] control_users`).
+/// or unable to act (stopping), 73 stop could not write the report (the reply's `error`), 77 no permission (the
+/// socket, or not in `[output] control_users`).
 enum SleepCommand: EarshotCommand {
     static let usage = "usage: earshot sleep start|stop|status [--socket PATH] [--json]"
     static let help = """
@@ -20,7 +21,9 @@ enum SleepCommand: EarshotCommand {
           --json          print the daemon's reply as JSON
 
         Exit status: 0; 1 when stop finds no session running; 64 usage; 69 when the daemon cannot be reached or
-        does not answer within 10 s; 77 permission denied (the socket's, or a user not in [output] control_users).
+        does not answer within 10 s; 73 when stop could not write the report (stderr says why; with --json the
+        reply has "error" and the report itself as "report"); 77 permission denied (the socket's, or a user not
+        in [output] control_users).
         """
 
     static let name = "sleep"
@@ -63,8 +66,10 @@ enum SleepCommand: EarshotCommand {
                 if let warning = object["warning"] as? String {
                     reportError("warning: \(warning); the session counts only audio it hears (earshot status shows the capture)")
                 }
+                if let error = object["error"] as? String { reportError("the sleep report was not written: \(error)") }
             },
-            errorStatus: errorStatus)
+            errorStatus: errorStatus,
+            replyStatus: { object in object["error"] is String ? 73 : 0 })
     }
 
     /// The exit status for an error reply: 77 when the user may not change the daemon's state, 1 when `stop`
@@ -85,12 +90,13 @@ enum SleepCommand: EarshotCommand {
         case "stopped":
             // A session that heard no audio writes no report; the reply says so in `message` instead of paths.
             if reply["report_svg"] == nil, let message = reply["message"] as? String { return message }
+            // A report that could not be written: the figures only (stderr says why).
+            let files = reply["report_svg"] == nil ? "" : "\nreport: \(reply["report_svg"] as? String ?? "?") and \(reply["report_json"] as? String ?? "?")"
             let minutes = reply["snoring_minutes"] as? Double ?? 0
             let percent = reply["snoring_percent"] as? Double ?? 0
             let episodes = reply["episodes"] as? Int ?? 0
             return """
-                sleep session \(start) to \(reply["end"] as? String ?? "?"): \(JSONValue.format(minutes, decimals: 1)) min snoring (\(JSONValue.format(percent, decimals: 1)) %), \(episodes) episode\(episodes == 1 ? "" : "s")
-                report: \(reply["report_svg"] as? String ?? "?") and \(reply["report_json"] as? String ?? "?")
+                sleep session \(start) to \(reply["end"] as? String ?? "?"): \(JSONValue.format(minutes, decimals: 1)) min snoring (\(JSONValue.format(percent, decimals: 1)) %), \(episodes) episode\(episodes == 1 ? "" : "s")\(files)
                 """
         case "running":
             let minutes = reply["minutes"] as? Double ?? 0

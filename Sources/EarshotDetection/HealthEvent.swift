@@ -21,6 +21,13 @@ package struct HealthEvent: Sendable, Equatable {
         case historyUnavailable = "history_unavailable"
         /// Clips cannot be saved (missing or read-only directory, full disk); events go on without clips.
         case clipsUnavailable = "clips_unavailable"
+        /// A sleep session's report cannot be written to `[sleep] report_dir` (read-only, wrong owner, full disk):
+        /// said at start when the directory cannot be written to, and when a stopped session's report fails. The
+        /// report still goes to the subscribers (`snore_report`) and to MQTT.
+        case sleepReportUnavailable = "sleep_report_unavailable"
+        /// A sleep session was running when the previous earshotd stopped: a new one started at once; the message
+        /// says where the earlier part's report is, or that it was lost (the daemon was killed).
+        case sleepSessionResumed = "sleep_session_resumed"
         /// An output (the socket, the journal, the history, standard output) fell behind and lost events; the
         /// others and the analysis went on. Said once until it catches up.
         case outputBehind = "output_behind"
@@ -41,7 +48,8 @@ package struct HealthEvent: Sendable, Equatable {
             switch self {
             case .captureLive, .mqttConnected, .notifyRecovered: 6
             case .captureUnavailable: 3
-            case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed: 4
+            case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed,
+                 .sleepReportUnavailable, .sleepSessionResumed: 4
             }
         }
     }

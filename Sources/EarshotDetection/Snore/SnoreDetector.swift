@@ -293,6 +293,18 @@ package struct SnoreDetector: Sendable {
     /// Whether an event is open.
     package var isActive: Bool { open != nil }
 
+    /// Stream time (s) before which positive windows are left out of the events' summaries (``SnoreEvent``'s
+    /// snores, levels and loudest window; nil: none are). Set by ``countSnores(from:)``.
+    package private(set) var summaryStart: Double?
+
+    /// Leaves windows that start before `time` (stream seconds) out of the summaries of events (the open one and
+    /// later ones): a sleep session that starts while snoring goes on counts only the snores it heard. The events
+    /// themselves (onset, end, the `snoring` lines) are unchanged.
+    package mutating func countSnores(from time: Double) {
+        guard time.isFinite else { return }
+        summaryStart = time
+    }
+
     /// When true, the start of every released positive window is appended to ``positiveWindowStarts`` (for
     /// evaluation: which windows the detector called snoring). Default false.
     package var recordsPositiveWindows = false
@@ -541,6 +553,7 @@ package struct SnoreDetector: Sendable {
         windows: [Window], start: Double, end: Double, peakEvidence: Float, meanEvidence: Float,
         reason: DetectionEvent.EndReason
     ) -> SnoreEvent {
+        let windows = summaryStart.map { cut in windows.filter { $0.start >= cut - Self.epsilon } } ?? windows
         let (level, peak) = LevelStatistics.levels(windows.map(\.levelDBFS))
         let loudest = windows.max { $0.levelDBFS < $1.levelDBFS }
         var spans: [Int: (start: Double, end: Double, peak: Float)] = [:]

@@ -203,6 +203,13 @@ package final class DetectionStage {
         snore?.openEventSummary(reason: reason)
     }
 
+    /// A sleep session's audio starts at `time` (stream seconds): snores before it are left out of the snoring
+    /// events' summaries, see `SnoreDetector.countSnores(from:)`. A detector made later (a reload) sees only later
+    /// windows anyway.
+    package func countSnores(from time: Double) {
+        snore?.countSnores(from: time)
+    }
+
     private func configureShatter() {
         let glass = engine.watched.first { $0.group.name == Self.glassGroup }
         shatter = settings.glassOnsetGate && glass != nil ? ShatterOnsets() : nil

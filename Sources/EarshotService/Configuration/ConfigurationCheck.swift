@@ -182,7 +182,8 @@ extension DaemonConfiguration {
     /// What ``checkStoragePaths()`` lets through but the daemon cannot create at start, where it would run without
     /// storing (a `history_unavailable` or `clips_unavailable` health event, events lost): a `[history] path` or
     /// `[clips] directory` whose parent directory does not exist (the daemon creates the file or the last
-    /// directory, not the ones above). One line each, e.g. `/etc/earshot/earshotd.conf:5: [history] path =
+    /// directory, not the ones above); a `[sleep] report_dir` that exists but takes no files
+    /// (``SleepService/reportDirectoryProblem(_:)``, `sleep_report_unavailable` at start). One line each, e.g. `/etc/earshot/earshotd.conf:5: [history] path =
     /// /srv/x/h.sqlite3: its directory /srv/x does not exist, so no event would be stored (create it, or set
     /// [history] path)`.
     package func storageWarnings() -> [String] {
@@ -199,10 +200,17 @@ extension DaemonConfiguration {
             (enabled: clips.enabled, key: "clips.directory", setting: "[clips] directory", path: clips.directory,
              above: "its parent directory", lost: "no clip would be saved"),
         ]
-        return storage.compactMap { item in
+        var lines = storage.compactMap { item -> String? in
             guard item.enabled, let origin = locations[item.key], PathKind(path: item.path) == .missing,
                   PathKind(path: parent(item.path)) != .directory else { return nil }
             return "\(origin): \(item.setting) = \(item.path): \(item.above) \(parent(item.path)) does not exist, so \(item.lost) (create it, or set \(item.setting))"
         }
+        // A report directory that exists but takes no files (read-only, immutable, full): the morning report would
+        // be lost. Said by the daemon at start too (sleep_report_unavailable).
+        if let problem = SleepService.reportDirectoryProblem(sleep.reportDirectory) {
+            let origin = locations["sleep.report_dir"].map { "\($0): " } ?? ""
+            lines.append("\(origin)[sleep] report_dir = \(sleep.reportDirectory): \(problem), so no sleep report would be written (make it writable by earshotd's user, or set [sleep] report_dir)")
+        }
+        return lines
     }
 }

@@ -73,6 +73,8 @@ extension DaemonConfiguration {
             history.enabled = flag
         case ("history", "path"):
             guard !value.isEmpty else { return "must be the path of the database file" }
+            // Relative to the working directory (`/` under systemd) would be a surprise: as [clips] directory.
+            guard value.hasPrefix("/") else { return "must be an absolute file path, e.g. \(EventHistory.defaultPath)" }
             history.path = value
         case ("history", "retention_days"):
             let rule = SettingRules.wholeNumber(in: 0...36_500, unit: "days (0 keeps everything)")
@@ -83,12 +85,15 @@ extension DaemonConfiguration {
                 sleep.schedule = nil
             } else {
                 guard let schedule = SleepSchedule(value) else {
+                    if SleepSchedule.isEmptyWindow(value) {
+                        return "the start and the end are the same minute, an empty window (give the minute the session should stop, e.g. 22:30-07:00; empty: no schedule)"
+                    }
                     return "must be a daily time window HH:MM-HH:MM in local time, e.g. 22:30-07:00 (empty: no schedule)"
                 }
                 sleep.schedule = schedule
             }
         case ("sleep", "report_dir"):
-            guard !value.isEmpty else { return "must be a directory path" }
+            guard value.hasPrefix("/") else { return "must be an absolute directory path, e.g. /var/lib/earshot/sleep" }
             sleep.reportDirectory = value
         case ("sleep", "threshold"):
             guard let threshold = SettingRules.threshold.parse(value) else { return SettingRules.threshold.requirement(for: value) }
@@ -136,6 +141,13 @@ package struct SleepSchedule: Sendable, Equatable, CustomStringConvertible {
         }
         startMinute = start
         endMinute = end
+    }
+
+    /// Whether `text` is `HH:MM-HH:MM` with the start and the end the same minute (``init(_:)`` refuses it).
+    package static func isEmptyWindow(_ text: String) -> Bool {
+        let parts = text.split(separator: "-").map { $0.trimmingSpaces() }
+        guard parts.count == 2, let start = minute(parts[0]), let end = minute(parts[1]) else { return false }
+        return start == end
     }
 
     package init(startMinute: Int, endMinute: Int) {

@@ -68,6 +68,8 @@ final class AnalysisPipeline {
         sleep.openSnoreEvent = { [unowned self] in
             snorePublication.openEventPublished ? stage.openSnoreSummary(reason: .streamEnd) : nil
         }
+        // A session counts the snores it heard, not those of an event that was open when it started.
+        sleep.sessionAudioStarts = { time in stage.countSnores(from: time) }
     }
 
     /// Starts analysing: on every event of `audioArrived` (a source on `queue` the ring's producer adds to), or, when

@@ -251,9 +251,15 @@ package final class EarshotDaemon: @unchecked Sendable {
             analysisQueue: analysisQueue, settings: configuration.sleep,
             publishReport: { object in router.route(.sleepReport(object)) },
             log: { line, priority in journal.log(line, priority: priority) },
+            reportHealth: { health in router.route(.health(health)) },
             stateChanged: { active in link.daemon?.sleepStateChanged(active) },
             audioProblem: Self.audioProblem(capture: "opening", error: nil))
         self.sleep = sleep
+        // As the clips directory is probed: a report directory that cannot be written is said now, not in the
+        // morning when the night's report fails.
+        if let problem = SleepService.reportDirectoryProblem(configuration.sleep.reportDirectory) {
+            router.route(.health(HealthEvent(state: .sleepReportUnavailable, message: SleepService.reportDirectoryLine(problem))))
+        }
         let stage: DetectionStage
         do {
             stage = try DetectionStage(settings: plan.stageSettings, engine: plan.engine, heads: heads, snoreHead: snoreHead)
@@ -320,6 +326,8 @@ package final class EarshotDaemon: @unchecked Sendable {
         router.start()
         routeControls()
         analysisQueue.async { [self] in pipeline.start(audioArrived: audioArrived) }
+        // A session the previous daemon was running when it stopped goes on first (the schedule then finds it).
+        analysisQueue.async { [sleep] in sleep.resumeInterruptedSession() }
         sleep.startSchedule()
         let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
         heartbeatTimer.schedule(deadline: .now(), repeating: .seconds(1))
@@ -824,7 +832,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         stopStep.withLock { $0 = "draining the analysis queue" }
         analysisQueue.sync {
             pipeline.stop()
-            if sleep.isActive { _ = sleep.stop(at: Date()) }
+            if sleep.isActive { _ = sleep.stop(at: Date(), reason: .shutdown) }
             // Clips still waiting for their post-roll end with the audio there is.
             clips?.finish()
         }

@@ -27,6 +27,15 @@ import EarshotOutputs
 /// "state":"running","minutes":..,"snoring_minutes":..,"events":N,"snoring_now":BOOL}` (the open snoring event
 /// counted as far as it stands; `warning` as for start) or `{"type":"sleep","state":"idle"}`; `sleep_stop` with no
 /// session gets `{"type":"error","message":"no sleep session is running (start one with `earshot sleep start`)"}`.
+/// `sleep_stop` writes the report before it replies: when it cannot be written the reply has `"error":LINE` (the
+/// file, why, and the fix) and `"report":{...}` (the report itself) instead of `report_json` and `report_svg`, and
+/// one `sleep_report_unavailable` health event goes out. A session stopped by the schedule or the shutdown has its
+/// report written on the report queue, with the same health event when that fails.
+///
+/// While a session runs, a marker file ``markerName`` in the report directory says so; the stop of the daemon
+/// rewrites it with the session's end and report, any other stop removes it. The next daemon finds it
+/// (``resumeInterruptedSession()``), starts a session at once and says where the earlier part's report is, or that
+/// it was lost (the daemon was killed before it could write one).
 ///
 /// - Important: ``observe(window:)``, ``observe(_:)``, ``start(at:scheduled:)``, ``stop(at:)`` and
 ///   ``reconfigure(_:)`` run on the analysis queue (``handle(command:)`` hops there itself, from the socket's
@@ -46,6 +55,8 @@ package final class SleepService: @unchecked Sendable {
     private let publishReport: @Sendable (JSONObject) -> Void
     private let stateChanged: @Sendable (Bool) -> Void
     private let log: @Sendable (String, Int) -> Void
+    /// Sends a health event (`sleep_report_unavailable`, `sleep_session_resumed`) to every output.
+    private let reportHealth: @Sendable (HealthEvent) -> Void
     /// Why no audio is arriving now (e.g. `no audio is arriving (capture unavailable: ...)`), or nil while it is:
     /// the capture's state as the daemon last handed it in (``captureChanged(audioProblem:)``).
     private let audioProblemNow: Mutex<String?>
@@ -55,7 +66,13 @@ package final class SleepService: @unchecked Sendable {
     /// The snoring event open in the detection stage now, as it stands, when its onset was published (set by the
     /// pipeline; nil: none).
     package var openSnoreEvent: () -> SnoreEvent? = { nil }
+    /// Called with the stream time (s) of a session's first window: the pipeline tells the snore detector to count
+    /// snores from there (``SleepSession``).
+    package var sessionAudioStarts: (Double) -> Void = { _ in }
     private var startedBySchedule = false
+    /// Whether the schedule's window was open at the last check (nil: not checked since start or since the
+    /// schedule changed): its closing minute stops the running session, whoever started it.
+    private var wasInsideSchedule: Bool?
     /// Set when a scheduled window's session was stopped by hand: no restart until the window closes.
     private var scheduleSkipped = false
     private var scheduleTimer: DispatchSourceTimer?
@@ -69,7 +86,9 @@ package final class SleepService: @unchecked Sendable {
     ///   - analysisQueue: the daemon's analysis queue.
     ///   - settings: `[sleep]` (the schedule and the report directory; its detector keys are the stage's).
     ///   - publishReport: sends the finished report's JSON to subscribers.
-    ///   - log: a journal line and its priority (report written, or why not).
+    ///   - log: a journal line and its priority (report written, session started or stopped).
+    ///   - reportHealth: a health event for every output: `sleep_report_unavailable` (a report or the directory
+    ///     cannot be written), `sleep_session_resumed`.
     ///   - stateChanged: a session started (`true`) or stopped (`false`), by a command or the schedule; called on
     ///     the analysis queue.
     ///   - audioProblem: why no audio is arriving at the start (the capture's state), or nil when audio arrives;
@@ -78,6 +97,7 @@ package final class SleepService: @unchecked Sendable {
     package init(
         analysisQueue: DispatchQueue, settings: DaemonConfiguration.Sleep, timeZone: TimeZone? = nil,
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void,
+        reportHealth: @escaping @Sendable (HealthEvent) -> Void = { _ in },
         stateChanged: @escaping @Sendable (Bool) -> Void = { _ in },
         audioProblem: String? = nil, clock: @escaping @Sendable () -> Date = { Date() }
     ) {
@@ -89,6 +109,7 @@ package final class SleepService: @unchecked Sendable {
         fixedTimeZone = timeZone
         self.publishReport = publishReport
         self.log = log
+        self.reportHealth = reportHealth
     }
 
     deinit {
@@ -152,7 +173,10 @@ package final class SleepService: @unchecked Sendable {
 
     /// One analysis window (analysis queue): the running session's monitored audio.
     package func observe(window result: ClassificationResult) {
+        guard session != nil else { return }
+        let first = session?.hasAudio == false
         session?.observe(window: result.timeRange)
+        if first { sessionAudioStarts(result.timeRange.start) }
     }
 
     /// One decision of the stage's snore detector (analysis queue): the running session keeps the events that
@@ -167,6 +191,8 @@ package final class SleepService: @unchecked Sendable {
     /// Applies a reloaded `[sleep]` (analysis queue): the schedule and report directory at once (the detector's
     /// keys reach the stage with the plan).
     package func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
+        // Another window: the old one's state says nothing of it (a reload is no closing minute).
+        if fresh.schedule != settings.schedule { wasInsideSchedule = nil }
         settings = fresh
         // A new schedule: check it now and wait for its own next change.
         if scheduleTimer != nil { scheduleTick() }
@@ -174,19 +200,26 @@ package final class SleepService: @unchecked Sendable {
 
     /// Answers a socket command; runs on any queue but the analysis queue (it waits for it).
     package func handle(command: String) -> JSONObject {
-        analysisQueue.sync {
-            let now = clock()
-            switch command {
-            case "sleep_start": return start(at: now, scheduled: false)
-            case "sleep_stop": return stop(at: now)
-            default: return status(now: now)
+        if command == "sleep_stop" {
+            // The report is written before the reply, so that the reply says whether it was.
+            let (reply, report) = analysisQueue.sync { finish(at: clock(), reason: .command) }
+            guard let report else {
+                reportQueue.sync {}  // the marker is gone when the reply comes
+                return reply
             }
+            return reportQueue.sync { write(report, reply: reply) }
+        }
+        return analysisQueue.sync {
+            let now = clock()
+            return command == "sleep_start" ? start(at: now, scheduled: false) : status(now: now)
         }
     }
 
     /// Starts a session (analysis queue).
     @discardableResult
-    package func start(at date: Date, scheduled: Bool) -> JSONObject {
+    /// - Parameter resumed: started by ``resumeInterruptedSession()`` at the daemon's start, when no audio has come
+    ///   yet: that is not worth a warning.
+    package func start(at date: Date, scheduled: Bool, resumed: Bool = false) -> JSONObject {
         if let session {
             return ["type": "sleep", "state": "already_running", "start": .string(EventJSON.timestamp(session.startDate))]
         }
@@ -194,10 +227,13 @@ package final class SleepService: @unchecked Sendable {
         startedBySchedule = scheduled
         log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
         stateChanged(true)
+        let marker: JSONObject = ["start": .string(EventJSON.timestamp(date)), "scheduled": .bool(scheduled)]
+        let directory = settings.reportDirectory
+        reportQueue.async { [self] in keepMarker(marker, directory: directory) }
         var reply: JSONObject = ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
         if let problem = audioProblem {
             reply["warning"] = .string(problem)
-            log("sleep session started while \(problem)", 4)
+            if !resumed { log("sleep session started while \(problem)", 4) }
         }
         return reply
     }
@@ -205,54 +241,107 @@ package final class SleepService: @unchecked Sendable {
     /// The error reply's message to `sleep_stop` when no session runs.
     package static let notRunning = "no sleep session is running (start one with `earshot sleep start`)"
 
-    /// Stops the running session, publishes the report, and writes the report files
-    /// (analysis queue; the files are written on the report queue).
+    /// Who stops a session: a `sleep_stop` command, the schedule's closing minute, or the daemon's shutdown.
+    package enum StopReason: Sendable {
+        case command, schedule, shutdown
+    }
+
+    /// A stopped session's report, waiting to be written.
+    private struct FinishedReport: Sendable {
+        var json: String
+        var svg: String
+        var object: JSONObject
+        var svgText: String
+        var directory: String
+        var start: String
+        var end: String
+        var shutdown: Bool
+    }
+
+    /// Stops the running session and queues its report on the report queue (analysis queue): for the schedule, the
+    /// shutdown and tests; the reply names the report files (``flushReports()`` waits for them). A `sleep_stop`
+    /// command writes before it replies instead (``handle(command:)``).
     @discardableResult
-    package func stop(at date: Date) -> JSONObject {
+    package func stop(at date: Date, reason: StopReason = .command) -> JSONObject {
+        let (reply, report) = finish(at: date, reason: reason)
+        guard let report else { return reply }
+        reportQueue.async { [self] in _ = write(report, reply: reply) }
+        var named = reply
+        named["report_json"] = .string(report.json)
+        named["report_svg"] = .string(report.svg)
+        return named
+    }
+
+    /// Ends the running session (analysis queue): the reply without the report's files, and the report to write
+    /// (nil when no session runs or it heard no audio; the marker is then dealt with here).
+    private func finish(at date: Date, reason: StopReason) -> (reply: JSONObject, report: FinishedReport?) {
         guard var running = session else {
-            return ["type": "error", "message": .string(Self.notRunning)]
+            return (["type": "error", "message": .string(Self.notRunning)], nil)
         }
         session = nil
         if startedBySchedule, settings.schedule?.contains(date, timeZone: zone(at: date)) == true { scheduleSkipped = true }
+        if reason == .schedule, let schedule = settings.schedule {
+            log("sleep session stopped by the schedule \(schedule)\(startedBySchedule ? "" : " (it was started by hand)")", 6)
+        }
         startedBySchedule = false
         let monitored = running.monitoredSeconds
         let report = running.stop(openEvent: openSnoreEvent())
         stateChanged(false)
+        let start = EventJSON.timestamp(running.startDate), end = EventJSON.timestamp(date)
+        let directory = settings.reportDirectory
         guard monitored > 0 else {
             // Nothing was heard (capture down, or a start and stop with no window between them): no report file,
             // so that an empty session never stands in for a night's report, and no report message.
-            let line = "sleep session from \(EventJSON.timestamp(running.startDate)) to \(EventJSON.timestamp(date)) heard no audio: no report written"
+            let line = "sleep session from \(start) to \(end) heard no audio: no report written"
             log(line, 4)
-            return [
-                "type": "sleep", "state": "stopped",
-                "start": .string(EventJSON.timestamp(running.startDate)), "end": .string(EventJSON.timestamp(date)),
+            let marker: JSONObject? = reason == .shutdown
+                ? ["start": .string(start), "end": .string(end), "report_error": .string("it heard no audio")] : nil
+            reportQueue.async { [self] in
+                if let marker { keepMarker(marker, directory: directory) } else { removeMarker(directory: directory) }
+            }
+            return ([
+                "type": "sleep", "state": "stopped", "start": .string(start), "end": .string(end),
                 "audio_seconds": 0, "message": .string(line),
-            ]
+            ], nil)
         }
         let paths = claimReportPaths(start: report.startDate ?? date)
-        let reportObject = report.json
         // Each clock time with its own UTC offset: a night crosses daylight-saving changes.
         let svg = report.svg(zoneAt: { [fixedTimeZone] instant in fixedTimeZone ?? LocalTime.zone(at: instant) })
-        let directory = settings.reportDirectory
-        reportQueue.async { [self] in
-            publishReport(reportObject)
-            do throws(EarshotError) {
-                try Self.write(json: reportObject, svg: svg, to: paths, directory: directory)
-                log("sleep report written: \(paths.json) and \(paths.svg)", 6)
-            } catch {
-                log(error.message, 4)
-            }
-            _ = self.claimedStems.withLock { $0.remove(paths.json) }
-        }
-        return [
-            "type": "sleep", "state": "stopped",
-            "start": .string(EventJSON.timestamp(running.startDate)), "end": .string(EventJSON.timestamp(date)),
+        let reply: JSONObject = [
+            "type": "sleep", "state": "stopped", "start": .string(start), "end": .string(end),
             "snoring_minutes": .number(report.snoringMinutes, decimals: 2),
             "snoring_percent": .number(report.snoringPercent, decimals: 2),
             "audio_seconds": .number(monitored, decimals: 1),
             "episodes": .int(report.episodes.count), "events": .int(report.events.count),
-            "report_json": .string(paths.json), "report_svg": .string(paths.svg),
         ]
+        return (reply, FinishedReport(
+            json: paths.json, svg: paths.svg, object: report.json, svgText: svg, directory: directory, start: start,
+            end: end, shutdown: reason == .shutdown))
+    }
+
+    /// Publishes `report` and writes its files (report queue); `reply` with the files' paths, or with `error` and
+    /// the report itself when they could not be written (then one `sleep_report_unavailable` health event).
+    private func write(_ report: FinishedReport, reply: JSONObject) -> JSONObject {
+        publishReport(report.object)
+        var reply = reply
+        var marker: JSONObject = ["start": .string(report.start), "end": .string(report.end)]
+        do throws(EarshotError) {
+            try Self.write(json: report.object, svg: report.svgText, to: (report.json, report.svg), directory: report.directory)
+            log("sleep report written: \(report.json) and \(report.svg)", 6)
+            reply["report_json"] = .string(report.json)
+            reply["report_svg"] = .string(report.svg)
+            marker["report"] = .string(report.json)
+        } catch {
+            reportHealth(HealthEvent(
+                state: .sleepReportUnavailable,
+                message: "the sleep report of the session from \(report.start) to \(report.end) was not written: \(error.message); its content went out only as the snore_report line (to the socket's subscribers and MQTT)"))
+            reply["error"] = .string(error.message)
+            reply["report"] = .object(report.object)
+            marker["report_error"] = .string(error.message)
+        }
+        if report.shutdown { keepMarker(marker, directory: report.directory) } else { removeMarker(directory: report.directory) }
+        _ = claimedStems.withLock { $0.remove(report.json) }
+        return reply
     }
 
     /// Waits until reports queued so far are written (shutdown, tests).
@@ -283,12 +372,16 @@ package final class SleepService: @unchecked Sendable {
     package func checkSchedule(now: Date) {
         guard let schedule = settings.schedule else {
             scheduleSkipped = false
+            wasInsideSchedule = nil
             return
         }
         let inside = schedule.contains(now, timeZone: zone(at: now))
+        defer { wasInsideSchedule = inside }
         if !inside {
             scheduleSkipped = false
-            if session != nil, startedBySchedule { stop(at: now) }
+            // The closing minute stops the session whoever started it (the morning report comes at the window's
+            // end); outside the window a session started by hand runs until it is stopped.
+            if session != nil, startedBySchedule || wasInsideSchedule == true { stop(at: now, reason: .schedule) }
         } else if session == nil, !scheduleSkipped {
             start(at: now, scheduled: true)
         }
@@ -325,12 +418,115 @@ package final class SleepService: @unchecked Sendable {
         return (base + ".json", base + ".svg")
     }
 
-    /// Writes the report files, creating the directory (and any missing parent) mode 0700 when missing, as the
-    /// clips directory is: a night's snoring is for the household, not for every local user.
-    /// - Throws: `EarshotError(.cannotCreate)` naming the file and the fix.
-    package static func write(json: JSONObject, svg: String, to paths: (json: String, svg: String), directory: String)
-        throws(EarshotError)
-    {
+    // MARK: The session marker
+
+    /// The file in `[sleep] report_dir` that says a session runs (`{"start":ISO,"scheduled":BOOL}`), or, after the
+    /// daemon stopped during one, how it ended (`{"start":ISO,"end":ISO,"report":PATH}`, or `"report_error":LINE`
+    /// instead of `report`).
+    package static let markerName = ".earshot-sleep-session"
+
+    /// Writes the marker (report queue); a failure is one journal line (the report directory's own problem is
+    /// said by the report's write and at start).
+    private func keepMarker(_ marker: JSONObject, directory: String) {
+        let path = joinedPath(directory, Self.markerName)
+        do throws(EarshotError) {
+            // The last directory only (as the clips directory): a report directory under a missing parent is the
+            // report's to create, or to fail on.
+            if mkdir(directory, 0o700) != 0, errno != EEXIST {
+                let reason = String(cString: strerror(errno))
+                throw EarshotError(
+                    .cannotCreate,
+                    "cannot create the sleep report directory \(directory) for the session marker: \(reason) (a restart of earshotd will not resume this session; set [sleep] report_dir to a writable directory)")
+            }
+            try OutputFile.write(
+                Data((JSONValue.object(marker).encoded + "\n").utf8), to: path, what: "the sleep session marker",
+                hint: "a restart of earshotd will not resume this session; make [sleep] report_dir writable")
+        } catch {
+            log(error.message, 4)
+        }
+    }
+
+    /// Removes the marker (report queue).
+    private func removeMarker(directory: String) {
+        _ = unlink(joinedPath(directory, Self.markerName))
+    }
+
+    /// At the daemon's start (analysis queue): when the marker says a session was running as the previous daemon
+    /// stopped, starts one at once (continuing the night) and says so in one `sleep_session_resumed` health event:
+    /// where the earlier part's report is, or that it was lost (no end in the marker: the daemon was killed). A
+    /// marker of a scheduled session whose window has closed since is only logged. A marker that cannot be read or
+    /// is not one is one journal line and is removed.
+    package func resumeInterruptedSession() {
+        let directory = settings.reportDirectory
+        let path = joinedPath(directory, Self.markerName)
+        guard PathKind(path: path) != .missing else { return }
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            log("ignoring the sleep session marker \(path): it cannot be read (\(errorText(error))); no session is resumed", 4)
+            _ = unlink(path)
+            return
+        }
+        guard let marker = try? JSONValue.parse(data), case .string(let earlierStart)? = marker["start"] else {
+            log("ignoring the sleep session marker \(path): it is not one (no JSON object with a session start); no session is resumed", 4)
+            _ = unlink(path)
+            return
+        }
+        var scheduled = false
+        if case .bool(true)? = marker["scheduled"] { scheduled = true }
+        let earlier: String
+        if case .string(let end)? = marker["end"] {
+            if case .string(let report)? = marker["report"] {
+                earlier = "the session from \(earlierStart) ended when earshotd stopped at \(end); its report is \(report)"
+            } else {
+                let why = marker["report_error"].flatMap { value -> String? in
+                    if case .string(let text) = value { text } else { nil }
+                } ?? "unknown"
+                earlier = "the session from \(earlierStart) ended when earshotd stopped at \(end); its report was not written (\(why))"
+            }
+        } else {
+            earlier = "the session from \(earlierStart) was running when earshotd was killed (or the machine went down): its part up to the restart is lost, no report was written"
+        }
+        let now = clock()
+        if scheduled, let schedule = settings.schedule, !schedule.contains(now, timeZone: zone(at: now)) {
+            log("not resuming the sleep session: \(earlier), and the schedule's window \(schedule) has closed since", 4)
+            _ = unlink(path)
+            return
+        }
+        start(at: now, scheduled: scheduled && settings.schedule != nil, resumed: true)
+        reportHealth(HealthEvent(
+            state: .sleepSessionResumed,
+            message: "sleep session resumed after earshotd restarted: \(earlier); a new session runs from \(EventJSON.timestamp(now))"))
+    }
+
+    // MARK: Files
+
+    /// Why files cannot be created in `directory` (it exists; a missing one is created when a report is written):
+    /// an unnamed file is made there and dropped (`O_TMPFILE`: nothing is left behind); nil when it can be, or the
+    /// file system cannot tell that way. E.g. `cannot create files in /srv/sleep: Operation not permitted`.
+    package static func reportDirectoryProblem(_ directory: String) -> String? {
+        guard PathKind(path: directory) == .directory else { return nil }
+        let descriptor = open(directory, openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
+        let code = errno
+        if descriptor >= 0 {
+            Glibc.close(descriptor)
+            return nil
+        }
+        guard code != EOPNOTSUPP, code != EISDIR, code != EINVAL else { return nil }
+        return "cannot create files in \(directory): \(String(cString: strerror(code)))"
+    }
+
+    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` on x86-64 and arm64), a macro Swift does not import.
+    private static let openUnnamedFile: Int32 = 0o20_200_000
+
+    /// The line for a report directory that cannot be written (``reportDirectoryProblem(_:)``), at start and in
+    /// `--check-config`.
+    package static func reportDirectoryLine(_ problem: String) -> String {
+        "sleep reports cannot be written: \(problem) (make [sleep] report_dir writable by earshotd's user, or set it to a writable directory); sessions still run, and each report is tried when its session stops"
+    }
+
+    private static func createDirectory(_ directory: String) throws(EarshotError) {
         do {
             try FileManager.default.createDirectory(
                 atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -339,6 +535,15 @@ package final class SleepService: @unchecked Sendable {
                 .cannotCreate,
                 "cannot create the sleep report directory \(directory): \(errorText(error)) (set [sleep] report_dir to a writable directory)")
         }
+    }
+
+    /// Writes the report files, creating the directory (and any missing parent) mode 0700 when missing, as the
+    /// clips directory is: a night's snoring is for the household, not for every local user.
+    /// - Throws: `EarshotError(.cannotCreate)` naming the file and the fix.
+    package static func write(json: JSONObject, svg: String, to paths: (json: String, svg: String), directory: String)
+        throws(EarshotError)
+    {
+        try createDirectory(directory)
         for (path, text) in [(paths.json, JSONValue.object(json).encoded + "\n"), (paths.svg, svg)] {
             try OutputFile.write(
                 Data(text.utf8), to: path, what: "the sleep report", hint: "check free space and that [sleep] report_dir is writable")

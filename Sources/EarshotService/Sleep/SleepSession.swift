@@ -14,9 +14,11 @@ import EarshotOutputs
 /// that start. With live capture that is wall-clock time; an outage of the capture device (no audio) is not counted,
 /// and a file streamed faster than real time is reported on its own time line. The report's `startDate` is the
 /// wall-clock time the session started. An event that began before the session (published because `snoring` is
-/// watched) is counted from the session's time 0, with the whole event's snores and loudness; one still open at
-/// the stop is counted up to its last positive window released by then (the detector holds the last snores while it
-/// waits for the next snore).
+/// watched) is counted from the session's time 0, with only the snores heard from then on: the service tells the
+/// detector where the session's audio starts (`SnoreDetector.countSnores(from:)`), so the snores, the loudness and
+/// the loudest snore of its summary leave out the windows before; an event none of whose snores lies in the
+/// session is not counted. One still open at the stop is counted up to its last positive window released by then
+/// (the detector holds the last snores while it waits for the next snore).
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
 package struct SleepSession: Sendable {
@@ -69,9 +71,13 @@ package struct SleepSession: Sendable {
         return SnoreReport(events: events, duration: monitoredSeconds, source: "sleep session", startDate: startDate)
     }
 
-    /// `event` cut to the session's audio and moved to session time; nil when none of it lies in the session.
+    /// Whether a window has been observed (the session's time 0 is known).
+    package var hasAudio: Bool { streamStart != nil }
+
+    /// `event` cut to the session's audio and moved to session time; nil when none of it lies in the session, or
+    /// none of its snores does (its summary counts the session's snores only).
     private func sessionEvent(_ event: SnoreEvent) -> SnoreEvent? {
-        guard let origin = streamStart, let end = streamEnd else { return nil }
+        guard let origin = streamStart, let end = streamEnd, event.snores > 0 else { return nil }
         var kept = event
         kept.start = max(event.start, origin)
         kept.end = min(event.end, end)
