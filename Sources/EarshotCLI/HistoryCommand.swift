@@ -14,66 +14,26 @@ enum HistoryCommand: EarshotCommand {
     static let name = "history"
     static let usage = HistoryListing.usage
     static let help = HistoryListing.help
-    static let flags = ["--since", "--until", "--group", "--format", "--limit", "--db", "--config"]
+    static let flags = Array(HistoryListing.valueOptions).sorted()
 
-    /// The same options and errors as `HistoryListing.parse`, whose wording HistoryTests pins (durations back from
-    /// now, local dates in local time as earshotd reads it: `LocalTime`, not Foundation's `TimeZone.current`, which
-    /// takes no POSIX `TZ` rule such as `CET-1CEST,M3.5.0,M10.5.0/3`).
+    /// The options and errors of `HistoryListing.parse`, whose wording HistoryTests pins: each value is read by
+    /// `HistoryListing.set` (local dates in local time as earshotd reads it: `LocalTime`).
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> HistoryListing {
         var listing = HistoryListing()
         let now = Date()
-        var since: (text: String, date: Date)?
-        var until: (text: String, date: Date)?
         while let item = try parser.next() {
             switch item {
             case .positional(let text):
                 throw parser.unexpected(text)
             case .flag(let flag, let inline):
-                switch flag {
-                case "--since", "--until":
-                    let text = try parser.value(of: flag, inline, allowed: usage)
-                    guard let date = HistoryListing.parseTime(text, now: now) else {
-                        throw HistoryListing.timeError(option: flag, text)
-                    }
-                    if flag == "--since" {
-                        listing.since = date
-                        since = (text, date)
-                    } else {
-                        listing.until = date
-                        until = (text, date)
-                    }
-                case "--group":
-                    let names = try parser.value(of: flag, inline, allowed: usage).split(separator: ",")
-                        .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-                    guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a group name, e.g. --group snoring") }
-                    listing.groups += names
-                case "--format":
-                    let text = try parser.value(of: flag, inline, allowed: usage)
-                    guard let format = HistoryListing.Format(rawValue: text) else {
-                        throw EarshotError(.usage, "--format \"\(text)\": expected text, jsonl or csv")
-                    }
-                    listing.format = format
-                case "--limit":
-                    let text = try parser.value(of: flag, inline, allowed: usage)
-                    guard let limit = Int(text), limit > 0 else {
-                        throw EarshotError(.usage, "--limit \"\(text)\": expected a whole number of events, 1 or more")
-                    }
-                    listing.limit = limit
-                case "--db":
-                    let text = try parser.value(of: flag, inline, allowed: usage)
-                    guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
-                    listing.databasePath = text
-                case "--config":
-                    let text = try parser.value(of: flag, inline, allowed: usage)
-                    guard !text.isEmpty else { throw EarshotError(.usage, "--config needs a path") }
-                    listing.configPath = text
-                default:
+                guard HistoryListing.valueOptions.contains(flag) else {
                     // HistoryTests pins this wording (HistoryListing.parse's), not the other commands' list.
                     throw EarshotError(.usage, "unknown option \"\(flag)\" (\(usage))")
                 }
+                try listing.set(flag, try parser.value(of: flag, inline, allowed: usage), now: now)
             }
         }
-        try HistoryListing.checkOrder(since: since, until: until)
+        try listing.checkOrder()
         return listing
     }
 

@@ -355,6 +355,8 @@ struct HistoryTests {
         expected.format = .csv
         expected.limit = 5
         expected.databasePath = "/tmp/h.sqlite3"
+        expected.sinceText = "8h"
+        expected.untilText = "2026-03-01T21:30"
         #expect(listing == expected)
         #expect(HistoryListing.parseTime("90s", now: now, timeZone: utc) == now.addingTimeInterval(-90))
         #expect(HistoryListing.parseTime("2d", now: now, timeZone: utc) == now.addingTimeInterval(-2 * 86_400))

@@ -39,6 +39,9 @@ package struct HistoryListing: Sendable, Equatable {
     package var format = Format.text
     package var limit: Int?
     package var helpRequested = false
+    /// `--since` and `--until` as given, for ``checkOrder()``'s message.
+    package var sinceText: String?
+    package var untilText: String?
 
     package init() {}
 
@@ -141,34 +144,72 @@ package struct HistoryListing: Sendable, Equatable {
     /// Refuses `--since` later than `--until`, quoting both as given.
     /// - Throws: `EarshotError(.usage)`: `--since "1h" is later than --until "2h" (give the earlier time to
     ///   --since, e.g. --since 2h --until 1h)`.
-    package static func checkOrder(since: (text: String, date: Date)?, until: (text: String, date: Date)?) throws(EarshotError) {
-        guard let since, let until, since.date > until.date else { return }
+    package func checkOrder() throws(EarshotError) {
+        guard let since, let until, since > until, let sinceText, let untilText else { return }
         throw EarshotError(
             .usage,
-            "--since \"\(since.text)\" is later than --until \"\(until.text)\" (give the earlier time to --since, e.g. --since \(until.text) --until \(since.text))")
+            "--since \"\(sinceText)\" is later than --until \"\(untilText)\" (give the earlier time to --since, e.g. --since \(untilText) --until \(sinceText))")
+    }
+
+    /// The options that take a value, as both parsers (``parse(_:now:timeZone:)`` and the `earshot` command line's)
+    /// know them.
+    package static let valueOptions: Set<String> = ["--since", "--until", "--group", "--format", "--limit", "--db", "--config"]
+
+    /// Sets one option of ``valueOptions`` from its value: the one place both parsers read the options' values.
+    /// - Parameters:
+    ///   - now: the time durations count back from.
+    ///   - timeZone: the zone of local dates and times; nil: local time as the C library reads it (``LocalTime``).
+    /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g. `--since "yesterday": expected a
+    ///   duration (90s, 30m, 8h, 2d, 1w), a local date or time ...`.
+    package mutating func set(_ option: String, _ text: String, now: Date, timeZone: TimeZone? = nil) throws(EarshotError) {
+        switch option {
+        case "--since", "--until":
+            guard let date = Self.parseTime(text, now: now, timeZone: timeZone) else {
+                throw Self.timeError(option: option, text)
+            }
+            if option == "--since" {
+                since = date
+                sinceText = text
+            } else {
+                until = date
+                untilText = text
+            }
+        case "--group":
+            let names = text.split(separator: ",").map { $0.trimmingSpaces() }.filter { !$0.isEmpty }
+            guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a group name, e.g. --group snoring") }
+            groups += names
+        case "--format":
+            guard let format = Format(rawValue: text) else {
+                throw EarshotError(.usage, "--format \"\(text)\": expected text, jsonl or csv")
+            }
+            self.format = format
+        case "--limit":
+            guard let limit = Int(text), limit > 0 else {
+                throw EarshotError(.usage, "--limit \"\(text)\": expected a whole number of events, 1 or more")
+            }
+            self.limit = limit
+        case "--db":
+            guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
+            databasePath = text
+        case "--config":
+            guard !text.isEmpty else { throw EarshotError(.usage, "--config needs a path") }
+            configPath = text
+        default:
+            throw EarshotError(.usage, "unknown option \"\(option)\" (\(Self.usage))")
+        }
     }
 
     /// Parses the arguments after `history`.
     /// - Parameter now: the time durations count back from.
-    /// - Throws: `EarshotError(.usage)` naming the option and what it takes, e.g.
-    ///   `--since "yesterday": expected a duration (90s, 30m, 8h, 2d, 1w), a local date or time ...`.
+    /// - Throws: `EarshotError(.usage)` naming the option and what it takes (``set(_:_:now:timeZone:)``), an
+    ///   unknown option, or `--since` later than `--until` (``checkOrder()``).
     /// - Parameter timeZone: the zone of local dates and times; nil (the default): local time as the C library
     ///   reads it, as earshotd does (``LocalTime``).
     package static func parse(_ arguments: [String], now: Date = Date(), timeZone: TimeZone? = nil)
         throws(EarshotError) -> HistoryListing
     {
         var listing = HistoryListing()
-        var sinceText: (text: String, date: Date)?
-        var untilText: (text: String, date: Date)?
         var index = 0
-        func value(_ name: String, _ inline: String?) throws(EarshotError) -> String {
-            if let inline { return inline }
-            index += 1
-            guard index < arguments.count else {
-                throw EarshotError(.usage, "\(name) needs a value (\(usage))")
-            }
-            return arguments[index]
-        }
         while index < arguments.count {
             let argument = arguments[index]
             var name = argument
@@ -177,52 +218,22 @@ package struct HistoryListing: Sendable, Equatable {
                 name = String(argument[..<equals])
                 inline = String(argument[argument.index(after: equals)...])
             }
-            switch name {
-            case "--help", "-h":
+            if name == "--help" || name == "-h" {
                 listing.helpRequested = true
-            case "--since", "--until":
-                let text = try value(name, inline)
-                guard let date = parseTime(text, now: now, timeZone: timeZone) else {
-                    throw timeError(option: name, text)
+            } else if valueOptions.contains(name) {
+                var text = inline
+                if text == nil {
+                    index += 1
+                    guard index < arguments.count else { throw EarshotError(.usage, "\(name) needs a value (\(usage))") }
+                    text = arguments[index]
                 }
-                if name == "--since" {
-                    listing.since = date
-                    sinceText = (text, date)
-                } else {
-                    listing.until = date
-                    untilText = (text, date)
-                }
-            case "--group":
-                let names = try value(name, inline).split(separator: ",").map { $0.trimmingSpaces() }
-                    .filter { !$0.isEmpty }
-                guard !names.isEmpty else { throw EarshotError(.usage, "--group needs a group name, e.g. --group snoring") }
-                listing.groups += names
-            case "--format":
-                let text = try value(name, inline)
-                guard let format = Format(rawValue: text) else {
-                    throw EarshotError(.usage, "--format \"\(text)\": expected text, jsonl or csv")
-                }
-                listing.format = format
-            case "--limit":
-                let text = try value(name, inline)
-                guard let limit = Int(text), limit > 0 else {
-                    throw EarshotError(.usage, "--limit \"\(text)\": expected a whole number of events, 1 or more")
-                }
-                listing.limit = limit
-            case "--db":
-                let text = try value(name, inline)
-                guard !text.isEmpty else { throw EarshotError(.usage, "--db needs a path") }
-                listing.databasePath = text
-            case "--config":
-                let text = try value(name, inline)
-                guard !text.isEmpty else { throw EarshotError(.usage, "--config needs a path") }
-                listing.configPath = text
-            default:
+                try listing.set(name, text ?? "", now: now, timeZone: timeZone)
+            } else {
                 throw EarshotError(.usage, "unknown option \"\(argument)\" (\(usage))")
             }
             index += 1
         }
-        try checkOrder(since: sinceText, until: untilText)
+        try listing.checkOrder()
         return listing
     }
 
