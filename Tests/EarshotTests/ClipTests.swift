@@ -179,6 +179,27 @@ struct ClipTests {
         return ClipRecorder(settings: settings, now: { ClipTests.evening }) { clips.all.append($0) }
     }
 
+    /// Trial 9 #8: with input replayed at another speed the history stores an event at the daemon's start plus its
+    /// stream time; its clip is named by the same second, not by the wall clock (which runs at another pace).
+    @Test("input replayed at another speed: the clip's start is the origin plus the event's stream time, as the history's")
+    func replayedTimeLine() throws {
+        let clips = Clips()
+        var settings = DaemonConfiguration.Clips()
+        settings.enabled = true
+        let origin = Self.evening.addingTimeInterval(-3600)
+        let recorder = ClipRecorder(settings: settings, now: { ClipTests.evening }, timeLine: .stream(origin: origin)) {
+            clips.all.append($0)
+        }
+        Self.feed(recorder, 0, 16_000 * 62)
+        recorder.observe(.onset(.init(group: "baby_cry", classLabel: "Baby cry, infant cry", confidence: 0.9, start: 60, decisionTime: 61)))
+        recorder.observe(.offset(.init(group: "baby_cry", classLabel: "Baby cry, infant cry", start: 60, end: 61.5,
+                                       peakConfidence: 0.9, meanConfidence: 0.8, positiveWindows: 4, reason: .holdElapsed)))
+        Self.feed(recorder, 16_000 * 62, 16_000 * 70)
+        let clip = try #require(clips.all.first)
+        #expect(clip.wallClockStart == origin.addingTimeInterval(60))
+        #expect(ClipFiles.stem(start: clip.wallClockStart, group: clip.group) == "2026-11-30T20-16-03Z_baby_cry")
+    }
+
     @Test("a clip runs from pre_seconds before the start to post_seconds after the end, cut at the stream's start and end")
     func recorderRanges() throws {
         let clips = Clips()

@@ -84,6 +84,9 @@ package final class ClipRecorder {
     private var started = false
     private let deliver: (ClipAudio) -> Void
     private let now: () -> Date
+    /// How an event's stream time becomes the wall-clock second its clip is named by: as the history's
+    /// (``EventLevelMeter/TimeLine``).
+    private let timeLine: EventLevelMeter.TimeLine
     private let preSamples: Int64
     private let postSamples: Int64
     private let capSamples: Int64
@@ -92,10 +95,14 @@ package final class ClipRecorder {
     /// - Parameters:
     ///   - settings: `[clips]` (pre and post seconds, groups; the caller decides `enabled`).
     ///   - now: the wall clock (tests pass a fixed one).
+    ///   - timeLine: `.live` (real-time input: the latest audio is now), or `.stream(origin:)` for input replayed at
+    ///     another speed (stream time 0 is the daemon's start), so that a clip is named by its event's start as the
+    ///     history stores it.
     ///   - deliver: gets each finished clip, on the caller's queue.
-    package init(settings: ClipSettings, now: @escaping () -> Date = { Date() },
+    package init(settings: ClipSettings, now: @escaping () -> Date = { Date() }, timeLine: EventLevelMeter.TimeLine = .live,
          deliver: @escaping (ClipAudio) -> Void) {
         self.settings = settings
+        self.timeLine = timeLine
         self.deliver = deliver
         self.now = now
         preSamples = Self.index(settings.preSeconds)
@@ -152,10 +159,14 @@ package final class ClipRecorder {
     package func eventStarted(group: String, start: Double) {
         guard settings.saves(group: group) else { return }
         let startIndex = Self.index(start)
-        let latest = Double(ring.endIndex) / Self.rate
+        let wallClockStart: Date
+        switch timeLine {
+        case .live: wallClockStart = now().addingTimeInterval(start - Double(ring.endIndex) / Self.rate)
+        case .stream(let origin): wallClockStart = origin.addingTimeInterval(start)
+        }
         pending.append(Pending(
             group: group, eventStart: start, eventEnd: nil, from: startIndex - preSamples,
-            target: startIndex + capSamples + postSamples, wallClockStart: now().addingTimeInterval(start - latest)))
+            target: startIndex + capSamples + postSamples, wallClockStart: wallClockStart))
     }
 
     /// The open event of `group` ended at stream time `end` (s). Nothing happens when its clip was already cut (an

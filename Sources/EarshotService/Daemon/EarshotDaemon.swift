@@ -240,7 +240,11 @@ package final class EarshotDaemon: @unchecked Sendable {
                 },
                 saved: { clip in router.route(.clip(clip)) })
             clipWriter = writer
-            clips = ClipRecorder(settings: clipSettings) { clip in writer.save(clip) }
+            // Named by the event's start as the history stores it (the daemon's start plus stream time when the
+            // input is replayed at another speed).
+            clips = ClipRecorder(settings: clipSettings, timeLine: replayed ? .stream(origin: startTime) : .live) { clip in
+                writer.save(clip)
+            }
         } else {
             clipWriter = nil
         }
