@@ -338,3 +338,24 @@ package func sleepSeconds(_ seconds: Double) {
     var remaining = timespec()
     while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
 }
+
+/// Whether files can be created in a directory, found by creating an unnamed file there (`O_TMPFILE`: nothing is
+/// left behind): the clips directory's and the sleep reports' start-up checks.
+package enum DirectoryWriteProbe {
+    /// Linux's `O_TMPFILE`, a macro Swift does not import: `__O_TMPFILE` (0o20000000 on x86-64 and arm64) with
+    /// `O_DIRECTORY`, whose value differs between them (0o200000 on x86-64, 0o40000 on arm64), so it is Glibc's.
+    static let openUnnamedFile: Int32 = 0o20_000_000 | O_DIRECTORY
+
+    /// The `errno` of creating an unnamed file in `directory`; nil when it could be created, or when the file system
+    /// cannot tell that way (`EOPNOTSUPP`, `EISDIR`, `EINVAL`: no `O_TMPFILE` there). The corresponding C call is
+    /// `open(directory, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)`.
+    package static func failure(in directory: String) -> Int32? {
+        let descriptor = open(directory, openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
+        let code = errno
+        if descriptor >= 0 {
+            close(descriptor)
+            return nil
+        }
+        return code == EOPNOTSUPP || code == EISDIR || code == EINVAL ? nil : code
+    }
+}

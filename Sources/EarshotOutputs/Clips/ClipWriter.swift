@@ -259,21 +259,12 @@ package final class ClipWriter: @unchecked Sendable {
         }
     }
 
-    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` on x86-64 and arm64), a macro Swift does not import.
-    private static let openUnnamedFile: Int32 = 0o20_200_000
-
     /// Makes the directory and creates an unnamed file in it (`O_TMPFILE`: nothing is left behind), reporting a
     /// failure as for a clip.
     private func probe() {
         do throws(EarshotError) {
             try ensureDirectory()
-            let descriptor = open(directory, Self.openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
-            let code = errno
-            if descriptor >= 0 {
-                Glibc.close(descriptor)
-            } else if code != EOPNOTSUPP && code != EISDIR && code != EINVAL {  // else no O_TMPFILE there: no check
-                throw failure("cannot create files in \(directory)", code)
-            }
+            if let code = DirectoryWriteProbe.failure(in: directory) { throw failure("cannot create files in \(directory)", code) }
         } catch {
             counters.withLock { $0.failing = true }
             report(.failing("clips cannot be saved: \(error.message); detection goes on without clips, and clips are tried as they come"))

@@ -506,19 +506,9 @@ package final class SleepService: @unchecked Sendable {
     /// an unnamed file is made there and dropped (`O_TMPFILE`: nothing is left behind); nil when it can be, or the
     /// file system cannot tell that way. E.g. `cannot create files in /srv/sleep: Operation not permitted`.
     package static func reportDirectoryProblem(_ directory: String) -> String? {
-        guard PathKind(path: directory) == .directory else { return nil }
-        let descriptor = open(directory, openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
-        let code = errno
-        if descriptor >= 0 {
-            Glibc.close(descriptor)
-            return nil
-        }
-        guard code != EOPNOTSUPP, code != EISDIR, code != EINVAL else { return nil }
+        guard PathKind(path: directory) == .directory, let code = DirectoryWriteProbe.failure(in: directory) else { return nil }
         return "cannot create files in \(directory): \(String(cString: strerror(code)))"
     }
-
-    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` on x86-64 and arm64), a macro Swift does not import.
-    private static let openUnnamedFile: Int32 = 0o20_200_000
 
     /// The line for a report directory that cannot be written (``reportDirectoryProblem(_:)``), at start and in
     /// `--check-config`.
