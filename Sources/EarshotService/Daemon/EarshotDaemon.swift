@@ -202,11 +202,11 @@ package final class EarshotDaemon: @unchecked Sendable {
         var sinks: [any OutputSink] = [SocketSink(server: server), JournalOutputSink(journal: journal)]
         if commandLine.foreground { sinks.append(StandardOutputSink()) }
         // Input replayed faster or slower than real time is stored on its own time line from the daemon's start (as
-        // a sleep session's report is from the session's), not squeezed against the clock.
+        // a sleep session's report is from the session's), not squeezed against the clock; clips are named on it too.
         let replayed = configuration.capture.input != nil && commandLine.inputPacing != .realTime
+        let timeLine: EventLevelMeter.TimeLine = replayed ? .stream(origin: startTime) : .live
         let historySink = historySettings.enabled
-            ? HistorySink(settings: historySettings, timeLine: replayed ? .stream(origin: startTime) : .live,
-                          log: { journal.log($0) })
+            ? HistorySink(settings: historySettings, timeLine: timeLine, log: { journal.log($0) })
             : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
@@ -240,11 +240,8 @@ package final class EarshotDaemon: @unchecked Sendable {
                 },
                 saved: { clip in router.route(.clip(clip)) })
             clipWriter = writer
-            // Named by the event's start as the history stores it (the daemon's start plus stream time when the
-            // input is replayed at another speed).
-            clips = ClipRecorder(settings: clipSettings, timeLine: replayed ? .stream(origin: startTime) : .live) { clip in
-                writer.save(clip)
-            }
+            // Named by the event's start as the history stores it.
+            clips = ClipRecorder(settings: clipSettings, timeLine: timeLine) { clip in writer.save(clip) }
         } else {
             clipWriter = nil
         }
