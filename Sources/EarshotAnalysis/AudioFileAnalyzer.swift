@@ -374,11 +374,19 @@ public final class AudioFileAnalyzer: Sendable {
                 stream.setEnd(try decodeMono16kBlocks(opened, isCancelled: { run.isCancelled }, deliver: consume))
             }
         } catch {
+            // Every window whose audio decoded before the failure is scored and delivered (the round waiting for
+            // its results, the rounds held back until full, the last partial one), then the failure: no padding,
+            // only windows wholly inside the decoded audio.
             for state in requests {
-                state.abandonPending()
-                state.fail(error)
+                scoreReadyRounds(state, stream: stream, onlyFullRounds: false)
+                deliverPending(state)
             }
-            return run.isCancelled ? .cancelled : .failed(error)
+            guard !run.isCancelled else {
+                for state in requests { state.abandonPending() }
+                return .cancelled
+            }
+            for state in requests { state.fail(error) }
+            return .failed(error)
         }
         guard !run.isCancelled else {
             for state in requests { state.abandonPending() }

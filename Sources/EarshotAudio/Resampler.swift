@@ -202,7 +202,8 @@ public let mono16kBlockSamples = 32_768
 ///   - deliver: gets each non-empty block, `[samples]` at 16 kHz, in order.
 /// - Returns: the waveform's length as the reference computes it, `round(frames * 16000 / rate)`; soxr's blocks
 ///   may add up to one sample more or fewer.
-/// - Throws: the decoder's and the resampler's ``EarshotError``s (blocks delivered before stay delivered).
+/// - Throws: the decoder's and the resampler's ``EarshotError``s, after delivering what decoded before a decoding
+///   failure (the frames of the failing read and the resampler's tail).
 public func decodeMono16kBlocks(
     _ decoder: AudioFileDecoder, maxBlockSamples: Int = mono16kBlockSamples, isCancelled: () -> Bool = { false },
     deliver: ([Float]) -> Void
@@ -214,7 +215,18 @@ public func decodeMono16kBlocks(
     var output: [Float] = []
     while !isCancelled() {
         mono.removeAll(keepingCapacity: true)
-        guard try decoder.readMono(maxFrames: blockFrames, appendingTo: &mono) > 0 else { break }
+        let got: Int
+        do {
+            got = try decoder.readMono(maxFrames: blockFrames, appendingTo: &mono)
+        } catch {
+            // The frames this read decoded before the failure, and the resampler's tail, are still delivered.
+            output.removeAll(keepingCapacity: true)
+            try resampler.process(mono, appendingTo: &output)
+            try resampler.flush(appendingTo: &output)
+            if !output.isEmpty { deliver(output) }
+            throw error
+        }
+        guard got > 0 else { break }
         output.removeAll(keepingCapacity: true)
         try resampler.process(mono, appendingTo: &output)
         if !output.isEmpty { deliver(output) }

@@ -34,7 +34,8 @@ enum AnalyzeCommand: EarshotCommand {
                     (csv: rows with empty start and duration, the share in the confidence column)
 
     A bad FILE gets one line on standard error; the other files are still analysed. A file cut short (FLAC, Ogg
-    Vorbis/Opus, MP3) is analysed as far as it goes, with one line on standard error ("FILE: truncated: ...").
+    Vorbis/Opus, MP3) is analysed as far as it goes, with one line on standard error ("FILE: truncated: ...");
+    one damaged part-way prints the windows decoded before the damage, then its line.
     Exit status: 0 every file analysed (a file cut short included); otherwise, whatever the order of the files, 66 if a file is missing or
     unreadable, else 65 if a file is not usable audio (other failures, e.g. 71, come first); 64 bad usage.
     """

@@ -1,6 +1,7 @@
 import CSndFile
 import Foundation
 import Testing
+import EarshotAnalysis
 import EarshotAudio
 import EarshotSupport
 
@@ -167,6 +168,46 @@ extension DamagedAudioTests {
             earshotd: stopped (end of input)
 
             """), "\(daemon.standardError)")
+    }
+
+    @Test("a FLAC damaged mid-way: every window decoded before the damage is delivered, then the error (analyze, the library)",
+          .needsEarshotBuilt)
+    func damagedFLAC() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        // samples/demo.flac with 4096 bytes of 0x5A from byte 200000: libFLAC loses sync after 229376 frames
+        // (14.34 s); the windows wholly inside them are 0.00-0.96 s to 12.96-13.92 s, 28 of them.
+        let intact = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")
+        var bytes = try Data(contentsOf: intact)
+        #expect(bytes.count == 327_080)
+        bytes.replaceSubrange(200_000..<204_096, with: [UInt8](repeating: 0x5A, count: 4_096))
+        let damaged = directory.appendingPathComponent("damaged.flac")
+        try bytes.write(to: damaged)
+        let cause = "decoding failed after 229376 frames (flac decoder lost sync; the file is damaged)"
+
+        let analyze = try #require(try EarshotCLI.run(["analyze", "damaged.flac", "--top", "1"], in: directory))
+        #expect(analyze.status == 65)
+        #expect(analyze.outputLines.count == 28)
+        #expect(analyze.outputLines.first?.hasPrefix("damaged.flac 0.00-0.96s  ") == true)
+        #expect(analyze.outputLines.last?.hasPrefix("damaged.flac 12.96-13.92s  ") == true, "\(analyze.outputLines)")
+        #expect(analyze.errorLines == ["earshot: damaged.flac: " + cause])
+
+        // The library, inline (1 thread) and with the decoding thread (2), in one partial round (128 windows) and
+        // in rounds of 5 (the failure comes with a round waiting for delivery and one held back until full): the
+        // 28 results, equal to the intact file's first 28, then the error, no completion.
+        let reference = try AnalysisTestSupport.fileResults(intact, request: ClassifySoundRequest(), threads: 1)
+        for (threads, round) in [(1, 128), (2, 128), (1, 5), (2, 5)] {
+            let observer = try AnalysisTestSupport.fileResults(
+                damaged, request: ClassifySoundRequest(), threads: threads, windowsPerRound: round)
+            #expect(observer.results.map(\.timeRange.start) == (0..<28).map { Double($0 * 7_680) / 16_000 },
+                    "\(threads) threads, rounds of \(round)")
+            #expect(observer.errors.map(\.message) == ["\(damaged.path): " + cause])
+            #expect(observer.completions == 0)
+            for (result, expected) in zip(observer.results, reference.results) {
+                let difference = zip(result.scores, expected.scores).map { abs($0 - $1) }.max() ?? 1
+                #expect(difference < 1e-5, "\(result.timeRange.start) s: \(difference)")
+            }
+        }
     }
 
     @Test("Ogg Vorbis and Opus cut inside a page or between pages: analysed as far as they go, one line, status 0",
