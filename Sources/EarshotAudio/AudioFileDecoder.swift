@@ -74,7 +74,10 @@ public final class AudioFileDecoder {
     /// `cut.ogg: truncated: the last Ogg page lacks the end-of-stream flag; results cover only the first 16.21 s`,
     /// `cut.mp3: truncated: the MP3 ends early (decoded 2.48 of 5.02 s); the analysis covers what was decoded` (a
     /// Xing/Info or VBRI header states the length), or `cut.mp3: truncated: the MP3 ends inside an audio frame
-    /// after 2.48 s; the analysis covers what was decoded`. Nil otherwise.
+    /// after 2.48 s; the analysis covers what was decoded`. Also set for an Ogg file with damaged pages in the
+    /// middle, which libsndfile skips (``OggHoles``): `d.ogg: damaged: 2.06 s of audio after 13.18 s is missing (Ogg
+    /// pages that fail their checksum were skipped); later times are 2.06 s early` (joined to a truncation line with
+    /// `; ` when the file is also cut short). Nil otherwise.
     public private(set) var truncationWarning: String?
 
     private let fileDescriptor: Int32
@@ -85,6 +88,8 @@ public final class AudioFileDecoder {
     private let patchedIO: PatchedFileIO?
     /// Whether libsndfile reads the file as Ogg (Vorbis, Opus), whose end ``OggEnding`` checks.
     private let isOgg: Bool
+    /// Whether that Ogg stream is Opus (granule positions at 48 kHz after a pre-skip) rather than Vorbis.
+    private let isOpus: Bool
     /// What decodes the file: libsndfile's `SNDFILE*`, or libmpg123 for MP3.
     private enum Backend {
         case sndfile(OpaquePointer)
@@ -237,6 +242,7 @@ public final class AudioFileDecoder {
             fileSize = Int64(status.st_size)
             patchedIO = nil
             isOgg = false
+            isOpus = false
             backend = .mp3(stream)
             formatDescription = "MPEG-1/2 Audio, MPEG Layer " + ["I", "II", "III"][max(1, min(3, stream.layer)) - 1]
             sampleRate = stream.sampleRate
@@ -322,6 +328,7 @@ public final class AudioFileDecoder {
         frameCountIsExact = major != Int(SF_FORMAT_OGG) && major != Int(SF_FORMAT_MPEG)
             && subtype != Int(SF_FORMAT_MPEG_LAYER_III)
         isOgg = major == Int(SF_FORMAT_OGG)
+        isOpus = isOgg && subtype == Int(SF_FORMAT_OPUS)
         // MP3 goes to libmpg123 (``isMP3(leading:descriptor:)`` follows libsndfile's own test), so this stays false.
         mp3LengthIsStated = false
 
@@ -480,10 +487,38 @@ public final class AudioFileDecoder {
                 case .withoutEndOfStream: truncationWarning = shortfallLine("the last Ogg page lacks the end-of-stream flag")
                 case .finished, nil: break
                 }
+                if let gap = oggGapLine() {
+                    truncationWarning = [gap, truncationWarning].compactMap { $0 }.joined(separator: "; ")
+                }
             }
             return 0
         }
         return got
+    }
+
+    /// The warning for an Ogg file with damaged or missing pages in the middle (``OggHoles``), which libsndfile
+    /// skips: `d.ogg: damaged: 2.05 s of audio after 13.17 s is missing (Ogg pages that fail their checksum were
+    /// skipped); later times are 2.05 s early`. The seconds missing are the frames the last page's granule position
+    /// promises less the frames decoded; nil when no page is missing or nothing was lost.
+    private func oggGapLine() -> String? {
+        let holes = OggHoles.scan(descriptor: fileDescriptor, size: fileSize)
+        guard holes.count > 0 else { return nil }
+        let rate = Double(sampleRate)
+        let promised: Double, start: Double
+        if isOpus {
+            promised = Double(holes.lastGranule - holes.preSkip) * rate / 48_000
+            start = Double(max(0, holes.granuleBeforeFirstHole - holes.preSkip)) / 48_000
+        } else {
+            promised = Double(holes.lastGranule)
+            start = Double(holes.granuleBeforeFirstHole) / rate
+        }
+        let missing = (promised - Double(framesRead)) / rate
+        guard missing >= 0.01 else { return nil }
+        let seconds = String(cFormat: "%.2f", missing)
+        let place = holes.count == 1
+            ? "after \(String(cFormat: "%.2f", start)) s"
+            : "in \(holes.count) gaps, the first after \(String(cFormat: "%.2f", start)) s,"
+        return "\(displayPath): damaged: \(seconds) s of audio \(place) is missing (Ogg pages that fail their checksum were skipped); later times are \(seconds) s early"
     }
 
     /// The ``truncationWarning`` line for a file that ended early, `what` saying how.

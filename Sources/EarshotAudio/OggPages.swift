@@ -62,3 +62,74 @@ package enum OggEnding: Equatable, Sendable {
         return last.endOfStream ? .finished : .withoutEndOfStream
     }
 }
+
+/// Holes in an Ogg file's first logical stream (RFC 3533): pages that fail their checksum or are missing, which
+/// libsndfile skips without a word, so that the decoded audio has a gap and every later time comes early.
+///
+/// Found by walking every page with libogg (`ogg_sync_pageseek`, which checks each page's CRC and skips bytes that
+/// are not a valid page): a hole is bytes skipped between two pages of the stream, or a page sequence number that
+/// is not the previous one plus 1. Each page's granule position says where its audio ends: samples at the stream's
+/// rate for Vorbis, 48 kHz samples counting the pre-skip for Opus (RFC 7845).
+package struct OggHoles: Equatable, Sendable {
+    /// Holes found (0 when the stream is whole).
+    package var count = 0
+    /// The granule position of the last page before the first hole that has one (where the lost audio starts).
+    package var granuleBeforeFirstHole: Int64 = 0
+    /// The granule position of the stream's last page that has one: where its audio ends.
+    package var lastGranule: Int64 = 0
+    /// Opus' pre-skip (48 kHz samples at the start that a decoder drops), from its `OpusHead`; 0 for Vorbis.
+    package var preSkip: Int64 = 0
+
+    /// Walks the Ogg file open on `descriptor` (`size` bytes) in blocks of 64 KiB. Memory: one block and the page
+    /// being assembled in libogg's buffer. The corresponding C functions are `pread`, `ogg_sync_pageseek`,
+    /// `ogg_page_serialno`, `ogg_page_pageno` and `ogg_page_granulepos`.
+    package static func scan(descriptor: Int32, size: Int64) -> OggHoles {
+        var holes = OggHoles()
+        var sync = ogg_sync_state()
+        guard ogg_sync_init(&sync) == 0 else { return holes }
+        defer { ogg_sync_clear(&sync) }
+        var page = ogg_page()
+        var offset: Int64 = 0
+        var serial: Int32?
+        var lastSequence = -1
+        var lastKnownGranule: Int64 = 0
+        var skipped = false
+        let block = 1 << 16
+        while true {
+            let result = ogg_sync_pageseek(&sync, &page)
+            if result > 0 {
+                let pageSerial = ogg_page_serialno(&page)
+                if serial == nil { serial = pageSerial }
+                guard pageSerial == serial else { continue }  // another logical stream
+                let sequence = Int(ogg_page_pageno(&page))
+                if lastSequence >= 0 && (skipped || sequence != lastSequence + 1) {
+                    if holes.count == 0 { holes.granuleBeforeFirstHole = lastKnownGranule }
+                    holes.count += 1
+                }
+                skipped = false
+                if lastSequence < 0, page.body_len >= 12,
+                   Array(UnsafeBufferPointer(start: page.body, count: 8)) == Array("OpusHead".utf8) {
+                    holes.preSkip = Int64(page.body[10]) | Int64(page.body[11]) << 8
+                }
+                lastSequence = sequence
+                let granule = Int64(ogg_page_granulepos(&page))
+                if granule >= 0 {
+                    lastKnownGranule = granule
+                    holes.lastGranule = granule
+                }
+            } else if result < 0 {
+                if lastSequence >= 0 { skipped = true }
+            } else {
+                guard offset < size, let buffer = ogg_sync_buffer(&sync, block) else { break }
+                let bytes = MP3Stream.bytes(of: descriptor, at: offset, count: Int(min(Int64(block), size - offset)))
+                guard !bytes.isEmpty else { break }
+                bytes.withUnsafeBufferPointer { source in
+                    UnsafeMutableRawPointer(buffer).copyMemory(from: source.baseAddress!, byteCount: source.count)
+                }
+                guard ogg_sync_wrote(&sync, bytes.count) == 0 else { break }
+                offset += Int64(bytes.count)
+            }
+        }
+        return holes
+    }
+}

@@ -253,6 +253,57 @@ extension DamagedAudioTests {
 }
 
 extension DamagedAudioTests {
+    /// An Ogg Vorbis and an Ogg Opus file of demo.flac's first 10 s with 64 bytes of the first page that starts after
+    /// half the file overwritten with 0x5A: that page fails its checksum and libsndfile skips it.
+    @Test("a damaged Ogg page mid-file: one line naming the gap's time and length (decoder, analyze, detect, earshotd)",
+          .needsEarshotBuilt, arguments: [
+            // The lost page's audio: from the previous page's granule position to what the last page's promises
+            // beyond the frames decoded.
+            ("vorbis.ogg", "2.79 s of audio after 4.41 s is missing (Ogg pages that fail their checksum were skipped); later times are 2.79 s early"),
+            ("opus.opus", "1.00 s of audio after 5.97 s is missing (Ogg pages that fail their checksum were skipped); later times are 1.00 s early"),
+          ])
+    func damagedOggPage(name: String, gap: String) throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let whole = directory.appendingPathComponent("whole-" + name)
+        let codec = name.hasPrefix("opus") ? SF_FORMAT_OPUS : SF_FORMAT_VORBIS
+        try LibsndfileWriter.write(try Self.demoSeconds(10), channels: 1, sampleRate: 16_000,
+                                   format: Int32(SF_FORMAT_OGG | codec), to: whole)
+        var bytes = try Data(contentsOf: whole)
+        let page = try #require(bytes.indices.first { $0 > bytes.count / 2 && bytes[$0..<($0 + 4)].elementsEqual("OggS".utf8) })
+        bytes.replaceSubrange((page + 100)..<(page + 164), with: [UInt8](repeating: 0x5A, count: 64))
+        try bytes.write(to: directory.appendingPathComponent(name))
+        // The intact file: no warning.
+        let intact = try AudioFileDecoder(url: whole)
+        #expect(try intact.readAllMono().count == 160_000)
+        #expect(intact.truncationWarning == nil)
+
+        let line = "\(name): damaged: \(gap)"
+        let decoder = try AudioFileDecoder(url: directory.appendingPathComponent(name))
+        _ = try decoder.readAllMono()
+        #expect(decoder.truncationWarning == "\(directory.path)/" + line)
+        let analyze = try #require(try EarshotCLI.run(["analyze", name, "--top", "1"], in: directory))
+        #expect(analyze.status == 0)
+        #expect(analyze.errorLines == ["earshot: " + line])
+        let detect = try #require(try EarshotCLI.run(["detect", name, "--config", "earshotd.conf"], in: directory.creatingEmptyConfig()))
+        #expect(detect.status == 0)
+        #expect(detect.errorLines == ["earshot: " + line])
+        let state = directory.appendingPathComponent("state")
+        try FileManager.default.createDirectory(at: state, withIntermediateDirectories: true)
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
+        environment["STATE_DIRECTORY"] = state.path
+        let daemon = try EarshotCLI.runProcess(
+            DaemonEndToEndTests.buildDirectory.appendingPathComponent("earshotd"),
+            ["--input", name, "--input-speed", "max", "--socket", directory.appendingPathComponent("e.sock").path,
+             "--no-journal", "--watch", "baby_cry", "--config", "earshotd.conf"],
+            in: directory, environment: environment, timeout: 120)
+        #expect(daemon.status == 0)
+        #expect(daemon.standardError.hasSuffix("earshotd: \(line)\nearshotd: stopped (end of input)\n"), "\(daemon.standardError)")
+    }
+}
+
+extension DamagedAudioTests {
     /// ``OggEnding`` over the last pages of an Ogg Vorbis file, after a capture pattern inside packet data ("OggS",
     /// version 0, 255 segments of 255 bytes) that claims more bytes than follow it: libogg would wait at it for
     /// more data, so the pages after it must still be found.
