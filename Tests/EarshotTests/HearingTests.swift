@@ -30,7 +30,7 @@ struct HearingTests {
         // Capture down: no audio arrives, so the last (or initial -120 dBFS) level says nothing about the room.
         let reason = #""capture_error":"cannot open capture device \"nonsense\": No such file or directory (no such device; list devices with `earshot devices` or `arecord -L`) (retrying in 2 s, then twice as long each time, up to every 4 s)","#
         let down = #"{"type":"status","uptime":8.04,"capture":"unavailable","#
-            + reason + #""source":"","xruns":0,"windows":0,"gated_windows":0,"level_dbfs":-120.0,"gate_open":false,"classes":[],"gate_dbfs":-50.0,"watch":["baby_cry"],"active":[],"detections":0,"subscribers":1}"#
+            + reason + #""source":"","xruns":0,"windows":0,"gated_windows":0,"level_dbfs":null,"gate_open":null,"classes":[],"gate_dbfs":-50.0,"watch":["baby_cry"],"active":[],"detections":0,"subscribers":1}"#
         #expect(HearingTextFormat.status(line: down) == """
             earshotd: capture unavailable, up 8.0 s
             level: no audio (capture unavailable: cannot open capture device "nonsense": No such file or directory (no such device; list devices with `earshot devices` or `arecord -L`) (retrying in 2 s, then twice as long each time, up to every 4 s))

@@ -31,6 +31,8 @@ struct ReadyWhileWaitingTests {
         try client.send(line: #"{"cmd":"status"}"#)
         let reply = try client.nextLine(timeoutSeconds: 5) { $0.contains(#""type":"status""#) }
         #expect(DaemonEndToEndTests.parse(reply ?? "")["capture"] as? String == "unavailable")
+        // No audio arrives: no level and no gate state (null), rather than -120 dBFS of a silent room (trial 10 #9).
+        #expect(reply?.contains(#""level_dbfs":null,"gate_open":null,"classes":[],"#) == true, "\(reply ?? "")")
         // The retries (after 1 and 2 s) fail the same way: nothing more is sent, no second READY=1.
         let later = notify.messages(until: "READY=1", seconds: 2.5)
         #expect(later == [])

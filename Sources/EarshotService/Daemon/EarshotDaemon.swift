@@ -531,6 +531,10 @@ package final class EarshotDaemon: @unchecked Sendable {
 
     fileprivate func statusObject() -> JSONObject {
         let snapshot = status.withLock { $0 }
+        // While no audio arrives (capture opening, waiting, unavailable, stalled) there is no level to report: the
+        // last one (-120 dBFS before any window) would read as a silent room; null, as the text form's "no audio",
+        // and no classes.
+        let hearing = snapshot.capture == "live"
         var object: JSONObject = [
             "type": "status",
             "uptime": .number(Date().timeIntervalSince(startTime), decimals: 1),
@@ -542,9 +546,9 @@ package final class EarshotDaemon: @unchecked Sendable {
             "windows": .int(snapshot.windows),
             "gated_windows": .int(snapshot.gatedWindows),
             "stream_time": .number(snapshot.streamTime, decimals: 3),
-            "level_dbfs": .number(Double(snapshot.levelDBFS), decimals: 1),
-            "gate_open": .bool(snapshot.gateOpen),
-            "classes": EventLines.classesArray(snapshot.topClasses),
+            "level_dbfs": hearing ? .number(Double(snapshot.levelDBFS), decimals: 1) : .null,
+            "gate_open": hearing ? .bool(snapshot.gateOpen) : .null,
+            "classes": EventLines.classesArray(hearing ? snapshot.topClasses : []),
             "gate_dbfs": .number(snapshot.gateDBFS, decimals: 1),
             "watch": .array(snapshot.watch.map { .string($0) }),
             "active": .array(snapshot.activeGroups.map { .string($0) }),
