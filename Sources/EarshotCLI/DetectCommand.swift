@@ -26,7 +26,8 @@ enum DetectCommand: EarshotCommand {
                      would send the line
                      text: one readable line per event, as `earshot subscribe --format text` prints them
                      (without "time": stream times say when in the file)
-                     csv: file,type,group,class,start,end,confidence (start/end in stream seconds)
+                     csv: file,type,group,class,start,end,confidence (start/end in stream seconds;
+                     a health row has its state in class and the stream time it was said at in start)
 
     A bad FILE gets one line on standard error; the other files are still analysed. A file cut short (FLAC, Ogg
     Vorbis/Opus, MP3) is analysed as far as it goes, with one line on standard error ("FILE: truncated: ...").
@@ -112,9 +113,14 @@ enum DetectCommand: EarshotCommand {
             }
         case .csv:
             func field(_ key: String) -> String { object[key].map(csvText) ?? "" }
-            let start = object["stream_time"] != nil ? field("stream_time") : field("start")
+            // A health line has no group, class or event times: its state goes in `class`, and `start` is the
+            // stream time it was said at (its `sent_stream_time`).
+            let isHealth = object["type"]?.stringValue == "health"
+            let name = isHealth ? field("state") : field("class")
+            let start = isHealth ? field("sent_stream_time")
+                : object["stream_time"] != nil ? field("stream_time") : field("start")
             let confidence = object["confidence"] != nil ? field("confidence") : field("peak_confidence")
-            let row = [csvQuoted(file), field("type"), field("group"), csvQuoted(field("class")), start, field("end"), confidence]
+            let row = [csvQuoted(file), field("type"), field("group"), csvQuoted(name), start, field("end"), confidence]
             print(row.joined(separator: ","))
         }
     }

@@ -187,6 +187,23 @@ struct DetectCommandTests {
         ])
     }
 
+    @Test("csv: a health row carries its state in class and the stream time it was said at in start", .needsEarshotBuilt)
+    func csvHealthRow() throws {
+        let scratch = try Scratch()
+        let config = scratch.file("silent.conf")
+        try "[analysis]\nsilence_minutes = 1\n".write(toFile: config, atomically: true, encoding: .utf8)
+        // 62 s of digital silence: input_silent after 60 s.
+        try AnalysisTestSupport.writeFloatWAV([Float](repeating: 0, count: 62 * 16_000), sampleRate: 16_000,
+                                              to: URL(fileURLWithPath: scratch.file("zero.wav")))
+        let csv = try #require(try EarshotCLI.run(["detect", "zero.wav", "--config", config, "--format", "csv"], in: scratch.directory))
+        #expect(csv.status == 0)
+        #expect(csv.outputLines == ["file,type,group,class,start,end,confidence", "zero.wav,health,,input_silent,60.0,,"])
+        let jsonl = try #require(try EarshotCLI.run(["detect", "zero.wav", "--config", config], in: scratch.directory))
+        #expect(jsonl.outputLines.count == 1)
+        #expect(jsonl.outputLines.first?.contains(#""state":"input_silent""#) == true)
+        #expect(jsonl.outputLines.first?.contains(#""sent_stream_time":60.0,"#) == true, "\(jsonl.outputLines)")
+    }
+
     @Test("usage errors and bad files: one line each, the statuses analyze uses", .needsEarshotBuilt)
     func errors() throws {
         let scratch = try Scratch()
