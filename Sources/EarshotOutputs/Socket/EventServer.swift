@@ -142,10 +142,15 @@ package final class EventServer: @unchecked Sendable {
         /// What to do, after "add it to": e.g. `[detection] watch in /etc/earshot/earshotd.conf, then systemctl
         /// reload earshotd` (``DaemonConfiguration/watchAdvice(configPath:)``).
         package var advice: String
+        /// Groups a client may subscribe to although they are not watched, each with why, e.g. `snoring` ->
+        /// `sleep sessions`: a refused subscribe lists them apart from the watched groups (`watched groups:
+        /// baby_cry, loud; also snoring (sleep sessions)`), so that its list of watched groups is the status reply's.
+        package var alsoSubscribable: [String: String]
 
-        package init(names: [String] = [], advice: String = "") {
+        package init(names: [String] = [], advice: String = "", alsoSubscribable: [String: String] = [:]) {
             self.names = names
             self.advice = advice
+            self.alsoSubscribable = alsoSubscribable
         }
     }
 

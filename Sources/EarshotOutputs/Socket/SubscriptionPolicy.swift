@@ -6,7 +6,8 @@ import EarshotSupport
 /// With `knownGroups` nil any name is accepted. Otherwise a name outside it is refused with one line: a group that
 /// exists but is not watched (`unwatched`) gets how to watch it (`the daemon does not watch group "dog_bark": add it
 /// to ...`); another name gets the nearest watched or existing name when it looks like a typo (`unknown group
-/// "smok" in subscribe (did you mean smoke_alarm? watched groups: ...)`).
+/// "smok" in subscribe (did you mean smoke_alarm? watched groups: ...)`), the groups subscribable without being
+/// watched (``EventServer/UnwatchedGroups/alsoSubscribable``) listed apart: `...; also snoring (sleep sessions))`.
 package struct SubscriptionPolicy: Sendable, Equatable {
     package var knownGroups: Set<String>?
     package var unwatched: EventServer.UnwatchedGroups
@@ -40,9 +41,12 @@ package struct SubscriptionPolicy: Sendable, Equatable {
         if unwatched.names.contains(name) {
             return "the daemon does not watch group \"\(name)\": add it to \(unwatched.advice)"
         }
-        let watched = knownGroups.sorted()
-        let guess = NameSuggestion.likelyTypo(of: name, among: watched + unwatched.names.sorted())
+        let also = unwatched.alsoSubscribable
+        let watched = knownGroups.filter { also[$0] == nil }.sorted()
+        let others = knownGroups.sorted().compactMap { group in also[group].map { "\(group) (\($0))" } }
+        let guess = NameSuggestion.likelyTypo(of: name, among: knownGroups.sorted() + unwatched.names.sorted())
             .map { "did you mean \($0)? " } ?? ""
-        return "unknown group \"\(name)\" in subscribe (\(guess)watched groups: \(watched.joined(separator: ", ")))"
+        let alsoText = others.isEmpty ? "" : "; also \(others.joined(separator: ", "))"
+        return "unknown group \"\(name)\" in subscribe (\(guess)watched groups: \(watched.joined(separator: ", "))\(alsoText))"
     }
 }

@@ -482,7 +482,13 @@ extension DaemonConfiguration {
         let advice = locations["detection.watch"] == "--watch"
             ? "earshotd's --watch list, then restart earshotd"
             : "[detection] watch in \(configPath ?? Self.defaultPath), then reload earshotd (systemctl reload earshotd)"
-        return EventServer.UnwatchedGroups(names: names, advice: advice)
+        // Subscribable but not in the watch list: snoring (its events go out during sleep sessions) and the
+        // groups the alarm pattern detector adds; listed apart from the watched groups in a refused subscribe.
+        var also: [String: String] = [:]
+        for group in subscribable where !detection.watch.contains(group) {
+            also[group] = group == SnoreDetector.groupName ? "sleep sessions" : "alarm patterns"
+        }
+        return EventServer.UnwatchedGroups(names: names, advice: advice, alsoSubscribable: also)
     }
 
     /// A description of the first watched name that is not a group, or nil when all are groups.
