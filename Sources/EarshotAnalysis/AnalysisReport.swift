@@ -75,7 +75,8 @@ public struct AnalysisReportFormatter: Sendable {
 
     /// The summary of one file: each label's share of the windows where it was the top class, largest first.
     /// Text: `x.wav summary  Speech 62.5% (5 of 8 windows)` per label; JSON: one
-    /// `{"file":"x.wav","summary":[{"label":"Speech","share":0.625},...]}` line; CSV: one row per label with empty
+    /// `{"file":"x.wav","windows":8,"summary":[{"label":"Speech","share":0.625,"windows":5},...]}` line (`windows`:
+    /// the windows counted, then each label's); CSV: one row per label with empty
     /// start and duration, the rank, the label and the share in the confidence column.
     public func summaryLines(file: String, tally: TopClassTally) -> [String] {
         let shares = tally.shares
@@ -86,8 +87,10 @@ public struct AnalysisReportFormatter: Sendable {
             let windows = tally.windowCount == 1 ? "window" : "windows"
             return shares.map { "\(file) summary  \($0.label) \(Self.fixed($0.share * 100, 1))% (\($0.windows) of \(tally.windowCount) \(windows))" }
         case .jsonl:
-            let items = shares.map { "{\"label\":\(Self.jsonString($0.label)),\"share\":\(Self.number($0.share, 4))}" }
-            return ["{\"file\":\(Self.jsonString(file)),\"summary\":[\(items.joined(separator: ","))]}"]
+            let items = shares.map {
+                "{\"label\":\(Self.jsonString($0.label)),\"share\":\(Self.number($0.share, 4)),\"windows\":\($0.windows)}"
+            }
+            return ["{\"file\":\(Self.jsonString(file)),\"windows\":\(tally.windowCount),\"summary\":[\(items.joined(separator: ","))]}"]
         case .csv:
             return shares.enumerated().map { rank, item in
                 [Self.csvField(file), "", "", String(rank + 1), Self.csvField(item.label), Self.csvNumber(item.share, 4)].joined(separator: ",")

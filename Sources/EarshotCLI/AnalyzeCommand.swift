@@ -31,7 +31,8 @@ enum AnalyzeCommand: EarshotCommand {
       --overlap F   fraction shared by successive windows, 0 <= F < 1 (default 0.5: a 0.48 s hop); windows
                     start on a 10 ms step, so at most 0.994 for a 0.96 s window
       --summary     after each file, each label's share of the windows where it is the top class
-                    (csv: rows with empty start and duration, the share in the confidence column)
+                    (csv: rows with empty start and duration, the share in the confidence column; jsonl: one
+                    line {"file":...,"windows":N,"summary":[{"label":...,"share":...,"windows":N},...]})
 
     A bad FILE gets one line on standard error; the other files are still analysed. A file cut short (FLAC, Ogg
     Vorbis/Opus, MP3) is analysed as far as it goes, with one line on standard error ("FILE: truncated: ...");

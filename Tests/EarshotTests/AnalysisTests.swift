@@ -531,7 +531,7 @@ struct AnalysisTests {
         #expect(text.summaryLines(file: "x.wav", tally: tally)
                 == ["x.wav summary  Speech 75.0% (6 of 8 windows)", "x.wav summary  Music 25.0% (2 of 8 windows)"])
         #expect(json.summaryLines(file: "x.wav", tally: tally)
-                == [#"{"file":"x.wav","summary":[{"label":"Speech","share":0.75},{"label":"Music","share":0.25}]}"#])
+                == [#"{"file":"x.wav","windows":8,"summary":[{"label":"Speech","share":0.75,"windows":6},{"label":"Music","share":0.25,"windows":2}]}"#])
         #expect(csv.summaryLines(file: "x.wav", tally: tally) == ["x.wav,,,1,Speech,0.75", "x.wav,,,2,Music,0.25"])
         #expect(AnalysisReportFormatter.jsonString("a\u{1}\\\n") == "\"a\\u0001\\\\\\n\"")
 

@@ -263,7 +263,7 @@ struct AnalyzeCommandTests {
         #expect(outcome.outputLines == [
             #"{"file":"Front_Center.wav","start":0,"duration":0.96,"classes":[{"class":"Speech","confidence":0.9995}]}"#,
             #"{"file":"Front_Center.wav","start":0.48,"duration":0.96,"classes":[{"class":"Speech","confidence":0.9186}]}"#,
-            #"{"file":"Front_Center.wav","summary":[{"label":"Speech","share":1}]}"#,
+            #"{"file":"Front_Center.wav","windows":2,"summary":[{"label":"Speech","share":1,"windows":2}]}"#,
         ])
     }
 
