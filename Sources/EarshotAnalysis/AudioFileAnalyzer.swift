@@ -28,9 +28,17 @@ import EarshotModel
 /// then calls the handler. ``cancelAnalysis()`` stops it from any thread (or from an observer) within one round of
 /// windows: no result and no completion follow the cancel (Apple: no `requestDidComplete` after a cancel).
 ///
-/// Errors found when the file is opened (missing, not audio, ...) are thrown by ``init(url:)``. Errors found while
-/// decoding (a truncated FLAC, a decoding failure) go to each observer's `request(_:didFailWithError:)`, after the
-/// results of the windows decoded before the failure, and end the ``results`` streams; no completion follows.
+/// Errors found when the file is opened (missing, not audio, ...) are thrown by ``init(url:)``. An error found while
+/// decoding (damage inside the file: `x.flac: decoding failed after 229376 frames (flac decoder lost sync; the file
+/// is damaged)`) goes to each observer's `request(_:didFailWithError:)`, after the results of every window wholly
+/// inside the audio decoded before the failure, and ends the ``results`` streams; no completion follows. A file cut
+/// short (WAV, FLAC, Ogg, MP3) is not an error: it is analysed as far as it goes and completes, and
+/// ``decodingWarning`` names the truncation afterwards (as it names Ogg pages skipped as damaged).
+///
+/// At the top level of a `main.swift`, `try await analyzer.analyze()` resolves to the blocking `analyze()` (the
+/// compiler warns that no async operation occurs within `await`): it blocks the main thread and never throws, so a
+/// cancel gives `false` rather than `CancellationError`. Apple's `SNAudioFileAnalyzer` has the same pair. Call it
+/// from an `async` function or a `Task { try await analyzer.analyze() }` to get the async form.
 ///
 /// - Important: `Sendable`: share it across tasks and threads. Analyses of one analyzer run one at a time (a second
 ///   `analyze` waits for the first). Observers are called on the thread that runs the analysis: the caller's for
@@ -63,7 +71,8 @@ public final class AudioFileAnalyzer: Sendable {
     }
 
     /// After an analysis: what the decoder warned of without failing, e.g. an MP3 that ends before the length its
-    /// header states (``AudioFileDecoder/truncationWarning``); nil when nothing. (Earshot's own.)
+    /// header states, or a damaged Ogg page that was skipped (``AudioFileDecoder/truncationWarning``); nil when
+    /// nothing. A truncated file is reported here, not to `request(_:didFailWithError:)`. (Earshot's own.)
     public var decodingWarning: String? { shared.withLock { $0.decodingWarning } }
 
     /// A request and where its results go besides the streams.
@@ -159,8 +168,12 @@ public final class AudioFileAnalyzer: Sendable {
     }
 
     /// Decodes the file and delivers every window's result of every request, then `requestDidComplete`, on the
-    /// calling thread (Sound Analysis' `SNAudioFileAnalyzer.analyze()`); on a decoding error,
-    /// `request(_:didFailWithError:)` instead of the completion. May be called again (the file is read again).
+    /// calling thread (Sound Analysis' `SNAudioFileAnalyzer.analyze()`); on a decoding error, the results of the
+    /// windows decoded before it, then `request(_:didFailWithError:)` instead of the completion. A file cut short
+    /// completes (see ``decodingWarning``). May be called again (the file is read again).
+    ///
+    /// - Note: at the top level of `main.swift` this overload is also the one `try await analyzer.analyze()` calls
+    ///   (see the type's description); use a `Task {}` or an `async` function for `analyze() async throws`.
     /// - Returns: true when every request completed; false when the analysis was cancelled (no completion was
     ///   delivered) or a request failed.
     @discardableResult
@@ -172,7 +185,8 @@ public final class AudioFileAnalyzer: Sendable {
     /// `analyze() async`, which returns false when cancelled; here a cancel throws). Observers are called on that
     /// thread; ``results`` streams get the same results. Cancelling the calling task cancels the analysis.
     /// - Throws: `CancellationError` after ``cancelAnalysis()`` or when the task is cancelled; the first request's
-    ///   ``EarshotError`` when the file turned out undecodable (truncated, damaged) or a model could not be loaded;
+    ///   ``EarshotError`` when the file turned out damaged part-way (after the results of the windows decoded before
+    ///   the damage; a file cut short is not an error, ``decodingWarning`` names it) or a model could not be loaded;
     ///   `.system` when no thread could be started.
     public func analyze() async throws {
         let run = AnalysisRun()
@@ -529,9 +543,10 @@ public final class AudioFileAnalyzer: Sendable {
             }
             let range = TimeRange(start: Double(window * geometry.hopSamples) / Double(YAMNet.sampleRate),
                                   duration: state.request.windowDuration)
-            let result = ClassificationResult.scored(
+            var result = ClassificationResult.scored(
                 by: state.request, timeRange: range, yamnetScores: windowScores, embedding: windowEmbedding,
                 yamnetLabels: labels, levelDBFS: round.levels[index])
+            result.inferenceDuration = round.inferenceSecondsPerWindow
             state.observer?.request(state.request, didProduce: result)
             state.streams.yield(result, of: state.request)
             state.statistics.windowDelivered()
@@ -625,6 +640,8 @@ private final class Round: @unchecked Sendable {
     let embeddings: UnsafeMutableBufferPointer<Float>
     private let group = DispatchGroup()
     private let next = Atomic<Int>(0)
+    /// Nanoseconds the workers spent classifying this round's batches, summed over the workers.
+    private let inferenceNanoseconds = Atomic<UInt64>(0)
     /// Checked before each batch: a cancelled analysis abandons the rest of the round.
     private let run: AnalysisRun
     private let statistics: RunCounters
@@ -670,6 +687,12 @@ private final class Round: @unchecked Sendable {
     /// Waits until the inference has filled every row.
     func wait() { group.wait() }
 
+    /// Seconds of inference per window of this round (after ``wait()``): the workers' time over its batches, summed,
+    /// divided by its windows (windows share patches, so this is the round's mean).
+    var inferenceSecondsPerWindow: Double {
+        Double(inferenceNanoseconds.load(ordering: .relaxed)) / 1e9 / Double(max(1, windows.count))
+    }
+
     private func work(_ session: YAMNetSession) {
         let patchValues = YAMNet.patchFrames * YAMNet.melBands
         var patches: [Float] = []
@@ -680,6 +703,8 @@ private final class Round: @unchecked Sendable {
             statistics.patchesScored(range.count)
             let scores = scores.baseAddress! + range.lowerBound * YAMNet.classCount
             let embeddings = embeddings.baseAddress! + range.lowerBound * YAMNet.embeddingSize
+            let began = DispatchTime.now().uptimeNanoseconds
+            defer { inferenceNanoseconds.wrappingAdd(DispatchTime.now().uptimeNanoseconds - began, ordering: .relaxed) }
             logMel.withUnsafeBufferPointer { logMel in
                 // Patches evenly spaced in the spectrogram (the usual case: one every 48 frames) are read in place,
                 // so the session sees them as windows of one spectrogram and shares their common rows

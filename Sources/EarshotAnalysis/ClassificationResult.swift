@@ -62,6 +62,9 @@ public struct ClassificationResult: Sendable, Equatable {
     public let embedding: [Float]
     /// Seconds the classifier took over this window (the model and a custom head; monotonic clock), or nil when
     /// ``isGated`` or for a result made with ``init(timeRange:classifications:scores:levelDBFS:isGated:embedding:)``.
+    /// ``AudioStreamAnalyzer`` times each window alone; ``AudioFileAnalyzer`` scores rounds of windows in batches on
+    /// several cores, so its results carry their round's mean: the inference time of the round's patches, summed
+    /// over the cores, divided by the round's windows.
     /// Not part of equality: two results of the same audio are equal however long each took. (Earshot's own.)
     public var inferenceDuration: Double?
 
@@ -167,8 +170,10 @@ public struct ClassificationResult: Sendable, Equatable {
 public protocol ResultsObserving: AnyObject {
     /// A window's result (`request(_:didProduce:)`).
     func request(_ request: ClassifySoundRequest, didProduce result: ClassificationResult)
-    /// The request failed (e.g. the file turned out truncated); no more results or completion follow for it
-    /// (`request(_:didFailWithError:)`). Not called after a cancel.
+    /// The request failed (e.g. the file turned out damaged part-way, after the results of the windows decoded
+    /// before the damage; a file cut short is not a failure: it completes, and ``AudioFileAnalyzer/decodingWarning``
+    /// names it); no more results or completion follow for it (`request(_:didFailWithError:)`). Not called after a
+    /// cancel.
     func request(_ request: ClassifySoundRequest, didFailWithError error: EarshotError)
     /// The request finished: every window has been delivered (`requestDidComplete(_:)`). Not called after a cancel.
     func requestDidComplete(_ request: ClassifySoundRequest)

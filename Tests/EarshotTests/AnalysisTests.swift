@@ -467,6 +467,20 @@ struct AnalysisTests {
         #expect(missing?.message == "\(directory.path)/none.wav: no such file (check the path)")
     }
 
+    @Test("file analyzer: every result carries inferenceDuration, its round's mean (one value per round of windows)")
+    func fileAnalyzerInferenceDuration() throws {
+        // samples/demo.flac: 66 windows; rounds of 20: 20, 20, 20 and 6 windows.
+        let observer = try AnalysisTestSupport.fileResults(
+            TestPaths.packageRoot.appendingPathComponent("samples/demo.flac"), request: ClassifySoundRequest(),
+            threads: 2, windowsPerRound: 20)
+        #expect(observer.results.count == 66)
+        let durations = observer.results.map(\.inferenceDuration)
+        #expect(durations.allSatisfy { ($0 ?? 0) > 0 }, "\(durations)")
+        for round in stride(from: 0, to: 66, by: 20) {
+            #expect(Set(durations[round..<min(66, round + 20)]).count == 1, "round from window \(round)")
+        }
+    }
+
     @Test("file analyzer: a FLAC cut short is analysed as far as it goes, and decodingWarning names it", .needsShared)
     func fileAnalyzerCutShort() throws {
         let directory = try AudioTestFiles.makeTemporaryDirectory()
