@@ -399,6 +399,56 @@ struct SleepEdgeTests {
         #expect(history.outputLines.first { $0.contains(#""start":"\#(EventJSON.timestamp(first.start))""#) } != nil, "\(history.outputLines)")
     }
 
+    // MARK: #8 the stop reply of replayed input
+
+    @Test("at --input-speed 4 the sleep stop reply gives the report's times (the daemon's start plus stream time), text and --json, not the wall clock",
+          .needsEarshotBuilt, .needsEarshotdBuilt)
+    func replayedStopReplyIsTheReports() throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let reports = sandbox.directory.appendingPathComponent("sleep").path
+        let wav = sandbox.directory.appendingPathComponent("quiet.wav")
+        try Self.quietWAV(at: wav)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
+        try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try Daemon(config: config, input: wav.path, socket: sandbox.socket, home: sandbox.home)
+        defer { _ = daemon.stop() }
+        #expect(daemon.waitFor(#""state":"capture_live""#))
+        func report(_ reply: [String: Any]) throws -> [String: Any] {
+            let path = try #require(reply["report_json"] as? String, "\(reply)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        }
+
+        // --json: the reply's start and end are the report's, and so is the length between them.
+        #expect(try Self.sleep(["start"], socket: sandbox.socket).status == 0)
+        try Self.waitForSessionAudio(socket: sandbox.socket)
+        Thread.sleep(forTimeInterval: 2)  // 8 s of audio at 4 times real time: the two clocks 6 s apart
+        let json = try Self.sleep(["stop", "--json"], socket: sandbox.socket)
+        #expect(json.status == 0)
+        let reply = try #require(try JSONSerialization.jsonObject(with: Data(json.standardOutput.utf8)) as? [String: Any])
+        let written = try report(reply)
+        #expect(reply["start"] as? String == written["start"] as? String, "\(reply) vs \(written)")
+        #expect(reply["end"] as? String == written["end"] as? String, "\(reply) vs \(written)")
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let start = try #require(formatter.date(from: reply["start"] as? String ?? ""))
+        let end = try #require(formatter.date(from: reply["end"] as? String ?? ""))
+        let duration = try #require(written["duration_seconds"] as? Double)
+        #expect(abs(end.timeIntervalSince(start) - duration) < 0.006, "\(reply) vs \(duration) s")
+
+        // Text: the same two times.
+        #expect(try Self.sleep(["start"], socket: sandbox.socket).status == 0)
+        try Self.waitForSessionAudio(socket: sandbox.socket)
+        let text = try Self.sleep(["stop"], socket: sandbox.socket)
+        #expect(text.status == 0)
+        let summary = try #require(text.outputLines.first)
+        // The second line: `report: SVG and JSON`.
+        let path = try #require(text.outputLines.last?.split(separator: " ").last.map(String.init), "\(text.outputLines)")
+        let second = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        #expect(summary.hasPrefix("sleep session \(second["start"] as? String ?? "?") to \(second["end"] as? String ?? "?"): "), "\(text.outputLines) vs \(second)")
+    }
+
     // MARK: #11, #14 configuration
 
     @Test("relative [sleep] report_dir and [history] path are refused as [clips] directory is (78); schedule 22:30-22:30 says why", .needsEarshotdBuilt,
