@@ -68,6 +68,49 @@ struct NotifyHealthTests {
         #expect(server.requests.count == 1)
     }
 
+    static let reportLost = HealthEvent(
+        state: .sleepReportUnavailable,
+        message: "the sleep report of the session from 2026-12-07T01:40:04.914Z to 2026-12-07T07:00:00.000Z was not written: cannot write the sleep report /srv/sleep/snore-20261207-0140.json: Operation not permitted (check free space and that [sleep] report_dir is writable)")
+    static let resumed = HealthEvent(
+        state: .sleepSessionResumed,
+        message: "sleep session resumed after earshotd restarted: the session from 2026-12-07T01:34:18.074Z ended when earshotd stopped at 2026-12-07T02:10:05.120Z; its report is /srv/sleep/snore-20261207-0134.json; a new session runs from 2026-12-07T02:10:07.480Z")
+
+    @Test("a sleep report not saved and a session resumed after a restart reach the phone, each as it comes, while listening goes on (ntfy and JSON); health = false sends neither")
+    func sleepStates() throws {
+        let receiver = try NotifyTests.NtfyReceiver(path: "/sleep")
+        defer { receiver.stop() }
+        #expect(receiver.sink.accepts(.health(Self.reportLost)))
+        #expect(receiver.sink.accepts(.health(Self.resumed)))
+        for health in [Self.live, Self.resumed, Self.reportLost, Self.reportLost] { receiver.deliver(.health(health)) }
+        let requests = receiver.server.waitForRequests(4, timeout: 10)
+        try #require(requests.count == 4)
+        let at = receiver.heard
+        #expect(requests.dropFirst().map(\.body) == [
+            "Sleep session resumed in kitchen at \(at) after earshotd restarted\n\(Self.resumed.message)",
+            "Sleep report not saved in kitchen at \(at)\n\(Self.reportLost.message)",
+            "Sleep report not saved in kitchen at \(at)\n\(Self.reportLost.message)",
+        ])
+        #expect(requests.dropFirst().map { $0.header("Title") ?? "" } == [
+            "kitchen: sleep session resumed", "kitchen: sleep report not saved", "kitchen: sleep report not saved",
+        ])
+        #expect(requests.dropFirst().map { $0.header("Priority") ?? "" } == ["3", "4", "4"])
+        #expect(requests.dropFirst().map { $0.header("Tags") ?? "" } == ["zzz", "warning", "warning"])
+
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/hook")]) { $0.node = "bedroom" }, NotifyTests.Reports())
+        sink.deliver(RoutedOutput(output: .health(Self.reportLost), time: NotifyTests.time))
+        let json = server.waitForRequests(1, timeout: 10)
+        sink.stop()
+        try #require(json.count == 1)
+        #expect(json[0].body == #"{"type":"health","state":"sleep_report_unavailable","monitoring":true,"message":"\#(Self.reportLost.message)","time":"2027-01-15T08:00:00.000Z","node":"bedroom"}"#)
+
+        let off = try NotifyTests.sink(NotifyTests.settings([server.url("/off")]) { $0.health = false }, NotifyTests.Reports())
+        #expect(!off.accepts(.health(Self.reportLost)))
+        #expect(!off.accepts(.health(Self.resumed)))
+        off.stop()
+    }
+
     @Test("a message sent more than 10 s after the event says how late: 25 s, 15 min; 10 s is not late")
     func lateMarker() throws {
         let alarm = AlarmEvent(

@@ -51,7 +51,9 @@ struct SleepEdgeTests {
                 for decision in detector.process(
                     windowStart: start, windowDuration: 0.96, levelDBFS: level, evidence: snoreWindows[k] == nil ? 0 : 0.9) {
                     if case .offset(_, let event) = decision { offsets.append(event) }
-                    service.observe(decision, published: true)
+                    // Live audio: the latest window (k * 0.48 + 0.96 s) ends now; stream 18.72 s is 22:00:00.
+                    let now = Date(timeIntervalSince1970: 1_772_402_400 + start + 0.96 - 18.72)
+                    service.observe(decision, published: true, now: now)
                 }
             }
             service.stop(at: Date(timeIntervalSince1970: 1_772_402_430))
@@ -324,6 +326,127 @@ struct SleepEdgeTests {
             "earshotd: ignoring the sleep session marker \(marker): it is not one (no JSON object with a session start); no session is resumed",
         ])
         #expect(!FileManager.default.fileExists(atPath: marker))
+    }
+
+    // MARK: #7 one clock after an input stall
+
+    @Test("after an input stall (standard input silent 10 s) the session report's times are the history's: the snoring episode starts and ends at the history's first start and last end, to the millisecond, and the stall is in the report's timeline but not in its audio",
+          .needsShared, .needsEarshotdBuilt, .needsEarshotBuilt)
+    func stallKeepsOneClock() throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let reports = sandbox.directory.appendingPathComponent("sleep").path
+        let historyPath = sandbox.directory.appendingPathComponent("history.sqlite3").path
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
+        try "[output]\nsocket = \(sandbox.socket)\njournal = false\n[detection]\nwatch = snoring\n[history]\npath = \(historyPath)\n[sleep]\nreport_dir = \(reports)\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        // 6 s of quiet, then nothing for 10 s (the writer sleeps), then six snores every 3 s written as they would be
+        // heard (half a second every half second, as a live writer does: the daemon hears them late by the stall;
+        // written at once they would be read at once, the backlog caught up).
+        let quiet = sandbox.directory.appendingPathComponent("quiet.raw")
+        let snoring = sandbox.directory.appendingPathComponent("snoring.raw")
+        try SyntheticAudio.pcm(SyntheticAudio.sine(seconds: 6, amplitude: 0.001)).write(to: quiet)
+        try SleepDaemonTests.snoringRaw().write(to: snoring)
+        let daemon = try DaemonProcess(["--config", config, "--foreground", "--input", "-"],
+                                       environment: DaemonEndToEndTests.environment(home: sandbox.home), standardInput: true)
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+        let chunks = (try Data(contentsOf: snoring).count + 15_999) / 16_000
+        writer.arguments = ["-c", #"cat "$1"; sleep 10; i=0; while [ $i -lt $3 ]; do dd if="$2" bs=16000 skip=$i count=1 status=none; sleep 0.5; i=$((i+1)); done"#,
+                            "sh", quiet.path, snoring.path, String(chunks)]
+        writer.standardOutput = daemon.input.fileHandleForWriting
+        try writer.run()
+        try daemon.input.fileHandleForWriting.close()
+        defer { if writer.isRunning { writer.terminate() } }
+
+        #expect(TestWait.until(seconds: 10) { InputStallTests.health(daemon).contains { $0.object["state"] as? String == "capture_live" } },
+                "\(daemon.errorText)")
+        let started = try Self.sleep(["start"], socket: sandbox.socket)
+        #expect(started.status == 0, "\(started.standardError)")
+        let start = Self.time(in: try #require(started.outputLines.first))
+        // The session hears the quiet before the stall.
+        #expect(!InputStallTests.health(daemon).contains { $0.object["state"] as? String == "input_stalled" },
+                "the stall came before the session started; the test proves nothing")
+        #expect(TestWait.until(seconds: 30) { InputStallTests.health(daemon).contains { $0.object["state"] as? String == "input_stalled" } },
+                "\(daemon.errorText)")
+        writer.waitUntilExit()
+        // The input's end stops the daemon, and with it the session: its report is written.
+        #expect(daemon.wait(seconds: 30) == 0, "\(daemon.errorText)")
+
+        let names = try FileManager.default.contentsOfDirectory(atPath: reports).filter { $0.hasSuffix(".json") }
+        #expect(names.count == 1, "\(names)")
+        let report = try #require(try JSONSerialization.jsonObject(
+            with: Data(contentsOf: URL(fileURLWithPath: reports + "/" + (names.first ?? "")))) as? [String: Any])
+        let stored = try EventHistory(path: historyPath, access: .readOnly).events().filter { $0.group == "snoring" }
+        #expect(!stored.isEmpty)
+        #expect(report["events"] as? Int == stored.count)
+        #expect(report["start"] as? String == start)
+        let episodes = try #require(report["episodes"] as? [[String: Any]])
+        #expect(episodes.count == 1, "\(episodes)")
+        // The times as `earshot history` prints them, and as the report has them.
+        let first = try #require(stored.min { $0.start < $1.start }), last = try #require(stored.max { $0.end < $1.end })
+        #expect(episodes.first?["start_time"] as? String == EventJSON.timestamp(first.start), "\(episodes) vs \(stored)")
+        #expect(episodes.first?["end_time"] as? String == EventJSON.timestamp(last.end), "\(episodes) vs \(stored)")
+        // The stall (about 8 s: the pipe held 2 s of the quiet when the writer began to sleep) lies in the timeline,
+        // between the quiet and the snoring, and not in the audio heard (the writer's half seconds come a little
+        // late too).
+        let duration = try #require(report["duration_seconds"] as? Double)
+        let audio = try #require(report["audio_seconds"] as? Double)
+        #expect(duration - audio > 5 && duration - audio < 14, "duration \(duration) s, audio \(audio) s")
+        let episodeStart = try #require(episodes.first?["start"] as? Double)
+        #expect(episodeStart > 6 + 5, "the snoring starts after the quiet and the stall: \(episodeStart) s")
+        let history = try #require(try EarshotCLI.run(["history", "--db", historyPath, "--format", "jsonl"], in: sandbox.directory, timeout: 30))
+        #expect(history.outputLines.first { $0.contains(#""start":"\#(EventJSON.timestamp(first.start))""#) } != nil, "\(history.outputLines)")
+    }
+
+    // MARK: #8 the stop reply of replayed input
+
+    @Test("at --input-speed 4 the sleep stop reply gives the report's times (the daemon's start plus stream time), text and --json, not the wall clock",
+          .needsEarshotBuilt, .needsEarshotdBuilt)
+    func replayedStopReplyIsTheReports() throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let reports = sandbox.directory.appendingPathComponent("sleep").path
+        let wav = sandbox.directory.appendingPathComponent("quiet.wav")
+        try Self.quietWAV(at: wav)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
+        try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try Daemon(config: config, input: wav.path, socket: sandbox.socket, home: sandbox.home)
+        defer { _ = daemon.stop() }
+        #expect(daemon.waitFor(#""state":"capture_live""#))
+        func report(_ reply: [String: Any]) throws -> [String: Any] {
+            let path = try #require(reply["report_json"] as? String, "\(reply)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        }
+
+        // --json: the reply's start and end are the report's, and so is the length between them.
+        #expect(try Self.sleep(["start"], socket: sandbox.socket).status == 0)
+        try Self.waitForSessionAudio(socket: sandbox.socket)
+        Thread.sleep(forTimeInterval: 2)  // 8 s of audio at 4 times real time: the two clocks 6 s apart
+        let json = try Self.sleep(["stop", "--json"], socket: sandbox.socket)
+        #expect(json.status == 0)
+        let reply = try #require(try JSONSerialization.jsonObject(with: Data(json.standardOutput.utf8)) as? [String: Any])
+        let written = try report(reply)
+        #expect(reply["start"] as? String == written["start"] as? String, "\(reply) vs \(written)")
+        #expect(reply["end"] as? String == written["end"] as? String, "\(reply) vs \(written)")
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let start = try #require(formatter.date(from: reply["start"] as? String ?? ""))
+        let end = try #require(formatter.date(from: reply["end"] as? String ?? ""))
+        let duration = try #require(written["duration_seconds"] as? Double)
+        #expect(abs(end.timeIntervalSince(start) - duration) < 0.006, "\(reply) vs \(duration) s")
+
+        // Text: the same two times.
+        #expect(try Self.sleep(["start"], socket: sandbox.socket).status == 0)
+        try Self.waitForSessionAudio(socket: sandbox.socket)
+        let text = try Self.sleep(["stop"], socket: sandbox.socket)
+        #expect(text.status == 0)
+        let summary = try #require(text.outputLines.first)
+        // The second line: `report: SVG and JSON`.
+        let path = try #require(text.outputLines.last?.split(separator: " ").last.map(String.init), "\(text.outputLines)")
+        let second = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        #expect(summary.hasPrefix("sleep session \(second["start"] as? String ?? "?") to \(second["end"] as? String ?? "?"): "), "\(text.outputLines) vs \(second)")
     }
 
     // MARK: #11, #14 configuration

@@ -148,7 +148,7 @@ struct SnoreTests {
         let report = SnoreReport(
             events: [Self.event(10, 70.5, level: -31.25, peak: -22.5, at: 40, snores: 14)], duration: 600,
             source: "sleep session", startDate: Date(timeIntervalSince1970: 1_772_402_400))
-        #expect(JSONValue.object(report.json).encoded == #"{"type":"snore_report","source":"sleep session","start":"2026-03-01T22:00:00.000Z","end":"2026-03-01T22:10:00.000Z","duration_seconds":600.0,"snoring_minutes":1.01,"snoring_percent":10.08,"events":1,"events_per_hour":6.0,"snores":14,"snores_per_hour":84.0,"episodes":[{"start":10.0,"end":70.5,"start_time":"2026-03-01T22:00:10.000Z","end_time":"2026-03-01T22:01:10.500Z","minutes":1.01,"events":1,"snores":14,"level_dbfs":-31.2,"peak_level_dbfs":-22.5}],"loudest":[{"time":40.0,"clock":"2026-03-01T22:00:40.000Z","level_dbfs":-22.5}],"bin_seconds":300.0,"bins":[{"start":0.0,"snoring_seconds":60.5},{"start":300.0,"snoring_seconds":0.0}],"snore_events":[{"start":10.0,"end":70.5,"snores":14,"peak_evidence":0.9,"level_dbfs":-31.2,"peak_level_dbfs":-22.5,"peak_level_time":40.0}]}"#)
+        #expect(JSONValue.object(report.json).encoded == #"{"type":"snore_report","source":"sleep session","start":"2026-03-01T22:00:00.000Z","end":"2026-03-01T22:10:00.000Z","duration_seconds":600.0,"audio_seconds":600.0,"snoring_minutes":1.01,"snoring_percent":10.08,"events":1,"events_per_hour":6.0,"snores":14,"snores_per_hour":84.0,"episodes":[{"start":10.0,"end":70.5,"start_time":"2026-03-01T22:00:10.000Z","end_time":"2026-03-01T22:01:10.500Z","minutes":1.01,"events":1,"snores":14,"level_dbfs":-31.2,"peak_level_dbfs":-22.5}],"loudest":[{"time":40.0,"clock":"2026-03-01T22:00:40.000Z","level_dbfs":-22.5}],"bin_seconds":300.0,"bins":[{"start":0.0,"snoring_seconds":60.5},{"start":300.0,"snoring_seconds":0.0}],"snore_events":[{"start":10.0,"end":70.5,"snores":14,"peak_evidence":0.9,"level_dbfs":-31.2,"peak_level_dbfs":-22.5,"peak_level_time":40.0}]}"#)
     }
 
     // MARK: Detector
@@ -310,22 +310,26 @@ struct SnoreTests {
             let made = detector.process(
                 windowStart: windowStart, windowDuration: 0.96, levelDBFS: index == 20 ? -25 : -50,
                 scores: index % 10 == 5 ? nil : scores)
-            for decision in made { session.observe(decision) }
+            // Stream 1000 s is the session's start on the daemon's clock.
+            for decision in made { session.observe(decision, wallClock: { start.addingTimeInterval($0 - 1000) }) }
             decisions += made
         }
         #expect(decisions.map(\.event.group) == ["snoring", "snoring"])
         #expect(session.finishedEvents.count == 1)
         // Windows 90-91 (1043.2 s) wait for a second snore: nothing of them is open yet.
         #expect(detector.openEventSummary(reason: .streamEnd) == nil)
-        let report = session.stop(openEvent: detector.openEventSummary(reason: .streamEnd))
-        #expect(abs(report.duration - (0.48 * 99 + 0.96)) < 1e-9)
+        let report = session.stop(
+            openEvent: detector.openEventSummary(reason: .streamEnd), end: start.addingTimeInterval(0.48 * 99 + 0.96),
+            wallClock: { start.addingTimeInterval($0 - 1000) })
+        // Session times go through the daemon's clock (dates): equal to within 1 µs.
+        #expect(abs(report.duration - (0.48 * 99 + 0.96)) < 1e-6)
         #expect(report.startDate == start)
         #expect(report.events.count == 1)
         let event = try #require(report.events.first)
-        #expect(abs(event.start - 9.6) < 1e-9 && abs(event.end - 18.72) < 1e-9, "\(event)")
+        #expect(abs(event.start - 9.6) < 1e-6 && abs(event.end - 18.72) < 1e-6, "\(event)")
         #expect(event.snores == 3)
-        #expect(abs(event.peakLevelTime - 9.6) < 1e-9 && event.peakLevelDBFS == -25, "\(event)")
-        #expect(abs(report.snoringSeconds - 9.12) < 1e-9)
+        #expect(abs(event.peakLevelTime - 9.6) < 1e-6 && event.peakLevelDBFS == -25, "\(event)")
+        #expect(abs(report.snoringSeconds - 9.12) < 1e-6)
 
         // A session that starts mid-event counts it from its own time 0, and one that stops while the event is open
         // counts it to its last released positive window.
@@ -334,8 +338,9 @@ struct SnoreTests {
         late.observe(window: TimeRange(start: 1020, duration: 0.96))
         let open = SnoreEvent(start: 1009.6, end: 1014.88, peakEvidence: 0.7, meanEvidence: 0.7, snores: 2,
                               levelDBFS: -40, peakLevelDBFS: -25, peakLevelTime: 1009.6)
-        let cut = try #require(late.stop(openEvent: open).events.first)
-        #expect(abs(cut.start - 0) < 1e-9 && abs(cut.end - 2.88) < 1e-9 && abs(cut.peakLevelTime - 0) < 1e-9, "\(cut)")
+        let cut = try #require(late.stop(
+            openEvent: open, end: start.addingTimeInterval(8.96), wallClock: { start.addingTimeInterval($0 - 1012) }).events.first)
+        #expect(abs(cut.start - 0) < 1e-6 && abs(cut.end - 2.88) < 1e-6 && abs(cut.peakLevelTime - 0) < 1e-6, "\(cut)")
     }
 
     @Test("a strong burst counts one snore per 1.44 s: 4.32 s of snoring is an event on its own, 3.36 s is not")

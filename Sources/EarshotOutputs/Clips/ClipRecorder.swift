@@ -159,11 +159,7 @@ package final class ClipRecorder {
     package func eventStarted(group: String, start: Double) {
         guard settings.saves(group: group) else { return }
         let startIndex = Self.index(start)
-        let wallClockStart: Date
-        switch timeLine {
-        case .live: wallClockStart = now().addingTimeInterval(start - Double(ring.endIndex) / Self.rate)
-        case .stream(let origin): wallClockStart = origin.addingTimeInterval(start)
-        }
+        let wallClockStart = timeLine.date(of: start, latestWindowEnd: Double(ring.endIndex) / Self.rate, now: now())
         pending.append(Pending(
             group: group, eventStart: start, eventEnd: nil, from: startIndex - preSamples,
             target: startIndex + capSamples + postSamples, wallClockStart: wallClockStart))

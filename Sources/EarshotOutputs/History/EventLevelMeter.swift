@@ -33,6 +33,17 @@ package struct EventLevelMeter: Sendable {
         case live
         /// Replayed input: stream time 0 is `origin` (the daemon's start).
         case stream(origin: Date)
+
+        /// The wall-clock time of stream time `streamTime` (s), when the latest window observed ends at stream time
+        /// `latestWindowEnd` and the wall clock reads `now`: `now - (latestWindowEnd - streamTime)` (``live``), or
+        /// `origin + streamTime` (``stream(origin:)``). The one mapping of the history, the clips' names and the
+        /// sleep reports: handed the same `now` and latest window, they give the same time for the same event.
+        package func date(of streamTime: Double, latestWindowEnd: Double, now: Date) -> Date {
+            switch self {
+            case .live: now.addingTimeInterval(streamTime - latestWindowEnd)
+            case .stream(let origin): origin.addingTimeInterval(streamTime)
+            }
+        }
     }
 
     package struct Window: Sendable, Equatable {
@@ -75,12 +86,7 @@ package struct EventLevelMeter: Sendable {
             let (mean, peak) = Self.levels(windows.map(\.levelDBFS))
             let latest = latestWindowEnd
             let timeLine = timeLine
-            let wallClock = { (streamTime: Double) -> Date in
-                switch timeLine {
-                case .live: now.addingTimeInterval(streamTime - latest)
-                case .stream(let origin): origin.addingTimeInterval(streamTime)
-                }
-            }
+            let wallClock = { (streamTime: Double) -> Date in timeLine.date(of: streamTime, latestWindowEnd: latest, now: now) }
             return HistoryEvent(
                 group: offset.group, classLabel: offset.classLabel, start: wallClock(offset.start),
                 end: wallClock(offset.end), peakConfidence: offset.peakConfidence, meanConfidence: offset.meanConfidence,

@@ -177,7 +177,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// The health states a phone is told of (with ``NotifySettings/health``): the ones that mean monitoring stopped
     /// working, and `capture_live`, which says it works again. Not `input_silent`, `overrun` and the outputs' own
     /// states: they do not mean that nothing is heard, or say it often.
-    package static let healthStates: Set<HealthEvent.State> = [.captureUnavailable, .inputStalled, .captureLive]
+    package static let healthStates: Set<HealthEvent.State> = [
+        .captureUnavailable, .inputStalled, .captureLive, .sleepReportUnavailable, .sleepSessionResumed,
+    ]
 
     package func deliver(_ routed: RoutedOutput) {
         let isOnset: Bool
@@ -297,7 +299,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// Tells the phone once when monitoring stops working (`capture_unavailable`, `input_stalled`) and once when it
-    /// works again (`capture_live` after them); the first `capture_live` since start says that monitoring began.
+    /// works again (`capture_live` after them); the first `capture_live` since start says that monitoring began. A
+    /// sleep report that cannot be saved (`sleep_report_unavailable`: the night's report is at risk) and a session
+    /// resumed after a restart (`sleep_session_resumed`) are told as they come: the daemon says each once.
     private func deliverHealth(_ health: HealthEvent, time: Date) {
         guard settings.health else { return }
         let notification = state.withLock { state -> NotificationMessage? in
@@ -309,6 +313,11 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 return NotificationMessage.health(
                     state: health.state.rawValue, monitoring: false, message: health.message, node: settings.node,
                     time: time, format: settings.format)
+            case .sleepReportUnavailable, .sleepSessionResumed:
+                // Listening goes on: monitoring is as it was.
+                return NotificationMessage.health(
+                    state: health.state.rawValue, monitoring: state.monitoring != .down, message: health.message,
+                    node: settings.node, time: time, format: settings.format)
             case .captureLive:
                 let before = state.monitoring
                 guard before != .live else { return nil }
@@ -618,7 +627,18 @@ package struct NotificationMessage: Sendable, Equatable {
             } else if kind == .health {
                 let monitoring = object["monitoring"]?.boolValue ?? false
                 let message = object["message"]?.stringValue
+                var sleepPriority: (Int, String)?
                 switch object["state"]?.stringValue {
+                case HealthEvent.State.sleepReportUnavailable.rawValue?:
+                    title = "sleep report not saved"
+                    line = "Sleep report not saved\(place) at \(clock)"
+                    details = message
+                    sleepPriority = (4, "warning")
+                case HealthEvent.State.sleepSessionResumed.rawValue?:
+                    title = "sleep session resumed"
+                    line = "Sleep session resumed\(place) at \(clock) after earshotd restarted"
+                    details = message
+                    sleepPriority = (3, "zzz")
                 case HealthEvent.State.captureUnavailable.rawValue?:
                     title = "not listening"
                     line = "Not listening\(place) since \(clock): the audio capture is unavailable"
@@ -642,6 +662,7 @@ package struct NotificationMessage: Sendable, Equatable {
                 title = node.isEmpty ? title.prefix(1).uppercased() + title.dropFirst() : "\(node): \(title)"
                 priority = monitoring ? (object["started"]?.boolValue == true ? 2 : 3) : 4
                 tags = [monitoring ? "white_check_mark" : "warning"]
+                if let (sleep, tag) = sleepPriority { (priority, tags) = (sleep, [tag]) }
             } else {
                 let (what, evidence) = Self.heard(object, group: group)
                 let subject = Self.subject(group)

@@ -165,6 +165,9 @@ final class AnalysisPipeline {
     /// The stage's values, through the sleep session's filter and the clip recorder, to the router.
     private func hand(_ outputs: [DetectionStage.Output]) {
         for output in outputs {
+            // One wall-clock reading per output: a snoring event's routing (the history maps its times with it) and
+            // the sleep session's copy of it use the same, so the report's times are the history's.
+            let now = Date()
             switch output {
             case .window(let result):
                 sleep.observe(window: result)
@@ -172,14 +175,14 @@ final class AnalysisPipeline {
                 guard mutes.admits(output) else { continue }
             case .snore(let decision):
                 let published = snorePublication.admits(decision, sessionActive: sleep.isActive)
-                sleep.observe(decision, published: published)
+                sleep.observe(decision, published: published, now: now)
                 guard published, mutes.admits(output) else { continue }
             case .alarm:
                 guard mutes.admits(output) else { continue }
             case .health:
                 break
             }
-            publish(output)
+            publish(output, at: now)
         }
     }
 
@@ -192,7 +195,7 @@ final class AnalysisPipeline {
     }
 
     /// Hands one admitted output to the clip recorder (events) and the router; counts onsets.
-    private func publish(_ output: DetectionStage.Output, announcedOnUnmute: Bool = false) {
+    private func publish(_ output: DetectionStage.Output, announcedOnUnmute: Bool = false, at now: Date = Date()) {
         switch output {
         case .detection(let event):
             clips?.observe(event)
@@ -206,7 +209,7 @@ final class AnalysisPipeline {
         case .window, .health:
             break
         }
-        router.route(DaemonOutput(output), announcedOnUnmute: announcedOnUnmute)
+        router.route(DaemonOutput(output), announcedOnUnmute: announcedOnUnmute, at: now)
     }
 }
 

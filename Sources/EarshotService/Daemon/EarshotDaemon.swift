@@ -201,8 +201,8 @@ package final class EarshotDaemon: @unchecked Sendable {
         // The sinks in start order; they stop in reverse (the history commits before the socket goes).
         var sinks: [any OutputSink] = [SocketSink(server: server), JournalOutputSink(journal: journal)]
         if commandLine.foreground { sinks.append(StandardOutputSink()) }
-        // Input replayed faster or slower than real time is stored on its own time line from the daemon's start (as
-        // a sleep session's report is from the session's), not squeezed against the clock; clips are named on it too.
+        // Input replayed faster or slower than real time is stored on its own time line from the daemon's start, not
+        // squeezed against the clock. One mapping for the history, the clips' names and the sleep reports.
         let replayed = configuration.capture.input != nil && commandLine.inputPacing != .realTime
         let timeLine: EventLevelMeter.TimeLine = replayed ? .stream(origin: startTime) : .live
         let historySink = historySettings.enabled
@@ -254,7 +254,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             log: { line, priority in journal.log(line, priority: priority) },
             reportHealth: { health in router.route(.health(health)) },
             stateChanged: { active in link.daemon?.sleepStateChanged(active) },
-            audioProblem: Self.audioProblem(capture: "opening", error: nil))
+            timeLine: timeLine, audioProblem: Self.audioProblem(capture: "opening", error: nil))
         self.sleep = sleep
         // As the clips directory is probed: a report directory that cannot be written is said now, not in the
         // morning when the night's report fails.

@@ -78,6 +78,11 @@ package final class SleepService: @unchecked Sendable {
     private var scheduleTimer: DispatchSourceTimer?
     /// The wall clock (a test may shift it).
     private let clock: @Sendable () -> Date
+    /// How stream times become the daemon's clock times, as the history's and the clips' do (the daemon derives it
+    /// once and hands the same value to each): the report's times are the history's.
+    private let timeLine: EventLevelMeter.TimeLine
+    /// Stream time (s) of the latest window's end, observed with or without a session (the history's latest).
+    private var latestWindowEnd: Double = 0
     /// The longest the schedule timer waits before looking again, in seconds: 600. Boundaries are found for the
     /// next 10 minutes only, so a step of the system clock (an NTP step, a manual change) is followed within 10 min.
     package static let scheduleLookAheadSeconds = 600.0
@@ -91,6 +96,8 @@ package final class SleepService: @unchecked Sendable {
     ///     cannot be written), `sleep_session_resumed`.
     ///   - stateChanged: a session started (`true`) or stopped (`false`), by a command or the schedule; called on
     ///     the analysis queue.
+    ///   - timeLine: stream time to the daemon's clock (``EventLevelMeter/TimeLine``): `.live` for real-time input,
+    ///     `.stream(origin:)` for input replayed at another speed; the history's and the clip names' value.
     ///   - audioProblem: why no audio is arriving at the start (the capture's state), or nil when audio arrives;
     ///     later changes come through ``captureChanged(audioProblem:)``. The `sleep_start` and `sleep_status`
     ///     replies carry it as `warning`.
@@ -99,9 +106,11 @@ package final class SleepService: @unchecked Sendable {
         publishReport: @escaping @Sendable (JSONObject) -> Void, log: @escaping @Sendable (String, Int) -> Void,
         reportHealth: @escaping @Sendable (HealthEvent) -> Void = { _ in },
         stateChanged: @escaping @Sendable (Bool) -> Void = { _ in },
-        audioProblem: String? = nil, clock: @escaping @Sendable () -> Date = { Date() }
+        timeLine: EventLevelMeter.TimeLine = .live, audioProblem: String? = nil,
+        clock: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.clock = clock
+        self.timeLine = timeLine
         self.stateChanged = stateChanged
         audioProblemNow = Mutex(audioProblem)
         self.analysisQueue = analysisQueue
@@ -173,6 +182,7 @@ package final class SleepService: @unchecked Sendable {
 
     /// One analysis window (analysis queue): the running session's monitored audio.
     package func observe(window result: ClassificationResult) {
+        latestWindowEnd = max(latestWindowEnd, result.timeRange.end)
         guard session != nil else { return }
         let first = session?.hasAudio == false
         session?.observe(window: result.timeRange)
@@ -183,9 +193,24 @@ package final class SleepService: @unchecked Sendable {
     /// were published (`published`: ``SnorePublication`` let it out; a mute does not count), so that its report
     /// holds the snoring subscribers saw. A session that starts in the middle of unwatched snoring counts it from
     /// the next event.
-    package func observe(_ decision: SnoreDetector.Decision, published: Bool) {
-        guard published else { return }
-        session?.observe(decision)
+    ///
+    /// - Parameter now: the wall clock the decision is routed with (the history maps its event with it); nil: now.
+    package func observe(_ decision: SnoreDetector.Decision, published: Bool, now: Date? = nil) {
+        guard published, session != nil else { return }
+        session?.observe(decision, wallClock: wallClock(now: now ?? clock()))
+    }
+
+    /// Stream time to the daemon's clock as it stands at wall-clock time `now` (analysis queue).
+    private func wallClock(now: Date) -> (Double) -> Date {
+        let timeLine = timeLine, latest = latestWindowEnd
+        return { streamTime in timeLine.date(of: streamTime, latestWindowEnd: latest, now: now) }
+    }
+
+    /// The daemon's clock at wall-clock time `now`: `now` for live input, the replayed stream's latest window end
+    /// on its time line otherwise (analysis queue).
+    /// Whole milliseconds, as the history stores its times: the replies' start and end are the report's.
+    private func onClock(_ now: Date) -> Date {
+        HistoryEvent.millisecondDate(HistoryEvent.milliseconds(wallClock(now: now)(latestWindowEnd)))
     }
 
     /// Applies a reloaded `[sleep]` (analysis queue): the schedule and report directory at once (the detector's
@@ -219,10 +244,12 @@ package final class SleepService: @unchecked Sendable {
     @discardableResult
     /// - Parameter resumed: started by ``resumeInterruptedSession()`` at the daemon's start, when no audio has come
     ///   yet: that is not worth a warning.
-    package func start(at date: Date, scheduled: Bool, resumed: Bool = false) -> JSONObject {
+    package func start(at now: Date, scheduled: Bool, resumed: Bool = false) -> JSONObject {
         if let session {
             return ["type": "sleep", "state": "already_running", "start": .string(EventJSON.timestamp(session.startDate))]
         }
+        // On the daemon's clock: replayed input starts the session at its stream's time, as the history has it.
+        let date = onClock(now)
         session = SleepSession(startDate: date)
         startedBySchedule = scheduled
         log("sleep session started\(scheduled ? " by the schedule \(settings.schedule?.description ?? "")" : "")", 6)
@@ -274,18 +301,20 @@ package final class SleepService: @unchecked Sendable {
 
     /// Ends the running session (analysis queue): the reply without the report's files, and the report to write
     /// (nil when no session runs or it heard no audio; the marker is then dealt with here).
-    private func finish(at date: Date, reason: StopReason) -> (reply: JSONObject, report: FinishedReport?) {
+    private func finish(at now: Date, reason: StopReason) -> (reply: JSONObject, report: FinishedReport?) {
         guard var running = session else {
             return (["type": "error", "message": .string(Self.notRunning)], nil)
         }
         session = nil
-        if startedBySchedule, settings.schedule?.contains(date, timeZone: zone(at: date)) == true { scheduleSkipped = true }
+        if startedBySchedule, settings.schedule?.contains(now, timeZone: zone(at: now)) == true { scheduleSkipped = true }
         if reason == .schedule, let schedule = settings.schedule {
             log("sleep session stopped by the schedule \(schedule)\(startedBySchedule ? "" : " (it was started by hand)")", 6)
         }
         startedBySchedule = false
         let monitored = running.monitoredSeconds
-        let report = running.stop(openEvent: openSnoreEvent())
+        // The end on the daemon's clock, as the start: the reply's times are the report's.
+        let date = onClock(now)
+        let report = running.stop(openEvent: openSnoreEvent(), end: date, wallClock: wallClock(now: now))
         stateChanged(false)
         let start = EventJSON.timestamp(running.startDate), end = EventJSON.timestamp(date)
         let directory = settings.reportDirectory
@@ -356,7 +385,7 @@ package final class SleepService: @unchecked Sendable {
             return object
         }
         // The snoring going on now counts too, as far as the detector has released it.
-        let soFar = session.snoringSoFar(openEvent: openSnoreEvent())
+        let soFar = session.snoringSoFar(openEvent: openSnoreEvent(), wallClock: wallClock(now: now))
         var object: JSONObject = [
             "type": "sleep", "state": "running", "start": .string(EventJSON.timestamp(session.startDate)),
             "minutes": .number(session.monitoredSeconds / 60, decimals: 1),
@@ -494,10 +523,10 @@ package final class SleepService: @unchecked Sendable {
             _ = unlink(path)
             return
         }
-        start(at: now, scheduled: scheduled && settings.schedule != nil, resumed: true)
+        let reply = start(at: now, scheduled: scheduled && settings.schedule != nil, resumed: true)
         reportHealth(HealthEvent(
             state: .sleepSessionResumed,
-            message: "sleep session resumed after earshotd restarted: \(earlier); a new session runs from \(EventJSON.timestamp(now))"))
+            message: "sleep session resumed after earshotd restarted: \(earlier); a new session runs from \(reply["start"]?.stringValue ?? EventJSON.timestamp(now))"))
     }
 
     // MARK: Files

@@ -9,20 +9,24 @@ import EarshotOutputs
 /// detector of its own, so the daemon's `snoring` events, the session's report and `earshot report --snore` on the
 /// same audio agree.
 ///
-/// Times: the session's clock is the audio it monitored. Its time 0 is the start of the first window observed
-/// after `start`, its length runs to the end of the last window observed, and events sit at their stream time minus
-/// that start. With live capture that is wall-clock time; an outage of the capture device (no audio) is not counted,
-/// and a file streamed faster than real time is reported on its own time line. The report's `startDate` is the
-/// wall-clock time the session started. An event that began before the session (published because `snoring` is
-/// watched) is counted from the session's time 0, with only the snores heard from then on: the service tells the
-/// detector where the session's audio starts (`SnoreDetector.countSnores(from:)`), so the snores, the loudness and
-/// the loudest snore of its summary leave out the windows before; an event none of whose snores lies in the
-/// session is not counted. One still open at the stop is counted up to its last positive window released by then
-/// (the detector holds the last snores while it waits for the next snore).
+/// Times: the session's clock is the daemon's one mapping from stream time to wall-clock time
+/// (`EventLevelMeter.TimeLine`, the history's and the clips'): an event at stream time `t` sits at
+/// `wallClock(t) - startDate` seconds, where `wallClock` is the mapping as it stands when the event is handed in (the
+/// same `now` and latest window as the history's), so the report's clock times are the history's. With live capture
+/// that is the wall clock: a stall of the input (or an outage of the capture device) is a stretch of the night with
+/// no audio, and what comes after it sits at the time it was heard. The session's length runs from `startDate` to its
+/// end on that clock; the audio it heard (``monitoredSeconds``, from the first window observed after the start to
+/// the last one's end) is what the share snoring and the rates are over. An event that began before the session
+/// (published because `snoring` is watched) is counted from the session's first window, with only the snores heard
+/// from then on: the service tells the detector where the session's audio starts
+/// (`SnoreDetector.countSnores(from:)`), so the snores, the loudness and the loudest snore of its summary leave out
+/// the windows before; an event none of whose snores lies in the session is not counted. One still open at the stop
+/// is counted up to its last positive window released by then (the detector holds the last snores while it waits
+/// for the next snore).
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
 package struct SleepSession: Sendable {
-    /// Wall-clock start.
+    /// The start, on the daemon's clock (the wall clock for live capture).
     package let startDate: Date
     private var events: [SnoreEvent] = []
     /// Stream time (s) of the first window's start, and of the latest window's end.
@@ -40,8 +44,9 @@ package struct SleepSession: Sendable {
     }
 
     /// One decision of the stage's snore detector: a finished event is kept, moved to session time.
-    package mutating func observe(_ decision: SnoreDetector.Decision) {
-        guard case .offset(_, let event) = decision, let kept = sessionEvent(event) else { return }
+    /// - Parameter wallClock: stream time (s) to the daemon's clock, as it stands now.
+    package mutating func observe(_ decision: SnoreDetector.Decision, wallClock: (Double) -> Date) {
+        guard case .offset(_, let event) = decision, let kept = sessionEvent(event, wallClock: wallClock) else { return }
         events.append(kept)
     }
 
@@ -53,8 +58,8 @@ package struct SleepSession: Sendable {
 
     /// Snoring so far with the event still open in the stage (`openEvent`, as it stands, up to its last positive
     /// window released: what ``stop(openEvent:)`` would count now): seconds, events, and whether one is open.
-    package func snoringSoFar(openEvent: SnoreEvent?) -> (seconds: Double, events: Int, open: Bool) {
-        guard let openEvent, let kept = sessionEvent(openEvent) else {
+    package func snoringSoFar(openEvent: SnoreEvent?, wallClock: (Double) -> Date) -> (seconds: Double, events: Int, open: Bool) {
+        guard let openEvent, let kept = sessionEvent(openEvent, wallClock: wallClock) else {
             return (snoringSecondsSoFar, events.count, false)
         }
         return (snoringSecondsSoFar + kept.duration, events.count + 1, true)
@@ -63,28 +68,31 @@ package struct SleepSession: Sendable {
     /// Seconds of audio monitored so far.
     package var monitoredSeconds: Double { max(0, (streamEnd ?? 0) - (streamStart ?? 0)) }
 
-    /// Ends the session. `openEvent`: the snoring event still open in the stage, as it stands
-    /// (`DetectionStage.openSnoreSummary(reason:)`), counted up to the session's end.
-    /// - Returns: the report (wall-clock start `startDate`, length ``monitoredSeconds``).
-    package mutating func stop(openEvent: SnoreEvent?) -> SnoreReport {
-        if let openEvent, let kept = sessionEvent(openEvent) { events.append(kept) }
-        return SnoreReport(events: events, duration: monitoredSeconds, source: "sleep session", startDate: startDate)
+    /// Ends the session at `end` (on the daemon's clock). `openEvent`: the snoring event still open in the stage, as
+    /// it stands (`DetectionStage.openSnoreSummary(reason:)`), counted up to the session's end.
+    /// - Returns: the report (start `startDate`, length `end - startDate`, over ``monitoredSeconds`` of audio).
+    package mutating func stop(openEvent: SnoreEvent?, end: Date, wallClock: (Double) -> Date) -> SnoreReport {
+        if let openEvent, let kept = sessionEvent(openEvent, wallClock: wallClock) { events.append(kept) }
+        return SnoreReport(
+            events: events, duration: max(0, end.timeIntervalSince(startDate)), audioSeconds: monitoredSeconds,
+            source: "sleep session", startDate: startDate)
     }
 
     /// Whether a window has been observed (the session's time 0 is known).
     package var hasAudio: Bool { streamStart != nil }
 
-    /// `event` cut to the session's audio and moved to session time; nil when none of it lies in the session, or
-    /// none of its snores does (its summary counts the session's snores only).
-    private func sessionEvent(_ event: SnoreEvent) -> SnoreEvent? {
+    /// `event` cut to the session's audio and moved to session time (its times on the daemon's clock, less
+    /// `startDate`); nil when none of it lies in the session, or none of its snores does (its summary counts the
+    /// session's snores only).
+    private func sessionEvent(_ event: SnoreEvent, wallClock: (Double) -> Date) -> SnoreEvent? {
         guard let origin = streamStart, let end = streamEnd, event.snores > 0 else { return nil }
+        let start = max(event.start, origin), stop = min(event.end, end)
+        guard stop > start else { return nil }
+        func sessionTime(_ streamTime: Double) -> Double { wallClock(streamTime).timeIntervalSince(startDate) }
         var kept = event
-        kept.start = max(event.start, origin)
-        kept.end = min(event.end, end)
-        guard kept.end > kept.start else { return nil }
-        kept.start -= origin
-        kept.end -= origin
-        kept.peakLevelTime = min(max(event.peakLevelTime, origin), end) - origin
+        kept.start = sessionTime(start)
+        kept.end = sessionTime(stop)
+        kept.peakLevelTime = sessionTime(min(max(event.peakLevelTime, start), stop))
         return kept
     }
 }

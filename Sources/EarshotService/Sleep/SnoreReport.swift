@@ -21,7 +21,8 @@ import EarshotOutputs
 ///   first (ties: earlier first).
 /// - **Bins**: `binSeconds` (300 s) from the start; the last bin may be shorter. Each holds the snoring seconds
 ///   inside it.
-/// - **Rates**: events and snores per hour of session.
+/// - **Rates**: events and snores per hour of audio heard (the share snoring too): a session's stretch without audio
+///   (an input stall, the capture device gone) is in its timeline but not counted.
 package struct SnoreReport: Sendable, Equatable {
     /// A run of snoring events with pauses under the merge gap.
     package struct Episode: Sendable, Equatable {
@@ -90,6 +91,8 @@ package struct SnoreReport: Sendable, Equatable {
     package var startDate: Date?
     /// The session's length in seconds.
     package var duration: Double
+    /// Seconds of audio heard in it (`duration` for a recording; less for a session with a stretch without audio).
+    package var audioSeconds: Double
     /// The events, times in seconds from the session start, in time order.
     package var events: [SnoreEvent]
     package var episodes: [Episode]
@@ -106,12 +109,12 @@ package struct SnoreReport: Sendable, Equatable {
     package var endDate: Date? { startDate?.addingTimeInterval(duration) }
     /// Minutes of snoring.
     package var snoringMinutes: Double { snoringSeconds / 60 }
-    /// Percent of the session spent snoring, 0...100.
-    package var snoringPercent: Double { duration > 0 ? 100 * snoringSeconds / duration : 0 }
-    /// Events per hour of session.
-    package var eventsPerHour: Double { duration > 0 ? Double(events.count) * 3600 / duration : 0 }
-    /// Snores per hour of session.
-    package var snoresPerHour: Double { duration > 0 ? Double(snores) * 3600 / duration : 0 }
+    /// Percent of the audio heard spent snoring, 0...100.
+    package var snoringPercent: Double { audioSeconds > 0 ? min(100, 100 * snoringSeconds / audioSeconds) : 0 }
+    /// Events per hour of audio heard.
+    package var eventsPerHour: Double { audioSeconds > 0 ? Double(events.count) * 3600 / audioSeconds : 0 }
+    /// Snores per hour of audio heard.
+    package var snoresPerHour: Double { audioSeconds > 0 ? Double(snores) * 3600 / audioSeconds : 0 }
 
     /// Pauses shorter than this (seconds) merge events into one episode.
     package static let defaultMergeGapSeconds: Double = 120
@@ -124,10 +127,11 @@ package struct SnoreReport: Sendable, Equatable {
     ///   - events: snoring events with times in seconds from the session start (any order; events outside
     ///     `[0, duration]` are clipped to it, and dropped when nothing is left).
     ///   - duration: the session's length in seconds (negative or non-finite counts as 0).
+    ///   - audioSeconds: the seconds of audio heard in it (nil: `duration`; at most `duration`).
     ///   - source: what was analysed, for the header.
     ///   - startDate: the wall-clock start, or nil for a recording.
     package init(
-        events: [SnoreEvent], duration: Double, source: String, startDate: Date? = nil,
+        events: [SnoreEvent], duration: Double, audioSeconds: Double? = nil, source: String, startDate: Date? = nil,
         mergeGapSeconds: Double = SnoreReport.defaultMergeGapSeconds,
         binSeconds: Double = SnoreReport.defaultBinSeconds, loudestCount: Int = 5
     ) {
@@ -135,6 +139,7 @@ package struct SnoreReport: Sendable, Equatable {
         self.source = source
         self.startDate = startDate
         self.duration = length
+        self.audioSeconds = audioSeconds.map { $0.isFinite ? min(length, max(0, $0)) : length } ?? length
         self.binSeconds = binSeconds > 0 && binSeconds.isFinite ? binSeconds : Self.defaultBinSeconds
 
         var clipped: [SnoreEvent] = []

@@ -13,6 +13,7 @@ extension SnoreReport {
     /// The report as one JSON object (`"type":"snore_report"`), for other tools.
     ///
     /// Fields: `source`, `start`/`end` (ISO 8601 UTC, or null for a recording), `duration_seconds`,
+    /// `audio_seconds` (a session's only: the audio heard, which the share and the rates are over),
     /// `snoring_minutes`, `snoring_percent`, `events`, `events_per_hour`, `snores`, `snores_per_hour`,
     /// `episodes` (`start`, `end` in seconds from the start, `minutes`, `events`, `snores`, `level_dbfs`,
     /// `peak_level_dbfs`), `loudest` (`time` in seconds, `level_dbfs`), `bin_seconds`, `bins` (`start`,
@@ -21,16 +22,19 @@ extension SnoreReport {
     package var json: JSONObject {
         func date(_ seconds: Double?) -> JSONValue {
             guard let startDate, let seconds else { return .null }
-            return .string(EventJSON.timestamp(startDate.addingTimeInterval(seconds)))
+            // To the millisecond as the history stores its times (rounded), so the same event reads the same.
+            let milliseconds = HistoryEvent.milliseconds(startDate.addingTimeInterval(seconds))
+            return .string(EventJSON.timestamp(HistoryEvent.millisecondDate(milliseconds)))
         }
         func seconds(_ value: Double) -> JSONValue { .number(value, decimals: 2) }
         func level(_ value: Float) -> JSONValue { .number(Double(value), decimals: 1) }
-        return [
+        var object: JSONObject = [
             "type": "snore_report",
             "source": .string(source),
             "start": date(0),
             "end": date(duration),
             "duration_seconds": seconds(duration),
+            "audio_seconds": seconds(audioSeconds),
             "snoring_minutes": .number(snoringMinutes, decimals: 2),
             "snoring_percent": .number(snoringPercent, decimals: 2),
             "events": .int(events.count),
@@ -62,6 +66,8 @@ extension SnoreReport {
                 ])
             }),
         ]
+        if startDate == nil { object["audio_seconds"] = nil }
+        return object
     }
 
     /// A time in the report: the local clock time (`HH:MM:SS`) when the session has a wall-clock start, else the
