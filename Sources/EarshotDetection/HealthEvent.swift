@@ -25,6 +25,9 @@ package struct HealthEvent: Sendable, Equatable {
         /// said at start when the directory cannot be written to, and when a stopped session's report fails. The
         /// report still goes to the subscribers (`snore_report`) and to MQTT.
         case sleepReportUnavailable = "sleep_report_unavailable"
+        /// A sleep report that could not be written (``sleepReportUnavailable``) was written on a later try; the
+        /// message and `report_json` say where.
+        case sleepReportSaved = "sleep_report_saved"
         /// A sleep session was running when the previous earshotd stopped: a new one started at once; the message
         /// says where the earlier part's report is, or that it was lost (the daemon was killed).
         case sleepSessionResumed = "sleep_session_resumed"
@@ -46,7 +49,7 @@ package struct HealthEvent: Sendable, Equatable {
         /// `captureUnavailable`, 4 (warning) for the others.
         package var priority: Int {
             switch self {
-            case .captureLive, .mqttConnected, .notifyRecovered: 6
+            case .captureLive, .mqttConnected, .notifyRecovered, .sleepReportSaved: 6
             case .captureUnavailable: 3
             case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed,
                  .sleepReportUnavailable, .sleepSessionResumed: 4

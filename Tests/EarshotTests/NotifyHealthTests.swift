@@ -71,6 +71,10 @@ struct NotifyHealthTests {
     static let reportLost = HealthEvent(
         state: .sleepReportUnavailable,
         message: "the sleep report of the session from 2026-12-07T01:40:04.914Z to 2026-12-07T07:00:00.000Z was not written: cannot write the sleep report /srv/sleep/snore-20261207-0140.json: Operation not permitted (check free space and that [sleep] report_dir is writable)")
+    static let reportSaved = HealthEvent(
+        state: .sleepReportSaved,
+        message: "the sleep report of the session from 2026-12-07T01:40:04.914Z to 2026-12-07T07:00:00.000Z is written after all: /srv/sleep/snore-20261207-0140.json and /srv/sleep/snore-20261207-0140.svg",
+        details: ["report_json": "/srv/sleep/snore-20261207-0140.json"])
     static let resumed = HealthEvent(
         state: .sleepSessionResumed,
         message: "sleep session resumed after earshotd restarted: the session from 2026-12-07T01:34:18.074Z ended when earshotd stopped at 2026-12-07T02:10:05.120Z; its report is /srv/sleep/snore-20261207-0134.json; a new session runs from 2026-12-07T02:10:07.480Z")
@@ -81,20 +85,23 @@ struct NotifyHealthTests {
         defer { receiver.stop() }
         #expect(receiver.sink.accepts(.health(Self.reportLost)))
         #expect(receiver.sink.accepts(.health(Self.resumed)))
-        for health in [Self.live, Self.resumed, Self.reportLost, Self.reportLost] { receiver.deliver(.health(health)) }
-        let requests = receiver.server.waitForRequests(4, timeout: 10)
-        try #require(requests.count == 4)
+        #expect(receiver.sink.accepts(.health(Self.reportSaved)))
+        for health in [Self.live, Self.resumed, Self.reportLost, Self.reportLost, Self.reportSaved] { receiver.deliver(.health(health)) }
+        let requests = receiver.server.waitForRequests(5, timeout: 10)
+        try #require(requests.count == 5)
         let at = receiver.heard
         #expect(requests.dropFirst().map(\.body) == [
             "Sleep session resumed in kitchen at \(at) after earshotd restarted\n\(Self.resumed.message)",
             "Sleep report not saved in kitchen at \(at)\n\(Self.reportLost.message)",
             "Sleep report not saved in kitchen at \(at)\n\(Self.reportLost.message)",
+            "Sleep report saved in kitchen at \(at), after it could not be written\n\(Self.reportSaved.message)",
         ])
         #expect(requests.dropFirst().map { $0.header("Title") ?? "" } == [
             "kitchen: sleep session resumed", "kitchen: sleep report not saved", "kitchen: sleep report not saved",
+            "kitchen: sleep report saved",
         ])
-        #expect(requests.dropFirst().map { $0.header("Priority") ?? "" } == ["3", "4", "4"])
-        #expect(requests.dropFirst().map { $0.header("Tags") ?? "" } == ["zzz", "warning", "warning"])
+        #expect(requests.dropFirst().map { $0.header("Priority") ?? "" } == ["3", "4", "4", "3"])
+        #expect(requests.dropFirst().map { $0.header("Tags") ?? "" } == ["zzz", "warning", "warning", "white_check_mark"])
 
         let server = try HTTPTestServer { _ in .init(status: 200) }
         defer { server.stop() }
@@ -108,6 +115,7 @@ struct NotifyHealthTests {
         let off = try NotifyTests.sink(NotifyTests.settings([server.url("/off")]) { $0.health = false }, NotifyTests.Reports())
         #expect(!off.accepts(.health(Self.reportLost)))
         #expect(!off.accepts(.health(Self.resumed)))
+        #expect(!off.accepts(.health(Self.reportSaved)))
         off.stop()
     }
 

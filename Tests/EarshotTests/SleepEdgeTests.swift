@@ -253,8 +253,67 @@ struct SleepEdgeTests {
         #expect(result.status == 0)
         let health = result.out.split(separator: "\n").filter { $0.contains(#""state":"sleep_report_unavailable""#) }
         #expect(health.count == 3, "\(result.out)")
-        #expect(health.dropFirst().first?.hasPrefix(#"{"type":"health","state":"sleep_report_unavailable","message":"the sleep report of the session from \#(start) to \#(end) was not written: cannot write the sleep report \#(reports)/\#(name): Operation not permitted (check free space and that [sleep] report_dir is writable); its content went out only as the snore_report line (to the socket's subscribers and MQTT)","time":""#) == true, "\(health)")
+        #expect(health.dropFirst().first?.hasPrefix(#"{"type":"health","state":"sleep_report_unavailable","message":"the sleep report of the session from \#(start) to \#(end) was not written: cannot write the sleep report \#(reports)/\#(name): Operation not permitted (check free space and that [sleep] report_dir is writable); its content went out as the snore_report line (to the socket's subscribers and MQTT), and earshotd tries to write it again every minute, at the next session's start and when it stops","time":""#) == true, "\(health)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: reports) == [])
+        // Still immutable at the stop: each unwritten report is one journal line, as lost.
+        let lost = result.err.split(separator: "\n").filter { $0.contains("is lost: \(reports) still cannot be written as earshotd stops") }
+        #expect(lost.count == 2, "\(result.err)")
+    }
+
+    @Test("a report that could not be written is written after all: at the next session's start and at the daemon's stop, under the name it was given, with one sleep_report_saved each and the stale session marker removed",
+          .needsEarshotBuilt, .needsEarshotdBuilt,
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/chattr"), "needs root and chattr to make a directory immutable (root writes through file modes)"))
+    func reportWrittenLater() throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let reports = sandbox.directory.appendingPathComponent("sleep").path
+        try FileManager.default.createDirectory(atPath: reports, withIntermediateDirectories: false)
+        let wav = sandbox.directory.appendingPathComponent("quiet.wav")
+        try Self.quietWAV(at: wav)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
+        try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        func chattr(_ flag: String) throws {
+            let outcome = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/chattr"), [flag, reports], timeout: 10)
+            try #require(outcome.status == 0, "chattr \(flag) failed: \(outcome.standardError)")
+        }
+        defer { try? chattr("-i") }
+        let file = #/snore-\d{8}-\d{4}(-\d+)?\.json/#
+        func failedStop() throws -> String {
+            try chattr("+i")
+            let stopped = try Self.sleep(["stop"], socket: sandbox.socket)
+            #expect(stopped.status == 73, "\(stopped.errorLines)")
+            let name = try #require(try file.firstMatch(in: stopped.errorLines.first ?? "")).output.0
+            try chattr("-i")
+            return String(name)
+        }
+
+        let daemon = try Daemon(config: config, input: wav.path, socket: sandbox.socket, home: sandbox.home)
+        #expect(daemon.waitFor(#""state":"capture_live""#))
+        #expect(try Self.sleep(["start"], socket: sandbox.socket).status == 0)
+        try Self.waitForSessionAudio(socket: sandbox.socket)
+        let first = try failedStop()
+        // The directory takes files again; the next session's start writes the first report.
+        #expect(try Self.sleep(["start"], socket: sandbox.socket).status == 0)
+        #expect(daemon.waitFor(#""state":"sleep_report_saved""#), "\(daemon.collected)")
+        let svg = { (json: String) in String(json.dropLast(5)) + ".svg" }
+        #expect(daemon.collected.contains(#"{"type":"health","state":"sleep_report_saved","message":"the sleep report of the session from "#), "\(daemon.collected)")
+        #expect(daemon.collected.contains(#" is written after all: \#(reports)/\#(first) and \#(reports)/\#(svg(first))","report_json":"\#(reports)/\#(first)","time":""#), "\(daemon.collected)")
+        #expect(FileManager.default.fileExists(atPath: "\(reports)/\(first)"))
+        try Self.waitForSessionAudio(socket: sandbox.socket)
+        // The second session's report fails too (and so does the removal of its marker); the stop writes both.
+        let second = try failedStop()
+        #expect(second != first)
+        let result = daemon.stop()
+        #expect(result.status == 0)
+        let saved = result.out.split(separator: "\n").filter { $0.contains(#""state":"sleep_report_saved""#) }
+        #expect(saved.count == 2, "\(result.out)")
+        #expect(saved.last?.contains(#""report_json":"\#(reports)/\#(second)""#) == true, "\(saved)")
+        #expect(result.out.split(separator: "\n").filter { $0.contains(#""state":"sleep_report_unavailable""#) }.count == 2)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: reports).sorted() == [first, svg(first), second, svg(second)].sorted())
+        let written = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: "\(reports)/\(second)"))) as? [String: Any])
+        #expect(written["type"] as? String == "snore_report")
+        #expect(!result.err.contains("is lost"), "\(result.err)")
     }
 
     @Test("a session survives a restart: SIGTERM writes the report and a marker, the next earshotd resumes at once and says where the report is; after SIGKILL it says the part was lost; a bad marker is one line",

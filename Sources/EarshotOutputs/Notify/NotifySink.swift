@@ -178,7 +178,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// working, and `capture_live`, which says it works again. Not `input_silent`, `overrun` and the outputs' own
     /// states: they do not mean that nothing is heard, or say it often.
     package static let healthStates: Set<HealthEvent.State> = [
-        .captureUnavailable, .inputStalled, .captureLive, .sleepReportUnavailable, .sleepSessionResumed,
+        .captureUnavailable, .inputStalled, .captureLive, .sleepReportUnavailable, .sleepReportSaved, .sleepSessionResumed,
     ]
 
     package func deliver(_ routed: RoutedOutput) {
@@ -300,8 +300,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     /// Tells the phone once when monitoring stops working (`capture_unavailable`, `input_stalled`) and once when it
     /// works again (`capture_live` after them); the first `capture_live` since start says that monitoring began. A
-    /// sleep report that cannot be saved (`sleep_report_unavailable`: the night's report is at risk) and a session
-    /// resumed after a restart (`sleep_session_resumed`) are told as they come: the daemon says each once.
+    /// sleep report that cannot be saved (`sleep_report_unavailable`: the night's report is at risk), the same report
+    /// saved on a later try (`sleep_report_saved`) and a session resumed after a restart (`sleep_session_resumed`)
+    /// are told as they come: the daemon says each once.
     private func deliverHealth(_ health: HealthEvent, time: Date) {
         guard settings.health else { return }
         let notification = state.withLock { state -> NotificationMessage? in
@@ -313,7 +314,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 return NotificationMessage.health(
                     state: health.state.rawValue, monitoring: false, message: health.message, node: settings.node,
                     time: time, format: settings.format)
-            case .sleepReportUnavailable, .sleepSessionResumed:
+            case .sleepReportUnavailable, .sleepReportSaved, .sleepSessionResumed:
                 // Listening goes on: monitoring is as it was.
                 return NotificationMessage.health(
                     state: health.state.rawValue, monitoring: state.monitoring != .down, message: health.message,
@@ -634,6 +635,11 @@ package struct NotificationMessage: Sendable, Equatable {
                     line = "Sleep report not saved\(place) at \(clock)"
                     details = message
                     sleepPriority = (4, "warning")
+                case HealthEvent.State.sleepReportSaved.rawValue?:
+                    title = "sleep report saved"
+                    line = "Sleep report saved\(place) at \(clock), after it could not be written"
+                    details = message
+                    sleepPriority = (3, "white_check_mark")
                 case HealthEvent.State.sleepSessionResumed.rawValue?:
                     title = "sleep session resumed"
                     line = "Sleep session resumed\(place) at \(clock) after earshotd restarted"

@@ -842,7 +842,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             clips?.finish()
         }
         stopStep.withLock { $0 = "writing sleep reports and clips" }
-        sleep.flushReports()
+        sleep.finishReports()
         clipWriter?.close()
         statisticsTimer?.cancel()
         stopStep.withLock { $0 = "delivering outputs to the sinks" }

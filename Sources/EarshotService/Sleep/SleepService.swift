@@ -32,6 +32,12 @@ import EarshotOutputs
 /// one `sleep_report_unavailable` health event goes out. A session stopped by the schedule or the shutdown has its
 /// report written on the report queue, with the same health event when that fails.
 ///
+/// A report that could not be written is kept (at most ``unwrittenReportLimit``, the oldest dropped with a journal
+/// line) and written again every ``reportRetrySeconds``, when the next session starts and when the daemon stops,
+/// under the file names it was given; once written, one `sleep_report_saved` health event says where. Failed retries
+/// say nothing more (the first failure was said); what the stop of the daemon still cannot write is one journal line
+/// each, as lost.
+///
 /// While a session runs, a marker file ``markerName`` in the report directory says so; the stop of the daemon
 /// rewrites it with the session's end and report, any other stop removes it. The next daemon finds it
 /// (``resumeInterruptedSession()``), starts a session at once and says where the earlier part's report is, or that
@@ -52,6 +58,14 @@ package final class SleepService: @unchecked Sendable {
     /// never share a name.
     private let claimedStems = Mutex<Set<String>>([])
     private var settings: DaemonConfiguration.Sleep
+    /// Reports whose files could not be written, oldest first, tried again (report queue only).
+    private var unwritten: [FinishedReport] = []
+    /// Tries ``unwritten`` again every ``reportRetrySeconds`` while it holds any (report queue only).
+    private var retryTimer: DispatchSourceTimer?
+    /// Seconds between tries of a report that could not be written: 60.
+    package static let reportRetrySeconds = 60.0
+    /// Unwritten reports kept for another try: 4 (four nights' reports; each is a few kilobytes of JSON and SVG).
+    package static let unwrittenReportLimit = 4
     private let publishReport: @Sendable (JSONObject) -> Void
     private let stateChanged: @Sendable (Bool) -> Void
     private let log: @Sendable (String, Int) -> Void
@@ -123,6 +137,7 @@ package final class SleepService: @unchecked Sendable {
 
     deinit {
         scheduleTimer?.cancel()
+        retryTimer?.cancel()
     }
 
     /// Starts following `[sleep] schedule` (on the analysis queue): checks it now, then sleeps until the next minute
@@ -256,7 +271,11 @@ package final class SleepService: @unchecked Sendable {
         stateChanged(true)
         let marker: JSONObject = ["start": .string(EventJSON.timestamp(date)), "scheduled": .bool(scheduled)]
         let directory = settings.reportDirectory
-        reportQueue.async { [self] in keepMarker(marker, directory: directory) }
+        reportQueue.async { [self] in
+            // A new night: the reports still unwritten get a try first, under the names they were given.
+            retryUnwrittenReports()
+            keepMarker(marker, directory: directory)
+        }
         var reply: JSONObject = ["type": "sleep", "state": "started", "start": .string(EventJSON.timestamp(date))]
         if let problem = audioProblem {
             reply["warning"] = .string(problem)
@@ -349,7 +368,8 @@ package final class SleepService: @unchecked Sendable {
     }
 
     /// Publishes `report` and writes its files (report queue); `reply` with the files' paths, or with `error` and
-    /// the report itself when they could not be written (then one `sleep_report_unavailable` health event).
+    /// the report itself when they could not be written (then one `sleep_report_unavailable` health event, and the
+    /// report is kept for another try: ``retryUnwrittenReports()``).
     private func write(_ report: FinishedReport, reply: JSONObject) -> JSONObject {
         publishReport(report.object)
         var reply = reply
@@ -363,14 +383,82 @@ package final class SleepService: @unchecked Sendable {
         } catch {
             reportHealth(HealthEvent(
                 state: .sleepReportUnavailable,
-                message: "the sleep report of the session from \(report.start) to \(report.end) was not written: \(error.message); its content went out only as the snore_report line (to the socket's subscribers and MQTT)"))
+                message: "the sleep report of the session from \(report.start) to \(report.end) was not written: \(error.message); its content went out as the snore_report line (to the socket's subscribers and MQTT), and earshotd tries to write it again every minute, at the next session's start and when it stops"))
             reply["error"] = .string(error.message)
             reply["report"] = .object(report.object)
             marker["report_error"] = .string(error.message)
+            keepForRetry(report)
         }
         if report.shutdown { keepMarker(marker, directory: report.directory) } else { removeMarker(directory: report.directory) }
-        _ = claimedStems.withLock { $0.remove(report.json) }
+        if reply["error"] == nil { _ = claimedStems.withLock { $0.remove(report.json) } }
         return reply
+    }
+
+    /// Keeps a report that could not be written for another try (report queue), dropping the oldest beyond
+    /// ``unwrittenReportLimit``, and arms the retry timer.
+    private func keepForRetry(_ report: FinishedReport) {
+        unwritten.append(report)
+        while unwritten.count > Self.unwrittenReportLimit {
+            let dropped = unwritten.removeFirst()
+            _ = claimedStems.withLock { $0.remove(dropped.json) }
+            log("the sleep report of the session from \(dropped.start) to \(dropped.end) is lost: it could not be written, and at most \(Self.unwrittenReportLimit) unwritten reports are kept for another try (its content went out as the snore_report line)", 3)
+        }
+        guard retryTimer == nil else { return }
+        let timer = DispatchSource.makeTimerSource(queue: reportQueue)
+        let interval = DispatchTimeInterval.milliseconds(Int(Self.reportRetrySeconds * 1000))
+        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .seconds(1))
+        timer.setEventHandler { [weak self] in self?.retryUnwrittenReports() }
+        retryTimer = timer
+        timer.resume()
+    }
+
+    /// Tries the reports that could not be written again, oldest first, under their names (report queue): each one
+    /// written is one journal line and one `sleep_report_saved` health event; a failure says nothing more. The timer
+    /// stops when none is left.
+    private func retryUnwrittenReports() {
+        guard !unwritten.isEmpty else { return }
+        var left: [FinishedReport] = []
+        for report in unwritten {
+            do throws(EarshotError) {
+                try Self.write(json: report.object, svg: report.svgText, to: (report.json, report.svg), directory: report.directory)
+            } catch {
+                left.append(report)
+                continue
+            }
+            _ = claimedStems.withLock { $0.remove(report.json) }
+            let line = "the sleep report of the session from \(report.start) to \(report.end) is written after all: \(report.json) and \(report.svg)"
+            log(line, 6)
+            reportHealth(HealthEvent(state: .sleepReportSaved, message: line, details: ["report_json": .string(report.json)]))
+            removeStaleMarker(of: report)
+        }
+        unwritten = left
+        if left.isEmpty {
+            retryTimer?.cancel()
+            retryTimer = nil
+        }
+    }
+
+    /// Removes the marker when it is still the running mark of `report`'s session (report queue): its removal at
+    /// the session's stop failed with the report. A marker a later session wrote is left alone.
+    private func removeStaleMarker(of report: FinishedReport) {
+        let path = joinedPath(report.directory, Self.markerName)
+        guard let data = try? Data(contentsOf: URL(fileURLWithPath: path)), let marker = try? JSONValue.parse(data),
+              marker["start"]?.stringValue == report.start, marker["end"] == nil else { return }
+        _ = unlink(path)
+    }
+
+    /// At the daemon's stop (after the running session's own report is queued): waits for the reports being
+    /// written, tries the unwritten ones once more, and says of each that is still not written that it is lost.
+    package func finishReports() {
+        reportQueue.sync {
+            retryUnwrittenReports()
+            retryTimer?.cancel()
+            retryTimer = nil
+            for report in unwritten {
+                log("the sleep report of the session from \(report.start) to \(report.end) is lost: \(report.directory) still cannot be written as earshotd stops (its content went out as the snore_report line)", 3)
+            }
+            unwritten.removeAll()
+        }
     }
 
     /// Waits until reports queued so far are written (shutdown, tests).
