@@ -206,7 +206,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let replayed = configuration.capture.input != nil && commandLine.inputPacing != .realTime
         let timeLine: EventLevelMeter.TimeLine = replayed ? .stream(origin: startTime) : .live
         let historySink = historySettings.enabled
-            ? HistorySink(settings: historySettings, timeLine: timeLine, log: { journal.log($0) })
+            ? HistorySink(settings: historySettings, timeLine: timeLine)
             : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
