@@ -19,6 +19,9 @@ package struct HealthEvent: Sendable, Equatable {
         case overrun = "overrun"
         /// The event history database cannot be written (locked, full disk, read-only); events wait in memory.
         case historyUnavailable = "history_unavailable"
+        /// The event history that was unavailable (``historyUnavailable``) is written again; the message says
+        /// whether events were lost meanwhile.
+        case historyRecovered = "history_recovered"
         /// Clips cannot be saved (missing or read-only directory, full disk); events go on without clips.
         case clipsUnavailable = "clips_unavailable"
         /// A sleep session's report cannot be written to `[sleep] report_dir` (read-only, wrong owner, full disk):
@@ -49,7 +52,7 @@ package struct HealthEvent: Sendable, Equatable {
         /// `captureUnavailable`, 4 (warning) for the others.
         package var priority: Int {
             switch self {
-            case .captureLive, .mqttConnected, .notifyRecovered, .sleepReportSaved: 6
+            case .captureLive, .mqttConnected, .notifyRecovered, .historyRecovered, .sleepReportSaved: 6
             case .captureUnavailable: 3
             case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed,
                  .sleepReportUnavailable, .sleepSessionResumed: 4

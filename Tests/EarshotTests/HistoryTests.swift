@@ -159,6 +159,47 @@ struct HistoryTests {
         #expect(try EventHistory(path: scratch.database, access: .readOnly).events().map(\.group) == ["snoring", "snoring", "smoke_alarm"])
     }
 
+    @Test("the history's outage and its recovery reach the socket as health events: history_unavailable, then history_recovered (trial 11 #6)")
+    func recoveryIsAHealthEvent() throws {
+        let scratch = try HistoryScratch()
+        defer { scratch.remove() }
+        _ = try EventHistory(path: scratch.database)
+        let locker = try SQLiteDatabase(path: scratch.database, mode: .readWriteCreate)
+        try locker.execute("BEGIN EXCLUSIVE")
+        let sockets = try TemporarySocketDirectory()
+        let server = try SocketTestSupport.server(sockets.file("e.sock"))
+        var settings = HistorySettings()
+        settings.path = scratch.database
+        let history = HistorySink(settings: settings)
+        let router = OutputRouter(sinks: [SocketSink(server: server), history])
+        router.start()
+        let client = try SocketTestSupport.subscriber(sockets.file("e.sock"))
+
+        // Locked: the write waits the busy timeout (2 s), fails, and the event is kept.
+        history.recorder.writer.append(Self.event("smoke_alarm", 0, 10))
+        history.recorder.writer.flush()
+        try locker.execute("COMMIT")
+        history.recorder.writer.append(Self.event("smoke_alarm", 60, 10))
+        history.recorder.writer.flush()
+        router.flush()
+        router.stop()
+        var states: [String] = []
+        var messages: [String] = []
+        while case .line(let line) = try client.readLine(timeoutSeconds: SocketTestSupport.timeout) {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { continue }
+            states.append(object["type"] as? String == "health" ? object["state"] as? String ?? "" : object["type"] as? String ?? "")
+            if let message = object["message"] as? String { messages.append(message) }
+            if object["type"] as? String == "shutdown" { break }
+        }
+        #expect(states == ["history_unavailable", "history_recovered", "shutdown"])
+        #expect(messages == [
+            "event history \(scratch.database): cannot write: database is locked (another process holds a lock on it; close that program or wait); events are kept in memory and retried every 30 s",
+            "event history \(scratch.database) is writable again (no events were lost)",
+        ])
+        #expect(HealthEvent.State.historyRecovered.priority == 6)
+        #expect(try EventHistory(path: scratch.database, access: .readOnly).events().count == 2)
+    }
+
     @Test("a directory that cannot hold the database is reported with the fix, and appends stay harmless")
     func unwritableLocation() throws {
         let scratch = try HistoryScratch()

@@ -257,9 +257,17 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         }
     }
 
-    package func stop() {
+    package var reachesOverNetwork: Bool { true }
+
+    package func stop() { stop(deadline: .now() + .seconds(3)) }
+
+    /// Publishes `offline` and waits for the broker's acknowledgements until `deadline` (at most 3 s).
+    package func stop(deadline: DispatchTime) {
         state.withLock { $0.stopped = true }
-        let left = connection.stop(finally: [MQTTMessage(topic: topics.availability, text: "offline", qos: 1, retain: true)])
+        let seconds = Double(Int64(deadline.uptimeNanoseconds) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
+        let left = connection.stop(
+            finally: [MQTTMessage(topic: topics.availability, text: "offline", qos: 1, retain: true)],
+            timeout: min(3, max(0.1, seconds)))
         if left > 0 {
             log("MQTT: \(left) message\(left == 1 ? " was" : "s were") not delivered to \(connection.endpoint.description) before stopping (the broker did not acknowledge \(left == 1 ? "it" : "them"))", 4)
         }

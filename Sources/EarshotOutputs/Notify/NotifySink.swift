@@ -27,7 +27,8 @@ import EarshotDetection
 /// the user was told is that the sound ended). `alarm_chirp` events are points: no reminders, no ends.
 ///
 /// Stopping: no more reminders and no more retries; what is queued is still tried once, for at most
-/// ``NotifySettings/timeoutSeconds`` altogether; what is left is counted and logged.
+/// ``NotifySettings/timeoutSeconds`` altogether and no longer than the daemon's stop allows
+/// (``stop(deadline:)``); what is left is counted and logged.
 package final class NotifySink: OutputSink, @unchecked Sendable {
     /// Counters since start, for the status reply and the metrics.
     package struct Statistics: Sendable, Equatable {
@@ -262,7 +263,18 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         }
     }
 
+    package var reachesOverNetwork: Bool { true }
+
+    /// Stops with ``NotifySettings/timeoutSeconds`` for what is queued.
     package func stop() {
+        stop(deadline: .now() + .milliseconds(Int(settings.timeoutSeconds * 1000)))
+    }
+
+    /// Sends what is held and the `stopping` message, then gives what is queued one attempt each until `deadline`
+    /// or ``NotifySettings/timeoutSeconds`` from now, whichever comes first (each attempt's libcurl timeout ends
+    /// there too), and returns by then: an attempt already waiting for a server that does not answer is left
+    /// running. What was not delivered is counted as failed and said in one log line.
+    package func stop(deadline: DispatchTime) {
         let (held, wasLive) = state.withLock { state -> ([(String, HeldEnd)], Bool) in
             state.stopped = true
             defer { state.heldEnds = [:] }
@@ -279,15 +291,25 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             enqueue(NotificationMessage.health(
                 state: "stopping", monitoring: false, message: nil, node: settings.node, time: Date(), format: settings.format))
         }
-        stopDeadline.store(
-            DispatchTime.now().uptimeNanoseconds + UInt64(settings.timeoutSeconds * 1e9), ordering: .relaxed)
+        let end = min(
+            deadline.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds + UInt64(settings.timeoutSeconds * 1e9))
+        stopDeadline.store(end, ordering: .relaxed)
         stopping.store(true, ordering: .relaxed)
         reminderQueue.sync {}
         let failedBefore = failed.load(ordering: .relaxed)
-        for target in targets { target.queue.sync {} }
-        let left = failed.load(ordering: .relaxed) - failedBefore
+        let drained = DispatchGroup()
+        for target in targets {
+            drained.enter()
+            target.queue.async { drained.leave() }
+        }
+        let finished = drained.wait(timeout: DispatchTime(uptimeNanoseconds: end)) == .success
+        // Messages still queued or in an attempt that has not returned: not delivered either.
+        let waiting = finished ? 0 : targets.reduce(0) { $0 + $1.pending.load(ordering: .relaxed) }
+        let left = failed.load(ordering: .relaxed) - failedBefore + waiting
+        if waiting > 0 { failed.wrappingAdd(waiting, ordering: .relaxed) }
         if left > 0 {
-            log("notify: \(left) notification\(left == 1 ? " was" : "s were") not delivered before stopping", 4)
+            let note = waiting > 0 ? " (\(waiting) still waiting for an answer when the stop's time was up)" : ""
+            log("notify: \(left) notification\(left == 1 ? " was" : "s were") not delivered before stopping\(note)", 4)
         }
     }
 

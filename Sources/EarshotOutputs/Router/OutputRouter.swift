@@ -169,6 +169,13 @@ package protocol OutputSink: AnyObject, Sendable {
     func deliver(_ output: RoutedOutput)
     /// Called once after the last delivery, in reverse order of the sinks, on the sink's queue: flush and close.
     func stop()
+    /// ``stop()`` for a sink that reaches over the network (``reachesOverNetwork``), given the uptime by which it
+    /// must return (``OutputRouter/stop(networkDeadline:)``): what it cannot deliver by then it counts, logs and
+    /// leaves. Default: ``stop()``.
+    func stop(deadline: DispatchTime)
+    /// True for a sink that delivers to another machine (HTTP notifications, an MQTT broker): a slow or silent
+    /// server must not hold up the local sinks' stop (the socket's `shutdown` line). Default false.
+    var reachesOverNetwork: Bool { get }
     /// True for a sink whose ``deliver(_:)`` only hands the output to a bounded queue of its own and returns at once
     /// (the event server's per-client queues): the router calls it on the routing thread, in order, sparing a
     /// queue hop and a thread wake-up per output. Default false.
@@ -177,6 +184,8 @@ package protocol OutputSink: AnyObject, Sendable {
 
 extension OutputSink {
     package var deliversWithoutWaiting: Bool { false }
+    package var reachesOverNetwork: Bool { false }
+    package func stop(deadline: DispatchTime) { stop() }
 }
 
 /// One router for every output: values in from any thread, fanned out under one lock (which keeps their order) to
@@ -187,9 +196,10 @@ extension OutputSink {
 /// (``Settings/queueLimit`` outputs); what does not fit is dropped for that sink, counted, and said once as an
 /// `output_behind` health event to the other sinks (again after it has caught up and fallen behind anew).
 ///
-/// Order: ``start()`` starts the sinks in the order given; ``stop()`` waits until every output routed before it has
-/// been delivered, then stops the sinks in reverse order (so the socket, given first, closes last, after the
-/// history has committed).
+/// Order: ``start()`` starts the sinks in the order given; ``stop(networkDeadline:)`` waits until every output routed
+/// before it has been delivered, then stops the sinks that reach over the network together, for at most until the
+/// deadline, and then the local ones in reverse order (so the socket, given first, closes last, after the history
+/// has committed, whatever a webhook or a broker does).
 package final class OutputRouter: Sendable {
     package struct Settings: Sendable {
         /// Outputs waiting for one sink before further ones are dropped for it. 4096: about 30 minutes of windows
@@ -339,31 +349,55 @@ package final class OutputRouter: Sendable {
     }
 
     /// Waits until everything routed so far has been delivered (held windows too, and what sinks reported while
-    /// delivering it).
+    /// delivering it). Stopped sinks are not waited for (one that reaches over the network may still be stopping).
     package func flush() {
         for _ in 0..<2 {
             shared.withLock { shared in
                 for index in lanes.indices { dispatch(index, &shared) }
             }
-            for lane in lanes { lane.queue.sync {} }
+            for lane in lanes where !lane.stopped.load(ordering: .relaxed) { lane.queue.sync {} }
         }
     }
 
-    /// Delivers what was routed before, then stops the sinks in reverse order. What a sink reports while it
-    /// stops (the history that cannot store its last events) still reaches the sinks not yet stopped; after the
-    /// last one, routes are ignored. Idempotent; waits.
-    package func stop() {
+    /// Delivers what was routed before, then stops the sinks that reach over the network
+    /// (``OutputSink/reachesOverNetwork``) at once, each on its queue with ``OutputSink/stop(deadline:)``, and
+    /// waits for them until `networkDeadline` (a little longer: they return by it themselves); one not back by
+    /// then is left to finish on its own. Then the local sinks stop in reverse order. What a sink reports while it
+    /// stops (the history that cannot store its last events) still reaches the local sinks not yet stopped; after
+    /// the last one, routes are ignored. Without a deadline every sink is waited for, in reverse order.
+    /// Idempotent; waits.
+    package func stop(networkDeadline: DispatchTime? = nil) {
         let wasRunning = shared.withLock { shared -> Bool in
             defer { if shared.state == .running { shared.state = .stopping } }
             return shared.state == .running
         }
         guard wasRunning else { return }
         flush()
-        for lane in lanes.reversed() {
+        var local = Array(lanes.reversed())
+        if let networkDeadline {
+            let remote = local.filter { $0.sink.reachesOverNetwork }
+            local.removeAll { $0.sink.reachesOverNetwork }
+            let stopped = DispatchGroup()
+            for lane in remote {
+                stopped.enter()
+                lane.queue.async {
+                    lane.sink.stop(deadline: networkDeadline)
+                    stopped.leave()
+                }
+            }
+            _ = stopped.wait(timeout: networkDeadline + .milliseconds(Self.networkStopGraceMilliseconds))
+            for lane in remote { shared.withLock { _ in lane.stopped.store(true, ordering: .relaxed) } }
+            flush()
+        }
+        for lane in local {
             lane.queue.sync { lane.sink.stop() }
             shared.withLock { _ in lane.stopped.store(true, ordering: .relaxed) }
             flush()
         }
         shared.withLock { $0.state = .stopped }
     }
+
+    /// How long past its deadline a network sink's stop is waited for: 100 ms, for the count and the log line it
+    /// writes as its deadline passes.
+    package static let networkStopGraceMilliseconds = 100
 }

@@ -155,7 +155,8 @@ package enum EventLines {
 
 /// The SQLite event history (`HistoryRecorder`): reads every window for the events' levels and stores finished
 /// events (classifier ends, alarm ends and chirps). A database that cannot be written is one
-/// `history_unavailable` health event; stopping stores what is pending and closes the database.
+/// `history_unavailable` health event, and its recovery one `history_recovered`; stopping stores what is pending
+/// and closes the database.
 package final class HistorySink: OutputSink {
     package let name = "history"
     package let recorder: HistoryRecorder
@@ -163,15 +164,12 @@ package final class HistorySink: OutputSink {
     /// - Parameters:
     ///   - settings: `[history]` path and retention.
     ///   - timeLine: how stream times become wall-clock times (`.stream(origin:)` for input replayed at another speed).
-    ///   - log: where a recovery line goes (the journal).
-    package init(
-        settings: HistorySettings, timeLine: EventLevelMeter.TimeLine = .live, log: @escaping @Sendable (String) -> Void
-    ) {
+    package init(settings: HistorySettings, timeLine: EventLevelMeter.TimeLine = .live) {
         let reporter = HealthRelay()
         recorder = HistoryRecorder(settings: settings, timeLine: timeLine) { report in
             switch report {
             case .failing(let line): reporter.report(HealthEvent(state: .historyUnavailable, message: line))
-            case .recovered(let line): log(line)
+            case .recovered(let line): reporter.report(HealthEvent(state: .historyRecovered, message: line))
             case .replaced(let line): reporter.report(HealthEvent(state: .historyUnavailable, message: line))
             }
         }

@@ -206,7 +206,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let replayed = configuration.capture.input != nil && commandLine.inputPacing != .realTime
         let timeLine: EventLevelMeter.TimeLine = replayed ? .stream(origin: startTime) : .live
         let historySink = historySettings.enabled
-            ? HistorySink(settings: historySettings, timeLine: timeLine, log: { journal.log($0) })
+            ? HistorySink(settings: historySettings, timeLine: timeLine)
             : nil
         self.historySink = historySink
         if let historySink { sinks.append(historySink) }
@@ -816,6 +816,10 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// run of the whole test suite once measured 5.12 s); systemd's default stop timeout is 90 s, then SIGKILL loses
     /// open events.
     static let stopDeadlineSeconds = 4.0
+    /// The part of ``stopDeadlineSeconds`` kept for the local sinks after the network ones (notifications, MQTT)
+    /// have had theirs, counted from the start of the stop: 1 s, for the socket's flush of clients that are behind
+    /// (0.5 s), the history's commit and the exit.
+    static let localStopReserveSeconds = 1.0
 
     /// Stops in the reverse order of start, each step finishing its work, then exits with `status`. Only the first
     /// call does anything (a signal and the end of the input may race); it may run on the signal queue while a
@@ -828,6 +832,7 @@ package final class EarshotDaemon: @unchecked Sendable {
     ) {
         let (first, _) = stopping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
         guard first else { return }
+        let stopStarted = DispatchTime.now()
         // From here the socket's commands are answered "the daemon is stopping" (its status still answers).
         link.phase.store(.stopping, ordering: .releasing)
         startStopDeadline(status: status, lastLine: lastLine)
@@ -846,7 +851,9 @@ package final class EarshotDaemon: @unchecked Sendable {
         clipWriter?.close()
         statisticsTimer?.cancel()
         stopStep.withLock { $0 = "delivering outputs to the sinks" }
-        router.stop()
+        // A webhook or broker that does not answer gets what is left of the stop's time but the local sinks' share:
+        // the socket's `shutdown` line and the history's commit never wait for a server.
+        router.stop(networkDeadline: stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.localStopReserveSeconds) * 1000)))
         if let writer = historySink?.recorder.writer, writer.statistics.backlog > 0 {
             let count = writer.statistics.backlog
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
