@@ -47,6 +47,10 @@ package struct HealthEvent: Sendable, Equatable {
         case notifyFailed = "notify_failed"
         /// A `[notify]` URL that was failing (``notifyFailed``) accepted a notification again.
         case notifyRecovered = "notify_recovered"
+        /// A reload (SIGHUP, `systemctl reload`) found the configuration file bad: the message is its one-line error
+        /// and "; running the previous configuration". The status reply shows it (`reload_error`) until a reload
+        /// succeeds. Said once per failed reload.
+        case configReloadFailed = "config_reload_failed"
 
         /// The syslog priority the journal entry gets: 6 (info) for `captureLive` and the recoveries, 3 (err) for
         /// `captureUnavailable`, 4 (warning) for the others.
@@ -55,7 +59,7 @@ package struct HealthEvent: Sendable, Equatable {
             case .captureLive, .mqttConnected, .notifyRecovered, .historyRecovered, .sleepReportSaved: 6
             case .captureUnavailable: 3
             case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed,
-                 .sleepReportUnavailable, .sleepSessionResumed: 4
+                 .sleepReportUnavailable, .sleepSessionResumed, .configReloadFailed: 4
             }
         }
     }

@@ -305,7 +305,7 @@ import EarshotTools
 
         try "[detection]\nwatch = smoke_alarm | kettle\n".write(to: config, atomically: true, encoding: .utf8)
         kill(daemon.processIdentifier, SIGHUP)
-        let failed = "earshotd: reload failed, keeping the running configuration: \(config.path):2: [detection] watch: \"kettle\" is not a group (groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a new group needs a [group.kettle] section with classes and threshold)\n"
+        let failed = "earshotd: health config_reload_failed: \(config.path):2: [detection] watch: \"kettle\" is not a group (groups: baby_cry, co_alarm, dog_bark, doorbell_knock, fire_alarm, glass_break, loud, smoke_alarm, snoring, speech; a new group needs a [group.kettle] section with classes and threshold); running the previous configuration\n"
         #expect(Self.waitForLine(failed, in: err.fileHandleForReading, seconds: 10, collected: &log), "\(log)")
         #expect(daemon.isRunning)
 

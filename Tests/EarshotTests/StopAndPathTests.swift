@@ -169,7 +169,7 @@ struct StopAndPathTests {
         try "[detection]\nwatch = smoke_alarm\n[history]\nenabled = false\n[models]\nfiles = \(fifo)\n"
             .write(toFile: config, atomically: true, encoding: .utf8)
         kill(process.processIdentifier, SIGHUP)
-        let failure = "earshotd: reload failed, keeping the running configuration: \(config):6: [models] files: cannot open head model \(fifo): is a FIFO (named pipe), not a regular file (check the path, or remove it from [models] files)"
+        let failure = "earshotd: health config_reload_failed: \(config):6: [models] files: cannot open head model \(fifo): is a FIFO (named pipe), not a regular file (check the path, or remove it from [models] files); running the previous configuration"
         #expect(TestWait.until(seconds: 10) { log.lines.contains(failure) }, "\(log.lines)")
         let seconds = Self.secondsToStop(process)
         #expect(seconds < 5, "stopped after \(seconds) s")

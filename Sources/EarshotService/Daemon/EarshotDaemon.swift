@@ -139,6 +139,9 @@ package final class EarshotDaemon: @unchecked Sendable {
         var watch: [String] = []
         /// The custom models running: name and file.
         var models: [(name: String, path: String)] = []
+        /// The last reload's failure (its `config_reload_failed` message and when), until a reload succeeds; the
+        /// status reply's `reload_error`.
+        var reloadError: (message: String, time: Date)?
     }
 
     /// Loads the configuration and the model, checks the groups, and opens the socket.
@@ -557,6 +560,11 @@ package final class EarshotDaemon: @unchecked Sendable {
             "muted": .array(mutes.muted.sorted().map { .string($0) }),
         ]
         if let captureError = snapshot.captureError { object["capture_error"] = .string(captureError) }
+        if let reloadError = snapshot.reloadError {
+            object["reload_error"] = .object([
+                "message": .string(reloadError.message), "time": .string(EventJSON.timestamp(reloadError.time)),
+            ])
+        }
         object.merge(mqttStatus)
         object.merge(notifyStatus)
         return object
@@ -802,11 +810,19 @@ package final class EarshotDaemon: @unchecked Sendable {
             analysisQueue.async { [sleep] in sleep.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)
+            status.withLock { $0.reloadError = nil }
             let note = restartNeeded.isEmpty ? "" : "; changes to \(restartNeeded.joined(separator: " and ")) take effect after a restart"
             journal.log("configuration reloaded: watching \(groups.map(\.name).joined(separator: ", "))\(note)")
         } catch {
+            // A stop that began meanwhile left the pipeline stopped: nothing to tell.
+            guard !stopping.load(ordering: .acquiring) else { return }
             let line = (error as? EarshotError)?.message ?? "\(error)"
-            journal.log("reload failed, keeping the running configuration: \(DisplayText.escaped(line))", priority: 3)
+            // Every output hears it (the journal as `health config_reload_failed`), and the status reply shows it
+            // until a reload succeeds: `systemctl reload` reports success whatever the file says.
+            let message = "\(DisplayText.escaped(line)); running the previous configuration"
+            let time = Date()
+            status.withLock { $0.reloadError = (message, time) }
+            router.route(.health(HealthEvent(state: .configReloadFailed, message: message)), at: time)
         }
         _ = try? notifier.ready(status: "listening to \(sourceDescription)")
     }

@@ -19,7 +19,7 @@ import EarshotSupport
 /// ```
 package enum HearingTextFormat {
     /// The lines of `earshot status` for a status reply (JSON text); nil when it is not one.
-    package static func status(line: String) -> String? {
+    package static func status(line: String, timeZone: TimeZone? = nil) -> String? {
         guard let object = try? JSONValue.parse(line), object["type"]?.stringValue == "status" else { return nil }
         func text(_ key: String) -> String { object[key]?.stringValue ?? "?" }
         func list(_ key: String) -> [String] { object[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
@@ -57,6 +57,11 @@ package enum HearingTextFormat {
                 + (heardMuted.isEmpty ? "" : "; active: \(heardMuted.joined(separator: ", ")) (not reported)"))
         }
         lines.append("windows: \(int("windows")) (\(int("gated_windows")) gated), detections: \(int("detections")), xruns: \(int("xruns")), clients: \(int("subscribers"))")
+        // The file was changed and reloaded, but the daemon still runs what it had (until a reload succeeds).
+        if let failure = object["reload_error"], let message = failure["message"]?.stringValue {
+            let time = failure["time"]?.stringValue.flatMap { EventTextFormat.localTime($0, timeZone: timeZone) }
+            lines.append("reload failed at \(time.map { String($0.suffix(8)) } ?? "?"): \(message)")
+        }
         return lines.joined(separator: "\n")
     }
 
