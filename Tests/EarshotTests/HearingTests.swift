@@ -178,4 +178,17 @@ struct HearingTests {
         #expect(EventRequest.parse(Array(#"{"cmd":"reboot"}"#.utf8), commands: ["sleep_start"])
             == .failure(#"unknown command "reboot" (supported: "status", "listen", "sleep_start")"#))
     }
+
+    @Test("the status reply's lost audio and a closed stream's last format, exactly (trial 11 #5)")
+    func captureHealthLines() {
+        let status = #"{"type":"status","uptime":39.2,"capture":"unavailable","source":"pulse (S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 25600 frames)","capture_error":"gone","xruns":0,"gaps":15,"lost_seconds":412.46,"windows":10,"gated_windows":2,"detections":1,"subscribers":2,"watch":["smoke_alarm"],"active":[],"muted":[]}"#
+        #expect(HearingTextFormat.status(line: status) == """
+            earshotd: capture unavailable from pulse (last format S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 25600 frames), up 39.2 s
+            level: no audio (capture unavailable: gone)
+            hears: nothing (no audio arrives while capture is unavailable)
+            watching: smoke_alarm
+            windows: 10 (2 gated), detections: 1, xruns: 0, clients: 2
+            audio lost: 412.5 s in 15 gaps (capture outages, stalls and xruns)
+            """)
+    }
 }

@@ -102,6 +102,11 @@ final class AnalysisPipeline {
         hand(stage.captureLost())
     }
 
+    /// The capture delivers nothing (`input_stalled`): the gap that may follow is the stall's.
+    func captureStalled() {
+        stage.captureStalled()
+    }
+
     /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
     /// then ends open events.
     func finishInput() {

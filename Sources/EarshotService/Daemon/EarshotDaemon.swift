@@ -420,6 +420,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             let line = Self.stallMessage(source: name, seconds: seconds)
             status.withLock { $0.capture = "stalled"; $0.captureError = line }
             router.route(.health(HealthEvent(state: .inputStalled, message: line, details: ["source": .string(name)])))
+            analysisQueue.async { [self] in pipeline.captureStalled() }
             _ = try? notifier.status("waiting for \(sourceDescription): no audio for \(SettingRules.format(seconds)) s")
         case .unavailable(let error) where capture.input != nil || usingFallback.load(ordering: .relaxed):
             // A file or stdin that cannot be opened or read will not get better by retrying (and a retry would
@@ -543,6 +544,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "xruns": .int(supervisor.xrunCount),
             "frames_captured": .int(Int(supervisor.framesCaptured)),
             "gaps": .int(snapshot.gaps),
+            "lost_seconds": .number(snapshot.lostSeconds, decimals: 1),
             "windows": .int(snapshot.windows),
             "gated_windows": .int(snapshot.gatedWindows),
             "stream_time": .number(snapshot.streamTime, decimals: 3),

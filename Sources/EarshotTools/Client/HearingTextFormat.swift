@@ -13,6 +13,7 @@ import EarshotSupport
 /// watching: baby_cry, loud; active: baby_cry
 /// muted: smoke_alarm (no events until unmuted or the daemon restarts)
 /// windows: 24 (7 gated), detections: 2, xruns: 0, clients: 1
+/// audio lost: 23.0 s in 1 gap (capture outages, stalls and xruns)
 /// $ earshot listen
 ///    12.48 s   -23.4 dBFS  open   Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, ...
 ///    12.96 s   -61.0 dBFS  gated
@@ -25,7 +26,10 @@ package enum HearingTextFormat {
         func list(_ key: String) -> [String] { object[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
         func int(_ key: String) -> Int { object[key]?.intValue ?? 0 }
         let source = text("source")
-        let from = source.isEmpty ? "" : " from \(source)"
+        // While the device is away its stream is closed: the format shown is the last one (trial 11 #5).
+        let shown = object["capture"]?.stringValue == "unavailable" && source.hasSuffix(")")
+            ? source.replacing(" (", with: " (last format ", maxReplacements: 1) : source
+        let from = source.isEmpty ? "" : " from \(shown)"
         let uptime = String(cFormat: "%.1f", object["uptime"]?.doubleValue ?? 0)
         let gateOpen = object["gate_open"]?.boolValue == true
         let gate = decibels(object["gate_dbfs"])
@@ -57,6 +61,12 @@ package enum HearingTextFormat {
                 + (heardMuted.isEmpty ? "" : "; active: \(heardMuted.joined(separator: ", ")) (not reported)"))
         }
         lines.append("windows: \(int("windows")) (\(int("gated_windows")) gated), detections: \(int("detections")), xruns: \(int("xruns")), clients: \(int("subscribers"))")
+        // Audio not heard (outages, stalls, xruns): the JSON's `gaps` and `lost_seconds`, when there were any.
+        let gaps = int("gaps")
+        if gaps > 0 {
+            let lost = String(cFormat: "%.1f", object["lost_seconds"]?.doubleValue ?? 0)
+            lines.append("audio lost: \(lost) s in \(gaps) gap\(gaps == 1 ? "" : "s") (capture outages, stalls and xruns)")
+        }
         return lines.joined(separator: "\n")
     }
 
