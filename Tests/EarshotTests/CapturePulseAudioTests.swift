@@ -169,4 +169,57 @@ struct CapturePulseAudioTests {
         daemon.signal(SIGINT)
         #expect(daemon.wait(seconds: 6) == 0, "\(daemon.errorText)")
     }
+
+    /// earshotd itself stopped (SIGSTOP) for 12 s while its device delivers: said as the daemon not being scheduled,
+    /// with a duration of at least the stop, not as the device stalling (trial 11 #3).
+    @Test(.needsPulseAudio, .needsEarshotdBuilt, .timeLimit(.minutes(2)))
+    func stoppedDaemonSaysItWasNotScheduled() throws {
+        let server = try PulseAudioServer()
+        defer { server.remove() }
+        try server.start()
+        let sandbox = server.directory.appendingPathComponent("daemon")
+        let home = sandbox.appendingPathComponent("home")
+        let state = sandbox.appendingPathComponent("state")
+        for url in [home, state] { try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }
+        try server.alsaPCM("earshot_pulse").write(
+            to: home.appendingPathComponent(".asoundrc"), atomically: true, encoding: .utf8)
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
+        environment["HOME"] = home.path
+        environment["STATE_DIRECTORY"] = state.path
+        let daemon = try DaemonProcess(
+            ["--device", "earshot_pulse", "--socket", sandbox.appendingPathComponent("e.sock").path, "--foreground",
+             "--no-journal", "--watch", "baby_cry"],
+            environment: environment)
+        try #require(TestWait.until(seconds: 20) { !Self.health("capture_live", daemon).isEmpty },
+                     "no capture_live: \(daemon.errorText)")
+
+        let stoppedAt = Date()
+        daemon.signal(SIGSTOP)
+        Thread.sleep(forTimeInterval: 12)
+        daemon.signal(SIGCONT)
+        let stopped = Date().timeIntervalSince(stoppedAt)
+        try #require(TestWait.until(seconds: 10) {
+            Self.health("overrun", daemon).contains { $0.object["cause"] as? String == "not_scheduled" }
+        }, "no not_scheduled overrun: \(daemon.errorText)")
+        let said = try #require(Self.health("overrun", daemon).first { $0.object["cause"] as? String == "not_scheduled" })
+        let seconds = try #require(said.object["seconds"] as? Double)
+        #expect(seconds >= 11, "not scheduled for \(seconds) s; stopped \(stopped) s")
+        #expect(said.object["message"] as? String
+                == "earshotd was not scheduled for \(Int(seconds.rounded())) s (CPU starvation or a stopped process); audio of that time may be lost")
+        // The device delivered all along: no stall is blamed on it, then or once the capture thread has read again
+        // (the stall check, overdue at SIGCONT, runs within its 0.5 s leeway; 3 s more see it through).
+        Thread.sleep(forTimeInterval: 3)
+        #expect(Self.health("input_stalled", daemon).isEmpty, "\(daemon.lines.map(\.line))")
+        // A gap the freeze left (an xrun of the device's buffer), if any, is worded as the freeze's, or as an xrun
+        // when the capture read it before the watch's tick: never as an outage.
+        for gap in Self.health("overrun", daemon) where gap.object["cause"] as? String != "not_scheduled" {
+            let text = gap.object["message"] as? String ?? ""
+            #expect(text.hasSuffix("while earshotd was not scheduled (CPU starvation or a stopped process); windows restart after the gap")
+                    || text.hasSuffix("(xrun or the analysis fell behind); windows restart after each gap"), "\(text)")
+        }
+        #expect(daemon.process.isRunning)
+        daemon.signal(SIGINT)
+        #expect(daemon.wait(seconds: 6) == 0, "\(daemon.errorText)")
+    }
 }

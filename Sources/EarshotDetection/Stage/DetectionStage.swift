@@ -151,12 +151,15 @@ package final class DetectionStage {
         case captureUnavailable = "capture_unavailable"
         /// `input_stalled`: the source delivered nothing for a while.
         case inputStalled = "input_stalled"
+        /// earshotd itself was not scheduled (stopped, starved of CPU): its capture thread could not read.
+        case notScheduled = "not_scheduled"
 
         /// `while the capture device was unavailable`, `while no audio came from the input`.
         package var words: String {
             switch self {
             case .captureUnavailable: "while the capture device was unavailable"
             case .inputStalled: "while no audio came from the input (input_stalled)"
+            case .notScheduled: "while earshotd was not scheduled (CPU starvation or a stopped process)"
             }
         }
     }
@@ -441,7 +444,13 @@ package final class DetectionStage {
     /// The capture delivers nothing (`input_stalled`): the gap the returning audio brings, if any, is said to be
     /// that stall's (trial 11 #5), not an xrun's. Events stay open (the hold ends them, or that gap).
     package func captureStalled() {
-        if interruption == nil { interruption = .inputStalled }
+        interrupted(by: .inputStalled)
+    }
+
+    /// The capture could not deliver for `interruption` (``captureLost()`` sets `.captureUnavailable` itself): the
+    /// gap the returning audio brings, if any, is said to be its. An outage already noted is kept.
+    package func interrupted(by interruption: Interruption) {
+        if self.interruption != .captureUnavailable { self.interruption = interruption }
     }
 
     /// Ends open alarm and classifier events now (the daemon stops: `stream_end`), after analysing the held audio.
