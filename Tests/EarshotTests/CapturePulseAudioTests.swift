@@ -73,6 +73,12 @@ struct CapturePulseAudioTests {
                      "no baby_cry before the kill: \(daemon.errorText)")
         let firstOnset = try #require(Self.onsets("baby_cry", daemon).first?.object["stream_time"] as? Double)
 
+        // `earshot listen` says why its windows pause (trial 11 #9).
+        let listen = try DaemonProcess(["listen", "--socket", sandbox.appendingPathComponent("e.sock").path],
+                                       environment: environment, program: EarshotCLI.executable)
+        try #require(TestWait.until(seconds: 5) { listen.lines.contains { $0.line.hasSuffix("dBFS  gated") || $0.line.contains("dBFS  open") } },
+                     "earshot listen printed no window: \(listen.errorText)")
+
         // Mid-stream: some 25 s of the recording are still to play.
         let killedAt = Date()
         server.kill()
@@ -144,6 +150,13 @@ struct CapturePulseAudioTests {
         #expect(after.outputLines.first?.hasPrefix(
             "earshotd: capture live from earshot_pulse (S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 25600 frames), up ")
             == true, "\(after.outputLines)")
+        // `earshot listen` said the outage, the return and the gap between its windows, in that order (trial 11 #9).
+        let said = listen.lines.map(\.line).filter { $0.hasPrefix(" ") && !$0.hasPrefix("  ") }
+        #expect(said == [
+            " capture unavailable: \(message)",
+            " capture live again: \(live.object["message"] as? String ?? "?")",
+            " audio lost: " + gapText,
+        ], "\(listen.lines.map(\.line))")
 
         // Detections continue: the same cry, at a stream time that counts the outage (stream time follows the
         // clock across the gap; each opening of the pulse PCM adds up to about 2 s of start-up latency).
@@ -168,6 +181,7 @@ struct CapturePulseAudioTests {
         #expect(daemon.process.isRunning)
         daemon.signal(SIGINT)
         #expect(daemon.wait(seconds: 6) == 0, "\(daemon.errorText)")
+        #expect(listen.wait(seconds: 5) == 0, "\(listen.errorText)")
     }
 
     /// earshotd itself stopped (SIGSTOP) for 12 s while its device delivers: said as the daemon not being scheduled,

@@ -70,6 +70,27 @@ package enum HearingTextFormat {
         return lines.joined(separator: "\n")
     }
 
+    /// The health states about the capture itself that `earshot listen` shows between its windows.
+    package static let captureStates: Set<String> = ["capture_unavailable", "capture_live", "input_stalled", "overrun"]
+
+    /// The `earshot listen` line of a health line about the capture (``captureStates``), nil for any other line:
+    /// ` capture unavailable: <message>`, ` capture live again: <message>`, ` input stalled: <message>`,
+    /// ` audio lost: <message>` (the overrun's message without its own `audio lost: `). One leading space, so
+    /// that the lines stand apart from the windows' stream times.
+    package static func captureHealth(line: String) -> String? {
+        guard let object = try? JSONValue.parse(line), object["type"]?.stringValue == "health",
+              let state = object["state"]?.stringValue, captureStates.contains(state) else { return nil }
+        let message = object["message"]?.stringValue ?? ""
+        let what = switch state {
+        case "capture_unavailable": "capture unavailable"
+        case "capture_live": "capture live again"
+        case "input_stalled": "input stalled"
+        default: "audio lost"
+        }
+        let said = state == "overrun" && message.hasPrefix("audio lost: ") ? String(message.dropFirst(12)) : message
+        return said.isEmpty ? " \(what)" : " \(what): \(said)"
+    }
+
     /// The `earshot listen` line of one `{"type":"window",...}` line: stream time of the window's start, its
     /// level, `open` or `gated`, and its top classes with scores; nil for any other line.
     package static func window(line: String) -> String? {
