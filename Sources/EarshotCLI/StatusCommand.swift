@@ -58,7 +58,9 @@ enum ListenCommand: EarshotCommand {
         the window's start (stream seconds), its level (dBFS), whether the gate was open, and its top 5 classes
         with their scores. Use it to set [analysis] gate_dbfs, [group.loud] level_dbfs and group thresholds.
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
-          --json          print the daemon's {"type":"window",...} lines as they are
+          --json          print the daemon's {"type":"window",...} lines (and capture health lines) as they are
+        The capture's health changes come between the windows, e.g. " capture unavailable: <why>" and
+        " capture live again: <how>", so that a pause in the windows is explained.
 
         Exit status: 0 when the daemon stopped cleanly; 69 when the connection cannot be made or ends without the
         daemon's shutdown notice; 77 permission denied; 64 bad usage.
@@ -83,6 +85,10 @@ enum ListenCommand: EarshotCommand {
                 case "window":
                     let text = options.json ? line : HearingTextFormat.window(line: line)
                     if let text { SubscribeCommand.writeOut(text + "\n") }
+                case "health":
+                    // Why the windows stop or restart (trial 11 #9: listen went quiet during an outage or stall).
+                    guard let text = HearingTextFormat.captureHealth(line: line) else { continue }
+                    SubscribeCommand.writeOut((options.json ? line : text) + "\n")
                 case "shutdown":
                     return 0
                 case "error":
@@ -90,7 +96,7 @@ enum ListenCommand: EarshotCommand {
                     reportError(SubscribeCommand.errorMessage(line) ?? line)
                     return 69
                 default:
-                    continue  // events and health lines: `earshot subscribe` shows those
+                    continue  // events and other health lines: `earshot subscribe` shows those
                 }
             }
         }

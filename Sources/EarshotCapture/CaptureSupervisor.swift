@@ -114,7 +114,15 @@ public final class CaptureSupervisor: Sendable {
         var stallTimer: DispatchSourceTimer?
         /// The source's ``CaptureSource/framesCaptured`` when it was found stalled: more means audio came back.
         var framesAtStall: Int64 = 0
+        /// When the stall timer is due next (monotonic ns): a check that runs much later than that ran in a process
+        /// that was not scheduled (stopped, starved), whose capture thread could not read either.
+        var checkDueAt: UInt64 = 0
     }
+
+    /// A stall check that runs more than this many seconds after it was due finds a process that was not scheduled
+    /// (SIGSTOP, CPU starvation): the source's wait spans that time, so it is measured again before a stall is said
+    /// (trial 11 #3: a 50 s SIGSTOP was said as the device delivering nothing for 5 s, "again after about 6 s").
+    public static let lateCheckSeconds = 2.0
 
     /// The ring every session writes.
     public let ring: SampleRingBuffer
@@ -189,9 +197,14 @@ public final class CaptureSupervisor: Sendable {
                 // One shot, set again by each check for the next time a stall could be due (`checkStall`).
                 let timer = DispatchSource.makeTimerSource(queue: queue)
                 Self.schedule(timer, after: stallSeconds)
+                inner.checkDueAt = ProducerLoop.monotonicNanoseconds() + UInt64(stallSeconds * 1e9)
                 timer.setEventHandler { [weak self] in
                     guard let self else { return }
-                    let delay = self.checkStall(stallSeconds: stallSeconds)
+                    let now = ProducerLoop.monotonicNanoseconds()
+                    let due = self.inner.withLock { $0.checkDueAt }
+                    let late = now > due ? Double(now - due) / 1e9 : 0
+                    let delay = self.checkStall(stallSeconds: stallSeconds, lateSeconds: late)
+                    self.inner.withLock { $0.checkDueAt = now + UInt64(max(delay, 0.01) * 1e9) }
                     if let timer = self.inner.withLock({ $0.stallTimer }) { Self.schedule(timer, after: delay) }
                 }
                 timer.resume()
@@ -226,13 +239,16 @@ public final class CaptureSupervisor: Sendable {
     /// A running session whose source has waited `stallSeconds` for input is stalled; one that delivers again runs.
     /// - Returns: seconds until the next check: while running, until the current wait would reach `stallSeconds`
     ///   (`stallSeconds` itself while audio flows); while stalled, ``stallCheckInterval``; otherwise `stallSeconds`.
-    private func checkStall(stallSeconds: Double) -> Double {
+    ///   A check that ran more than ``lateCheckSeconds`` after it was due (`lateSeconds`) says nothing: the wait
+    ///   it would read spans a time the capture thread was not scheduled either; it looks again `stallSeconds` on.
+    private func checkStall(stallSeconds: Double, lateSeconds: Double = 0) -> Double {
         let (source, state, framesAtStall) = inner.withLock { ($0.source, $0.state, $0.framesAtStall) }
         guard let source else { return stallSeconds }
         switch state {
         case .running:
             let waited = source.secondsWithoutInput
             guard waited >= stallSeconds else { return stallSeconds - waited }
+            guard lateSeconds <= Self.lateCheckSeconds else { return stallSeconds }
             inner.withLock { $0.framesAtStall = source.framesCaptured }
             transition(to: .stalled(name: source.name, seconds: stallSeconds), ifStill: state)
             return Self.stallCheckInterval

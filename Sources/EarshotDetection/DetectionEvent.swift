@@ -51,6 +51,34 @@ package enum DetectionEvent: Sendable, Equatable {
         case patternStopped = "pattern_stopped"
         /// An onset-only event (`alarm_chirp`) as the history stores it: start = end, no end was sent.
         case pointEvent = "point_event"
+
+        /// What ended the event in a few words, when it was not the sound stopping: `capture lost` (`stream_gap`),
+        /// `monitoring stopped` (`stream_end`), `configuration reloaded` (`reload`); nil for `hold_elapsed`,
+        /// `pattern_stopped` and `point_event`. The one table of these words: the ntfy titles (`kitchen: Smoke
+        /// alarm: capture lost`), `earshot history` text and, through ``explanation``, the text lines of an end.
+        package var words: String? {
+            switch self {
+            case .streamGap: "capture lost"
+            case .streamEnd: "monitoring stopped"
+            case .reload: "configuration reloaded"
+            case .holdElapsed, .patternStopped, .pointEvent: nil
+            }
+        }
+
+        /// ``words`` with what they mean for the sound, as the text lines of an end put it in parentheses
+        /// (`smoke_alarm ended after 9.96 s (capture lost: the sound may still be going on): ...`); nil when the
+        /// sound itself stopped.
+        package var explanation: String? {
+            guard let words else { return nil }
+            switch self {
+            case .streamGap: return "\(words): the sound may still be going on"
+            case .streamEnd: return "\(words): earshotd stopped or its input ended"
+            default: return words
+            }
+        }
+
+        /// ` (EXPLANATION)` for a text line, or nothing when the sound itself stopped (``explanation``).
+        package var parenthesized: String { explanation.map { " (\($0))" } ?? "" }
     }
 
     /// The end of a sound event, with its summary.

@@ -178,4 +178,28 @@ struct HearingTests {
         #expect(EventRequest.parse(Array(#"{"cmd":"reboot"}"#.utf8), commands: ["sleep_start"])
             == .failure(#"unknown command "reboot" (supported: "status", "listen", "sleep_start")"#))
     }
+
+    @Test("earshot listen's lines for the capture's health changes, and the status reply's lost audio, exactly (trial 11 #5, #9)")
+    func captureHealthLines() {
+        #expect(HearingTextFormat.captureHealth(line: #"{"type":"health","state":"capture_unavailable","message":"capture device \"pulse\" stopped: Input/output error","time":"2026-12-07T04:32:26.000Z"}"#)
+                == #" capture unavailable: capture device "pulse" stopped: Input/output error"#)
+        #expect(HearingTextFormat.captureHealth(line: #"{"type":"health","state":"capture_live","message":"capturing from pulse: S16_LE","source":"pulse"}"#)
+                == " capture live again: capturing from pulse: S16_LE")
+        #expect(HearingTextFormat.captureHealth(line: #"{"type":"health","state":"overrun","message":"audio lost: 1 gap, 23.021 s in all, while the capture device was unavailable; windows restart after the gap"}"#)
+                == " audio lost: 1 gap, 23.021 s in all, while the capture device was unavailable; windows restart after the gap")
+        #expect(HearingTextFormat.captureHealth(line: #"{"type":"health","state":"input_stalled","message":"no audio"}"#) == " input stalled: no audio")
+        // Other health lines and events are `earshot subscribe`'s.
+        #expect(HearingTextFormat.captureHealth(line: #"{"type":"health","state":"mqtt_connected","message":"connected"}"#) == nil)
+        #expect(HearingTextFormat.captureHealth(line: #"{"type":"detection","group":"baby_cry"}"#) == nil)
+
+        let status = #"{"type":"status","uptime":39.2,"capture":"unavailable","source":"pulse (S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 25600 frames)","capture_error":"gone","xruns":0,"gaps":15,"lost_seconds":412.46,"windows":10,"gated_windows":2,"detections":1,"subscribers":2,"watch":["smoke_alarm"],"active":[],"muted":[]}"#
+        #expect(HearingTextFormat.status(line: status) == """
+            earshotd: capture unavailable from pulse (last format S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 25600 frames), up 39.2 s
+            level: no audio (capture unavailable: gone)
+            hears: nothing (no audio arrives while capture is unavailable)
+            watching: smoke_alarm
+            windows: 10 (2 gated), detections: 1, xruns: 0, clients: 2
+            audio lost: 412.5 s in 15 gaps (capture outages, stalls and xruns)
+            """)
+    }
 }

@@ -214,8 +214,11 @@ final class DaemonProcess: @unchecked Sendable {
     private var outputLines: [(line: String, arrival: Date)] = []
     let input = Pipe()
 
-    init(_ arguments: [String], environment: [String: String]? = nil, standardInput: Bool = false) throws {
-        guard let executable = EarshotdRun.executable else { throw MosquittoBroker.BrokerError(message: "earshotd is not built") }
+    /// - Parameter program: the executable (default `earshotd`; `EarshotCLI.executable` runs `earshot`, e.g.
+    ///   `earshot listen`, collected the same way).
+    init(_ arguments: [String], environment: [String: String]? = nil, standardInput: Bool = false,
+         program: URL? = EarshotdRun.executable) throws {
+        guard let executable = program else { throw MosquittoBroker.BrokerError(message: "earshotd is not built") }
         process.executableURL = executable
         process.arguments = arguments
         if let environment { process.environment = environment }

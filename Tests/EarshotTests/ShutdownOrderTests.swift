@@ -72,6 +72,25 @@ struct ShutdownOrderTests {
         #expect(stored.map(\.group) == ends.map(\.group))
         #expect(stored.map(\.endReason) == ends.map(\.reason))
         #expect(stored.map(\.windows) == ends.map(\.windows))
+
+        // The readable lines say the daemon stopped, not the cry (trial 11 #2): its log line, the text form of the
+        // socket's line (`earshot subscribe --format text`) and `earshot history`.
+        let endLine = try #require(lines.first { $0.hasPrefix(#"{"type":"detection_end""#) })
+        let end = try JSONValue.parse(endLine)
+        let number = { (key: String, format: String) in String(cFormat: format, end[key]?.doubleValue ?? -1) }
+        #expect(log.contains("earshotd: baby_cry ended (monitoring stopped: earshotd stopped or its input ended):"
+            + " \"Baby cry\" from 2.40 s to \(number("end", "%.2f")) s (\(number("duration", "%.2f")) s, peak confidence"
+            + " \(number("peak_confidence", "%.2f")), mean \(number("mean_confidence", "%.2f")))\n"), "\(log)")
+        #expect(EventTextFormat.format(line: endLine, timeZone: TimeZone(identifier: "UTC")!)?
+            .hasSuffix("  baby_cry ended after \(number("duration", "%.2f")) s (monitoring stopped: earshotd stopped or its"
+                + " input ended): \"Baby cry\" peak \(Int((end["peak_confidence"]?.doubleValue ?? -1) * 100 + 0.5))%,"
+                + " mean \(Int((end["mean_confidence"]?.doubleValue ?? -1) * 100 + 0.5))% (stream 2.40-\(number("end", "%.2f")) s)")
+            == true, "\(endLine)")
+        let listed = try #require(try EarshotCLI.run(
+            ["history", "--db", directory.appendingPathComponent("state/history.sqlite3").path], in: directory))
+        #expect(listed.status == 0)
+        #expect(listed.outputLines.count == 1)
+        #expect(listed.outputLines.first?.hasSuffix("  ended by monitoring stopped") == true, "\(listed.outputLines)")
     }
 
     @Test("earshotd links no command-line-only module (EarshotTools, EarshotPNG): none of their symbols",

@@ -159,7 +159,9 @@ package struct AlarmEvent: Sendable, Equatable {
     }
 
     /// The journal `MESSAGE`, e.g. `smoke_alarm detected: T3 pattern at 3150 Hz (1 cycle, classifier 0.81) at
-    /// stream time 12.01 s` or `smoke_alarm ended: T3 pattern at 3150 Hz from 12.01 s to 40.02 s (7 cycles)`.
+    /// stream time 12.01 s` or `smoke_alarm ended: T3 pattern at 3150 Hz from 12.01 s to 40.02 s (7 cycles)`; an end
+    /// the sound did not make says what did (`smoke_alarm ended (capture lost: the sound may still be going on): ...`,
+    /// ``DetectionEvent/EndReason/parenthesized``).
     package var message: String {
         let what: String
         switch pattern {
@@ -173,7 +175,7 @@ package struct AlarmEvent: Sendable, Equatable {
             let score = classifierScore.map { ", classifier \(JSONValue.format(Double($0), decimals: 2))" } ?? ""
             return "\(group) detected: \(what) (\(count)\(score)) at stream time \(JSONValue.format(start, decimals: 2)) s"
         case .end:
-            return "\(group) ended: \(what) from \(JSONValue.format(start, decimals: 2)) s to \(JSONValue.format(time, decimals: 2)) s (\(count))"
+            return "\(group) ended\(reason.parenthesized): \(what) from \(JSONValue.format(start, decimals: 2)) s to \(JSONValue.format(time, decimals: 2)) s (\(count))"
         }
     }
 }

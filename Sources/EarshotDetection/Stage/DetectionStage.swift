@@ -142,6 +142,27 @@ package final class DetectionStage {
     private lazy var observer = Observer(stage: self)
     private var silentSeconds: Double = 0
     private var silenceReported = false
+    /// Why the capture stopped delivering, when it did (``captureLost()``, ``captureStalled()``): the gap that the
+    /// returning audio brings is that outage's, not an xrun's; cleared by the next chunk.
+    private var interruption: Interruption?
+    /// What made the capture stop delivering, for the `overrun` message of the gap that follows.
+    package enum Interruption: String, Sendable {
+        /// `capture_unavailable`: the device went away or failed.
+        case captureUnavailable = "capture_unavailable"
+        /// `input_stalled`: the source delivered nothing for a while.
+        case inputStalled = "input_stalled"
+        /// earshotd itself was not scheduled (stopped, starved of CPU): its capture thread could not read.
+        case notScheduled = "not_scheduled"
+
+        /// `while the capture device was unavailable`, `while no audio came from the input`.
+        package var words: String {
+            switch self {
+            case .captureUnavailable: "while the capture device was unavailable"
+            case .inputStalled: "while no audio came from the input (input_stalled)"
+            case .notScheduled: "while earshotd was not scheduled (CPU starvation or a stopped process)"
+            }
+        }
+    }
     private var unreportedGaps = 0
     private var unreportedGapSeconds: Double = 0
     private var lastGapReport: UInt64 = 0
@@ -341,11 +362,17 @@ package final class DetectionStage {
             lostAudio.add(frames: max(gap, 0), sampleRate: sampleRate)
             counters.lostSeconds = lostAudio.seconds
         }
+        let interruption = self.interruption
+        self.interruption = nil
         if let gap, analyzer != nil {
             counters.gaps += 1
             for event in engine.reset(at: counters.streamTime) { outputs.append(.detection(event)) }
             if snore != nil { appendSnore(snore!.reset()) }
-            reportGap(frames: gap, sampleRate: sampleRate)
+            if let interruption {
+                reportOutageGap(frames: gap, sampleRate: sampleRate, interruption: interruption)
+            } else {
+                reportGap(frames: gap, sampleRate: sampleRate)
+            }
         }
         let period = Int64(max(1, (Double(sampleRate) * Self.analysisPeriodDuration).rounded()))
         var offset = 0
@@ -406,11 +433,24 @@ package final class DetectionStage {
     /// that an event does not stay open for the whole outage, or for ever when the device never returns. The audio
     /// that returns starts a new window grid, as after any gap.
     package func captureLost() -> [Output] {
+        interruption = .captureUnavailable
         analyseHeld()
         appendAlarms(alarms?.finish(reason: .streamGap) ?? [])
         for event in engine.reset(at: counters.streamTime) { outputs.append(.detection(event)) }
         if snore != nil { appendSnore(snore!.reset()) }
         return takeOutputs()
+    }
+
+    /// The capture delivers nothing (`input_stalled`): the gap the returning audio brings, if any, is said to be
+    /// that stall's (trial 11 #5), not an xrun's. Events stay open (the hold ends them, or that gap).
+    package func captureStalled() {
+        interrupted(by: .inputStalled)
+    }
+
+    /// The capture could not deliver for `interruption` (``captureLost()`` sets `.captureUnavailable` itself): the
+    /// gap the returning audio brings, if any, is said to be its. An outage already noted is kept.
+    package func interrupted(by interruption: Interruption) {
+        if self.interruption != .captureUnavailable { self.interruption = interruption }
     }
 
     /// Ends open alarm and classifier events now (the daemon stops: `stream_end`), after analysing the held audio.
@@ -574,6 +614,19 @@ package final class DetectionStage {
                       "total_gaps": .int(counters.gaps)])))
         unreportedGaps = 0
         unreportedGapSeconds = 0
+    }
+
+    /// The `overrun` health event of the gap left by a capture outage or stall, at once and alone (one per outage;
+    /// trial 11 #5: it read `xrun or the analysis fell behind`): `audio lost: 1 gap, 23.021 s in all, while the
+    /// capture device was unavailable; windows restart after the gap`, with `"cause":"capture_unavailable"`.
+    private func reportOutageGap(frames: Int64, sampleRate: Int, interruption: Interruption) {
+        let lost = Double(max(frames, 0)) / Double(sampleRate)
+        let seconds = JSONValue.format(lost, decimals: 3)
+        outputs.append(.health(HealthEvent(
+            state: .overrun,
+            message: "audio lost: 1 gap, \(seconds) s in all, \(interruption.words); windows restart after the gap",
+            details: ["gaps": .int(1), "lost_seconds": .number(lost, decimals: 3), "total_gaps": .int(counters.gaps),
+                      "cause": .string(interruption.rawValue)])))
     }
 
     private func trackSilence(_ samples: UnsafeBufferPointer<Float>, sampleRate: Int) {

@@ -716,12 +716,12 @@ package struct NotificationMessage: Sendable, Equatable {
                     switch object["reason"]?.stringValue.flatMap(DetectionEvent.EndReason.init(rawValue:)) {
                     case .streamGap?:
                         line = "\(subject) heard\(place) for \(duration), then the audio capture was lost at \(clock)"
-                        title = "\(prefix)\(subject): capture lost"
+                        title = "\(prefix)\(subject): \(DetectionEvent.EndReason.streamGap.words ?? "")"
                         priority = 4
                         tags = ["warning"]
                     case .streamEnd?:
                         line = "\(subject) heard\(place) for \(duration), then monitoring stopped at \(clock) (earshotd stopped or its input ended)"
-                        title = "\(prefix)\(subject): monitoring stopped"
+                        title = "\(prefix)\(subject): \(DetectionEvent.EndReason.streamEnd.words ?? "")"
                         priority = 4
                         tags = ["warning"]
                     case .reload?:

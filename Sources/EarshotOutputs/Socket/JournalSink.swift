@@ -91,7 +91,9 @@ package final class JournalSink: Sendable {
 
     /// The `MESSAGE` of a detection event, e.g.
     /// `smoke_alarm detected: "Smoke detector, smoke alarm" (confidence 0.81) at stream time 12.48 s` or
-    /// `smoke_alarm ended: "Smoke detector, smoke alarm" from 12.48 s to 18.24 s (5.76 s, peak confidence 0.91, mean 0.72)`;
+    /// `smoke_alarm ended: "Smoke detector, smoke alarm" from 12.48 s to 18.24 s (5.76 s, peak confidence 0.91, mean 0.72)`
+    /// (`ended (capture lost: the sound may still be going on):` and the like when the sound did not end it,
+    /// ``DetectionEvent/EndReason/parenthesized``);
     /// a model's class in words (`baby_cry detected: "Baby cry" ...`, ``GroupTitle/ofClass(_:)``; `EARSHOT_CLASS`
     /// keeps `builtin_baby_cry:baby_cry`).
     package static func message(for event: DetectionEvent) -> String {
@@ -100,7 +102,7 @@ package final class JournalSink: Sendable {
             return "\(onset.group) detected: \"\(GroupTitle.ofClass(onset.classLabel))\" (confidence \(fixed(Double(onset.confidence), 2)))"
                 + " at stream time \(fixed(onset.start, 2)) s"
         case .offset(let offset):
-            return "\(offset.group) ended: \"\(GroupTitle.ofClass(offset.classLabel))\" from \(fixed(offset.start, 2)) s to \(fixed(offset.end, 2)) s"
+            return "\(offset.group) ended\(offset.reason.parenthesized): \"\(GroupTitle.ofClass(offset.classLabel))\" from \(fixed(offset.start, 2)) s to \(fixed(offset.end, 2)) s"
                 + " (\(fixed(offset.duration, 2)) s, peak confidence \(fixed(Double(offset.peakConfidence), 2)),"
                 + " mean \(fixed(Double(offset.meanConfidence), 2)))"
         }

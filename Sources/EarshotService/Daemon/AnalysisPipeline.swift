@@ -102,6 +102,16 @@ final class AnalysisPipeline {
         hand(stage.captureLost())
     }
 
+    /// The capture delivers nothing (`input_stalled`): the gap that may follow is the stall's.
+    func captureStalled() {
+        stage.captureStalled()
+    }
+
+    /// earshotd was not scheduled for a while: the gap that may follow is that freeze's.
+    func notScheduled() {
+        stage.interrupted(by: .notScheduled)
+    }
+
     /// The input ended (a file or stdin): scores the audio left in the window (zero-padded as a file's end is),
     /// then ends open events.
     func finishInput() {

@@ -116,6 +116,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let detections = EventCounter()
     /// Monotonic nanoseconds of the analysis queue's last poll, for the watchdog.
     private let heartbeat = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
+    /// The scheduling watch's last tick (monotonic ns; its own queue).
+    private let schedulingTick = Atomic<UInt64>(0)
     private let deviceHasWorked = Atomic<Bool>(false)
     /// The custom models running (`[models] files`); replaced on reload (control queue).
     private var heads = HeadModelSet()
@@ -340,10 +342,48 @@ package final class EarshotDaemon: @unchecked Sendable {
             updateStatus()
         }
         heartbeatTimer.resume()
+        let schedulingWatch = watchScheduling()
         startStatistics()
         supervisor.start()
         _ = try? notifier.status("opening \(sourceDescription)")
-        withExtendedLifetime(heartbeatTimer) { dispatchMain() }
+        withExtendedLifetime((heartbeatTimer, schedulingWatch)) { dispatchMain() }
+    }
+
+    /// Ticks of the scheduling watch (seconds); a tick that comes ``notScheduledSeconds`` or more after the one
+    /// before (CLOCK_MONOTONIC, which counts a stopped process's time, not a suspended machine's) finds a process
+    /// that was not scheduled.
+    static let schedulingTickSeconds = 1.0
+    static let notScheduledSeconds = 5.0
+
+    /// A timer on its own queue that notices when earshotd itself was not scheduled (SIGSTOP, CPU starvation):
+    /// `overrun` `earshotd was not scheduled for 48 s (CPU starvation or a stopped process); audio of that time may
+    /// be lost`, with `"cause":"not_scheduled"` and `"seconds"`, rather than blaming the device (trial 11 #3). The
+    /// analysis is told, so that the gap that follows is worded as this freeze's.
+    private func watchScheduling() -> any DispatchSourceTimer {
+        let queue = DispatchQueue(label: "earshot.scheduling-watch")
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        schedulingTick.store(ProducerLoop.monotonicNanoseconds(), ordering: .relaxed)
+        timer.schedule(deadline: .now() + Self.schedulingTickSeconds, repeating: Self.schedulingTickSeconds,
+                       leeway: .milliseconds(100))
+        timer.setEventHandler { [unowned self] in
+            let now = ProducerLoop.monotonicNanoseconds()
+            let previous = schedulingTick.exchange(now, ordering: .relaxed)
+            let between = Double(now &- previous) / 1e9
+            guard between >= Self.notScheduledSeconds else { return }
+            // The tick itself was due a tick after the previous one.
+            let frozen = between - Self.schedulingTickSeconds
+            router.route(.health(HealthEvent(
+                state: .overrun, message: Self.notScheduledMessage(seconds: frozen),
+                details: ["cause": .string("not_scheduled"), "seconds": .number(frozen, decimals: 1)])))
+            analysisQueue.async { [self] in pipeline.notScheduled() }
+        }
+        timer.resume()
+        return timer
+    }
+
+    /// `earshotd was not scheduled for 48 s (CPU starvation or a stopped process); audio of that time may be lost`.
+    static func notScheduledMessage(seconds: Double) -> String {
+        "earshotd was not scheduled for \(Int(seconds.rounded())) s (CPU starvation or a stopped process); audio of that time may be lost"
     }
 
     private var sourceDescription: String {
@@ -423,6 +463,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             let line = Self.stallMessage(source: name, seconds: seconds)
             status.withLock { $0.capture = "stalled"; $0.captureError = line }
             router.route(.health(HealthEvent(state: .inputStalled, message: line, details: ["source": .string(name)])))
+            analysisQueue.async { [self] in pipeline.captureStalled() }
             _ = try? notifier.status("waiting for \(sourceDescription): no audio for \(SettingRules.format(seconds)) s")
         case .unavailable(let error) where capture.input != nil || usingFallback.load(ordering: .relaxed):
             // A file or stdin that cannot be opened or read will not get better by retrying (and a retry would
@@ -546,6 +587,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "xruns": .int(supervisor.xrunCount),
             "frames_captured": .int(Int(supervisor.framesCaptured)),
             "gaps": .int(snapshot.gaps),
+            "lost_seconds": .number(snapshot.lostSeconds, decimals: 1),
             "windows": .int(snapshot.windows),
             "gated_windows": .int(snapshot.gatedWindows),
             "stream_time": .number(snapshot.streamTime, decimals: 3),

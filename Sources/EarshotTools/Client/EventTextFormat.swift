@@ -17,6 +17,7 @@ import EarshotService
 /// 2026-11-30 17:45:31  baby_cry started: "Baby cry, infant cry" 99% (stream 2.40 s, announced on unmute)
 /// 2026-11-30 17:45:20  baby_cry ended after 5.76 s: "Baby cry, infant cry" peak 91%, mean 72% (stream 12.48-18.24 s)
 /// 2026-11-30 17:45:40  smoke_alarm ended after 28.01 s: T3 pattern, 7 cycles at 3150 Hz, confidence 99%, classifier "Smoke detector, smoke alarm" 93% (stream 12.01-40.02 s)
+/// 2026-11-30 17:46:02  smoke_alarm ended after 9.96 s (capture lost: the sound may still be going on): T3 pattern, 2 cycles at 3150 Hz, confidence 100% (stream 50.00-59.96 s)
 /// 2026-11-30 17:45:20  health overrun: capture buffer overran; 3 xruns so far
 /// 2026-11-30 17:45:25  smoke_alarm clip saved: /var/lib/earshot/clips/2026-11-30T16-45-12Z_smoke_alarm.wav (16.76 s, stream 7.48-24.24 s)
 /// ```
@@ -51,12 +52,14 @@ package enum EventTextFormat {
             let verb = object["pattern"]?.stringValue == "chirp" ? "heard" : "started"
             return "\(when)\(group) \(verb): \(alarmScores(object)) (stream \(seconds(object["stream_time"])) s\(late))"
         case "detection_end":
+            // What ended it when the sound did not (trial 11 #2: a lost capture read like an alarm that stopped).
+            let why = text("reason").flatMap(DetectionEvent.EndReason.init(rawValue:))?.parenthesized ?? ""
             guard alarm else {
-                return "\(when)\(group) ended after \(seconds(object["duration"])) s: \"\(label)\" peak"
+                return "\(when)\(group) ended after \(seconds(object["duration"])) s\(why): \"\(label)\" peak"
                     + " \(percent(object["peak_confidence"])), mean \(percent(object["mean_confidence"]))"
                     + " (stream \(seconds(object["start"]))-\(seconds(object["end"])) s)"
             }
-            return "\(when)\(group) ended after \(seconds(object["duration"])) s: \(alarmScores(object))"
+            return "\(when)\(group) ended after \(seconds(object["duration"])) s\(why): \(alarmScores(object))"
                 + " (stream \(seconds(object["start"]))-\(seconds(object["end"])) s)"
         case "health":
             let state = text("state") ?? "?"

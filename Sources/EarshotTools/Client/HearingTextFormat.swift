@@ -13,6 +13,7 @@ import EarshotSupport
 /// watching: baby_cry, loud; active: baby_cry
 /// muted: smoke_alarm (no events until unmuted or the daemon restarts)
 /// windows: 24 (7 gated), detections: 2, xruns: 0, clients: 1
+/// audio lost: 23.0 s in 1 gap (capture outages, stalls and xruns)
 /// $ earshot listen
 ///    12.48 s   -23.4 dBFS  open   Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, ...
 ///    12.96 s   -61.0 dBFS  gated
@@ -25,7 +26,10 @@ package enum HearingTextFormat {
         func list(_ key: String) -> [String] { object[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
         func int(_ key: String) -> Int { object[key]?.intValue ?? 0 }
         let source = text("source")
-        let from = source.isEmpty ? "" : " from \(source)"
+        // While the device is away its stream is closed: the format shown is the last one (trial 11 #5).
+        let shown = object["capture"]?.stringValue == "unavailable" && source.hasSuffix(")")
+            ? source.replacing(" (", with: " (last format ", maxReplacements: 1) : source
+        let from = source.isEmpty ? "" : " from \(shown)"
         let uptime = String(cFormat: "%.1f", object["uptime"]?.doubleValue ?? 0)
         let gateOpen = object["gate_open"]?.boolValue == true
         let gate = decibels(object["gate_dbfs"])
@@ -57,12 +61,39 @@ package enum HearingTextFormat {
                 + (heardMuted.isEmpty ? "" : "; active: \(heardMuted.joined(separator: ", ")) (not reported)"))
         }
         lines.append("windows: \(int("windows")) (\(int("gated_windows")) gated), detections: \(int("detections")), xruns: \(int("xruns")), clients: \(int("subscribers"))")
+        // Audio not heard (outages, stalls, xruns): the JSON's `gaps` and `lost_seconds`, when there were any.
+        let gaps = int("gaps")
+        if gaps > 0 {
+            let lost = String(cFormat: "%.1f", object["lost_seconds"]?.doubleValue ?? 0)
+            lines.append("audio lost: \(lost) s in \(gaps) gap\(gaps == 1 ? "" : "s") (capture outages, stalls and xruns)")
+        }
         // The file was changed and reloaded, but the daemon still runs what it had (until a reload succeeds).
         if let failure = object["reload_error"], let message = failure["message"]?.stringValue {
             let time = failure["time"]?.stringValue.flatMap { EventTextFormat.localTime($0, timeZone: timeZone) }
             lines.append("reload failed at \(time.map { String($0.suffix(8)) } ?? "?"): \(message)")
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// The health states about the capture itself that `earshot listen` shows between its windows.
+    package static let captureStates: Set<String> = ["capture_unavailable", "capture_live", "input_stalled", "overrun"]
+
+    /// The `earshot listen` line of a health line about the capture (``captureStates``), nil for any other line:
+    /// ` capture unavailable: <message>`, ` capture live again: <message>`, ` input stalled: <message>`,
+    /// ` audio lost: <message>` (the overrun's message without its own `audio lost: `). One leading space, so
+    /// that the lines stand apart from the windows' stream times.
+    package static func captureHealth(line: String) -> String? {
+        guard let object = try? JSONValue.parse(line), object["type"]?.stringValue == "health",
+              let state = object["state"]?.stringValue, captureStates.contains(state) else { return nil }
+        let message = object["message"]?.stringValue ?? ""
+        let what = switch state {
+        case "capture_unavailable": "capture unavailable"
+        case "capture_live": "capture live again"
+        case "input_stalled": "input stalled"
+        default: "audio lost"
+        }
+        let said = state == "overrun" && message.hasPrefix("audio lost: ") ? String(message.dropFirst(12)) : message
+        return said.isEmpty ? " \(what)" : " \(what): \(said)"
     }
 
     /// The `earshot listen` line of one `{"type":"window",...}` line: stream time of the window's start, its

@@ -363,7 +363,8 @@ package struct HistoryListing: Sendable, Equatable {
     /// One event in `format`, without a newline. Text uses `timeZone` (nil: local time at the event's start as
     /// earshotd reads it, ``LocalTime/zone(at:)``); JSONL and CSV use UTC ISO 8601.
     ///
-    /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`.
+    /// Text: `2026-05-01 23:14:05  12.5 s  snoring  Snoring  peak 0.81 mean 0.52  -32.1 dBFS (peak -25.0)`, with
+    /// `  ended by capture lost` (`monitoring stopped`, `configuration reloaded`) when the sound did not end it.
     package static func line(for event: HistoryEvent, format: Format, timeZone: TimeZone? = nil) -> String {
         let duration = JSONValue.format(event.duration, decimals: 1)
         let level = JSONValue.format(Double(event.levelDBFS), decimals: 1)
@@ -373,7 +374,9 @@ package struct HistoryListing: Sendable, Equatable {
             // Both decimals kept (peak 0.94 mean 0.70), so that rows line up.
             let peak = String(cFormat: "%.2f", Double(event.peakConfidence))
             let mean = String(cFormat: "%.2f", Double(event.meanConfidence))
-            return "\(localTime(event.start, timeZone: timeZone))  \(duration) s  \(event.group)  \(GroupTitle.ofClass(event.classLabel))  peak \(peak) mean \(mean)  \(level) dBFS (peak \(peakLevel))"
+            // What ended it, when the sound did not (trial 11 #2): `  ended by capture lost`.
+            let why = DetectionEvent.EndReason(rawValue: event.endReason)?.words.map { "  ended by \($0)" } ?? ""
+            return "\(localTime(event.start, timeZone: timeZone))  \(duration) s  \(event.group)  \(GroupTitle.ofClass(event.classLabel))  peak \(peak) mean \(mean)  \(level) dBFS (peak \(peakLevel))\(why)"
         case .jsonl:
             let object: JSONObject = [
                 "id": .int(Int(event.id)),
