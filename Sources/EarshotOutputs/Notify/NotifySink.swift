@@ -144,6 +144,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         self.targets = targets
     }
 
+    /// The URLs (as messages show them) whose notifications are failing now: `notify_failed` was said for them and
+    /// none has got through since.
+    package var failingURLs: [String] {
+        targets.filter { $0.failing.load(ordering: .relaxed) }.map(\.origin)
+    }
+
     package var statistics: Statistics {
         var statistics = Statistics()
         statistics.sent = sent.load(ordering: .relaxed)

@@ -622,13 +622,23 @@ package final class EarshotDaemon: @unchecked Sendable {
         ])]
     }
 
-    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N}` with `[notify] url` set.
+    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N,"failing":[URL,...]}` with `[notify]
+    /// url` set; `failing`: the URLs whose notifications are failing now (`notify_failed` said, none through since).
     private var notifyStatus: JSONObject {
-        guard let statistics = notifySink?.statistics else { return [:] }
+        guard let notifySink else { return [:] }
+        let statistics = notifySink.statistics
         return ["notify": .object([
             "sent": .int(statistics.sent), "failed": .int(statistics.failed), "dropped": .int(statistics.dropped),
             "suppressed": .int(statistics.suppressed), "reminders": .int(statistics.reminders),
+            "failing": .array(notifySink.failingURLs.map { .string($0) }),
         ])]
+    }
+
+    /// What a test alert is known not to reach as it is sent (``sendTestAlert(requestedBy:)``): `"mqtt"` when the
+    /// broker is disconnected (the alert waits in the outbox); empty otherwise.
+    private var testAlertNotReached: JSONObject {
+        guard let client = mqttSink?.client, !client.isConnected else { return [:] }
+        return ["mqtt": .string("the broker \(client.endpoint.description) is disconnected: the alert waits in the outbox (\(client.backlog.waiting) messages waiting) and goes out when it connects")]
     }
 
     /// With `[metrics]` on: routes the counters no output carries (``RuntimeStatistics``) every second, from the
@@ -741,7 +751,9 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Routes a test alert (``DaemonOutput/testAlert(_:)``) unless one went out less than
     /// ``testAlertIntervalSeconds`` ago. Any thread; `requestedBy` is said in the journal line.
     /// - Returns: `{"type":"test_alert_sent","time":...,"node":...,"outputs":["socket","journal",...],"message":...}`
-    ///   (the outputs it went to; `message`, the notification's words, with `[notify] url` set), or an error reply:
+    ///   (the outputs it was handed to; `message`, the notification's words, with `[notify] url` set; `not_reached`,
+    ///   output name to why, for an MQTT broker disconnected as it is sent; `notify_failing`, the `[notify]` URLs
+    ///   failing until now, which this alert is tried on all the same), or an error reply:
     ///   `test alert refused: one was sent 3 s ago; at most one per 10 s (try again in 7 s)`.
     fileprivate func sendTestAlert(requestedBy: String) -> JSONObject {
         let now = Double(DispatchTime.now().uptimeNanoseconds) / 1e9
@@ -763,6 +775,12 @@ package final class EarshotDaemon: @unchecked Sendable {
             "outputs": .array(router.sinkNames(accepting: output).map { .string($0) }),
         ]
         if notifySink != nil { reply["message"] = .string(NotificationMessage.testAlertText(node: notifySettings.node)) }
+        let notReached = testAlertNotReached
+        if !notReached.entries.isEmpty { reply["not_reached"] = .object(notReached) }
+        // Failing until now: this alert is tried all the same, and may be the one that gets through.
+        if let failing = notifySink?.failingURLs, !failing.isEmpty {
+            reply["notify_failing"] = .array(failing.map { .string($0) })
+        }
         return reply
     }
 

@@ -67,6 +67,15 @@ package enum HearingTextFormat {
             let lost = String(cFormat: "%.1f", object["lost_seconds"]?.doubleValue ?? 0)
             lines.append("audio lost: \(lost) s in \(gaps) gap\(gaps == 1 ? "" : "s") (capture outages, stalls and xruns)")
         }
+        // Outputs that do not reach their destination now: the broker disconnected, notification URLs failing.
+        if let mqtt = object["mqtt"], mqtt["connected"]?.boolValue == false {
+            let waiting = mqtt["waiting"]?.intValue ?? 0
+            lines.append("mqtt: disconnected from \(mqtt["broker"]?.stringValue ?? "?") (\(waiting) message\(waiting == 1 ? "" : "s") waiting)")
+        }
+        if let notify = object["notify"], case .array(let failing)? = notify["failing"], !failing.isEmpty {
+            let urls = failing.compactMap(\.stringValue).joined(separator: ", ")
+            lines.append("notify: failing to \(urls) (\(notify["failed"]?.intValue ?? 0) given up since start; see notify_failed in the journal)")
+        }
         // The file was changed and reloaded, but the daemon still runs what it had (until a reload succeeds).
         if let failure = object["reload_error"], let message = failure["message"]?.stringValue {
             let time = failure["time"]?.stringValue.flatMap { EventTextFormat.localTime($0, timeZone: timeZone) }
