@@ -116,8 +116,10 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let detections = EventCounter()
     /// Monotonic nanoseconds of the analysis queue's last poll, for the watchdog.
     private let heartbeat = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
-    /// The scheduling watch's last tick (monotonic ns; its own queue).
+    /// The heartbeat's last tick for the scheduling check: monotonic ns, and the process's CPU time (ns) then
+    /// (``noticeNotScheduled()``, analysis queue).
     private let schedulingTick = Atomic<UInt64>(0)
+    private let schedulingCPU = Atomic<UInt64>(0)
     private let deviceHasWorked = Atomic<Bool>(false)
     /// The custom models running (`[models] files`); replaced on reload (control queue).
     private var heads = HeadModelSet()
@@ -337,48 +339,51 @@ package final class EarshotDaemon: @unchecked Sendable {
         sleep.startSchedule()
         let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
         heartbeatTimer.schedule(deadline: .now(), repeating: .seconds(1))
+        schedulingTick.store(ProducerLoop.monotonicNanoseconds(), ordering: .relaxed)
+        schedulingCPU.store(Self.processCPUNanoseconds(), ordering: .relaxed)
         heartbeatTimer.setEventHandler { [unowned self] in
             heartbeat.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+            noticeNotScheduled()
             updateStatus()
         }
         heartbeatTimer.resume()
-        let schedulingWatch = watchScheduling()
         startStatistics()
         supervisor.start()
         _ = try? notifier.status("opening \(sourceDescription)")
-        withExtendedLifetime((heartbeatTimer, schedulingWatch)) { dispatchMain() }
+        withExtendedLifetime(heartbeatTimer) { dispatchMain() }
     }
 
-    /// Ticks of the scheduling watch (seconds); a tick that comes ``notScheduledSeconds`` or more after the one
-    /// before (CLOCK_MONOTONIC, which counts a stopped process's time, not a suspended machine's) finds a process
-    /// that was not scheduled.
+    /// The heartbeat's period (s); a tick that comes ``notScheduledSeconds`` or more after the one before
+    /// (CLOCK_MONOTONIC, which counts a stopped process's time, not a suspended machine's) while the process used
+    /// less than ``notScheduledCPUShare`` of that time on the CPU finds a process that was not scheduled (an analysis
+    /// queue late because it was busy used the CPU meanwhile).
     static let schedulingTickSeconds = 1.0
     static let notScheduledSeconds = 5.0
+    static let notScheduledCPUShare = 0.25
 
-    /// A timer on its own queue that notices when earshotd itself was not scheduled (SIGSTOP, CPU starvation):
-    /// `overrun` `earshotd was not scheduled for 48 s (CPU starvation or a stopped process); audio of that time may
-    /// be lost`, with `"cause":"not_scheduled"` and `"seconds"`, rather than blaming the device (trial 11 #3). The
-    /// analysis is told, so that the gap that follows is worded as this freeze's.
-    private func watchScheduling() -> any DispatchSourceTimer {
-        let queue = DispatchQueue(label: "earshot.scheduling-watch")
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        schedulingTick.store(ProducerLoop.monotonicNanoseconds(), ordering: .relaxed)
-        timer.schedule(deadline: .now() + Self.schedulingTickSeconds, repeating: Self.schedulingTickSeconds,
-                       leeway: .milliseconds(100))
-        timer.setEventHandler { [unowned self] in
-            let now = ProducerLoop.monotonicNanoseconds()
-            let previous = schedulingTick.exchange(now, ordering: .relaxed)
-            let between = Double(now &- previous) / 1e9
-            guard between >= Self.notScheduledSeconds else { return }
-            // The tick itself was due a tick after the previous one.
-            let frozen = between - Self.schedulingTickSeconds
-            router.route(.health(HealthEvent(
-                state: .overrun, message: Self.notScheduledMessage(seconds: frozen),
-                details: ["cause": .string("not_scheduled"), "seconds": .number(frozen, decimals: 1)])))
-            analysisQueue.async { [self] in pipeline.notScheduled() }
-        }
-        timer.resume()
-        return timer
+    /// Notices, on the heartbeat (analysis queue, no timer of its own), when earshotd itself was not scheduled
+    /// (SIGSTOP, CPU starvation): `overrun` `earshotd was not scheduled for 48 s (CPU starvation or a stopped
+    /// process); audio of that time may be lost`, with `"cause":"not_scheduled"` and `"seconds"`, rather than
+    /// blaming the device (trial 11 #3). The analysis is told, so that the gap that follows is worded as this
+    /// freeze's.
+    private func noticeNotScheduled() {
+        let now = ProducerLoop.monotonicNanoseconds(), cpu = Self.processCPUNanoseconds()
+        let between = Double(now &- schedulingTick.exchange(now, ordering: .relaxed)) / 1e9
+        let used = Double(cpu &- schedulingCPU.exchange(cpu, ordering: .relaxed)) / 1e9
+        guard between >= Self.notScheduledSeconds, used < Self.notScheduledCPUShare * between else { return }
+        // The tick itself was due a tick after the previous one.
+        let frozen = between - Self.schedulingTickSeconds
+        router.route(.health(HealthEvent(
+            state: .overrun, message: Self.notScheduledMessage(seconds: frozen),
+            details: ["cause": .string("not_scheduled"), "seconds": .number(frozen, decimals: 1)])))
+        pipeline.notScheduled()
+    }
+
+    /// The CPU time this process has used (`CLOCK_PROCESS_CPUTIME_ID`), in nanoseconds.
+    private static func processCPUNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 
     /// `earshotd was not scheduled for 48 s (CPU starvation or a stopped process); audio of that time may be lost`.
