@@ -338,7 +338,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         analysisQueue.async { [sleep] in sleep.resumeInterruptedSession() }
         sleep.startSchedule()
         let heartbeatTimer = DispatchSource.makeTimerSource(queue: analysisQueue)
-        heartbeatTimer.schedule(deadline: .now(), repeating: .seconds(1))
+        heartbeatTimer.schedule(deadline: .now(), repeating: Self.heartbeatSeconds)
         schedulingTick.store(ProducerLoop.monotonicNanoseconds(), ordering: .relaxed)
         schedulingCPU.store(Self.processCPUNanoseconds(), ordering: .relaxed)
         heartbeatTimer.setEventHandler { [unowned self] in
@@ -357,7 +357,7 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// (CLOCK_MONOTONIC, which counts a stopped process's time, not a suspended machine's) while the process used
     /// less than ``notScheduledCPUShare`` of that time on the CPU finds a process that was not scheduled (an analysis
     /// queue late because it was busy used the CPU meanwhile).
-    static let schedulingTickSeconds = 1.0
+    static let heartbeatSeconds = 1.0
     static let notScheduledSeconds = 5.0
     static let notScheduledCPUShare = 0.25
 
@@ -372,7 +372,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let used = Double(cpu &- schedulingCPU.exchange(cpu, ordering: .relaxed)) / 1e9
         guard between >= Self.notScheduledSeconds, used < Self.notScheduledCPUShare * between else { return }
         // The tick itself was due a tick after the previous one.
-        let frozen = between - Self.schedulingTickSeconds
+        let frozen = between - Self.heartbeatSeconds
         router.route(.health(HealthEvent(
             state: .overrun, message: Self.notScheduledMessage(seconds: frozen),
             details: ["cause": .string("not_scheduled"), "seconds": .number(frozen, decimals: 1)])))

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import EarshotSupport
+import EarshotDetection
 
 /// The human form of "what the daemon hears now": `earshot status` (the socket's status reply) and `earshot
 /// listen` (one `{"type":"window",...}` line per analysis window), for setting thresholds.
@@ -85,7 +86,8 @@ package enum HearingTextFormat {
     }
 
     /// The health states about the capture itself that `earshot listen` shows between its windows.
-    package static let captureStates: Set<String> = ["capture_unavailable", "capture_live", "input_stalled", "overrun"]
+    package static let captureStates: Set<String> = Set(
+        [HealthEvent.State.captureUnavailable, .captureLive, .inputStalled, .overrun].map(\.rawValue))
 
     /// The `earshot listen` line of a health line about the capture (``captureStates``), nil for any other line:
     /// ` capture unavailable: <message>`, ` capture live again: <message>`, ` input stalled: <message>`,
@@ -95,13 +97,13 @@ package enum HearingTextFormat {
         guard let object = try? JSONValue.parse(line), object["type"]?.stringValue == "health",
               let state = object["state"]?.stringValue, captureStates.contains(state) else { return nil }
         let message = object["message"]?.stringValue ?? ""
-        let what = switch state {
-        case "capture_unavailable": "capture unavailable"
-        case "capture_live": "capture live again"
-        case "input_stalled": "input stalled"
+        let what = switch HealthEvent.State(rawValue: state) {
+        case .captureUnavailable?: "capture unavailable"
+        case .captureLive?: "capture live again"
+        case .inputStalled?: "input stalled"
         default: "audio lost"
         }
-        let said = state == "overrun" && message.hasPrefix("audio lost: ") ? String(message.dropFirst(12)) : message
+        let said = state == HealthEvent.State.overrun.rawValue && message.hasPrefix("audio lost: ") ? String(message.dropFirst(12)) : message
         return said.isEmpty ? " \(what)" : " \(what): \(said)"
     }
 
