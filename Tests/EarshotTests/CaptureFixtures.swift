@@ -17,6 +17,7 @@ enum CaptureFixtures {
         let url = FileManager.default.temporaryDirectory
             .appendingPathComponent("earshot-capture-tests-\(getpid())", isDirectory: true)
         try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        ProcessScratch.removeAtExit(url)
         return url
     }()
 

@@ -95,6 +95,7 @@ import EarshotTools
     static let toneModel: Result<URL, EarshotError> = {
         do throws(EarshotError) {
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-heads-daemon-\(getpid())")
+            ProcessScratch.removeAtExit(directory)
             let data = directory.appendingPathComponent("data")
             do {
                 try HeadTrainingTests.writeFiles(data, label: "tone", count: 4) { index in

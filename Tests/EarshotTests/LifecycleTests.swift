@@ -180,6 +180,18 @@ struct LifecycleTests {
         }
     }
 
+    @Test("the watchdog's health check: a heartbeat under 5 s old is recent, one stored after the clock was read too")
+    func heartbeatIsRecent() {
+        let now: UInt64 = 100_000_000_000
+        #expect(EarshotDaemon.heartbeatIsRecent(now - 4_999_999_999, now: now))
+        #expect(!EarshotDaemon.heartbeatIsRecent(now - 5_000_000_000, now: now))
+        #expect(!EarshotDaemon.heartbeatIsRecent(0, now: now))
+        #expect(EarshotDaemon.heartbeatIsRecent(now, now: now))
+        // The analysis queue stored its heartbeat between the check's two readings (a subtraction trapped here,
+        // audit 12 #1): recent, not a crash.
+        #expect(EarshotDaemon.heartbeatIsRecent(now + 5, now: now))
+    }
+
     @Test("blockSignals blocks SIGTERM, SIGINT and SIGHUP in the calling thread and ignores SIGPIPE")
     func blockSignals() throws {
         // On a pthread of its own, whose mask starts with the three signals unblocked: the mask is per thread.

@@ -308,6 +308,13 @@ package final class EarshotDaemon: @unchecked Sendable {
         }
     }
 
+    /// Whether the analysis queue's last heartbeat (`beat`, uptime in ns) is under 5 s before `now`: what the
+    /// systemd watchdog's keep-alive asks. A heartbeat stored after `now` was read counts as recent (the queue
+    /// stores it concurrently; subtracting would underflow and trap).
+    package static func heartbeatIsRecent(_ beat: UInt64, now: UInt64) -> Bool {
+        now <= beat || now - beat < 5_000_000_000
+    }
+
     /// Starts capture, analysis, signal handling and the watchdog, then runs the main dispatch loop forever.
     package func run() -> Never {
         signals = SignalHandling.install(
@@ -324,7 +331,10 @@ package final class EarshotDaemon: @unchecked Sendable {
                 watchdog = try ServiceWatchdog(
                     queue: control, notifier: notifier,
                     isHealthy: { [unowned self] in
-                        DispatchTime.now().uptimeNanoseconds - heartbeat.load(ordering: .relaxed) < 5_000_000_000
+                        // The analysis queue stores the heartbeat concurrently: read it before the clock, and never
+                        // subtract a later reading from an earlier one (a UInt64 underflow traps).
+                        let beat = heartbeat.load(ordering: .relaxed)
+                        return Self.heartbeatIsRecent(beat, now: DispatchTime.now().uptimeNanoseconds)
                     },
                     onError: { [journal] error in journal.log("watchdog: \(error.message)") })
             } catch {
