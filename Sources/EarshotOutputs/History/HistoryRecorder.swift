@@ -26,7 +26,8 @@ package final class HistoryRecorder: @unchecked Sendable {
         report: @escaping @Sendable (EventHistoryWriter.Report) -> Void
     ) {
         meter = EventLevelMeter(timeLine: timeLine)
-        writer = EventHistoryWriter(path: settings.path, retentionDays: settings.retentionDays, report: report)
+        writer = EventHistoryWriter(path: settings.path, retentionDays: settings.retentionDays,
+                                     checkIntervalSeconds: HistorySettings.checkIntervalSeconds, report: report)
     }
 
     /// One analysis window (gated ones too).

@@ -14,4 +14,17 @@ package struct HistorySettings: Sendable, Equatable {
     package var retentionDays: Int = 30
 
     package init() {}
+
+    /// The environment variable that sets ``checkIntervalSeconds``, for tests only.
+    package static let checkIntervalVariable = "EARSHOT_HISTORY_CHECK_SECONDS"
+
+    /// Seconds between the daemon's full checks of the file (`PRAGMA quick_check`, ``EventHistoryWriter``): an hour
+    /// (``EventHistoryWriter/defaultCheckInterval``), or for tests `EARSHOT_HISTORY_CHECK_SECONDS` (a number in
+    /// 1...86400; anything else is ignored). Not a configuration key: an hour costs about 30 ms for 100,000 events,
+    /// and every write is read back at once anyway.
+    package static var checkIntervalSeconds: Double {
+        guard let text = getenv(checkIntervalVariable).map({ String(cString: $0) }), let seconds = Double(text),
+              seconds >= 1, seconds <= 86_400 else { return EventHistoryWriter.defaultCheckInterval }
+        return seconds
+    }
 }

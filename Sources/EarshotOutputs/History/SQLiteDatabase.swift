@@ -190,4 +190,7 @@ package struct SQLiteError: Error, Equatable {
     package var isCannotOpen: Bool { primaryCode == SQLITE_CANTOPEN }
     /// True when the file is not a database (`SQLITE_NOTADB`) or is damaged (`SQLITE_CORRUPT`).
     package var isNotADatabase: Bool { primaryCode == SQLITE_NOTADB || primaryCode == SQLITE_CORRUPT }
+    /// True when the file cannot be trusted: not a database, damaged, or an I/O error reading or writing it
+    /// (`SQLITE_NOTADB`, `SQLITE_CORRUPT`, `SQLITE_IOERR`).
+    package var isDamage: Bool { isNotADatabase || primaryCode == SQLITE_IOERR }
 }
