@@ -84,14 +84,15 @@ enum DaemonRequest {
     /// A control command's round trip (`earshot sleep`, `earshot test-alert`): sends `request` on `socket`, waits
     /// for a reply of `type` or `error`, and prints it: the line as it came with `json`, an error's message on
     /// standard error, else what `show` makes of the reply (it prints).
-    /// - Returns: 0; for an error reply, `errorStatus(message)`; 69 when no reply came within 10 s (or the daemon
-    ///   cannot be reached: ``run(socket:_:)``).
+    /// - Returns: 0; for an error reply, `errorStatus(message)`; 69 when no reply came within `timeoutSeconds`
+    ///   (or the daemon cannot be reached: ``run(socket:_:)``).
     static func command(_ request: String, replyType type: String, socket: String, json: Bool,
+                        timeoutSeconds: Double = 10,
                         show: ([String: Any]) -> Void, errorStatus: (String) -> Int32,
                         replyStatus: ([String: Any]) -> Int32 = { _ in 0 }) -> Int32 {
         run(socket: socket) { client throws(EarshotError) in
-            guard let reply = try reply(to: request, on: client, types: [type, "error"]) else {
-                reportError(noReply("reply", socket: socket))
+            guard let reply = try reply(to: request, on: client, types: [type, "error"], timeoutSeconds: timeoutSeconds) else {
+                reportError(noReply("reply", socket: socket, seconds: timeoutSeconds))
                 return 69
             }
             let object = (try? JSONSerialization.jsonObject(with: Data(reply.line.utf8))) as? [String: Any] ?? [:]
@@ -106,8 +107,8 @@ enum DaemonRequest {
         }
     }
 
-    /// The line for a request that got no answer within 10 s.
-    static func noReply(_ what: String, socket: String) -> String {
-        "no \(what) from earshotd on \(socket) within 10 s (is it stuck? see journalctl -u earshotd)"
+    /// The line for a request that got no answer within `seconds` (10 by default).
+    static func noReply(_ what: String, socket: String, seconds: Double = 10) -> String {
+        "no \(what) from earshotd on \(socket) within \(Int(seconds)) s (is it stuck? see journalctl -u earshotd)"
     }
 }

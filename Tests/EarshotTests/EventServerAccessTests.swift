@@ -22,8 +22,8 @@ struct EventServerAccessTests {
                 path: path, mode: mode, clientQueueLimitBytes: clientQueueLimitBytes, maxClients: maxClients,
                 maxClientsPerUser: perUser, stalledClientSeconds: stalledSeconds, controlUsers: controlUsers),
             status: S.status)
-        server.register(commands: ["sleep_start", "sleep_stop", "sleep_status"]) { command, _ in
-            ["type": "sleep", "state": .string(command == "sleep_start" ? "started" : command == "sleep_stop" ? "stopped" : "idle")]
+        server.register(commands: ["sleep_start", "sleep_stop", "sleep_status"]) { command, _, reply in
+            reply(["type": "sleep", "state": .string(command == "sleep_start" ? "started" : command == "sleep_stop" ? "stopped" : "idle")])
         }
         return server
     }

@@ -20,13 +20,53 @@ struct EventServerTests {
         let server = try EventServer(
             configuration: .init(path: path),
             status: { ["type": "error", "message": "not ready yet; try again in a moment"] },
-            commands: ["ping"], commandHandler: { command, group in ["type": .string(command), "group": .string(group ?? "")] })
+            commands: ["ping"], commandHandler: { command, group, reply in reply(["type": .string(command), "group": .string(group ?? "")]) })
         defer { server.stop() }
         let client = try EventSubscriber(path: path)
         try client.send(line: #"{"cmd":"ping","group":"baby_cry"}"#)
         #expect(try client.nextReply(timeoutSeconds: S.timeout) == #"{"type":"ping","group":"baby_cry"}"#)
         try client.send(line: #"{"status":true}"#)
         #expect(try client.nextReply(timeoutSeconds: S.timeout) == #"{"type":"error","message":"not ready yet; try again in a moment"}"#)
+    }
+
+    @Test("A command whose reply is deferred (the daemon's test alert) holds only its client's later requests: another client's status and command are answered, and events published, meanwhile; then its reply and its held request come, in order; a second reply is ignored")
+    func deferredReplyKeepsTheServerAnswering() throws {
+        let directory = try TemporarySocketDirectory()
+        let path = directory.file("e.sock")
+        let held = Mutex<EventServer.CommandReply?>(nil)
+        let server = try EventServer(
+            configuration: .init(path: path), status: S.status, commands: ["hold", "ping"],
+            commandHandler: { command, _, reply in
+                if command == "hold" {
+                    held.withLock { $0 = reply }
+                } else {
+                    reply(["type": .string(command)])
+                }
+            })
+        defer { server.stop() }
+        let waiting = try EventSubscriber(path: path)
+        // One write, one batch: the ping after the held command waits for its reply.
+        try waiting.send(line: #"{"cmd":"hold"}"# + "\n" + #"{"cmd":"ping"}"#)
+        #expect(S.eventually { held.withLock { $0 != nil } })
+
+        let other = try EventSubscriber(path: path)
+        try other.send(line: #"{"status":true}"#)
+        let status = try #require(try S.lines(other, 1).first)
+        #expect(status.hasPrefix(#"{"type":"status","uptime_seconds":12.5,"device":"hw:1,0","xruns":3,"windows_analysed":1234,"subscribers":2,"#), "\(status)")
+        try other.send(line: #"{"cmd":"ping"}"#)
+        #expect(try S.lines(other, 1) == [#"{"type":"ping"}"#])
+        let event = S.onset("smoke_alarm", "Smoke detector, smoke alarm", 0.9, 0)
+        server.publish(event, time: S.wallClock)
+        #expect(try S.lines(other, 1) == [S.line(event)])
+
+        let reply = try #require(held.withLock { $0 })
+        reply(["type": "held", "n": 1])
+        reply(["type": "held", "n": 2])
+        // The event went out while the command waited; its reply, then the ping held behind it; the second reply
+        // never comes (the status below is the next line).
+        #expect(try S.lines(waiting, 3) == [S.line(event), #"{"type":"held","n":1}"#, #"{"type":"ping"}"#])
+        try waiting.send(line: #"{"status":true}"#)
+        #expect(try S.lines(waiting, 1).first?.hasPrefix(#"{"type":"status","#) == true)
     }
 
     @Test("Several subscribers receive the same events, in order, as exact JSON lines")

@@ -123,6 +123,9 @@ package final class MQTTConnection: @unchecked Sendable {
         var finalMessages: [MQTTMessage] = []
         var stopDeadline: Double = 0
         var published = 0
+        /// Messages someone waits to see acknowledged (``enqueue(_:acknowledged:)``): the outbox sequence numbers
+        /// not acknowledged yet, and what runs once none is left.
+        var watches: [(sequences: Set<UInt64>, acknowledged: @Sendable () -> Void)] = []
     }
 
     private let shared: Mutex<Shared>
@@ -196,6 +199,27 @@ package final class MQTTConnection: @unchecked Sendable {
             return true
         }
         if queued { signal() }
+    }
+
+    /// Queues `messages` (QoS 1: only these are acknowledged) like ``enqueue(_:)``, and runs `acknowledged` once
+    /// the broker has acknowledged every one of them (PUBACK; on the connection's thread), however many
+    /// reconnects that takes. Returns false, and runs nothing, when they are not queued (stopping). A message the
+    /// full outbox drops is never acknowledged: `acknowledged` does not run then.
+    package func enqueue(_ messages: [MQTTMessage], acknowledged: @escaping @Sendable () -> Void) -> Bool {
+        precondition(messages.allSatisfy { $0.qos == 1 }, "only QoS 1 messages are acknowledged")
+        let queued = shared.withLock { shared -> Bool in
+            guard !shared.stopping else { return false }
+            let sequences = Set(messages.map { shared.outbox.append($0) })
+            // A watch with a message the full outbox dropped (this one's included) can never be done.
+            let outbox = shared.outbox
+            shared.watches.removeAll { watch in watch.sequences.contains { !outbox.holds(sequence: $0) } }
+            if !sequences.isEmpty, sequences.allSatisfy({ outbox.holds(sequence: $0) }) {
+                shared.watches.append((sequences, acknowledged))
+            }
+            return true
+        }
+        if queued { signal() }
+        return queued
     }
 
     /// Whether the broker has accepted the current connection.
@@ -474,7 +498,14 @@ package final class MQTTConnection: @unchecked Sendable {
 
     private func didPublish(mid: Int32) {
         finalMids.remove(mid)
-        shared.withLock { $0.outbox.acknowledge(mid: mid) }
+        let done = shared.withLock { shared -> [@Sendable () -> Void] in
+            guard let sequence = shared.outbox.acknowledge(mid: mid), !shared.watches.isEmpty else { return [] }
+            for index in shared.watches.indices { shared.watches[index].sequences.remove(sequence) }
+            let done = shared.watches.filter { $0.sequences.isEmpty }.map(\.acknowledged)
+            shared.watches.removeAll { $0.sequences.isEmpty }
+            return done
+        }
+        for acknowledged in done { acknowledged() }
     }
 
     private func didReceive(_ message: mosquitto_message) {

@@ -53,8 +53,9 @@ package struct MQTTOutbox: Sendable {
 
     package var count: Int { entries.count }
 
-    /// Queues `message` at the end.
-    package mutating func append(_ message: MQTTMessage) {
+    /// Queues `message` at the end; returns its sequence number (``Entry/sequence``).
+    @discardableResult
+    package mutating func append(_ message: MQTTMessage) -> UInt64 {
         if message.retain, let index = entries.firstIndex(where: { $0.mid == nil && $0.message.retain && $0.message.topic == message.topic }) {
             entries.remove(at: index)
         }
@@ -64,6 +65,12 @@ package struct MQTTOutbox: Sendable {
             entries.remove(at: index)
             dropped += 1
         }
+        return nextSequence &- 1
+    }
+
+    /// Whether the entry `sequence` is still held (not acknowledged, not dropped).
+    package func holds(sequence: UInt64) -> Bool {
+        entries.contains { $0.sequence == sequence }
     }
 
     /// The entries not yet sent on this connection, in order.
@@ -84,8 +91,11 @@ package struct MQTTOutbox: Sendable {
     }
 
     /// The broker acknowledged `mid` (QoS 1): the entry is done (a QoS 0 entry is gone already, ``markSent``).
-    package mutating func acknowledge(mid: Int32) {
-        if let index = entries.firstIndex(where: { $0.mid == mid }) { entries.remove(at: index) }
+    /// Returns its sequence number, nil when no entry was sent as `mid`.
+    @discardableResult
+    package mutating func acknowledge(mid: Int32) -> UInt64? {
+        guard let index = entries.firstIndex(where: { $0.mid == mid }) else { return nil }
+        return entries.remove(at: index).sequence
     }
 
     /// The connection is gone: QoS 0 messages are dropped, the rest will be sent again on the next one.

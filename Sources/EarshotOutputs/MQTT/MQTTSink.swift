@@ -135,6 +135,11 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     /// The connection (for its counters).
     package var client: MQTTConnection { connection }
 
+    /// Where a test alert goes, as its receipt names it: the broker's `host:port`.
+    package var testAlertDestination: TestAlertReceipt.Destination {
+        TestAlertReceipt.Destination(output: name, target: connection.endpoint.description)
+    }
+
     // MARK: OutputSink
 
     package func accepts(_ output: DaemonOutput) -> Bool {
@@ -280,13 +285,24 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         object["node"] = .string(settings.node)
         let group = routed.output.group
         let critical = group.map { Self.criticalGroups.contains($0) } ?? false
-        connection.enqueue(MQTTMessage(topic: topics.event, text: object.encoded, qos: 1, retain: false, critical: critical))
-        if case .testAlert = routed.output {
+        let event = MQTTMessage(topic: topics.event, text: object.encoded, qos: 1, retain: false, critical: critical)
+        if case .testAlert(let alert) = routed.output {
             // The event entity's too, so that an automation on it is part of what the test tries.
             var detected: JSONObject = ["event_type": .string(TestAlert.type)]
             for entry in object.entries where entry.key != "type" { detected[entry.key] = entry.value }
-            connection.enqueue(MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false))
+            let messages = [event, MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false)]
+            guard let receipt = alert.receipt else {
+                for message in messages { connection.enqueue(message) }
+                return
+            }
+            // Acknowledged (PUBACK) once the broker has both; what is still in the outbox at the receipt's deadline
+            // is what it says was not reached.
+            let destination = testAlertDestination
+            let queued = connection.enqueue(messages) { receipt.report(.acknowledged, for: destination) }
+            if !queued { receipt.report(.notSent("the daemon is stopping"), for: destination) }
+            return
         }
+        connection.enqueue(event)
         guard let group else { return }
         let type = object["type"]?.stringValue
         let isPoint = group == AlarmEvent.alarmChirp

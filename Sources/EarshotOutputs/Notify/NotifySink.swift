@@ -194,9 +194,13 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .health(let health):
             deliverHealth(health, time: routed.time)
             return
-        case .testAlert:
-            guard !state.withLock({ $0.stopped }) else { return }
-            enqueue(NotificationMessage.testAlert(node: settings.node, time: routed.time, format: settings.format))
+        case .testAlert(let alert):
+            guard !state.withLock({ $0.stopped }) else {
+                for target in targets { alert.receipt?.report(.notSent("the daemon is stopping"), for: destination(target)) }
+                return
+            }
+            enqueue(NotificationMessage.testAlert(node: settings.node, time: routed.time, format: settings.format),
+                    receipt: alert.receipt)
             return
         case .detection(.onset): isOnset = true
         case .detection(.offset): isOnset = false
@@ -430,18 +434,28 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         scheduleReminder(group: group, generation: generation, after: settings.repeatAfterSeconds)
     }
 
-    private func enqueue(_ message: NotificationMessage) {
+    /// Queues `message` for every URL; `receipt` (a test alert's) gets each URL's first attempt.
+    private func enqueue(_ message: NotificationMessage, receipt: TestAlertReceipt? = nil) {
         for target in targets {
-            if target.pending.load(ordering: .relaxed) >= settings.queueLimit {
+            let waiting = target.pending.load(ordering: .relaxed)
+            if waiting >= settings.queueLimit {
                 dropped.wrappingAdd(1, ordering: .relaxed)
+                receipt?.report(.notSent("its queue is full (\(waiting) notifications waiting)"), for: destination(target))
                 continue
             }
             target.pending.wrappingAdd(1, ordering: .relaxed)
             target.queue.async { [self] in
-                send(message, to: target)
+                send(message, to: target, receipt: receipt)
                 target.pending.wrappingSubtract(1, ordering: .relaxed)
             }
         }
+    }
+
+    /// The URLs a test alert goes to, as its receipt names them (``NotifySettings/shownURL(_:index:count:)``).
+    package var testAlertDestinations: [TestAlertReceipt.Destination] { targets.map(destination) }
+
+    private func destination(_ target: Target) -> TestAlertReceipt.Destination {
+        TestAlertReceipt.Destination(output: name, target: target.origin)
     }
 
     /// Tries `message` on `target` (on its queue), with retries, and counts and reports the outcome.
@@ -453,8 +467,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// ``NotifySettings/urgentMaximumRetryDelaySeconds`` unless `Retry-After` says more, instead of `retries`
     /// times; the outage is reported once its `retries` are used up, as for any other. An end whose onset this URL
     /// never accepted says so (``NotificationMessage/missedOnset()``): the phone never reads "ended" about an
-    /// alarm it was not told of.
-    private func send(_ original: NotificationMessage, to target: Target) {
+    /// alarm it was not told of. `receipt` (a test alert's) gets the first attempt's outcome.
+    private func send(_ original: NotificationMessage, to target: Target, receipt: TestAlertReceipt? = nil) {
         var message = original
         switch original.kind {
         case .end:
@@ -475,6 +489,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             if stopping.load(ordering: .relaxed) {
                 let left = Double(Int64(stopDeadline.load(ordering: .relaxed)) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
                 guard left > 0.05 else {
+                    if attempt == 0 { receipt?.report(.notSent("the daemon is stopping"), for: destination(target)) }
                     // Counted, and logged by stop(); not an outage of the URL.
                     giveUp(message, on: target, problem: lastProblem, attempts: attempt, retryable: true, reported: true)
                     return
@@ -490,6 +505,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             var retryAfter: Double?
             switch outcome {
             case .status(let status, _) where (200..<300).contains(status):
+                if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
                 sent.wrappingAdd(1, ordering: .relaxed)
                 if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
                 let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
@@ -512,6 +528,13 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             }
             let now = Self.uptime()
             let windowLeft = retryWindow > 0 ? started + retryWindow - now : 0
+            if attempt == 1, let receipt {
+                // A test alert keeps `retries` (no retry window): that many more, unless not worth it or stopping.
+                var status: Int?
+                if case .status(let code, _) = outcome { status = code }
+                let retriesLeft = retryable && !stopping.load(ordering: .relaxed) ? settings.retries : 0
+                receipt.report(.failed(problem: lastProblem, httpStatus: status, retriesLeft: retriesLeft), for: destination(target))
+            }
             if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || windowLeft > 0 {
                 var wait = settings.retryDelay(beforeRetry: attempt)
                 if retryWindow > 0 { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }

@@ -55,12 +55,24 @@ package enum DaemonOutput: Sendable {
     }
 }
 
-/// A test alert (``DaemonOutput/testAlert(_:)``) and who asked for it.
+/// A test alert (``DaemonOutput/testAlert(_:)``), who asked for it, and where the network outputs report what they
+/// did with it.
 package struct TestAlert: Sendable, Equatable {
     /// `the event socket`, `an MQTT command`: said in the journal line.
     package var requestedBy: String
+    /// Collects each `[notify]` URL's first attempt and the MQTT broker's acknowledgement for the one who asked
+    /// (`earshot test-alert`); nil when nobody waits for them (Home Assistant's button).
+    package var receipt: TestAlertReceipt?
 
-    package init(requestedBy: String) { self.requestedBy = requestedBy }
+    package init(requestedBy: String, receipt: TestAlertReceipt? = nil) {
+        self.requestedBy = requestedBy
+        self.receipt = receipt
+    }
+
+    /// The same request and the same receipt (by identity).
+    package static func == (lhs: TestAlert, rhs: TestAlert) -> Bool {
+        lhs.requestedBy == rhs.requestedBy && lhs.receipt === rhs.receipt
+    }
 
     /// The `type` of its JSON object (`{"type":"test_alert","time":...}`) and its MQTT `event_type`.
     package static let type = "test_alert"

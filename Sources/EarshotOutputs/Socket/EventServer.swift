@@ -29,7 +29,9 @@ import EarshotDetection
 ///   (a group that exists but is not watched, listed in `Configuration.unwatchedGroups`, gets how to watch it)
 ///   and the filter is left as it was. Before any subscribe request a client receives every group.
 /// - `{"cmd":NAME}` for a command registered with ``register(commands:handler:)`` (the daemon's `sleep_start`,
-///   `sleep_stop`, `sleep_status`) gets the handler's reply object.
+///   `sleep_stop`, `sleep_status`) gets the handler's reply object, at once or later (the daemon's `test` waits
+///   for the network outputs' results): the queue serves everyone else meanwhile, and the client's own later
+///   requests are answered after it, in order.
 /// - `{"cmd":"listen"}` (answered `{"type":"listening"}`): the client also gets a `{"type":"window",...}` line per
 ///   analysis window, whatever its group filter (``publish(window:)``), until it disconnects (`earshot listen`).
 /// - `{"status":true}` or `{"cmd":"status"}` asks for a status reply: the daemon's fields (from the `status`
@@ -359,12 +361,19 @@ package final class EventServer: @unchecked Sendable {
         listeners.store(clients.values.filter(\.listening).count, ordering: .relaxed)
     }
 
-    /// Answers a registered command: gets its name and the request's `group` (nil without one), returns the reply
-    /// object. Runs on the server's queue; it may wait briefly for another queue, never for the server's.
-    package typealias CommandHandler = @Sendable (_ command: String, _ group: String?) -> JSONObject
+    /// Sends the reply object to a registered command: once (later calls are ignored), from any thread.
+    package typealias CommandReply = @Sendable (JSONObject) -> Void
 
-    /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with `handler`'s object. A later
-    /// call replaces the earlier one.
+    /// Answers a registered command: gets its name, the request's `group` (nil without one) and `reply`, which it
+    /// calls once with the reply object, before returning or later (a deferred reply: the daemon's test alert waits
+    /// for the network outputs' results). Runs on the server's queue; it may wait briefly for another queue, never
+    /// for the server's, and never waits for the reply it defers: the queue goes on serving other clients and
+    /// publishing meanwhile, and only this client's later requests wait for it (they are answered in order).
+    /// - Important: `reply` must be called, or the client gets no further replies.
+    package typealias CommandHandler = @Sendable (_ command: String, _ group: String?, _ reply: @escaping CommandReply) -> Void
+
+    /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with what `handler` replies. A
+    /// later call replaces the earlier one.
     package func register(commands: [String], handler: @escaping CommandHandler) {
         onQueue {
             commandNames = commands
@@ -729,16 +738,18 @@ package final class EventServer: @unchecked Sendable {
             let hungUp = poll(&poller, 1, 0) > 0 && poller.revents & Int16(POLLHUP) != 0
             client.cancelReading()
             queue.async { [self, batch] in
-                answer(batch, from: client)
-                if hungUp { drop(client) }
+                answer(batch[...], from: client) { [self] in
+                    if hungUp { drop(client) }
+                }
             }
             return
         }
         guard !batch.isEmpty else { return }
         client.suspendReading()
         queue.async { [self, batch] in
-            answer(batch, from: client)
-            requestQueue.async { client.resumeReading() }
+            answer(batch[...], from: client) { [self] in
+                requestQueue.async { client.resumeReading() }
+            }
         }
     }
 
@@ -774,15 +785,49 @@ package final class EventServer: @unchecked Sendable {
         }
     }
 
-    /// Server queue: answers a batch of one client's requests, in order.
-    private func answer(_ batch: [Incoming], from client: Client) {
-        for item in batch {
-            guard !client.isClosed else { return }
+    /// Server queue: answers a batch of one client's requests, in order, then runs `finished`. A command whose
+    /// reply is deferred (``CommandHandler``) holds the rest of the batch, not the queue: the rest is answered, and
+    /// `finished` run, once that reply has come.
+    private func answer(_ batch: ArraySlice<Incoming>, from client: Client, finished: @escaping @Sendable () -> Void) {
+        var rest = batch
+        while let item = rest.popFirst() {
+            guard !client.isClosed else { break }
             switch item {
-            case .reply(let object): reply(object, to: client)
-            case .request(let request): handleRequest(request, from: client)
+            case .reply(let object):
+                reply(object, to: client)
+            case .request(.command(let name, let group)):
+                let remaining = rest
+                let deferred = runCommand(name, group: group, from: client) { [self] object in
+                    queue.async { [self] in
+                        reply(object, to: client)
+                        answer(remaining, from: client, finished: finished)
+                    }
+                }
+                if deferred { return }
+            case .request(let request):
+                handleRequest(request, from: client)
             }
         }
+        finished()
+    }
+
+    /// Server queue: a registered command. Replies now (a refusal, or the handler's reply given before it
+    /// returned) and returns false, or returns true and hands the reply to `later` when it comes (on the giving
+    /// thread).
+    private func runCommand(
+        _ name: String, group: String?, from client: Client, later: @escaping @Sendable (JSONObject) -> Void
+    ) -> Bool {
+        if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
+            let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
+            reply(Self.error("\(name) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
+            return false
+        }
+        guard let commandHandler else { return false }
+        let pending = PendingReply()
+        commandHandler(name, group) { object in pending.give(object) }
+        guard let object = pending.handlerReturned(later: later) else { return true }
+        reply(object, to: client)
+        return false
     }
 
     private static func error(_ message: String) -> JSONObject {
@@ -813,13 +858,10 @@ package final class EventServer: @unchecked Sendable {
             client.listening = true
             countListeners()
             reply(["type": "listening"], to: client)
-        case .command(let name, let group):
-            if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
-                let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
-                reply(Self.error("\(name) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
-                return
-            }
-            if let commandHandler { reply(commandHandler(name, group), to: client) }
+        case .command:
+            // Answered by `answer(_:from:finished:)` (`runCommand`), which holds the batch's later requests while
+            // a reply is deferred.
+            break
         case .status:
             dropHungUpClients()
             let fields = statusProvider()
@@ -1056,6 +1098,55 @@ private final class Client: @unchecked Sendable {
         requestQueue.async { [self] in cancelReading() }
         if !waitingForWritable { writeSource.resume() }  // a suspended source must be resumed to be released
         writeSource.cancel()
+    }
+}
+
+/// The reply to one registered command (``EventServer/CommandHandler``): given by the handler once, from any thread,
+/// before it returns or later. A state machine under a lock: the server queue learns whether the reply came while the
+/// handler ran (it is sent at once, as before deferred replies existed, ahead of anything the handler published) or
+/// is still to come (then `later` runs with it, on the giving thread).
+private final class PendingReply: Sendable {
+    private enum State {
+        /// The handler is running; nothing given yet.
+        case running
+        /// Given while the handler ran.
+        case given(JSONObject)
+        /// The handler returned without it: `later` runs when it is given.
+        case deferred(later: @Sendable (JSONObject) -> Void)
+        /// Sent, or handed to `later`: further ones are ignored.
+        case done
+    }
+
+    private let state = Mutex(State.running)
+
+    /// The handler's `reply`: the first call counts.
+    func give(_ object: JSONObject) {
+        let later = state.withLock { state -> (@Sendable (JSONObject) -> Void)? in
+            switch state {
+            case .running:
+                state = .given(object)
+                return nil
+            case .deferred(let later):
+                state = .done
+                return later
+            case .given, .done:
+                return nil
+            }
+        }
+        later?(object)
+    }
+
+    /// Server queue, once the handler has returned: the reply if it was given meanwhile (the caller sends it), else
+    /// nil, and `later` gets it when it is given.
+    func handlerReturned(later: @escaping @Sendable (JSONObject) -> Void) -> JSONObject? {
+        state.withLock { state in
+            guard case .given(let object) = state else {
+                state = .deferred(later: later)
+                return nil
+            }
+            state = .done
+            return object
+        }
     }
 }
 

@@ -93,7 +93,7 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let mutes = GroupMutes()
     /// How the socket's commands and status replies reach this daemon, and whether it is starting, running or stopping.
     private let link: DaemonLink
-    /// Uptime (s) of the last test alert sent (``sendTestAlert(requestedBy:)``).
+    /// Uptime (s) of the last test alert sent (``sendTestAlert(requestedBy:reply:)``).
     private let lastTestAlert = Mutex<Double?>(nil)
     /// The groups the control state lists (the watched ones, and every one that publishes), set at start and reload.
     private let controlGroups = Mutex<(groups: [String], eventGroups: [String])>(([], []))
@@ -196,7 +196,7 @@ package final class EarshotDaemon: @unchecked Sendable {
                 controlUsers: output.controlUsers.isEmpty ? [0, geteuid()] : Set(output.controlUsers)),
             status: { link.status() },
             commands: SleepService.commands + ["mute", "unmute", Self.testCommand],
-            commandHandler: { command, group in link.answer(command, group: group) })
+            commandHandler: { command, group, reply in link.answer(command, group: group, reply: reply) })
         self.server = server
         // After the socket: a scrape that answers means the socket can be connected to.
         do {
@@ -649,11 +649,18 @@ package final class EarshotDaemon: @unchecked Sendable {
         ])]
     }
 
-    /// What a test alert is known not to reach as it is sent (``sendTestAlert(requestedBy:)``): `"mqtt"` when the
-    /// broker is disconnected (the alert waits in the outbox); empty otherwise.
-    private var testAlertNotReached: JSONObject {
-        guard let client = mqttSink?.client, !client.isConnected else { return [:] }
-        return ["mqtt": .string("the broker \(client.endpoint.description) is disconnected: the alert waits in the outbox (\(client.backlog.waiting) messages waiting) and goes out when it connects")]
+    /// Why the MQTT broker was not reached by a test alert's deadline: `the broker HOST:PORT is disconnected: the
+    /// alert waits in the outbox (N messages waiting) and goes out when it connects`, or, connected, `the broker
+    /// HOST:PORT has not acknowledged it within 10 s: it waits in the outbox (N messages waiting)`.
+    private var mqttNotReached: String {
+        guard let client = mqttSink?.client else { return "MQTT is off" }
+        let broker = client.endpoint.description
+        let waiting = client.backlog.waiting
+        let count = "\(waiting) message\(waiting == 1 ? "" : "s") waiting"
+        if !client.isConnected {
+            return "the broker \(broker) is disconnected: the alert waits in the outbox (\(count)) and goes out when it connects"
+        }
+        return "the broker \(broker) has not acknowledged it within \(Int(TestAlertReceipt.deadlineSeconds)) s: it waits in the outbox (\(count))"
     }
 
     /// With `[metrics]` on: routes the counters no output carries (``RuntimeStatistics``) every second, from the
@@ -721,12 +728,14 @@ package final class EarshotDaemon: @unchecked Sendable {
     }
 
     /// Answers a socket command registered in `init` (`sleep_start`, `sleep_stop`, `sleep_status`, `mute`, `unmute`,
-    /// `test`) once the daemon runs; ``DaemonLink/answer(_:group:)`` answers for it while it starts or stops.
-    fileprivate func answer(_ command: String, group: String?) -> JSONObject {
+    /// `test`) once the daemon runs; ``DaemonLink/answer(_:group:reply:)`` answers for it while it starts or stops.
+    /// Every reply but a test alert's is given before returning; that one when the network outputs have their
+    /// results (``sendTestAlert(requestedBy:reply:)``).
+    fileprivate func answer(_ command: String, group: String?, reply: @escaping EventServer.CommandReply) {
         switch command {
-        case "mute", "unmute": setMute(group, muted: command == "mute")
-        case Self.testCommand: sendTestAlert(requestedBy: "the event socket")
-        default: sleep.handle(command: command)
+        case "mute", "unmute": reply(setMute(group, muted: command == "mute"))
+        case Self.testCommand: sendTestAlert(requestedBy: "the event socket", reply: reply)
+        default: reply(sleep.handle(command: command))
         }
     }
 
@@ -764,13 +773,19 @@ package final class EarshotDaemon: @unchecked Sendable {
     static let testAlertIntervalSeconds = 10.0
 
     /// Routes a test alert (``DaemonOutput/testAlert(_:)``) unless one went out less than
-    /// ``testAlertIntervalSeconds`` ago. Any thread; `requestedBy` is said in the journal line.
-    /// - Returns: `{"type":"test_alert_sent","time":...,"node":...,"outputs":["socket","journal",...],"message":...}`
-    ///   (the outputs it was handed to; `message`, the notification's words, with `[notify] url` set; `not_reached`,
-    ///   output name to why, for an MQTT broker disconnected as it is sent; `notify_failing`, the `[notify]` URLs
-    ///   failing until now, which this alert is tried on all the same), or an error reply:
-    ///   `test alert refused: one was sent 3 s ago; at most one per 10 s (try again in 7 s)`.
-    fileprivate func sendTestAlert(requestedBy: String) -> JSONObject {
+    /// ``testAlertIntervalSeconds`` ago, and replies once the outputs that reach over the network have their result
+    /// for it (each `[notify]` URL's first attempt, the MQTT broker's acknowledgement), or
+    /// ``TestAlertReceipt/deadlineSeconds`` after it went out. Any thread; returns at once (`reply` runs later, on
+    /// the thread of the last result or of the deadline). `requestedBy` is said in the journal line.
+    ///
+    /// The reply: `{"type":"test_alert_sent","time":...,"node":...,"outputs":["socket","journal",...],"message":...,
+    /// "results":[...]}`: the outputs it was handed to; `message`, the notification's words, with `[notify] url`
+    /// set; `results`, one object per network destination, in order (``testAlertResult(_:)``); `not_reached`,
+    /// output name to why, for the MQTT broker not acknowledging it by the deadline and for `[notify]` URLs whose
+    /// first attempt failed or had no answer by then (`URL: HTTP 500 (retrying: 3 more attempts)`, joined with `; `);
+    /// `notify_failing`, the `[notify]` URLs that were failing before it. Or an error reply at once: `test alert
+    /// refused: one was sent 3 s ago; at most one per 10 s (try again in 7 s)`.
+    fileprivate func sendTestAlert(requestedBy: String, reply: @escaping EventServer.CommandReply) {
         let now = Double(DispatchTime.now().uptimeNanoseconds) / 1e9
         let interval = Self.testAlertIntervalSeconds
         let since = lastTestAlert.withLock { last -> Double? in
@@ -780,23 +795,101 @@ package final class EarshotDaemon: @unchecked Sendable {
         }
         if let since {
             let wait = max(1, Int((interval - since).rounded(.up)))
-            return ["type": "error", "message": .string("test alert refused: one was sent \(Int(since.rounded(.down))) s ago; at most one per \(Int(interval)) s (try again in \(wait) s)")]
+            return reply(["type": "error", "message": .string("test alert refused: one was sent \(Int(since.rounded(.down))) s ago; at most one per \(Int(interval)) s (try again in \(wait) s)")])
         }
-        let output = DaemonOutput.testAlert(TestAlert(requestedBy: requestedBy))
         let time = Date()
-        router.route(output, at: time)
-        var reply: JSONObject = [
+        let outputs = router.sinkNames(accepting: .testAlert(TestAlert(requestedBy: requestedBy)))
+        var sent: JSONObject = [
             "type": "test_alert_sent", "time": .string(EventJSON.timestamp(time)), "node": .string(mqttSettings.node),
-            "outputs": .array(router.sinkNames(accepting: output).map { .string($0) }),
+            "outputs": .array(outputs.map { .string($0) }),
         ]
-        if notifySink != nil { reply["message"] = .string(NotificationMessage.testAlertText(node: notifySettings.node)) }
-        let notReached = testAlertNotReached
-        if !notReached.entries.isEmpty { reply["not_reached"] = .object(notReached) }
+        if notifySink != nil { sent["message"] = .string(NotificationMessage.testAlertText(node: notifySettings.node)) }
         // Failing until now: this alert is tried all the same, and may be the one that gets through.
         if let failing = notifySink?.failingURLs, !failing.isEmpty {
-            reply["notify_failing"] = .array(failing.map { .string($0) })
+            sent["notify_failing"] = .array(failing.map { .string($0) })
         }
-        return reply
+        var destinations: [TestAlertReceipt.Destination] = []
+        if let notifySink, outputs.contains(notifySink.name) { destinations += notifySink.testAlertDestinations }
+        if let mqttSink, outputs.contains(mqttSink.name) { destinations.append(mqttSink.testAlertDestination) }
+        let receipt = TestAlertReceipt(destinations: destinations) { [weak self, sent] entries in
+            var result = sent
+            if let self {
+                result["results"] = .array(entries.map { .object(testAlertResult($0)) })
+                let notReached = testAlertNotReached(entries)
+                if !notReached.entries.isEmpty { result["not_reached"] = .object(notReached) }
+            }
+            reply(result)
+        }
+        router.route(.testAlert(TestAlert(requestedBy: requestedBy, receipt: receipt)), at: time)
+        receipt.start()
+    }
+
+    /// One network destination's result in a test alert's reply: `{"output":"notify","target":URL,...}` or
+    /// `{"output":"mqtt","target":"host:port",...}` with `"result"`:
+    /// - `delivered`: the URL accepted the first attempt (`"http_status":200`), in `"seconds"` from the alert;
+    /// - `failed`: the first attempt failed (`"problem"`: `HTTP 500` or libcurl's words, `"http_status"` with an
+    ///   answer, `"retries_left"`: the attempts still to come);
+    /// - `acknowledged`: the broker acknowledged it (PUBACK), in `"seconds"`;
+    /// - `not_sent`: it never went out (`"problem"`: the URL's queue full, the daemon stopping);
+    /// - `no_answer` (a URL) and `not_acknowledged` (the broker, with `"connected"` and `"waiting"`, the messages
+    ///   in its outbox, as the deadline passes): nothing by the deadline (`"seconds"`).
+    private func testAlertResult(_ entry: TestAlertReceipt.Entry) -> JSONObject {
+        var object: JSONObject = ["output": .string(entry.destination.output), "target": .string(entry.destination.target)]
+        switch entry.outcome {
+        case .delivered(let status)?:
+            object["result"] = "delivered"
+            object["http_status"] = .int(status)
+        case .failed(let problem, let status, let retriesLeft)?:
+            object["result"] = "failed"
+            object["problem"] = .string(problem)
+            if let status { object["http_status"] = .int(status) }
+            object["retries_left"] = .int(retriesLeft)
+        case .acknowledged?:
+            object["result"] = "acknowledged"
+        case .notSent(let problem)?:
+            object["result"] = "not_sent"
+            object["problem"] = .string(problem)
+        case nil:
+            if let client = mqttSink?.client, entry.destination.output == "mqtt" {
+                object["result"] = "not_acknowledged"
+                object["connected"] = .bool(client.isConnected)
+                object["waiting"] = .int(client.backlog.waiting)
+            } else {
+                object["result"] = "no_answer"
+            }
+        }
+        object["seconds"] = .number(entry.seconds, decimals: 2)
+        return object
+    }
+
+    /// The `not_reached` of a test alert's reply: `"mqtt"` (``mqttNotReached``) unless the broker acknowledged it,
+    /// and `"notify"` naming each URL that did not accept the first attempt: `URL: HTTP 500 (retrying: 3 more
+    /// attempts)`, `URL: no answer within 10 s (still trying)`, `URL: not sent: ...`, joined with `; `.
+    private func testAlertNotReached(_ entries: [TestAlertReceipt.Entry]) -> JSONObject {
+        var object: JSONObject = [:]
+        var notify: [String] = []
+        for entry in entries {
+            let target = entry.destination.target
+            switch (entry.destination.output, entry.outcome) {
+            case (_, .delivered?), (_, .acknowledged?):
+                continue
+            case ("mqtt", _):
+                object["mqtt"] = .string(mqttNotReached)
+            case (_, .failed(let problem, _, let retriesLeft)?):
+                notify.append("\(target): \(problem) (\(Self.retriesText(retriesLeft)))")
+            case (_, .notSent(let problem)?):
+                notify.append("\(target): not sent: \(problem)")
+            case (_, nil):
+                notify.append("\(target): no answer within \(Int(TestAlertReceipt.deadlineSeconds)) s (still trying)")
+            }
+        }
+        if !notify.isEmpty { object["notify"] = .string(notify.joined(separator: "; ")) }
+        return object
+    }
+
+    /// `retrying: 3 more attempts`, `retrying: 1 more attempt`, `not retried`.
+    static func retriesText(_ count: Int) -> String {
+        count > 0 ? "retrying: \(count) more attempt\(count == 1 ? "" : "s")" : "not retried"
     }
 
     /// A command from the MQTT broker (on its connection's thread): applied on the control queue.
@@ -817,9 +910,11 @@ package final class EarshotDaemon: @unchecked Sendable {
                     routeControls()  // echo the unchanged state
                 }
             case .testAlert:
-                let reply = sendTestAlert(requestedBy: "MQTT (Home Assistant's Test alert button)")
-                if reply["type"]?.stringValue == "error", let message = reply["message"]?.stringValue {
-                    journal.log("MQTT: \(message)", priority: 4)
+                // Nobody waits for the reply: only a refusal is said (the results are not).
+                sendTestAlert(requestedBy: "MQTT (Home Assistant's Test alert button)") { [journal] reply in
+                    if reply["type"]?.stringValue == "error", let message = reply["message"]?.stringValue {
+                        journal.log("MQTT: \(message)", priority: 4)
+                    }
                 }
             }
         }
@@ -992,7 +1087,7 @@ private final class DaemonLink: @unchecked Sendable {
     let phase = Atomic<Phase>(.starting)
 
     /// How long after its socket opened a starting daemon is waited for, in seconds: 8, under the 10 s that
-    /// `earshot status`, `sleep` and `test-alert` wait for a reply, so that they print ``stillStarting`` rather
+    /// `earshot status` and `sleep` wait for a reply (`test-alert`, 15 s), so that they print ``stillStarting`` rather
     /// than "no reply within 10 s". (2 s was too short: on a loaded machine a whole-suite test run sent a mute
     /// right after the socket appeared, and the daemon was not complete 2 s later.)
     static let startWaitSeconds = 8
@@ -1018,13 +1113,13 @@ private final class DaemonLink: @unchecked Sendable {
         }
     }
 
-    /// The reply to a registered socket command: the daemon's once it runs; ``stillStarting`` or ``stopping``
+    /// Replies to a registered socket command: the daemon does once it runs; ``stillStarting`` or ``stopping``
     /// otherwise.
-    func answer(_ command: String, group: String?) -> JSONObject {
+    func answer(_ command: String, group: String?, reply: @escaping EventServer.CommandReply) {
         switch daemonWhenStarted() {
-        case (.running, let daemon?): daemon.answer(command, group: group)
-        case (.starting, _): ["type": "error", "message": .string(Self.stillStarting)]
-        default: ["type": "error", "message": .string(Self.stopping)]
+        case (.running, let daemon?): daemon.answer(command, group: group, reply: reply)
+        case (.starting, _): reply(["type": "error", "message": .string(Self.stillStarting)])
+        default: reply(["type": "error", "message": .string(Self.stopping)])
         }
     }
 
