@@ -102,13 +102,15 @@ public protocol CaptureSource: AnyObject, Sendable {
     ///   - framePosition: absolute position of the first frame (> 0 when resuming a stream after a reopen).
     ///   - queue: where `onEnd` runs.
     ///   - onEnd: called once when the thread ends, with the reason.
-    /// - Throws: ``EarshotError`` `.system` when the source was already started or the thread cannot start.
+    /// - Throws: ``EarshotError`` `.system` when the source was already started, was stopped before (a stop that
+    ///   came first wins: no thread starts), or the thread cannot start.
     func start(
         into ring: SampleRingBuffer, startingAt framePosition: Int64, queue: DispatchQueue,
         onEnd: @escaping @Sendable (CaptureEnd) -> Void) throws
 
     /// Asks the thread to stop and waits up to `timeout` seconds for it to leave its loop (it checks at least
-    /// every 250 ms). Returns true when it has stopped (or never ran). Idempotent.
+    /// every 250 ms). Returns true when it has stopped (or never ran). Idempotent. Called before
+    /// ``start(into:startingAt:queue:onEnd:)``, it makes that start throw, so no thread runs.
     @discardableResult
     func stop(timeout: Double) -> Bool
 }
@@ -171,7 +173,10 @@ package final class ProducerLoop: @unchecked Sendable {
     private let mono: UnsafeMutablePointer<Float>
     private let stopRequested = Atomic<Bool>(false)
     private let running = Atomic<Bool>(false)
-    private let started = Atomic<Bool>(false)
+    /// Whether ``start(into:startingAt:name:queue:onEnd:)`` and ``stop(timeout:)`` have been called, decided under
+    /// one lock (never taken by the capture thread): a stop that comes first makes the start refuse, so a stop that
+    /// races a start (the supervisor stopped while it reopens) never leaves a thread running (audit 12 #3).
+    private let lifecycle = Mutex<(started: Bool, stopped: Bool)>((false, false))
     private let captured = Atomic<Int64>(0)
     private let xruns = Atomic<Int>(0)
     private let nextPosition = Atomic<Int64>(0)
@@ -220,25 +225,41 @@ package final class ProducerLoop: @unchecked Sendable {
         into ring: SampleRingBuffer, startingAt framePosition: Int64, name: String, queue: DispatchQueue,
         onEnd: @escaping @Sendable (CaptureEnd) -> Void
     ) throws {
-        guard started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
-        else {
-            throw EarshotError(.system, "capture from \"\(name)\" was already started (create a new source to restart)")
+        try lifecycle.withLock { state throws(EarshotError) in
+            if state.started {
+                throw EarshotError(.system, "capture from \"\(name)\" was already started (create a new source to restart)")
+            }
+            if state.stopped {
+                throw EarshotError(.system, "capture from \"\(name)\" was stopped before it started (create a new source to capture)")
+            }
+            state.started = true
+            nextPosition.store(framePosition, ordering: .relaxed)
+            running.store(true, ordering: .releasing)
         }
-        nextPosition.store(framePosition, ordering: .relaxed)
-        running.store(true, ordering: .releasing)
-        try startThread(named: "earshot-capture", stackSize: 1 << 20) { [self] in
-            let end = self.run(ring: ring, startPosition: framePosition)
-            self.endReason.withLock { $0 = end }  // after the loop: locking is fine here
-            self.running.store(false, ordering: .releasing)
-            self.exited.signal()
-            queue.async { onEnd(end) }
+        do {
+            try startThread(named: "earshot-capture", stackSize: 1 << 20) { [self] in
+                let end = self.run(ring: ring, startPosition: framePosition)
+                self.endReason.withLock { $0 = end }  // after the loop: locking is fine here
+                self.running.store(false, ordering: .releasing)
+                self.exited.signal()
+                queue.async { onEnd(end) }
+            }
+        } catch {
+            running.store(false, ordering: .releasing)  // no thread: nothing for a stop to wait for
+            throw error
         }
     }
 
+    /// Asks the thread to stop and waits up to `timeout` seconds for it. Before ``start(into:startingAt:name:queue:onEnd:)``
+    /// it makes that start refuse (returns true: nothing runs).
     @discardableResult
     package func stop(timeout: Double) -> Bool {
-        guard started.load(ordering: .acquiring) else { return true }
-        stopRequested.store(true, ordering: .releasing)
+        let started = lifecycle.withLock { state -> Bool in
+            state.stopped = true
+            stopRequested.store(true, ordering: .releasing)
+            return state.started
+        }
+        guard started else { return true }
         guard running.load(ordering: .acquiring) else { return true }
         let deadline = DispatchTime.now() + .nanoseconds(Int(max(0, timeout) * 1e9))
         guard exited.wait(timeout: deadline) == .success else { return false }

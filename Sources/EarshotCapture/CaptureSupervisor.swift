@@ -308,7 +308,9 @@ public final class CaptureSupervisor: Sendable {
             failed(with: Self.earshotError(error), generation: plan.generation)
             return
         }
-        transition(to: .running(name: source.name, format: source.format))
+        // Not when a stop came meanwhile (it has stopped this source and said `stopped`, which must stay the last
+        // word); a stop before `start` made `start` throw above, and `failed` says nothing after a stop.
+        transition(to: .running(name: source.name, format: source.format), ifGeneration: plan.generation)
     }
 
     private func sessionEnded(_ end: CaptureEnd, source: any CaptureSource, generation: Int) {
@@ -356,11 +358,13 @@ public final class CaptureSupervisor: Sendable {
     }
 
     /// Sets the state and reports it if it differs from the last report; with `expected`, only while the state is
-    /// still that one (a stall check must not undo a failure or a stop reported meanwhile).
-    private func transition(to state: State, ifStill expected: State? = nil) {
+    /// still that one (a stall check must not undo a failure or a stop reported meanwhile); with `generation`, only
+    /// while that session is current and the supervisor not stopped.
+    private func transition(to state: State, ifStill expected: State? = nil, ifGeneration generation: Int? = nil) {
         let onStateChange = onStateChange
         inner.withLock { inner in
             if let expected, inner.state != expected { return }
+            if let generation, inner.stopped || inner.generation != generation { return }
             inner.state = state
             guard inner.lastReported != state else { return }
             inner.lastReported = state

@@ -37,10 +37,13 @@ public final class SampleRingBuffer: @unchecked Sendable {
         public var framePosition: Int64
         /// Sample rate of these samples, in Hz.
         public var sampleRate: Int
-        /// Frames missing between the previous chunk and this one: `framePosition` minus the position that would
-        /// have followed the previous chunk. 0 means contiguous. Non-zero means a discontinuity (an xrun, a drop,
-        /// a reopened device; negative only if a producer restarted its positions); it is also non-zero, with
-        /// `isRateChange` set, when the rate changed.
+        /// Frames missing between the previous chunk and this one, in frames at ``sampleRate``: `framePosition`
+        /// minus the position that would have followed the previous chunk. 0 means contiguous. Non-zero means a
+        /// discontinuity (an xrun, a drop, a reopened device; negative only if a producer restarted its positions).
+        /// When the rate changed (`isRateChange`), the position that would have followed is the previous chunk's
+        /// end converted to this rate (time is what both rates share: 22 s of 16 kHz frames end at 1 056 000 at
+        /// 48 kHz), so a device reopened at another rate after an outage reports the outage, not a difference of
+        /// two units (audit 12 #2).
         public var gapFrames: Int64
         /// True when the sample rate differs from the previous chunk's (the first chunk never counts as a change).
         public var isRateChange: Bool
@@ -275,9 +278,13 @@ public final class SampleRingBuffer: @unchecked Sendable {
         consumerSampleRate.store(rate, ordering: .relaxed)
         let first = !consumerHasRead.load(ordering: .relaxed)
         consumerHasRead.store(true, ordering: .relaxed)
+        let isRateChange = !first && rate != previousRate
+        // Across a rate change the previous end is in frames of the previous rate: converted, through time.
+        let expectedHere = isRateChange
+            ? Int64((Double(expected) * Double(rate) / Double(previousRate)).rounded()) : expected
         return Chunk(
-            count: count, framePosition: position, sampleRate: rate, gapFrames: position - expected,
-            isRateChange: !first && rate != previousRate)
+            count: count, framePosition: position, sampleRate: rate, gapFrames: position - expectedHere,
+            isRateChange: isRateChange)
     }
 
     /// The frame position that follows the last sample read (0 before any read). The next chunk starts here unless

@@ -329,6 +329,29 @@ struct CapturePCMTests {
         #expect(capture.stop(timeout: 2))  // idempotent
     }
 
+    /// A stop that comes before the start (the supervisor stopped between publishing a reopened source and
+    /// starting it, audit 12 #3) wins: the start throws, no thread runs and nothing reaches the ring. Before, that
+    /// stop returned without asking anything and the start ran a thread no one stopped.
+    @Test func aStopBeforeTheStartMakesTheStartRefuse() throws {
+        let path = CaptureFixtures.writeRaw([UInt8](repeating: 0, count: 64), name: "stop-first.raw")
+        let capture = try PCMCapture(configuration: CaptureConfiguration(
+            device: "earshot_stop_first", pacing: .realTime,
+            alsaConfiguration: CaptureFixtures.filePCM("earshot_stop_first", infile: path)))
+        #expect(capture.stop(timeout: 2))
+        let ring = SampleRingBuffer(minimumCapacity: 1 << 16)
+        #expect {
+            try capture.start(into: ring, queue: queue) { _ in }
+        } throws: { error in
+            (error as? EarshotError) == EarshotError(
+                .system, "capture from \"earshot_stop_first\" was stopped before it started (create a new source to capture)")
+        }
+        #expect(!capture.isRunning)
+        #expect(capture.end == nil)
+        #expect(capture.framesCaptured == 0)
+        #expect(ring.availableToRead == 0)
+        #expect(capture.stop(timeout: 2))  // still idempotent
+    }
+
     @Test func ioErrorsAreRecoveredAsGapsUntilTheyKeepComing() throws {
         // The file plugin writes what it captures to `file`; with /dev/full that write fails, and alsa-lib answers
         // every 9th read of a 320-frame period with -EIO. Each is recovered (a gap) until 5 come within 2 s, which

@@ -105,9 +105,38 @@ struct RingBufferTests {
         #expect(second == .init(count: 4, framePosition: 100, sampleRate: 16_000, gapFrames: 97, isRateChange: false))
         #expect(secondValues == [100, 101, 102, 103])
         let (third, thirdValues) = read(ring, maximum: 32)
-        #expect(third == .init(count: 1, framePosition: 0, sampleRate: 48_000, gapFrames: -104, isRateChange: true))
+        // 104 frames at 16 kHz end at 312 at 48 kHz.
+        #expect(third == .init(count: 1, framePosition: 0, sampleRate: 48_000, gapFrames: -312, isRateChange: true))
         #expect(third.isDiscontinuity)
         #expect(thirdValues == [0.5])
+    }
+
+    /// A device reopened at another rate after an outage (audit 12 #2): the new session starts where the stream's
+    /// time has come to, in frames of its own rate; the gap is the outage, in frames of the new rate, whichever
+    /// way the rate went.
+    @Test func aGapAcrossARateChangeIsTheTimeBetweenTheTwoSegments() {
+        let ring = SampleRingBuffer(minimumCapacity: 1 << 16)
+        let tenth = [Float](repeating: 0.25, count: 1_600)
+        write(ring, tenth, at: 0)  // 0.1 s at 16 kHz
+        // 0.5 s away, back at 48 kHz: (0.1 + 0.5) s * 48000 = 28800.
+        write(ring, [Float](repeating: 0.5, count: 4_800), at: 28_800, rate: 48_000)
+        // 0.25 s away, back at 16 kHz: (0.7 + 0.25) s * 16000 = 15200.
+        write(ring, tenth, at: 15_200, rate: 16_000)
+        // 1 s away, back at 44.1 kHz: (1.05 + 1) s * 44100 = 90405.
+        write(ring, [Float](repeating: 1, count: 441), at: 90_405, rate: 44_100)
+        let (first, _) = read(ring, maximum: 1 << 16)
+        #expect(first == .init(count: 1_600, framePosition: 0, sampleRate: 16_000, gapFrames: 0, isRateChange: false))
+        let (second, _) = read(ring, maximum: 1 << 16)
+        #expect(second == .init(count: 4_800, framePosition: 28_800, sampleRate: 48_000, gapFrames: 24_000, isRateChange: true))
+        let (third, _) = read(ring, maximum: 1 << 16)
+        #expect(third == .init(count: 1_600, framePosition: 15_200, sampleRate: 16_000, gapFrames: 4_000, isRateChange: true))
+        let (fourth, _) = read(ring, maximum: 1 << 16)
+        #expect(fourth == .init(count: 441, framePosition: 90_405, sampleRate: 44_100, gapFrames: 44_100, isRateChange: true))
+        // A rate change with no time lost: no gap, only the change. (90405 + 441) / 44100 s = 2.06 s = 32960 at 16 kHz.
+        write(ring, tenth, at: 32_960, rate: 16_000)
+        let (fifth, _) = read(ring, maximum: 1 << 16)
+        #expect(fifth == .init(count: 1_600, framePosition: 32_960, sampleRate: 16_000, gapFrames: 0, isRateChange: true))
+        #expect(fifth.isDiscontinuity)
     }
 
     @Test func theFirstChunkReportsAStartPositionAfterZeroAsAGap() {

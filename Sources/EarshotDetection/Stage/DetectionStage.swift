@@ -95,8 +95,11 @@ package final class DetectionStage {
     /// How many classes ``Counters/lastTopClasses`` keeps.
     package static let topClassCount = 5
 
-    /// One `overrun` health event per gap, at most one per this much wall time (nanoseconds).
+    /// One `overrun` health event per gap, at most one per this much wall time (nanoseconds); the gaps held back
+    /// meanwhile are said together once it has passed (``flushGapReport()``) or at ``stop()``.
     static let gapReportInterval: UInt64 = 10_000_000_000
+    /// The clock of that limit, in nanoseconds (`DispatchTime` uptime); a test sets a clock of its own.
+    package var clock: () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
 
     package private(set) var counters = Counters()
     private var settings: Settings
@@ -165,7 +168,8 @@ package final class DetectionStage {
     }
     private var unreportedGaps = 0
     private var unreportedGapSeconds: Double = 0
-    private var lastGapReport: UInt64 = 0
+    /// When the last `overrun` line for xrun gaps was said (``clock``); nil before the first.
+    private var lastGapReport: UInt64?
     /// Called with the 16 kHz samples the classifier hears and the timeline index of the first
     /// (`AudioStreamAnalyzer.onResampledAudio`), on the owner's thread; must return at once (the daemon's clip
     /// recorder keeps them). Set it before the first chunk.
@@ -453,8 +457,10 @@ package final class DetectionStage {
         if self.interruption != .captureUnavailable { self.interruption = interruption }
     }
 
-    /// Ends open alarm and classifier events now (the daemon stops: `stream_end`), after analysing the held audio.
+    /// Ends open alarm and classifier events now (the daemon stops: `stream_end`), after analysing the held audio;
+    /// first says the gaps the `overrun` limit held back, if any.
     package func stop() -> [Output] {
+        if unreportedGaps > 0 { sayGaps(at: clock()) }
         analyseHeld()
         appendAlarms(alarms?.finish() ?? [])
         for event in engine.finish() { outputs.append(.detection(event)) }
@@ -603,8 +609,25 @@ package final class DetectionStage {
     private func reportGap(frames: Int64, sampleRate: Int) {
         unreportedGaps += 1
         unreportedGapSeconds += Double(max(frames, 0)) / Double(sampleRate)
-        let now = DispatchTime.now().uptimeNanoseconds
-        guard now >= lastGapReport + Self.gapReportInterval else { return }
+        let now = clock()
+        if let last = lastGapReport, now < last + Self.gapReportInterval { return }
+        sayGaps(at: now)
+    }
+
+    /// The gaps the `overrun` limit held back, said together once `gapReportInterval` has passed since the last
+    /// such line: `audio lost: 2 gap(s), 0.12 s in all (...)`. Otherwise, or with none held back, nothing. The
+    /// daemon asks every second (its heartbeat, on the analysis queue), so the tail of a burst of xruns is said
+    /// 10-11 s after the burst's first line, not only when another gap comes (audit 12 #4).
+    package func flushGapReport() -> [Output] {
+        guard unreportedGaps > 0 else { return [] }
+        let now = clock()
+        if let last = lastGapReport, now < last + Self.gapReportInterval { return [] }
+        sayGaps(at: now)
+        return takeOutputs()
+    }
+
+    /// The `overrun` line for the gaps not yet said; starts the next `gapReportInterval`.
+    private func sayGaps(at now: UInt64) {
         lastGapReport = now
         let seconds = JSONValue.format(unreportedGapSeconds, decimals: 3)
         outputs.append(.health(HealthEvent(

@@ -107,6 +107,12 @@ final class AnalysisPipeline {
         stage.captureStalled()
     }
 
+    /// Says the xrun gaps the stage's `overrun` limit held back, once its 10 s have passed (called every second by
+    /// the daemon's heartbeat).
+    func flushGapReport() {
+        hand(stage.flushGapReport())
+    }
+
     /// earshotd was not scheduled for a while: the gap that may follow is that freeze's.
     func notScheduled() {
         stage.interrupted(by: .notScheduled)

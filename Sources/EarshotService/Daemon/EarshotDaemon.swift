@@ -354,6 +354,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         heartbeatTimer.setEventHandler { [unowned self] in
             heartbeat.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             noticeNotScheduled()
+            pipeline.flushGapReport()
             updateStatus()
         }
         heartbeatTimer.resume()
