@@ -376,6 +376,14 @@ struct MQTTBrokerTests {
         let states = subscriber.messages(on: "earshot/hall/smoke_alarm/state").map(\.payload)
         #expect(states.contains("ON"))
         #expect(states.last == "OFF")
+        // The stop hands the outbox (the end, the state's OFF) to the broker before `offline`, and waits for its
+        // acknowledgements before DISCONNECT (audit 12 #8: `offline` went first).
+        let all = subscriber.messages
+        let offlineIndex = try #require(all.lastIndex { $0.topic == "earshot/hall/availability" && $0.payload == "offline" })
+        let offIndex = try #require(all.lastIndex { $0.topic == "earshot/hall/smoke_alarm/state" && $0.payload == "OFF" })
+        let endIndex = try #require(all.lastIndex { $0.topic == "earshot/hall/event" && $0.json?["type"] as? String == "detection_end" })
+        #expect(offIndex < offlineIndex && endIndex < offlineIndex, "\(all.map { "\($0.topic) \($0.payload.prefix(40))" })")
+        #expect(daemon.errorText.contains("not delivered") == false, "\(daemon.errorText)")
         let detected = subscriber.messages(on: "earshot/hall/detected").compactMap(\.json)
         #expect(detected.contains { $0["event_type"] as? String == "smoke_alarm" })
         // A late subscriber gets the retained configs and states.

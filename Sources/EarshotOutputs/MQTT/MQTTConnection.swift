@@ -292,9 +292,14 @@ package final class MQTTConnection: @unchecked Sendable {
 
     private var isConnectedNow: Bool { shared.withLock { $0.connected } }
 
-    /// While stopping: sends the final messages once, then DISCONNECT when they are acknowledged. True when done.
+    /// While stopping: hands the outbox's unsent messages to libmosquitto first (the events and states routed just
+    /// before the stop go out before `offline`, as they were routed), sends the final messages once, then
+    /// DISCONNECT when the broker has acknowledged both. True when done. (Audit 12 #8: `offline` went first, and
+    /// DISCONNECT could follow before the outbox's QoS 1 messages were acknowledged, which then counted as not
+    /// delivered.)
     private func finishStop() -> Bool {
         guard let handle else { return true }
+        if !connecting { sendQueued(on: handle) }
         let messages = shared.withLock { shared -> [MQTTMessage] in
             defer { shared.finalMessages = [] }
             return shared.finalMessages
@@ -302,7 +307,8 @@ package final class MQTTConnection: @unchecked Sendable {
         for message in messages {
             if let mid = publish(message, on: handle) { finalMids.insert(mid) }
         }
-        if finalMids.isEmpty, !disconnectSent {
+        let outboxEmpty = shared.withLock { $0.outbox.count == 0 }
+        if finalMids.isEmpty, outboxEmpty, !disconnectSent {
             disconnectSent = true
             earshot_mosquitto_disconnect(handle)
             _ = earshot_mosquitto_loop_write(handle, 1)
