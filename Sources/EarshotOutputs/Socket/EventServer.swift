@@ -204,6 +204,9 @@ package final class EventServer: @unchecked Sendable {
     /// Extra `{"cmd":NAME}` commands and who answers them (`register(commands:handler:)`).
     private var commandNames: [String] = []
     private var commandHandler: CommandHandler?
+    /// Those of `commandNames` answered later, by `deferredCommandHandler`.
+    private var deferredCommands: Set<String> = []
+    private var deferredCommandHandler: DeferredCommandHandler?
     /// Clients that sent `{"cmd":"listen"}`, for ``hasListeners`` (written on the queue).
     private let listeners = Atomic<Int>(0)
 
@@ -211,7 +214,8 @@ package final class EventServer: @unchecked Sendable {
     ///
     /// A socket file left at `path` by a daemon that is gone (nothing accepts connections on it) is removed first.
     /// `commands` and `commandHandler` are ``register(commands:handler:)``'s, known before the socket file appears
-    /// (a client that connects the moment it exists is not told its command is unknown).
+    /// (a client that connects the moment it exists is not told its command is unknown). `deferredCommands`, among
+    /// `commands`, are answered by `deferredCommandHandler` instead, whose reply may come later.
     ///
     /// - Throws: `EarshotError(.config)` for an empty or too long path; `.cannotCreate` when another process is
     ///   listening on `path` (`cannot listen on PATH: another process is already listening there (is earshotd
@@ -220,12 +224,15 @@ package final class EventServer: @unchecked Sendable {
     ///   starts; `.system` when socket(2), listen(2), chmod(2), chown(2) or naming the socket fails.
     package init(
         configuration: Configuration, status: @escaping StatusProvider, commands: [String] = [],
-        commandHandler: CommandHandler? = nil
+        commandHandler: CommandHandler? = nil, deferredCommands: Set<String> = [],
+        deferredCommandHandler: DeferredCommandHandler? = nil
     ) throws(EarshotError) {
         self.configuration = configuration
         statusProvider = status
         commandNames = commands
         self.commandHandler = commandHandler
+        self.deferredCommands = deferredCommandHandler == nil ? [] : deferredCommands
+        self.deferredCommandHandler = deferredCommandHandler
         parsedCommands = Mutex(commands)
         policy = SubscriptionPolicy(knownGroups: configuration.knownGroups, unwatched: configuration.unwatchedGroups)
         let path = configuration.path
@@ -362,6 +369,14 @@ package final class EventServer: @unchecked Sendable {
     /// Answers a registered command: gets its name and the request's `group` (nil without one), returns the reply
     /// object. Runs on the server's queue; it may wait briefly for another queue, never for the server's.
     package typealias CommandHandler = @Sendable (_ command: String, _ group: String?) -> JSONObject
+
+    /// Answers a registered command whose reply waits for slow work (a file written): gets its name, its `group`
+    /// and `reply`, to be called once, from any thread, with the reply object. Runs on the server's queue and must
+    /// not wait there: the server goes on with other clients, and answers this client's later requests after
+    /// `reply`.
+    package typealias DeferredCommandHandler = @Sendable (
+        _ command: String, _ group: String?, _ reply: @escaping @Sendable (JSONObject) -> Void
+    ) -> Void
 
     /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with `handler`'s object. A later
     /// call replaces the earlier one.
@@ -729,16 +744,14 @@ package final class EventServer: @unchecked Sendable {
             let hungUp = poll(&poller, 1, 0) > 0 && poller.revents & Int16(POLLHUP) != 0
             client.cancelReading()
             queue.async { [self, batch] in
-                answer(batch, from: client)
-                if hungUp { drop(client) }
+                answer(batch[...], from: client) { [self] in if hungUp { drop(client) } }
             }
             return
         }
         guard !batch.isEmpty else { return }
         client.suspendReading()
         queue.async { [self, batch] in
-            answer(batch, from: client)
-            requestQueue.async { client.resumeReading() }
+            answer(batch[...], from: client) { [requestQueue] in requestQueue.async { client.resumeReading() } }
         }
     }
 
@@ -774,15 +787,36 @@ package final class EventServer: @unchecked Sendable {
         }
     }
 
-    /// Server queue: answers a batch of one client's requests, in order.
-    private func answer(_ batch: [Incoming], from client: Client) {
-        for item in batch {
-            guard !client.isClosed else { return }
+    /// Server queue: answers a batch of one client's requests, in order, then calls `done` (on this queue). A
+    /// deferred command (``DeferredCommandHandler``) holds the rest of the batch until its reply; the queue serves
+    /// other clients meanwhile.
+    private func answer(_ batch: ArraySlice<Incoming>, from client: Client, then done: @escaping @Sendable () -> Void) {
+        var rest = batch
+        while let item = rest.popFirst() {
+            guard !client.isClosed else { break }
             switch item {
             case .reply(let object): reply(object, to: client)
+            case .request(.command(let name, let group))
+                where deferredCommands.contains(name) && refusal(of: name, to: client) == nil:
+                guard let deferredCommandHandler else { continue }
+                deferredCommandHandler(name, group) { [self, rest] object in
+                    queue.async { [self] in
+                        reply(object, to: client)
+                        answer(rest, from: client, then: done)
+                    }
+                }
+                return
             case .request(let request): handleRequest(request, from: client)
             }
         }
+        done()
+    }
+
+    /// The error reply to a state-changing command from a user not in `controlUsers`; nil when `client` may send it.
+    private func refusal(of command: String, to client: Client) -> JSONObject? {
+        guard configuration.controlCommands.contains(command), !configuration.controlUsers.contains(client.uid) else { return nil }
+        let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
+        return Self.error("\(command) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)")
     }
 
     private static func error(_ message: String) -> JSONObject {
@@ -814,9 +848,8 @@ package final class EventServer: @unchecked Sendable {
             countListeners()
             reply(["type": "listening"], to: client)
         case .command(let name, let group):
-            if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
-                let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
-                reply(Self.error("\(name) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
+            if let refusal = refusal(of: name, to: client) {
+                reply(refusal, to: client)
                 return
             }
             if let commandHandler { reply(commandHandler(name, group), to: client) }
