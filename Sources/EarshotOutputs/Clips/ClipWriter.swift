@@ -159,8 +159,6 @@ package final class ClipWriter: @unchecked Sendable {
     /// Entered while ``finishWrites(until:)`` holds the clips it did not wait for; each write waits for it.
     private let held = DispatchGroup()
     private let holding = Atomic<Bool>(false)
-    /// Set by ``finishWrites(until:)``: the daemon stops, and retention waits for the next start.
-    private let stopping = Atomic<Bool>(false)
     /// Set when ``close(deadline:)`` gave up waiting: the clips still queued are not begun.
     private let abandoned = Atomic<Bool>(false)
 
@@ -242,9 +240,8 @@ package final class ClipWriter: @unchecked Sendable {
     /// The daemon's stop, first part: waits until the clips queued so far are written (or have failed), at most
     /// until `deadline`, and returns whether they are. When they are not (a slow disk), the clips not begun by then
     /// are held until ``close(deadline:)`` (the one being written goes on), so that the outputs can stop meanwhile
-    /// and no clip is announced to half-stopped outputs. Retention is left to the next start from here on.
+    /// and no clip is announced to half-stopped outputs.
     package func finishWrites(until deadline: DispatchTime) -> Bool {
-        stopping.store(true, ordering: .releasing)
         let done = DispatchSemaphore(value: 0)
         queue.async { done.signal() }
         guard done.wait(timeout: deadline) == .timedOut else { return true }
@@ -297,8 +294,7 @@ package final class ClipWriter: @unchecked Sendable {
                 path: path, group: clip.group, start: clip.start, end: clip.end, frames: clip.samples.count,
                 eventStart: clip.eventStart, eventEnd: clip.eventEnd, capped: clip.capped,
                 bytes: 44 + 2 * clip.samples.count, writeSeconds: seconds))
-            // At the stop the disk's time is the clips' still waiting.
-            if !stopping.load(ordering: .acquiring) { prune() }
+            prune()
         } catch {
             lostSinceFailure += 1
             let firstFailure = counters.withLock { counters -> Bool in
