@@ -153,6 +153,14 @@ package final class ClipWriter: @unchecked Sendable {
     private var lostSinceFailure = 0
     private var pruneTimer: DispatchSourceTimer?
     private var stopped = false
+    /// Clips queued and not yet written or failed, by the order they came in: what a stop that runs out of time
+    /// names as not saved (``close(deadline:)``).
+    private let waiting = Mutex<(next: Int, clips: [Int: String])>((0, [:]))
+    /// Entered while ``finishWrites(until:)`` holds the clips it did not wait for; each write waits for it.
+    private let held = DispatchGroup()
+    private let holding = Atomic<Bool>(false)
+    /// Set when ``close(deadline:)`` gave up waiting: the clips still queued are not begun.
+    private let abandoned = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - settings: `[clips]`: directory, max_clips, retention_days.
@@ -190,6 +198,12 @@ package final class ClipWriter: @unchecked Sendable {
             counters.queued += 1
             return true
         }
+        let id = waiting.withLock { waiting -> Int in
+            guard accepted else { return 0 }
+            waiting.next += 1
+            waiting.clips[waiting.next] = "\(clip.group) at stream time \(String(cFormat: "%.2f", clip.eventStart)) s"
+            return waiting.next
+        }
         guard accepted else {
             queue.async { [self] in
                 lostSinceFailure += 1
@@ -198,8 +212,12 @@ package final class ClipWriter: @unchecked Sendable {
             return
         }
         queue.async { [self] in
-            defer { counters.withLock { $0.queued -= 1 } }
-            guard !stopped else { return }
+            defer {
+                counters.withLock { $0.queued -= 1 }
+                _ = waiting.withLock { $0.clips.removeValue(forKey: id) }
+            }
+            held.wait()
+            guard !stopped, !abandoned.load(ordering: .acquiring) else { return }
             write(clip)
         }
     }
@@ -211,11 +229,42 @@ package final class ClipWriter: @unchecked Sendable {
 
     /// Writes what is queued, stops the timer; later clips are ignored. Waits.
     package func close() {
+        if holding.exchange(false, ordering: .acquiringAndReleasing) { held.leave() }
         queue.sync {
             stopped = true
             pruneTimer?.cancel()
             pruneTimer = nil
         }
+    }
+
+    /// The daemon's stop, first part: waits until the clips queued so far are written (or have failed), at most
+    /// until `deadline`, and returns whether they are. When they are not (a slow disk), the clips not begun by then
+    /// are held until ``close(deadline:)`` (the one being written goes on), so that the outputs can stop meanwhile
+    /// and no clip is announced to half-stopped outputs.
+    package func finishWrites(until deadline: DispatchTime) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        queue.async { done.signal() }
+        guard done.wait(timeout: deadline) == .timedOut else { return true }
+        if !holding.exchange(true, ordering: .acquiringAndReleasing) { held.enter() }
+        return false
+    }
+
+    /// The daemon's stop, last part: writes the clips still queued (held by ``finishWrites(until:)``), at most until
+    /// `deadline`, then stops (later clips are ignored). Returns the clips not saved by then, oldest first, as
+    /// `smoke_alarm at stream time 12.30 s`: those not begun, and the one being written, whose partial file the
+    /// process leaves when it exits (retention removes it once it is a minute old); empty when all were written.
+    package func close(deadline: DispatchTime) -> [String] {
+        if holding.exchange(false, ordering: .acquiringAndReleasing) { held.leave() }
+        let done = DispatchSemaphore(value: 0)
+        queue.async { [self] in
+            stopped = true
+            pruneTimer?.cancel()
+            pruneTimer = nil
+            done.signal()
+        }
+        guard done.wait(timeout: deadline) == .timedOut else { return [] }
+        abandoned.store(true, ordering: .releasing)
+        return waiting.withLock { waiting in waiting.clips.keys.sorted().compactMap { waiting.clips[$0] } }
     }
 
     package var statistics: Statistics {

@@ -289,13 +289,16 @@ package final class OutputRouter: Sendable {
 
     /// Hands `output` to every sink that accepts it: on the caller's thread, a few atomic operations and one
     /// `async` per sink (analysis windows are held back, see `Shared`). Any thread; never waits for a sink.
-    /// Ignored after ``stop()``. `announcedOnUnmute`: an onset held back while its group was muted, going out now
-    /// (``RoutedOutput/announcedOnUnmute``). `time`: the wall clock every sink writes for it (default now).
-    package func route(_ output: DaemonOutput, announcedOnUnmute: Bool = false, at time: Date = Date()) {
+    /// Ignored after ``stop()``: then returns false. `announcedOnUnmute`: an onset held back while its group was
+    /// muted, going out now (``RoutedOutput/announcedOnUnmute``). `time`: the wall clock every sink writes for it
+    /// (default now).
+    @discardableResult
+    package func route(_ output: DaemonOutput, announcedOnUnmute: Bool = false, at time: Date = Date()) -> Bool {
         let routed = RoutedOutput(output: output, time: time, announcedOnUnmute: announcedOnUnmute)
-        shared.withLock { shared in
-            guard shared.state != .stopped else { return }
+        return shared.withLock { shared in
+            guard shared.state != .stopped else { return false }
             fanOut(routed, &shared)
+            return true
         }
     }
 

@@ -69,8 +69,15 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Where SIGTERM, SIGINT and SIGHUP arrive: a queue of their own, so that a reload (on `control`) that waits on a
     /// file or the analysis queue can never keep the daemon from stopping.
     private let signalQueue = DispatchQueue(label: "earshot.signals")
+    /// Where a termination signal's stop runs: not `signalQueue`, which must stay free while the daemon starts (the
+    /// signal sources' registration handlers, which `run()` waits for, run there) and the stop waits for the start.
+    private let stopQueue = DispatchQueue(label: "earshot.stop")
     /// Set by the first shutdown (a signal, the end of the input): later ones and reloads do nothing.
     private let stopping = Atomic<Bool>(false)
+    /// Entered at the top of `run()`, left once it has started everything: a stop waits for it and a reload is run
+    /// after it, so that a SIGTERM or SIGHUP just after the start stops (or reloads) a complete daemon, every sink
+    /// included, rather than racing the start.
+    private let starting = DispatchGroup()
     /// The shutdown step running now, named in the line written if the stop deadline passes.
     private let stopStep = Mutex("starting to stop")
     private let analysisQueue = DispatchQueue(label: "earshot.analysis", qos: .userInitiated)
@@ -245,7 +252,10 @@ package final class EarshotDaemon: @unchecked Sendable {
                     case .warning(let line): journal.log(line, priority: 4)
                     }
                 },
-                saved: { clip in router.route(.clip(clip)) })
+                // Once the outputs have stopped (a clip the disk took late at the stop), the journal still says it.
+                saved: { clip in
+                    if !router.route(.clip(clip)) { journal.record(fields: clip.journalFields(identifier: journal.identifier)) }
+                })
             clipWriter = writer
             // Named by the event's start as the history stores it.
             clips = ClipRecorder(settings: clipSettings, timeLine: timeLine) { clip in writer.save(clip) }
@@ -315,12 +325,15 @@ package final class EarshotDaemon: @unchecked Sendable {
         now <= beat || now - beat < 5_000_000_000
     }
 
-    /// Starts capture, analysis, signal handling and the watchdog, then runs the main dispatch loop forever.
+    /// Starts capture, analysis, signal handling and the watchdog, then runs the main dispatch loop forever. A
+    /// SIGTERM or SIGINT that comes during the start stops the daemon once the start is done (``starting``); a
+    /// SIGHUP reloads it then.
     package func run() -> Never {
+        starting.enter()
         signals = SignalHandling.install(
             queue: signalQueue,
-            onTerminate: { [unowned self] signal in shutdown(reason: "signal \(signal)", status: 0) },
-            onReload: { [unowned self] in control.async { self.reload() } })
+            onTerminate: { [unowned self] signal in stopQueue.async { self.shutdown(reason: "signal \(signal)", status: 0) } },
+            onReload: { [unowned self] in starting.notify(queue: control) { self.reload() } })
         // Until Dispatch has installed its handlers, a signal landing on a thread that does not block it (OpenBLAS's,
         // started before main) takes its default action: nothing below may announce the daemon before that.
         if signals?.waitUntilRegistered(timeout: .now() + 5) == false {
@@ -361,6 +374,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         startStatistics()
         supervisor.start()
         _ = try? notifier.status("opening \(sourceDescription)")
+        starting.leave()
         withExtendedLifetime(heartbeatTimer) { dispatchMain() }
     }
 
@@ -730,13 +744,15 @@ package final class EarshotDaemon: @unchecked Sendable {
 
     /// Answers a socket command registered in `init` (`sleep_start`, `sleep_stop`, `sleep_status`, `mute`, `unmute`,
     /// `test`) once the daemon runs; ``DaemonLink/answer(_:group:reply:)`` answers for it while it starts or stops.
-    /// Every reply but a test alert's is given before returning; that one when the network outputs have their
-    /// results (``sendTestAlert(requestedBy:reply:)``).
+    /// Every reply but two is given before returning: a test alert's when the network outputs have their results
+    /// (``sendTestAlert(requestedBy:reply:)``), `sleep_stop`'s once the report's files are written
+    /// (``SleepService/handle(command:reply:)``, on the report queue).
     fileprivate func answer(_ command: String, group: String?, reply: @escaping EventServer.CommandReply) {
         switch command {
         case "mute", "unmute": reply(setMute(group, muted: command == "mute"))
         case Self.testCommand: sendTestAlert(requestedBy: "the event socket", reply: reply)
-        default: reply(sleep.handle(command: command))
+        // `sleep_stop` replies once its report is written (the socket's queue does not wait for the disk).
+        default: sleep.handle(command: command, reply: reply)
         }
     }
 
@@ -1007,11 +1023,28 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// have had theirs, counted from the start of the stop: 1 s, for the socket's flush of clients that are behind
     /// (0.5 s), the history's commit and the exit.
     static let localStopReserveSeconds = 1.0
+    /// How long the clips cut at the stop are waited for before the outputs stop, counted from the start of the
+    /// stop: 1 s (a 70 s clip takes milliseconds on a working disk). Those a slow disk has not written by then are
+    /// written after the socket's goodbye, each said in the journal only, until ``exitReserveSeconds`` before
+    /// ``stopDeadlineSeconds``.
+    static let clipStopSeconds = 1.0
+    /// The end of ``stopDeadlineSeconds`` kept for the last lines and the exit: 0.25 s.
+    static let exitReserveSeconds = 0.25
+
+    /// The journal line for clips still not written at the end of the stop: `2 clips were not saved:
+    /// /var/lib/earshot/clips had not taken them 3.75 s into the stop (smoke_alarm at stream time 12.30 s, baby_cry
+    /// at stream time 40.10 s); check that disk`.
+    package static func unsavedClipsLine(_ clips: [String], directory: String) -> String {
+        let count = clips.count == 1 ? "1 clip was" : "\(clips.count) clips were"
+        let seconds = SettingRules.format(stopDeadlineSeconds - exitReserveSeconds)
+        return "\(count) not saved: \(directory) had not taken \(clips.count == 1 ? "it" : "them") \(seconds) s into the stop (\(clips.joined(separator: ", "))); check that disk"
+    }
 
     /// Stops in the reverse order of start, each step finishing its work, then exits with `status`. Only the first
-    /// call does anything (a signal and the end of the input may race); it may run on the signal queue while a
+    /// call does anything (a signal and the end of the input may race); it may run on the stop queue while a
     /// reload waits on the control queue. Past ``stopDeadlineSeconds`` a watchdog thread writes which step was still
-    /// running and exits with `status` at once. `warnings` are logged (priority 4) once the outputs are delivered,
+    /// running and exits with `status` at once. Clips the disk has not written within ``clipStopSeconds`` are written
+    /// after the outputs stopped. `warnings` are logged (priority 4) once the outputs are delivered,
     /// then `stopped (REASON)`, or `lastLine` instead when the stop has a cause to read (an input that failed: its
     /// error line), which the deadline thread writes too.
     private func shutdown(
@@ -1024,18 +1057,26 @@ package final class EarshotDaemon: @unchecked Sendable {
         link.phase.store(.stopping, ordering: .releasing)
         startStopDeadline(status: status, lastLine: lastLine)
         _ = try? notifier.stopping(status: "stopping: \(reason)")
+        // A signal during `run()`'s start: what it starts (the sinks, the capture, the timers) is stopped below.
+        stopStep.withLock { $0 = "waiting for the start to finish" }
+        starting.wait()
         stopStep.withLock { $0 = "stopping capture" }
         supervisor.stop()
         stopStep.withLock { $0 = "draining the analysis queue" }
         analysisQueue.sync {
             pipeline.stop()
             if sleep.isActive { _ = sleep.stop(at: Date(), reason: .shutdown) }
+            // Final: the schedule's timer and a reload's queued reconfigure start no session after this.
+            sleep.shutDown()
             // Clips still waiting for their post-roll end with the audio there is.
             clips?.finish()
         }
         stopStep.withLock { $0 = "writing sleep reports and clips" }
         sleep.finishReports()
-        clipWriter?.close()
+        // A slow disk does not take the network outputs' time: what it has not written within the first second is
+        // held until they and the socket have stopped (below).
+        let clipsWritten = clipWriter?.finishWrites(
+            until: stopStarted + .milliseconds(Int(Self.clipStopSeconds * 1000))) ?? true
         statisticsTimer?.cancel()
         stopStep.withLock { $0 = "delivering outputs to the sinks" }
         // A webhook or broker that does not answer gets what is left of the stop's time but the local sinks' share:
@@ -1045,6 +1086,14 @@ package final class EarshotDaemon: @unchecked Sendable {
             let count = writer.statistics.backlog
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
         }
+        if let clipWriter {
+            if !clipsWritten { stopStep.withLock { $0 = "writing the clips the disk had not taken" } }
+            let deadline = stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.exitReserveSeconds) * 1000))
+            let unsaved = clipWriter.close(deadline: deadline)
+            if !unsaved.isEmpty {
+                journal.log(Self.unsavedClipsLine(unsaved, directory: clipSettings.directory), priority: 3)
+            }
+        }
         watchdog?.cancel()
         for line in warnings { journal.log(line, priority: 4) }
         if let lastLine {
@@ -1052,7 +1101,12 @@ package final class EarshotDaemon: @unchecked Sendable {
         } else {
             journal.log("stopped (\(reason))")
         }
-        exit(status)
+        // `_exit`, not `exit`: a notification the stop left waiting for its server is still inside libcurl on another
+        // thread, and `exit` would run the atexit handlers under it (OpenSSL's OPENSSL_cleanup, registered through
+        // libcurl or libmosquitto). Everything the daemon says went out with write(2) or sd_journal_sendv; stdio
+        // holds nothing of its own, and is flushed for the libraries'.
+        fflush(nil)
+        _exit(status)
     }
 
     /// A thread of its own (not Dispatch's pool, which a stuck queue may have used up) that ends the process if the

@@ -27,7 +27,8 @@ import EarshotOutputs
 /// "state":"running","minutes":..,"snoring_minutes":..,"events":N,"snoring_now":BOOL}` (the open snoring event
 /// counted as far as it stands; `warning` as for start) or `{"type":"sleep","state":"idle"}`; `sleep_stop` with no
 /// session gets `{"type":"error","message":"no sleep session is running (start one with `earshot sleep start`)"}`.
-/// `sleep_stop` writes the report before it replies: when it cannot be written the reply has `"error":LINE` (the
+/// `sleep_stop` writes the report before it replies (the event server's queue does not wait for it meanwhile:
+/// ``handle(command:reply:)``): when it cannot be written the reply has `"error":LINE` (the
 /// file, why, and the fix) and `"report":{...}` (the report itself) instead of `report_json` and `report_svg`, and
 /// one `sleep_report_unavailable` health event goes out. A session stopped by the schedule or the shutdown has its
 /// report written on the report queue, with the same health event when that fails.
@@ -90,6 +91,9 @@ package final class SleepService: @unchecked Sendable {
     /// Set when a scheduled window's session was stopped by hand: no restart until the window closes.
     private var scheduleSkipped = false
     private var scheduleTimer: DispatchSourceTimer?
+    /// Set by ``shutDown()``: no session starts any more (the schedule's timer, a reload's queued
+    /// ``reconfigure(_:)`` or a command that comes after the daemon's stop stopped the session).
+    private var isShutDown = false
     /// The wall clock (a test may shift it).
     private let clock: @Sendable () -> Date
     /// How stream times become the daemon's clock times, as the history's and the clips' do (the daemon derives it
@@ -146,6 +150,7 @@ package final class SleepService: @unchecked Sendable {
     /// (within milliseconds), not up to a polling interval late.
     package func startSchedule() {
         analysisQueue.async { [self] in
+            guard !isShutDown else { return }
             let timer = DispatchSource.makeTimerSource(queue: analysisQueue)
             timer.setEventHandler { [weak self] in self?.scheduleTick() }
             scheduleTimer = timer
@@ -231,6 +236,7 @@ package final class SleepService: @unchecked Sendable {
     /// Applies a reloaded `[sleep]` (analysis queue): the schedule and report directory at once (the detector's
     /// keys reach the stage with the plan).
     package func reconfigure(_ fresh: DaemonConfiguration.Sleep) {
+        guard !isShutDown else { return }
         // Another window: the old one's state says nothing of it (a reload is no closing minute).
         if fresh.schedule != settings.schedule { wasInsideSchedule = nil }
         settings = fresh
@@ -238,20 +244,45 @@ package final class SleepService: @unchecked Sendable {
         if scheduleTimer != nil { scheduleTick() }
     }
 
-    /// Answers a socket command; runs on any queue but the analysis queue (it waits for it).
+    /// Answers a socket command; runs on any queue but the analysis queue and the report queue (it waits for them).
     package func handle(command: String) -> JSONObject {
         if command == "sleep_stop" {
-            // The report is written before the reply, so that the reply says whether it was.
-            let (reply, report) = analysisQueue.sync { finish(at: clock(), reason: .command) }
-            guard let report else {
-                reportQueue.sync {}  // the marker is gone when the reply comes
-                return reply
+            let answered = DispatchSemaphore(value: 0)
+            let reply = Mutex<JSONObject>([:])
+            stopByCommand { object in
+                reply.withLock { $0 = object }
+                answered.signal()
             }
-            return reportQueue.sync { write(report, reply: reply) }
+            answered.wait()
+            return reply.withLock { $0 }
         }
         return analysisQueue.sync {
             let now = clock()
             return command == "sleep_start" ? start(at: now, scheduled: false) : status(now: now)
+        }
+    }
+
+    /// Commands whose reply waits for the report's files (``handle(command:reply:)``): `sleep_stop`.
+    package static let deferredCommands: Set<String> = ["sleep_stop"]
+
+    /// Answers a socket command without waiting for the disk: `sleep_stop`'s reply is handed to `reply` once the
+    /// report is written (on the report queue), so that it says whether it was and names the files, while the
+    /// caller's queue (the event server's) goes on serving other clients; the others' replies are given as
+    /// ``handle(command:)`` gives them. Any queue but the analysis queue.
+    package func handle(command: String, reply: @escaping @Sendable (JSONObject) -> Void) {
+        guard Self.deferredCommands.contains(command) else {
+            reply(handle(command: command))
+            return
+        }
+        stopByCommand(reply: reply)
+    }
+
+    /// `sleep_stop`: ends the session on the analysis queue, writes its report on the report queue, then replies
+    /// there (without a report, once the marker is gone).
+    private func stopByCommand(reply: @escaping @Sendable (JSONObject) -> Void) {
+        analysisQueue.async { [self] in
+            let (answer, report) = finish(at: clock(), reason: .command)
+            reportQueue.async { [self] in reply(report.map { write($0, reply: answer) } ?? answer) }
         }
     }
 
@@ -260,6 +291,7 @@ package final class SleepService: @unchecked Sendable {
     /// - Parameter resumed: started by ``resumeInterruptedSession()`` at the daemon's start, when no audio has come
     ///   yet: that is not worth a warning.
     package func start(at now: Date, scheduled: Bool, resumed: Bool = false) -> JSONObject {
+        guard !isShutDown else { return ["type": "error", "message": .string(Self.shutDownMessage)] }
         if let session {
             return ["type": "sleep", "state": "already_running", "start": .string(EventJSON.timestamp(session.startDate))]
         }
@@ -283,6 +315,19 @@ package final class SleepService: @unchecked Sendable {
         }
         return reply
     }
+
+    /// At the daemon's stop, after the running session was stopped (``stop(at:reason:)`` with `.shutdown`; analysis
+    /// queue): cancels the schedule's timer and makes ``start(at:scheduled:resumed:)``, ``checkSchedule(now:)`` and
+    /// ``reconfigure(_:)`` do nothing from now on, so that neither the timer's next tick nor a reload queued before
+    /// the stop starts a session whose marker the next daemon would take for an interrupted one.
+    package func shutDown() {
+        isShutDown = true
+        scheduleTimer?.cancel()
+        scheduleTimer = nil
+    }
+
+    /// The error reply's message to `sleep_start` after ``shutDown()``.
+    package static let shutDownMessage = "the daemon is stopping"
 
     /// The error reply's message to `sleep_stop` when no session runs.
     package static let notRunning = "no sleep session is running (start one with `earshot sleep start`)"
@@ -487,6 +532,7 @@ package final class SleepService: @unchecked Sendable {
 
     /// Starts or stops the session as the schedule says (analysis queue).
     package func checkSchedule(now: Date) {
+        guard !isShutDown else { return }
         guard let schedule = settings.schedule else {
             scheduleSkipped = false
             wasInsideSchedule = nil
@@ -574,6 +620,8 @@ package final class SleepService: @unchecked Sendable {
     /// marker of a scheduled session whose window has closed since is only logged. A marker that cannot be read or
     /// is not one is one journal line and is removed.
     package func resumeInterruptedSession() {
+        // A stop that came first leaves the marker for the next daemon.
+        guard !isShutDown else { return }
         let directory = settings.reportDirectory
         let path = joinedPath(directory, Self.markerName)
         guard PathKind(path: path) != .missing else { return }
