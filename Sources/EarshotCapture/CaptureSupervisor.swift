@@ -104,7 +104,8 @@ public final class CaptureSupervisor: Sendable {
         var failures = 0
         var nextRetryDelay: Double?
         var sessionStart: UInt64 = 0
-        /// Stream time, in seconds, reached when the last session ended, and when (monotonic ns).
+        /// Stream time, in seconds, reached when the last session ended, and when (CLOCK_BOOTTIME ns: an outage
+        /// across a suspend counts the time the machine slept).
         var streamSecondsAtEnd: Double?
         var endedAt: UInt64 = 0
         var finishedXruns = 0
@@ -281,7 +282,7 @@ public final class CaptureSupervisor: Sendable {
             failed(with: Self.earshotError(error), generation: generation)
             return
         }
-        let now = ProducerLoop.monotonicNanoseconds()
+        let now = ProducerLoop.boottimeNanoseconds()
         let plan = inner.withLock { inner -> (generation: Int, position: Int64)? in
             guard !inner.stopped, inner.generation == generation else { return nil }
             inner.generation += 1
@@ -314,7 +315,7 @@ public final class CaptureSupervisor: Sendable {
     }
 
     private func sessionEnded(_ end: CaptureEnd, source: any CaptureSource, generation: Int) {
-        let now = ProducerLoop.monotonicNanoseconds()
+        let now = ProducerLoop.boottimeNanoseconds()
         let current = inner.withLock { inner -> Bool in
             guard !inner.stopped, inner.generation == generation else { return false }
             inner.finishedXruns += source.xrunCount
