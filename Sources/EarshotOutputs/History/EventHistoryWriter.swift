@@ -18,7 +18,11 @@ import EarshotDetection
 /// `report` gets one line saying so, with the number of events lost.
 ///
 /// Retention: events that ended more than `retentionDays` ago are deleted when the database is opened and then
-/// every hour (0 keeps everything).
+/// every hour (0 keeps everything), except those stored after an event that is kept (``EventHistory/prune(endedBefore:)``).
+///
+/// A step of the daemon's clock (``clockStepped(by:)``, `clock_changed`) moves the events this writer stored or
+/// holds that were stamped before it by the step: they were heard at the new clock's time less their age, and keep
+/// their place in time (and in retention) beside the events that follow.
 ///
 /// - Important: ``append(_:)`` may be called from any thread and returns at once. `report` is called on the writer's
 ///   queue and must not call back into the writer synchronously.
@@ -79,6 +83,11 @@ package final class EventHistoryWriter: @unchecked Sendable {
     /// The device and inode of the file `history` has open, to notice a file deleted or replaced under it.
     private var openedFile: FileIdentity?
     private var backlog: [HistoryEvent] = []
+    /// The row ids this writer stored in the open file (first and last), for a clock step's move.
+    private var storedIDs: ClosedRange<Int64>?
+    /// Clock steps not yet applied to the rows stored before them (the database could not be written): milliseconds
+    /// and the ids they apply to, oldest first.
+    private var pendingShifts: [(milliseconds: Int64, ids: ClosedRange<Int64>)] = []
     private var lostSinceFailure = 0
     private var retryTimer: DispatchSourceTimer?
     private var pruneTimer: DispatchSourceTimer?
@@ -121,6 +130,24 @@ package final class EventHistoryWriter: @unchecked Sendable {
         }
     }
 
+    /// The daemon's clock stepped by `seconds` (`clock_changed`): every event appended before this call (stored in
+    /// this run, or still held) moves by it. Returns at once; the rows are moved on the writer's queue, at once or, while
+    /// the database cannot be written, before the next events are stored.
+    package func clockStepped(by seconds: Double) {
+        let milliseconds = Int64((seconds * 1000).rounded())
+        guard milliseconds != 0 else { return }
+        queue.async { [self] in
+            guard !stopped else { return }
+            let shift = Double(milliseconds) / 1000
+            for index in backlog.indices {
+                backlog[index].start.addTimeInterval(shift)
+                backlog[index].end.addTimeInterval(shift)
+            }
+            if let storedIDs { pendingShifts.append((milliseconds, storedIDs)) }
+            applyShifts()
+        }
+    }
+
     /// Waits until every event appended before this call has been stored or has failed (for shutdown and tests).
     package func flush() {
         queue.sync {}
@@ -156,7 +183,9 @@ package final class EventHistoryWriter: @unchecked Sendable {
         guard !stopped, !backlog.isEmpty else { return }
         do throws(EarshotError) {
             let history = try openIfNeeded()
-            try history.insert(backlog)
+            try applyPendingShifts(history)
+            let ids = try history.insert(backlog)
+            if let first = ids.first, let last = ids.last { storedIDs = (storedIDs?.lowerBound ?? first)...last }
             let count = backlog.count
             backlog.removeAll()
             let wasFailing = counters.withLock { counters -> Bool in
@@ -186,6 +215,19 @@ package final class EventHistoryWriter: @unchecked Sendable {
         }
     }
 
+    /// Moves the stored rows by the clock steps waiting (queue); a failure leaves them waiting for the next write.
+    private func applyShifts() {
+        guard !pendingShifts.isEmpty, let history else { return }
+        try? applyPendingShifts(history)
+    }
+
+    private func applyPendingShifts(_ history: EventHistory) throws(EarshotError) {
+        while let shift = pendingShifts.first {
+            try history.shiftTimes(byMilliseconds: shift.milliseconds, ids: shift.ids)
+            pendingShifts.removeFirst()
+        }
+    }
+
     private func openIfNeeded() throws(EarshotError) -> EventHistory {
         if let history {
             // Deleted (`rm history.sqlite3`, the only way the README gave to clear it) or replaced: SQLite would go
@@ -193,6 +235,9 @@ package final class EventHistoryWriter: @unchecked Sendable {
             guard let opened = openedFile, FileIdentity(path: path) != opened else { return history }
             self.history = nil  // closes the old file first (its WAL is checkpointed into it, not into the new one)
             openedFile = nil
+            // The rows stored so far are in the old file.
+            storedIDs = nil
+            pendingShifts.removeAll()
             let reopened = try open()
             report(.replaced("event history \(path) was deleted or replaced while earshotd had it open; a new database was created there and events are stored in it from now on (the events before are only in the old file, gone if it was deleted)"))
             return reopened

@@ -93,8 +93,11 @@ package final class SleepService: @unchecked Sendable {
     /// The wall clock (a test may shift it).
     private let clock: @Sendable () -> Date
     /// How stream times become the daemon's clock times, as the history's and the clips' do (the daemon derives it
-    /// once and hands the same value to each): the report's times are the history's.
-    private let timeLine: EventLevelMeter.TimeLine
+    /// once and hands the same value to each, and shifts each at a clock step): the report's times are the history's.
+    private var timeLine: EventLevelMeter.TimeLine
+    /// Why the last session marker could not be written, or nil (report queue only): the `sleep_start` reply's
+    /// `marker_warning`.
+    private var markerProblem: String?
     /// Stream time (s) of the latest window's end, observed with or without a session (the history's latest).
     private var latestWindowEnd: Double = 0
     /// The longest the schedule timer waits before looking again, in seconds: 600. Boundaries are found for the
@@ -249,10 +252,35 @@ package final class SleepService: @unchecked Sendable {
             }
             return reportQueue.sync { write(report, reply: reply) }
         }
-        return analysisQueue.sync {
+        let reply = analysisQueue.sync {
             let now = clock()
             return command == "sleep_start" ? start(at: now, scheduled: false) : status(now: now)
         }
+        guard command == "sleep_start", reply["state"]?.stringValue == "started" else { return reply }
+        // The marker is written before the reply: a session that a restart would not resume is said at bedtime.
+        guard let problem = reportQueue.sync(execute: { markerProblem }) else { return reply }
+        var warned = reply
+        warned["marker_warning"] = .string(problem)
+        return warned
+    }
+
+    /// The daemon's clock stepped by `seconds` (analysis queue, on the heartbeat that found the step, before any
+    /// later event is mapped): the time line shifts (``EventLevelMeter/TimeLine/shifted(by:)``), a running session's
+    /// start moves with the clock (``SleepSession/clockStepped(by:)``: its length is the time it ran, and its report
+    /// is named after its true start) and its marker is written again with that start, and the schedule is checked on
+    /// the new clock at once.
+    package func clockStepped(by seconds: Double) {
+        timeLine = timeLine.shifted(by: seconds)
+        if var running = session {
+            running.clockStepped(by: seconds)
+            session = running
+            let marker: JSONObject = [
+                "start": .string(EventJSON.timestamp(running.startDate)), "scheduled": .bool(startedBySchedule),
+            ]
+            let directory = settings.reportDirectory
+            reportQueue.async { [self] in keepMarker(marker, directory: directory) }
+        }
+        if scheduleTimer != nil { scheduleTick() }
     }
 
     /// Starts a session (analysis queue).
@@ -543,7 +571,7 @@ package final class SleepService: @unchecked Sendable {
     package static let markerName = ".earshot-sleep-session"
 
     /// Writes the marker (report queue); a failure is one journal line (the report directory's own problem is
-    /// said by the report's write and at start).
+    /// said by the report's write and at start) and the `sleep_start` reply's `marker_warning` (``markerProblem``).
     private func keepMarker(_ marker: JSONObject, directory: String) {
         let path = joinedPath(directory, Self.markerName)
         do throws(EarshotError) {
@@ -558,7 +586,9 @@ package final class SleepService: @unchecked Sendable {
             try OutputFile.write(
                 Data((JSONValue.object(marker).encoded + "\n").utf8), to: path, what: "the sleep session marker",
                 hint: "a restart of earshotd will not resume this session; make [sleep] report_dir writable")
+            markerProblem = nil
         } catch {
+            markerProblem = error.message
             log(error.message, 4)
         }
     }
