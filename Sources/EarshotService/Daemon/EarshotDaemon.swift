@@ -346,7 +346,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         schedulingCPU.store(Self.processCPUNanoseconds(), ordering: .relaxed)
         heartbeatTimer.setEventHandler { [unowned self] in
             heartbeat.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            if let step = clock.checkForStep() { clockStepped(step) }
+            noticeClockStep()
             noticeNotScheduled()
             updateStatus()
         }
@@ -388,6 +388,10 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// and the mtimes of this run's clips (the writer; retention goes by them), a running sleep session's start, and,
     /// through the `clock_changed` health event routed after every event stamped before it, the history's rows and
     /// time line. The phone is not told (not a `[notify] health` state): nothing stopped working.
+    private func noticeClockStep() {
+        if let step = clock.checkForStep() { clockStepped(step) }
+    }
+
     private func clockStepped(_ step: DaemonClock.Step) {
         clips?.clockStepped(by: step.seconds)
         clipWriter?.clockStepped(by: step.seconds)
@@ -732,8 +736,15 @@ package final class EarshotDaemon: @unchecked Sendable {
         switch command {
         case "mute", "unmute": setMute(group, muted: command == "mute")
         case Self.testCommand: sendTestAlert(requestedBy: "the event socket")
-        default: sleep.handle(command: command)
+        default: handleSleep(command)
         }
+    }
+
+    /// A sleep command (any queue but the analysis queue): a step of the clock the heartbeat has not seen yet (it
+    /// looks once a second) is taken first, so that a session starts and stops on the clock as it is now.
+    private func handleSleep(_ command: String) -> JSONObject {
+        analysisQueue.sync { noticeClockStep() }
+        return sleep.handle(command: command)
     }
 
     /// `{"cmd":"mute"|"unmute","group":NAME}` from the socket (server queue; the event server has checked that the
@@ -818,7 +829,7 @@ package final class EarshotDaemon: @unchecked Sendable {
                 routeControls()
                 if enabled { announceOpenEvent(of: group) }
             case .setSleep(let start):
-                let reply = sleep.handle(command: start ? "sleep_start" : "sleep_stop")
+                let reply = handleSleep(start ? "sleep_start" : "sleep_stop")
                 if reply["type"]?.stringValue == "error" || reply["state"]?.stringValue == "already_running" {
                     routeControls()  // echo the unchanged state
                 }
