@@ -66,6 +66,8 @@ enum SleepCommand: EarshotCommand {
                 if let warning = object["warning"] as? String {
                     reportError("warning: \(warning); the session counts only audio it hears (earshot status shows the capture)")
                 }
+                // The session runs; only a restart of the daemon would lose it.
+                if let warning = object["marker_warning"] as? String { reportError("warning: \(warning)") }
                 if let error = object["error"] as? String { reportError("the sleep report was not written: \(error)") }
             },
             errorStatus: errorStatus,

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import EarshotSupport
 import EarshotModel
 import EarshotAnalysis
@@ -51,12 +52,18 @@ package struct HealthEvent: Sendable, Equatable {
         /// and "; running the previous configuration". The status reply shows it (`reload_error`) until a reload
         /// succeeds. Said once per failed reload.
         case configReloadFailed = "config_reload_failed"
+        /// The system clock stepped (NTP setting a clock that started in 1970 or last month, `date -s`) by
+        /// `step_seconds` (positive forward): the daemon's times follow it from then on, and what it stamped before
+        /// (this run's history rows, a running sleep session's start) moved with it. Said once per step of 2 s or
+        /// more.
+        case clockChanged = "clock_changed"
 
-        /// The syslog priority the journal entry gets: 6 (info) for `captureLive` and the recoveries, 3 (err) for
-        /// `captureUnavailable`, 4 (warning) for the others.
+        /// The syslog priority the journal entry gets: 6 (info) for `captureLive` and the recoveries, 5 (notice)
+        /// for `clockChanged`, 3 (err) for `captureUnavailable`, 4 (warning) for the others.
         package var priority: Int {
             switch self {
             case .captureLive, .mqttConnected, .notifyRecovered, .historyRecovered, .sleepReportSaved: 6
+            case .clockChanged: 5
             case .captureUnavailable: 3
             case .inputSilent, .inputStalled, .overrun, .historyUnavailable, .clipsUnavailable, .outputBehind, .mqttUnavailable, .notifyFailed,
                  .sleepReportUnavailable, .sleepSessionResumed, .configReloadFailed: 4
@@ -75,5 +82,33 @@ package struct HealthEvent: Sendable, Equatable {
         self.state = state
         self.message = message
         self.details = details
+    }
+
+    /// A `clock_changed` event: the step of the system clock, `seconds` (positive forward), found between the
+    /// daemon's clock reading `before` (the old clock) and the system clock reading `after`.
+    package static func clockChanged(seconds: Double, before: Date, after: Date) -> HealthEvent {
+        let direction = seconds >= 0 ? "forward" : "back"
+        return HealthEvent(
+            state: .clockChanged,
+            message: "the system clock was set \(direction) by \(clockStepText(abs(seconds))) (from \(EventJSON.timestamp(before)) to \(EventJSON.timestamp(after)); NTP or a manual change): times from now on follow it; the events this earshotd stored before and a running sleep session's start were moved by the step, and durations do not count it",
+            details: ["step_seconds": .number(seconds, decimals: 1)])
+    }
+
+    /// `20430 d 0 h 4 min` for a step of more than a day, `1 h 0 min 0.0 s`, or `3.2 s`.
+    package static func clockStepText(_ seconds: Double) -> String {
+        let tenths = Int64((seconds * 10).rounded())
+        let whole = tenths / 10
+        let days = whole / 86_400, hours = whole % 86_400 / 3600, minutes = whole % 3600 / 60
+        let rest = String(cFormat: "%.1f s", Double(whole % 60) + Double(tenths % 10) / 10)
+        if days > 0 { return "\(days) d \(hours) h \(minutes) min" }
+        if hours > 0 { return "\(hours) h \(minutes) min \(rest)" }
+        if minutes > 0 { return "\(minutes) min \(rest)" }
+        return rest
+    }
+
+    /// The step (s) of a `clock_changed` event; nil for any other.
+    package var clockStepSeconds: Double? {
+        guard state == .clockChanged, case .number(let seconds, _)? = details["step_seconds"] else { return nil }
+        return seconds
     }
 }

@@ -57,11 +57,11 @@ struct StartStopOrderTests {
     }
 
     // The report queue is held by a FIFO at the session marker's name: `sleep_start` queues the marker's write, which
-    // waits in open(2) until a reader comes, and `sleep_stop`'s report is queued behind it. Before the fix the socket's
-    // queue waited for that write, and no other client was answered.
-    @Test("sleep_stop while its report cannot be written yet: another client's status is answered meanwhile; the stop's reply comes once the report is written and names its files",
+    // waits in open(2) until a reader comes, and `sleep_start`'s reply (given once the marker is written) with it.
+    // Before the fix the socket's queue waited for such writes (sleep_stop's report), and no other client was answered.
+    @Test("sleep_start while its marker cannot be written yet: another client's status is answered meanwhile; the start's reply comes once the marker is written, the stop's once the report is, naming its files",
           .needsEarshotdBuilt)
-    func sleepStopDoesNotHoldTheSocket() throws {
+    func sleepCommandsDoNotHoldTheSocket() throws {
         let directory = try Self.scratch()
         defer { try? FileManager.default.removeItem(at: directory) }
         let socket = directory.appendingPathComponent("s.sock").path
@@ -97,30 +97,16 @@ struct StartStopOrderTests {
         let marker = reports + "/" + SleepService.markerName
         #expect(mkfifo(marker, 0o600) == 0)
 
+        // sleep_start replies once its marker is written (its reply would carry `marker_warning` otherwise): the
+        // write waits in open(2) for a reader of the FIFO, and the socket answers the other client meanwhile.
         try stopper.send(line: #"{"cmd":"sleep_start"}"#)
-        guard let started = try stopper.nextLine(timeoutSeconds: 20, where: sleepReply) else {
-            Issue.record("no reply to sleep_start")
-            return
-        }
-        #expect(started.hasPrefix(#"{"type":"sleep","state":"started","start":""#), "\(started)")
-        // A report needs audio in the session: its status counts it in tenths of a minute.
-        var heard = false
-        for _ in 0..<100 where !heard {
-            try other.send(line: #"{"cmd":"sleep_status"}"#)
-            guard let line = try other.nextLine(timeoutSeconds: 20, where: sleepReply) else { break }
-            heard = line.hasPrefix(#"{"type":"sleep","state":"running""#) && !line.contains(#""minutes":0.0,"#)
-            if !heard { usleep(200_000) }
-        }
-        try #require(heard)
-
-        try stopper.send(line: #"{"cmd":"sleep_stop"}"#)
         try other.send(line: #"{"status":true}"#)
         guard let status = try other.nextLine(timeoutSeconds: 20, where: statusReply) else {
-            Issue.record("the status request was not answered while sleep_stop waited for its report")
+            Issue.record("the status request was not answered while sleep_start waited for its marker")
             return
         }
         #expect(status.contains(#""capture":"live""#), "\(status)")
-        // The report is still queued behind the marker's write: no reply yet (only events and health lines).
+        // The marker is still waiting for its reader: no reply yet (only events and health lines).
         var early: [String] = []
         while case .line(let line) = try stopper.readLine(timeoutSeconds: 0) { early.append(line) }
         #expect(!early.contains(where: sleepReply), "\(early)")
@@ -139,7 +125,25 @@ struct StartStopOrderTests {
         close(reader)
         let markerText = String(decoding: received, as: UTF8.self)
         #expect(markerText.hasPrefix(#"{"start":""#) && markerText.hasSuffix("\"scheduled\":false}\n"), "\(markerText)")
+        guard let started = try stopper.nextLine(timeoutSeconds: 20, where: sleepReply) else {
+            Issue.record("no reply to sleep_start once its marker was read")
+            return
+        }
+        #expect(started.hasPrefix(#"{"type":"sleep","state":"started","start":""#), "\(started)")
+        #expect(!started.contains("marker_warning"), "\(started)")
 
+        // A report needs audio in the session: its status counts it in tenths of a minute.
+        var heard = false
+        for _ in 0..<100 where !heard {
+            try other.send(line: #"{"cmd":"sleep_status"}"#)
+            guard let line = try other.nextLine(timeoutSeconds: 20, where: sleepReply) else { break }
+            heard = line.hasPrefix(#"{"type":"sleep","state":"running""#) && !line.contains(#""minutes":0.0,"#)
+            if !heard { usleep(200_000) }
+        }
+        try #require(heard)
+
+        // sleep_stop's reply comes from the same report queue once the report is written, and names its files.
+        try stopper.send(line: #"{"cmd":"sleep_stop"}"#)
         guard let stopped = try stopper.nextLine(timeoutSeconds: 20, where: sleepReply) else {
             Issue.record("no reply to sleep_stop")
             return

@@ -86,7 +86,7 @@ package final class ClipRecorder {
     private let now: () -> Date
     /// How an event's stream time becomes the wall-clock second its clip is named by: as the history's
     /// (``EventLevelMeter/TimeLine``).
-    private let timeLine: EventLevelMeter.TimeLine
+    private var timeLine: EventLevelMeter.TimeLine
     private let preSamples: Int64
     private let postSamples: Int64
     private let capSamples: Int64
@@ -109,6 +109,12 @@ package final class ClipRecorder {
         postSamples = Self.index(settings.postSeconds)
         capSamples = Self.index(Self.maximumEventSeconds)
         ring = ClipRing(capacity: Int(preSamples + capSamples + postSamples) + ClipAudio.sampleRate)
+    }
+
+    /// The daemon's clock stepped by `seconds` (`clock_changed`): clips of events that start from now on are named
+    /// on the shifted time line (``EventLevelMeter/TimeLine/shifted(by:)``); names already given stay.
+    package func clockStepped(by seconds: Double) {
+        timeLine = timeLine.shifted(by: seconds)
     }
 
     /// Bytes of the audio ring (allocated at init).

@@ -106,7 +106,9 @@ package struct SavedClip: Sendable, Equatable {
 /// reported before the first event rather than when a smoke alarm's clip is lost.
 ///
 /// Retention (``ClipFiles/prune(directory:maxClips:retentionDays:now:)``) runs at start, after each clip and every
-/// ``pruneInterval``.
+/// ``pruneInterval``. It goes by the files' modification times, which the system clock gives: when the daemon's clock
+/// steps (``clockStepped(by:)``) the clips this writer wrote before the step get their times moved by it, so that a
+/// clip written while a Raspberry Pi's clock still read 1970 is not deleted as 56 years old once NTP sets it.
 ///
 /// - Important: ``save(_:)`` may be called from any thread and returns at once. `report` and `saved` are called on
 ///   the writer's queue and must not call back into the writer synchronously.
@@ -161,6 +163,8 @@ package final class ClipWriter: @unchecked Sendable {
     private let holding = Atomic<Bool>(false)
     /// Set when ``close(deadline:)`` gave up waiting: the clips still queued are not begun.
     private let abandoned = Atomic<Bool>(false)
+    /// The clips this writer wrote (paths, oldest first; at most ``maxClips``, as retention keeps), for a clock step.
+    private var writtenPaths: [String] = []
 
     /// - Parameters:
     ///   - settings: `[clips]`: directory, max_clips, retention_days.
@@ -222,6 +226,30 @@ package final class ClipWriter: @unchecked Sendable {
         }
     }
 
+    /// The daemon's clock stepped by `seconds` (`clock_changed`): the clips written before this call get their
+    /// access and modification times moved by it (those already deleted are skipped). Returns at once. The
+    /// corresponding C function is `utimensat`.
+    package func clockStepped(by seconds: Double) {
+        let nanoseconds = Int64((seconds * 1e9).rounded())
+        queue.async { [self] in
+            for path in writtenPaths {
+                var status = stat()
+                guard lstat(path, &status) == 0 else { continue }
+                func moved(_ time: timespec) -> timespec {
+                    let total = Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec) + nanoseconds
+                    let (quotient, remainder) = total.quotientAndRemainder(dividingBy: 1_000_000_000)
+                    return remainder < 0
+                        ? timespec(tv_sec: Int(quotient - 1), tv_nsec: Int(remainder + 1_000_000_000))
+                        : timespec(tv_sec: Int(quotient), tv_nsec: Int(remainder))
+                }
+                var times = [moved(status.st_atim), moved(status.st_mtim)]
+                if utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) != 0 {
+                    report(.warning("cannot move the time of the clip \(path) by the clock's step: \(String(cString: strerror(errno))); retention goes by the old time"))
+                }
+            }
+        }
+    }
+
     /// Waits until every clip queued before this call has been written or has failed.
     package func flush() {
         queue.sync {}
@@ -277,6 +305,8 @@ package final class ClipWriter: @unchecked Sendable {
         let started = DispatchTime.now().uptimeNanoseconds
         do throws(EarshotError) {
             let path = try writeFile(clip)
+            writtenPaths.append(path)
+            if writtenPaths.count > max(1, maxClips) { writtenPaths.removeFirst(writtenPaths.count - max(1, maxClips)) }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
             let wasFailing = counters.withLock { counters -> Bool in
                 counters.written += 1

@@ -327,12 +327,34 @@ package final class EventHistory {
         return names
     }
 
-    /// Deletes the events that ended before `cutoff` and returns how many were deleted.
+    /// Deletes the events that ended before `cutoff` and were stored before every event that is kept (a lower row
+    /// id than any row that ended at `cutoff` or later), and returns how many were deleted. Rows are stored in the
+    /// order events end, so on a clock that never stepped that is every row that ended before `cutoff`; a row stored
+    /// after a kept one yet stamped earlier was stamped on a wrong clock (a Raspberry Pi without a real-time clock,
+    /// running in 1970 until a power cut, before NTP set its clock), not heard before the retention began.
     /// - Throws: `EarshotError` as ``insert(_:)``.
     @discardableResult
     package func prune(endedBefore cutoff: Date) throws(EarshotError) -> Int {
         do throws(SQLiteError) {
-            try database.run("DELETE FROM events WHERE end_ms < ?", [.integer(HistoryEvent.milliseconds(cutoff))])
+            let milliseconds = SQLiteDatabase.Value.integer(HistoryEvent.milliseconds(cutoff))
+            try database.run(
+                "DELETE FROM events WHERE end_ms < ? AND id < coalesce((SELECT min(id) FROM events WHERE end_ms >= ?), 9223372036854775807)",
+                [milliseconds, milliseconds])
+            return database.changes
+        } catch {
+            throw Self.error(error, path: path, doing: "cannot prune")
+        }
+    }
+
+    /// Moves the start and end of the rows whose ids lie in `ids` by `milliseconds` (the daemon's clock stepped
+    /// after they were stored: ``EventHistoryWriter/clockStepped(by:)``) and returns how many rows moved.
+    /// - Throws: `EarshotError` as ``insert(_:)``.
+    @discardableResult
+    package func shiftTimes(byMilliseconds milliseconds: Int64, ids: ClosedRange<Int64>) throws(EarshotError) -> Int {
+        do throws(SQLiteError) {
+            try database.run(
+                "UPDATE events SET start_ms = start_ms + ?, end_ms = end_ms + ? WHERE id BETWEEN ? AND ?",
+                [.integer(milliseconds), .integer(milliseconds), .integer(ids.lowerBound), .integer(ids.upperBound)])
             return database.changes
         } catch {
             throw Self.error(error, path: path, doing: "cannot prune")

@@ -31,7 +31,11 @@ import EarshotDetection
 /// one that fails to open is reported as before (it may be another program's file named by mistake).
 ///
 /// Retention: events that ended more than `retentionDays` ago are deleted when the database is opened and then
-/// every hour (0 keeps everything).
+/// every hour (0 keeps everything), except those stored after an event that is kept (``EventHistory/prune(endedBefore:)``).
+///
+/// A step of the daemon's clock (``clockStepped(by:)``, `clock_changed`) moves the events this writer stored or
+/// holds that were stamped before it by the step: they were heard at the new clock's time less their age, and keep
+/// their place in time (and in retention) beside the events that follow.
 ///
 /// - Important: ``append(_:)`` may be called from any thread and returns at once. `report` is called on the writer's
 ///   queue and must not call back into the writer synchronously.
@@ -97,6 +101,11 @@ package final class EventHistoryWriter: @unchecked Sendable {
     /// The device and inode of the file `history` has open, to notice a file deleted or replaced under it.
     private var openedFile: FileIdentity?
     private var backlog: [HistoryEvent] = []
+    /// The row ids this writer stored in the open file (first and last), for a clock step's move.
+    private var storedIDs: ClosedRange<Int64>?
+    /// Clock steps not yet applied to the rows stored before them (the database could not be written): milliseconds
+    /// and the ids they apply to, oldest first.
+    private var pendingShifts: [(milliseconds: Int64, ids: ClosedRange<Int64>)] = []
     private var lostSinceFailure = 0
     private var retryTimer: DispatchSourceTimer?
     private var pruneTimer: DispatchSourceTimer?
@@ -153,6 +162,29 @@ package final class EventHistoryWriter: @unchecked Sendable {
         }
     }
 
+    /// The daemon's clock stepped by `seconds` (`clock_changed`): every event appended before this call (stored in
+    /// this run, or still held) moves by it. Returns at once; the rows are moved on the writer's queue, at once or, while
+    /// the database cannot be written, before the next events are stored.
+    package func clockStepped(by seconds: Double) {
+        let milliseconds = Int64((seconds * 1000).rounded())
+        guard milliseconds != 0 else { return }
+        queue.async { [self] in
+            guard !stopped else { return }
+            let shift = Double(milliseconds) / 1000
+            for index in backlog.indices {
+                backlog[index].start.addTimeInterval(shift)
+                backlog[index].end.addTimeInterval(shift)
+            }
+            // Kept to be stored again should the file prove damaged: they move too.
+            for index in unchecked.indices {
+                unchecked[index].start.addTimeInterval(shift)
+                unchecked[index].end.addTimeInterval(shift)
+            }
+            if let storedIDs { pendingShifts.append((milliseconds, storedIDs)) }
+            applyShifts()
+        }
+    }
+
     /// Waits until every event appended before this call has been stored or has failed (for shutdown and tests).
     package func flush() {
         queue.sync {}
@@ -205,7 +237,9 @@ package final class EventHistoryWriter: @unchecked Sendable {
         let ids: [Int64]
         do throws(EarshotError) {
             let history = try openIfNeeded()
+            try applyPendingShifts(history)
             ids = try history.insert(backlog)
+            if let first = ids.first, let last = ids.last { storedIDs = (storedIDs?.lowerBound ?? first)...last }
         } catch {
             failedWrites.wrappingAdd(1, ordering: .relaxed)
             // A write SQLite itself calls damaged or an I/O error: the file is judged as a reader would see it.
@@ -318,6 +352,9 @@ package final class EventHistoryWriter: @unchecked Sendable {
         history = nil
         openedFile = nil
         movedAside = aside
+        // The new file holds none of this run's rows yet: a later clock step has nothing stored to move there.
+        storedIDs = nil
+        pendingShifts.removeAll()
         return aside
     }
 
@@ -337,6 +374,19 @@ package final class EventHistoryWriter: @unchecked Sendable {
         }
     }
 
+    /// Moves the stored rows by the clock steps waiting (queue); a failure leaves them waiting for the next write.
+    private func applyShifts() {
+        guard !pendingShifts.isEmpty, let history else { return }
+        try? applyPendingShifts(history)
+    }
+
+    private func applyPendingShifts(_ history: EventHistory) throws(EarshotError) {
+        while let shift = pendingShifts.first {
+            try history.shiftTimes(byMilliseconds: shift.milliseconds, ids: shift.ids)
+            pendingShifts.removeFirst()
+        }
+    }
+
     private func openIfNeeded() throws(EarshotError) -> EventHistory {
         if let history {
             // Deleted (`rm history.sqlite3`, the only way the README gave to clear it) or replaced: SQLite would go
@@ -344,6 +394,9 @@ package final class EventHistoryWriter: @unchecked Sendable {
             guard let opened = openedFile, FileIdentity(path: path) != opened else { return history }
             self.history = nil  // closes the old file first (its WAL is checkpointed into it, not into the new one)
             openedFile = nil
+            // The rows stored so far are in the old file.
+            storedIDs = nil
+            pendingShifts.removeAll()
             let reopened = try open()
             report(.replaced("event history \(path) was deleted or replaced while earshotd had it open; a new database was created there and events are stored in it from now on (the events before are only in the old file, gone if it was deleted)"))
             return reopened

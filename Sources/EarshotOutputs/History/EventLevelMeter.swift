@@ -44,6 +44,16 @@ package struct EventLevelMeter: Sendable {
             case .stream(let origin): origin.addingTimeInterval(streamTime)
             }
         }
+
+        /// The time line after the daemon's clock stepped by `seconds` (``DaemonClock``, `clock_changed`): a
+        /// replayed stream's origin moves with the clock, so that later events carry the new time as live ones do
+        /// (``live`` takes the daemon's clock as `now` and needs nothing).
+        package func shifted(by seconds: Double) -> TimeLine {
+            switch self {
+            case .live: .live
+            case .stream(let origin): .stream(origin: origin.addingTimeInterval(seconds))
+            }
+        }
     }
 
     package struct Window: Sendable, Equatable {
@@ -56,10 +66,16 @@ package struct EventLevelMeter: Sendable {
     private var open: [String: [Window]] = [:]
     /// Stream time (s) of the end of the latest window observed.
     package private(set) var latestWindowEnd: Double = 0
-    package let timeLine: TimeLine
+    package private(set) var timeLine: TimeLine
 
     package init(timeLine: TimeLine = .live) {
         self.timeLine = timeLine
+    }
+
+    /// The daemon's clock stepped by `seconds`: later events are mapped on the shifted time line
+    /// (``TimeLine/shifted(by:)``).
+    package mutating func clockStepped(by seconds: Double) {
+        timeLine = timeLine.shifted(by: seconds)
     }
 
     /// One analysis window: start and duration in stream seconds, RMS level in dBFS.

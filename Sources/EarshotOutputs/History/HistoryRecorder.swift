@@ -53,6 +53,14 @@ package final class HistoryRecorder: @unchecked Sendable {
                              meanConfidence: meanConfidence, positiveWindows: windows, reason: endReason)), now: now)
     }
 
+    /// The daemon's clock stepped by `seconds` (`clock_changed`; analysis order: after the events mapped before the
+    /// step): later events are mapped on the shifted time line, and the events stored or held so far move by it
+    /// (``EventHistoryWriter/clockStepped(by:)``).
+    package func clockStepped(by seconds: Double) {
+        meter.clockStepped(by: seconds)
+        writer.clockStepped(by: seconds)
+    }
+
     /// Stores what is pending and closes the database.
     package func close() {
         writer.close()

@@ -181,7 +181,9 @@ package final class HistorySink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .detection, .alarm: true
-        case .health, .clip, .sleepReport, .controls, .statistics, .testAlert: false
+        // A step of the daemon's clock moves the events stamped before it.
+        case .health(let health): health.clockStepSeconds != nil
+        case .clip, .sleepReport, .controls, .statistics, .testAlert: false
         }
     }
 
@@ -199,7 +201,9 @@ package final class HistorySink: OutputSink {
                     peakConfidence: finished.peakConfidence, meanConfidence: finished.meanConfidence,
                     windows: finished.positiveWindows, endReason: finished.reason, now: routed.time)
             }
-        case .health, .clip, .sleepReport, .controls, .statistics, .testAlert: break
+        case .health(let health):
+            if let step = health.clockStepSeconds { recorder.clockStepped(by: step) }
+        case .clip, .sleepReport, .controls, .statistics, .testAlert: break
         }
     }
 

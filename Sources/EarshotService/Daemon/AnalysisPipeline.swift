@@ -37,6 +37,7 @@ final class AnalysisPipeline {
     private let mutes: GroupMutes
     private var snorePublication: SnorePublication
     private let onFirstAudio: () -> Void
+    private let clock: DaemonClock
     private var sawAudio = false
     private var scratch: [Float]
     private var timer: DispatchSourceTimer?
@@ -46,11 +47,13 @@ final class AnalysisPipeline {
     ///   - detections: counts onsets (classifier and alarm), for the status reply.
     ///   - mutes: the groups muted at run time; their events stop here.
     ///   - snoringWatched: whether `snoring` is watched (``DetectionPlan/snoringWatched``).
+    ///   - clock: the daemon's clock, which every output is routed with (``DaemonClock``).
     init(
         queue: DispatchQueue, ring: SampleRingBuffer, stage: DetectionStage, router: OutputRouter,
         sleep: SleepService, clips: ClipRecorder?, detections: EventCounter, mutes: GroupMutes,
-        snoringWatched: Bool, onFirstAudio: @escaping () -> Void
+        snoringWatched: Bool, clock: DaemonClock, onFirstAudio: @escaping () -> Void
     ) {
+        self.clock = clock
         self.mutes = mutes
         snorePublication = SnorePublication(watched: snoringWatched)
         self.queue = queue
@@ -181,9 +184,10 @@ final class AnalysisPipeline {
     /// The stage's values, through the sleep session's filter and the clip recorder, to the router.
     private func hand(_ outputs: [DetectionStage.Output]) {
         for output in outputs {
-            // One wall-clock reading per output: a snoring event's routing (the history maps its times with it) and
-            // the sleep session's copy of it use the same, so the report's times are the history's.
-            let now = Date()
+            // One reading of the daemon's clock per output: a snoring event's routing (the history maps its times with
+            // it) and the sleep session's copy of it use the same, so the report's times are the history's. The
+            // daemon's clock steps only on the heartbeat, on this queue, where what was stamped before is moved.
+            let now = clock.now()
             switch output {
             case .window(let result):
                 sleep.observe(window: result)
@@ -207,11 +211,11 @@ final class AnalysisPipeline {
     /// its end follows when the event ends. Nothing when the event ended meanwhile or the group was muted again.
     func announceHeldOnset(of group: String) {
         guard let onset = mutes.takeHeldOnset(of: group) else { return }
-        publish(onset, announcedOnUnmute: true)
+        publish(onset, announcedOnUnmute: true, at: clock.now())
     }
 
     /// Hands one admitted output to the clip recorder (events) and the router; counts onsets.
-    private func publish(_ output: DetectionStage.Output, announcedOnUnmute: Bool = false, at now: Date = Date()) {
+    private func publish(_ output: DetectionStage.Output, announcedOnUnmute: Bool = false, at now: Date) {
         switch output {
         case .detection(let event):
             clips?.observe(event)

@@ -116,8 +116,10 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let supervisor: CaptureSupervisor
     private var signals: SignalSources?
     private var watchdog: ServiceWatchdog?
-    /// When the daemon started (the status reply's uptime; stream time 0 of a replayed input's history).
-    private let startTime: Date
+    /// The daemon's clock: the times of events, the history, clips and sleep sessions; re-anchored on the heartbeat,
+    /// where a step of the system clock is found and said (``clockStepped(_:)``). The status reply's uptime counts its
+    /// boot clock.
+    private let clock: DaemonClock
     private let status = Mutex(StatusSnapshot())
     /// Onsets published (classifier, alarm and snore), for the status reply.
     private let detections = EventCounter()
@@ -160,8 +162,9 @@ package final class EarshotDaemon: @unchecked Sendable {
     ///   the wrong kind: ``DaemonConfiguration/checkStoragePaths()``), `.noInput` (model files missing), `.system` or
     ///   `.cannotCreate` (the socket cannot be created, another daemon listens on it).
     package init(commandLine: DaemonCommandLine) throws(EarshotError) {
-        let startTime = Date()
-        self.startTime = startTime
+        let clock = DaemonClock()
+        self.clock = clock
+        let startTime = clock.now()
         self.commandLine = commandLine
         var loaded = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
         try loaded.checkStoragePaths()
@@ -258,7 +261,7 @@ package final class EarshotDaemon: @unchecked Sendable {
                 })
             clipWriter = writer
             // Named by the event's start as the history stores it.
-            clips = ClipRecorder(settings: clipSettings, timeLine: timeLine) { clip in writer.save(clip) }
+            clips = ClipRecorder(settings: clipSettings, now: { clock.now() }, timeLine: timeLine) { clip in writer.save(clip) }
         } else {
             clipWriter = nil
         }
@@ -271,7 +274,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             log: { line, priority in journal.log(line, priority: priority) },
             reportHealth: { health in router.route(.health(health)) },
             stateChanged: { active in link.daemon?.sleepStateChanged(active) },
-            timeLine: timeLine, audioProblem: Self.audioProblem(capture: "opening", error: nil))
+            timeLine: timeLine, audioProblem: Self.audioProblem(capture: "opening", error: nil), clock: { clock.now() })
         self.sleep = sleep
         // As the clips directory is probed: a report directory that cannot be written is said now, not in the
         // morning when the night's report fails.
@@ -287,7 +290,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         }
         pipeline = AnalysisPipeline(
             queue: analysisQueue, ring: ring, stage: stage, router: router, sleep: sleep, clips: clips,
-            detections: detections, mutes: mutes, snoringWatched: plan.snoringWatched,
+            detections: detections, mutes: mutes, snoringWatched: plan.snoringWatched, clock: clock,
             onFirstAudio: { link.daemon?.audioStarted() })
         supervisor = CaptureSupervisor(
             ring: ring, stallSeconds: Self.inputStallSeconds, callbackQueue: control,
@@ -366,6 +369,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         schedulingCPU.store(Self.processCPUNanoseconds(), ordering: .relaxed)
         heartbeatTimer.setEventHandler { [unowned self] in
             heartbeat.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+            noticeClockStep()
             noticeNotScheduled()
             pipeline.flushGapReport()
             updateStatus()
@@ -402,6 +406,22 @@ package final class EarshotDaemon: @unchecked Sendable {
             state: .overrun, message: Self.notScheduledMessage(seconds: frozen),
             details: ["cause": .string("not_scheduled"), "seconds": .number(frozen, decimals: 1)])))
         pipeline.notScheduled()
+    }
+
+    /// The system clock stepped (heartbeat, analysis queue: no event is mapped meanwhile). What was stamped on the
+    /// old clock moves by the step, in order with the events: clips' names from now on (the recorder's time line)
+    /// and the mtimes of this run's clips (the writer; retention goes by them), a running sleep session's start, and,
+    /// through the `clock_changed` health event routed after every event stamped before it, the history's rows and
+    /// time line. The phone is not told (not a `[notify] health` state): nothing stopped working.
+    private func noticeClockStep() {
+        if let step = clock.checkForStep() { clockStepped(step) }
+    }
+
+    private func clockStepped(_ step: DaemonClock.Step) {
+        clips?.clockStepped(by: step.seconds)
+        clipWriter?.clockStepped(by: step.seconds)
+        sleep.clockStepped(by: step.seconds)
+        router.route(.health(.clockChanged(seconds: step.seconds, before: step.before, after: step.after)), at: step.after)
     }
 
     /// The CPU time this process has used (`CLOCK_PROCESS_CPUTIME_ID`), in nanoseconds.
@@ -611,7 +631,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let hearing = snapshot.capture == "live"
         var object: JSONObject = [
             "type": "status",
-            "uptime": .number(Date().timeIntervalSince(startTime), decimals: 1),
+            "uptime": .number(clock.uptimeSeconds, decimals: 1),
             "capture": .string(snapshot.capture),
             "source": .string(snapshot.source),
             "xruns": .int(supervisor.xrunCount),
@@ -752,8 +772,22 @@ package final class EarshotDaemon: @unchecked Sendable {
         case "mute", "unmute": reply(setMute(group, muted: command == "mute"))
         case Self.testCommand: sendTestAlert(requestedBy: "the event socket", reply: reply)
         // `sleep_stop` replies once its report is written (the socket's queue does not wait for the disk).
-        default: sleep.handle(command: command, reply: reply)
+        default: handleSleep(command, reply: reply)
         }
+    }
+
+    /// A sleep command (any queue but the analysis queue): a step of the clock the heartbeat has not seen yet (it
+    /// looks once a second) is taken first, so that a session starts and stops on the clock as it is now.
+    /// The socket's: `sleep_stop` replies once its report is written, off the socket's queue.
+    private func handleSleep(_ command: String, reply: @escaping EventServer.CommandReply) {
+        analysisQueue.sync { noticeClockStep() }
+        sleep.handle(command: command, reply: reply)
+    }
+
+    /// MQTT's (control queue): the reply once the command is done, report written.
+    private func handleSleep(_ command: String) -> JSONObject {
+        analysisQueue.sync { noticeClockStep() }
+        return sleep.handle(command: command)
     }
 
     /// `{"cmd":"mute"|"unmute","group":NAME}` from the socket (server queue; the event server has checked that the
@@ -922,7 +956,7 @@ package final class EarshotDaemon: @unchecked Sendable {
                 routeControls()
                 if enabled { announceOpenEvent(of: group) }
             case .setSleep(let start):
-                let reply = sleep.handle(command: start ? "sleep_start" : "sleep_stop")
+                let reply = handleSleep(start ? "sleep_start" : "sleep_stop")
                 if reply["type"]?.stringValue == "error" || reply["state"]?.stringValue == "already_running" {
                     routeControls()  // echo the unchanged state
                 }
@@ -1065,7 +1099,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         stopStep.withLock { $0 = "draining the analysis queue" }
         analysisQueue.sync {
             pipeline.stop()
-            if sleep.isActive { _ = sleep.stop(at: Date(), reason: .shutdown) }
+            if sleep.isActive { _ = sleep.stop(at: clock.now(), reason: .shutdown) }
             // Final: the schedule's timer and a reload's queued reconfigure start no session after this.
             sleep.shutDown()
             // Clips still waiting for their post-roll end with the audio there is.

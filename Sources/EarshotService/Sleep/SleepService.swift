@@ -97,8 +97,11 @@ package final class SleepService: @unchecked Sendable {
     /// The wall clock (a test may shift it).
     private let clock: @Sendable () -> Date
     /// How stream times become the daemon's clock times, as the history's and the clips' do (the daemon derives it
-    /// once and hands the same value to each): the report's times are the history's.
-    private let timeLine: EventLevelMeter.TimeLine
+    /// once and hands the same value to each, and shifts each at a clock step): the report's times are the history's.
+    private var timeLine: EventLevelMeter.TimeLine
+    /// Why the last session marker could not be written, or nil (report queue only): the `sleep_start` reply's
+    /// `marker_warning`.
+    private var markerProblem: String?
     /// Stream time (s) of the latest window's end, observed with or without a session (the history's latest).
     private var latestWindowEnd: Double = 0
     /// The longest the schedule timer waits before looking again, in seconds: 600. Boundaries are found for the
@@ -246,35 +249,65 @@ package final class SleepService: @unchecked Sendable {
 
     /// Answers a socket command; runs on any queue but the analysis queue and the report queue (it waits for them).
     package func handle(command: String) -> JSONObject {
-        if command == "sleep_stop" {
-            let answered = DispatchSemaphore(value: 0)
-            let reply = Mutex<JSONObject>([:])
-            stopByCommand { object in
-                reply.withLock { $0 = object }
-                answered.signal()
-            }
-            answered.wait()
-            return reply.withLock { $0 }
+        let answered = DispatchSemaphore(value: 0)
+        let reply = Mutex<JSONObject>([:])
+        handle(command: command) { object in
+            reply.withLock { $0 = object }
+            answered.signal()
         }
-        return analysisQueue.sync {
-            let now = clock()
-            return command == "sleep_start" ? start(at: now, scheduled: false) : status(now: now)
-        }
+        answered.wait()
+        return reply.withLock { $0 }
     }
 
-    /// Commands whose reply waits for the report's files (``handle(command:reply:)``): `sleep_stop`.
-    package static let deferredCommands: Set<String> = ["sleep_stop"]
+    /// The daemon's clock stepped by `seconds` (analysis queue, on the heartbeat that found the step, before any
+    /// later event is mapped): the time line shifts (``EventLevelMeter/TimeLine/shifted(by:)``), a running session's
+    /// start moves with the clock (``SleepSession/clockStepped(by:)``: its length is the time it ran, and its report
+    /// is named after its true start) and its marker is written again with that start, and the schedule is checked on
+    /// the new clock at once.
+    package func clockStepped(by seconds: Double) {
+        timeLine = timeLine.shifted(by: seconds)
+        if var running = session {
+            running.clockStepped(by: seconds)
+            session = running
+            let marker: JSONObject = [
+                "start": .string(EventJSON.timestamp(running.startDate)), "scheduled": .bool(startedBySchedule),
+            ]
+            let directory = settings.reportDirectory
+            reportQueue.async { [self] in keepMarker(marker, directory: directory) }
+        }
+        if scheduleTimer != nil { scheduleTick() }
+    }
 
     /// Answers a socket command without waiting for the disk: `sleep_stop`'s reply is handed to `reply` once the
-    /// report is written (on the report queue), so that it says whether it was and names the files, while the
-    /// caller's queue (the event server's) goes on serving other clients; the others' replies are given as
-    /// ``handle(command:)`` gives them. Any queue but the analysis queue.
+    /// report is written, `sleep_start`'s once the marker is (both on the report queue), so that they say whether
+    /// they were, while the caller's queue (the event server's) goes on serving other clients; `sleep_status` is
+    /// answered before returning. Any queue but the analysis queue and the report queue.
     package func handle(command: String, reply: @escaping @Sendable (JSONObject) -> Void) {
-        guard Self.deferredCommands.contains(command) else {
-            reply(handle(command: command))
-            return
+        switch command {
+        case "sleep_stop":
+            stopByCommand(reply: reply)
+        case "sleep_start":
+            analysisQueue.async { [self] in
+                let answer = start(at: clock(), scheduled: false)
+                guard answer["state"]?.stringValue == "started" else {
+                    reply(answer)
+                    return
+                }
+                // The marker is written before the reply: a session that a restart would not resume is said at
+                // bedtime. Queued on the report queue by `start`, before this.
+                reportQueue.async { [self] in
+                    guard let problem = markerProblem else {
+                        reply(answer)
+                        return
+                    }
+                    var warned = answer
+                    warned["marker_warning"] = .string(problem)
+                    reply(warned)
+                }
+            }
+        default:
+            reply(analysisQueue.sync { status(now: clock()) })
         }
-        stopByCommand(reply: reply)
     }
 
     /// `sleep_stop`: ends the session on the analysis queue, writes its report on the report queue, then replies
@@ -589,7 +622,7 @@ package final class SleepService: @unchecked Sendable {
     package static let markerName = ".earshot-sleep-session"
 
     /// Writes the marker (report queue); a failure is one journal line (the report directory's own problem is
-    /// said by the report's write and at start).
+    /// said by the report's write and at start) and the `sleep_start` reply's `marker_warning` (``markerProblem``).
     private func keepMarker(_ marker: JSONObject, directory: String) {
         let path = joinedPath(directory, Self.markerName)
         do throws(EarshotError) {
@@ -604,7 +637,9 @@ package final class SleepService: @unchecked Sendable {
             try OutputFile.write(
                 Data((JSONValue.object(marker).encoded + "\n").utf8), to: path, what: "the sleep session marker",
                 hint: "a restart of earshotd will not resume this session; make [sleep] report_dir writable")
+            markerProblem = nil
         } catch {
+            markerProblem = error.message
             log(error.message, 4)
         }
     }

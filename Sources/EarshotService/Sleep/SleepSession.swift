@@ -15,7 +15,9 @@ import EarshotOutputs
 /// same `now` and latest window as the history's), so the report's clock times are the history's. With live capture
 /// that is the wall clock: a stall of the input (or an outage of the capture device) is a stretch of the night with
 /// no audio, and what comes after it sits at the time it was heard. The session's length runs from `startDate` to its
-/// end on that clock; the audio it heard (``monitoredSeconds``, from the first window observed after the start to
+/// end on that clock, which never steps between two heartbeats of the daemon (`DaemonClock`): when the system clock
+/// steps, ``clockStepped(by:)`` moves `startDate` with it, so the length is the time the session ran and a clock set
+/// from 1970 to today during a session does not make it 56 years long; the audio it heard (``monitoredSeconds``, from the first window observed after the start to
 /// the last one's end) is what the share snoring and the rates are over. An event that began before the session
 /// (published because `snoring` is watched) is counted from the session's first window, with only the snores heard
 /// from then on: the service tells the detector where the session's audio starts
@@ -26,8 +28,8 @@ import EarshotOutputs
 ///
 /// - Important: A value type without locks: own it on the analysis queue.
 package struct SleepSession: Sendable {
-    /// The start, on the daemon's clock (the wall clock for live capture).
-    package let startDate: Date
+    /// The start, on the daemon's clock (the wall clock for live capture), moved by each step of that clock.
+    package private(set) var startDate: Date
     private var events: [SnoreEvent] = []
     /// Stream time (s) of the first window's start, and of the latest window's end.
     private var streamStart: Double?
@@ -35,6 +37,13 @@ package struct SleepSession: Sendable {
 
     package init(startDate: Date) {
         self.startDate = startDate
+    }
+
+    /// The daemon's clock stepped by `seconds` (`clock_changed`): the start moves with it (the session began at
+    /// that time on the new clock), so its length and its events' times (seconds from the start, the later ones mapped
+    /// on the new clock) do not count the step.
+    package mutating func clockStepped(by seconds: Double) {
+        startDate.addTimeInterval(seconds)
     }
 
     /// One analysis window (gated ones too): the audio the session monitored.
