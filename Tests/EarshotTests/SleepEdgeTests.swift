@@ -316,6 +316,37 @@ struct SleepEdgeTests {
         #expect(!result.err.contains("is lost"), "\(result.err)")
     }
 
+    @Test("a session marker that cannot be written: sleep start exits 0 (the session runs) with one warning (the reply's marker_warning) naming the marker, the reason and the fix (trial 12 #5)",
+          .needsEarshotBuilt, .needsEarshotdBuilt,
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/chattr"), "needs root and chattr to make a directory immutable (root writes through file modes)"))
+    func markerNotWritten() throws {
+        let sandbox = try DaemonEndToEndTests.Sandbox()
+        defer { sandbox.remove() }
+        let reports = sandbox.directory.appendingPathComponent("sleep").path
+        try FileManager.default.createDirectory(atPath: reports, withIntermediateDirectories: false)
+        let wav = sandbox.directory.appendingPathComponent("quiet.wav")
+        try Self.quietWAV(at: wav)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
+        try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        func chattr(_ flag: String) throws {
+            let outcome = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/chattr"), [flag, reports], timeout: 10)
+            try #require(outcome.status == 0, "chattr \(flag) failed: \(outcome.standardError)")
+        }
+        defer { try? chattr("-i") }
+        let daemon = try Daemon(config: config, input: wav.path, socket: sandbox.socket, home: sandbox.home)
+        #expect(daemon.waitFor(#""state":"capture_live""#))
+        try chattr("+i")
+        let started = try Self.sleep(["start"], socket: sandbox.socket)
+        #expect(started.status == 0, "\(started.errorLines)")
+        let marker = reports + "/" + SleepService.markerName
+        #expect(started.errorLines == ["earshot: warning: cannot write the sleep session marker \(marker): Operation not permitted (a restart of earshotd will not resume this session; make [sleep] report_dir writable)"])
+        let json = try Self.sleep(["status", "--json"], socket: sandbox.socket)
+        #expect(json.outputLines.first?.contains(#""state":"running""#) == true, "\(json.outputLines)")
+        try chattr("-i")
+        #expect(daemon.stop().status == 0)
+    }
+
     @Test("a session survives a restart: SIGTERM writes the report and a marker, the next earshotd resumes at once and says where the report is; after SIGKILL it says the part was lost; a bad marker is one line",
           .needsEarshotBuilt, .needsEarshotdBuilt)
     func resumeAfterRestart() throws {
