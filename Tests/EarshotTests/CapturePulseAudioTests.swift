@@ -53,6 +53,7 @@ struct CapturePulseAudioTests {
         for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
         environment["HOME"] = home.path
         environment["STATE_DIRECTORY"] = state.path
+        environment["XDG_RUNTIME_DIR"] = try server.clientRuntimeDirectory()
         let daemon = try DaemonProcess(
             ["--device", "earshot_pulse", "--socket", sandbox.appendingPathComponent("e.sock").path, "--foreground",
              "--no-journal", "--watch", "baby_cry,glass_break"],
@@ -201,6 +202,7 @@ struct CapturePulseAudioTests {
         for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
         environment["HOME"] = home.path
         environment["STATE_DIRECTORY"] = state.path
+        environment["XDG_RUNTIME_DIR"] = try server.clientRuntimeDirectory()
         let daemon = try DaemonProcess(
             ["--device", "earshot_pulse", "--socket", sandbox.appendingPathComponent("e.sock").path, "--foreground",
              "--no-journal", "--watch", "baby_cry"],

@@ -55,6 +55,7 @@ struct CaptureRateChangeTests {
         for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
         environment["HOME"] = home.path
         environment["STATE_DIRECTORY"] = state.path
+        environment["XDG_RUNTIME_DIR"] = try server.clientRuntimeDirectory()
         environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(rateFile.path)"
         let socket = sandbox.appendingPathComponent("e.sock").path
         let daemon = try DaemonProcess(

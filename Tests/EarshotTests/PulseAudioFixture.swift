@@ -71,6 +71,15 @@ final class PulseAudioServer: @unchecked Sendable {
         """
     }
 
+    /// A runtime directory under this fixture's for a client started with an environment of its own (earshotd
+    /// capturing through ALSA's pulse plugin): without one, libpulse makes `/tmp/pulse-XXXXXXXXXXXX` for it, which
+    /// stays after the test.
+    func clientRuntimeDirectory() throws -> String {
+        let url = directory.appendingPathComponent("client-runtime")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        return url.path
+    }
+
     /// The environment for the server and its clients: this fixture's HOME, runtime directory and server.
     var environment: [String: String] {
         var environment = ProcessInfo.processInfo.environment
