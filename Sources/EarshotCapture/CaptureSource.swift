@@ -338,16 +338,6 @@ package final class ProducerLoop: @unchecked Sendable {
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 
-    /// CLOCK_BOOTTIME in nanoseconds: like CLOCK_MONOTONIC, but it also counts the time the machine was suspended.
-    /// For how much audio a gap lost (a device recovered after a suspend, an outage): audio went on in the room
-    /// while the machine slept, and stream time must keep up with it. Stall and scheduling checks keep
-    /// ``monotonicNanoseconds()``: a suspended machine is not a stalled device. (Audit 12 #11.)
-    package static func boottimeNanoseconds() -> UInt64 {
-        var now = timespec()
-        clock_gettime(CLOCK_BOOTTIME, &now)
-        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
-    }
-
     /// Sleeps until the monotonic clock reaches `due`, in steps of at most 250 ms (longer than a period, so one
     /// sleep per period) so a stop request is seen.
     package static func sleep(until due: UInt64, orStop stop: borrowing Atomic<Bool>) {

@@ -282,7 +282,7 @@ public final class CaptureSupervisor: Sendable {
             failed(with: Self.earshotError(error), generation: generation)
             return
         }
-        let now = ProducerLoop.boottimeNanoseconds()
+        let now = DaemonClock.bootNanoseconds()
         let plan = inner.withLock { inner -> (generation: Int, position: Int64)? in
             guard !inner.stopped, inner.generation == generation else { return nil }
             inner.generation += 1
@@ -315,7 +315,7 @@ public final class CaptureSupervisor: Sendable {
     }
 
     private func sessionEnded(_ end: CaptureEnd, source: any CaptureSource, generation: Int) {
-        let now = ProducerLoop.boottimeNanoseconds()
+        let now = DaemonClock.bootNanoseconds()
         let current = inner.withLock { inner -> Bool in
             guard !inner.stopped, inner.generation == generation else { return false }
             inner.finishedXruns += source.xrunCount

@@ -415,7 +415,7 @@ package final class PCMReader: SourceReader, @unchecked Sendable {
             let status = snd_pcm_start(pcm)
             guard status >= 0 else { return .failure(SourceFailure(function: "snd_pcm_start", code: status)) }
             started = true
-            lastReadNanoseconds = ProducerLoop.boottimeNanoseconds()
+            lastReadNanoseconds = DaemonClock.bootNanoseconds()
         }
         let ready = snd_pcm_wait(pcm, Self.waitMilliseconds)
         if ready == 0 { return .idle }
@@ -428,7 +428,7 @@ package final class PCMReader: SourceReader, @unchecked Sendable {
         if count == 0 { return .idle }
         SampleConversion.convertToMono(
             raw, format: format.sampleFormat, channels: format.channels, frameCount: count, into: destination)
-        lastReadNanoseconds = ProducerLoop.boottimeNanoseconds()
+        lastReadNanoseconds = DaemonClock.bootNanoseconds()
         // What is still waiting is lost too if the next read comes too late. A negative answer (an xrun already)
         // counts as 0 here; the next wait or read reports it.
         let pending = snd_pcm_avail_update(pcm)
@@ -450,7 +450,7 @@ package final class PCMReader: SourceReader, @unchecked Sendable {
                 guard started >= 0 else { return .failure(SourceFailure(function: "snd_pcm_start", code: started)) }
             }
             // Everything captured since the last read was discarded with the full buffer.
-            return .lost(frames: lostFrames(now: ProducerLoop.boottimeNanoseconds()))
+            return .lost(frames: lostFrames(now: DaemonClock.bootNanoseconds()))
         case ENODEV:
             return .failure(SourceFailure(function: function, code: code))
         default:
@@ -469,7 +469,7 @@ package final class PCMReader: SourceReader, @unchecked Sendable {
             let started = snd_pcm_start(pcm)
             guard started >= 0 else { return .failure(SourceFailure(function: "snd_pcm_start", code: started)) }
             // Preparing discarded the buffer: a gap, like an overrun.
-            return .lost(frames: lostFrames(now: ProducerLoop.boottimeNanoseconds()))
+            return .lost(frames: lostFrames(now: DaemonClock.bootNanoseconds()))
         }
     }
 

@@ -101,10 +101,19 @@ package final class DaemonClock: Sendable {
 
     /// `CLOCK_REALTIME` (s since 1970) and `CLOCK_BOOTTIME` (ns). The corresponding C function is `clock_gettime`.
     package static let systemReadings: Readings = {
-        var wall = timespec(), boot = timespec()
-        clock_gettime(CLOCK_BOOTTIME, &boot)
+        let boot = bootNanoseconds()
+        var wall = timespec()
         clock_gettime(CLOCK_REALTIME, &wall)
-        return (Double(wall.tv_sec) + Double(wall.tv_nsec) / 1e9,
-                UInt64(boot.tv_sec) * 1_000_000_000 + UInt64(boot.tv_nsec))
+        return (Double(wall.tv_sec) + Double(wall.tv_nsec) / 1e9, boot)
+    }
+
+    /// `CLOCK_BOOTTIME` in nanoseconds: like `CLOCK_MONOTONIC`, but it also counts the time the machine was
+    /// suspended. For durations that must count a suspend (this clock's advance; how much audio a capture gap lost,
+    /// since audio went on in the room while the machine slept). Stall and scheduling checks use `CLOCK_MONOTONIC`:
+    /// a suspended machine is not a stalled device.
+    package static func bootNanoseconds() -> UInt64 {
+        var boot = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &boot)
+        return UInt64(boot.tv_sec) * 1_000_000_000 + UInt64(boot.tv_nsec)
     }
 }

@@ -43,17 +43,11 @@ struct CapturePulseAudioTests {
         try server.start()
 
         // The daemon's HOME holds the .asoundrc that defines the PCM; its state (history) stays in the temp dir.
-        let sandbox = server.directory.appendingPathComponent("daemon")
-        let home = sandbox.appendingPathComponent("home")
-        let state = sandbox.appendingPathComponent("state")
-        for url in [home, state] { try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }
+        let daemonSandbox = try server.daemonSandbox()
+        let sandbox = daemonSandbox.directory, home = daemonSandbox.home
         try server.alsaPCM("earshot_pulse").write(
             to: home.appendingPathComponent(".asoundrc"), atomically: true, encoding: .utf8)
-        var environment = ProcessInfo.processInfo.environment
-        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
-        environment["HOME"] = home.path
-        environment["STATE_DIRECTORY"] = state.path
-        environment["XDG_RUNTIME_DIR"] = try server.clientRuntimeDirectory()
+        let environment = daemonSandbox.environment
         let daemon = try DaemonProcess(
             ["--device", "earshot_pulse", "--socket", sandbox.appendingPathComponent("e.sock").path, "--foreground",
              "--no-journal", "--watch", "baby_cry,glass_break"],
@@ -192,17 +186,11 @@ struct CapturePulseAudioTests {
         let server = try PulseAudioServer()
         defer { server.remove() }
         try server.start()
-        let sandbox = server.directory.appendingPathComponent("daemon")
-        let home = sandbox.appendingPathComponent("home")
-        let state = sandbox.appendingPathComponent("state")
-        for url in [home, state] { try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }
+        let daemonSandbox = try server.daemonSandbox()
+        let sandbox = daemonSandbox.directory, home = daemonSandbox.home
         try server.alsaPCM("earshot_pulse").write(
             to: home.appendingPathComponent(".asoundrc"), atomically: true, encoding: .utf8)
-        var environment = ProcessInfo.processInfo.environment
-        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
-        environment["HOME"] = home.path
-        environment["STATE_DIRECTORY"] = state.path
-        environment["XDG_RUNTIME_DIR"] = try server.clientRuntimeDirectory()
+        let environment = daemonSandbox.environment
         let daemon = try DaemonProcess(
             ["--device", "earshot_pulse", "--socket", sandbox.appendingPathComponent("e.sock").path, "--foreground",
              "--no-journal", "--watch", "baby_cry"],

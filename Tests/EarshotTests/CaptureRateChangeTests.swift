@@ -42,20 +42,14 @@ struct CaptureRateChangeTests {
         let server = try PulseAudioServer()
         defer { server.remove() }
         try server.start()
-        let sandbox = server.directory.appendingPathComponent("daemon")
-        let home = sandbox.appendingPathComponent("home")
-        let state = sandbox.appendingPathComponent("state")
-        for url in [home, state] { try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }
+        let daemonSandbox = try server.daemonSandbox()
+        let sandbox = daemonSandbox.directory
         let rateFile = sandbox.appendingPathComponent("asound-rate.conf")
         try Self.alsaConfiguration(server, rate: 16_000).write(to: rateFile, atomically: true, encoding: .utf8)
         let port = try FreePort.pick()
         let config = sandbox.appendingPathComponent("earshotd.conf")
         try "[metrics]\nenabled = true\nlisten = 127.0.0.1:\(port)\n".write(to: config, atomically: true, encoding: .utf8)
-        var environment = ProcessInfo.processInfo.environment
-        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
-        environment["HOME"] = home.path
-        environment["STATE_DIRECTORY"] = state.path
-        environment["XDG_RUNTIME_DIR"] = try server.clientRuntimeDirectory()
+        var environment = daemonSandbox.environment
         environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(rateFile.path)"
         let socket = sandbox.appendingPathComponent("e.sock").path
         let daemon = try DaemonProcess(

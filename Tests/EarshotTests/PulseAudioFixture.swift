@@ -71,13 +71,30 @@ final class PulseAudioServer: @unchecked Sendable {
         """
     }
 
-    /// A runtime directory under this fixture's for a client started with an environment of its own (earshotd
-    /// capturing through ALSA's pulse plugin): without one, libpulse makes `/tmp/pulse-XXXXXXXXXXXX` for it, which
-    /// stays after the test.
-    func clientRuntimeDirectory() throws -> String {
-        let url = directory.appendingPathComponent("client-runtime")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        return url.path
+    /// Where an earshotd capturing from this server runs: `daemon/` under this fixture's directory, with a HOME
+    /// (for its `.asoundrc`), a STATE_DIRECTORY (its history) and a runtime directory (XDG_RUNTIME_DIR: without one,
+    /// libpulse in ALSA's pulse plugin makes `/tmp/pulse-XXXXXXXXXXXX` for it, which stays after the test); its
+    /// environment has none of the systemd or PulseAudio variables of the test's own.
+    struct DaemonSandbox {
+        let directory: URL
+        let home: URL
+        let state: URL
+        var environment: [String: String]
+    }
+
+    func daemonSandbox() throws -> DaemonSandbox {
+        let directory = self.directory.appendingPathComponent("daemon")
+        let home = directory.appendingPathComponent("home")
+        let state = directory.appendingPathComponent("state")
+        let runtime = directory.appendingPathComponent("runtime")
+        for url in [home, state] { try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }
+        try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PULSE_SERVER"] { environment[name] = nil }
+        environment["HOME"] = home.path
+        environment["STATE_DIRECTORY"] = state.path
+        environment["XDG_RUNTIME_DIR"] = runtime.path
+        return DaemonSandbox(directory: directory, home: home, state: state, environment: environment)
     }
 
     /// The environment for the server and its clients: this fixture's HOME, runtime directory and server.

@@ -175,6 +175,25 @@ struct SleepEdgeTests {
     }
 
     /// `earshot sleep ARGUMENTS --socket SOCKET`.
+    /// For a daemon watching snoring alone, without history, in `sandbox`: the report directory `sleep/` (made),
+    /// a quiet recording to feed it and its configuration file.
+    static func snoringDaemonFiles(in sandbox: DaemonEndToEndTests.Sandbox) throws -> (reports: String, config: String, wav: URL) {
+        let reports = sandbox.directory.appendingPathComponent("sleep").path
+        try FileManager.default.createDirectory(atPath: reports, withIntermediateDirectories: false)
+        let wav = sandbox.directory.appendingPathComponent("quiet.wav")
+        try quietWAV(at: wav)
+        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
+        try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        return (reports, config, wav)
+    }
+
+    /// `chattr FLAG DIRECTORY` (`+i`: the directory takes no new files, even from root; `-i` undoes it).
+    static func chattr(_ flag: String, _ directory: String) throws {
+        let outcome = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/chattr"), [flag, directory], timeout: 10)
+        try #require(outcome.status == 0, "chattr \(flag) failed: \(outcome.standardError)")
+    }
+
     static func sleep(_ arguments: [String], socket: String) throws -> EarshotCLI.Outcome {
         try #require(try EarshotCLI.run(["sleep"] + arguments + ["--socket", socket], in: FileManager.default.temporaryDirectory, timeout: 30))
     }
@@ -207,9 +226,8 @@ struct SleepEdgeTests {
         let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
         try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
             .write(toFile: config, atomically: true, encoding: .utf8)
-        let chattr = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/chattr"), ["+i", reports], timeout: 10)
-        try #require(chattr.status == 0, "chattr +i failed: \(chattr.standardError)")
-        defer { _ = try? EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/chattr"), ["-i", reports], timeout: 10) }
+        try Self.chattr("+i", reports)
+        defer { try? Self.chattr("-i", reports) }
 
         let check = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
         #expect(check.status == 0)
@@ -266,17 +284,8 @@ struct SleepEdgeTests {
     func reportWrittenLater() throws {
         let sandbox = try DaemonEndToEndTests.Sandbox()
         defer { sandbox.remove() }
-        let reports = sandbox.directory.appendingPathComponent("sleep").path
-        try FileManager.default.createDirectory(atPath: reports, withIntermediateDirectories: false)
-        let wav = sandbox.directory.appendingPathComponent("quiet.wav")
-        try Self.quietWAV(at: wav)
-        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
-        try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
-            .write(toFile: config, atomically: true, encoding: .utf8)
-        func chattr(_ flag: String) throws {
-            let outcome = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/chattr"), [flag, reports], timeout: 10)
-            try #require(outcome.status == 0, "chattr \(flag) failed: \(outcome.standardError)")
-        }
+        let (reports, config, wav) = try Self.snoringDaemonFiles(in: sandbox)
+        func chattr(_ flag: String) throws { try Self.chattr(flag, reports) }
         defer { try? chattr("-i") }
         let file = #/snore-\d{8}-\d{4}(-\d+)?\.json/#
         func failedStop() throws -> String {
@@ -322,17 +331,8 @@ struct SleepEdgeTests {
     func markerNotWritten() throws {
         let sandbox = try DaemonEndToEndTests.Sandbox()
         defer { sandbox.remove() }
-        let reports = sandbox.directory.appendingPathComponent("sleep").path
-        try FileManager.default.createDirectory(atPath: reports, withIntermediateDirectories: false)
-        let wav = sandbox.directory.appendingPathComponent("quiet.wav")
-        try Self.quietWAV(at: wav)
-        let config = sandbox.directory.appendingPathComponent("earshotd.conf").path
-        try "[detection]\nwatch = snoring\n[history]\nenabled = false\n[sleep]\nreport_dir = \(reports)\n"
-            .write(toFile: config, atomically: true, encoding: .utf8)
-        func chattr(_ flag: String) throws {
-            let outcome = try EarshotCLI.runProcess(URL(fileURLWithPath: "/usr/bin/chattr"), [flag, reports], timeout: 10)
-            try #require(outcome.status == 0, "chattr \(flag) failed: \(outcome.standardError)")
-        }
+        let (reports, config, wav) = try Self.snoringDaemonFiles(in: sandbox)
+        func chattr(_ flag: String) throws { try Self.chattr(flag, reports) }
         defer { try? chattr("-i") }
         let daemon = try Daemon(config: config, input: wav.path, socket: sandbox.socket, home: sandbox.home)
         #expect(daemon.waitFor(#""state":"capture_live""#))
