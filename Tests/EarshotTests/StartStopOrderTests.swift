@@ -166,6 +166,66 @@ struct StartStopOrderTests {
         #expect(log.hasSuffix("earshotd: stopped (signal 15)\n"), "\(log)")
     }
 
+    // A disk that does not answer, made by a FIFO at the session marker's name once the session has started: the
+    // stop's report is written and its marker's write waits in open(2) for a reader that never comes. Before the fix
+    // the stop waited for the report queue until the 4 s deadline, and the socket's goodbye never went out.
+    @Test("SIGTERM while a sleep session's marker cannot be written: the snore_report line and the socket's shutdown line still go out, the stop names the directory at 3.75 s and ends with stopped (signal 15), exit 0",
+          .needsEarshotdBuilt)
+    func aStuckSleepReportDoesNotHoldTheStop() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let socket = directory.appendingPathComponent("s.sock").path
+        let reports = directory.appendingPathComponent("sleep").path
+        let config = directory.appendingPathComponent("c.conf").path
+        try "[sleep]\nreport_dir = \(reports)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = Process()
+        daemon.executableURL = try #require(EarshotdRun.executable)
+        daemon.arguments = ["--config", config, "--input", Self.demo, "--socket", socket, "--no-journal"]
+        daemon.environment = DaemonEndToEndTests.environment(home: directory)
+        let errors = Pipe()
+        daemon.standardOutput = FileHandle.nullDevice
+        daemon.standardError = errors
+        try daemon.run()
+        defer { if daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) } }
+        #expect(TestWait.until(seconds: 20) { FileManager.default.fileExists(atPath: socket) })
+        let client = try EventSubscriber(path: socket)
+        let sleepReply: @Sendable (String) -> Bool = { $0.hasPrefix(#"{"type":"sleep","#) }
+        try client.send(line: #"{"cmd":"sleep_start"}"#)
+        let started = try client.nextLine(timeoutSeconds: 20, where: sleepReply)
+        #expect(started?.hasPrefix(#"{"type":"sleep","state":"started","#) == true, "\(started ?? "no reply")")
+        // A report needs audio in the session: its status counts it in tenths of a minute.
+        var heard = false
+        for _ in 0..<100 where !heard {
+            try client.send(line: #"{"cmd":"sleep_status"}"#)
+            guard let line = try client.nextLine(timeoutSeconds: 20, where: sleepReply) else { break }
+            heard = line.hasPrefix(#"{"type":"sleep","state":"running""#) && !line.contains(#""minutes":0.0,"#)
+            if !heard { usleep(200_000) }
+        }
+        try #require(heard)
+        let marker = reports + "/" + SleepService.markerName
+        #expect(unlink(marker) == 0)
+        #expect(mkfifo(marker, 0o600) == 0)
+
+        kill(daemon.processIdentifier, SIGTERM)
+        var lines: [String] = []
+        while case .line(let line) = try client.readLine(timeoutSeconds: 20) {
+            lines.append(line)
+            if line == #"{"type":"shutdown"}"# { break }
+        }
+        #expect(lines.last == #"{"type":"shutdown"}"#, "\(lines)")
+        #expect(lines.contains { $0.hasPrefix(#"{"type":"snore_report","#) }, "\(lines)")
+        #expect(TestWait.until(seconds: 20) { !daemon.isRunning })
+        daemon.waitUntilExit()
+        let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(daemon.terminationStatus == 0, "\(log)")
+        #expect(log.contains("earshotd: \(reports) had not taken the sleep report and session marker 3.75 s into the stop (the report's content went out as the snore_report line); check that disk\n"), "\(log)")
+        #expect(!log.contains("stop did not finish"), "\(log)")
+        #expect(log.hasSuffix("earshotd: stopped (signal 15)\n"), "\(log)")
+        // The report's own files were written before the marker's write stuck.
+        let written = try FileManager.default.contentsOfDirectory(atPath: reports).filter { $0.hasPrefix("snore-") }.sorted()
+        #expect(written.count == 2 && written.allSatisfy { $0.hasSuffix(".json") || $0.hasSuffix(".svg") }, "\(written)")
+    }
+
     // A disk that does not keep up, made by the writer's own `saved` callback, which runs on its queue after each
     // clip: while it waits, the queue is as busy as on a disk that takes that long.
     @Test("clips at the stop on a slow disk: finishWrites waits only until its deadline, the clips held then are written by close(deadline:), and those still not written by its deadline are named, oldest first")

@@ -1057,10 +1057,10 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// have had theirs, counted from the start of the stop: 1 s, for the socket's flush of clients that are behind
     /// (0.5 s), the history's commit and the exit.
     static let localStopReserveSeconds = 1.0
-    /// How long the clips cut at the stop are waited for before the outputs stop, counted from the start of the
-    /// stop: 1 s (a 70 s clip takes milliseconds on a working disk). Those a slow disk has not written by then are
-    /// written after the socket's goodbye, each said in the journal only, until ``exitReserveSeconds`` before
-    /// ``stopDeadlineSeconds``.
+    /// How long the clips cut at the stop and the sleep report's files are waited for before the outputs stop,
+    /// counted from the start of the stop: 1 s (a 70 s clip takes milliseconds on a working disk). What a slow disk
+    /// has not written by then is written after the socket's goodbye, said in the journal only, until
+    /// ``exitReserveSeconds`` before ``stopDeadlineSeconds``.
     static let clipStopSeconds = 1.0
     /// The end of ``stopDeadlineSeconds`` kept for the last lines and the exit: 0.25 s.
     static let exitReserveSeconds = 0.25
@@ -1077,7 +1077,7 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Stops in the reverse order of start, each step finishing its work, then exits with `status`. Only the first
     /// call does anything (a signal and the end of the input may race); it may run on the stop queue while a
     /// reload waits on the control queue. Past ``stopDeadlineSeconds`` a watchdog thread writes which step was still
-    /// running and exits with `status` at once. Clips the disk has not written within ``clipStopSeconds`` are written
+    /// running and exits with `status` at once. Clips and sleep reports the disk has not written within ``clipStopSeconds`` are written
     /// after the outputs stopped. `warnings` are logged (priority 4) once the outputs are delivered,
     /// then `stopped (REASON)`, or `lastLine` instead when the stop has a cause to read (an input that failed: its
     /// error line), which the deadline thread writes too.
@@ -1097,20 +1097,21 @@ package final class EarshotDaemon: @unchecked Sendable {
         stopStep.withLock { $0 = "stopping capture" }
         supervisor.stop()
         stopStep.withLock { $0 = "draining the analysis queue" }
-        analysisQueue.sync {
+        let reportDirectory = analysisQueue.sync {
             pipeline.stop()
             if sleep.isActive { _ = sleep.stop(at: clock.now(), reason: .shutdown) }
             // Final: the schedule's timer and a reload's queued reconfigure start no session after this.
             sleep.shutDown()
             // Clips still waiting for their post-roll end with the audio there is.
             clips?.finish()
+            return sleep.reportDirectory
         }
         stopStep.withLock { $0 = "writing sleep reports and clips" }
-        sleep.finishReports()
         // A slow disk does not take the network outputs' time: what it has not written within the first second is
-        // held until they and the socket have stopped (below).
-        let clipsWritten = clipWriter?.finishWrites(
-            until: stopStarted + .milliseconds(Int(Self.clipStopSeconds * 1000))) ?? true
+        // held until they and the socket have stopped (below). The report itself went out as the snore_report line.
+        let firstSecond = stopStarted + .milliseconds(Int(Self.clipStopSeconds * 1000))
+        let reportsWritten = sleep.finishReports(until: firstSecond)
+        let clipsWritten = clipWriter?.finishWrites(until: firstSecond) ?? true
         statisticsTimer?.cancel()
         stopStep.withLock { $0 = "delivering outputs to the sinks" }
         // A webhook or broker that does not answer gets what is left of the stop's time but the local sinks' share:
@@ -1120,9 +1121,16 @@ package final class EarshotDaemon: @unchecked Sendable {
             let count = writer.statistics.backlog
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
         }
+        let deadline = stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.exitReserveSeconds) * 1000))
+        if !reportsWritten {
+            stopStep.withLock { $0 = "writing the sleep report the disk had not taken" }
+            if !sleep.finishReports(until: deadline) {
+                journal.log(SleepService.unwrittenAtStopLine(
+                    directory: reportDirectory, seconds: Self.stopDeadlineSeconds - Self.exitReserveSeconds), priority: 3)
+            }
+        }
         if let clipWriter {
             if !clipsWritten { stopStep.withLock { $0 = "writing the clips the disk had not taken" } }
-            let deadline = stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.exitReserveSeconds) * 1000))
             let unsaved = clipWriter.close(deadline: deadline)
             if !unsaved.isEmpty {
                 journal.log(Self.unsavedClipsLine(unsaved, directory: clipSettings.directory), priority: 3)

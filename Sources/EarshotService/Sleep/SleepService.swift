@@ -1,7 +1,6 @@
 import Dispatch
 import FoundationEssentials
 import Glibc
-import Dispatch
 import Synchronization
 import EarshotSupport
 import EarshotAudio
@@ -63,6 +62,9 @@ package final class SleepService: @unchecked Sendable {
     private var unwritten: [FinishedReport] = []
     /// Tries ``unwritten`` again every ``reportRetrySeconds`` while it holds any (report queue only).
     private var retryTimer: DispatchSourceTimer?
+    /// The work ``finishReports(until:)`` queued on the report queue, left when it is done; queued once.
+    private let finishing = DispatchGroup()
+    private let finishQueued = Atomic<Bool>(false)
     /// Seconds between tries of a report that could not be written: 60.
     package static let reportRetrySeconds = 60.0
     /// Unwritten reports kept for another try: 4 (four nights' reports; each is a few kilobytes of JSON and SVG).
@@ -430,6 +432,9 @@ package final class SleepService: @unchecked Sendable {
                 "audio_seconds": 0, "message": .string(line),
             ], nil)
         }
+        // Published here, not where the files are written: the report queue may wait on a slow disk, and the stop of
+        // the daemon does not wait for it beyond ``finishReports(until:)``'s deadline.
+        publishReport(report.json)
         let paths = claimReportPaths(start: report.startDate ?? date)
         // Each clock time with its own UTC offset: a night crosses daylight-saving changes.
         let svg = report.svg(zoneAt: { [fixedTimeZone] instant in fixedTimeZone ?? LocalTime.zone(at: instant) })
@@ -445,11 +450,10 @@ package final class SleepService: @unchecked Sendable {
             end: end, shutdown: reason == .shutdown))
     }
 
-    /// Publishes `report` and writes its files (report queue); `reply` with the files' paths, or with `error` and
-    /// the report itself when they could not be written (then one `sleep_report_unavailable` health event, and the
-    /// report is kept for another try: ``retryUnwrittenReports()``).
+    /// Writes `report`'s files (report queue; ``finish(at:reason:)`` has published it); `reply` with the files'
+    /// paths, or with `error` and the report itself when they could not be written (then one
+    /// `sleep_report_unavailable` health event, and the report is kept for another try: ``retryUnwrittenReports()``).
     private func write(_ report: FinishedReport, reply: JSONObject) -> JSONObject {
-        publishReport(report.object)
         var reply = reply
         var marker: JSONObject = ["start": .string(report.start), "end": .string(report.end)]
         do throws(EarshotError) {
@@ -525,18 +529,36 @@ package final class SleepService: @unchecked Sendable {
         _ = unlink(path)
     }
 
-    /// At the daemon's stop (after the running session's own report is queued): waits for the reports being
-    /// written, tries the unwritten ones once more, and says of each that is still not written that it is lost.
-    package func finishReports() {
-        reportQueue.sync {
-            retryUnwrittenReports()
-            retryTimer?.cancel()
-            retryTimer = nil
-            for report in unwritten {
-                log("the sleep report of the session from \(report.start) to \(report.end) is lost: \(report.directory) still cannot be written as earshotd stops (its content went out as the snore_report line)", 3)
+    /// At the daemon's stop (after the running session's own report is queued): waits until `deadline` for the
+    /// reports and the marker being written, tries the unwritten reports once more, and says of each that is still
+    /// not written that it is lost. True when all that is done; false when the report queue is still writing at
+    /// `deadline` (a disk that does not answer), so that the stop goes on without it. Calling it again (with a later
+    /// deadline) waits for the same work, which is queued once.
+    package func finishReports(until deadline: DispatchTime) -> Bool {
+        if !finishQueued.exchange(true, ordering: .acquiringAndReleasing) {
+            finishing.enter()
+            reportQueue.async { [self] in
+                retryUnwrittenReports()
+                retryTimer?.cancel()
+                retryTimer = nil
+                for report in unwritten {
+                    log("the sleep report of the session from \(report.start) to \(report.end) is lost: \(report.directory) still cannot be written as earshotd stops (its content went out as the snore_report line)", 3)
+                }
+                unwritten.removeAll()
+                finishing.leave()
             }
-            unwritten.removeAll()
         }
+        return finishing.wait(timeout: deadline) == .success
+    }
+
+    /// `[sleep] report_dir` as the service has it now (analysis queue).
+    package var reportDirectory: String { settings.reportDirectory }
+
+    /// The journal line for sleep reports and markers a disk has not written by the end of the daemon's stop:
+    /// `/var/lib/earshot/sleep had not taken the sleep report and session marker 3.75 s into the stop (the report's
+    /// content went out as the snore_report line); check that disk`.
+    package static func unwrittenAtStopLine(directory: String, seconds: Double) -> String {
+        "\(directory) had not taken the sleep report and session marker \(SettingRules.format(seconds)) s into the stop (the report's content went out as the snore_report line); check that disk"
     }
 
     /// Waits until reports queued so far are written (shutdown, tests).
