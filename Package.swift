@@ -27,6 +27,16 @@ let staticRuntimeFlags = [
     "-Xlinker", "-l_FoundationCollections", "-Xlinker", "--end-group",
 ]
 
+// The daemon's code in the order it runs: the functions an earshotd run executes (Sources/EarshotDaemon/code-order.txt,
+// written by scripts/code-order from valgrind's callgrind) are placed together at the front of its code, so that the
+// pages of code it keeps resident are those it runs, not their neighbours (the kernel maps 64 KB around each page of
+// code touched). Names not in the binary are skipped without a warning. Measured effect in README, Performance.
+let packageDirectory = String(#filePath.dropLast("/Package.swift".count))
+let codeOrderFlags = [
+    "-Xlinker", "--symbol-ordering-file=\(packageDirectory)/Sources/EarshotDaemon/code-order.txt",
+    "-Xlinker", "--no-warn-symbol-ordering",
+]
+
 let package = Package(
     name: "Earshot",
     products: [
@@ -96,7 +106,8 @@ let package = Package(
         .target(name: "EarshotPNG", dependencies: ["EarshotSupport", "EarshotService", "CRSVG"]),
         // See `staticRuntimeFlags`. The daemon's code imports FoundationEssentials, never Foundation (ICU).
         .executableTarget(
-            name: "EarshotDaemon", dependencies: ["EarshotService"], linkerSettings: [.unsafeFlags(staticRuntimeFlags)]
+            name: "EarshotDaemon", dependencies: ["EarshotService"], exclude: ["code-order.txt"],
+            linkerSettings: [.unsafeFlags(staticRuntimeFlags + codeOrderFlags)]
         ),
         .executableTarget(
             name: "EarshotCLI", dependencies: ["Earshot", "EarshotTools", "EarshotService", "EarshotPNG"]
