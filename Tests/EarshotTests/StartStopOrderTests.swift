@@ -22,6 +22,36 @@ struct StartStopOrderTests {
         return directory
     }
 
+    /// An earshotd on the demo in real time with `[sleep] report_dir` in `directory`, once its socket exists.
+    static func startSleepDaemon(in directory: URL) throws -> (daemon: Process, errors: Pipe, socket: String, reports: String) {
+        let socket = directory.appendingPathComponent("s.sock").path
+        let reports = directory.appendingPathComponent("sleep").path
+        let config = directory.appendingPathComponent("c.conf").path
+        try "[sleep]\nreport_dir = \(reports)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = Process()
+        daemon.executableURL = try #require(EarshotdRun.executable)
+        daemon.arguments = ["--config", config, "--input", Self.demo, "--socket", socket, "--no-journal"]
+        daemon.environment = DaemonEndToEndTests.environment(home: directory)
+        let errors = Pipe()
+        daemon.standardOutput = FileHandle.nullDevice
+        daemon.standardError = errors
+        try daemon.run()
+        #expect(TestWait.until(seconds: 20) { FileManager.default.fileExists(atPath: socket) })
+        return (daemon, errors, socket, reports)
+    }
+
+    /// Asks for the running session's status until it has heard audio (a report needs some: the status counts it
+    /// in tenths of a minute); false when it has not after 100 tries.
+    static func sessionHeardAudio(_ client: EventSubscriber) throws -> Bool {
+        for _ in 0..<100 {
+            try client.send(line: #"{"cmd":"sleep_status"}"#)
+            guard let line = try client.nextLine(timeoutSeconds: 20, where: { $0.hasPrefix(#"{"type":"sleep","#) }) else { return false }
+            if line.hasPrefix(#"{"type":"sleep","state":"running""#) && !line.contains(#""minutes":0.0,"#) { return true }
+            usleep(200_000)
+        }
+        return false
+    }
+
     // The signal lands in the start: it is held (blocked) until the daemon's signal sources are registered at the top
     // of `run()`, and the rest of the start runs after that. Before the fix the stop raced it and often found the
     // outputs not started yet: the socket file stayed behind (8 of 10 runs on the build machine).
@@ -64,20 +94,8 @@ struct StartStopOrderTests {
     func sleepCommandsDoNotHoldTheSocket() throws {
         let directory = try Self.scratch()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let socket = directory.appendingPathComponent("s.sock").path
-        let reports = directory.appendingPathComponent("sleep").path
-        let config = directory.appendingPathComponent("c.conf").path
-        try "[sleep]\nreport_dir = \(reports)\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let daemon = Process()
-        daemon.executableURL = try #require(EarshotdRun.executable)
-        daemon.arguments = ["--config", config, "--input", Self.demo, "--socket", socket, "--no-journal"]
-        daemon.environment = DaemonEndToEndTests.environment(home: directory)
-        let errors = Pipe()
-        daemon.standardOutput = FileHandle.nullDevice
-        daemon.standardError = errors
-        try daemon.run()
+        let (daemon, errors, socket, reports) = try Self.startSleepDaemon(in: directory)
         defer { if daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) } }
-        #expect(TestWait.until(seconds: 20) { FileManager.default.fileExists(atPath: socket) })
         // Both also get the daemon's events and health lines: each reply is picked out by its type.
         let stopper = try EventSubscriber(path: socket)
         let other = try EventSubscriber(path: socket)
@@ -132,15 +150,7 @@ struct StartStopOrderTests {
         #expect(started.hasPrefix(#"{"type":"sleep","state":"started","start":""#), "\(started)")
         #expect(!started.contains("marker_warning"), "\(started)")
 
-        // A report needs audio in the session: its status counts it in tenths of a minute.
-        var heard = false
-        for _ in 0..<100 where !heard {
-            try other.send(line: #"{"cmd":"sleep_status"}"#)
-            guard let line = try other.nextLine(timeoutSeconds: 20, where: sleepReply) else { break }
-            heard = line.hasPrefix(#"{"type":"sleep","state":"running""#) && !line.contains(#""minutes":0.0,"#)
-            if !heard { usleep(200_000) }
-        }
-        try #require(heard)
+        try #require(try Self.sessionHeardAudio(other))
 
         // sleep_stop's reply comes from the same report queue once the report is written, and names its files.
         try stopper.send(line: #"{"cmd":"sleep_stop"}"#)
@@ -174,34 +184,14 @@ struct StartStopOrderTests {
     func aStuckSleepReportDoesNotHoldTheStop() throws {
         let directory = try Self.scratch()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let socket = directory.appendingPathComponent("s.sock").path
-        let reports = directory.appendingPathComponent("sleep").path
-        let config = directory.appendingPathComponent("c.conf").path
-        try "[sleep]\nreport_dir = \(reports)\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let daemon = Process()
-        daemon.executableURL = try #require(EarshotdRun.executable)
-        daemon.arguments = ["--config", config, "--input", Self.demo, "--socket", socket, "--no-journal"]
-        daemon.environment = DaemonEndToEndTests.environment(home: directory)
-        let errors = Pipe()
-        daemon.standardOutput = FileHandle.nullDevice
-        daemon.standardError = errors
-        try daemon.run()
+        let (daemon, errors, socket, reports) = try Self.startSleepDaemon(in: directory)
         defer { if daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) } }
-        #expect(TestWait.until(seconds: 20) { FileManager.default.fileExists(atPath: socket) })
         let client = try EventSubscriber(path: socket)
         let sleepReply: @Sendable (String) -> Bool = { $0.hasPrefix(#"{"type":"sleep","#) }
         try client.send(line: #"{"cmd":"sleep_start"}"#)
         let started = try client.nextLine(timeoutSeconds: 20, where: sleepReply)
         #expect(started?.hasPrefix(#"{"type":"sleep","state":"started","#) == true, "\(started ?? "no reply")")
-        // A report needs audio in the session: its status counts it in tenths of a minute.
-        var heard = false
-        for _ in 0..<100 where !heard {
-            try client.send(line: #"{"cmd":"sleep_status"}"#)
-            guard let line = try client.nextLine(timeoutSeconds: 20, where: sleepReply) else { break }
-            heard = line.hasPrefix(#"{"type":"sleep","state":"running""#) && !line.contains(#""minutes":0.0,"#)
-            if !heard { usleep(200_000) }
-        }
-        try #require(heard)
+        try #require(try Self.sessionHeardAudio(client))
         let marker = reports + "/" + SleepService.markerName
         #expect(unlink(marker) == 0)
         #expect(mkfifo(marker, 0o600) == 0)
