@@ -285,20 +285,33 @@ package final class HistorySink: OutputSink {
 }
 
 /// Holds the router's health reporter for a component made before the router started.
+///
+/// One lock over the reporter and the reports made before it was set: a report made while ``set(_:)`` runs is either
+/// in the reports it hands on or sees the reporter, never appended after they were handed on (audit 13 #7).
 final class HealthRelay: Sendable {
-    private let target = Mutex<(@Sendable (HealthEvent) -> Void)?>(nil)
-    private let early = Mutex<[HealthEvent]>([])
+    private struct State {
+        var target: (@Sendable (HealthEvent) -> Void)?
+        var early: [HealthEvent] = []
+    }
 
+    private let state = Mutex(State())
+
+    /// Sets the reporter and hands it the reports made before, in order, under the lock (a report made meanwhile
+    /// waits for them, and comes after).
     func set(_ report: @escaping @Sendable (HealthEvent) -> Void) {
-        target.withLock { $0 = report }
-        for health in early.withLock({ events in defer { events.removeAll() }; return events }) { report(health) }
+        state.withLock { state in
+            state.target = report
+            for health in state.early { report(health) }
+            state.early.removeAll()
+        }
     }
 
     func report(_ health: HealthEvent) {
-        if let report = target.withLock({ $0 }) {
-            report(health)
-        } else {
-            early.withLock { $0.append(health) }
+        let target = state.withLock { state -> (@Sendable (HealthEvent) -> Void)? in
+            if let target = state.target { return target }
+            state.early.append(health)
+            return nil
         }
+        target?(health)
     }
 }
