@@ -12,6 +12,7 @@ static struct {
     void (*destroy_response)(struct MHD_Response *);
     enum MHD_Result (*add_response_header)(struct MHD_Response *, const char *, const char *);
     enum MHD_Result (*queue_response)(struct MHD_Connection *, unsigned int, struct MHD_Response *);
+    const union MHD_ConnectionInfo *(*get_connection_info)(struct MHD_Connection *, enum MHD_ConnectionInfoType, ...);
 } mhd;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -41,7 +42,8 @@ static void load(void) {
         || !resolve(handle, (void **)&mhd.create_response_from_buffer, "MHD_create_response_from_buffer")
         || !resolve(handle, (void **)&mhd.destroy_response, "MHD_destroy_response")
         || !resolve(handle, (void **)&mhd.add_response_header, "MHD_add_response_header")
-        || !resolve(handle, (void **)&mhd.queue_response, "MHD_queue_response")) {
+        || !resolve(handle, (void **)&mhd.queue_response, "MHD_queue_response")
+        || !resolve(handle, (void **)&mhd.get_connection_info, "MHD_get_connection_info")) {
         return;
     }
     load_failure = NULL;
@@ -53,13 +55,24 @@ const char *earshot_mhd_load(void) {
 }
 
 struct MHD_Daemon *earshot_mhd_start(int ipv6, int listen_fd, unsigned connection_limit, unsigned timeout_seconds,
-                                     MHD_AccessHandlerCallback handler, void *context) {
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | (ipv6 ? MHD_USE_IPv6 : 0);
+                                     MHD_AccessHandlerCallback handler,
+                                     MHD_NotifyConnectionCallback notify_connection,
+                                     MHD_RequestCompletedCallback notify_completed, void *context) {
+    // poll(2), not select(2): select cannot watch a descriptor of 1024 or more, and libmicrohttpd refuses such a
+    // connection (a daemon with many socket clients and a raised LimitNOFILE).
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | (ipv6 ? MHD_USE_IPv6 : 0);
     return mhd.start_daemon(flags, 0, NULL, NULL, handler, context,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, context,
+                            MHD_OPTION_NOTIFY_COMPLETED, notify_completed, context,
                             MHD_OPTION_END);
+}
+
+int earshot_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = mhd.get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : (int)info->connect_fd;
 }
 
 void earshot_mhd_stop(struct MHD_Daemon *daemon) { mhd.stop_daemon(daemon); }

@@ -151,3 +151,80 @@ enum TestWait {
         return condition()
     }
 }
+
+/// A local sink that does not finish must not hold the others' stop (audit 13 #3), and standard output that nobody
+/// reads must not hold anything.
+extension OutputRouterTests {
+    @Test("a local sink stuck in a delivery is left behind after its patience: the others get everything and stop in reverse order, stop returns its name, and its own stop runs once it is released")
+    func stuckSinkLeftBehind() throws {
+        let journal = RecordingSink.Journal()
+        let socket = RecordingSink(name: "socket", stops: journal)
+        let stuck = RecordingSink(name: "stuck", stops: journal, blocked: true)
+        let history = RecordingSink(name: "history", stops: journal)
+        let router = OutputRouter(sinks: [socket, stuck, history])
+        router.start()
+        router.route(Self.onset("g1"))
+        router.route(Self.onset("g2"))
+        // On another thread, waited for with a deadline: a stop that waited for `stuck` fails here instead of hanging.
+        let leftBehind = Mutex<[String]?>(nil)
+        let stopped = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let names = router.stop(localPatience: .milliseconds(200))
+            leftBehind.withLock { $0 = names }
+            stopped.signal()
+        }
+        #expect(stopped.wait(timeout: .now() + 30) == .success)
+        #expect(leftBehind.withLock { $0 } == ["stuck"])
+        #expect(socket.delivered == ["g1 onset", "g2 onset"])
+        #expect(history.delivered == ["g1 onset", "g2 onset"])
+        #expect(journal.all == ["start socket", "start stuck", "start history", "stop history", "stop socket"])
+        // Released, it delivers what it had and then stops, once.
+        stuck.gate?.signal()
+        stuck.gate?.signal()
+        #expect(TestWait.until(seconds: 10) { journal.all.count == 6 })
+        #expect(journal.all.last == "stop stuck")
+        #expect(stuck.delivered == ["g1 onset", "g2 onset"])
+        #expect(router.stop(localPatience: .milliseconds(200)) == [])  // idempotent
+    }
+
+    @Test("standard output nobody reads (a 4 KiB pipe): deliver never waits; lines beyond 16 KiB waiting are dropped, said once (output_behind, output stdout, dropped 1); stop returns; the pipe holds whole lines, in order")
+    func stuckStandardOutput() throws {
+        // A write into the pipe once its reader is gone fails with EPIPE instead of killing the test process.
+        signal(SIGPIPE, SIG_IGN)
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        #expect(fcntl(ends[1], 1031 /* F_SETPIPE_SZ */, 4096) == 4096)
+        // The write end is left open: the sink's writer may still be inside write(2) on it after the test, and a
+        // closed number could be reused by another test's file.
+        defer { close(ends[0]) }
+        let sink = StandardOutputSink(descriptor: ends[1])
+        let reports = Mutex<[HealthEvent]>([])
+        sink.start { health in reports.withLock { $0.append(health) } }
+        let delivered = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            for index in 1...200 {
+                sink.deliver(RoutedOutput(output: Self.onset("g\(index)"), time: Date(timeIntervalSince1970: 0)))
+            }
+            delivered.signal()
+        }
+        #expect(delivered.wait(timeout: .now() + 30) == .success)
+        #expect(TestWait.until(seconds: 10) { !reports.withLock { $0 }.isEmpty })
+        let stopped = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            sink.stop()
+            stopped.signal()
+        }
+        #expect(stopped.wait(timeout: .now() + 30) == .success)
+        #expect(reports.withLock { $0 } == [StandardOutputSink.behindEvent(dropped: 1)])
+        #expect(StandardOutputSink.behindEvent(dropped: 1).message == "the stdout output is behind: 16384 bytes of lines wait for standard output, which does not take them (is anyone reading it?); further lines are dropped for it (1 so far) while the analysis and the other outputs go on")
+        var bytes = [UInt8](repeating: 0, count: 8192)
+        let count = read(ends[0], &bytes, bytes.count)
+        #expect(count > 3000 && count <= 4096, "\(count)")
+        let text = String(decoding: bytes[0..<max(0, count)], as: UTF8.self)
+        #expect(text.hasSuffix("}\n"))
+        let lines = text.split(separator: "\n")
+        for (index, line) in lines.enumerated() {
+            #expect(line.hasPrefix("{\"type\":\"detection\",\"group\":\"g\(index + 1)\","), "\(line)")
+        }
+    }
+}

@@ -18,11 +18,20 @@ package final class MetricsHTTPServer: @unchecked Sendable {
     // queue; libmicrohttpd's thread reads `body` only, a `let`.
     package let endpoint: MetricsEndpoint
     fileprivate let body: @Sendable () -> String
+    fileprivate let connections = MetricsConnections(
+        maxOpen: MetricsHTTPServer.maxConnections, requestDeadline: .seconds(MetricsHTTPServer.requestDeadlineSeconds))
     private var listenFD: Int32
     private var daemon: OpaquePointer?
 
     /// The content type of the exposition format.
     package static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    /// Connections kept open at once: 16, the 17th closes the oldest that has not finished its request.
+    /// libmicrohttpd's own cap is twice this, room for the connections closed that its thread has not reaped yet.
+    package static let maxConnections = 16
+    /// Seconds a connection may take to send a complete request (a scrape's request is one packet of about 100
+    /// bytes), and seconds without traffic before it is closed: 3.
+    package static let requestDeadlineSeconds = 3
 
     /// Loads libmicrohttpd, binds `endpoint` and listens on it (backlog 16); nothing is answered before ``start()``.
     ///
@@ -42,13 +51,16 @@ package final class MetricsHTTPServer: @unchecked Sendable {
         listenFD = try MetricsListener.listen(on: endpoint)
     }
 
-    /// Starts answering, on libmicrohttpd's thread (at most 16 connections, each closed after 10 s idle).
+    /// Starts answering, on libmicrohttpd's thread (at most ``maxConnections`` connections, each closed when it has
+    /// not sent a complete request within ``requestDeadlineSeconds``).
     /// - Throws: `EarshotError(.system)` when libmicrohttpd cannot start its thread. The corresponding C function
     ///   is `MHD_start_daemon`.
     package func start() throws(EarshotError) {
         guard daemon == nil, listenFD >= 0 else { return }
         let context = Unmanaged.passUnretained(self).toOpaque()
-        guard let started = earshot_mhd_start(endpoint.isIPv6 ? 1 : 0, listenFD, 16, 10, metricsRequestHandler, context) else {
+        guard let started = earshot_mhd_start(
+            endpoint.isIPv6 ? 1 : 0, listenFD, UInt32(2 * Self.maxConnections), UInt32(Self.requestDeadlineSeconds),
+            metricsRequestHandler, metricsConnectionNotice, metricsRequestFinished, context) else {
             throw EarshotError(.system, "cannot start the metrics server on \(endpoint) (libmicrohttpd refused to start its thread)")
         }
         daemon = started
@@ -78,6 +90,7 @@ private func metricsRequestHandler(
 ) -> MHD_Result {
     guard let context, let connection else { return .NO }
     let server = Unmanaged<MetricsHTTPServer>.fromOpaque(context).takeUnretainedValue()
+    server.connections.requestArrived(UInt(bitPattern: connection))
     let path = url.map { String(cString: $0) } ?? ""
     let verb = method.map { String(cString: $0) } ?? ""
     let status: UInt32
@@ -103,4 +116,32 @@ private func metricsRequestHandler(
     _ = earshot_mhd_add_header(response, "Content-Type", contentType)
     if status == 405 { _ = earshot_mhd_add_header(response, "Allow", "GET, HEAD") }
     return earshot_mhd_queue_response(connection, status, response)
+}
+
+/// libmicrohttpd's connection notice: a connection accepted, or about to be closed (before its descriptor is).
+private func metricsConnectionNotice(
+    _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+    _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_ConnectionNotificationCode
+) {
+    guard let context, let connection else { return }
+    let server = Unmanaged<MetricsHTTPServer>.fromOpaque(context).takeUnretainedValue()
+    let key = UInt(bitPattern: connection)
+    switch code {
+    case .CONNECTION_NOTIFY_STARTED:
+        server.connections.opened(key, descriptor: earshot_mhd_connection_fd(connection))
+    case .CONNECTION_NOTIFY_CLOSED:
+        server.connections.closed(key)
+    default:
+        break
+    }
+}
+
+/// libmicrohttpd's request-completed notice: the response is finished (sent, or the connection failed).
+private func metricsRequestFinished(
+    _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+    _ requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_RequestTerminationCode
+) {
+    guard let context, let connection else { return }
+    let server = Unmanaged<MetricsHTTPServer>.fromOpaque(context).takeUnretainedValue()
+    server.connections.requestFinished(UInt(bitPattern: connection))
 }

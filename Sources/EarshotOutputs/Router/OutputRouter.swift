@@ -182,8 +182,8 @@ package protocol OutputSink: AnyObject, Sendable {
     /// Called once after the last delivery, in reverse order of the sinks, on the sink's queue: flush and close.
     func stop()
     /// ``stop()`` for a sink that reaches over the network (``reachesOverNetwork``), given the uptime by which it
-    /// must return (``OutputRouter/stop(networkDeadline:)``): what it cannot deliver by then it counts, logs and
-    /// leaves. Default: ``stop()``.
+    /// must return (``OutputRouter/stop(networkDeadline:localPatience:)``): what it cannot deliver by then it counts,
+    /// logs and leaves. Default: ``stop()``.
     func stop(deadline: DispatchTime)
     /// True for a sink that delivers to another machine (HTTP notifications, an MQTT broker): a slow or silent
     /// server must not hold up the local sinks' stop (the socket's `shutdown` line). Default false.
@@ -208,10 +208,10 @@ extension OutputSink {
 /// (``Settings/queueLimit`` outputs); what does not fit is dropped for that sink, counted, and said once as an
 /// `output_behind` health event to the other sinks (again after it has caught up and fallen behind anew).
 ///
-/// Order: ``start()`` starts the sinks in the order given; ``stop(networkDeadline:)`` waits until every output routed
-/// before it has been delivered, then stops the sinks that reach over the network together, for at most until the
-/// deadline, and then the local ones in reverse order (so the socket, given first, closes last, after the history
-/// has committed, whatever a webhook or a broker does).
+/// Order: ``start()`` starts the sinks in the order given; ``stop(networkDeadline:localPatience:)`` waits until every
+/// output routed before it has been delivered, then stops the sinks that reach over the network together, for at
+/// most until the deadline, and then the local ones in reverse order (so the socket, given first, closes last, after
+/// the history has committed, whatever a webhook or a broker does), waiting for each local one at most its patience.
 package final class OutputRouter: Sendable {
     package struct Settings: Sendable {
         /// Outputs waiting for one sink before further ones are dropped for it. 4096: about 30 minutes of windows
@@ -242,7 +242,7 @@ package final class OutputRouter: Sendable {
         let dropped = Atomic<Int>(0)
         /// Set while the sink is behind and that has been reported; cleared when its queue has emptied.
         let behind = Atomic<Bool>(false)
-        /// Set once the sink has stopped: nothing more is handed to it.
+        /// Set once the sink has stopped, or the stop has left it behind: nothing more is handed to it.
         let stopped = Atomic<Bool>(false)
 
         init(sink: any OutputSink) {
@@ -365,13 +365,34 @@ package final class OutputRouter: Sendable {
 
     /// Waits until everything routed so far has been delivered (held windows too, and what sinks reported while
     /// delivering it). Stopped sinks are not waited for (one that reaches over the network may still be stopping).
-    package func flush() {
+    /// With `patience`, each sink is waited for at most that long (all of them at once, not one after the other);
+    /// returns the names of the sinks that had not delivered by then, in start order (they go on on their queues).
+    @discardableResult
+    package func flush(patience: DispatchTimeInterval? = nil) -> [String] {
+        drain(patience: patience).map(\.sink.name)
+    }
+
+    /// ``flush(patience:)``'s work: the lanes that had not delivered within `patience`.
+    private func drain(patience: DispatchTimeInterval?) -> [Lane] {
+        var late: [Lane] = []
         for _ in 0..<2 {
             shared.withLock { shared in
                 for index in lanes.indices { dispatch(index, &shared) }
             }
-            for lane in lanes where !lane.stopped.load(ordering: .relaxed) { lane.queue.sync {} }
+            let waited = lanes.filter { lane in !lane.stopped.load(ordering: .relaxed) && !late.contains { $0 === lane } }
+            guard let patience else {
+                for lane in waited { lane.queue.sync {} }
+                continue
+            }
+            let deadline = DispatchTime.now() + patience
+            let markers = waited.map { lane in
+                let reached = DispatchSemaphore(value: 0)
+                lane.queue.async { reached.signal() }
+                return (lane, reached)
+            }
+            for (lane, reached) in markers where reached.wait(timeout: deadline) == .timedOut { late.append(lane) }
         }
+        return late
     }
 
     /// Delivers what was routed before, then stops the sinks that reach over the network
@@ -380,15 +401,31 @@ package final class OutputRouter: Sendable {
     /// then is left to finish on its own. Then the local sinks stop in reverse order. What a sink reports while it
     /// stops (the history that cannot store its last events) still reaches the local sinks not yet stopped; after
     /// the last one, routes are ignored. Without a deadline every sink is waited for, in reverse order.
+    ///
+    /// With `localPatience`, each local sink is waited for at most that long each time: for what was routed to it
+    /// (all sinks at once), then for its ``OutputSink/stop()``. One that has not finished by then (stuck writing to
+    /// a pipe nobody reads, or to a disk that does not answer) is left behind: nothing more is routed to it, its
+    /// stop is queued after what holds it, and the next sink stops, so that it cannot hold the others' stop (the
+    /// socket's `shutdown` line). Returns the names of the sinks left behind, in the order they were.
     /// Idempotent; waits.
-    package func stop(networkDeadline: DispatchTime? = nil) {
+    @discardableResult
+    package func stop(networkDeadline: DispatchTime? = nil, localPatience: DispatchTimeInterval? = nil) -> [String] {
         let wasRunning = shared.withLock { shared -> Bool in
             defer { if shared.state == .running { shared.state = .stopping } }
             return shared.state == .running
         }
-        guard wasRunning else { return }
-        flush()
-        var local = Array(lanes.reversed())
+        guard wasRunning else { return [] }
+        var leftBehind: [Lane] = []
+        // A local sink that has not delivered within its patience: its stop waits behind what holds it, unwaited.
+        func leaveBehind(_ late: [Lane]) {
+            for lane in late where networkDeadline == nil || !lane.sink.reachesOverNetwork {
+                shared.withLock { _ in lane.stopped.store(true, ordering: .relaxed) }
+                lane.queue.async { lane.sink.stop() }
+                leftBehind.append(lane)
+            }
+        }
+        leaveBehind(drain(patience: localPatience))
+        var local = Array(lanes.reversed()).filter { lane in !leftBehind.contains { $0 === lane } }
         if let networkDeadline {
             let remote = local.filter { $0.sink.reachesOverNetwork }
             local.removeAll { $0.sink.reachesOverNetwork }
@@ -402,14 +439,26 @@ package final class OutputRouter: Sendable {
             }
             _ = stopped.wait(timeout: networkDeadline + .milliseconds(Self.networkStopGraceMilliseconds))
             for lane in remote { shared.withLock { _ in lane.stopped.store(true, ordering: .relaxed) } }
-            flush()
+            leaveBehind(drain(patience: localPatience))
         }
-        for lane in local {
-            lane.queue.sync { lane.sink.stop() }
-            shared.withLock { _ in lane.stopped.store(true, ordering: .relaxed) }
-            flush()
+        for lane in local where !leftBehind.contains(where: { $0 === lane }) {
+            if let localPatience {
+                let returned = DispatchSemaphore(value: 0)
+                lane.queue.async {
+                    lane.sink.stop()
+                    returned.signal()
+                }
+                let late = returned.wait(timeout: .now() + localPatience) == .timedOut
+                shared.withLock { _ in lane.stopped.store(true, ordering: .relaxed) }
+                if late { leftBehind.append(lane) }
+            } else {
+                lane.queue.sync { lane.sink.stop() }
+                shared.withLock { _ in lane.stopped.store(true, ordering: .relaxed) }
+            }
+            leaveBehind(drain(patience: localPatience))
         }
         shared.withLock { $0.state = .stopped }
+        return leftBehind.map(\.sink.name)
     }
 
     /// How long past its deadline a network sink's stop is waited for: 100 ms, for the count and the log line it

@@ -81,9 +81,38 @@ package final class JournalOutputSink: OutputSink {
 
 /// JSON lines on standard output (`earshotd --foreground`): the same objects the socket carries for detections,
 /// alarms, health changes, clips and test alerts.
+///
+/// Standard output may be a pipe nobody reads (a pager, a terminal stopped with Ctrl-S, a log collector that hangs):
+/// the lines are written on a queue of the sink's own, and ``deliver(_:)`` never waits for it. At most
+/// ``pendingLimitBytes`` wait there; a line that does not fit is dropped and counted, said once as an
+/// `output_behind` health event to the other outputs (again after standard output has taken everything and falls
+/// behind anew). ``stop()`` waits for the lines still waiting at most ``stopPatienceMilliseconds``: a stop is never
+/// held by standard output (audit 13 #3: it held the socket's `shutdown` line, MQTT's `offline` and the
+/// notifications' `stopping`).
 package final class StandardOutputSink: OutputSink {
     package let name = "stdout"
+    /// ``deliver(_:)`` only hands the line to the writer's bounded queue.
+    package let deliversWithoutWaiting = true
     private let descriptor: Int32
+    private let writer = DispatchQueue(label: "earshot.stdout.writer")
+    private let state = Mutex(State())
+    private let reportHealth = Mutex<(@Sendable (HealthEvent) -> Void)?>(nil)
+
+    private struct State {
+        /// Bytes handed to the writer and not written yet.
+        var pendingBytes = 0
+        /// Lines dropped since start.
+        var dropped = 0
+        /// Set when a drop has been said; cleared when the writer has caught up.
+        var behind = false
+    }
+
+    /// Bytes of lines that may wait for standard output before further lines are dropped: 16 KiB, about 50 lines
+    /// (an onset is about 250 bytes, an end 400), on top of what the pipe or terminal itself holds (64 KiB for a
+    /// pipe).
+    package static let pendingLimitBytes = 16_384
+    /// How long ``stop()`` waits for the lines still waiting: 250 ms.
+    package static let stopPatienceMilliseconds = 250
 
     package init(descriptor: Int32 = STDOUT_FILENO) { self.descriptor = descriptor }
 
@@ -94,14 +123,59 @@ package final class StandardOutputSink: OutputSink {
         }
     }
 
-    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {}
-
-    package func deliver(_ routed: RoutedOutput) {
-        guard let object = EventLines.object(for: routed) else { return }
-        _ = writeAll(descriptor, JSONValue.object(object).encoded + "\n")
+    package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
+        self.reportHealth.withLock { $0 = reportHealth }
     }
 
-    package func stop() {}
+    /// The `output_behind` health event said when a line is first dropped.
+    package static func behindEvent(dropped: Int) -> HealthEvent {
+        HealthEvent(
+            state: .outputBehind,
+            message: "the stdout output is behind: \(pendingLimitBytes) bytes of lines wait for standard output, which does not take them (is anyone reading it?); further lines are dropped for it (\(dropped) so far) while the analysis and the other outputs go on",
+            details: ["output": .string("stdout"), "dropped": .int(dropped)])
+    }
+
+    /// Runs on the routing thread under the router's lock: queues the line, or drops it, and returns at once.
+    package func deliver(_ routed: RoutedOutput) {
+        guard let object = EventLines.object(for: routed) else { return }
+        let line = JSONValue.object(object).encoded + "\n"
+        let size = line.utf8.count
+        enum Outcome { case queued, dropped, droppedFirst(Int) }
+        let outcome = state.withLock { state -> Outcome in
+            guard state.pendingBytes + size > Self.pendingLimitBytes else {
+                state.pendingBytes += size
+                return .queued
+            }
+            state.dropped += 1
+            if state.behind { return .dropped }
+            state.behind = true
+            return .droppedFirst(state.dropped)
+        }
+        switch outcome {
+        case .queued:
+            writer.async { [self] in
+                _ = writeAll(descriptor, line)  // closed (EPIPE): nobody to tell
+                state.withLock { state in
+                    state.pendingBytes -= size
+                    if state.pendingBytes == 0 { state.behind = false }
+                }
+            }
+        case .dropped:
+            break
+        case .droppedFirst(let dropped):
+            // Not here: routing it now would take the router's lock, which is held.
+            guard let report = reportHealth.withLock({ $0 }) else { return }
+            DispatchQueue.global().async { report(Self.behindEvent(dropped: dropped)) }
+        }
+    }
+
+    /// Waits for the lines still waiting, at most ``stopPatienceMilliseconds``; what standard output has not taken by
+    /// then is left.
+    package func stop() {
+        let written = DispatchSemaphore(value: 0)
+        writer.async { written.signal() }
+        _ = written.wait(timeout: .now() + .milliseconds(Self.stopPatienceMilliseconds))
+    }
 }
 
 /// The JSON object of an output as the socket and standard output write it (nil for windows and control states).
@@ -211,20 +285,33 @@ package final class HistorySink: OutputSink {
 }
 
 /// Holds the router's health reporter for a component made before the router started.
+///
+/// One lock over the reporter and the reports made before it was set: a report made while ``set(_:)`` runs is either
+/// in the reports it hands on or sees the reporter, never appended after they were handed on (audit 13 #7).
 final class HealthRelay: Sendable {
-    private let target = Mutex<(@Sendable (HealthEvent) -> Void)?>(nil)
-    private let early = Mutex<[HealthEvent]>([])
+    private struct State {
+        var target: (@Sendable (HealthEvent) -> Void)?
+        var early: [HealthEvent] = []
+    }
 
+    private let state = Mutex(State())
+
+    /// Sets the reporter and hands it the reports made before, in order, under the lock (a report made meanwhile
+    /// waits for them, and comes after).
     func set(_ report: @escaping @Sendable (HealthEvent) -> Void) {
-        target.withLock { $0 = report }
-        for health in early.withLock({ events in defer { events.removeAll() }; return events }) { report(health) }
+        state.withLock { state in
+            state.target = report
+            for health in state.early { report(health) }
+            state.early.removeAll()
+        }
     }
 
     func report(_ health: HealthEvent) {
-        if let report = target.withLock({ $0 }) {
-            report(health)
-        } else {
-            early.withLock { $0.append(health) }
+        let target = state.withLock { state -> (@Sendable (HealthEvent) -> Void)? in
+            if let target = state.target { return target }
+            state.early.append(health)
+            return nil
         }
+        target?(health)
     }
 }

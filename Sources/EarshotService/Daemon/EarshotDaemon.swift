@@ -1064,6 +1064,17 @@ package final class EarshotDaemon: @unchecked Sendable {
     static let clipStopSeconds = 1.0
     /// The end of ``stopDeadlineSeconds`` kept for the last lines and the exit: 0.25 s.
     static let exitReserveSeconds = 0.25
+    /// How long the stop waits for one local sink (what was routed to it, then its stop) before it goes on without
+    /// it: 1 s, twice the socket's own wait for clients that are behind (0.5 s).
+    static let localSinkPatienceSeconds = 1.0
+
+    /// The journal line for local sinks the stop did not wait for: `the stop did not wait for the journal output: it
+    /// was still busy after 1 s (writing to a standard error or a disk that does not take it?)`.
+    package static func leftBehindLine(_ names: [String]) -> String {
+        let outputs = names.count == 1 ? "the \(names[0]) output" : "the \(names.joined(separator: ", ")) outputs"
+        let was = names.count == 1 ? "it was" : "they were"
+        return "the stop did not wait for \(outputs): \(was) still busy after \(SettingRules.format(localSinkPatienceSeconds)) s (writing to a standard error or a disk that does not take it?)"
+    }
 
     /// The journal line for clips still not written at the end of the stop: `2 clips were not saved:
     /// /var/lib/earshot/clips had not taken them 3.75 s into the stop (smoke_alarm at stream time 12.30 s, baby_cry
@@ -1116,7 +1127,15 @@ package final class EarshotDaemon: @unchecked Sendable {
         stopStep.withLock { $0 = "delivering outputs to the sinks" }
         // A webhook or broker that does not answer gets what is left of the stop's time but the local sinks' share:
         // the socket's `shutdown` line and the history's commit never wait for a server.
-        router.stop(networkDeadline: stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.localStopReserveSeconds) * 1000)))
+        // A local sink that does not finish within its patience (stuck writing to a standard error nobody reads, or
+        // to a disk) is left behind, and the next one stops: the socket's `shutdown` line goes out anyway.
+        let leftBehind = router.stop(
+            networkDeadline: stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.localStopReserveSeconds) * 1000)),
+            localPatience: .milliseconds(Int(Self.localSinkPatienceSeconds * 1000)))
+        if !leftBehind.isEmpty {
+            // Without waiting: the sink left behind may be the journal's standard error.
+            journal.logWithoutWaiting(Self.leftBehindLine(leftBehind), priority: 4)
+        }
         if let writer = historySink?.recorder.writer, writer.statistics.backlog > 0 {
             let count = writer.statistics.backlog
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
