@@ -290,7 +290,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             // The event entity's too, so that an automation on it is part of what the test tries.
             var detected: JSONObject = ["event_type": .string(TestAlert.type)]
             for entry in object.entries where entry.key != "type" { detected[entry.key] = entry.value }
-            let messages = [event, MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false)]
+            let messages = [event, MQTTMessage(
+                topic: topics.detected, text: detected.encoded, qos: 1, retain: false,
+                maximumAgeSeconds: MQTTOutbox.detectedMaximumAgeSeconds)]
             guard let receipt = alert.receipt else {
                 for message in messages { connection.enqueue(message) }
                 return
@@ -310,7 +312,11 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if type == "detection" {
             var detected: JSONObject = ["event_type": .string(group)]
             for entry in object.entries where entry.key != "type" && entry.key != "group" { detected[entry.key] = entry.value }
-            connection.enqueue(MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false, critical: critical))
+            // Held at most 5 minutes (``MQTTOutbox/detectedMaximumAgeSeconds``): Home Assistant's event entity fires
+            // automations when it arrives. `P/event`, queued above, keeps the record however late.
+            connection.enqueue(MQTTMessage(
+                topic: topics.detected, text: detected.encoded, qos: 1, retain: false, critical: critical,
+                maximumAgeSeconds: MQTTOutbox.detectedMaximumAgeSeconds))
         }
         guard !isPoint, type == "detection" || type == "detection_end" else { return }
         let on = type == "detection"
