@@ -110,6 +110,9 @@ package final class MQTTConnection: @unchecked Sendable {
     package static let quickDropsForClientIDHint = 2
 
     package let endpoint: Endpoint
+    /// The quick drops in a row so far, the one just failed included (see ``quickDropsForClientIDHint``). Read it
+    /// in the delegate's callbacks only: it belongs to the connection's thread.
+    package var quickDropsInARow: Int { quickDropsInRow }
     private weak var delegateReference: (any MQTTConnectionDelegate)?
     /// The read and write ends of the pipe that wakes the thread.
     private let wake: Int32
@@ -454,7 +457,7 @@ package final class MQTTConnection: @unchecked Sendable {
             guard drops >= Self.quickDropsForClientIDHint else {
                 return "the connection was lost (the broker stopped or restarted?)"
             }
-            return "the broker accepted the connection and dropped it within \(Int(Self.stableSeconds)) s, \(drops) times in a row (another client using the client id \(endpoint.clientID)? each daemon needs its own [mqtt] node or client_id)"
+            return "the broker accepted the connection and dropped it within \(Int(Self.stableSeconds)) s, \(drops) times in a row (another client using the client id \(endpoint.clientID)? each daemon needs its own: set [mqtt] node to a unique name on each machine, as two machines with the same host name share the default node, or set [mqtt] client_id)"
         }
         if rc == Int32(MOSQ_ERR_ERRNO.rawValue), lastErrno != 0 {
             return String(cString: strerror(lastErrno))
