@@ -1,5 +1,6 @@
 import Earshot
 import EarshotOutputs
+import EarshotSupport
 import EarshotTools
 import Foundation
 
@@ -43,25 +44,51 @@ enum DaemonRequest {
         }
     }
 
-    /// Sends `request` and returns the first line whose `"type"` is one of `types`, with that type. Events and
-    /// health lines may come first (a new client receives them until it subscribes): they are skipped. Nil when no
-    /// such line came within `timeoutSeconds` or the connection ended.
-    static func reply(to request: String, on client: EventSubscriber, types: Set<String>,
+    /// The `"id"` of the requests the commands send. The daemon's reply to a request carries it back; the lines it
+    /// sends of itself never carry one, error notices included (a refused or evicted connection, a group a reload
+    /// stopped watching), so an error line is the answer only with this id (audit 13 F8).
+    static let requestID = 1
+
+    /// Whether `object` (a line the daemon sent) answers a request with ``requestID``: it carries that id, or, for a
+    /// line of a reply type (not an error), no id at all (a daemon older than request ids).
+    static func answers(_ object: [String: Any], isError: Bool) -> Bool {
+        guard let id = object["id"] else { return !isError }
+        return (id as? Int) == requestID
+    }
+
+    /// Sends `request` with ``requestID`` and returns its answer: the first line whose `"type"` is one of `types`,
+    /// or `error` with that id, with its type. Events, health lines and the daemon's own error notices may come
+    /// first (a new client receives every event until it subscribes): they are skipped. When no answer comes
+    /// within `timeoutSeconds`, or the connection ends, after such a notice, the last notice is the answer: the
+    /// reason (a connection refused or evicted, which the daemon then closes; a daemon older than request ids,
+    /// whose error replies carry none). Nil when nothing of the kind came.
+    static func reply(to request: JSONObject, on client: EventSubscriber, types: Set<String>,
                       timeoutSeconds: Double = 10) throws(EarshotError) -> (line: String, type: String)? {
+        var request = request
+        request["id"] = .int(requestID)
         // A daemon that refuses the connection (too many clients) writes its error line and closes at once, so the
         // request may meet a closed socket ("Broken pipe"): the refusal is still waiting to be read, and is the answer.
         var sendError: EarshotError?
         do {
-            try client.send(line: request)
+            try client.send(line: request.encoded)
         } catch {
             sendError = error
         }
         var type: String?
+        var notice: String?
         let line = try client.nextLine(timeoutSeconds: sendError == nil ? timeoutSeconds : 1) { line in
-            type = SubscribeCommand.lineType(line).flatMap { types.contains($0) ? $0 : nil }
-            return type != nil
+            guard let object = SubscribeCommand.object(line), let kind = object["type"] as? String else { return false }
+            let isError = kind == "error"
+            guard isError || types.contains(kind) else { return false }
+            guard answers(object, isError: isError) else {
+                if isError, object["id"] == nil { notice = line }
+                return false
+            }
+            type = kind
+            return true
         }
         guard let line, let type else {
+            if let notice { return (notice, "error") }
             if let sendError { throw sendError }
             return nil
         }
@@ -86,7 +113,7 @@ enum DaemonRequest {
     /// standard error, else what `show` makes of the reply (it prints).
     /// - Returns: 0; for an error reply, `errorStatus(message)`; 69 when no reply came within `timeoutSeconds`
     ///   (or the daemon cannot be reached: ``run(socket:_:)``).
-    static func command(_ request: String, replyType type: String, socket: String, json: Bool,
+    static func command(_ request: JSONObject, replyType type: String, socket: String, json: Bool,
                         timeoutSeconds: Double = 10,
                         show: ([String: Any]) -> Void, errorStatus: (String) -> Int32,
                         replyStatus: ([String: Any]) -> Int32 = { _ in 0 }) -> Int32 {

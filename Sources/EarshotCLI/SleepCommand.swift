@@ -59,7 +59,7 @@ enum SleepCommand: EarshotCommand {
     static func execute(_ options: Options) -> Int32 {
         // The analysis queue answers within a window's time.
         DaemonRequest.command(
-            "{\"cmd\":\"sleep_\(options.action.rawValue)\"}", replyType: "sleep", socket: options.socket, json: options.json,
+            ["cmd": .string("sleep_\(options.action.rawValue)")], replyType: "sleep", socket: options.socket, json: options.json,
             show: { object in
                 print(describe(object))
                 // No audio arriving: the session would hear nothing; said at bedtime, not in the morning.

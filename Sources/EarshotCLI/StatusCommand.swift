@@ -32,7 +32,7 @@ enum StatusCommand: EarshotCommand {
 
     static func execute(_ options: Options) -> Int32 {
         DaemonRequest.run(socket: options.socket) { client throws(EarshotError) in
-            guard let reply = try DaemonRequest.reply(to: #"{"cmd":"status"}"#, on: client, types: ["status", "error"]) else {
+            guard let reply = try DaemonRequest.reply(to: ["cmd": "status"], on: client, types: ["status", "error"]) else {
                 reportError(DaemonRequest.noReply("status reply", socket: options.socket))
                 return 69
             }

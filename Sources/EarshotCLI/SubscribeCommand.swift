@@ -71,34 +71,41 @@ enum SubscribeCommand: EarshotCommand {
             return error.exitStatus
         }
         var awaitingReply = !options.groups.isEmpty
+        // Until the daemon has the filter (its `subscribed` reply), it sends every group's events: those of other
+        // groups are dropped here (audit 13 F8). `*` asks for every group.
+        let wanted = Set(options.groups)
+        let filtering = !wanted.isEmpty && !wanted.contains("*")
         var lastWasError = false
         do {
-            if awaitingReply { try subscriber.subscribe(groups: options.groups) }
+            if awaitingReply { try subscriber.subscribe(groups: options.groups, id: DaemonRequest.requestID) }
             while true {
                 guard case .line(let line) = try subscriber.readLine() else {
                     // No shutdown notice: the daemon died (or refused us with the error line just printed).
                     if !lastWasError { reportError(droppedMessage(path: options.socket)) }
                     return 69
                 }
-                let kind = lineType(line)
+                let parsed = object(line)
+                let kind = parsed?["type"] as? String
                 lastWasError = kind == "error"
                 if kind == "shutdown" {
                     if let output = options.text ? EventTextFormat.format(line: line) : line { writeOut(output + "\n") }
                     return 0
                 }
-                if kind == "subscribed" {
+                if kind == "subscribed", let parsed, DaemonRequest.answers(parsed, isError: false) {
                     awaitingReply = false
                     continue
                 }
                 if kind == "error" {
-                    if awaitingReply {
+                    if awaitingReply, let parsed, DaemonRequest.answers(parsed, isError: true) {
                         // The daemon refused the group filter: its reason is the whole story (which group, the fix).
                         reportError(errorMessage(line) ?? line)
                         return 64
                     }
+                    // A notice the daemon sent of itself (e.g. a reload stopped watching a group of the filter).
                     reportError(EventTextFormat.format(line: line) ?? line)
                     continue
                 }
+                if awaitingReply, filtering, let group = parsed?["group"] as? String, !wanted.contains(group) { continue }
                 let output = options.text ? EventTextFormat.format(line: line) : line
                 if let output { writeOut(output + "\n") }
             }
@@ -115,8 +122,12 @@ enum SubscribeCommand: EarshotCommand {
 
     /// The `"type"` of a line the daemon sent (its encoder writes `type` first).
     static func lineType(_ line: String) -> String? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
-        return object["type"] as? String
+        object(line)?["type"] as? String
+    }
+
+    /// A line the daemon sent, parsed; nil when it is no JSON object.
+    static func object(_ line: String) -> [String: Any]? {
+        (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
     }
 
     /// The `"message"` of an error line the daemon sent.

@@ -45,7 +45,7 @@ enum TestAlertCommand: EarshotCommand {
 
     static func execute(_ options: Options) -> Int32 {
         DaemonRequest.command(
-            #"{"cmd":"test"}"#, replyType: "test_alert_sent", socket: options.socket, json: options.json,
+            ["cmd": "test"], replyType: "test_alert_sent", socket: options.socket, json: options.json,
             timeoutSeconds: replySeconds,
             show: { print(describe($0)) },
             errorStatus: { message in

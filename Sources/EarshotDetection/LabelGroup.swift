@@ -151,13 +151,33 @@ package struct LabelGroup: Sendable, Equatable {
         classLabels: ["Baby cry, infant cry", "Crying, sobbing", "Whimper"], threshold: 0.01,
         vetoClassLabels: ["Snoring", "Breathing", "Snort"], vetoThreshold: 0.5)
 
+    /// Names no `[group.NAME]` section may take, with what the daemon uses each for. MQTT puts a group's entities
+    /// beside the daemon's own, at `P/GROUP/state`, `attributes`, `enabled` and `set` and under the discovery object
+    /// ids `GROUP` and `GROUP_enabled` (`MQTTTopics`, `HomeAssistantDiscovery`): a group of one of these names
+    /// would publish on the daemon's own topics (group `capture` turning `Capture problem` on, group `sleep`'s switch
+    /// stopping the sleep session instead of muting the group). Refused whether or not `[mqtt]` is enabled, so
+    /// that a configuration does not change meaning when MQTT is turned on. `alarm_chirp` is a built-in group
+    /// (the alarm pattern detector's low-battery chirps), whose `P/alarm_chirp/state` is deliberately the `Smoke
+    /// alarm battery` sensor: that group stays, and a section that defines another group of the name is refused.
+    package static let reservedNames: [String: String] = [
+        "capture": "the Capture problem sensor publishes on the MQTT topics capture/state and capture/attributes",
+        "sleep": "the Sleep session switch uses the MQTT topics sleep/state, sleep/set and sleep/report",
+        "notify": "the Notifications failing sensor publishes on the MQTT topics notify/state and notify/attributes",
+        "test_alert": "the Test alert button sends on the MQTT topic test_alert/set, and test_alert is an event type of the Sound event entity",
+        "alarm_chirp": "the alarm pattern detector's low-battery chirp events have this name, and their MQTT topic alarm_chirp/state is the Smoke alarm battery sensor",
+        "capture_problem": "it is the Home Assistant object id of the Capture problem sensor",
+        "notifications_failing": "it is the Home Assistant object id of the Notifications failing sensor",
+        "smoke_alarm_battery": "it is the Home Assistant object id of the Smoke alarm battery sensor",
+    ]
+
     /// Groups that emit events when the configuration does not name a watch list.
     package static let defaultWatchList = ["smoke_alarm", "fire_alarm", "co_alarm", "baby_cry", "glass_break"]
 }
 
 extension HeadModelSet {
     /// A label-group name for `label` of model `model`: lowercase letters, digits and `_` (other characters become
-    /// `_`), at most 64, `model` alone when the label is the model's name; `_custom` is added to a preset's name.
+    /// `_`), at most 64, `model` alone when the label is the model's name; `_custom` is added to a preset's name
+    /// and to a reserved one (``LabelGroup/reservedNames``).
     package static func suggestedGroupName(model: String, label: String) -> String {
         let raw = model.lowercased() == label.lowercased() ? model : "\(model)_\(label)"
         var name = ""
@@ -171,6 +191,6 @@ extension HeadModelSet {
         }
         name = String(name.trimming { $0 == "_" }.prefix(57))
         if name.isEmpty { return "custom" }
-        return LabelGroup.presets[name] == nil ? name : name + "_custom"
+        return LabelGroup.presets[name] == nil && LabelGroup.reservedNames[name] == nil ? name : name + "_custom"
     }
 }

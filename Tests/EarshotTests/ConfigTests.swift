@@ -554,4 +554,65 @@ struct ConfigFileTests {
         #expect(missing.output.isEmpty)
         #expect(missing.error == "earshotd: --input: /nonexistent/x.flac: no such file (check the path)\n")
     }
+
+    /// Audit 13 F2: each name the daemon's own MQTT entities use, and why.
+    static let reservedGroupErrors: [(name: String, why: String)] = [
+        ("capture", "the Capture problem sensor publishes on the MQTT topics capture/state and capture/attributes"),
+        ("sleep", "the Sleep session switch uses the MQTT topics sleep/state, sleep/set and sleep/report"),
+        ("notify", "the Notifications failing sensor publishes on the MQTT topics notify/state and notify/attributes"),
+        ("test_alert", "the Test alert button sends on the MQTT topic test_alert/set, and test_alert is an event type of the Sound event entity"),
+        ("alarm_chirp", "the alarm pattern detector's low-battery chirp events have this name, and their MQTT topic alarm_chirp/state is the Smoke alarm battery sensor"),
+        ("capture_problem", "it is the Home Assistant object id of the Capture problem sensor"),
+        ("notifications_failing", "it is the Home Assistant object id of the Notifications failing sensor"),
+        ("smoke_alarm_battery", "it is the Home Assistant object id of the Smoke alarm battery sensor"),
+    ]
+
+    @Test("a [group.NAME] whose name the daemon's own MQTT entities use is refused at its first key's line, MQTT enabled or not",
+          arguments: reservedGroupErrors.map(\.name))
+    func reservedGroupName(_ name: String) throws {
+        let why = try #require(Self.reservedGroupErrors.first { $0.name == name }?.why)
+        #expect(LabelGroup.reservedNames[name] == why)
+        let error = parseError("[detection]\nwatch = \(name)\n\n[group.\(name)]\nclasses = White noise\nthreshold = 0.3\n")
+        #expect(error?.message == "test.conf:5: [group.\(name)]: the group name \(name) is reserved: \(why) (give the group another name, e.g. [group.\(name)_sound], and use that name in [detection] watch)")
+        #expect(error?.code == .config)
+        // A custom model's suggested group never takes one.
+        #expect(HeadModelSet.suggestedGroupName(model: name, label: name) == "\(name)_custom")
+    }
+
+    @Test("the reserved names are every fixed name beside the groups in the MQTT tree and the discovery object ids")
+    func reservedNamesCoverTheMQTTTree() {
+        #expect(Set(LabelGroup.reservedNames.keys) == Set(Self.reservedGroupErrors.map(\.name)))
+        let topics = MQTTTopics(base: "earshot/kitchen")
+        // The daemon's own `P/NAME/...` topics.
+        let own = [topics.captureState, topics.captureAttributes, topics.notifyState, topics.notifyAttributes, topics.sleepState,
+                   topics.sleepReport, topics.command("sleep"), topics.command(TestAlert.type), topics.batteryLowState]
+        let names = Set(own.map { String($0.dropFirst("earshot/kitchen/".count).split(separator: "/")[0]) })
+        #expect(names == ["capture", "notify", "sleep", "test_alert", "alarm_chirp"])
+        #expect(names.isSubset(of: LabelGroup.reservedNames.keys))
+        // The discovery configs of the daemon's own binary sensors, whose object ids a group's binary sensor would take.
+        let controls = ControlState(groups: [], eventGroups: [AlarmEvent.alarmChirp])
+        let discovery = HomeAssistantDiscovery(discoveryPrefix: "homeassistant", node: "kitchen", topics: topics, notify: true)
+        let ownSensors = discovery.configs(for: controls).map(\.topic)
+            .filter { $0.hasPrefix("homeassistant/binary_sensor/") }
+            .map { String($0.split(separator: "/")[3]) }
+        #expect(Set(ownSensors) == ["capture_problem", "notifications_failing", "smoke_alarm_battery"])
+        #expect(Set(ownSensors).isSubset(of: LabelGroup.reservedNames.keys))
+    }
+
+    @Test("earshotd refuses [group.sleep] at start and with --check-config: exit 78, one line with file:line, the name, why and the fix",
+          .needsEarshotdBuilt)
+    func reservedGroupNameStops() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { AudioTestFiles.remove(directory) }
+        let config = directory.appendingPathComponent("earshotd.conf").path
+        try "[detection]\nwatch = sleep\n\n[group.sleep]\nclasses = Snoring\nthreshold = 0.3\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let line = "earshotd: \(config):5: [group.sleep]: the group name sleep is reserved: the Sleep session switch uses the MQTT topics sleep/state, sleep/set and sleep/report (give the group another name, e.g. [group.sleep_sound], and use that name in [detection] watch)\n"
+        for arguments in [["--check-config", "--config", config], ["--config", config, "--socket", directory.appendingPathComponent("s.sock").path]] {
+            let run = try #require(try EarshotdRun.run(arguments))
+            #expect(run.status == 78, "\(arguments)")
+            #expect(run.output.isEmpty)
+            #expect(run.error == line)
+        }
+    }
 }

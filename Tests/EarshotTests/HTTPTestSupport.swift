@@ -27,7 +27,7 @@ final class HTTPTestServer: @unchecked Sendable {
 
     let port: Int
     private let listener: Int32
-    private let answer: @Sendable (Int) -> Answer
+    private let answer: @Sendable (Int, Request) -> Answer
     private let recorded = Mutex<[Request]>([])
     private let answered = Atomic<Int>(0)
     private let stopped = Atomic<Bool>(false)
@@ -37,8 +37,14 @@ final class HTTPTestServer: @unchecked Sendable {
         var description: String
     }
 
-    init(answer: @escaping @Sendable (Int) -> Answer) throws {
-        self.answer = answer
+    convenience init(answer: @escaping @Sendable (Int) -> Answer) throws {
+        try self.init(answerRequest: { index, _ in answer(index) })
+    }
+
+    /// A server that answers each request as `answerRequest` says for its index and the request itself (e.g. by
+    /// its body).
+    init(answerRequest: @escaping @Sendable (Int, Request) -> Answer) throws {
+        self.answer = answerRequest
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         self.listener = listener
         guard listener >= 0 else { throw ServerError(description: "socket: \(String(cString: strerror(errno)))") }
@@ -127,13 +133,14 @@ final class HTTPTestServer: @unchecked Sendable {
             headers.append((line[..<colon].lowercased(), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
         }
         let body = String(decoding: data[end..<min(data.count, end + contentLength)], as: UTF8.self)
+        let request = Request(
+            method: requestLine.first.map(String.init) ?? "", path: requestLine.dropFirst().first.map(String.init) ?? "",
+            headers: headers, body: body, receivedAt: Double(DispatchTime.now().uptimeNanoseconds) / 1e9)
         let index = recorded.withLock { requests -> Int in
-            requests.append(Request(
-                method: requestLine.first.map(String.init) ?? "", path: requestLine.dropFirst().first.map(String.init) ?? "",
-                headers: headers, body: body, receivedAt: Double(DispatchTime.now().uptimeNanoseconds) / 1e9))
+            requests.append(request)
             return requests.count - 1
         }
-        let reply = answer(index)
+        let reply = answer(index, request)
         let until = Date().addingTimeInterval(reply.delaySeconds)
         while Date() < until, !stopped.load(ordering: .relaxed) { usleep(10_000) }
         let extra = reply.headers.map { "\($0)\r\n" }.joined()

@@ -54,7 +54,7 @@ struct MQTTConnectionLossTests {
             try daemon.input.fileHandleForWriting.close()
             #expect(daemon.wait(seconds: 20) == 0)
         }
-        let hint = "the broker accepted the connection and dropped it within 10 s, 2 times in a row (another client using the client id earshot-kitchen? each daemon needs its own [mqtt] node or client_id)"
+        let hint = "the broker accepted the connection and dropped it within 10 s, 2 times in a row (another client using the client id earshot-kitchen? each daemon needs its own: set [mqtt] node to a unique name on each machine, as two machines with the same host name share the default node, or set [mqtt] client_id)"
         for daemon in daemons {
             let causes = Self.health(daemon, "mqtt_unavailable").compactMap { $0["cause"] as? String }
             // The first drop may be a broker restarting; the second one right after a reconnect is not.

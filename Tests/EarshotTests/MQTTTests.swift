@@ -141,6 +141,37 @@ struct MQTTUnitTests {
         #expect(critical.dropped == 0)
     }
 
+    @Test("Outbox: a P/detected held longer than 5 minutes is dropped before sending (injected times); P/event, states and sent ones stay")
+    func outboxDropsStaleDetected() {
+        #expect(MQTTOutbox.detectedMaximumAgeSeconds == 300)
+        func detected(_ name: String, critical: Bool = false) -> MQTTMessage {
+            MQTTMessage(topic: name, text: "{}", qos: 1, retain: false, critical: critical,
+                        maximumAgeSeconds: MQTTOutbox.detectedMaximumAgeSeconds)
+        }
+        var outbox = MQTTOutbox(limit: 10)
+        outbox.append(Self.message("event0"), at: 1_000)
+        outbox.append(detected("detected0"), at: 1_000)
+        outbox.append(detected("smoke0", critical: true), at: 1_000)
+        outbox.append(Self.message("state", retain: true), at: 1_000)
+        outbox.append(detected("detected1"), at: 1_200)
+        // Sent on this connection at 1010, not yet acknowledged: in flight, kept.
+        outbox.append(detected("inflight"), at: 1_010)
+        let inflight = outbox.entries.last!.sequence
+        outbox.markSent(sequence: inflight, mid: 7)
+        #expect(outbox.dropExpired(now: 1_300) == 0)
+        #expect(outbox.dropExpired(now: 1_300.5) == 2)
+        #expect(outbox.entries.map(\.message.topic) == ["event0", "state", "detected1", "inflight"])
+        #expect(outbox.expired == 2)
+        #expect(outbox.dropped == 0)
+        // Lost with the connection: judged again before the next one sends it.
+        outbox.connectionLost()
+        #expect(outbox.dropExpired(now: 1_310.5) == 1)
+        #expect(outbox.unsent.map(\.message.topic) == ["event0", "state", "detected1"])
+        #expect(outbox.dropExpired(now: 1_600) == 1)
+        #expect(outbox.unsent.map(\.message.topic) == ["event0", "state"])
+        #expect(outbox.expired == 4)
+    }
+
     static let controls = ControlState(
         groups: ["smoke_alarm", "co_alarm", "glass_break", "baby_cry"],
         eventGroups: ["smoke_alarm", "co_alarm", "glass_break", "baby_cry", "snoring", "alarm_chirp"])

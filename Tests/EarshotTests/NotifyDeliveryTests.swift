@@ -96,6 +96,45 @@ struct NotifyDeliveryTests {
         #expect(tried.last?.body == "Baby cry in kitchen ended at \(refusing.heard), after 12.5 s; its start could not be delivered\nBaby cry, infant cry")
     }
 
+    @Test("a URL refusing one group's notifications does not hold another group's: its onsets go out while the refused one is still retried (default retry schedule)",
+          arguments: [("loud", "dog_bark", "2 min"), ("smoke_alarm", "baby_cry", "15 min")])
+    func refusedGroupHoldsNoOther(_ refused: String, _ accepted: String, _ window: String) throws {
+        // Audit 13 F4: a webhook whose template fails for one group; the other group's onset came 111 s late.
+        let server = try HTTPTestServer(answerRequest: { _, request in
+            .init(status: request.body.contains(#""group":"\#(refused)""#) ? 500 : 200)
+        })
+        defer { server.stop() }
+        let reports = NotifyTests.Reports()
+        // The defaults: retries 3 after 1, 2, 4 s, then every 10 s for 2 minutes (15 for smoke, CO and fire).
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/hook")]), reports)
+        #expect(sink.settings.onsetRetrySeconds == 120 && sink.settings.urgentRetrySeconds == 900 && sink.settings.retries == 3)
+        func groups() -> [String] {
+            server.requests.map { $0.body.contains(#""group":"\#(refused)""#) ? refused : $0.body.contains(#""stream_time":30.24"#) ? "second" : accepted }
+        }
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(refused, label: "Refused"), time: NotifyTests.time))
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(accepted, label: "Accepted"), time: NotifyTests.time))
+        // The refused onset's retries used up (4 attempts): said, and tried on.
+        #expect(TestWait.until(seconds: 20) { groups().filter { $0 == refused }.count >= 4 }, "\(groups())")
+        // A new onset of the other group, while the refused one waits for its next retry.
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(accepted, label: "Accepted", start: 30.24), time: NotifyTests.time))
+        #expect(TestWait.until(seconds: 20) { groups().contains("second") }, "\(groups())")
+        // The refused onset is still being tried after it: it did not hold the other.
+        #expect(sink.statistics.failed == 0)
+        #expect(TestWait.until(seconds: 20) { groups().drop { $0 != "second" }.contains(refused) }, "\(groups())")
+        let seen = groups()
+        #expect(Array(seen.prefix(2)) == [refused, accepted], "\(seen)")
+        #expect(seen.filter { $0 == accepted }.count == 1 && seen.filter { $0 == "second" }.count == 1, "\(seen)")
+        sink.stop()
+        #expect(sink.statistics.sent == 2)
+        #expect(sink.statistics.failed == 1)
+        #expect(reports.healthEvents.map(\.message) == [
+            "notifications to http://127.0.0.1:\(server.port)/hook are failing: HTTP 500 after 4 attempts; this \(refused) notification is tried again for up to \(window); detection goes on, and further failures are counted until one gets through",
+            "notifications to http://127.0.0.1:\(server.port)/hook are accepted again (none was lost)",
+        ])
+        // Stopping: no more retries; the refused onset is given up and counted.
+        #expect(reports.logLines == ["notify: 1 notification was not delivered before stopping"])
+    }
+
     @Test("an onset given up: its end says the start could not be delivered (ntfy at the onset's priority; JSON onset_delivered false)")
     func endOfUndeliveredOnset() throws {
         let recent = NotifyTests.now()

@@ -12,7 +12,8 @@ package struct MQTTTopics: Sendable, Equatable {
     package var availability: String { "\(base)/availability" }
     /// Every detection, detection end, alarm, chirp, clip and health event: the socket's JSON plus `node`. QoS 1.
     package var event: String { "\(base)/event" }
-    /// Each onset as `{"event_type":GROUP,...}`, for Home Assistant's `event` entity. QoS 1.
+    /// Each onset as `{"event_type":GROUP,...}`, for Home Assistant's `event` entity. QoS 1; not sent once it has
+    /// waited for the broker more than ``MQTTOutbox/detectedMaximumAgeSeconds`` (5 minutes).
     package var detected: String { "\(base)/detected" }
     /// `{"dbfs":-41.2,"gate_open":true,"time":...}` at most once a second. QoS 0.
     package var level: String { "\(base)/level" }

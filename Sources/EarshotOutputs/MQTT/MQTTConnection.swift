@@ -110,6 +110,9 @@ package final class MQTTConnection: @unchecked Sendable {
     package static let quickDropsForClientIDHint = 2
 
     package let endpoint: Endpoint
+    /// The quick drops in a row so far, the one just failed included (see ``quickDropsForClientIDHint``). Read it
+    /// in the delegate's callbacks only: it belongs to the connection's thread.
+    package var quickDropsInARow: Int { quickDropsInRow }
     private weak var delegateReference: (any MQTTConnectionDelegate)?
     /// The read and write ends of the pipe that wakes the thread.
     private let wake: Int32
@@ -195,7 +198,7 @@ package final class MQTTConnection: @unchecked Sendable {
         let queued = shared.withLock { shared -> Bool in
             guard !shared.stopping else { return false }
             if message.qos == 0 && !shared.connected { return false }
-            shared.outbox.append(message)
+            shared.outbox.append(message, at: Self.bootSeconds())
             return true
         }
         if queued { signal() }
@@ -209,7 +212,8 @@ package final class MQTTConnection: @unchecked Sendable {
         precondition(messages.allSatisfy { $0.qos == 1 }, "only QoS 1 messages are acknowledged")
         let queued = shared.withLock { shared -> Bool in
             guard !shared.stopping else { return false }
-            let sequences = Set(messages.map { shared.outbox.append($0) })
+            let now = Self.bootSeconds()
+            let sequences = Set(messages.map { shared.outbox.append($0, at: now) })
             // A watch with a message the full outbox dropped (this one's included) can never be done.
             let outbox = shared.outbox
             shared.watches.removeAll { watch in watch.sequences.contains { !outbox.holds(sequence: $0) } }
@@ -258,6 +262,12 @@ package final class MQTTConnection: @unchecked Sendable {
 
     private static func now() -> Double {
         Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+    }
+
+    /// The boot clock in seconds (`CLOCK_BOOTTIME`, which counts a suspend, unlike ``now()``): the age of what the
+    /// outbox holds (``MQTTMessage/maximumAgeSeconds``).
+    private static func bootSeconds() -> Double {
+        Double(DaemonClock.bootNanoseconds()) / 1e9
     }
 
     // MARK: The connection's thread
@@ -447,7 +457,7 @@ package final class MQTTConnection: @unchecked Sendable {
             guard drops >= Self.quickDropsForClientIDHint else {
                 return "the connection was lost (the broker stopped or restarted?)"
             }
-            return "the broker accepted the connection and dropped it within \(Int(Self.stableSeconds)) s, \(drops) times in a row (another client using the client id \(endpoint.clientID)? each daemon needs its own [mqtt] node or client_id)"
+            return "the broker accepted the connection and dropped it within \(Int(Self.stableSeconds)) s, \(drops) times in a row (another client using the client id \(endpoint.clientID)? each daemon needs its own: set [mqtt] node to a unique name on each machine, as two machines with the same host name share the default node, or set [mqtt] client_id)"
         }
         if rc == Int32(MOSQ_ERR_ERRNO.rawValue), lastErrno != 0 {
             return String(cString: strerror(lastErrno))
@@ -483,9 +493,18 @@ package final class MQTTConnection: @unchecked Sendable {
         sendQueued(on: handle)
     }
 
-    /// Hands every unsent outbox entry to libmosquitto, in order.
+    /// Hands every unsent outbox entry to libmosquitto, in order, after dropping those held too long
+    /// (``MQTTOutbox/dropExpired(now:)``; a test alert waiting for one of them is not acknowledged, and its
+    /// receipt says the broker was not reached).
     private func sendQueued(on handle: OpaquePointer) {
-        let pending = shared.withLock { $0.connected ? $0.outbox.unsent : [] }
+        let pending = shared.withLock { shared -> [MQTTOutbox.Entry] in
+            guard shared.connected else { return [] }
+            if shared.outbox.dropExpired(now: Self.bootSeconds()) > 0 {
+                let outbox = shared.outbox
+                shared.watches.removeAll { watch in watch.sequences.contains { !outbox.holds(sequence: $0) } }
+            }
+            return shared.outbox.unsent
+        }
         for entry in pending {
             guard let mid = publish(entry.message, on: handle) else { return }
             shared.withLock { $0.outbox.markSent(sequence: entry.sequence, mid: mid) }

@@ -7,17 +7,28 @@ package struct MQTTMessage: Sendable, Equatable {
     package var retain: Bool
     /// A smoke or CO event: never the one dropped from a full outbox.
     package var critical: Bool
+    /// Seconds the message may wait in the outbox before it is sent (``MQTTOutbox/dropExpired(now:)``); nil: as long
+    /// as it takes. `P/detected` has ``MQTTOutbox/detectedMaximumAgeSeconds``: it triggers automations when it
+    /// arrives.
+    package var maximumAgeSeconds: Double?
 
-    package init(topic: String, payload: [UInt8], qos: Int32, retain: Bool, critical: Bool = false) {
+    package init(
+        topic: String, payload: [UInt8], qos: Int32, retain: Bool, critical: Bool = false, maximumAgeSeconds: Double? = nil
+    ) {
         self.topic = topic
         self.payload = payload
         self.qos = qos
         self.retain = retain
         self.critical = critical
+        self.maximumAgeSeconds = maximumAgeSeconds
     }
 
-    package init(topic: String, text: String, qos: Int32, retain: Bool, critical: Bool = false) {
-        self.init(topic: topic, payload: Array(text.utf8), qos: qos, retain: retain, critical: critical)
+    package init(
+        topic: String, text: String, qos: Int32, retain: Bool, critical: Bool = false, maximumAgeSeconds: Double? = nil
+    ) {
+        self.init(
+            topic: topic, payload: Array(text.utf8), qos: qos, retain: retain, critical: critical,
+            maximumAgeSeconds: maximumAgeSeconds)
     }
 }
 
@@ -30,6 +41,11 @@ package struct MQTTMessage: Sendable, Equatable {
 /// - A retained message replaces a not-yet-sent one of the same topic (the broker would keep only the last).
 /// - Bounded by `limit`: when full, the oldest message that is not ``MQTTMessage/critical`` is dropped (counted in
 ///   ``dropped``); critical ones (smoke and CO events) are kept even above the limit.
+/// - A message with ``MQTTMessage/maximumAgeSeconds`` that has waited longer than that without being sent on the
+///   current connection is dropped before the next send (``dropExpired(now:)``, counted in ``expired``): the
+///   `P/detected` onsets, which fire Home Assistant's automations when they arrive, not at their `time` (audit 13
+///   F6: after an outage of hours, a morning's events fired the phone automations at once). `P/event` and the
+///   retained states keep the record and are delivered however late.
 ///
 /// A plain value: the owner keeps it behind its lock.
 package struct MQTTOutbox: Sendable {
@@ -38,12 +54,21 @@ package struct MQTTOutbox: Sendable {
         package var message: MQTTMessage
         /// The message id libmosquitto gave it on this connection; nil while not sent on it.
         package var mid: Int32?
+        /// When it was queued (``append(_:at:)``), in the owner's seconds.
+        package var queuedAt: Double = 0
     }
+
+    /// How long a `P/detected` message may wait for the broker, in seconds: 300 (5 minutes). An onset that reaches
+    /// Home Assistant's event entity within it still means "now" to a person reading the phone; one held longer
+    /// (a broker or network outage) is dropped, and `P/event` carries it with its `time`.
+    package static let detectedMaximumAgeSeconds: Double = 300
 
     package let limit: Int
     package private(set) var entries: [Entry] = []
     /// Messages dropped because the outbox was full, since it was made.
     package private(set) var dropped = 0
+    /// Messages dropped because they waited longer than their ``MQTTMessage/maximumAgeSeconds``, since it was made.
+    package private(set) var expired = 0
     private var nextSequence: UInt64 = 0
 
     /// - Parameter limit: messages held at most (1,000 by default: hours of events, minutes of state changes).
@@ -53,13 +78,14 @@ package struct MQTTOutbox: Sendable {
 
     package var count: Int { entries.count }
 
-    /// Queues `message` at the end; returns its sequence number (``Entry/sequence``).
+    /// Queues `message` at the end, queued at `now` (the clock ``dropExpired(now:)`` is given; only messages with
+    /// ``MQTTMessage/maximumAgeSeconds`` use it); returns its sequence number (``Entry/sequence``).
     @discardableResult
-    package mutating func append(_ message: MQTTMessage) -> UInt64 {
+    package mutating func append(_ message: MQTTMessage, at now: Double = 0) -> UInt64 {
         if message.retain, let index = entries.firstIndex(where: { $0.mid == nil && $0.message.retain && $0.message.topic == message.topic }) {
             entries.remove(at: index)
         }
-        entries.append(Entry(sequence: nextSequence, message: message, mid: nil))
+        entries.append(Entry(sequence: nextSequence, message: message, mid: nil, queuedAt: now))
         nextSequence &+= 1
         while entries.count > limit, let index = entries.firstIndex(where: { !$0.message.critical }) {
             entries.remove(at: index)
@@ -96,6 +122,20 @@ package struct MQTTOutbox: Sendable {
     package mutating func acknowledge(mid: Int32) -> UInt64? {
         guard let index = entries.firstIndex(where: { $0.mid == mid }) else { return nil }
         return entries.remove(at: index).sequence
+    }
+
+    /// Drops the messages not sent on this connection that have waited longer than their
+    /// ``MQTTMessage/maximumAgeSeconds`` at `now` (counted in ``expired``); returns how many. One already handed to
+    /// libmosquitto stays until acknowledged (or until the connection is lost: then it is judged again).
+    @discardableResult
+    package mutating func dropExpired(now: Double) -> Int {
+        let before = entries.count
+        entries.removeAll { entry in
+            guard entry.mid == nil, let age = entry.message.maximumAgeSeconds else { return false }
+            return now - entry.queuedAt > age
+        }
+        expired += before - entries.count
+        return before - entries.count
     }
 
     /// The connection is gone: QoS 0 messages are dropped, the rest will be sent again on the next one.

@@ -78,6 +78,13 @@ package struct MQTTSettings: Sendable, Equatable {
     /// turns `OFF` by day and `ON` again the next night. The last chirp's time is not kept across a restart: a
     /// retained `ON` stays until this long after the start without a chirp.
     package var batteryLowHoldSeconds: Double = 7200
+    /// Seconds a connection must last, once the daemon has said that another client seems to use its client id
+    /// (the broker dropping it right after each connect, ``MQTTConnection/quickDropsForClientIDHint`` times in a
+    /// row), before `mqtt_connected` is said again (not a key; tests shorten it). Default 60: until then the drops
+    /// and reconnects of that fight, one pair every few seconds for as long as both clients run (audit 13 F5: 11 in
+    /// 35 s), are not said again. Well above ``MQTTConnection/maximumBackoff`` (5 s): in such a fight each
+    /// connection lasts until the other client's next attempt, up to 5 s later.
+    package var clientIDConflictStableSeconds: Double = 60
 
     package init() {}
 

@@ -79,6 +79,11 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         var unjudgedRetained: [String] = []
         var saidUnavailable = false
         var connectedOnce = false
+        /// The last `mqtt_unavailable` said that another client seems to use the client id: quick drops and
+        /// reconnects are not said until a connection lasts ``MQTTSettings/clientIDConflictStableSeconds``.
+        var clientIDConflict = false
+        /// Counts the connections accepted: a stability check of an earlier one does nothing.
+        var connectGeneration = 0
         var ignoredWindowStart = -Double.infinity
         var ignoredLogged = 0
         var ignoredUnsaid = 0
@@ -93,7 +98,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     }
 
     private let state = Mutex(State())
-    /// Where the low-battery hold runs out (``MQTTSettings/batteryLowHoldSeconds``).
+    /// Where the low-battery hold runs out (``MQTTSettings/batteryLowHoldSeconds``), and where a connection is
+    /// found stable after a client-id conflict (``MQTTSettings/clientIDConflictStableSeconds``).
     private let batteryQueue = DispatchQueue(label: "earshot.mqtt.battery")
 
     /// - Parameters:
@@ -290,7 +296,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             // The event entity's too, so that an automation on it is part of what the test tries.
             var detected: JSONObject = ["event_type": .string(TestAlert.type)]
             for entry in object.entries where entry.key != "type" { detected[entry.key] = entry.value }
-            let messages = [event, MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false)]
+            let messages = [event, MQTTMessage(
+                topic: topics.detected, text: detected.encoded, qos: 1, retain: false,
+                maximumAgeSeconds: MQTTOutbox.detectedMaximumAgeSeconds)]
             guard let receipt = alert.receipt else {
                 for message in messages { connection.enqueue(message) }
                 return
@@ -310,7 +318,11 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if type == "detection" {
             var detected: JSONObject = ["event_type": .string(group)]
             for entry in object.entries where entry.key != "type" && entry.key != "group" { detected[entry.key] = entry.value }
-            connection.enqueue(MQTTMessage(topic: topics.detected, text: detected.encoded, qos: 1, retain: false, critical: critical))
+            // Held at most 5 minutes (``MQTTOutbox/detectedMaximumAgeSeconds``): Home Assistant's event entity fires
+            // automations when it arrives. `P/event`, queued above, keeps the record however late.
+            connection.enqueue(MQTTMessage(
+                topic: topics.detected, text: detected.encoded, qos: 1, retain: false, critical: critical,
+                maximumAgeSeconds: MQTTOutbox.detectedMaximumAgeSeconds))
         }
         guard !isPoint, type == "detection" || type == "detection_end" else { return }
         let on = type == "detection"
@@ -482,16 +494,25 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     // MARK: MQTTConnectionDelegate (the connection's thread)
 
     package func connectionDidConnect(_ connection: MQTTConnection) -> MQTTConnection.Birth {
-        let (report, controls, first) = state.withLock { state -> ((@Sendable (HealthEvent) -> Void)?, ControlState?, Bool) in
+        let (report, controls, first, quiet, generation) = state.withLock {
+            state -> ((@Sendable (HealthEvent) -> Void)?, ControlState?, Bool, Bool, Int) in
+            state.connectGeneration += 1
             defer {
-                state.saidUnavailable = false
+                // After a client-id conflict, the outage said stands until a connection lasts (checkStable).
+                if !state.clientIDConflict { state.saidUnavailable = false }
                 state.connectedOnce = true
                 state.unjudgedRetained = []  // this connection's subscriptions bring them again
                 state.lastLevel = nil  // the level is not retained: a new connection gets it with the next window
             }
-            return (state.reportHealth, state.controls, !state.connectedOnce || state.saidUnavailable)
+            return (state.reportHealth, state.controls, !state.connectedOnce || state.saidUnavailable, state.clientIDConflict,
+                    state.connectGeneration)
         }
-        if first {
+        if quiet {
+            let seconds = settings.clientIDConflictStableSeconds
+            batteryQueue.asyncAfter(deadline: .now() + seconds) { [weak self] in
+                self?.checkStable(generation: generation, seconds: seconds)
+            }
+        } else if first {
             report?(HealthEvent(
                 state: .mqttConnected,
                 message: "connected to the MQTT broker \(connection.endpoint.description) as \(connection.endpoint.clientID), publishing under \(topics.base)",
@@ -507,17 +528,46 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     }
 
     package func connection(_ connection: MQTTConnection, didFail cause: String, retryIn: Double?) {
-        let report = state.withLock { state -> (@Sendable (HealthEvent) -> Void)? in
-            guard !state.saidUnavailable, retryIn != nil else { return nil }
+        let quickDrops = connection.quickDropsInARow
+        let (report, conflict) = state.withLock { state -> ((@Sendable (HealthEvent) -> Void)?, Bool) in
+            guard retryIn != nil else { return (nil, false) }
+            if state.clientIDConflict {
+                // Another quick drop of the same fight: said already. Anything else (never accepted, or a
+                // connection that lasted) is news.
+                guard quickDrops == 0 else { return (nil, false) }
+                state.clientIDConflict = false
+                state.saidUnavailable = false
+            }
+            guard !state.saidUnavailable else { return (nil, false) }
             state.saidUnavailable = true
-            return state.reportHealth
+            state.clientIDConflict = quickDrops >= MQTTConnection.quickDropsForClientIDHint
+            return (state.reportHealth, state.clientIDConflict)
         }
         guard let report, let retryIn else { return }
         let (waiting, _) = connection.backlog
+        let quiet = conflict
+            ? "; until a connection lasts \(Int(settings.clientIDConflictStableSeconds)) s, its drops and reconnects are not said again"
+            : ""
         report(HealthEvent(
             state: .mqttUnavailable,
-            message: "MQTT broker \(connection.endpoint.description): \(cause); retrying in \(Int(retryIn.rounded())) s (then twice as long each time, up to every \(Int(MQTTConnection.maximumBackoff)) s); detection goes on and messages wait (\(waiting) now, up to 1000)",
+            message: "MQTT broker \(connection.endpoint.description): \(cause); retrying in \(Int(retryIn.rounded())) s (then twice as long each time, up to every \(Int(MQTTConnection.maximumBackoff)) s); detection goes on and messages wait (\(waiting) now, up to 1000)\(quiet)",
             details: ["broker": .string(connection.endpoint.description), "cause": .string(cause)]))
+    }
+
+    /// `seconds` after the connection `generation` was accepted during a client-id conflict: still connected on
+    /// it, the conflict is over, said as `mqtt_connected`.
+    private func checkStable(generation: Int, seconds: Double) {
+        let connected = connection.isConnected
+        let report = state.withLock { state -> (@Sendable (HealthEvent) -> Void)? in
+            guard connected, !state.stopped, state.clientIDConflict, state.connectGeneration == generation else { return nil }
+            state.clientIDConflict = false
+            state.saidUnavailable = false
+            return state.reportHealth
+        }
+        report?(HealthEvent(
+            state: .mqttConnected,
+            message: "connected to the MQTT broker \(connection.endpoint.description) as \(connection.endpoint.clientID), publishing under \(topics.base), and the connection has lasted \(Int(seconds)) s: no other client takes the client id now",
+            details: ["broker": .string(connection.endpoint.description)]))
     }
 
     package func connection(_ connection: MQTTConnection, didReceive topic: String, payload: [UInt8], retained: Bool) {

@@ -9,8 +9,16 @@ import EarshotDetection
 /// every URL, as JSON or in ntfy's format (``NotificationMessage``).
 ///
 /// Analysis never waits: ``deliver(_:)`` decides on the routing thread (a few dictionary look-ups under a lock) and
-/// queues the message for each URL's own serial queue, bounded by ``NotifySettings/queueLimit`` (what does not fit
-/// is dropped for that URL and counted). Each URL has its own libcurl handle, so a slow one delays only itself.
+/// queues the message for each URL, bounded by ``NotifySettings/queueLimit`` (what does not fit is dropped for that
+/// URL and counted). Each URL has its own libcurl handle and its own serial queue, so a slow one delays only itself.
+///
+/// Each URL's queue runs a small scheduler (``Target/jobs``) and never sleeps: it makes one attempt at a time of
+/// the most pressing notification that is due, and a notification to be retried goes back with the time its retry
+/// is due, so that whatever comes meanwhile is sent in between (audit 13 F4: one onset a URL kept refusing held
+/// every later notification to it for 2 minutes, 15 behind a smoke alarm's). The most pressing: an urgent group's
+/// (``NotificationMessage/urgentGroups``), then one not tried yet before a retry, then the first queued. What must
+/// stay in order does: an event's onset, reminders and end (one group's, so an end waits for its onset's retries
+/// and says whether it got through), the health messages, the test alerts.
 ///
 /// One attempt waits at most ``NotifySettings/timeoutSeconds``; an attempt without an answer, or answered with
 /// HTTP 408, 429 or 5xx, is retried up to ``NotifySettings/retries`` times after 1, 2, 4 ... s, an onset or reminder
@@ -26,9 +34,9 @@ import EarshotDetection
 /// or a reminder was; once an end is notified, the group's next onset is notified whenever it comes (the last thing
 /// the user was told is that the sound ended). `alarm_chirp` events are points: no reminders, no ends.
 ///
-/// Stopping: no more reminders and no more retries; what is queued is still tried once, for at most
-/// ``NotifySettings/timeoutSeconds`` altogether and no longer than the daemon's stop allows
-/// (``stop(deadline:)``); what is left is counted and logged.
+/// Stopping: no more reminders and no more retries (a notification waiting for its retry is given up); what is
+/// queued and not tried yet is tried once, for at most ``NotifySettings/timeoutSeconds`` altogether and no longer
+/// than the daemon's stop allows (``stop(deadline:)``); what is left is counted and logged.
 package final class NotifySink: OutputSink, @unchecked Sendable {
     /// Counters since start, for the status reply and the metrics.
     package struct Statistics: Sendable, Equatable {
@@ -106,6 +114,28 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var monitoring = Monitoring.unknown
     }
 
+    /// A notification waiting for one URL, on that URL's queue.
+    private struct Job {
+        var message: NotificationMessage
+        /// A test alert's: gets the first attempt's outcome.
+        var receipt: TestAlertReceipt?
+        /// Jobs of one lane are sent in the order they were queued: one group's events, the health messages, the
+        /// test alerts.
+        var lane: String
+        /// An urgent group's (``NotificationMessage/urgentGroups``): before any other that is due.
+        var urgent: Bool
+        /// Seconds past `retries` it is tried (an onset's or reminder's retry window), from its first attempt.
+        var retryWindow: Double
+        /// When it may be tried (uptime seconds): when queued, then when its retry is due.
+        var due: Double
+        var attempts = 0
+        /// When its first attempt began (uptime seconds).
+        var started = 0.0
+        var lastProblem = ""
+        /// Whether the URL's outage was said while it was still being retried.
+        var reported = false
+    }
+
     /// One URL: its queue, libcurl handle and counters.
     private final class Target: @unchecked Sendable {
         let url: String
@@ -121,6 +151,26 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         /// Groups whose last onset or reminder this URL never accepted (given up): their end says so. Used on
         /// ``queue`` only.
         var missedOnsets: Set<String> = []
+        /// The notifications waiting for this URL, in the order they were queued (a retry keeps its place). Used
+        /// on ``queue`` only.
+        var jobs: [Job] = []
+        /// When the armed wake-up of ``queue`` is due (uptime seconds); nil: none is armed. Used on ``queue`` only.
+        var timerDue: Double?
+
+        /// The index in ``jobs`` of the one to try now: the first of its lane, due by `now` (any, with `allDue`),
+        /// an urgent group's first, then one not tried yet, then the first queued; nil when none is.
+        func nextJob(now: Double, allDue: Bool) -> Int? {
+            var lanes = Set<String>()
+            var best: (index: Int, rank: (Int, Int))?
+            for (index, job) in jobs.enumerated() {
+                guard lanes.insert(job.lane).inserted else { continue }
+                // A millisecond of slack: a timer may fire a hair before its uptime deadline.
+                guard allDue || job.due <= now + 0.001 else { continue }
+                let rank = (job.urgent ? 0 : 1, job.attempts == 0 ? 0 : 1)
+                if best == nil || rank < best!.rank { best = (index, rank) }
+            }
+            return best?.index
+        }
 
         init(url: String, index: Int, count: Int) throws(EarshotError) {
             self.url = url
@@ -304,13 +354,19 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let end = min(
             deadline.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds + UInt64(settings.timeoutSeconds * 1e9))
         stopDeadline.store(end, ordering: .relaxed)
+        // Read first: a retry's wake-up may give its notification up as soon as `stopping` is set.
+        let failedBefore = failed.load(ordering: .relaxed)
         stopping.store(true, ordering: .relaxed)
         reminderQueue.sync {}
-        let failedBefore = failed.load(ordering: .relaxed)
         let drained = DispatchGroup()
         for target in targets {
             drained.enter()
-            target.queue.async { drained.leave() }
+            target.queue.async { [self] in
+                // Stopping: what is queued gets its last turn here (one attempt, or given up when it was waiting
+                // for a retry); an attempt in progress finished before this block.
+                pump(target)
+                drained.leave()
+            }
         }
         let finished = drained.wait(timeout: DispatchTime(uptimeNanoseconds: end)) == .success
         // Messages still queued or in an attempt that has not returned: not delivered either.
@@ -436,6 +492,14 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     /// Queues `message` for every URL; `receipt` (a test alert's) gets each URL's first attempt.
     private func enqueue(_ message: NotificationMessage, receipt: TestAlertReceipt? = nil) {
+        let now = Self.uptime()
+        let isEvent = message.kind == .onset || message.kind == .reminder || message.kind == .end
+        let lane = isEvent ? "group \(message.group)" : message.kind == .health ? "health" : "test"
+        let urgent = isEvent && NotificationMessage.urgentGroups.contains(message.group)
+        // How long past `retries` it is tried: an alert's onset or reminder, while it is still news.
+        let retryWindow = message.kind == .onset || message.kind == .reminder
+            ? urgent ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
+            : 0
         for target in targets {
             let waiting = target.pending.load(ordering: .relaxed)
             if waiting >= settings.queueLimit {
@@ -445,8 +509,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             }
             target.pending.wrappingAdd(1, ordering: .relaxed)
             target.queue.async { [self] in
-                send(message, to: target, receipt: receipt)
-                target.pending.wrappingSubtract(1, ordering: .relaxed)
+                target.jobs.append(Job(
+                    message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now))
+                pump(target)
             }
         }
     }
@@ -458,7 +523,44 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         TestAlertReceipt.Destination(output: name, target: target.origin)
     }
 
-    /// Tries `message` on `target` (on its queue), with retries, and counts and reports the outcome.
+    /// On `target`'s queue: one attempt of the notification to try now (``Target/nextJob(now:allDue:)``), then the
+    /// next one in a block of its own, so that notifications queued during the attempt are in the running; when
+    /// none is due, a wake-up at the earliest due time. Never waits for a retry. Stopping: every notification left
+    /// gets its turn in this block (no retries), so that the stop's block after it finds none.
+    private func pump(_ target: Target) {
+        while true {
+            let stopping = self.stopping.load(ordering: .relaxed)
+            guard let index = target.nextJob(now: Self.uptime(), allDue: stopping) else {
+                if !stopping, let due = target.jobs.map(\.due).min() { wake(target, at: due) }
+                return
+            }
+            var job = target.jobs[index]
+            if let due = attempt(&job, on: target) {
+                job.due = due
+                target.jobs[index] = job
+            } else {
+                target.jobs.remove(at: index)
+                target.pending.wrappingSubtract(1, ordering: .relaxed)
+            }
+            if !stopping {
+                target.queue.async { [self] in pump(target) }
+                return
+            }
+        }
+    }
+
+    /// Arms a wake-up of `target`'s queue at `due` (uptime seconds), unless one is armed for then or earlier.
+    private func wake(_ target: Target, at due: Double) {
+        if let armed = target.timerDue, armed <= due { return }
+        target.timerDue = due
+        target.queue.asyncAfter(deadline: .now() + max(0, due - Self.uptime())) { [weak self] in
+            if target.timerDue == due { target.timerDue = nil }
+            self?.pump(target)
+        }
+    }
+
+    /// One attempt of `job` on `target` (on its queue), counting and reporting the outcome; returns when to try it
+    /// again (uptime seconds), or nil when it is done: delivered, given up, or stopping.
     ///
     /// A retry waits 1, 2, 4 ... s (``NotifySettings/retryDelay(beforeRetry:)``), or what the server's
     /// `Retry-After` asks when longer (at most ``NotifySettings/maximumRetryAfterSeconds``). An onset or reminder
@@ -467,90 +569,86 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// ``NotifySettings/urgentMaximumRetryDelaySeconds`` unless `Retry-After` says more, instead of `retries`
     /// times; the outage is reported once its `retries` are used up, as for any other. An end whose onset this URL
     /// never accepted says so (``NotificationMessage/missedOnset()``): the phone never reads "ended" about an
-    /// alarm it was not told of. `receipt` (a test alert's) gets the first attempt's outcome.
-    private func send(_ original: NotificationMessage, to target: Target, receipt: TestAlertReceipt? = nil) {
-        var message = original
-        switch original.kind {
-        case .end:
-            if target.missedOnsets.remove(original.group) != nil { message = original.missedOnset() }
-        case .onset, .reminder, .health, .test:
-            break
+    /// alarm it was not told of. `receipt` (a test alert's) gets the first attempt's outcome. Stopping: a job
+    /// waiting for its retry is given up; one not tried yet gets one attempt within the stop's time.
+    private func attempt(_ job: inout Job, on target: Target) -> Double? {
+        if job.attempts == 0, job.message.kind == .end, target.missedOnsets.remove(job.message.group) != nil {
+            job.message = job.message.missedOnset()
         }
-        // How long past `retries` this one is tried: an alert's onset or reminder, while it is still news.
-        let retryWindow = message.kind == .onset || message.kind == .reminder
-            ? NotificationMessage.urgentGroups.contains(message.group) ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
-            : 0
-        let started = Self.uptime()
-        var attempt = 0
-        var lastProblem = ""
-        var reported = false
-        while true {
-            var timeout = settings.timeoutSeconds
-            if stopping.load(ordering: .relaxed) {
-                let left = Double(Int64(stopDeadline.load(ordering: .relaxed)) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
-                guard left > 0.05 else {
-                    if attempt == 0 { receipt?.report(.notSent("the daemon is stopping"), for: destination(target)) }
-                    // Counted, and logged by stop(); not an outage of the URL.
-                    giveUp(message, on: target, problem: lastProblem, attempts: attempt, retryable: true, reported: true)
-                    return
-                }
-                timeout = min(timeout, left)
+        let message = job.message
+        let receipt = job.receipt
+        var timeout = settings.timeoutSeconds
+        if stopping.load(ordering: .relaxed) {
+            guard job.attempts == 0 else {
+                giveUp(message, on: target, problem: job.lastProblem, attempts: job.attempts, retryable: true, reported: job.reported)
+                return nil
             }
-            attempt += 1
-            // Rendered for this attempt: one sent late says so.
-            let attemptMessage = message.sending(at: Date())
-            let outcome = target.poster.post(
-                url: target.url, headers: attemptMessage.headers, body: attemptMessage.body, timeoutSeconds: timeout)
-            let retryable: Bool
-            var retryAfter: Double?
-            switch outcome {
-            case .status(let status, _) where (200..<300).contains(status):
-                if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
-                sent.wrappingAdd(1, ordering: .relaxed)
-                if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
-                let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
-                if target.failing.exchange(false, ordering: .relaxed) {
-                    let before = failures == 0
-                        ? "none was lost" : "\(failures) failed before"
-                    state.withLock { $0.reportHealth }?(HealthEvent(
-                        state: .notifyRecovered,
-                        message: "notifications to \(target.origin) are accepted again (\(before))",
-                        details: ["url": .string(target.origin), "failed": .int(failures)]))
-                }
-                return
-            case .status(let status, let retryAfterSeconds):
-                lastProblem = "HTTP \(status)"
-                retryable = status == 408 || status == 429 || status >= 500
-                retryAfter = retryAfterSeconds
-            case .failed(let text):
-                lastProblem = text
-                retryable = true
+            let left = Double(Int64(stopDeadline.load(ordering: .relaxed)) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
+            guard left > 0.05 else {
+                receipt?.report(.notSent("the daemon is stopping"), for: destination(target))
+                // Counted, and logged by stop(); not an outage of the URL.
+                giveUp(message, on: target, problem: job.lastProblem, attempts: 0, retryable: true, reported: true)
+                return nil
             }
-            let now = Self.uptime()
-            let windowLeft = retryWindow > 0 ? started + retryWindow - now : 0
-            if attempt == 1, let receipt {
-                // A test alert keeps `retries` (no retry window): that many more, unless not worth it or stopping.
-                var status: Int?
-                if case .status(let code, _) = outcome { status = code }
-                let retriesLeft = retryable && !stopping.load(ordering: .relaxed) ? settings.retries : 0
-                receipt.report(.failed(problem: lastProblem, httpStatus: status, retriesLeft: retriesLeft), for: destination(target))
-            }
-            if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || windowLeft > 0 {
-                var wait = settings.retryDelay(beforeRetry: attempt)
-                if retryWindow > 0 { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
-                if let retryAfter { wait = max(wait, min(retryAfter, settings.maximumRetryAfterSeconds)) }
-                if attempt > settings.retries { wait = min(wait, max(0, windowLeft)) }
-                if attempt == settings.retries + 1, !reported {
-                    // An onset still being retried: the outage is said now, not when its window closes.
-                    reported = true
-                    reportFailing(target, problem: lastProblem, attempts: attempt, retryable: true,
-                                  note: "; this \(message.group) notification is tried again for up to \(Self.duration(retryWindow))")
-                }
-                if waitUnlessStopping(wait) { continue }
-            }
-            giveUp(message, on: target, problem: lastProblem, attempts: attempt, retryable: retryable, reported: reported)
-            return
+            timeout = min(timeout, left)
         }
+        if job.attempts == 0 { job.started = Self.uptime() }
+        job.attempts += 1
+        let attempt = job.attempts
+        // Rendered for this attempt: one sent late says so.
+        let attemptMessage = message.sending(at: Date())
+        let outcome = target.poster.post(
+            url: target.url, headers: attemptMessage.headers, body: attemptMessage.body, timeoutSeconds: timeout)
+        let retryable: Bool
+        var retryAfter: Double?
+        switch outcome {
+        case .status(let status, _) where (200..<300).contains(status):
+            if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
+            sent.wrappingAdd(1, ordering: .relaxed)
+            if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
+            let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
+            if target.failing.exchange(false, ordering: .relaxed) {
+                let before = failures == 0
+                    ? "none was lost" : "\(failures) failed before"
+                state.withLock { $0.reportHealth }?(HealthEvent(
+                    state: .notifyRecovered,
+                    message: "notifications to \(target.origin) are accepted again (\(before))",
+                    details: ["url": .string(target.origin), "failed": .int(failures)]))
+            }
+            return nil
+        case .status(let status, let retryAfterSeconds):
+            job.lastProblem = "HTTP \(status)"
+            retryable = status == 408 || status == 429 || status >= 500
+            retryAfter = retryAfterSeconds
+        case .failed(let text):
+            job.lastProblem = text
+            retryable = true
+        }
+        let now = Self.uptime()
+        let retryWindow = job.retryWindow
+        let windowLeft = retryWindow > 0 ? job.started + retryWindow - now : 0
+        if attempt == 1, let receipt {
+            // A test alert keeps `retries` (no retry window): that many more, unless not worth it or stopping.
+            var status: Int?
+            if case .status(let code, _) = outcome { status = code }
+            let retriesLeft = retryable && !stopping.load(ordering: .relaxed) ? settings.retries : 0
+            receipt.report(.failed(problem: job.lastProblem, httpStatus: status, retriesLeft: retriesLeft), for: destination(target))
+        }
+        if retryable, !stopping.load(ordering: .relaxed), attempt <= settings.retries || windowLeft > 0 {
+            var wait = settings.retryDelay(beforeRetry: attempt)
+            if retryWindow > 0 { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
+            if let retryAfter { wait = max(wait, min(retryAfter, settings.maximumRetryAfterSeconds)) }
+            if attempt > settings.retries { wait = min(wait, max(0, windowLeft)) }
+            if attempt == settings.retries + 1, !job.reported {
+                // An onset still being retried: the outage is said now, not when its window closes.
+                job.reported = true
+                reportFailing(target, problem: job.lastProblem, attempts: attempt, retryable: true,
+                              note: "; this \(message.group) notification is tried again for up to \(Self.duration(retryWindow))")
+            }
+            return now + wait
+        }
+        giveUp(message, on: target, problem: job.lastProblem, attempts: attempt, retryable: retryable, reported: job.reported)
+        return nil
     }
 
     /// Counts `message` as failed on `target`, remembers an undelivered onset, and reports the outage once.
@@ -579,16 +677,6 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// `15 min`, `90 s`.
     private static func duration(_ seconds: Double) -> String {
         seconds >= 120 ? "\(Int((seconds / 60).rounded())) min" : "\(Int(seconds.rounded())) s"
-    }
-
-    /// Sleeps `seconds` in short steps; false when the sink began stopping meanwhile.
-    private func waitUnlessStopping(_ seconds: Double) -> Bool {
-        let end = Self.uptime() + seconds
-        while Self.uptime() < end {
-            if stopping.load(ordering: .relaxed) { return false }
-            usleep(UInt32(min(0.05, max(0.001, end - Self.uptime())) * 1e6))
-        }
-        return !stopping.load(ordering: .relaxed)
     }
 
     private static func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }

@@ -30,26 +30,55 @@ package enum EventRequest: Equatable {
     /// Deeper nesting than this is refused before parsing (requests are flat objects).
     package static let maxNesting = 16
 
+    /// The longest `"id"` string a request may carry, in bytes.
+    package static let maxIDBytes = 64
+
     /// Parses one line (without its newline; a trailing `\r` and surrounding whitespace are ignored).
     /// `commands` are the registered command names accepted besides "status".
     package static func parse(_ bytes: [UInt8], commands: [String] = []) -> Parsed {
+        parseLine(bytes, commands: commands).parsed
+    }
+
+    /// ``parse(_:commands:)``, and the request's `"id"`: a string of 1 to ``maxIDBytes`` bytes or an integer, which
+    /// the reply to the request carries too (`EventServer`), so that a client tells its answer from a notice the
+    /// daemon sends of itself (an unsolicited error line carries none). Nil without one, or when the line is no JSON
+    /// object; any other `"id"` is refused, as malformed.
+    package static func parseLine(_ bytes: [UInt8], commands: [String] = []) -> (parsed: Parsed, id: JSONValue?) {
         let hint = EventServer.requestHint
         var start = 0
         var end = bytes.count
         func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
         while start < end, isSpace(bytes[start]) { start += 1 }
         while end > start, isSpace(bytes[end - 1]) { end -= 1 }
-        guard start < end else { return .empty }
+        guard start < end else { return (.empty, nil) }
         let line = bytes[start..<end]
         guard nesting(of: line) <= maxNesting else {
-            return .failure("malformed request: nested more than \(maxNesting) levels deep (\(hint))")
+            return (.failure("malformed request: nested more than \(maxNesting) levels deep (\(hint))"), nil)
         }
         guard let object = try? JSONValue.parse(line) else {
-            return .failure("malformed request: not valid JSON (\(hint))")
+            return (.failure("malformed request: not valid JSON (\(hint))"), nil)
         }
         guard object.objectValue != nil else {
-            return .failure("malformed request: expected a JSON object (\(hint))")
+            return (.failure("malformed request: expected a JSON object (\(hint))"), nil)
         }
+        var id: JSONValue?
+        if let value = object["id"] {
+            let valid: Bool = switch value {
+            case .int: true
+            case .string(let text): !text.isEmpty && text.utf8.count <= maxIDBytes
+            default: false
+            }
+            guard valid else {
+                return (.failure("malformed request: \"id\" must be a string of 1 to \(maxIDBytes) bytes or an integer (the reply carries it back)"), nil)
+            }
+            id = value
+        }
+        return (request(in: object, commands: commands), id)
+    }
+
+    /// The request a parsed JSON object makes.
+    private static func request(in object: JSONValue, commands: [String]) -> Parsed {
+        let hint = EventServer.requestHint
         if let subscribe = object["subscribe"] {
             if let name = subscribe.stringValue { return .request(.subscribe([name])) }
             guard let list = subscribe.arrayValue else {

@@ -39,7 +39,11 @@ import EarshotDetection
 ///   `your_dropped_lines`, `evicted_clients`, `refused_clients` and `time`; or the closure's error reply as it
 ///   is (a daemon that is still starting says so).
 /// - Anything else, malformed JSON, or a line longer than `maxRequestLineBytes` gets an error reply; the client
-///   stays connected. Empty lines are ignored. A client that closes its sending side (shutdown `SHUT_WR`) keeps
+///   stays connected. Empty lines are ignored.
+/// - A request may carry `"id"` (a string of 1 to 64 bytes, or an integer): the reply to it, an error reply
+///   included, carries the same `"id"` right after its `type`. Lines the daemon sends of itself never carry one
+///   (events, health, and the error notices: a refused or evicted connection, a group a reload stopped watching),
+///   so a client that sends an id tells its answer from them. A client that closes its sending side (shutdown `SHUT_WR`) keeps
 ///   receiving events.
 ///
 /// A slow or stuck client never delays the publisher: each client has an outgoing queue bounded by
@@ -701,7 +705,8 @@ package final class EventServer: @unchecked Sendable {
 
     /// What one line of a client comes to, decided on the request queue.
     private enum Incoming: Sendable {
-        case request(EventRequest)
+        /// A request and its `"id"`, which its reply carries.
+        case request(EventRequest, id: JSONValue?)
         case reply(JSONObject)
     }
 
@@ -774,10 +779,11 @@ package final class EventServer: @unchecked Sendable {
             if client.discardingLine {
                 client.discardingLine = false
             } else {
-                switch EventRequest.parse(client.inbound, commands: commands) {
+                let (parsed, id) = EventRequest.parseLine(client.inbound, commands: commands)
+                switch parsed {
                 case .empty: break
-                case .failure(let message): batch.append(.reply(Self.error(message)))
-                case .request(let request): batch.append(.request(request))
+                case .failure(let message): batch.append(.reply(Self.answering(Self.error(message), id: id)))
+                case .request(let request): batch.append(.request(request, id: id))
                 }
             }
             client.inbound.removeAll(keepingCapacity: client.inbound.capacity <= 4096)
@@ -795,17 +801,17 @@ package final class EventServer: @unchecked Sendable {
             switch item {
             case .reply(let object):
                 reply(object, to: client)
-            case .request(.command(let name, let group)):
+            case .request(.command(let name, let group), let id):
                 let remaining = rest
-                let deferred = runCommand(name, group: group, from: client) { [self] object in
+                let deferred = runCommand(name, group: group, id: id, from: client) { [self] object in
                     queue.async { [self] in
-                        reply(object, to: client)
+                        reply(Self.answering(object, id: id), to: client)
                         answer(remaining, from: client, finished: finished)
                     }
                 }
                 if deferred { return }
-            case .request(let request):
-                handleRequest(request, from: client)
+            case .request(let request, let id):
+                handleRequest(request, id: id, from: client)
             }
         }
         finished()
@@ -815,23 +821,32 @@ package final class EventServer: @unchecked Sendable {
     /// returned) and returns false, or returns true and hands the reply to `later` when it comes (on the giving
     /// thread).
     private func runCommand(
-        _ name: String, group: String?, from client: Client, later: @escaping @Sendable (JSONObject) -> Void
+        _ name: String, group: String?, id: JSONValue?, from client: Client, later: @escaping @Sendable (JSONObject) -> Void
     ) -> Bool {
         if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
             let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
-            reply(Self.error("\(name) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), to: client)
+            reply(Self.answering(Self.error("\(name) is refused: uid \(client.uid) \(Self.controlRefusal) (control users: uid \(allowed); add the user to [output] control_users and restart earshotd)"), id: id), to: client)
             return false
         }
         guard let commandHandler else { return false }
         let pending = PendingReply()
         commandHandler(name, group) { object in pending.give(object) }
         guard let object = pending.handlerReturned(later: later) else { return true }
-        reply(object, to: client)
+        reply(Self.answering(object, id: id), to: client)
         return false
     }
 
     private static func error(_ message: String) -> JSONObject {
         ["type": "error", "message": .string(message)]
+    }
+
+    /// `object` as the reply to a request with `id`: the id right after `type` (first when there is no `type`);
+    /// `object` as it is without one.
+    package static func answering(_ object: JSONObject, id: JSONValue?) -> JSONObject {
+        guard let id else { return object }
+        var entries = object.entries.filter { $0.key != "id" }.map { ($0.key, $0.value) }
+        entries.insert(("id", id), at: entries.first?.0 == "type" ? 1 : 0)
+        return JSONObject(uniqueEntries: entries)
     }
 
     /// The words of the error reply to a state-changing command from a user not in `controlUsers`
@@ -841,23 +856,24 @@ package final class EventServer: @unchecked Sendable {
 
     package static let requestHint = "send {\"subscribe\":[\"group\",...]} or {\"status\":true}"
 
-    private func handleRequest(_ request: EventRequest, from client: Client) {
+    private func handleRequest(_ request: EventRequest, id: JSONValue?, from client: Client) {
+        func reply(_ object: JSONObject) { self.reply(Self.answering(object, id: id), to: client) }
         switch request {
         case .subscribe(let names):
             switch policy.decide(names) {
             case .all:
                 client.filter = nil
-                reply(["type": "subscribed", "groups": "all"], to: client)
+                reply(["type": "subscribed", "groups": "all"])
             case .groups(let groups):
                 client.filter = Set(groups)
-                reply(["type": "subscribed", "groups": .array(groups.map { .string($0) })], to: client)
+                reply(["type": "subscribed", "groups": .array(groups.map { .string($0) })])
             case .refused(let message):
-                reply(Self.error(message), to: client)
+                reply(Self.error(message))
             }
         case .listen:
             client.listening = true
             countListeners()
-            reply(["type": "listening"], to: client)
+            reply(["type": "listening"])
         case .command:
             // Answered by `answer(_:from:finished:)` (`runCommand`), which holds the batch's later requests while
             // a reply is deferred.
@@ -866,7 +882,7 @@ package final class EventServer: @unchecked Sendable {
             dropHungUpClients()
             let fields = statusProvider()
             if fields["type"]?.stringValue == "error" {
-                reply(fields, to: client)
+                reply(fields)
                 return
             }
             var object: JSONObject = ["type": "status"]
@@ -878,7 +894,7 @@ package final class EventServer: @unchecked Sendable {
             object["evicted_clients"] = .int(stats.evictedClients)
             object["refused_clients"] = .int(stats.refusedClients)
             object["time"] = .string(EventJSON.timestamp(Date()))
-            reply(object, to: client)
+            reply(object)
         }
     }
 

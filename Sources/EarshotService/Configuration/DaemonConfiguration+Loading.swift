@@ -181,6 +181,11 @@ package struct ConfigurationParser {
                     .config,
                     "\(source):\(entry.line): [\(entry.section)]: a group name is 1 to 64 lowercase letters, digits and _ (e.g. [group.kettle])")
             }
+            if let use = LabelGroup.reservedNames[name] {
+                throw EarshotError(
+                    .config,
+                    "\(source):\(entry.line): [\(entry.section)]: the group name \(name) is reserved: \(use) (give the group another name, e.g. [group.\(name)_sound], and use that name in [detection] watch)")
+            }
             groupName = name
             if groupLines[name] == nil { groupLines[name] = entry.line }
             guard DaemonConfiguration.groupKeys.contains(entry.key) else {

@@ -154,9 +154,12 @@ package final class EventSubscriber {
         }
     }
 
-    /// Sends `{"subscribe":[...]}` for `groups` (every group when empty).
-    package func subscribe(groups: [String]) throws(EarshotError) {
-        try send(line: JSONValue.object(["subscribe": .array(groups.map { .string($0) })]).encoded)
+    /// Sends `{"subscribe":[...]}` for `groups` (every group when empty), with `"id"` when `id` is given (the
+    /// daemon's reply carries it back).
+    package func subscribe(groups: [String], id: Int? = nil) throws(EarshotError) {
+        var request: JSONObject = ["subscribe": .array(groups.map { .string($0) })]
+        if let id { request["id"] = .int(id) }
+        try send(line: request.encoded)
     }
 
     /// Reads the next line.
