@@ -225,10 +225,12 @@ package enum RegularFile {
     }
 
     /// Opens `path` read-only for a regular file only; the caller closes the descriptor (blocking mode restored).
-    package static func open(_ path: String) throws(Failure) -> Int32 {
+    /// - Parameter followingLinks: false opens a symbolic link at `path` not at all (`O_NOFOLLOW`: `ELOOP`).
+    package static func open(_ path: String, followingLinks: Bool = true) throws(Failure) -> Int32 {
         var descriptor: Int32
+        let openFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (followingLinks ? 0 : O_NOFOLLOW)
         repeat {
-            descriptor = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+            descriptor = Glibc.open(path, openFlags)
         } while descriptor < 0 && errno == EINTR
         guard descriptor >= 0 else { throw .cannotOpen(errno: errno) }
         var info = stat()
@@ -248,8 +250,9 @@ package enum RegularFile {
     }
 
     /// The whole content of the regular file at `path`, at most `limit` bytes (a longer file is `.tooLarge`).
-    package static func read(_ path: String, limit: Int) throws(Failure) -> [UInt8] {
-        let descriptor = try open(path)
+    /// - Parameter followingLinks: as for ``open(_:followingLinks:)``.
+    package static func read(_ path: String, limit: Int, followingLinks: Bool = true) throws(Failure) -> [UInt8] {
+        let descriptor = try open(path, followingLinks: followingLinks)
         defer { close(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { throw .readFailed(errno: errno) }

@@ -78,10 +78,36 @@ struct LifecycleServiceFileTests {
         #expect(template["StateDirectory"] == ["earshot/%i"])
         // The default MQTT node: two instances on one host must not share one (trial 7 #10).
         #expect(template["Environment"] == ["EARSHOT_DEFAULT_NODE=%i"])
-        for key in ["ExecStart", "RuntimeDirectory", "StateDirectory", "Environment"] {
+        // The instances' runtime directories lie in /run/earshot: stopping the single service must not remove it
+        // (trial 13 D10); an instance's own is removed when it stops.
+        #expect(single["RuntimeDirectoryPreserve"] == ["yes"])
+        #expect(template["RuntimeDirectoryPreserve"] == nil)
+        for key in ["ExecStart", "RuntimeDirectory", "StateDirectory", "Environment", "RuntimeDirectoryPreserve"] {
             single[key] = nil
             template[key] = nil
         }
         #expect(template == single)
+    }
+
+    @Test("systemd-analyze verify: both units, with ExecStart pointed at the built earshotd, print nothing and exit 0",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "needs systemd-analyze (package systemd)"),
+          .needsEarshotdBuilt)
+    func unitsVerify() throws {
+        let earshotd = try #require(EarshotdRun.executable)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("earshot-units-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for unit in ["earshotd.service", "earshotd@.service"] {
+            let text = try String(contentsOf: TestPaths.packageRoot.appendingPathComponent("systemd/\(unit)"), encoding: .utf8)
+            try text.replacingOccurrences(of: "/usr/sbin/earshotd", with: earshotd.path)
+                .write(to: directory.appendingPathComponent(unit), atomically: true, encoding: .utf8)
+        }
+        #expect(symlink("earshotd@.service", directory.appendingPathComponent("earshotd@kitchen.service").path) == 0)
+        for unit in ["earshotd.service", "earshotd@kitchen.service"] {
+            let outcome = try EarshotCLI.runProcess(
+                URL(fileURLWithPath: "/usr/bin/systemd-analyze"), ["verify", directory.appendingPathComponent(unit).path], timeout: 60)
+            #expect(outcome.status == 0, "\(unit): \(outcome.standardError)")
+            #expect(outcome.standardOutput + outcome.standardError == "", "\(unit)")
+        }
     }
 }

@@ -343,10 +343,30 @@ package final class ClipWriter: @unchecked Sendable {
     private func probe() {
         do throws(EarshotError) {
             try ensureDirectory()
+            tightenDirectory()
             if let code = DirectoryWriteProbe.failure(in: directory) { throw failure("cannot create files in \(directory)", code) }
         } catch {
             counters.withLock { $0.failing = true }
             report(.failing("clips cannot be saved: \(error.message); detection goes on without clips, and clips are tried as they come"))
+        }
+    }
+
+    /// An existing directory that lets its group or other users in is made as the writer makes one, 0700 (its
+    /// special bits dropped), and a warning says so: the clips' names say when events happened and of which group
+    /// (trial 13 D4). When that fails (another user's directory, a read-only file system) the warning says so, with
+    /// the fix. At start only: a mode set later by hand is the administrator's.
+    private func tightenDirectory() {
+        var status = stat()
+        guard stat(directory, &status) == 0, status.st_mode & S_IFMT == S_IFDIR, status.st_mode & 0o077 != 0 else { return }
+        let mode = status.st_mode & 0o7777
+        let tightened = mode & 0o700
+        func octal(_ value: mode_t) -> String { String(cFormat: "%04o", UInt32(value)) }
+        let exposure = "which lets other users list the clips (when events happened, and of which group)"
+        if chmod(directory, tightened) == 0 {
+            report(.warning("clips directory \(directory) was mode \(octal(mode)), \(exposure): made it \(octal(tightened))"))
+        } else {
+            let reason = String(cString: strerror(errno))
+            report(.warning("clips directory \(directory) is mode \(octal(mode)), \(exposure), and cannot be made \(octal(tightened)): \(reason) (chmod \(octal(tightened)) \(directory))"))
         }
     }
 

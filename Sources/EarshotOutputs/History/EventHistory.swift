@@ -140,6 +140,11 @@ package final class EventHistory {
     package init(path: String, access: Access = .readWrite, busyTimeoutMilliseconds: Int32 = 2000) throws(EarshotError) {
         self.path = path
         self.access = access
+        // SQLite refuses it too (SQLITE_CANTOPEN_SYMLINK, "unable to open database file"); said first, with the part
+        // that is a link, so that a dangling link is not "no event history", nor a link to a directory "a directory".
+        if let link = SymbolicLinks.first(in: path) {
+            throw Self.symbolicLinkError(path: path, link: link, access: access)
+        }
         if PathKind(path: path) == .directory {
             throw EarshotError(
                 .cannotCreate,
@@ -413,9 +418,37 @@ package final class EventHistory {
         }
     }
 
+    /// The one-line error for a symbolic link in `path` (`link`: the part that is one, maybe `path` itself), which
+    /// neither earshotd nor `earshot history` follows (trial 13 D1), with the fix: `.cannotCreate` (73) for the
+    /// daemon, e.g. `event history /srv/h.sqlite3: cannot open: it is a symbolic link, which earshotd does not follow
+    /// (delete the link, which whoever may write in /srv could have planted; to keep the history elsewhere, set
+    /// [history] path to the real file)`; `.noInput` (66) for a reader, whose fix is `--db`.
+    package static func symbolicLinkError(path: String, link: String, access: Access) -> EarshotError {
+        let reader = access == .readOnly
+        let what = link == path ? "it is a symbolic link" : "\(link) is a symbolic link"
+        let follows = reader ? "earshot history does not follow" : "earshotd does not follow"
+        let fix: String
+        if link == path {
+            let directory = parentDirectory(of: path)
+            fix = reader
+                ? "give the real file with --db"
+                : "delete the link, which whoever may write in \(directory.isEmpty ? "." : directory) could have planted; to keep the history elsewhere, set [history] path to the real file"
+        } else {
+            fix = reader
+                ? "give the path without links with --db: realpath \(link) shows where it leads"
+                : "set [history] path to the path without links: realpath \(link) shows where it leads"
+        }
+        let line = "event history \(path): \(reader ? "cannot read" : "cannot open"): \(what), which \(follows) (\(fix))"
+        return EarshotError(reader ? .noInput : .cannotCreate, line, cause: "symbolic link")
+    }
+
     /// The one-line error for a failed SQLite call on `path`, with the fix: the daemon's (`.readWrite`), or for
     /// `.readOnly` a reader's (`earshot history`), who cannot change the daemon's files.
     package static func error(_ error: SQLiteError, path: String, doing: String, access: Access = .readWrite) -> EarshotError {
+        if error.isSymbolicLink {
+            // Made a link between the check in init and SQLite's open (or a reader's or check's own connection).
+            return symbolicLinkError(path: path, link: SymbolicLinks.first(in: path) ?? path, access: access)
+        }
         let what = "event history \(path): \(doing): \(error.message)"
         if access == .readOnly, error.isReadOnly || error.isCannotOpen {
             // With a -wal beside it (earshotd has it open) the reader needs its -wal and -shm files, which the

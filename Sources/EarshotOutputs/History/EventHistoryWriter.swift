@@ -452,15 +452,17 @@ package final class EventHistoryWriter: @unchecked Sendable {
     }
 }
 
-/// A file's device and inode (`stat`): the same path naming another file, or none, is a different identity.
+/// A file's device and inode (`lstat`): the same path naming another file, or none, is a different identity. A
+/// symbolic link put in the file's place is one too, even one to the file itself (moved aside): the writer then
+/// opens the path again, and refuses the link (trial 13 D1).
 private struct FileIdentity: Equatable {
     var device: UInt64
     var inode: UInt64
 
-    /// nil when `path` cannot be stat'ed (deleted). The corresponding C function is `stat`.
+    /// nil when `path` cannot be looked at (deleted). The corresponding C function is `lstat`.
     init?(path: String) {
         var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
+        guard lstat(path, &info) == 0 else { return nil }
         device = UInt64(info.st_dev)
         inode = UInt64(info.st_ino)
     }

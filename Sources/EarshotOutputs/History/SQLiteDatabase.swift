@@ -34,20 +34,25 @@ package final class SQLiteDatabase {
         case readOnlyImmutable
     }
 
-    /// Opens `path`.
+    /// Opens `path`, following no symbolic link in it (`SQLITE_OPEN_NOFOLLOW`, SQLite 3.31 and later): the file and
+    /// each directory above it must be real, so that a link planted where the database belongs cannot make the
+    /// daemon (root, when run by hand) create or write a database elsewhere (trial 13 D1). SQLite opens the `-wal`
+    /// and `-shm` files with `O_NOFOLLOW` itself.
     /// - Throws: `SQLiteError` with the code of `sqlite3_open_v2` (e.g. `SQLITE_CANTOPEN` for a missing file in
-    ///   `.readOnly` mode or a directory that does not exist).
+    ///   `.readOnly` mode or a directory that does not exist, `SQLITE_CANTOPEN_SYMLINK` for a symbolic link in
+    ///   `path`: ``SQLiteError/isSymbolicLink``).
     /// The corresponding C function is `sqlite3_open_v2`.
     package init(path: String, mode: Mode) throws(SQLiteError) {
         self.path = path
-        var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOFOLLOW
         switch mode {
         case .readWriteCreate:
             flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
             // SQLite would create the file with 0644 less the umask; made first here, it keeps 0600, and SQLite
-            // gives its -wal and -shm files the database's mode. A failure here (no directory) is SQLite's to report.
-            let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            if descriptor >= 0 { close(descriptor) }
+            // gives its -wal and -shm files the database's mode. Made without following a link (not even in the
+            // directories above it), so nothing is created elsewhere before SQLite refuses the link. A failure here
+            // (no directory, a link) is SQLite's to report.
+            _ = SymbolicLinks.createFile(path, mode: 0o600)
         case .readOnly, .readOnlyImmutable: flags |= SQLITE_OPEN_READONLY
         }
         var name = path
@@ -186,8 +191,11 @@ package struct SQLiteError: Error, Equatable {
     /// True for a read-only file, directory or file system (`SQLITE_READONLY`, or `SQLITE_CANTOPEN` on a read-only
     /// directory where the WAL file cannot be made).
     package var isReadOnly: Bool { primaryCode == SQLITE_READONLY }
-    /// True when the file cannot be opened (missing, a directory, no permission).
+    /// True when the file cannot be opened (missing, a directory, no permission, a symbolic link).
     package var isCannotOpen: Bool { primaryCode == SQLITE_CANTOPEN }
+    /// True when the path has a symbolic link in it, which ``SQLiteDatabase`` does not follow
+    /// (`SQLITE_CANTOPEN_SYMLINK`, a macro Swift does not import: `SQLITE_CANTOPEN | (6 << 8)`).
+    package var isSymbolicLink: Bool { code == SQLITE_CANTOPEN | (6 << 8) }
     /// True when the file is not a database (`SQLITE_NOTADB`) or is damaged (`SQLITE_CORRUPT`).
     package var isNotADatabase: Bool { primaryCode == SQLITE_NOTADB || primaryCode == SQLITE_CORRUPT }
     /// True when the file cannot be trusted: not a database, damaged, or an I/O error reading or writing it

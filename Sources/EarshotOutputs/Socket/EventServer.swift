@@ -936,6 +936,11 @@ package final class EventServer: @unchecked Sendable {
     private static func removeStaleSocket(at path: String, address: UnixSocketAddress) throws(EarshotError) {
         var info = stat()
         guard lstat(path, &info) == 0 else { return }  // nothing there (or unreadable: bind will say)
+        if info.st_mode & S_IFMT == S_IFLNK {
+            // Named as what it is: a link there may have been planted (trial 13 D8).
+            throw EarshotError(
+                .cannotCreate, "cannot create socket \(path): a symbolic link is in the way (remove it or choose another --socket)")
+        }
         guard info.st_mode & S_IFMT == S_IFSOCK else {
             throw EarshotError(
                 .cannotCreate, "cannot create socket \(path): a file that is not a socket is in the way (remove it or choose another --socket)")

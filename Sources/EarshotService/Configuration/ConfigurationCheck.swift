@@ -103,7 +103,10 @@ extension DaemonConfiguration {
     /// - `[history] path` (with `[history] enabled`): a regular file, or missing (it is created);
     /// - `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir`: a directory, or missing;
     /// - `[sleep] model`: an existing regular file;
-    /// - `[output] socket` (or `--socket`): a socket or missing (a missing directory is the server's to report).
+    /// - `[output] socket` (or `--socket`): a socket or missing (a missing directory is the server's to report), not
+    ///   a symbolic link;
+    /// - `[history] path`: no symbolic link in it, the file or a directory above it (the history is opened without
+    ///   following one: ``EventHistory``).
     /// A FIFO, a device (`/dev/zero`) or a directory where a file belongs is refused: opening one could wait forever
     /// or read endless bytes. (Model files, `[models] files`, are read through ``RegularFile``, which refuses them
     /// without waiting.)
@@ -119,6 +122,15 @@ extension DaemonConfiguration {
             return EarshotError(.config, "\(subject): \(what) (\(fix))")
         }
         if history.enabled {
+            if let link = SymbolicLinks.first(in: history.path) {
+                // The writer would refuse it at the first event (trial 13 D1): said at start instead.
+                let directory = parentDirectory(of: history.path)
+                throw link == history.path
+                    ? refuse("history.path", history.path, "is a symbolic link, which earshotd does not follow",
+                             "delete the link, which whoever may write in \(directory) could have planted; to keep the history elsewhere, set [history] path to the real file")
+                    : refuse("history.path", history.path, "\(link) is a symbolic link, which earshotd does not follow",
+                             "set [history] path to the path without links: realpath \(link) shows where it leads")
+            }
             let kind = PathKind(path: history.path)
             if kind == .directory {
                 throw refuse("history.path", history.path, "is a directory, not a database file", "set [history] path to a file, e.g. \(EventHistory.defaultPath)")
@@ -146,6 +158,13 @@ extension DaemonConfiguration {
             }
         }
         let socket = output.socketPath
+        var socketStatus = stat()
+        if lstat(socket, &socketStatus) == 0, socketStatus.st_mode & S_IFMT == S_IFLNK {
+            // Not "a regular file" (its target's kind, or "missing" when it dangles): a link there may be planted.
+            let directory = parentDirectory(of: socket)
+            throw refuse("output.socket", socket, "is a symbolic link, not a socket",
+                         "delete the link, which whoever may write in \(directory.isEmpty ? "." : directory) could have planted, or choose another socket path")
+        }
         let socketKind = PathKind(path: socket)
         if socketKind != .missing, socketKind != .socket {
             throw refuse("output.socket", socket, "is \(socketKind.phrase), not a socket", "remove it, or choose another socket path")

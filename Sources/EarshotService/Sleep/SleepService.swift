@@ -642,9 +642,13 @@ package final class SleepService: @unchecked Sendable {
     /// daemon stopped during one, how it ended (`{"start":ISO,"end":ISO,"report":PATH}`, or `"report_error":LINE`
     /// instead of `report`).
     package static let markerName = ".earshot-sleep-session"
+    /// The most bytes of a marker read (one is about 200: a start, an end and a report path).
+    static let markerLimit = 65_536
 
-    /// Writes the marker (report queue); a failure is one journal line (the report directory's own problem is
-    /// said by the report's write and at start) and the `sleep_start` reply's `marker_warning` (``markerProblem``).
+    /// Writes the marker (report queue), mode 0600 and without following a link at its name
+    /// (``OutputFile/writePrivate(_:to:mode:what:hint:)``); a failure is one journal line (the report directory's own
+    /// problem is said by the report's write and at start) and the `sleep_start` reply's `marker_warning`
+    /// (``markerProblem``).
     private func keepMarker(_ marker: JSONObject, directory: String) {
         let path = joinedPath(directory, Self.markerName)
         do throws(EarshotError) {
@@ -656,7 +660,7 @@ package final class SleepService: @unchecked Sendable {
                     .cannotCreate,
                     "cannot create the sleep report directory \(directory) for the session marker: \(reason) (a restart of earshotd will not resume this session; set [sleep] report_dir to a writable directory)")
             }
-            try OutputFile.write(
+            try OutputFile.writePrivate(
                 Data((JSONValue.object(marker).encoded + "\n").utf8), to: path, what: "the sleep session marker",
                 hint: "a restart of earshotd will not resume this session; make [sleep] report_dir writable")
             markerProblem = nil
@@ -681,12 +685,16 @@ package final class SleepService: @unchecked Sendable {
         guard !isShutDown else { return }
         let directory = settings.reportDirectory
         let path = joinedPath(directory, Self.markerName)
-        guard PathKind(path: path) != .missing else { return }
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return }
         let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        do throws(RegularFile.Failure) {
+            // Not through a link (another user's file, /dev/zero), nor from a FIFO, which would hold the start.
+            data = Data(try RegularFile.read(path, limit: Self.markerLimit, followingLinks: false))
         } catch {
-            log("ignoring the sleep session marker \(path): it cannot be read (\(errorText(error))); no session is resumed", 4)
+            let reason = status.st_mode & S_IFMT == S_IFLNK
+                ? "it is a symbolic link, which earshotd does not follow" : "it cannot be read (\(error.reason))"
+            log("ignoring the sleep session marker \(path): \(reason); no session is resumed", 4)
             _ = unlink(path)
             return
         }
@@ -750,14 +758,16 @@ package final class SleepService: @unchecked Sendable {
     }
 
     /// Writes the report files, creating the directory (and any missing parent) mode 0700 when missing, as the
-    /// clips directory is: a night's snoring is for the household, not for every local user.
+    /// clips directory is: a night's snoring is for the household, not for every local user. The files are mode 0600
+    /// whatever the umask, written without following a link at their names
+    /// (``OutputFile/writePrivate(_:to:mode:what:hint:)``).
     /// - Throws: `EarshotError(.cannotCreate)` naming the file and the fix.
     package static func write(json: JSONObject, svg: String, to paths: (json: String, svg: String), directory: String)
         throws(EarshotError)
     {
         try createDirectory(directory)
         for (path, text) in [(paths.json, JSONValue.object(json).encoded + "\n"), (paths.svg, svg)] {
-            try OutputFile.write(
+            try OutputFile.writePrivate(
                 Data(text.utf8), to: path, what: "the sleep report", hint: "check free space and that [sleep] report_dir is writable")
         }
     }

@@ -111,6 +111,10 @@ package struct HistoryListing: Sendable, Equatable {
         case .configuration(let file): named = "[history] path \(path) in \(file)"
         case .builtIn: named = path
         }
+        // Before the kind, which follows links: a link to a directory is a link (trial 13 D1).
+        if let link = SymbolicLinks.first(in: path) {
+            throw EventHistory.symbolicLinkError(path: path, link: link, access: .readOnly)
+        }
         let kind = PathKind(path: path)
         if kind == .directory {
             let fix = database.origin == .flag
