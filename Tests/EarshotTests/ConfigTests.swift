@@ -98,6 +98,20 @@ struct ConfigFileTests {
         #expect(watched == LabelGroup.defaultWatchList.compactMap { LabelGroup.presets[$0] })
     }
 
+    @Test("the shipped file's comment on [output] control_users names every command it governs (trial 13 D5)")
+    func controlUsersCommentNamesEveryCommand() throws {
+        let text = try String(contentsOfFile: Self.shippedPath, encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let key = try #require(lines.firstIndex(of: "#control_users ="))
+        var start = key
+        while start > 0, lines[start - 1].hasPrefix("# ") { start -= 1 }
+        let words = Set(lines[start..<key].joined(separator: " ")
+            .split { !($0.isLetter || $0 == "_") }.map(String.init))
+        let commands = EventServer.Configuration().controlCommands
+        #expect(commands == ["sleep_start", "sleep_stop", "mute", "unmute", "test"])
+        for command in commands.sorted() { #expect(words.contains(command), "\(command)") }
+    }
+
     @Test("baby_cry: the built-in head is loaded when a group names it; other classes drop the YAMNet support check")
     func builtInBabyCryHead() throws {
         let directory = try ModelLocator.builtInDirectory()

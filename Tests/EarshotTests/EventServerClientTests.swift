@@ -87,7 +87,7 @@ struct EventServerClientTests {
         let groupName = try #require(EventSubscriber.ConnectError.owningGroup(of: path))
         // Never "join the group root": a socket of group root (the tests run as root) gets sudo or socket_mode.
         let expected = groupName == "root"
-            ? "cannot connect to \(path): Permission denied (the socket's group is root, which no user should join: use sudo, or let every local user connect with [output] socket_mode = 0666 and restart earshotd)"
+            ? "cannot connect to \(path): Permission denied (the socket's group is root, which no user should join: use sudo, or run earshotd as its service (user and group earshot, as systemctl start earshotd does) and join the group earshot: sudo usermod -aG earshot $USER, then log in again)"
             : "cannot connect to \(path): Permission denied (join the group \"\(groupName)\" that owns the socket: sudo usermod -aG \(groupName) $USER, then log in again)"
 
         if geteuid() == 0 {
@@ -123,7 +123,7 @@ struct EventServerClientTests {
         let server = try S.server(path)  // root:root, mode 0660
         defer { server.stop() }
         #expect(EventSubscriber.ConnectError.owningGroup(of: path) == "root")
-        let expected = "cannot connect to \(path): Permission denied (the socket's group is root, which no user should join: use sudo, or let every local user connect with [output] socket_mode = 0666 and restart earshotd)"
+        let expected = "cannot connect to \(path): Permission denied (the socket's group is root, which no user should join: use sudo, or run earshotd as its service (user and group earshot, as systemctl start earshotd does) and join the group earshot: sudo usermod -aG earshot $USER, then log in again)"
         let earshot = try #require(EarshotCLI.executable)
         for command in [["status"], ["subscribe"]] {
             let outcome = try EarshotCLI.runProcess(

@@ -44,7 +44,7 @@ struct MQTTUnitTests {
 
     @Test("[mqtt] bad values: the key, file:line and the fix, exit 78")
     func badValues() {
-        #expect(Self.error("password = hunter2\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] password: an inline password is refused (the configuration file is often world-readable); write it on the first line of a file only the daemon's user can read (chmod 600) and set password_file = /etc/earshot/mqtt-password")
+        #expect(Self.error("password = hunter2\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] password: an inline password is refused (the configuration file is often world-readable); write it on the first line of a file only the daemon's user can read (chown root:earshot and chmod 640) and set password_file = /etc/earshot/mqtt-password")
         #expect(Self.error("port = 0\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] port = 0: must be a whole number in [1, 65535]")
         #expect(Self.error("node = Kitchen Mic\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] node = Kitchen Mic: must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen")
         #expect(Self.error("topic_prefix = home/#\n") == "78 /etc/earshot/earshotd.conf:2: [mqtt] topic_prefix = home/#: must be topic levels without wildcards, e.g. earshot (no +, #, spaces, leading $, or leading/trailing /)")
@@ -67,7 +67,7 @@ struct MQTTUnitTests {
         do {
             try configuration.readMQTTPassword()
         } catch {
-            #expect(error.message == "/etc/earshot/earshotd.conf:4: [mqtt] password_file = \(file.path): no such file (create it with the password on one line, mode 0600)")
+            #expect(error.message == "/etc/earshot/earshotd.conf:4: [mqtt] password_file = \(file.path): no such file (create it with the password on one line, readable by the daemon's user alone, e.g. chown root:earshot and chmod 640)")
             #expect(error.exitStatus == 78)
         }
         try "\n".write(to: file, atomically: true, encoding: .utf8)
@@ -569,7 +569,8 @@ struct MQTTBrokerTests {
         let broker = try MosquittoBroker(extraLines: ["allow_anonymous false", "password_file \(passwords.path)"])
         let secret = directory.appendingPathComponent("secret")
         func check(password: String, port: Int) throws -> (status: Int32, output: String, error: String) {
-            try password.write(to: secret, atomically: true, encoding: .utf8)
+            // Readable by the service's user alone, as the README says: no warning, and a root --check-config passes.
+            try ServiceSecretFile.write(password, to: secret.path)
             let setup = try MQTTDaemonSetup(port: port, node: "porch", extraMQTT: ["username = earshot", "password_file = \(secret.path)"])
             defer { setup.remove() }
             return try #require(try EarshotdRun.run(["--config", setup.config.path, "--check-config"]))

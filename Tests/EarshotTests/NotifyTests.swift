@@ -393,8 +393,8 @@ struct NotifyTests {
         #expect(try DaemonConfiguration.parse("[notify]\nurl = http://127.0.0.1/x\n", source: "t.conf").notify.node == MQTTSettings.defaultNode)
 
         let cases: [(String, String)] = [
-            ("url = ftp://example.com/x", #"test.conf:2: [notify] url = ftp://example.com/x: "ftp://example.com/x" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
-            ("url = https:///topic", #"test.conf:2: [notify] url = https:///topic: "https:///topic" has no host name; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
+            ("url = ftp://example.com/x", #"test.conf:2: [notify] url: "ftp://example.com/x" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
+            ("url = https:///topic", #"test.conf:2: [notify] url: "https:///topi…" has no host name; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
             ("format = xml", "test.conf:2: [notify] format = xml: must be json or ntfy"),
             ("repeat_after = -1", "test.conf:2: [notify] repeat_after = -1: must be a number in [0, 86400] seconds (0: notify every onset, no reminders)"),
             ("timeout = 0", "test.conf:2: [notify] timeout = 0: must be a number in [1, 300] seconds"),
@@ -418,6 +418,6 @@ struct NotifyTests {
         try "[notify]\nurl = ntfy.sh/topic\n".write(to: config, atomically: true, encoding: .utf8)
         let run = try #require(try EarshotdRun.run(["--check-config", "--config", config.path]))
         #expect(run.status == 78)
-        #expect(run.error == "earshotd: \(config.path):2: [notify] url = ntfy.sh/topic: \"ntfy.sh/topic\" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts\n")
+        #expect(run.error == "earshotd: \(config.path):2: [notify] url: \"ntfy.sh/topi…\" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts\n")
     }
 }

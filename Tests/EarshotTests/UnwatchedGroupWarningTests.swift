@@ -25,6 +25,8 @@ struct UnwatchedGroupWarningTests {
     func unwatchedGroupFromCheckConfig() throws {
         let scratch = try CheckScratch("[output]\nsocket = DIR/g.sock\n[notify]\nurl = http://127.0.0.1:9/x\ngroups = dog_bark\n")
         defer { scratch.remove() }
+        // Not readable by every user: an inline url would add its own warning (NotifySecretTests).
+        #expect(chmod(scratch.config, 0o600) == 0)
         let result = try scratch.check()
         #expect(result.status == 0)
         #expect(result.error == "earshotd: warning: \(scratch.config):5: [notify] groups: dog_bark is not watched, so it is never notified (add it to [detection] watch, or take it out of [notify] groups)\n")

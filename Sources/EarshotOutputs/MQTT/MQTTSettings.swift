@@ -20,8 +20,9 @@ package struct MQTTSettings: Sendable, Equatable {
     private var explicitPort: Int?
     /// The user name sent to the broker; empty (the default) sends none. Key `username`.
     package var username = ""
-    /// A file holding the password (its first line; mode 0600 advised). Key `password_file`; empty (the default)
-    /// sends none. An inline `password` key is refused: a configuration file is often world-readable.
+    /// A file holding the password (its first line; readable by the daemon's user alone: `chown root:earshot`,
+    /// `chmod 640`; every local user being able to read it is warned about). Key `password_file`; empty (the
+    /// default) sends none. An inline `password` key is refused: a configuration file is often world-readable.
     package var passwordFile = ""
     /// The password read from ``passwordFile`` by ``readPassword()``; nil until then. Not part of equality.
     package var password: String? {
@@ -239,7 +240,7 @@ package struct MQTTSettings: Sendable, Equatable {
         switch PathKind(path: passwordFile) {
         case .regularFile: break
         case .missing:
-            throw EarshotError(.config, "\(passwordFile): no such file (create it with the password on one line, mode 0600)")
+            throw EarshotError(.config, "\(passwordFile): no such file (create it with the password on one line, readable by the daemon's user alone, e.g. chown root:earshot and chmod 640)")
         default:
             throw EarshotError(.config, "\(passwordFile): is not a regular file (point password_file at a file holding the password)")
         }

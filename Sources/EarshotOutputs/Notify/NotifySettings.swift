@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Glibc
 import EarshotSupport
 
 /// `[notify]`: HTTP notifications (webhooks, ntfy) of events, as ``NotifySink`` sends them.
@@ -13,8 +14,16 @@ package struct NotifySettings: Sendable, Equatable {
     }
 
     /// Where each notification is POSTed: http:// or https:// URLs, each tried on its own (one that fails does not
-    /// hold back the others). Key `url`, URLs separated by spaces; empty (the default) turns notifications off.
+    /// hold back the others). Key `url`, URLs separated by spaces, on one line or more (indented lines go on with
+    /// the list); then, once ``readURLFile()`` has run, those of ``urlFile``. Empty (the default) turns
+    /// notifications off.
     package var urls: [String] = []
+    /// A file holding more URLs, one per line (blank lines and lines starting with `#` skipped), read by
+    /// ``readURLFile()`` and added after `url`'s: an ntfy topic or a webhook token is a password, and the
+    /// configuration file is often world-readable. Key `url_file`, an absolute path; empty (the default): none.
+    package var urlFile = ""
+    /// How many of ``urls`` came from ``urlFile`` (the last ones); 0 until ``readURLFile()`` has run.
+    package var fileURLCount = 0
     /// The groups whose events are notified. Key `groups`, names separated by spaces, `|` or `,`; empty (the
     /// default) notifies every group that publishes events (the watched groups, `alarm_chirp`, `snoring`).
     package var groups: [String] = []
@@ -77,11 +86,16 @@ package struct NotifySettings: Sendable, Equatable {
 
     package init() {}
 
-    /// Whether any URL is set.
+    /// Whether any URL is set (those of ``urlFile`` count once ``readURLFile()`` has read them).
     package var enabled: Bool { !urls.isEmpty }
 
     /// The keys of `[notify]`, in the order `config/earshotd.conf` documents them.
-    package static let keys = ["url", "groups", "format", "on_end", "health", "repeat_after", "timeout", "retries"]
+    package static let keys = [
+        "url", "url_file", "groups", "format", "on_end", "health", "repeat_after", "timeout", "retries",
+    ]
+
+    /// The largest ``urlFile`` read, in bytes: room for hundreds of URLs.
+    package static let maximumURLFileBytes = 65_536
 
     /// The wait before retry `attempt` (1 for the first retry), in seconds.
     package func retryDelay(beforeRetry attempt: Int) -> Double {
@@ -92,15 +106,12 @@ package struct NotifySettings: Sendable, Equatable {
     package mutating func set(key: String, value: String) -> String? {
         switch key {
         case "url":
-            let items = value.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
-            if let bad = items.first(where: { Self.urlProblem($0) != nil }) {
-                return "\"\(bad)\" \(Self.urlProblem(bad)!); separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"
+            return addURLs(value)
+        case "url_file":
+            guard value.isEmpty || value.hasPrefix("/") else {
+                return "must be an absolute file path, e.g. /etc/earshot/notify-urls"
             }
-            // `url = A, B` would POST to "A," (another ntfy topic, another path): a list written with commas.
-            if let bad = items.first(where: { $0.hasSuffix(",") || $0.hasSuffix(";") }) {
-                return "\"\(bad)\" ends with \"\(bad.last!)\"; separate several URLs with spaces, not commas, e.g. url = https://ntfy.sh/topic-a https://ntfy.sh/topic-b"
-            }
-            urls = items
+            urlFile = value
         case "groups":
             let names = SettingRules.listItems(value, separators: SettingRules.groupSeparators)
             if let bad = names.first(where: { !SettingRules.isValidGroupName($0) }) {
@@ -136,8 +147,89 @@ package struct NotifySettings: Sendable, Equatable {
         return nil
     }
 
-    /// Why `url` cannot be notified, or nil: it must be `http://` or `https://` followed by a host, with no
-    /// spaces or control characters.
+    /// Adds the URLs of one line of `url` (the key's or an indented line going on with it) to ``urls``; returns
+    /// what is wrong with the first bad one instead, the URL shown as ``shownURL(_:)`` shows it (never its user,
+    /// password, query or the rest of its path), without the key (the caller adds it).
+    package mutating func addURLs(_ value: String) -> String? {
+        let items = value.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+        for item in items {
+            if let problem = Self.listedURLProblem(item) { return problem }
+        }
+        urls += items
+        return nil
+    }
+
+    /// Reads ``urlFile`` (when one is named) and adds its URLs after `url`'s in ``urls``: one URL per line, blank
+    /// lines and lines starting with `#` skipped, white space around a URL ignored. Run once per configuration
+    /// read (the daemon at start and at each reload, `--check-config`), before anything uses ``urls``.
+    /// - Throws: `EarshotError(.config)` with a one-line description of why not (missing, unreadable, not a
+    ///   regular file, over ``maximumURLFileBytes``, a line that is not a URL, no URL at all), without the path or
+    ///   the key's location (the caller adds them), e.g. `line 3: "https://ntfy.sh/kitc…" ends with "," (one URL per
+    ///   line, nothing after it)`. A URL is shown as ``shownURL(_:)`` shows it.
+    package mutating func readURLFile() throws(EarshotError) {
+        guard !urlFile.isEmpty else { return }
+        let bytes: [UInt8]
+        do {
+            bytes = try RegularFile.read(urlFile, limit: Self.maximumURLFileBytes)
+        } catch {
+            let why = switch error {
+            case .cannotOpen(let code) where code == ENOENT:
+                "no such file (create it with one URL per line, readable by the daemon's user alone, e.g. chown root:earshot and chmod 640)"
+            case .cannotOpen(let code), .readFailed(let code):
+                "cannot read: \(String(cString: strerror(code))) (make it readable by the daemon's user)"
+            case .notRegularFile(let kind):
+                "is \(kind.phrase), not a regular file (point url_file at a file holding the URLs, one per line)"
+            case .tooLarge:
+                "is larger than \(Self.maximumURLFileBytes) bytes (it should hold the URLs alone, one per line)"
+            }
+            throw EarshotError(.config, why)
+        }
+        var found: [String] = []
+        // Split on the bytes: in a String, "\r\n" is one Character, not "\n".
+        let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        for (index, raw) in lines.enumerated() {
+            let line = String(decoding: raw, as: UTF8.self).trimmingWhitespace()
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            let words = line.split { $0 == " " || $0 == "\t" }
+            let shown = "line \(index + 1): \"\(Self.shownURL(String(words[0])))\""
+            if words.count > 1 {
+                throw EarshotError(.config, "\(shown) is followed by \"\(Self.shownURL(String(words[1])))\" on its line (one URL per line)")
+            }
+            if let problem = Self.urlProblem(line) {
+                throw EarshotError(.config, "\(shown) \(problem)\(problem.hasSuffix(")") ? "" : " (one URL per line)")")
+            }
+            if let last = line.last, last == "," || last == ";" {
+                throw EarshotError(.config, "\(shown) ends with \"\(last)\" (one URL per line, nothing after it)")
+            }
+            found.append(line)
+        }
+        guard !found.isEmpty else {
+            throw EarshotError(.config, "holds no URL (write one URL per line; lines starting with # are comments)")
+        }
+        urls += found
+        fileURLCount = found.count
+    }
+
+    /// What is wrong with `url`, one item of a list of URLs, as ``addURLs(_:)`` says it, or nil: ``urlProblem(_:)``,
+    /// or a last character `,` or `;` (`url = A, B` would POST to "A,": another ntfy topic, another path).
+    private static func listedURLProblem(_ url: String) -> String? {
+        let shown = "\"\(shownURL(url))\""
+        if let problem = urlProblem(url) {
+            // A URL that is not one, or has no host, is often a list gone wrong.
+            let listAdvice = problem.hasSuffix(")") ? "" : "; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"
+            return "\(shown) \(problem)\(listAdvice)"
+        }
+        if let last = url.last, last == "," || last == ";" {
+            return "\(shown) ends with \"\(last)\"; separate several URLs with spaces, not commas, e.g. url = https://ntfy.sh/topic-a https://ntfy.sh/topic-b"
+        }
+        return nil
+    }
+
+    /// Why `url` cannot be notified, or nil: it must be `http://` or `https://` followed by a host libcurl takes
+    /// (a name without the characters libcurl 7.88 refuses in one, or an IPv6 address in brackets), an optional
+    /// port from 1 to 65535, and no spaces or control characters. What libcurl would refuse at every attempt
+    /// ("URL using bad/illegal format") is refused here, when the configuration is read. The text names only the
+    /// parts that are not secret (the host, the port), never the user, password, path or query.
     package static func urlProblem(_ url: String) -> String? {
         let lowered = url.lowercased()
         guard let scheme = ["http://", "https://"].first(where: { lowered.hasPrefix($0) }) else {
@@ -145,12 +237,77 @@ package struct NotifySettings: Sendable, Equatable {
         }
         let rest = url.dropFirst(scheme.count)
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        let host = authority.split(separator: "@").last.map(String.init) ?? ""
-        guard !host.isEmpty, !host.hasPrefix(":") else { return "has no host name" }
+        let hostAndPort = authority.split(separator: "@", omittingEmptySubsequences: false).last.map(String.init) ?? ""
+        guard !hostAndPort.isEmpty, !hostAndPort.hasPrefix(":") else { return "has no host name" }
         guard url.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) else {
             return "contains spaces or control characters"
         }
+        if authority.filter({ $0 == "@" }).count > 1 {
+            return "has more than one @ before its host (write an @ in the user name or password as %40)"
+        }
+        let host: Substring
+        let port: Substring?
+        if hostAndPort.hasPrefix("[") {
+            guard let close = hostAndPort.firstIndex(of: "]") else {
+                return "has an IPv6 address without its closing ] (e.g. http://[fd00::1]:8080/)"
+            }
+            host = hostAndPort[hostAndPort.index(after: hostAndPort.startIndex)..<close]
+            let after = hostAndPort[hostAndPort.index(after: close)...]
+            guard after.isEmpty || after.hasPrefix(":") else {
+                return "has \"\(after)\" after its IPv6 address [\(host)] (only :PORT may follow it)"
+            }
+            port = after.isEmpty ? nil : after.dropFirst()
+            // A zone (`%25eth0`, `%eth0`) may follow the address.
+            let address = String(host.prefix { $0 != "%" })
+            var bytes = in6_addr()
+            guard inet_pton(AF_INET6, address, &bytes) == 1 else {
+                return "has [\(host)], which is not an IPv6 address (e.g. http://[fd00::1]:8080/)"
+            }
+        } else {
+            let parts = hostAndPort.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+            host = parts[0]
+            port = parts.count > 1 ? parts[1] : nil
+            // libcurl 7.88 refuses these in a host name, also %-encoded (its hostname_check).
+            let refused = Set(" /:#?!@{}[]\\$'\"^`*<>=;,+&()%")
+            let decoded = percentDecoded(host)
+            if decoded == nil || host.contains(where: { refused.contains($0) && $0 != "%" })
+                || decoded!.contains(where: { refused.contains($0) })
+            {
+                return "has the host name \"\(host)\", which holds characters no host name has (letters, digits, - and .; an IPv6 address goes in brackets)"
+            }
+        }
+        // An empty port (`host:/`) is the scheme's; leading zeros are fine (libcurl reads `:0080` as 80).
+        if let port, !port.isEmpty {
+            let digits = port.drop { $0 == "0" }
+            guard port.allSatisfy({ ("0"..."9").contains($0) }), digits.count <= 5, let number = Int(digits),
+                  (1...65535).contains(number)
+            else {
+                return "has the port \"\(port)\" (a port is a number from 1 to 65535)"
+            }
+        }
         return nil
+    }
+
+    /// `text` with its `%XX` escapes decoded, or nil when one is malformed.
+    private static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var index = text.utf8.startIndex
+        let utf8 = text.utf8
+        while index < utf8.endIndex {
+            let byte = utf8[index]
+            if byte == UInt8(ascii: "%") {
+                let first = utf8.index(after: index)
+                guard first < utf8.endIndex, utf8.index(after: first) < utf8.endIndex,
+                      let value = UInt8(String(decoding: utf8[first...utf8.index(after: first)], as: UTF8.self), radix: 16)
+                else { return nil }
+                bytes.append(value)
+                index = utf8.index(first, offsetBy: 2)
+            } else {
+                bytes.append(byte)
+                index = utf8.index(after: index)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// `url` as health events and logs show it: `scheme://host[:port]`, then each segment of its path cut to
@@ -168,6 +325,43 @@ package struct NotifySettings: Sendable, Equatable {
             }
         }
         return count > 1 ? "\(shown) (url \(index + 1) of \(count))" : shown
+    }
+
+    /// `url` as configuration errors show it: as ``shownURL(_:index:count:)`` without the position. Text without
+    /// `://` (not a URL: `ntfy.sh/topic`) alike: nothing from `?` or `#` on, nothing up to an `@`, each segment
+    /// after the first `/` cut to 4 characters, and the first one too unless it reads as a host (it holds a `.` or
+    /// a `:`), since a bare topic name is the secret itself.
+    package static func shownURL(_ url: String) -> String {
+        if url.contains("://") { return shownURL(url, index: 0, count: 1) }
+        func cut(_ segment: Substring) -> String { segment.prefix(4) + (segment.count > 4 ? "…" : "") }
+        let beforeQuery = url.prefix { $0 != "?" && $0 != "#" }
+        let segments = beforeQuery.split(separator: "/", omittingEmptySubsequences: false)
+        let first = segments[0].split(separator: "@", omittingEmptySubsequences: false).last ?? ""
+        var shown = first.contains(".") || first.contains(":") ? String(first) : cut(first)
+        for segment in segments.dropFirst() { shown += "/" + cut(segment) }
+        return shown
+    }
+
+    /// `text`, a line of `[notify]` as errors quote it, with each word that holds `://` shown as
+    /// ``shownURL(_:)`` shows it.
+    package static func redactingURLs(_ text: String) -> String {
+        guard text.contains("://") else { return text }
+        var out = ""
+        var word = ""
+        func flush() {
+            out += word.contains("://") ? shownURL(word) : word
+            word = ""
+        }
+        for character in text {
+            if character == " " || character == "\t" {
+                flush()
+                out.append(character)
+            } else {
+                word.append(character)
+            }
+        }
+        flush()
+        return out
     }
 
     /// `scheme://host[:port]` of `url`, without user, path or query (a ntfy topic or a webhook token in the path

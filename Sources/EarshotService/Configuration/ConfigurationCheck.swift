@@ -22,7 +22,10 @@ extension DaemonConfiguration {
     ///   the daemon would exit with at start: 66 when the file is missing or unreadable, 65 when it is not usable
     ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
     ///   those of ``checkStoragePaths()`` (78) and of ``loadSnoreHead()`` (a `[sleep] model` that is not a head
-    ///   with label `snoring`); those of ``checkFallbackInput(_:)`` for `--fallback-input`; with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
+    ///   with label `snoring`); those of ``checkFallbackInput(_:)`` for `--fallback-input`; those of
+    ///   ``readNotifyURLs()`` (78); with `serviceUser` (by default ``serviceUser`` when run as root, who reads any
+    ///   file), those of ``checkSecretFiles(readableBy:)`` (78: the service could not read a password or URL file);
+    ///   with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
     ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
     ///   `; the MQTT broker HOST:PORT accepted the connection`; with `[metrics] enabled`, those of
     ///   ``checkMetricsListen()`` (78: the address is in use by another program, as at start; held by a running
@@ -31,9 +34,14 @@ extension DaemonConfiguration {
     ///   `warn` gets the lines of ``warnings()`` and ``storageWarnings()``: settings the daemon starts with but
     ///   that do nothing or lose events; and a line per `[models]` model trained on another window than `[analysis]
     ///   window` (``HeadModelSet/windowMismatches(windowDuration:)``).
-    package static func check(commandLine: DaemonCommandLine, warn: (String) -> Void = { _ in }) throws(EarshotError) -> String {
+    package static func check(
+        commandLine: DaemonCommandLine, serviceUser: String? = geteuid() == 0 ? DaemonConfiguration.serviceUser : nil,
+        warn: (String) -> Void = { _ in }
+    ) throws(EarshotError) -> String {
         var configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         try configuration.readMQTTPassword()
+        try configuration.readNotifyURLs()
+        if let serviceUser { try configuration.checkSecretFiles(readableBy: serviceUser) }
         let models = try configuration.loadHeadModels().set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()
@@ -176,7 +184,8 @@ extension DaemonConfiguration {
     /// Settings the daemon accepts but that do nothing, one line each naming where and the fix: `[notify] groups` or
     /// `[clips] groups` naming a group the daemon does not watch (its events never come), e.g.
     /// `/etc/earshot/earshotd.conf:9: [notify] groups: dog_bark is not watched, so it is never notified (add it to
-    /// [detection] watch, or take it out of [notify] groups)`. The daemon logs them at start; `--check-config`
+    /// [detection] watch, or take it out of [notify] groups)`; then secrets every local user can read
+    /// (``secretWarnings()``; run after ``readNotifyURLs()``). The daemon logs them at start; `--check-config`
     /// prints them.
     package func warnings() -> [String] {
         let watch = detection.watch
@@ -195,7 +204,7 @@ extension DaemonConfiguration {
             let one = unwatched.count == 1
             lines.append("\(origin)[\(section)] groups: \(names) \(one ? "is" : "are") not watched, so \(one ? "it is" : "they are") never \(verb) (add \(one ? "it" : "them") to [detection] watch, or take \(one ? "it" : "them") out of [\(section)] groups)")
         }
-        return lines
+        return lines + secretWarnings()
     }
 
     /// What ``checkStoragePaths()`` lets through but the daemon cannot create at start, where it would run without

@@ -119,9 +119,12 @@ extension DaemonConfiguration {
                         + (text.unicodeScalars.contains { $0 == "\u{FFFD}" || ($0.value < 0x20 && $0 != "\t") }
                             ? " (is it a text file?)" : ""))
             case .tooLong(let line, let limit):
-                throw EarshotError(
-                    .config,
-                    "\(source):\(line): line longer than \(limit) bytes; split a long list over indented continuation lines")
+                // libinih still read the line, cut: its key says what the line was.
+                let cut = file.entries.first { $0.line == line }
+                let fix = cut?.section == "notify" && cut?.key == "url"
+                    ? "put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file"
+                    : "split a long list over indented continuation lines"
+                throw EarshotError(.config, "\(source):\(line): line longer than \(limit) bytes; \(fix)")
             case .failed(let status):
                 throw EarshotError(.config, "\(source): libinih could not read the file (ini_parse_stream returned \(status))")
             }
@@ -202,13 +205,15 @@ package struct ConfigurationParser {
                     "\(source):\(entry.line): [\(entry.section)]: unknown section (\(guess)sections: \(sections.joined(separator: ", ")))")
             }
             if entry.section == "mqtt", entry.key == "password" {
-                throw failure(entry, "password: an inline password is refused (the configuration file is often world-readable); write it on the first line of a file only the daemon's user can read (chmod 600) and set password_file = /etc/earshot/mqtt-password")
+                throw failure(entry, "password: an inline password is refused (the configuration file is often world-readable); write it on the first line of a file only the daemon's user can read (chown root:earshot and chmod 640) and set password_file = /etc/earshot/mqtt-password")
             }
             guard keys.contains(entry.key) else { throw unknownKey(entry, keys: keys) }
         }
         let slot = entry.section + "\n" + entry.key
         if let first = keyLines[slot] {
-            throw failure(entry, "\(entry.key): set twice (also on line \(first)); keep one")
+            let more = entry.section == "notify" && entry.key == "url"
+                ? ", and put more URLs on indented lines after it or in a file named by [notify] url_file" : ""
+            throw failure(entry, "\(entry.key): set twice (also on line \(first)); keep one\(more)")
         }
         keyLines[slot] = entry.line
         if let groupName {
@@ -245,17 +250,26 @@ package struct ConfigurationParser {
         let isGroupClasses = entry.section.hasPrefix(DaemonConfiguration.groupSectionPrefix) && entry.key == "classes"
         let isWatch = entry.section == "detection" && entry.key == "watch"
         let isModels = entry.section == "models" && entry.key == "files"
-        guard isGroupClasses || isWatch || isModels, previous?.section == entry.section, previous?.key == entry.key else {
+        let isNotifyURL = entry.section == "notify" && entry.key == "url"
+        // A notification URL is a password: quoted, a line of [notify] shows its URLs as the logs do.
+        let shown = entry.section == "notify" ? DaemonConfiguration.Notify.redactingURLs(entry.value) : entry.value
+        guard isGroupClasses || isWatch || isModels || isNotifyURL, previous?.section == entry.section,
+              previous?.key == entry.key
+        else {
             throw failure(
                 entry,
-                "\(entry.key): the indented line \"\(entry.value)\" continues the value of \(entry.key), which takes one line; remove the indentation")
+                "\(entry.key): the indented line \"\(shown)\" continues the value of \(entry.key), which takes one line; remove the indentation")
         }
-        if entry.value.contains("=") {
+        // A URL's query holds "=": only a line whose first word is no URL reads as a key.
+        let firstWord = entry.value.prefix { $0 != " " && $0 != "\t" }
+        if entry.value.contains("="), !isNotifyURL || !firstWord.contains("://") {
             throw failure(
                 entry,
-                "\(entry.key): the indented line \"\(entry.value)\" is read as more of the \(entry.key) list; remove the indentation to start a new key")
+                "\(entry.key): the indented line \"\(shown)\" is read as more of the \(entry.key) list; remove the indentation to start a new key")
         }
-        if isWatch {
+        if isNotifyURL {
+            if let problem = configuration.notify.addURLs(entry.value) { throw failure(entry, "url: \(problem)") }
+        } else if isWatch {
             configuration.detection.watch += SettingRules.listItems(entry.value, separators: SettingRules.groupSeparators)
         } else if isModels {
             configuration.models.files = try modelFiles(entry, adding: configuration.models.files)
@@ -336,7 +350,8 @@ package struct ConfigurationParser {
             }
         case ("notify", _):
             if let requirement = configuration.notify.set(key: entry.key, value: entry.value) {
-                throw badValue(entry, requirement)
+                // Never the value of url: a URL is a password (the requirement shows the bad one as logs do).
+                throw entry.key == "url" ? failure(entry, "url: \(requirement)") : badValue(entry, requirement)
             }
         case ("history", _), ("sleep", _):
             if let requirement = configuration.setHomeKey(section: entry.section, key: entry.key, value: entry.value) {

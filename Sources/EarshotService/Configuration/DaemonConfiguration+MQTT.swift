@@ -13,7 +13,7 @@ extension DaemonConfiguration {
     /// named are readable regular files.
     /// - Throws: `EarshotError(.config)` (78) naming where the key was set, e.g. `/etc/earshot/earshotd.conf:12:
     ///   [mqtt] password_file = /etc/earshot/mqtt-password: no such file (create it with the password on one line,
-    ///   mode 0600)`, or `...:9: [mqtt] cafile = /etc/earshot/ca.pem: no such file (check the path; a PEM file)`.
+    ///   readable by the daemon's user alone, e.g. chown root:earshot and chmod 640)`, or `...:9: [mqtt] cafile = /etc/earshot/ca.pem: no such file (check the path; a PEM file)`.
     package mutating func readMQTTPassword() throws(EarshotError) {
         guard mqtt.enabled else { return }
         if let problem = mqtt.tlsFileProblems.first {

@@ -143,8 +143,8 @@ package struct DaemonConfiguration: Sendable, Equatable {
         /// Seconds a subscriber's queue may stay full (lines dropped for it, the client not reading) before it is
         /// disconnected and its slot freed. Key `stalled_client_seconds`, default 60, allowed 1...86400.
         package var stalledClientSeconds: Int = 60
-        /// The users whose connections may change the daemon's state over the socket (`sleep_start`, `sleep_stop`),
-        /// as uids (names are looked up when the file is read). Key `control_users`, names or uids separated by
+        /// The users whose connections may change the daemon's state over the socket (the commands
+        /// `EventServer.Configuration.controlCommands`: `sleep_start`, `sleep_stop`, `mute`, `unmute`, `test`), as uids (names are looked up when the file is read). Key `control_users`, names or uids separated by
         /// commas or spaces; default empty: root and the daemon's own user.
         package var controlUsers: [UInt32] = []
         /// Whether each detection is also written to the systemd journal (structured fields `EARSHOT_*`); when false,

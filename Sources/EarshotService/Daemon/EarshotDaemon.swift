@@ -169,6 +169,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         var loaded = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
         try loaded.checkStoragePaths()
         try loaded.readMQTTPassword()
+        try loaded.readNotifyURLs()
         configuration = loaded
         mqttSettings = loaded.mqtt
         notifySettings = loaded.notify
@@ -977,7 +978,9 @@ package final class EarshotDaemon: @unchecked Sendable {
         guard !stopping.load(ordering: .acquiring) else { return }
         _ = try? notifier.reloading(status: "reloading configuration")
         do {
-            let fresh = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+            var read = try DaemonConfiguration.load(path: commandLine.configPath, overrides: commandLine.overrides)
+            try read.readNotifyURLs()
+            let fresh = read
             try fresh.checkStoragePaths()
             let model = try BuiltInClassifier.shared()
             let loaded = try fresh.loadHeadModels(previous: heads)

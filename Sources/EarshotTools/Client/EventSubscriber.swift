@@ -36,8 +36,8 @@ package final class EventSubscriber {
         package var description: String { message }
 
         /// The error for `errnoValue` from connecting to `path`. For EACCES/EPERM, `ownerGroup` is the group that
-        /// owns the socket (the hint names it; for `root` it advises sudo or `[output] socket_mode`, never joining
-        /// group root); nil looks it up from the file (or its directory).
+        /// owns the socket (the hint names it; for `root` it advises sudo or the service's group `earshot`, never
+        /// joining group root nor opening the socket to every user); nil looks it up from the file (or its directory).
         package init(path: String, errnoValue: Int32, ownerGroup: String? = nil) {
             self.path = path
             self.errnoValue = errnoValue
@@ -56,7 +56,8 @@ package final class EventSubscriber {
                 if group == "root" {
                     // A daemon run as root makes its socket root's; joining group root (gid 0) would hand out far
                     // more than the socket.
-                    hint = "the socket's group is root, which no user should join: use sudo, or let every local user connect with [output] socket_mode = 0666 and restart earshotd"
+                    // Never socket_mode 0666: every local account could then listen to the room (trial 13 D9).
+                    hint = "the socket's group is root, which no user should join: use sudo, or run earshotd as its service (user and group earshot, as systemctl start earshotd does) and join the group earshot: sudo usermod -aG earshot $USER, then log in again"
                 } else if let group {
                     hint = "join the group \"\(group)\" that owns the socket: sudo usermod -aG \(group) $USER, then log in again"
                 } else {

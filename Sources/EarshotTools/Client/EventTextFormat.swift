@@ -29,8 +29,14 @@ package enum EventTextFormat {
     ///   - timeZone: the zone the wall-clock `time` is shown in (default nil: local time at that instant as
     ///     earshotd reads it, ``LocalTime/zone(at:)``, which takes any `TZ` glibc takes).
     /// - Returns: the text line; nil for a `subscribed` acknowledgement (not an event); the line itself when it is
-    ///   not a known object.
+    ///   not a known object. Control characters from the line (a class name, a health message or a path holding an
+    ///   escape sequence or a line break) come out as `\xNN` (``DisplayText/escaped(_:limit:)``): whatever the
+    ///   socket sends cannot move the terminal's cursor, change its title or colours, or forge a line.
     package static func format(line: String, timeZone: TimeZone? = nil) -> String? {
+        formatted(line: line, timeZone: timeZone).map { DisplayText.escaped($0) }
+    }
+
+    private static func formatted(line: String, timeZone: TimeZone?) -> String? {
         guard let object = try? JSONValue.parse(line), let type = object["type"]?.stringValue else { return line }
         func text(_ key: String) -> String? { object[key]?.stringValue }
         let when = text("time").flatMap { localTime($0, timeZone: timeZone) }.map { $0 + "  " } ?? ""

@@ -1,0 +1,321 @@
+import Foundation
+import Testing
+import Glibc
+import EarshotSupport
+import EarshotOutputs
+import EarshotService
+
+/// Writes `text` to `path` readable by the service's user alone, as the README says: mode 0640, group `earshot`
+/// when the tests run as root and that group exists (else the test user's own file, mode 0640). No warning, and a
+/// `--check-config` run as root passes with it.
+enum ServiceSecretFile {
+    static func write(_ text: String, to path: String) throws {
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+        #expect(chmod(path, 0o640) == 0)
+        if geteuid() == 0, let group = getgrnam(DaemonConfiguration.serviceUser) {
+            #expect(chown(path, 0, group.pointee.gr_gid) == 0)
+        }
+    }
+}
+
+/// Notification URLs and the MQTT password are secrets (an ntfy topic is the only password of its channel): kept out
+/// of the world-readable configuration (`[notify] url_file`), never printed in full, warned about when every local
+/// user can read them, and checked for the service's user by a root `--check-config` (trial 13 D2, D3, D6, D7).
+@Suite("Notify and MQTT secrets: url_file, redacted errors, unusable URLs, file permissions")
+struct NotifySecretTests {
+    /// A fresh directory under /tmp, mode 0755 (the service's user may go through it), removed by `remove()`.
+    struct Scratch {
+        let path: String
+
+        init() throws {
+            var template = Array("/tmp/earshot-secret-XXXXXX".utf8CString)
+            guard let made = mkdtemp(&template) else { throw EarshotError(.cannotCreate, "mkdtemp failed") }
+            path = String(cString: made)
+            #expect(chmod(path, 0o755) == 0)
+        }
+
+        func file(_ name: String) -> String { path + "/" + name }
+
+        /// Writes `text` to `name` with `mode`; its path.
+        @discardableResult
+        func write(_ name: String, _ text: String, mode: mode_t) throws -> String {
+            try text.write(toFile: file(name), atomically: false, encoding: .utf8)
+            #expect(chmod(file(name), mode) == 0)
+            return file(name)
+        }
+
+        func remove() { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    static func parseError(_ text: String) -> String? {
+        do {
+            _ = try DaemonConfiguration.parse(text, source: "n.conf")
+            return nil
+        } catch {
+            return error.message
+        }
+    }
+
+    @Test("configuration errors show a notification URL as the logs do: no user, password, query, nor more than 4 characters of a path segment")
+    func errorsRedactURLs() throws {
+        let cases: [(String, String)] = [
+            ("url = http://u:Pw9@127.0.0.1:1/tok-SECRET?x=QS9,",
+             #"n.conf:2: [notify] url: "http://127.0.0.1:1/tok-…" ends with ","; separate several URLs with spaces, not commas, e.g. url = https://ntfy.sh/topic-a https://ntfy.sh/topic-b"#),
+            ("url = ftp://u:Pw9@127.0.0.1:1/tok-SECRET",
+             #"n.conf:2: [notify] url: "ftp://127.0.0.1:1/tok-…" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
+            // Not a URL at all: the part that reads as a host stays, the rest is cut as a path is.
+            ("url = ntfy.sh/tok-SECRET",
+             #"n.conf:2: [notify] url: "ntfy.sh/tok-…" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
+            // A bare topic name is the secret itself.
+            ("url = tok-SECRET",
+             #"n.conf:2: [notify] url: "tok-…" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#),
+            ("format = ntfy\n  http://alice:AlicePw@127.0.0.1:18080/failtopic-SECRET2?auth=QSECRET2",
+             #"n.conf:3: [notify] format: the indented line "http://127.0.0.1:18080/fail…" continues the value of format, which takes one line; remove the indentation"#),
+            ("url = http://127.0.0.1:1/a\n  topic = http://u:Pw9@127.0.0.1:1/tok-SECRET",
+             #"n.conf:3: [notify] url: the indented line "topic = http://127.0.0.1:1/tok-…" is read as more of the url list; remove the indentation to start a new key"#),
+        ]
+        for (lines, message) in cases {
+            let error = try #require(Self.parseError("[notify]\n\(lines)\n"), "\(lines)")
+            #expect(error == message)
+            for secret in ["Pw9", "SECRET", "QS9", "alice"] { #expect(!error.contains(secret), "\(error)") }
+        }
+    }
+
+    @Test("a URL libcurl could never use is refused when the configuration is read: port, IPv6 address, host name, two @")
+    func unusableURLs() throws {
+        let refused: [(String, String)] = [
+            ("http://u:Pw9@127.0.0.1:99999/tok-SECRET?x=QS9", #""http://127.0.0.1:99999/tok-…" has the port "99999" (a port is a number from 1 to 65535)"#),
+            ("http://127.0.0.1:0/x", #""http://127.0.0.1:0/x" has the port "0" (a port is a number from 1 to 65535)"#),
+            ("http://127.0.0.1:80a/x", #""http://127.0.0.1:80a/x" has the port "80a" (a port is a number from 1 to 65535)"#),
+            ("http://h:1:2/x", #""http://h:1:2/x" has the port "1:2" (a port is a number from 1 to 65535)"#),
+            ("http://u:Pw9@[zz/x", #""http://[zz/x" has an IPv6 address without its closing ] (e.g. http://[fd00::1]:8080/)"#),
+            ("http://[zz]:80/x", #""http://[zz]:80/x" has [zz], which is not an IPv6 address (e.g. http://[fd00::1]:8080/)"#),
+            ("http://[::1]x/", #""http://[::1]x/" has "x" after its IPv6 address [::1] (only :PORT may follow it)"#),
+            ("http://[::1]:70000/", #""http://[::1]:70000/" has the port "70000" (a port is a number from 1 to 65535)"#),
+            ("http://ho$t:8080/x", #""http://ho$t:8080/x" has the host name "ho$t", which holds characters no host name has (letters, digits, - and .; an IPv6 address goes in brackets)"#),
+            ("http://a%20b/x", #""http://a%20b/x" has the host name "a%20b", which holds characters no host name has (letters, digits, - and .; an IPv6 address goes in brackets)"#),
+            ("http://a@b@127.0.0.1:1/x", #""http://127.0.0.1:1/x" has more than one @ before its host (write an @ in the user name or password as %40)"#),
+        ]
+        for (url, problem) in refused {
+            #expect(Self.parseError("[notify]\nurl = \(url)\n") == "n.conf:2: [notify] url: \(problem)", "\(url)")
+        }
+        // What libcurl 7.88 takes (checked with curl -g): an IPv6 address with or without a zone, an empty port (the
+        // scheme's), leading zeros, a user and password, an underscore, a %-encoded letter.
+        let taken = [
+            "http://[::1]:8080/a", "http://[fe80::1%25eth0]:1/b", "https://[::ffff:192.0.2.1]/c", "http://h:/x",
+            "http://h:0080/x", "http://u:p@h.local:65535/x?y=1", "http://a_b.local/x", "http://%41/x",
+        ]
+        let configuration = try DaemonConfiguration.parse("[notify]\nurl = \(taken.joined(separator: " "))\n", source: "n.conf")
+        #expect(configuration.notify.urls == taken)
+    }
+
+    @Test("earshotd --check-config refuses port 99999 in one redacted line, exit 78", .needsEarshotdBuilt)
+    func checkConfigRefusesUnusableURL() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let config = try scratch.write(
+            "e.conf", "[output]\nsocket = \(scratch.file("e.sock"))\n[notify]\nurl = http://u:Pw9@127.0.0.1:99999/tok-SECRET?x=QS9\n", mode: 0o600)
+        let run = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        #expect(run.status == 78)
+        #expect(run.error == "earshotd: \(config):4: [notify] url: \"http://127.0.0.1:99999/tok-…\" has the port \"99999\" (a port is a number from 1 to 65535)\n")
+        #expect(run.output == "")
+    }
+
+    @Test("[notify] url goes on over indented lines; a line too long and url set twice point there and to url_file")
+    func urlListOverLines() throws {
+        let hook = "https://discord.com/api/webhooks/123456789012345678/" + String(repeating: "a", count: 68)
+        let configuration = try DaemonConfiguration.parse(
+            "[notify]\nurl = \(hook)\n    \(hook)2 https://ntfy.sh/topic-b\n    https://hooks.example.net/x?token=a=b ; comment\nformat = ntfy\n",
+            source: "n.conf")
+        #expect(configuration.notify.urls == [hook, hook + "2", "https://ntfy.sh/topic-b", "https://hooks.example.net/x?token=a=b"])
+        #expect(configuration.notify.format == .ntfy)
+        #expect(Self.parseError("[notify]\nurl = \(hook) \(hook)\n")
+            == "n.conf:2: line longer than 198 bytes; put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file")
+        #expect(Self.parseError("[notify]\nurl = https://a.example/x\n    \(hook) \(hook)\n")
+            == "n.conf:3: line longer than 198 bytes; put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file")
+        // Elsewhere the advice is the list's.
+        #expect(Self.parseError("[detection]\nwatch = \(String(repeating: "baby_cry ", count: 23))\n")
+            == "n.conf:2: line longer than 198 bytes; split a long list over indented continuation lines")
+        #expect(Self.parseError("[notify]\nurl = https://a.example/x\nurl = https://b.example/y\n")
+            == "n.conf:3: [notify] url: set twice (also on line 2); keep one, and put more URLs on indented lines after it or in a file named by [notify] url_file")
+        #expect(Self.parseError("[notify]\nurl = https://a.example/x\n  groups = smoke_alarm\n")
+            == #"n.conf:3: [notify] url: the indented line "groups = smoke_alarm" is read as more of the url list; remove the indentation to start a new key"#)
+        #expect(Self.parseError("[notify]\nurl = https://a.example/x\n  https://b.example/y,\n")
+            == #"n.conf:3: [notify] url: "https://b.example/y," ends with ","; separate several URLs with spaces, not commas, e.g. url = https://ntfy.sh/topic-a https://ntfy.sh/topic-b"#)
+    }
+
+    @Test("three webhook URLs of 120 bytes, one per indented line, pass earshotd --check-config", .needsEarshotdBuilt)
+    func longURLListPassesCheckConfig() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let hooks = (1...3).map { "https://discord.com/api/webhooks/12345678901234567\($0)/" + String(repeating: "a", count: 68) }
+        let config = try scratch.write(
+            "e.conf",
+            "[output]\nsocket = \(scratch.file("e.sock"))\n[notify]\nurl = \(hooks[0])\n    \(hooks[1])\n    \(hooks[2])\n", mode: 0o600)
+        let run = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        #expect(run.status == 0, "\(run.error)")
+        #expect(run.output == "earshotd: configuration OK (watching smoke_alarm, fire_alarm, co_alarm, baby_cry, glass_break)\n")
+        #expect(run.error == "")
+    }
+
+    @Test("url_file: one URL per line after url's (comments, blank lines, CRLF); each problem one redacted line naming the key, file and line")
+    func urlFile() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let file = scratch.file("urls")
+        func load(_ urls: String) throws -> DaemonConfiguration {
+            var configuration = try DaemonConfiguration.parse(
+                "[notify]\nurl = https://inline.example/a\nurl_file = \(file)\n", source: "n.conf")
+            if !urls.isEmpty { try scratch.write("urls", urls, mode: 0o600) }
+            try configuration.readNotifyURLs()
+            return configuration
+        }
+        let good = try load("# the phone\r\nhttps://ntfy.sh/earshot-kitchen-7f3k2q\r\n\n   http://u:p@127.0.0.1:9/hook?t=1  \n")
+        #expect(good.notify.urls == ["https://inline.example/a", "https://ntfy.sh/earshot-kitchen-7f3k2q", "http://u:p@127.0.0.1:9/hook?t=1"])
+        #expect(good.notify.fileURLCount == 2)
+        #expect(good.notify.enabled)
+
+        let failures: [(String, String)] = [
+            ("https://ntfy.sh/ok\nftp://u:Pw9@host/tok-SECRET\n", #"line 2: "ftp://host/tok-…" is not an http:// or https:// URL (one URL per line)"#),
+            ("https://ntfy.sh/tok-SECRET https://ntfy.sh/other\n", #"line 1: "https://ntfy.sh/tok-…" is followed by "https://ntfy.sh/othe…" on its line (one URL per line)"#),
+            ("https://ntfy.sh/tok-\u{1B}SECRET\n", #"line 1: "https://ntfy.sh/tok-…" contains spaces or control characters (one URL per line)"#),
+            ("https://ntfy.sh/tok-SECRET,\n", #"line 1: "https://ntfy.sh/tok-…" ends with "," (one URL per line, nothing after it)"#),
+            ("http://127.0.0.1:99999/tok-SECRET\n", #"line 1: "http://127.0.0.1:99999/tok-…" has the port "99999" (a port is a number from 1 to 65535)"#),
+            ("# nothing yet\n\n", "holds no URL (write one URL per line; lines starting with # are comments)"),
+        ]
+        for (text, detail) in failures {
+            #expect(throws: EarshotError(.config, "n.conf:3: [notify] url_file = \(file): \(detail)")) { _ = try load(text) }
+        }
+        #expect(unlink(file) == 0)
+        #expect(throws: EarshotError(.config, "n.conf:3: [notify] url_file = \(file): no such file (create it with one URL per line, readable by the daemon's user alone, e.g. chown root:earshot and chmod 640)")) {
+            _ = try load("")
+        }
+        #expect(mkdir(file, 0o700) == 0)
+        #expect(throws: EarshotError(.config, "n.conf:3: [notify] url_file = \(file): is a directory, not a regular file (point url_file at a file holding the URLs, one per line)")) {
+            _ = try load("")
+        }
+        #expect(Self.parseError("[notify]\nurl_file = notify-urls\n") == "n.conf:2: [notify] url_file = notify-urls: must be an absolute file path, e.g. /etc/earshot/notify-urls")
+    }
+
+    @Test("a daemon notifies the URLs of url_file after url's", .needsEarshotdBuilt)
+    func daemonPostsToURLFile() throws {
+        let receiver = try HTTPTestServer(answer: { _ in .init(status: 200) })
+        defer { receiver.stop() }
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let urls = scratch.file("urls")
+        try ServiceSecretFile.write("# the phone\n\(receiver.url("/from-file"))\n", to: urls)
+        let config = try scratch.write("e.conf", """
+            [output]
+            socket = \(scratch.file("e.sock"))
+            journal = false
+            [history]
+            enabled = false
+            [notify]
+            url = \(receiver.url("/inline"))
+            url_file = \(urls)
+            format = json
+
+            """, mode: 0o600)
+        // Health messages need no sound: earshotd starting to listen (its first audio, 2 s of silence) is one, to
+        // each URL.
+        let daemon = try DaemonProcess(["--config", config, "--foreground", "--input", "-"], standardInput: true)
+        daemon.input.fileHandleForWriting.write(Data(count: 64_000))
+        let requests = receiver.waitForRequests(2, timeout: 30)
+        #expect(Set(requests.map(\.path)) == ["/inline", "/from-file"], "\(daemon.errorText)")
+        #expect(requests.allSatisfy { $0.body.hasPrefix(#"{"type":"health","state":"capture_live","#) }, "\(requests.map(\.body))")
+        try daemon.input.fileHandleForWriting.close()
+        #expect(daemon.wait(seconds: 30) == 0, "\(daemon.errorText)")
+        #expect(!daemon.errorText.contains("warning:"), "\(daemon.errorText)")
+    }
+
+    @Test("secrets every local user can read are warned about: [notify] url in a world-readable file, url_file, [mqtt] password_file")
+    func worldReadableSecretsWarn() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let urls = try scratch.write("urls", "https://ntfy.sh/earshot-kitchen-7f3k2q\n", mode: 0o644)
+        let password = try scratch.write("pw", "S3cret\n", mode: 0o604)
+        let config = try scratch.write("e.conf", """
+            [notify]
+            url = https://ntfy.sh/earshot-hall-2b9x
+            url_file = \(urls)
+            [mqtt]
+            enabled = true
+            username = earshot
+            password_file = \(password)
+
+            """, mode: 0o644)
+        var configuration = try DaemonConfiguration.parse(fileAt: config, required: true)
+        try configuration.readNotifyURLs()
+        #expect(configuration.warnings() == [
+            "\(config):2: [notify] url: every local user can read \(config), mode 0644, and a notification URL is a password to your alerts (move the URLs to a file readable by earshotd's user alone, e.g. chown root:earshot and chmod 640, and name it with [notify] url_file)",
+            "\(config):7: [mqtt] password_file = \(password): every local user can read it, mode 0604 (make it readable by earshotd's user alone: chown root:earshot and chmod 640)",
+            "\(config):3: [notify] url_file = \(urls): every local user can read it, mode 0644 (make it readable by earshotd's user alone: chown root:earshot and chmod 640)",
+        ])
+        for path in [config, urls, password] { #expect(chmod(path, 0o640) == 0) }
+        #expect(configuration.warnings() == [])
+        // The url_file alone in a world-readable configuration: nothing secret is in the file itself.
+        #expect(chmod(config, 0o644) == 0)
+        try "[notify]\nurl_file = \(urls)\n".write(toFile: config, atomically: false, encoding: .utf8)
+        var fileOnly = try DaemonConfiguration.parse(fileAt: config, required: true)
+        try fileOnly.readNotifyURLs()
+        #expect(fileOnly.warnings() == [])
+    }
+
+    @Test("earshotd --check-config prints the warning for a world-readable url_file and exits 0", .needsEarshotdBuilt)
+    func checkConfigWarnsWorldReadable() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let urls = try scratch.write("urls", "https://ntfy.sh/earshot-kitchen-7f3k2q\n", mode: 0o644)
+        let config = try scratch.write("e.conf", "[output]\nsocket = \(scratch.file("e.sock"))\n[notify]\nurl_file = \(urls)\n", mode: 0o644)
+        let run = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        #expect(run.status == 0)
+        #expect(run.error == "earshotd: warning: \(config):4: [notify] url_file = \(urls): every local user can read it, mode 0644 (make it readable by earshotd's user alone: chown root:earshot and chmod 640)\n")
+        #expect(run.output == "earshotd: configuration OK (watching smoke_alarm, fire_alarm, co_alarm, baby_cry, glass_break)\n")
+    }
+
+    @Test("whether a user can read a secret file: the file's owner, group and mode, and each directory above",
+          .enabled(if: geteuid() == 0, "needs root, to give files to other owners and check them for the user nobody"))
+    func secretFileReadableByUser() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let password = try scratch.write("pw", "S3cret\n", mode: 0o600)
+        var configuration = try DaemonConfiguration.parse(
+            "[mqtt]\nenabled = true\nusername = u\npassword_file = \(password)\n", source: "m.conf")
+        try configuration.readMQTTPassword()
+        #expect(throws: EarshotError(.config, "m.conf:4: [mqtt] password_file = \(password): nobody, the user the service runs as, cannot read it: owner root, group root, mode 0600 (chown root:nogroup and chmod 640 it)")) {
+            try configuration.checkSecretFiles(readableBy: "nobody")
+        }
+        let nogroup = try #require(getgrnam("nogroup")).pointee.gr_gid
+        #expect(chown(password, 0, nogroup) == 0 && chmod(password, 0o640) == 0)
+        try configuration.checkSecretFiles(readableBy: "nobody")
+        #expect(chmod(scratch.path, 0o700) == 0)
+        #expect(throws: EarshotError(.config, "m.conf:4: [mqtt] password_file = \(password): nobody, the user the service runs as, cannot read it: the directory \(scratch.path) (owner root, group root, mode 0700) does not let it through (let nobody through that directory, e.g. chmod o+x it, or move the file to /etc/earshot)")) {
+            try configuration.checkSecretFiles(readableBy: "nobody")
+        }
+        // Root reads anything; a user that does not exist has nothing to check.
+        try configuration.checkSecretFiles(readableBy: "root")
+        try configuration.checkSecretFiles(readableBy: "no-such-user-earshot-test")
+        // Without [mqtt] enabled the password is never read: nothing to check.
+        let disabled = try DaemonConfiguration.parse("[mqtt]\nusername = u\npassword_file = \(password)\n", source: "m.conf")
+        try disabled.checkSecretFiles(readableBy: "nobody")
+    }
+
+    @Test("earshotd --check-config run as root refuses a url_file the service's user earshot cannot read, exit 78 (trial 13 D3)",
+          .needsEarshotdBuilt,
+          .enabled(if: geteuid() == 0 && getpwnam(DaemonConfiguration.serviceUser) != nil,
+                   "needs root and the user earshot (the package's service user), as sudo earshotd --check-config on an installed system"))
+    func rootCheckConfigChecksServiceUser() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let urls = try scratch.write("urls", "https://ntfy.sh/earshot-kitchen-7f3k2q\n", mode: 0o600)
+        let config = try scratch.write("e.conf", "[output]\nsocket = \(scratch.file("e.sock"))\n[notify]\nurl_file = \(urls)\n", mode: 0o644)
+        let refused = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        #expect(refused.status == 78)
+        #expect(refused.error == "earshotd: \(config):4: [notify] url_file = \(urls): earshot, the user the service runs as, cannot read it: owner root, group root, mode 0600 (chown root:earshot and chmod 640 it)\n")
+        try ServiceSecretFile.write("https://ntfy.sh/earshot-kitchen-7f3k2q\n", to: urls)
+        let passed = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        #expect(passed.status == 0, "\(passed.error)")
+        #expect(passed.error == "")
+    }
+}
