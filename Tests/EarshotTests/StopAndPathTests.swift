@@ -177,7 +177,9 @@ struct StopAndPathTests {
         #expect(TestWait.until(seconds: 2) { log.lines.last == "earshotd: stopped (signal 15)" }, "\(log.lines)")
     }
 
-    @Test("a sink that never returns (stdout a full pipe nobody reads): SIGTERM ends the daemon at the 4 s stop deadline, saying where it was", .needsEarshotdBuilt)
+    // Before audit 13 #3 the stdout sink blocked in write(2) and the stop ran into its 4 s deadline ("still delivering
+    // outputs to the sinks"); the sink now writes on a queue of its own, and the router never waits for it.
+    @Test("stdout a full pipe nobody reads: SIGTERM still stops the daemon in order before the 4 s stop deadline, exit 0, stopped (signal 15) last", .needsEarshotdBuilt)
     func blockedSink() throws {
         let scratch = try Scratch()
         defer { scratch.remove() }
@@ -197,11 +199,10 @@ struct StopAndPathTests {
         input.fileHandleForWriting.write(Data(count: 32_000))
         Thread.sleep(forTimeInterval: 1)
         let seconds = Self.secondsToStop(process)
-        #expect(seconds >= 3.9 && seconds < 5, "stopped after \(seconds) s")
+        #expect(seconds < 3.9, "stopped after \(seconds) s")
         #expect(process.terminationStatus == 0)
-        #expect(TestWait.until(seconds: 2) {
-            log.lines.contains("earshotd: stop did not finish within 4 s (still delivering outputs to the sinks); exiting without waiting for it")
-        }, "\(log.lines)")
+        #expect(TestWait.until(seconds: 2) { log.lines.last == "earshotd: stopped (signal 15)" }, "\(log.lines)")
+        #expect(!log.lines.contains { $0.contains("stop did not finish") }, "\(log.lines)")
     }
 
     @Test("a reload that cannot finish (its log line waits on a full stderr): SIGTERM still ends the daemon within 5 s", .needsEarshotdBuilt)
