@@ -17,14 +17,8 @@ struct MetricsSlowClientTests {
 
         init(port: Int) throws {
             descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            try #require(descriptor >= 0 && connected == 0, "connect: \(String(cString: strerror(errno)))")
+            let connected = descriptor >= 0 && HTTPGet.connectToLoopback(descriptor, port: port)
+            try #require(connected, "connect: \(String(cString: strerror(errno)))")
             send("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         }
 
