@@ -45,6 +45,16 @@ package enum SecretFile {
         return Account.groupName(entry.pw_gid)
     }
 
+    /// The name of group `gid` (getgrgid_r), or nil when it has none.
+    package static func groupName(_ gid: gid_t) -> String? {
+        var entry = group()
+        var result: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getgrgid_r(gid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.gr_name
+        else { return nil }
+        return String(cString: name)
+    }
+
     /// `owner root, group earshot, mode 0640`.
     static func describe(_ info: stat) -> String {
         "owner \(Account.userName(info.st_uid)), group \(Account.groupName(info.st_gid)), mode \(octal(info.st_mode & 0o7777))"
@@ -93,12 +103,7 @@ package enum SecretFile {
         }
 
         static func groupName(_ gid: gid_t) -> String {
-            var entry = group()
-            var result: UnsafeMutablePointer<group>?
-            var buffer = [CChar](repeating: 0, count: 16_384)
-            guard getgrgid_r(gid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.gr_name
-            else { return String(gid) }
-            return String(cString: name)
+            SecretFile.groupName(gid) ?? String(gid)
         }
     }
 }

@@ -80,13 +80,7 @@ package final class EventSubscriber {
             var info = stat()
             let directory = parentDirectory(of: path)
             guard stat(path, &info) == 0 || stat(directory.isEmpty ? "." : directory, &info) == 0 else { return nil }
-            var entry = Glibc.group()
-            var result: UnsafeMutablePointer<Glibc.group>?
-            var buffer = [CChar](repeating: 0, count: 4096)
-            guard getgrgid_r(info.st_gid, &entry, &buffer, buffer.count, &result) == 0, result != nil,
-                let name = entry.gr_name
-            else { return nil }
-            return String(cString: name)
+            return SecretFile.groupName(info.st_gid)
         }
     }
 
