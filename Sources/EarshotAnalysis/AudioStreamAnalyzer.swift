@@ -212,7 +212,8 @@ public final class AudioStreamAnalyzer {
             // touches, and the resampler would spread it to its neighbours.
             mono.removeAll(keepingCapacity: true)
             if channels == 1 {
-                for value in buffer { mono.append(SampleSanitizer.sanitized(value)) }
+                mono.append(contentsOf: buffer)
+                mono.withUnsafeMutableBufferPointer { SampleSanitizer.sanitize($0.baseAddress!, count: $0.count) }
             } else {
                 let divisor = Float(channels)
                 for frame in 0..<frames {

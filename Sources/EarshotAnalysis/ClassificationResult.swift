@@ -154,8 +154,20 @@ public struct ClassificationResult: Sendable, Equatable {
     /// RMS level in dBFS of `samples`, floored at ``levelFloorDBFS`` (sums in Double).
     package static func level(of samples: UnsafeBufferPointer<Float>) -> Float {
         guard !samples.isEmpty else { return levelFloorDBFS }
-        var sum = 0.0
-        for value in samples { sum += Double(value) * Double(value) }
+        // Four running sums, so that the loop runs in vector registers; their order of addition is fixed.
+        var sums = SIMD4<Double>()
+        let base = samples.baseAddress!, whole = samples.count & ~3
+        var index = 0
+        while index < whole {
+            let values = SIMD4<Double>(SIMD4<Float>(base[index], base[index + 1], base[index + 2], base[index + 3]))
+            sums += values * values
+            index += 4
+        }
+        var sum = (sums[0] + sums[1]) + (sums[2] + sums[3])
+        while index < samples.count {
+            sum += Double(base[index]) * Double(base[index])
+            index += 1
+        }
         let rms = (sum / Double(samples.count)).squareRoot()
         guard rms > 0 else { return levelFloorDBFS }
         return max(levelFloorDBFS, Float(20 * log10(rms)))

@@ -500,39 +500,56 @@ package final class ToneTracker {
     /// Adds this frame's main-lobe powers to the current 0.1 s block; at the end of a block, stores its means and
     /// updates each bin's floor (the quantile of the stored means, kept sorted: the oldest value out, the new one in).
     private func updateNoiseFloor() {
-        for k in searchLow...searchHigh { blockSums[k - searchLow] += lobes[k] }
+        let bins = searchHigh - searchLow + 1
+        let sums = blockSums.baseAddress!, frameLobes = lobes.baseAddress! + searchLow
+        for index in 0..<bins { sums[index] += frameLobes[index] }
         framesInBlock += 1
         guard framesInBlock == blockFrames else { return }
-        let bins = searchHigh - searchLow + 1
         let base = nextSlot * bins
         let scale = 1 / Double(blockFrames)
         let full = blocksFilled == blockCount
         let filled = full ? blockCount : blocksFilled + 1
         let rank = min(filled - 1, Int((parameters.noiseFloorQuantile * Double(filled - 1)).rounded()))
+        let count = blockCount, filledBefore = blocksFilled
+        let ring = blockRing.baseAddress! + base, sorted = sortedBlocks.baseAddress!, binFloors = floors.baseAddress!
         for index in 0..<bins {
-            let value = blockSums[index] * scale
-            blockSums[index] = 0
-            let row = sortedBlocks.baseAddress! + index * blockCount
-            var count = blocksFilled
+            let value = sums[index] * scale
+            sums[index] = 0
+            let row = sorted + index * count
             if full {
-                // Remove the value leaving the ring (an exact copy of one in the sorted row).
-                let old = blockRing[base + index]
-                var position = 0
-                while position < count - 1 && row[position] != old { position += 1 }
-                while position < count - 1 {
-                    row[position] = row[position + 1]
-                    position += 1
+                // The value leaving the ring is an exact copy of one in the sorted row: find the first copy (binary
+                // search), put the new value in its place and move it to its rank. Only the values between the old
+                // and the new rank move; the floor changes slowly, so that is a few, not the whole row.
+                let old = ring[index]
+                var low = 0, high = count - 1
+                while low < high {
+                    let middle = (low + high) / 2
+                    if row[middle] < old { low = middle + 1 } else { high = middle }
                 }
-                count -= 1
+                var position = low
+                if value >= old {
+                    // After any equal values, as an insertion from the end would place it.
+                    while position + 1 < count && row[position + 1] <= value {
+                        row[position] = row[position + 1]
+                        position += 1
+                    }
+                } else {
+                    while position > 0 && row[position - 1] > value {
+                        row[position] = row[position - 1]
+                        position -= 1
+                    }
+                }
+                row[position] = value
+            } else {
+                var position = filledBefore
+                while position > 0 && row[position - 1] > value {
+                    row[position] = row[position - 1]
+                    position -= 1
+                }
+                row[position] = value
             }
-            var position = count
-            while position > 0 && row[position - 1] > value {
-                row[position] = row[position - 1]
-                position -= 1
-            }
-            row[position] = value
-            blockRing[base + index] = value
-            floors[index] = row[rank]
+            ring[index] = value
+            binFloors[index] = row[rank]
         }
         framesInBlock = 0
         nextSlot = (nextSlot + 1) % blockCount
@@ -540,25 +557,29 @@ package final class ToneTracker {
     }
 
     private func analyseFrame(_ frame: UnsafePointer<Float>, time: Double, finished: inout [ToneSegment]) {
+        let input = self.input, count = windowSamples
         window.withUnsafeBufferPointer { w in
-            for n in 0..<windowSamples { input[n] = frame[n] * w[n] }
+            let w = w.baseAddress!
+            for n in 0..<count { input[n] = frame[n] * w[n] }
         }
         fftwf_execute(plan)
         let spectrum = UnsafeRawPointer(output).assumingMemoryBound(to: Float.self)
+        let power = self.power.baseAddress!, lobes = self.lobes.baseAddress!
+        let lobe = self.lobe, searchLow = self.searchLow, searchHigh = self.searchHigh
         var bandEnergy = 0.0
-        for k in bandLow...bandHigh {
-            let re = Double(spectrum[2 * k]), im = Double(spectrum[2 * k + 1])
+        for k in bandLow..<(bandHigh + 1) {
+            let re = Double(spectrum[2 &* k]), im = Double(spectrum[2 &* k &+ 1])
             let p = re * re + im * im
             power[k] = p
             bandEnergy += p
         }
         // Main-lobe power centred on every searched bin (a running sum).
         var sum = 0.0
-        for k in (searchLow - lobe)...(searchLow + lobe) { sum += power[k] }
+        for k in (searchLow - lobe)..<(searchLow + lobe + 1) { sum += power[k] }
         lobes[searchLow] = sum
         if searchLow < searchHigh {
-            for k in (searchLow + 1)...searchHigh {
-                sum += power[k + lobe] - power[k - lobe - 1]
+            for k in (searchLow + 1)..<(searchHigh + 1) {
+                sum += power[k &+ lobe] - power[k &- lobe &- 1]
                 lobes[k] = max(sum, 0)
             }
         }
@@ -573,17 +594,19 @@ package final class ToneTracker {
     private func findPeaks(bandEnergy: Double) {
         peaks.removeAll(keepingCapacity: true)
         guard bandEnergy > 0 else { return }
+        let power = self.power.baseAddress!, lobes = self.lobes.baseAddress!, floors = self.floors.baseAddress!
+        let searchLow = self.searchLow, searchHigh = self.searchHigh, onsetSNR = self.onsetSNR
         var strongest = searchLow
-        for k in searchLow...searchHigh where power[k] > power[strongest] { strongest = k }
+        for k in searchLow..<(searchHigh + 1) where power[k] > power[strongest] { strongest = k }
         let limit = parameters.maximumTones
         // Peaks 30 dB below the strongest are its window's sidelobes or the splatter of its onset, not tones.
         let least = max(floorPower, lobes[strongest] * 1e-3)
-        for k in searchLow...searchHigh {
+        for k in searchLow..<(searchHigh + 1) {
             let p = power[k]
-            guard p > power[k - 1], p >= power[k + 1] else { continue }
+            guard p > power[k &- 1], p >= power[k &+ 1] else { continue }
             let level = lobes[k]
             guard level >= least else { continue }
-            let aboveFloor = level >= onsetSNR * floors[k - searchLow]
+            let aboveFloor = level >= onsetSNR * floors[k &- searchLow]
             let dominant = k == strongest && level >= parameters.onsetRatio * bandEnergy
             guard aboveFloor || dominant else { continue }
             // Cheap test before the side median: the peak must beat the weakest kept peak.
