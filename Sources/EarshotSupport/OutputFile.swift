@@ -12,8 +12,9 @@ import Dispatch
 /// - An existing file that is not a regular file (a device such as `/dev/stdout` or `/dev/full`, a FIFO) is opened and
 ///   written in place; it is never truncated nor replaced.
 ///
-/// The daemon's own files (sleep reports, the session marker) are written by ``writePrivate(_:to:mode:what:hint:)``,
-/// which follows no link and writes into no file of another user.
+/// The daemon's own files (sleep reports, the session marker) are written by
+/// ``writePrivate(_:to:mode:what:hint:readerPatience:)``, which follows no link, writes into no file of another user
+/// and waits for no FIFO; ``removeLeftoverStaging(in:for:)`` removes the staging files of writes cut short.
 ///
 /// The corresponding C functions are `lstat`, `readlink`, `open`, `write`, `close` and `rename`.
 public enum OutputFile {
@@ -60,35 +61,88 @@ public enum OutputFile {
     ///   `O_CREAT | O_EXCL | O_NOFOLLOW`), given `mode` whatever the umask, which is then renamed over `path`:
     ///   rename(2) replaces what is there, a symbolic link itself, never its target;
     /// - a FIFO or device at `path` that belongs to this process's user (no other user can have made it there) is
-    ///   written in place, as ``write(_:to:what:hint:)`` does; one of another user is replaced.
-    /// - Throws: `EarshotError` as ``write(_:to:what:hint:)``.
+    ///   written in place, as ``write(_:to:what:hint:)`` does, but never waited for long (audit 14 F5: the caller is
+    ///   the sleep report queue, which `sleep start` and `sleep stop` wait for): it is opened non-blocking, so a FIFO
+    ///   that no process reads fails at once, and its reader is given `readerPatience` seconds to take the bytes;
+    ///   one of another user is replaced.
+    /// - Throws: `EarshotError` as ``write(_:to:what:hint:)``; `.io` (74) for this user's FIFO with no reader,
+    ///   `cannot write NAME PATH: it is a FIFO that no process reads (remove it; earshotd writes its own file
+    ///   there)`, or whose reader does not take the bytes in time, `...: it is a FIFO whose reader did not take the
+    ///   62 bytes within 5 s (...)` (`a device` for a device).
     public static func writePrivate(
         _ data: Data, to path: String, mode: mode_t = 0o600, what: String = "",
-        hint: String = "check the directory and free space"
+        hint: String = "check the directory and free space", readerPatience: Double = 5
     ) throws(EarshotError) {
+        var status = stat()
+        if lstat(path, &status) == 0, status.st_uid == geteuid(), isDeviceOrFIFO(status.st_mode),
+           try writeOwnInPlace(data, to: path, what: what, patience: readerPatience)
+        {
+            return
+        }
         do throws(Failure) {
-            var status = stat()
-            if lstat(path, &status) == 0, status.st_uid == geteuid(), isDeviceOrFIFO(status.st_mode) {
-                // open(2) of a FIFO waits for a reader; what it opened is checked before a byte is written (the
-                // path may name another file by then).
-                let descriptor = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
-                if descriptor >= 0 {
-                    var opened = stat()
-                    if fstat(descriptor, &opened) == 0, opened.st_uid == geteuid(), isDeviceOrFIFO(opened.st_mode) {
-                        let writeError = writeAll(data, to: descriptor)
-                        let closeError: Int32? = close(descriptor) == 0 ? nil : errno
-                        if let code = writeError ?? closeError { throw Failure(stage: .writeInPlace, code: code) }
-                        return
-                    }
-                    close(descriptor)
-                }
-            }
             let (descriptor, temporary) = try createStaging(besides: path, mode: 0o600)
             _ = fchmod(descriptor, mode)
             try finish(data, descriptor: descriptor, temporary: temporary, target: path)
         } catch {
             throw described(error, path, what, hint)
         }
+    }
+
+    /// ``writePrivate(_:to:mode:what:hint:readerPatience:)``'s write into this user's FIFO or device at `path`:
+    /// opened with `O_NONBLOCK` (open(2) of a FIFO would wait for a reader; ENXIO says there is none), checked to be
+    /// this user's FIFO or device once opened (the path may name another file by then), and written as the reader
+    /// takes the bytes (`poll`), for at most `patience` seconds.
+    /// - Returns: true when written; false when `path` is something else by the time it is opened (it is replaced
+    ///   then, as any other file).
+    /// - Throws: `EarshotError(.io)` naming the FIFO or device, why, and the fix.
+    private static func writeOwnInPlace(_ data: Data, to path: String, what: String, patience: Double) throws(EarshotError) -> Bool {
+        let name = what.isEmpty ? path : "\(what) \(path)"
+        let fix = "remove it; earshotd writes its own file there"
+        let descriptor = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            // ENXIO: a FIFO no process has open for reading (for a device, no driver: replaced as any file).
+            var status = stat()
+            guard errno == ENXIO, lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFIFO else { return false }
+            throw EarshotError(.io, "cannot write \(name): it is a FIFO that no process reads (\(fix))", cause: "no reader")
+        }
+        var opened = stat()
+        guard fstat(descriptor, &opened) == 0, opened.st_uid == geteuid(), isDeviceOrFIFO(opened.st_mode) else {
+            close(descriptor)
+            return false
+        }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, patience) * 1e9)
+        let writeError: Int32? = data.withUnsafeBytes { buffer in
+            guard let base = buffer.baseAddress else { return nil }
+            var offset = 0
+            while offset < buffer.count {
+                let count = Glibc.write(descriptor, base + offset, buffer.count - offset)
+                if count > 0 {
+                    offset += count
+                    continue
+                }
+                let code = count < 0 ? errno : EIO
+                if code == EINTR { continue }
+                guard code == EAGAIN else { return code }
+                let now = DispatchTime.now().uptimeNanoseconds
+                guard now < deadline else { return ETIMEDOUT }
+                var poller = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
+                _ = poll(&poller, 1, Int32(min((deadline - now) / 1_000_000 + 1, 60_000)))
+            }
+            return nil
+        }
+        let closeError: Int32? = close(descriptor) == 0 ? nil : errno
+        if writeError == ETIMEDOUT {
+            let kind = opened.st_mode & S_IFMT == S_IFIFO ? "a FIFO whose reader" : "a device that"
+            throw EarshotError(
+                .io,
+                "cannot write \(name): it is \(kind) did not take the \(data.count) bytes within \(String(cFormat: "%g", patience)) s (\(fix))",
+                cause: "timed out")
+        }
+        if let code = writeError ?? closeError {
+            let reason = String(cString: strerror(code))
+            throw EarshotError(.io, "cannot write \(name): \(reason)", cause: reason)
+        }
+        return true
     }
 
     private static func isDeviceOrFIFO(_ mode: mode_t) -> Bool {
@@ -115,6 +169,51 @@ public enum OutputFile {
         var existing = stat()
         if stat(target, &existing) == 0, existing.st_mode & S_IFMT == S_IFDIR { throw Failure(stage: .open, code: EISDIR) }
         throw Failure(stage: .open, code: code)
+    }
+
+    /// Removes the staging files that writes into `directory` cut short left behind (the process ended between the
+    /// staging file's creation and its rename: the daemon's stop deadline, a kill, a power cut; audit 14 F7):
+    /// `.NAME.tmp-` and 16 hex digits (``createStaging(besides:mode:)``'s names) for a `NAME` that `isOurs`
+    /// accepts, and only regular files of this process's user. The directory is opened without following a link
+    /// (``SymbolicLinks/openDirectory(_:)``), and each name looked at and removed through it (`fstatat` with
+    /// `AT_SYMLINK_NOFOLLOW`, `unlinkat`): nothing outside it is touched. Nothing is removed when it is missing, a
+    /// link, or cannot be read.
+    /// - Important: Call it before any write into `directory` begins: a write under way has such a file.
+    /// - Returns: the names removed, sorted.
+    /// The corresponding C functions are `fdopendir`, `readdir`, `fstatat` and `unlinkat`.
+    package static func removeLeftoverStaging(in directory: String, for isOurs: (String) -> Bool) -> [String] {
+        let descriptor = SymbolicLinks.openDirectory(directory)
+        guard descriptor >= 0 else { return [] }
+        guard let stream = fdopendir(descriptor) else {
+            close(descriptor)
+            return []
+        }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
+            }
+            if isStaging(name, isOurs) { names.append(name) }
+        }
+        let owner = geteuid()
+        return names.sorted().filter { name in
+            var status = stat()
+            guard fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0, status.st_mode & S_IFMT == S_IFREG,
+                  status.st_uid == owner else { return false }
+            return unlinkat(descriptor, name, 0) == 0
+        }
+    }
+
+    /// Whether `name` is `.TARGET.tmp-` and 16 lowercase hex digits, for a `TARGET` that `isOurs` accepts.
+    private static func isStaging(_ name: String, _ isOurs: (String) -> Bool) -> Bool {
+        let marker = ".tmp-"
+        let bytes = Array(name.utf8)
+        let digits = bytes.suffix(16)
+        guard bytes.count > 1 + marker.utf8.count + 16, bytes.first == UInt8(ascii: "."),
+              digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }),
+              Array(bytes.dropLast(16).suffix(marker.utf8.count)) == Array(marker.utf8) else { return false }
+        return isOurs(String(decoding: bytes.dropFirst().dropLast(16 + marker.utf8.count), as: UTF8.self))
     }
 
     /// Writes `data` to the staged file `descriptor` (at `temporary`), closes it and renames it to `target`;

@@ -1,10 +1,11 @@
 import Glibc
 
-/// Paths the daemon writes without following a symbolic link: the event history's, whose directory another user may
-/// be able to write (`/var/lib/earshot` belongs to the service's user, and a daemon run by hand as root writes there
-/// too). A link planted there would make the daemon create or overwrite a file wherever it may write (trial 13 D1).
+/// Paths the daemon writes without following a symbolic link: the event history, the clips directory and the sleep
+/// report directory, whose parent another user may be able to write (`/var/lib/earshot` belongs to the service's
+/// user, and a daemon run by hand as root writes there too). A link planted there would make the daemon create,
+/// overwrite or chmod a file wherever it may (trial 13 D1, audit 14 F1).
 ///
-/// The corresponding C functions are `lstat`, `openat` and `close`.
+/// The corresponding C functions are `lstat`, `open`, `openat` and `close`.
 package enum SymbolicLinks {
     /// The first part of `path` that is a symbolic link, as written (`/srv/earshot` of `/srv/earshot/h.sqlite3` when
     /// `/srv/earshot` is a link, or `path` itself); nil when none is, or when a part is missing or cannot be looked at
@@ -22,6 +23,27 @@ package enum SymbolicLinks {
         return nil
     }
 
+    /// Why earshotd does not use `path`, whose first symbolic link is `link` (``first(in:)``), and the fix, for a
+    /// setting the daemon writes in (`[history] path`, `[clips] directory`, `[sleep] report_dir`), e.g.
+    /// `("is a symbolic link, which earshotd does not follow", "delete the link, which whoever may write in
+    /// /var/lib/earshot could have planted; to keep the clips elsewhere, set [clips] directory to the real directory")`,
+    /// or for a directory above it `("/srv is a symbolic link, which earshotd does not follow", "set [clips] directory
+    /// to the path without links: realpath /srv shows where it leads")`.
+    /// - Parameters:
+    ///   - setting: the key as written in the file, `[clips] directory`.
+    ///   - contents: what is kept there, `clips`.
+    ///   - kind: `file` or `directory`.
+    package static func refusal(path: String, link: String, setting: String, contents: String, kind: String)
+        -> (what: String, fix: String)
+    {
+        guard link == path else {
+            return ("\(link) is a symbolic link, which earshotd does not follow",
+                    "set \(setting) to the path without links: realpath \(link) shows where it leads")
+        }
+        return ("is a symbolic link, which earshotd does not follow",
+                "delete the link, which whoever may write in \(parentDirectory(of: path)) could have planted; to keep the \(contents) elsewhere, set \(setting) to the real \(kind)")
+    }
+
     /// Creates `path` as a new empty file with `mode` (less the umask) and closes it, following no symbolic link on
     /// the way: each directory from the root (or the working directory) is opened with `O_NOFOLLOW`, and the file with
     /// `O_CREAT | O_EXCL`, which never follows a link at its name.
@@ -30,15 +52,9 @@ package enum SymbolicLinks {
     package static func createFile(_ path: String, mode: mode_t) -> Int32 {
         var components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard let name = components.popLast() else { return EISDIR }
-        var directory = open(path.hasPrefix("/") ? "/" : ".", openDirectory)
+        let directory = walk(components, absolute: path.hasPrefix("/"))
         guard directory >= 0 else { return errno }
         defer { close(directory) }
-        for component in components {
-            let next = openat(directory, component, openDirectory | O_NOFOLLOW)
-            guard next >= 0 else { return errno }
-            close(directory)
-            directory = next
-        }
         var descriptor: Int32
         repeat {
             descriptor = openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
@@ -48,8 +64,43 @@ package enum SymbolicLinks {
         return 0
     }
 
+    /// Opens the directory `path` to read its names or change it (`fchmod`, `fstatat`, `unlinkat`), following no
+    /// symbolic link on the way: each directory from the root (or the working directory) is opened with
+    /// `O_NOFOLLOW`, `path` itself too (`O_RDONLY | O_DIRECTORY`).
+    /// - Returns: the descriptor, which the caller closes; or -1 with `errno` set: `ELOOP` when `path` is a symbolic
+    ///   link, `ENOTDIR` when a directory above it is (or a part is not a directory), `ENOENT` when one is missing...
+    package static func openDirectory(_ path: String) -> Int32 {
+        var components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard let name = components.popLast() else { return open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        let parent = walk(components, absolute: path.hasPrefix("/"))
+        guard parent >= 0 else { return -1 }
+        let descriptor = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        let code = errno
+        close(parent)
+        errno = code
+        return descriptor
+    }
+
+    /// The directory `components` lead to from the root (`absolute`) or the working directory, each opened with
+    /// ``directoryPath`` and `O_NOFOLLOW`; -1 with `errno` set when one cannot be.
+    private static func walk(_ components: [String], absolute: Bool) -> Int32 {
+        var directory = open(absolute ? "/" : ".", directoryPath)
+        guard directory >= 0 else { return -1 }
+        for component in components {
+            let next = openat(directory, component, directoryPath | O_NOFOLLOW)
+            let code = errno
+            close(directory)
+            guard next >= 0 else {
+                errno = code
+                return -1
+            }
+            directory = next
+        }
+        return directory
+    }
+
     /// `O_PATH | O_DIRECTORY | O_CLOEXEC`: a directory to look up names in, needing no permission to read it. With
     /// `O_NOFOLLOW` a symbolic link is opened as itself, which `O_DIRECTORY` then refuses (`ENOTDIR`). `O_PATH` is a
     /// macro Swift does not import: `__O_PATH`, 0o10000000 on x86-64 and arm64.
-    private static let openDirectory: Int32 = 0o10_000_000 | O_DIRECTORY | O_CLOEXEC
+    private static let directoryPath: Int32 = 0o10_000_000 | O_DIRECTORY | O_CLOEXEC
 }

@@ -52,6 +52,37 @@ struct StartStopOrderTests {
         return false
     }
 
+    /// Asks for the daemon's status until it has analysed a window (its start has then looked for a session marker,
+    /// on the analysis queue before the first window, and removed a FIFO there); false when it has not after 100 tries.
+    static func analysing(_ client: EventSubscriber) throws -> Bool {
+        let statusReply: @Sendable (String) -> Bool = { $0.hasPrefix(#"{"type":"status","#) }
+        for _ in 0..<100 {
+            try client.send(line: #"{"status":true}"#)
+            guard let line = try client.nextLine(timeoutSeconds: 20, where: statusReply) else { return false }
+            if ((try? JSONValue.parse(line))?["windows"]?.intValue ?? 0) > 0 { return true }
+            usleep(100_000)
+        }
+        return false
+    }
+
+    /// A FIFO made at `path` and held open for reading and writing by the test, its pipe filled: a reader that takes
+    /// nothing yet, so that a write into it waits for room (as on a disk that does not answer), for at most
+    /// `OutputFile.writePrivate`'s reader patience (5 s). Returns the descriptor and the bytes filled in.
+    static func heldFullFIFO(_ path: String) throws -> (descriptor: Int32, filled: Int) {
+        #expect(mkfifo(path, 0o600) == 0)
+        let descriptor = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC)
+        try #require(descriptor >= 0)
+        let block = [UInt8](repeating: UInt8(ascii: "x"), count: 4096)
+        var filled = 0
+        while true {
+            let count = write(descriptor, block, block.count)
+            guard count > 0 else { break }
+            filled += count
+        }
+        #expect(errno == EAGAIN)
+        return (descriptor, filled)
+    }
+
     // The signal lands in the start: it is held (blocked) until the daemon's signal sources are registered at the top
     // of `run()`, and the rest of the start runs after that. Before the fix the stop raced it and often found the
     // outputs not started yet: the socket file stayed behind (8 of 10 runs on the build machine).
@@ -86,9 +117,10 @@ struct StartStopOrderTests {
         }
     }
 
-    // The report queue is held by a FIFO at the session marker's name: `sleep_start` queues the marker's write, which
-    // waits in open(2) until a reader comes, and `sleep_start`'s reply (given once the marker is written) with it.
-    // Before the fix the socket's queue waited for such writes (sleep_stop's report), and no other client was answered.
+    // The report queue is held by a FIFO at the session marker's name whose pipe is full: `sleep_start` queues the
+    // marker's write, which waits for room until the test reads, and `sleep_start`'s reply (given once the marker is
+    // written) with it. Before the fix the socket's queue waited for such writes (sleep_stop's report), and no other
+    // client was answered.
     @Test("sleep_start while its marker cannot be written yet: another client's status is answered meanwhile; the start's reply comes once the marker is written, the stop's once the report is, naming its files",
           .needsEarshotdBuilt)
     func sleepCommandsDoNotHoldTheSocket() throws {
@@ -101,22 +133,16 @@ struct StartStopOrderTests {
         let other = try EventSubscriber(path: socket)
         let sleepReply: @Sendable (String) -> Bool = { $0.hasPrefix(#"{"type":"sleep","#) }
         let statusReply: @Sendable (String) -> Bool = { $0.hasPrefix(#"{"type":"status","#) }
-        // The FIFO only once the daemon has analysed audio: its start looks for a marker (and would wait on a FIFO
-        // there), on the analysis queue before the first window.
-        var analysing = false
-        for _ in 0..<100 where !analysing {
-            try other.send(line: #"{"status":true}"#)
-            guard let line = try other.nextLine(timeoutSeconds: 20, where: statusReply) else { break }
-            analysing = ((try? JSONValue.parse(line))?["windows"]?.intValue ?? 0) > 0
-            if !analysing { usleep(100_000) }
-        }
-        try #require(analysing)
+        // The FIFO only once the daemon has analysed audio: its start looks for a marker (and removes a FIFO there),
+        // on the analysis queue before the first window.
+        try #require(try Self.analysing(other))
         try FileManager.default.createDirectory(atPath: reports, withIntermediateDirectories: true)
         let marker = reports + "/" + SleepService.markerName
-        #expect(mkfifo(marker, 0o600) == 0)
+        let (held, filled) = try Self.heldFullFIFO(marker)
+        defer { close(held) }
 
         // sleep_start replies once its marker is written (its reply would carry `marker_warning` otherwise): the
-        // write waits in open(2) for a reader of the FIFO, and the socket answers the other client meanwhile.
+        // write waits for room in the FIFO (up to 5 s), and the socket answers the other client meanwhile.
         try stopper.send(line: #"{"cmd":"sleep_start"}"#)
         try other.send(line: #"{"status":true}"#)
         guard let status = try other.nextLine(timeoutSeconds: 20, where: statusReply) else {
@@ -124,24 +150,23 @@ struct StartStopOrderTests {
             return
         }
         #expect(status.contains(#""capture":"live""#), "\(status)")
-        // The marker is still waiting for its reader: no reply yet (only events and health lines).
+        // The marker is still waiting for room in the FIFO: no reply yet (only events and health lines).
         var early: [String] = []
         while case .line(let line) = try stopper.readLine(timeoutSeconds: 0) { early.append(line) }
         #expect(!early.contains(where: sleepReply), "\(early)")
 
-        let reader = open(marker, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
-        #expect(reader >= 0)
+        // The test reads what it filled in, and the marker's line after it.
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while !received.contains(UInt8(ascii: "\n")) {
-            var poller = pollfd(fd: reader, events: Int16(POLLIN), revents: 0)
+        while !received.dropFirst(filled).contains(UInt8(ascii: "\n")) {
+            var poller = pollfd(fd: held, events: Int16(POLLIN), revents: 0)
             guard poll(&poller, 1, 20_000) == 1 else { break }
-            let count = read(reader, &buffer, buffer.count)
+            let count = read(held, &buffer, buffer.count)
+            if count < 0, errno == EAGAIN { continue }
             guard count > 0 else { break }
             received += buffer[0..<count]
         }
-        close(reader)
-        let markerText = String(decoding: received, as: UTF8.self)
+        let markerText = String(decoding: received.dropFirst(filled), as: UTF8.self)
         #expect(markerText.hasPrefix(#"{"start":""#) && markerText.hasSuffix("\"scheduled\":false}\n"), "\(markerText)")
         guard let started = try stopper.nextLine(timeoutSeconds: 20, where: sleepReply) else {
             Issue.record("no reply to sleep_start once its marker was read")
@@ -176,8 +201,8 @@ struct StartStopOrderTests {
         #expect(log.hasSuffix("earshotd: stopped (signal 15)\n"), "\(log)")
     }
 
-    // A disk that does not answer, made by a FIFO at the session marker's name once the session has started: the
-    // stop's report is written and its marker's write waits in open(2) for a reader that never comes. Before the fix
+    // A disk that does not answer, made by a full FIFO at the session marker's name once the session has started: the
+    // stop's report is written and its marker's write waits for room (5 s, past the stop's 3.75 s). Before the fix
     // the stop waited for the report queue until the 4 s deadline, and the socket's goodbye never went out.
     @Test("SIGTERM while a sleep session's marker cannot be written: the snore_report line and the socket's shutdown line still go out, the stop names the directory at 3.75 s and ends with stopped (signal 15), exit 0",
           .needsEarshotdBuilt)
@@ -194,7 +219,8 @@ struct StartStopOrderTests {
         try #require(try Self.sessionHeardAudio(client))
         let marker = reports + "/" + SleepService.markerName
         #expect(unlink(marker) == 0)
-        #expect(mkfifo(marker, 0o600) == 0)
+        let (held, _) = try Self.heldFullFIFO(marker)
+        defer { close(held) }
 
         kill(daemon.processIdentifier, SIGTERM)
         var lines: [String] = []
@@ -214,6 +240,52 @@ struct StartStopOrderTests {
         // The report's own files were written before the marker's write stuck.
         let written = try FileManager.default.contentsOfDirectory(atPath: reports).filter { $0.hasPrefix("snore-") }.sorted()
         #expect(written.count == 2 && written.allSatisfy { $0.hasSuffix(".json") || $0.hasSuffix(".svg") }, "\(written)")
+    }
+
+    // Audit 14 F5: a FIFO that no process reads, put at the marker's name while the daemon runs, held the report queue
+    // for good: open(2) waited for a reader, and no sleep command was answered again.
+    @Test("a FIFO no process reads at the session marker's name: sleep_start is answered at once with marker_warning naming it, sleep_stop with the report's files; the stop does not wait for it",
+          .needsEarshotdBuilt)
+    func aFIFOWithoutReaderHoldsNothing() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let (daemon, errors, socket, reports) = try Self.startSleepDaemon(in: directory)
+        defer { if daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) } }
+        let client = try EventSubscriber(path: socket)
+        let sleepReply: @Sendable (String) -> Bool = { $0.hasPrefix(#"{"type":"sleep","#) }
+        try #require(try Self.analysing(client))
+        try FileManager.default.createDirectory(atPath: reports, withIntermediateDirectories: true)
+        let marker = reports + "/" + SleepService.markerName
+        #expect(mkfifo(marker, 0o600) == 0)
+        let warning = "cannot write the sleep session marker \(marker): it is a FIFO that no process reads (remove it; earshotd writes its own file there)"
+
+        try client.send(line: #"{"cmd":"sleep_start"}"#)
+        let started = try #require(try client.nextLine(timeoutSeconds: 20, where: sleepReply))
+        let startReply = try JSONValue.parse(started)
+        #expect(startReply["state"]?.stringValue == "started", "\(started)")
+        #expect(startReply["marker_warning"]?.stringValue == warning, "\(started)")
+        try #require(try Self.sessionHeardAudio(client))
+        try client.send(line: #"{"cmd":"sleep_stop"}"#)
+        let stopped = try #require(try client.nextLine(timeoutSeconds: 20, where: sleepReply))
+        let stopReply = try JSONValue.parse(stopped)
+        #expect(stopReply["state"]?.stringValue == "stopped", "\(stopped)")
+        let json = try #require(stopReply["report_json"]?.stringValue, "\(stopped)")
+        #expect(FileManager.default.fileExists(atPath: json))
+        // A stop by command removes the marker (here the FIFO); a second session writes a regular one.
+        #expect(SymbolicLinkTests.mode(marker) == nil)
+        try client.send(line: #"{"cmd":"sleep_start"}"#)
+        let again = try #require(try client.nextLine(timeoutSeconds: 20, where: sleepReply))
+        #expect(again.hasPrefix(#"{"type":"sleep","state":"started","start":""#) && !again.contains("marker_warning"), "\(again)")
+        #expect(SymbolicLinkTests.mode(marker) == S_IFREG | 0o600)
+
+        kill(daemon.processIdentifier, SIGTERM)
+        #expect(TestWait.until(seconds: 20) { !daemon.isRunning })
+        daemon.waitUntilExit()
+        let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(daemon.terminationStatus == 0, "\(log)")
+        #expect(log.split(separator: "\n").filter { $0.contains("marker") } == ["earshotd: \(warning)"], "\(log)")
+        #expect(!log.contains("had not taken"), "\(log)")
+        #expect(log.hasSuffix("earshotd: stopped (signal 15)\n"), "\(log)")
     }
 
     // A disk that does not keep up, made by the writer's own `saved` callback, which runs on its queue after each

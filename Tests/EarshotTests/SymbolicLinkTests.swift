@@ -12,7 +12,7 @@ import EarshotTools
 /// (`/var/lib/earshot` belongs to the service's user; a daemon run by hand as root writes there too) planted
 /// symbolic links there, and the daemon created or overwrote files at their targets. Each test plants real links to
 /// a file in a directory of root's alone (0700) and checks that the file and that directory are left as they were.
-@Suite("Symbolic links: the history, the sleep reports, the session marker and the socket are not written through a planted link (trial 13 D1, D8); clips directory mode (D4)", .serialized)
+@Suite("Symbolic links: the history, the sleep reports, the session marker, the socket and the clips directory are not written through a planted link (trial 13 D1, D8, audit 14 F1); clips directory mode (D4)", .serialized)
 struct SymbolicLinkTests {
     /// A scratch directory holding `rootonly/` (0700) with `victim` (0600, "root-owned important\n"): what a planted
     /// link points at.
@@ -366,5 +366,96 @@ struct SymbolicLinkTests {
         #expect(log.reports.first == .warning("clips directory \(clips) is mode 0750, which lets other users list the clips (when events happened, and of which group), and cannot be made 0700: Operation not permitted (chmod 0700 \(clips))"))
         #expect(Self.mode(clips) == S_IFDIR | 0o750)
         writer.close()
+    }
+
+    // MARK: Audit 14 F1: links at the clips directory and the report directory
+
+    @Test("a link at [clips] directory or [sleep] report_dir, or in a directory above one: checkStoragePaths, earshotd --check-config and the start refuse it with one line naming it and the fix (78); the target's mode and names are left as they were",
+          .needsEarshotdBuilt)
+    func storageDirectoryLinksRefused() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let target = try scratch.directory("target", mode: 0o755)
+        let state = try scratch.directory("state")
+        let clips = state + "/clips"
+        let reports = state + "/sleep"
+        #expect(symlink(target, clips) == 0 && symlink(target, reports) == 0)
+        let linkedState = scratch.path + "/linked-state"
+        #expect(symlink(state, linkedState) == 0)
+
+        let clipsLine = "[clips] directory = \(clips): is a symbolic link, which earshotd does not follow (delete the link, which whoever may write in \(state) could have planted; to keep the clips elsewhere, set [clips] directory to the real directory)"
+        let clipsConfiguration = try DaemonConfiguration.parse("[clips]\nenabled = true\ndirectory = \(clips)\n", source: "t.conf")
+        #expect(throws: EarshotError(.config, "t.conf:3: " + clipsLine)) { try clipsConfiguration.checkStoragePaths() }
+        let clipsBelow = try DaemonConfiguration.parse("[clips]\nenabled = true\ndirectory = \(linkedState)/c\n", source: "t.conf")
+        #expect(throws: EarshotError(.config, "t.conf:3: [clips] directory = \(linkedState)/c: \(linkedState) is a symbolic link, which earshotd does not follow (set [clips] directory to the path without links: realpath \(linkedState) shows where it leads)")) {
+            try clipsBelow.checkStoragePaths()
+        }
+        // Off: not used, not checked.
+        try DaemonConfiguration.parse("[clips]\nenabled = false\ndirectory = \(clips)\n", source: "t.conf").checkStoragePaths()
+
+        let reportsLine = "[sleep] report_dir = \(reports): is a symbolic link, which earshotd does not follow (delete the link, which whoever may write in \(state) could have planted; to keep the sleep reports elsewhere, set [sleep] report_dir to the real directory)"
+        let sleepConfiguration = try DaemonConfiguration.parse("[sleep]\nreport_dir = \(reports)\n", source: "t.conf")
+        #expect(throws: EarshotError(.config, "t.conf:2: " + reportsLine)) { try sleepConfiguration.checkStoragePaths() }
+        let reportsBelow = try DaemonConfiguration.parse("[sleep]\nreport_dir = \(linkedState)/s\n", source: "t.conf")
+        #expect(throws: EarshotError(.config, "t.conf:2: [sleep] report_dir = \(linkedState)/s: \(linkedState) is a symbolic link, which earshotd does not follow (set [sleep] report_dir to the path without links: realpath \(linkedState) shows where it leads)")) {
+            try reportsBelow.checkStoragePaths()
+        }
+
+        let config = scratch.path + "/earshotd.conf"
+        try "[detection]\nwatch = smoke_alarm\n[clips]\nenabled = true\ndirectory = \(clips)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        try StoragePathTests.expectRefused(config: config, socket: scratch.path + "/s.sock", line: "earshotd: \(config):5: \(clipsLine)\n")
+        try "[detection]\nwatch = smoke_alarm\n[sleep]\nreport_dir = \(reports)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        try StoragePathTests.expectRefused(config: config, socket: scratch.path + "/s.sock", line: "earshotd: \(config):4: \(reportsLine)\n")
+        #expect(Self.mode(target) == S_IFDIR | 0o755)
+        #expect(Self.names(target).isEmpty)
+        scratch.expectVictimsUntouched()
+    }
+
+    @Test("a clips writer whose directory is a link (put there after the start's check): clips_unavailable once with the link and the fix; the target keeps its mode 0755, gets no clip, and an old clip there is not pruned")
+    func clipsWriterRefusesLink() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let target = try scratch.directory("target", mode: 0o755)
+        // A clip 30 days older than the writer's clock: retention (7 days) would delete it through the link.
+        let old = target + "/2026-10-31T21-15-03Z_smoke_alarm.wav"
+        try "old clip\n".write(toFile: old, atomically: false, encoding: .utf8)
+        let then = timespec(tv_sec: Int(ClipTests.evening.timeIntervalSince1970) - 30 * 86_400, tv_nsec: 0)
+        #expect(utimensat(AT_FDCWD, old, [then, then], 0) == 0)
+        let state = try scratch.directory("state")
+        let clips = state + "/clips"
+        #expect(symlink(target, clips) == 0)
+        var settings = DaemonConfiguration.Clips()
+        settings.directory = clips
+        let log = ClipWriterLog()
+        let writer = ClipWriter(settings: settings, now: { ClipTests.evening }, report: log.report, saved: log.save)
+        writer.save(ClipTests.clip("smoke_alarm", seconds: 1))
+        writer.close()
+        #expect(log.reports == [.failing("clips cannot be saved: cannot use the clips directory \(clips): it is a symbolic link, which earshotd does not follow (delete the link, which whoever may write in \(state) could have planted; to keep the clips elsewhere, set [clips] directory to the real directory); detection goes on without clips, and clips are tried as they come")])
+        #expect(log.saved.isEmpty)
+        #expect(Self.mode(target) == S_IFDIR | 0o755)
+        #expect(Self.names(target) == ["2026-10-31T21-15-03Z_smoke_alarm.wav"])
+        #expect(Self.names(state) == ["clips"])
+    }
+
+    @Test("sleep reports are not written into a report directory that is a link, or below one: one line naming it and the fix; the target gets nothing")
+    func reportsRefuseLinkedDirectory() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let target = try scratch.directory("target", mode: 0o755)
+        let state = try scratch.directory("state")
+        let reports = state + "/sleep"
+        #expect(symlink(target, reports) == 0)
+        let paths = (json: reports + "/snore-20261207-1004.json", svg: reports + "/snore-20261207-1004.svg")
+        #expect(throws: EarshotError(.cannotCreate, "cannot write the sleep report in \(reports): it is a symbolic link, which earshotd does not follow (delete the link, which whoever may write in \(state) could have planted; to keep the sleep reports elsewhere, set [sleep] report_dir to the real directory)", cause: "symbolic link")) {
+            try SleepService.write(json: ["type": "snore_report"], svg: "<svg/>\n", to: paths, directory: reports)
+        }
+        let linkedState = scratch.path + "/linked-state"
+        #expect(symlink(state, linkedState) == 0)
+        let below = linkedState + "/new"
+        #expect(throws: EarshotError(.cannotCreate, "cannot write the sleep report in \(below): \(linkedState) is a symbolic link, which earshotd does not follow (set [sleep] report_dir to the path without links: realpath \(linkedState) shows where it leads)", cause: "symbolic link")) {
+            try SleepService.write(json: [:], svg: "", to: (below + "/a.json", below + "/a.svg"), directory: below)
+        }
+        #expect(Self.names(target).isEmpty)
+        #expect(Self.names(state) == ["sleep"])
     }
 }

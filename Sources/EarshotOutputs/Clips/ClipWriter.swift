@@ -354,15 +354,20 @@ package final class ClipWriter: @unchecked Sendable {
     /// An existing directory that lets its group or other users in is made as the writer makes one, 0700 (its
     /// special bits dropped), and a warning says so: the clips' names say when events happened and of which group
     /// (trial 13 D4). When that fails (another user's directory, a read-only file system) the warning says so, with
-    /// the fix. At start only: a mode set later by hand is the administrator's.
+    /// the fix. At start only: a mode set later by hand is the administrator's. The directory is opened without
+    /// following a symbolic link (``SymbolicLinks/openDirectory(_:)``) and the mode set on what was opened: a link
+    /// put there (refused by ``ensureDirectory()``) never gets its target's mode changed (audit 14 F1).
     private func tightenDirectory() {
+        let descriptor = SymbolicLinks.openDirectory(directory)
+        guard descriptor >= 0 else { return }
+        defer { Glibc.close(descriptor) }
         var status = stat()
-        guard stat(directory, &status) == 0, status.st_mode & S_IFMT == S_IFDIR, status.st_mode & 0o077 != 0 else { return }
+        guard fstat(descriptor, &status) == 0, status.st_mode & 0o077 != 0 else { return }
         let mode = status.st_mode & 0o7777
         let tightened = mode & 0o700
         func octal(_ value: mode_t) -> String { String(cFormat: "%04o", UInt32(value)) }
         let exposure = "which lets other users list the clips (when events happened, and of which group)"
-        if chmod(directory, tightened) == 0 {
+        if fchmod(descriptor, tightened) == 0 {
             report(.warning("clips directory \(directory) was mode \(octal(mode)), \(exposure): made it \(octal(tightened))"))
         } else {
             let reason = String(cString: strerror(errno))
@@ -431,6 +436,16 @@ package final class ClipWriter: @unchecked Sendable {
 
     /// Creates the directory (mode 0700, not its parents) when missing.
     private func ensureDirectory() throws(EarshotError) {
+        // Nothing is written, listed or chmod-ed through a link there (audit 14 F1); the start and --check-config
+        // refuse one too (DaemonConfiguration.checkStoragePaths).
+        if let link = SymbolicLinks.first(in: directory) {
+            let refusal = SymbolicLinks.refusal(
+                path: directory, link: link, setting: "[clips] directory", contents: "clips", kind: "directory")
+            throw EarshotError(
+                .cannotCreate,
+                "cannot use the clips directory \(directory): \(link == directory ? "it " : "")\(refusal.what) (\(refusal.fix))",
+                cause: "symbolic link")
+        }
         var status = stat()
         if stat(directory, &status) == 0 {
             guard (status.st_mode & S_IFMT) == S_IFDIR else {
@@ -460,6 +475,8 @@ package final class ClipWriter: @unchecked Sendable {
     }
 
     private func prune() {
+        // Not through a link (its target's files named like clips): the writes say why no clip is saved.
+        guard SymbolicLinks.first(in: directory) == nil else { return }
         do throws(EarshotError) {
             let pruned = try ClipFiles.prune(
                 directory: directory, maxClips: maxClips, retentionDays: retentionDays, now: now())

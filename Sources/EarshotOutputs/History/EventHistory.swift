@@ -428,15 +428,11 @@ package final class EventHistory {
         let what = link == path ? "it is a symbolic link" : "\(link) is a symbolic link"
         let follows = reader ? "earshot history does not follow" : "earshotd does not follow"
         let fix: String
-        if link == path {
-            let directory = parentDirectory(of: path)
-            fix = reader
-                ? "give the real file with --db"
-                : "delete the link, which whoever may write in \(directory.isEmpty ? "." : directory) could have planted; to keep the history elsewhere, set [history] path to the real file"
+        if reader {
+            fix = link == path
+                ? "give the real file with --db" : "give the path without links with --db: realpath \(link) shows where it leads"
         } else {
-            fix = reader
-                ? "give the path without links with --db: realpath \(link) shows where it leads"
-                : "set [history] path to the path without links: realpath \(link) shows where it leads"
+            fix = SymbolicLinks.refusal(path: path, link: link, setting: "[history] path", contents: "history", kind: "file").fix
         }
         let line = "event history \(path): \(reader ? "cannot read" : "cannot open"): \(what), which \(follows) (\(fix))"
         return EarshotError(reader ? .noInput : .cannotCreate, line, cause: "symbolic link")

@@ -113,8 +113,9 @@ extension DaemonConfiguration {
     /// - `[sleep] model`: an existing regular file;
     /// - `[output] socket` (or `--socket`): a socket or missing (a missing directory is the server's to report), not
     ///   a symbolic link;
-    /// - `[history] path`: no symbolic link in it, the file or a directory above it (the history is opened without
-    ///   following one: ``EventHistory``).
+    /// - `[history] path`, `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir`: no symbolic link in
+    ///   it, at its name or a directory above it (the history is opened without following one, ``EventHistory``;
+    ///   ``ClipWriter`` and ``SleepService`` refuse one at each write, audit 14 F1).
     /// A FIFO, a device (`/dev/zero`) or a directory where a file belongs is refused: opening one could wait forever
     /// or read endless bytes. (Model files, `[models] files`, are read through ``RegularFile``, which refuses them
     /// without waiting.)
@@ -129,16 +130,14 @@ extension DaemonConfiguration {
             let subject = origin == "--socket" ? "--socket \(path)" : "\(origin.map { "\($0): " } ?? "")\(name) = \(path)"
             return EarshotError(.config, "\(subject): \(what) (\(fix))")
         }
+        // The writers refuse a link at their first write (trial 13 D1, audit 14 F1): said at start instead.
+        func refuseLink(_ key: String, _ path: String, setting: String, contents: String, kind: String) throws(EarshotError) {
+            guard let link = SymbolicLinks.first(in: path) else { return }
+            let refusal = SymbolicLinks.refusal(path: path, link: link, setting: setting, contents: contents, kind: kind)
+            throw refuse(key, path, refusal.what, refusal.fix)
+        }
         if history.enabled {
-            if let link = SymbolicLinks.first(in: history.path) {
-                // The writer would refuse it at the first event (trial 13 D1): said at start instead.
-                let directory = parentDirectory(of: history.path)
-                throw link == history.path
-                    ? refuse("history.path", history.path, "is a symbolic link, which earshotd does not follow",
-                             "delete the link, which whoever may write in \(directory) could have planted; to keep the history elsewhere, set [history] path to the real file")
-                    : refuse("history.path", history.path, "\(link) is a symbolic link, which earshotd does not follow",
-                             "set [history] path to the path without links: realpath \(link) shows where it leads")
-            }
+            try refuseLink("history.path", history.path, setting: "[history] path", contents: "history", kind: "file")
             let kind = PathKind(path: history.path)
             if kind == .directory {
                 throw refuse("history.path", history.path, "is a directory, not a database file", "set [history] path to a file, e.g. \(EventHistory.defaultPath)")
@@ -147,11 +146,15 @@ extension DaemonConfiguration {
                 throw refuse("history.path", history.path, "is \(kind.phrase), not a database file", "set [history] path to a regular file, e.g. \(EventHistory.defaultPath)")
             }
         }
+        if clips.enabled {
+            try refuseLink("clips.directory", clips.directory, setting: "[clips] directory", contents: "clips", kind: "directory")
+        }
         let clipsKind = PathKind(path: clips.directory)
         if clips.enabled, clipsKind != .missing, clipsKind != .directory {
             let what = clipsKind == .regularFile ? "is a regular file, not a directory" : "is \(clipsKind.phrase), not a directory"
             throw refuse("clips.directory", clips.directory, what, "move the file aside, or set [clips] directory to a directory, e.g. \(Clips().directory)")
         }
+        try refuseLink("sleep.report_dir", sleep.reportDirectory, setting: "[sleep] report_dir", contents: "sleep reports", kind: "directory")
         let reportKind = PathKind(path: sleep.reportDirectory)
         if reportKind != .missing, reportKind != .directory {
             throw refuse("sleep.report_dir", sleep.reportDirectory, "is \(reportKind.phrase), not a directory", "set [sleep] report_dir to a directory, e.g. \(Sleep().reportDirectory)")

@@ -142,6 +142,9 @@ package final class SleepService: @unchecked Sendable {
         self.publishReport = publishReport
         self.log = log
         self.reportHealth = reportHealth
+        // First on the report queue, before any write there has begun (audit 14 F7).
+        let directory = settings.reportDirectory
+        reportQueue.async { Self.removeLeftoverStaging(in: directory, log: log) }
     }
 
     deinit {
@@ -645,15 +648,16 @@ package final class SleepService: @unchecked Sendable {
     /// The most bytes of a marker read (one is about 200: a start, an end and a report path).
     static let markerLimit = 65_536
 
-    /// Writes the marker (report queue), mode 0600 and without following a link at its name
-    /// (``OutputFile/writePrivate(_:to:mode:what:hint:)``); a failure is one journal line (the report directory's own
-    /// problem is said by the report's write and at start) and the `sleep_start` reply's `marker_warning`
-    /// (``markerProblem``).
+    /// Writes the marker (report queue), mode 0600 and without following a link at its name or in the directory
+    /// (``OutputFile/writePrivate(_:to:mode:what:hint:readerPatience:)``, ``refuseLink(in:writing:)``); a failure is
+    /// one journal line (the report directory's own problem is said by the report's write and at start) and the
+    /// `sleep_start` reply's `marker_warning` (``markerProblem``).
     private func keepMarker(_ marker: JSONObject, directory: String) {
         let path = joinedPath(directory, Self.markerName)
         do throws(EarshotError) {
             // The last directory only (as the clips directory): a report directory under a missing parent is the
             // report's to create, or to fail on.
+            try Self.refuseLink(in: directory, writing: "the sleep session marker")
             if mkdir(directory, 0o700) != 0, errno != EEXIST {
                 let reason = String(cString: strerror(errno))
                 throw EarshotError(
@@ -746,6 +750,32 @@ package final class SleepService: @unchecked Sendable {
         "sleep reports cannot be written: \(problem) (make [sleep] report_dir writable by earshotd's user, or set it to a writable directory); sessions still run, and each report is tried when its session stops"
     }
 
+    /// Removes the staging files of report and marker writes in `directory` that a stop cut short (its deadline, a
+    /// kill, a power cut), with one journal line naming them, priority 5 (``OutputFile/removeLeftoverStaging(in:for:)``:
+    /// only this user's regular files of those names, not through a link). Run first on the report queue (audit 14 F7).
+    package static func removeLeftoverStaging(in directory: String, log: (String, Int) -> Void) {
+        let removed = OutputFile.removeLeftoverStaging(in: directory) { name in
+            name == markerName || name.hasPrefix("snore-") && (name.hasSuffix(".json") || name.hasSuffix(".svg"))
+        }
+        guard !removed.isEmpty else { return }
+        let count = removed.count == 1 ? "1 file" : "\(removed.count) files"
+        log("removed \(count) in \(directory) that a write cut short by an earlier stop left behind: \(removed.joined(separator: ", "))", 5)
+    }
+
+    /// Refuses a symbolic link in `directory` (at its name or above it): the reports and the marker are not written
+    /// through one (audit 14 F1; the start and `--check-config` refuse it too,
+    /// `DaemonConfiguration.checkStoragePaths()`).
+    /// - Throws: `EarshotError(.cannotCreate)`, e.g. `cannot write the sleep report in /srv/sleep: it is a symbolic
+    ///   link, which earshotd does not follow (delete the link, ...)`.
+    private static func refuseLink(in directory: String, writing what: String) throws(EarshotError) {
+        guard let link = SymbolicLinks.first(in: directory) else { return }
+        let refusal = SymbolicLinks.refusal(
+            path: directory, link: link, setting: "[sleep] report_dir", contents: "sleep reports", kind: "directory")
+        throw EarshotError(
+            .cannotCreate, "cannot write \(what) in \(directory): \(link == directory ? "it " : "")\(refusal.what) (\(refusal.fix))",
+            cause: "symbolic link")
+    }
+
     private static func createDirectory(_ directory: String) throws(EarshotError) {
         do {
             try FileManager.default.createDirectory(
@@ -760,11 +790,12 @@ package final class SleepService: @unchecked Sendable {
     /// Writes the report files, creating the directory (and any missing parent) mode 0700 when missing, as the
     /// clips directory is: a night's snoring is for the household, not for every local user. The files are mode 0600
     /// whatever the umask, written without following a link at their names
-    /// (``OutputFile/writePrivate(_:to:mode:what:hint:)``).
+    /// (``OutputFile/writePrivate(_:to:mode:what:hint:readerPatience:)``).
     /// - Throws: `EarshotError(.cannotCreate)` naming the file and the fix.
     package static func write(json: JSONObject, svg: String, to paths: (json: String, svg: String), directory: String)
         throws(EarshotError)
     {
+        try refuseLink(in: directory, writing: "the sleep report")
         try createDirectory(directory)
         for (path, text) in [(paths.json, JSONValue.object(json).encoded + "\n"), (paths.svg, svg)] {
             try OutputFile.writePrivate(
