@@ -5,11 +5,22 @@ import Glibc
 /// control lists are not read: a file they open to more users is not seen as such).
 /// The corresponding C functions are `stat`, `realpath`, `getpwnam_r` and `getgrouplist`.
 package enum SecretFile {
-    /// The permission bits of `path` (`0644`) when every local user may read it (`S_IROTH`); nil when others may
-    /// not, or when it cannot be stat'ed (reading it says why).
+    /// The permission bits of `path` (`0644`) when every local user may read it: the others' read bit (`S_IROTH`)
+    /// on the file, and the others' search bit (`S_IXOTH`) on each directory above it (a 0644 file in a
+    /// `root:earshot` 0750 directory is read by root and the group alone). Nil when others may not, or when it
+    /// cannot be resolved or stat'ed (reading it says why).
     package static func readableByEveryone(_ path: String) -> mode_t? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        let file = String(cString: resolved)
+        free(resolved)
+        var prefix = ""
+        for component in file.split(separator: "/").dropLast() {
+            prefix += "/" + component
+            var info = stat()
+            guard stat(prefix, &info) == 0, info.st_mode & S_IXOTH != 0 else { return nil }
+        }
         var info = stat()
-        guard stat(path, &info) == 0, info.st_mode & S_IROTH != 0 else { return nil }
+        guard stat(file, &info) == 0, info.st_mode & S_IROTH != 0 else { return nil }
         return info.st_mode & 0o7777
     }
 

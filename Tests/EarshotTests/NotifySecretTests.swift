@@ -81,6 +81,62 @@ struct NotifySecretTests {
         }
     }
 
+    @Test("every configuration error shows a URL cut, whatever key or line quotes it: url_file, groups, a bare HOST/PATH line, another section's indented line, an unknown key, a password holding / (audit 14 F2)")
+    func everyErrorRedactsURLs() throws {
+        let long = "ntfy.sh/my-very-secret-topic-123-" + String(repeating: "a", count: 40)
+        let cases: [(String, String)] = [
+            ("[notify]\nurl_file = https://ntfy.sh/secret-topic-abc",
+             "n.conf:2: [notify] url_file = https://ntfy.sh/secr…: takes the path of a file holding the URLs, not a URL (write the URL in that file, one per line, or in url)"),
+            ("[notify]\ngroups = https://ntfy.sh/secret-topic-abc",
+             #"n.conf:2: [notify] groups = https://ntfy.sh/secr…: "https://ntfy.sh/secr…" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |, commas or spaces)"#),
+            ("[notify]\ngroups = smoke_alarm ntfy.sh/secret-topic-abc",
+             #"n.conf:2: [notify] groups = smoke_alarm ntfy.sh/secr…: "ntfy.sh/secr…" is not a group name (1 to 64 lowercase letters, digits and _; separate names with |, commas or spaces)"#),
+            // A URL pasted without its scheme on a line of its own: the syntax error quotes the line.
+            ("[notify]\nurl = https://ntfy.sh/abcdef\nntfy.sh/my-very-secret-topic-123",
+             #"n.conf:3: expected "key = value", "[section]" or a comment, found "ntfy.sh/my-v…""#),
+            // Longer than the 60 characters a syntax error quotes: cut, then shown cut.
+            ("[notify]\n\(long)", #"n.conf:2: expected "key = value", "[section]" or a comment, found "ntfy.sh/my-v…...""#),
+            ("[mqtt]\nhost = h\n  https://ntfy.sh/secret-topic-abc",
+             #"n.conf:3: [mqtt] host: the indented line "https://ntfy.sh/secr…" continues the value of host, which takes one line; remove the indentation"#),
+            ("[notify]\nntfy.sh/secret-topic-abc = 1",
+             "n.conf:2: [notify] ntfy.sh/secr…: unknown key (keys: url, url_file, groups, format, on_end, health, repeat_after, timeout, retries)"),
+            // The authority ends at the first /: user and password would read as host and port.
+            ("[notify]\nurl = https://alice:S3cr/etPassw0rd@hooks.example.com/x",
+             #"n.conf:2: [notify] url: "https://hooks.example.com/x" has an @ after a / (a / in the user name or password is written %2F, an @ as %40)"#),
+        ]
+        for (lines, message) in cases {
+            let error = try #require(Self.parseError(lines + "\n"), "\(lines)")
+            #expect(error == message)
+            for secret in ["secret-topic", "very-secret", "alice", "S3cr", "etPassw0rd"] { #expect(!error.contains(secret), "\(error)") }
+        }
+        // The message's own example URLs and a relative path that is not in the file stay whole.
+        #expect(Self.parseError("[notify]\nurl = tok-SECRET\n")
+            == #"n.conf:2: [notify] url: "tok-…" is not an http:// or https:// URL; separate several URLs with spaces, e.g. https://ntfy.sh/my-earshot-alerts"#)
+        #expect(throws: EarshotError(.config, "conf.d/e.conf:2: [output] journal = maybe: must be true or false (or yes/no, on/off, 1/0)")) {
+            _ = try DaemonConfiguration.parse("[output]\njournal = maybe\n", source: "conf.d/e.conf")
+        }
+    }
+
+    @Test("earshotd --check-config shows a URL cut in an error found after the file was read (an unknown class), exit 78", .needsEarshotdBuilt)
+    func checkConfigRedactsLaterErrors() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let config = try scratch.write("e.conf", """
+            [output]
+            socket = \(scratch.file("e.sock"))
+            [detection]
+            watch = smoke_alarm kettle
+            [group.kettle]
+            classes = https://ntfy.sh/secret-topic-abc
+            threshold = 0.5
+
+            """, mode: 0o600)
+        let run = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        #expect(run.status == 78)
+        #expect(run.error == "earshotd: \(config):6: [group.kettle] classes: unknown class \"https://ntfy.sh/secr…\" (no model named https is loaded; add its file to [models] files)\n")
+        #expect(run.output == "")
+    }
+
     @Test("a URL libcurl could never use is refused when the configuration is read: port, IPv6 address, host name, two @")
     func unusableURLs() throws {
         let refused: [(String, String)] = [
@@ -133,6 +189,19 @@ struct NotifySecretTests {
             == "n.conf:2: line longer than 198 bytes; put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file")
         #expect(Self.parseError("[notify]\nurl = https://a.example/x\n    \(hook) \(hook)\n")
             == "n.conf:3: line longer than 198 bytes; put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file")
+        // One URL too long for any line, on its own indented line or after url =: only url_file takes it (audit 14 F3).
+        let huge = "https://hooks.example.com/services/" + String(repeating: "A", count: 1100)
+        for (text, line) in [("[notify]\nurl =\n  \(huge)\n", 3), ("[notify]\nurl = https://a.example/x\n    \(huge)\n", 3),
+                             ("[notify]\nurl = \(huge)\n", 2)] {
+            #expect(Self.parseError(text)
+                == "n.conf:\(line): line longer than 198 bytes; a URL of 198 bytes or more goes in a file named by [notify] url_file (one URL per line, no line limit)")
+        }
+        // 195 bytes: too long after "url = ", not on an indented line.
+        let fits = "https://hooks.example.com/" + String(repeating: "A", count: 169)
+        #expect(fits.utf8.count == 195)
+        #expect(Self.parseError("[notify]\nurl = \(fits)\n")
+            == "n.conf:2: line longer than 198 bytes; put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file")
+        #expect(try DaemonConfiguration.parse("[notify]\nurl =\n  \(fits)\n", source: "n.conf").notify.urls == [fits])
         // Elsewhere the advice is the list's.
         #expect(Self.parseError("[detection]\nwatch = \(String(repeating: "baby_cry ", count: 23))\n")
             == "n.conf:2: line longer than 198 bytes; split a long list over indented continuation lines")
@@ -182,6 +251,10 @@ struct NotifySecretTests {
             ("https://ntfy.sh/tok-SECRET,\n", #"line 1: "https://ntfy.sh/tok-…" ends with "," (one URL per line, nothing after it)"#),
             ("http://127.0.0.1:99999/tok-SECRET\n", #"line 1: "http://127.0.0.1:99999/tok-…" has the port "99999" (a port is a number from 1 to 65535)"#),
             ("# nothing yet\n\n", "holds no URL (write one URL per line; lines starting with # are comments)"),
+            // Text that is no URL (a password file named by mistake, a bare topic) is never quoted.
+            ("S3cretPassword\n", "line 1 is not an http:// or https:// URL (one URL per line)"),
+            ("https://ntfy.sh/ok\nntfy.sh/tok-SECRET\n", "line 2 is not an http:// or https:// URL (one URL per line)"),
+            ("https://ntfy.sh/tok-SECRET tok-SECRET2\n", #"line 1: "https://ntfy.sh/tok-…" is followed by more text on its line (one URL per line)"#),
         ]
         for (text, detail) in failures {
             #expect(throws: EarshotError(.config, "n.conf:3: [notify] url_file = \(file): \(detail)")) { _ = try load(text) }
@@ -262,6 +335,76 @@ struct NotifySecretTests {
         #expect(fileOnly.warnings() == [])
     }
 
+    @Test("a secret file others may read but cannot reach (a 0644 file in a 0750 directory) is not warned about, nor a configuration there (audit 14 F4)")
+    func unreachableSecretsDoNotWarn() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let directory = scratch.file("sec")
+        #expect(mkdir(directory, 0o750) == 0 && chmod(directory, 0o750) == 0)
+        let urls = directory + "/urls"
+        let config = directory + "/e.conf"
+        try "https://ntfy.sh/earshot-kitchen-7f3k2q\n".write(toFile: urls, atomically: false, encoding: .utf8)
+        try "[notify]\nurl = https://ntfy.sh/earshot-hall-2b9x\nurl_file = \(urls)\n".write(toFile: config, atomically: false, encoding: .utf8)
+        #expect(chmod(urls, 0o644) == 0 && chmod(config, 0o644) == 0)
+        var configuration = try DaemonConfiguration.parse(fileAt: config, required: true)
+        try configuration.readNotifyURLs()
+        #expect(SecretFile.readableByEveryone(urls) == nil)
+        #expect(configuration.warnings() == [])
+        // The directory opened to others: both are said, with the mode.
+        #expect(chmod(directory, 0o751) == 0)
+        #expect(SecretFile.readableByEveryone(urls) == 0o644)
+        #expect(configuration.warnings() == [
+            "\(config):2: [notify] url: every local user can read \(config), mode 0644, and a notification URL is a password to your alerts (move the URLs to a file readable by earshotd's user alone, e.g. chown root:earshot and chmod 640, and name it with [notify] url_file)",
+            "\(config):3: [notify] url_file = \(urls): every local user can read it, mode 0644 (make it readable by earshotd's user alone: chown root:earshot and chmod 640)",
+        ])
+        // Through a symbolic link, the directories above the file it names count.
+        #expect(chmod(directory, 0o750) == 0)
+        #expect(symlink(urls, scratch.file("link")) == 0)
+        #expect(SecretFile.readableByEveryone(scratch.file("link")) == nil)
+    }
+
+    @Test("the service's user is the User= of the installed earshotd units, drop-ins included; none without units, masked or run as root")
+    func serviceUsersFromUnits() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let vendor = scratch.file("lib"), local = scratch.file("etc")
+        for directory in [vendor, local] { #expect(mkdir(directory, 0o755) == 0) }
+        #expect(ServiceUnits.users(in: [local, vendor]) == [])
+        // The units this repository ships, as the package installs them.
+        for name in ServiceUnits.names {
+            let shipped = TestPaths.packageRoot.appendingPathComponent("systemd/\(name)").path
+            #expect(Self.copyfile(shipped, to: vendor + "/" + name))
+        }
+        #expect(ServiceUnits.user(ofUnit: "earshotd.service", in: [local, vendor]) == "earshot")
+        #expect(ServiceUnits.users(in: [local, vendor]) == ["earshot"])
+        // `systemctl edit earshotd`: a drop-in in /etc runs it as root; the instances still run as earshot.
+        #expect(mkdir(local + "/earshotd.service.d", 0o755) == 0)
+        try "[Service]\nUser=root\n".write(toFile: local + "/earshotd.service.d/override.conf", atomically: false, encoding: .utf8)
+        #expect(ServiceUnits.user(ofUnit: "earshotd.service", in: [local, vendor]) == "root")
+        #expect(ServiceUnits.users(in: [local, vendor]) == ["earshot"])
+        // An empty User= is root too; a drop-in of the same name in a later directory is hidden by the earlier one.
+        #expect(mkdir(vendor + "/earshotd@.service.d", 0o755) == 0)
+        try "[Service]\nUser=nobody\n".write(toFile: vendor + "/earshotd@.service.d/override.conf", atomically: false, encoding: .utf8)
+        #expect(ServiceUnits.users(in: [local, vendor]) == ["nobody"])
+        #expect(mkdir(local + "/earshotd@.service.d", 0o755) == 0)
+        try "[Service]\n# run as root\nUser=\n".write(toFile: local + "/earshotd@.service.d/override.conf", atomically: false, encoding: .utf8)
+        #expect(ServiceUnits.user(ofUnit: "earshotd@.service", in: [local, vendor]) == "")
+        #expect(ServiceUnits.users(in: [local, vendor]) == [])
+        // Masked (a link to /dev/null in /etc): no such service.
+        #expect(unlink(local + "/earshotd.service.d/override.conf") == 0)
+        #expect(ServiceUnits.user(ofUnit: "earshotd.service", in: [local, vendor]) == "earshot")
+        #expect(symlink("/dev/null", local + "/earshotd.service") == 0)
+        #expect(ServiceUnits.user(ofUnit: "earshotd.service", in: [local, vendor]) == nil)
+        // SYSTEMD_UNIT_PATH as systemd reads it: an empty item stands for the default directories.
+        #expect(ServiceUnits.directories(unitPath: nil) == ServiceUnits.defaultDirectories)
+        #expect(ServiceUnits.directories(unitPath: "/a:/b") == ["/a", "/b"])
+        #expect(ServiceUnits.directories(unitPath: "/a:") == ["/a"] + ServiceUnits.defaultDirectories)
+    }
+
+    static func copyfile(_ source: String, to destination: String) -> Bool {
+        (try? FileManager.default.copyItem(atPath: source, toPath: destination)) != nil
+    }
+
     @Test("earshotd --check-config prints the warning for a world-readable url_file and exits 0", .needsEarshotdBuilt)
     func checkConfigWarnsWorldReadable() throws {
         let scratch = try Scratch()
@@ -301,7 +444,7 @@ struct NotifySecretTests {
         try disabled.checkSecretFiles(readableBy: "nobody")
     }
 
-    @Test("earshotd --check-config run as root refuses a url_file the service's user earshot cannot read, exit 78 (trial 13 D3)",
+    @Test("earshotd --check-config run as root refuses a url_file the service's user earshot cannot read, exit 78, only when the installed units run earshotd as earshot (trial 13 D3, audit 14 F4)",
           .needsEarshotdBuilt,
           .enabled(if: geteuid() == 0 && getpwnam(DaemonConfiguration.serviceUser) != nil,
                    "needs root and the user earshot (the package's service user), as sudo earshotd --check-config on an installed system"))
@@ -310,11 +453,29 @@ struct NotifySecretTests {
         defer { scratch.remove() }
         let urls = try scratch.write("urls", "https://ntfy.sh/earshot-kitchen-7f3k2q\n", mode: 0o600)
         let config = try scratch.write("e.conf", "[output]\nsocket = \(scratch.file("e.sock"))\n[notify]\nurl_file = \(urls)\n", mode: 0o644)
-        let refused = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        // The package's units, installed in a unit directory of their own (SYSTEMD_UNIT_PATH).
+        let units = scratch.file("units")
+        #expect(mkdir(units, 0o755) == 0)
+        for name in ServiceUnits.names {
+            #expect(Self.copyfile(TestPaths.packageRoot.appendingPathComponent("systemd/\(name)").path, to: units + "/" + name))
+        }
+        let installed = ["SYSTEMD_UNIT_PATH": units]
+        let refused = try #require(try EarshotdRun.run(["--config", config, "--check-config"], environment: installed))
         #expect(refused.status == 78)
         #expect(refused.error == "earshotd: \(config):4: [notify] url_file = \(urls): earshot, the user the service runs as, cannot read it: owner root, group root, mode 0600 (chown root:earshot and chmod 640 it)\n")
+        // Units changed to run earshotd as root (systemctl edit), or no units at all: root reads it, nothing to refuse.
+        for name in ServiceUnits.names {
+            #expect(mkdir(units + "/\(name).d", 0o755) == 0)
+            try "[Service]\nUser=root\n".write(toFile: units + "/\(name).d/root.conf", atomically: false, encoding: .utf8)
+        }
+        for environment in [installed, ["SYSTEMD_UNIT_PATH": scratch.file("no-units")]] {
+            let asRoot = try #require(try EarshotdRun.run(["--config", config, "--check-config"], environment: environment))
+            #expect(asRoot.status == 0, "\(asRoot.error)")
+            #expect(asRoot.error == "")
+        }
+        for name in ServiceUnits.names { #expect(unlink(units + "/\(name).d/root.conf") == 0) }
         try ServiceSecretFile.write("https://ntfy.sh/earshot-kitchen-7f3k2q\n", to: urls)
-        let passed = try #require(try EarshotdRun.run(["--config", config, "--check-config"]))
+        let passed = try #require(try EarshotdRun.run(["--config", config, "--check-config"], environment: installed))
         #expect(passed.status == 0, "\(passed.error)")
         #expect(passed.error == "")
     }

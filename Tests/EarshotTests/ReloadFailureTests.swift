@@ -63,4 +63,45 @@ struct ReloadFailureTests {
         daemon.signal(SIGTERM)
         #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
     }
+
+    @Test("SIGHUP with a URL written in [notify] url_file, then in a class name: config_reload_failed shows it cut to subscribers, the log and the status reply (audit 14 F2)",
+          .needsEarshotdBuilt)
+    func failedReloadRedactsURLs() throws {
+        let scratch = try DaemonScratch(["[detection]", "watch = smoke_alarm"])
+        defer { scratch.remove() }
+        let daemon = try DaemonProcess(["--config", scratch.config.path, "--device", "earshot_no_such_pcm"])
+        var connected: EventSubscriber?
+        #expect(TestWait.until(seconds: 30) { connected = try? SocketTestSupport.subscriber(scratch.socket); return connected != nil },
+                "\(daemon.errorText)")
+        let subscriber = try #require(connected)
+        let good = try String(contentsOf: scratch.config, encoding: .utf8)
+        /// The message of the config_reload_failed the socket sends after a reload with `text`.
+        func reloadFailure(_ text: String) throws -> String? {
+            try text.write(to: scratch.config, atomically: true, encoding: .utf8)
+            daemon.signal(SIGHUP)
+            while case .line(let line) = try subscriber.readLine(timeoutSeconds: 30) {
+                guard let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any],
+                      object["type"] as? String == "health", object["state"] as? String == "config_reload_failed" else { continue }
+                return object["message"] as? String
+            }
+            return nil
+        }
+        // Lines 8 and 9: found while the file is read.
+        let urlFile = "\(scratch.config.path):9: [notify] url_file = https://ntfy.sh/my-s…: takes the path of a file holding the URLs, not a URL (write the URL in that file, one per line, or in url); running the previous configuration"
+        #expect(try reloadFailure(good + "[notify]\nurl_file = https://ntfy.sh/my-secret-topic-xyz\n") == urlFile, "\(daemon.errorText)")
+        #expect(TestWait.until(seconds: 10) { daemon.errorText.contains("earshotd: health config_reload_failed: \(urlFile)\n") },
+                "\(daemon.errorText)")
+        let status = try #require(try MQTTBrokerTests.status(socket: scratch.socket, timeout: 10))
+        #expect((status["reload_error"] as? [String: Any])?["message"] as? String == urlFile, "\(status)")
+        // Found after the file was read (the class names against the classifier's labels): the same.
+        let withWatch = good.replacingOccurrences(of: "watch = smoke_alarm", with: "watch = smoke_alarm kettle")
+        let className = "\(scratch.config.path):9: [group.kettle] classes: unknown class \"https://ntfy.sh/my-s…\" (no model named https is loaded; add its file to [models] files); running the previous configuration"
+        let message = try reloadFailure(withWatch + "[group.kettle]\nclasses = https://ntfy.sh/my-secret-topic-xyz\nthreshold = 0.5\n")
+        #expect(message == className, "\(daemon.errorText)")
+        #expect(TestWait.until(seconds: 10) { daemon.errorText.contains("earshotd: health config_reload_failed: \(className)\n") },
+                "\(daemon.errorText)")
+        daemon.signal(SIGTERM)
+        #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
+        #expect(!daemon.errorText.contains("my-secret-topic"), "\(daemon.errorText)")
+    }
 }

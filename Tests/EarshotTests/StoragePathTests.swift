@@ -15,11 +15,15 @@ enum EarshotdRun {
         return FileManager.default.isExecutableFile(atPath: url.path) ? url : nil
     }
 
-    static func run(_ arguments: [String]) throws -> (status: Int32, output: String, error: String)? {
+    /// Runs earshotd with `arguments`, its environment this process's with `environment` on top.
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, output: String, error: String)? {
         guard let executable else { return nil }
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         let output = Pipe(), error = Pipe()
         process.standardOutput = output
         process.standardError = error

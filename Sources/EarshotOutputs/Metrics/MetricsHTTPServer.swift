@@ -8,8 +8,9 @@ internal import CMicroHTTPDShims
 /// ``init(endpoint:body:)`` binds and listens at once, so that an address in use is one error at start;
 /// ``start()`` hands the listening socket to libmicrohttpd, which answers from its internal polling thread:
 /// `GET` (or `HEAD`) `/metrics` gets 200 with `body()` as `text/plain; version=0.0.4; charset=utf-8` (Prometheus'
-/// text exposition format), another path 404, another method 405. At most 16 connections at once, each closed after
-/// 10 s without traffic. ``stop()`` stops the thread and closes the socket.
+/// text exposition format), another path 404, another method 405. At most ``maxConnections`` (16) connections kept
+/// at once, each closed when it has not sent a complete request within ``requestDeadlineSeconds`` (3 s) or after
+/// as long without traffic (libmicrohttpd's cap is twice that many). ``stop()`` stops the thread and closes the socket.
 ///
 /// - Important: `body` runs on libmicrohttpd's thread, once per scrape; it must be thread-safe and must not wait
 ///   for the analysis (the metrics sink copies a snapshot under its lock).

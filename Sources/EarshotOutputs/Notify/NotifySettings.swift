@@ -108,6 +108,10 @@ package struct NotifySettings: Sendable, Equatable {
         case "url":
             return addURLs(value)
         case "url_file":
+            // The keys sit side by side, and the README says to move URLs to url_file: a URL here is a mistake.
+            if value.contains("://") {
+                return "takes the path of a file holding the URLs, not a URL (write the URL in that file, one per line, or in url)"
+            }
             guard value.isEmpty || value.hasPrefix("/") else {
                 return "must be an absolute file path, e.g. /etc/earshot/notify-urls"
             }
@@ -165,7 +169,8 @@ package struct NotifySettings: Sendable, Equatable {
     /// - Throws: `EarshotError(.config)` with a one-line description of why not (missing, unreadable, not a
     ///   regular file, over ``maximumURLFileBytes``, a line that is not a URL, no URL at all), without the path or
     ///   the key's location (the caller adds them), e.g. `line 3: "https://ntfy.sh/kitc…" ends with "," (one URL per
-    ///   line, nothing after it)`. A URL is shown as ``shownURL(_:)`` shows it.
+    ///   line, nothing after it)`. A URL is shown as ``shownURL(_:)`` shows it; text without `://` (a password file
+    ///   named by mistake, a bare topic) is never quoted: `line 1 is not an http:// or https:// URL (one URL per line)`.
     package mutating func readURLFile() throws(EarshotError) {
         guard !urlFile.isEmpty else { return }
         let bytes: [UInt8]
@@ -191,9 +196,13 @@ package struct NotifySettings: Sendable, Equatable {
             let line = String(decoding: raw, as: UTF8.self).trimmingWhitespace()
             if line.isEmpty || line.hasPrefix("#") { continue }
             let words = line.split { $0 == " " || $0 == "\t" }
+            guard words[0].contains("://") else {
+                throw EarshotError(.config, "line \(index + 1) is not an http:// or https:// URL (one URL per line)")
+            }
             let shown = "line \(index + 1): \"\(Self.shownURL(String(words[0])))\""
             if words.count > 1 {
-                throw EarshotError(.config, "\(shown) is followed by \"\(Self.shownURL(String(words[1])))\" on its line (one URL per line)")
+                let next = words[1].contains("://") ? "\"\(Self.shownURL(String(words[1])))\"" : "more text"
+                throw EarshotError(.config, "\(shown) is followed by \(next) on its line (one URL per line)")
             }
             if let problem = Self.urlProblem(line) {
                 throw EarshotError(.config, "\(shown) \(problem)\(problem.hasSuffix(")") ? "" : " (one URL per line)")")
@@ -245,6 +254,17 @@ package struct NotifySettings: Sendable, Equatable {
         if authority.filter({ $0 == "@" }).count > 1 {
             return "has more than one @ before its host (write an @ in the user name or password as %40)"
         }
+        // `https://alice:pa/ss@host/x`: the authority ends at the first `/`, so the user and the start of the password
+        // would read as host and port; say what is wrong without quoting either.
+        let beyondAuthority = rest.dropFirst(authority.count).prefix { $0 != "?" && $0 != "#" }
+        if !authority.contains("@"), beyondAuthority.contains("@"), urlProblem(hostPart: hostAndPort) != nil {
+            return "has an @ after a / (a / in the user name or password is written %2F, an @ as %40)"
+        }
+        return urlProblem(hostPart: hostAndPort)
+    }
+
+    /// What is wrong with the host and port of a URL (`host:port`, `[v6]:port`), or nil.
+    private static func urlProblem(hostPart hostAndPort: String) -> String? {
         let host: Substring
         let port: Substring?
         if hostAndPort.hasPrefix("[") {
@@ -330,11 +350,17 @@ package struct NotifySettings: Sendable, Equatable {
     /// `url` as configuration errors show it: as ``shownURL(_:index:count:)`` without the position. Text without
     /// `://` (not a URL: `ntfy.sh/topic`) alike: nothing from `?` or `#` on, nothing up to an `@`, each segment
     /// after the first `/` cut to 4 characters, and the first one too unless it reads as a host (it holds a `.` or
-    /// a `:`), since a bare topic name is the secret itself.
+    /// a `:`), since a bare topic name is the secret itself. Everything up to the last `@` before `?` or `#` is
+    /// dropped, also past a `/`: in `https://alice:pa/ss@host/x` the `/` is part of a password.
     package static func shownURL(_ url: String) -> String {
-        if url.contains("://") { return shownURL(url, index: 0, count: 1) }
-        func cut(_ segment: Substring) -> String { segment.prefix(4) + (segment.count > 4 ? "…" : "") }
         let beforeQuery = url.prefix { $0 != "?" && $0 != "#" }
+        if let range = url.firstRange(of: "://") {
+            guard let at = beforeQuery.lastIndex(of: "@"), at > range.upperBound else {
+                return shownURL(url, index: 0, count: 1)
+            }
+            return shownURL(String(url[..<range.upperBound]) + url[url.index(after: at)...], index: 0, count: 1)
+        }
+        func cut(_ segment: Substring) -> String { segment.prefix(4) + (segment.count > 4 ? "…" : "") }
         let segments = beforeQuery.split(separator: "/", omittingEmptySubsequences: false)
         let first = segments[0].split(separator: "@", omittingEmptySubsequences: false).last ?? ""
         var shown = first.contains(".") || first.contains(":") ? String(first) : cut(first)
@@ -342,18 +368,24 @@ package struct NotifySettings: Sendable, Equatable {
         return shown
     }
 
-    /// `text`, a line of `[notify]` as errors quote it, with each word that holds `://` shown as
-    /// ``shownURL(_:)`` shows it.
-    package static func redactingURLs(_ text: String) -> String {
-        guard text.contains("://") else { return text }
+    /// `message`, a configuration error, with every URL it quotes from `source` (the configuration file's text, or
+    /// the value quoted) shown as ``shownURL(_:)`` shows it, whatever key, value or line quotes it: a notification
+    /// URL is a password, and a failed reload's error goes to the socket's subscribers, MQTT and the status reply.
+    /// A word of `message` (split at white space and `"`) is a URL when it holds `://`, or reads as `HOST/PATH`
+    /// (`ntfy.sh/topic`: the part before its first `/` holds a `.` or a `:` and does not start with `.`); it is
+    /// shown cut when its text (up to an escape's `\`, without a `...` or `…` cut) appears in `source`. A `(`
+    /// before it and `:`, `,`, `;`, `.`, `)` and a cut after it stay as they are. The message's own examples
+    /// (`e.g. https://ntfy.sh/my-earshot-alerts`) and paths are not in `source`, and stay whole.
+    package static func redactingURLs(_ message: String, quoting source: String) -> String {
+        guard !source.isEmpty else { return message }
         var out = ""
         var word = ""
         func flush() {
-            out += word.contains("://") ? shownURL(word) : word
+            out += redactedWord(word, quoting: source)
             word = ""
         }
-        for character in text {
-            if character == " " || character == "\t" {
+        for character in message {
+            if character == " " || character == "\t" || character == "\"" {
                 flush()
                 out.append(character)
             } else {
@@ -362,6 +394,29 @@ package struct NotifySettings: Sendable, Equatable {
         }
         flush()
         return out
+    }
+
+    private static func redactedWord(_ word: String, quoting source: String) -> String {
+        var core = Substring(word)
+        var before = "", after = ""
+        while core.first == "(" { before.append(core.removeFirst()) }
+        while true {
+            if core.hasSuffix("...") {
+                after = "..." + after
+                core = core.dropLast(3)
+            } else if let last = core.last, ":,;.)…".contains(last) {
+                after = String(last) + after
+                core = core.dropLast()
+            } else {
+                break
+            }
+        }
+        let head = core.prefix { $0 != "/" }
+        let looksLikeURL = core.contains("://")
+            || (core.contains("/") && !head.isEmpty && !head.hasPrefix(".") && (head.contains(".") || head.contains(":")))
+        let probe = core.prefix { $0 != "\\" }
+        guard looksLikeURL, !probe.isEmpty, source.contains(probe) else { return word }
+        return before + shownURL(String(core)) + after
     }
 
     /// `scheme://host[:port]` of `url`, without user, path or query (a ntfy topic or a webhook token in the path

@@ -23,8 +23,10 @@ extension DaemonConfiguration {
     ///   audio. E.g. `/etc/earshot/earshotd.conf:4: [capture] input: /srv/a.wav: no such file (check the path)`;
     ///   those of ``checkStoragePaths()`` (78) and of ``loadSnoreHead()`` (a `[sleep] model` that is not a head
     ///   with label `snoring`); those of ``checkFallbackInput(_:)`` for `--fallback-input`; those of
-    ///   ``readNotifyURLs()`` (78); with `serviceUser` (by default ``serviceUser`` when run as root, who reads any
-    ///   file), those of ``checkSecretFiles(readableBy:)`` (78: the service could not read a password or URL file);
+    ///   ``readNotifyURLs()`` (78); for each of `serviceUsers` (by default, when run as root, who reads any file,
+    ///   the users the installed units of earshotd run it as: ``ServiceUnits/users(in:)``, `earshot` with the
+    ///   package's units; none without them, or when they run it as root), those of
+    ///   ``checkSecretFiles(readableBy:)`` (78: the service could not read a password or URL file);
     ///   with `[mqtt] enabled`, those of ``readMQTTPassword()`` (78) and
     ///   ``checkMQTTBroker(timeout:)`` (69 unreachable, 78 refused credentials), after which the line adds
     ///   `; the MQTT broker HOST:PORT accepted the connection`; with `[metrics] enabled`, those of
@@ -35,13 +37,13 @@ extension DaemonConfiguration {
     ///   that do nothing or lose events; and a line per `[models]` model trained on another window than `[analysis]
     ///   window` (``HeadModelSet/windowMismatches(windowDuration:)``).
     package static func check(
-        commandLine: DaemonCommandLine, serviceUser: String? = geteuid() == 0 ? DaemonConfiguration.serviceUser : nil,
+        commandLine: DaemonCommandLine, serviceUsers: [String] = geteuid() == 0 ? ServiceUnits.users() : [],
         warn: (String) -> Void = { _ in }
     ) throws(EarshotError) -> String {
         var configuration = try load(path: commandLine.configPath, overrides: commandLine.overrides)
         try configuration.readMQTTPassword()
         try configuration.readNotifyURLs()
-        if let serviceUser { try configuration.checkSecretFiles(readableBy: serviceUser) }
+        for user in serviceUsers { try configuration.checkSecretFiles(readableBy: user) }
         let models = try configuration.loadHeadModels().set
         _ = try configuration.resolvedGroups(classLabels: try BuiltInClassifier.shared().classLabels + models.classLabels)
         try configuration.checkStoragePaths()

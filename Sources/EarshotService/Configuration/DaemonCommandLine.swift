@@ -23,7 +23,7 @@ package struct DaemonCommandLine: Sendable, Equatable {
         case help
         /// Print "earshotd VERSION" (``earshotVersion``) on standard output and exit 0.
         case version
-        /// Check the configuration as ``DaemonConfiguration/check(commandLine:serviceUser:warn:)`` does (settings, class names, the
+        /// Check the configuration as ``DaemonConfiguration/check(commandLine:serviceUsers:warn:)`` does (settings, class names, the
         /// input file), print its one-line result or the first error, and exit (0 or the error's status).
         case checkConfig
     }

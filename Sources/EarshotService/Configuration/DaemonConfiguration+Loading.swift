@@ -105,6 +105,29 @@ extension DaemonConfiguration {
     }
 
     package static func parse(bytes: [UInt8], source: String) throws(EarshotError) -> DaemonConfiguration {
+        do {
+            return try parseEntries(bytes: bytes, source: source)
+        } catch {
+            throw redactingURLs(in: error, quoting: bytes)
+        }
+    }
+
+    /// `error` with every URL it quotes from `text` (a configuration file's bytes) shown cut, as the logs show a
+    /// notification URL (``NotifySettings/redactingURLs(_:quoting:)``), whatever key, value or line quotes it.
+    package static func redactingURLs(in error: EarshotError, quoting text: [UInt8]) -> EarshotError {
+        let source = String(decoding: text, as: UTF8.self)
+        return EarshotError(error.code, Notify.redactingURLs(error.message, quoting: source), cause: error.cause)
+    }
+
+    /// ``redactingURLs(in:quoting:)`` with the text of the configuration file at `path` (``defaultPath`` when nil),
+    /// for errors found after the file was read (a class name of `[group.NAME] classes`, a path): the daemon's start,
+    /// `--check-config` and a reload say them through it. A file that cannot be read leaves `error` as it is.
+    package static func redactingURLs(in error: EarshotError, configPath path: String?) -> EarshotError {
+        guard let bytes = try? readConfigurationFile(path ?? defaultPath) else { return error }
+        return redactingURLs(in: error, quoting: bytes)
+    }
+
+    private static func parseEntries(bytes: [UInt8], source: String) throws(EarshotError) -> DaemonConfiguration {
         let file = INIFile(bytes: bytes)
         var parser = ConfigurationParser(source: source)
         // Entries before libinih's first problem line are checked first, so the first error in the file is reported.
@@ -121,9 +144,15 @@ extension DaemonConfiguration {
             case .tooLong(let line, let limit):
                 // libinih still read the line, cut: its key says what the line was.
                 let cut = file.entries.first { $0.line == line }
-                let fix = cut?.section == "notify" && cut?.key == "url"
-                    ? "put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file"
-                    : "split a long list over indented continuation lines"
+                let fix: String
+                if cut?.section == "notify" && cut?.key == "url" {
+                    // A URL that long fits on no line, indented or not (an indented line starts with a space).
+                    fix = longestURLBytes(bytes: bytes, line: line, continuation: cut?.isContinuation == true) >= limit
+                        ? "a URL of \(limit) bytes or more goes in a file named by [notify] url_file (one URL per line, no line limit)"
+                        : "put the URLs on indented lines after url =, one per line, or in a file named by [notify] url_file"
+                } else {
+                    fix = "split a long list over indented continuation lines"
+                }
                 throw EarshotError(.config, "\(source):\(line): line longer than \(limit) bytes; \(fix)")
             case .failed(let status):
                 throw EarshotError(.config, "\(source): libinih could not read the file (ini_parse_stream returned \(status))")
@@ -131,6 +160,19 @@ extension DaemonConfiguration {
         }
         try parser.finish()
         return parser.configuration
+    }
+
+    /// The bytes of the longest word of `[notify] url` on 1-based `line` of `bytes`, after `url =` unless the line
+    /// is a `continuation`.
+    private static func longestURLBytes(bytes: [UInt8], line: Int, continuation: Bool) -> Int {
+        let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        guard line >= 1, line <= lines.count else { return 0 }
+        var text = lines[line - 1]
+        if !continuation, let equals = text.firstIndex(where: { $0 == UInt8(ascii: "=") || $0 == UInt8(ascii: ":") }) {
+            text = text[text.index(after: equals)...]
+        }
+        let blank: Set<UInt8> = [UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\r")]
+        return text.split(whereSeparator: { blank.contains($0) }).map(\.count).max() ?? 0
     }
 }
 
@@ -251,8 +293,8 @@ package struct ConfigurationParser {
         let isWatch = entry.section == "detection" && entry.key == "watch"
         let isModels = entry.section == "models" && entry.key == "files"
         let isNotifyURL = entry.section == "notify" && entry.key == "url"
-        // A notification URL is a password: quoted, a line of [notify] shows its URLs as the logs do.
-        let shown = entry.section == "notify" ? DaemonConfiguration.Notify.redactingURLs(entry.value) : entry.value
+        // A URL quoted here is shown cut by parse(bytes:source:), as in every configuration error.
+        let shown = entry.value
         guard isGroupClasses || isWatch || isModels || isNotifyURL, previous?.section == entry.section,
               previous?.key == entry.key
         else {

@@ -3,8 +3,9 @@ import EarshotSupport
 import EarshotOutputs
 
 extension DaemonConfiguration {
-    /// The user the shipped units run earshotd as (`User=earshot`): `--check-config` run as root checks that this
-    /// user can read the files holding secrets (``checkSecretFiles(readableBy:)``).
+    /// The user the shipped units run earshotd as (`User=earshot`): `--check-config` run as root checks that the
+    /// user the installed units name (``ServiceUnits/users(in:)``), this one with the package's units, can read
+    /// the files holding secrets (``checkSecretFiles(readableBy:)``).
     package static let serviceUser = "earshot"
 
     /// The files holding secrets that the daemon reads, with their key (`[mqtt] password_file`) and where it was set:
@@ -35,7 +36,8 @@ extension DaemonConfiguration {
     }
 
     /// Secrets every local user can read, one warning line each (part of ``warnings()``): a `[mqtt] password_file`
-    /// or `[notify] url_file` with the others' read bit, and `[notify] url` written in a configuration file with it
+    /// or `[notify] url_file` others may read (``SecretFile/readableByEveryone(_:)``: the others' read bit, and
+    /// their search bit on each directory above), and `[notify] url` written in a configuration file they may read
     /// (an ntfy topic or a webhook token is a password to the household's alerts), e.g.
     /// `/etc/earshot/earshotd.conf:12: [mqtt] password_file = /etc/earshot/mqtt-password: every local user can
     /// read it, mode 0644 (make it readable by earshotd's user alone: chown root:earshot and chmod 640)`.
@@ -56,7 +58,7 @@ extension DaemonConfiguration {
         return lines
     }
 
-    /// For `--check-config` run as root, which reads any file: that `user` (the service's, ``serviceUser``) can read
+    /// For `--check-config` run as root, which reads any file: that `user` (the service's, ``ServiceUnits``) can read
     /// each file holding a secret, as the daemon must at start (``SecretFile/unreadableReason(_:user:)``; nothing
     /// to check when no such user exists).
     /// - Throws: `EarshotError(.config)` (78), as the start would fail, e.g. `/etc/earshot/earshotd.conf:12: [mqtt]

@@ -464,7 +464,10 @@ package final class EarshotDaemon: @unchecked Sendable {
                 return try PCMCapture(configuration: CaptureConfiguration(device: capture.device))
             } catch {
                 guard let fallback = commandLine.fallbackInput, !deviceHasWorked.load(ordering: .relaxed) else { throw error }
-                let line = (error as? EarshotError)?.message ?? "\(error)"
+                // A URL the error quotes from the file is shown cut, as at start: this line goes to every output.
+            let line = (error as? EarshotError).map {
+                DaemonConfiguration.redactingURLs(in: $0, configPath: commandLine.configPath).message
+            } ?? "\(error)"
                 journal.log("\(line); streaming \(fallback) through the live pipeline instead")
                 usingFallback.store(true, ordering: .relaxed)
                 return try RealtimeFileSource(path: fallback)
@@ -1040,7 +1043,10 @@ package final class EarshotDaemon: @unchecked Sendable {
         } catch {
             // A stop that began meanwhile left the pipeline stopped: nothing to tell.
             guard !stopping.load(ordering: .acquiring) else { return }
-            let line = (error as? EarshotError)?.message ?? "\(error)"
+            // A URL the error quotes from the file is shown cut, as at start: this line goes to every output.
+            let line = (error as? EarshotError).map {
+                DaemonConfiguration.redactingURLs(in: $0, configPath: commandLine.configPath).message
+            } ?? "\(error)"
             // Every output hears it (the journal as `health config_reload_failed`), and the status reply shows it
             // until a reload succeeds: `systemctl reload` reports success whatever the file says.
             let message = "\(DisplayText.escaped(line)); running the previous configuration"
