@@ -10,15 +10,8 @@ package enum SecretFile {
     /// `root:earshot` 0750 directory is read by root and the group alone). Nil when others may not, or when it
     /// cannot be resolved or stat'ed (reading it says why).
     package static func readableByEveryone(_ path: String) -> mode_t? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        let file = String(cString: resolved)
-        free(resolved)
-        var prefix = ""
-        for component in file.split(separator: "/").dropLast() {
-            prefix += "/" + component
-            var info = stat()
-            guard stat(prefix, &info) == 0, info.st_mode & S_IXOTH != 0 else { return nil }
-        }
+        guard let (file, directories) = resolved(path),
+              directories.allSatisfy({ $0.info.st_mode & S_IXOTH != 0 }) else { return nil }
         var info = stat()
         guard stat(file, &info) == 0, info.st_mode & S_IROTH != 0 else { return nil }
         return info.st_mode & 0o7777
@@ -29,21 +22,30 @@ package enum SecretFile {
     /// root, mode 0600`, or for a directory above it `the directory /srv/x (owner root, group root, mode 0700) does
     /// not let it through`.
     package static func unreadableReason(_ path: String, user name: String) -> String? {
-        guard let user = Account(name: name), user.uid != 0, let resolved = realpath(path, nil) else { return nil }
+        guard let user = Account(name: name), user.uid != 0, let (file, directories) = resolved(path) else { return nil }
+        if let closed = directories.first(where: { !user.may(S_IXUSR, S_IXGRP, S_IXOTH, $0.info) }) {
+            return "the directory \(closed.path) (\(describe(closed.info))) does not let it through"
+        }
+        var info = stat()
+        guard stat(file, &info) == 0 else { return nil }
+        return user.may(S_IRUSR, S_IRGRP, S_IROTH, info) ? nil : describe(info)
+    }
+
+    /// `path` with every link resolved (`realpath`), and the directories above it from `/` down with their
+    /// `stat`; nil when it cannot be resolved or a directory cannot be stat'ed.
+    private static func resolved(_ path: String) -> (file: String, directories: [(path: String, info: stat)])? {
+        guard let resolved = realpath(path, nil) else { return nil }
         let file = String(cString: resolved)
         free(resolved)
+        var directories: [(path: String, info: stat)] = []
         var prefix = ""
         for component in file.split(separator: "/").dropLast() {
             prefix += "/" + component
             var info = stat()
             guard stat(prefix, &info) == 0 else { return nil }
-            if !user.may(S_IXUSR, S_IXGRP, S_IXOTH, info) {
-                return "the directory \(prefix) (\(describe(info))) does not let it through"
-            }
+            directories.append((prefix, info))
         }
-        var info = stat()
-        guard stat(file, &info) == 0 else { return nil }
-        return user.may(S_IRUSR, S_IRGRP, S_IROTH, info) ? nil : describe(info)
+        return (file, directories)
     }
 
     /// The name of the primary group of the user `name` (`earshot` for `earshot`, `nogroup` for Debian's
