@@ -705,6 +705,36 @@ struct AlarmPatternTests {
         #expect(steady.first?.cycles == 3)
     }
 
+    @Test("a shatter repeated every 20 s whose tail rings on at 2264 Hz 38 dB below it raises no alarm_chirp; the same ring alone does")
+    func impulseRingIsNoChirp() throws {
+        // trial14 D5: breaking glass repeated every 9 s left, 0.45 s after every other shatter, a 0.05 s ring at
+        // 2264 Hz 40 dB below it, isolated and steady, which made three "chirps" 18 s apart. Here: a 0.1 s burst of
+        // white noise (RMS 0.3, decaying) at 2, 22, 42 and 62 s, each followed 0.45 s later by a 0.05 s 2264 Hz
+        // tone of amplitude 0.003 (-53.5 dBFS), in digital silence.
+        let rate = 16_000
+        let rings = (0..<4).map { AlarmSignals.Tone(start: 2.45 + 20 * Double($0), duration: 0.05, frequencyHz: 2264) }
+        let ringsAlone = AlarmSignals.render(rings, seconds: 70, sampleRate: rate, amplitude: 0.003)
+        var withShatters = ringsAlone
+        let burst = whiteNoise(count: rate / 10, rms: 0.3, seed: 14)
+        for repetition in 0..<4 {
+            let first = (2 + 20 * repetition) * rate
+            for n in burst.indices { withShatters[first + n] += burst[n] * Float(exp(-Double(n) / (0.03 * Double(rate)))) }
+        }
+        // Alone, the rings are a chirp series: an alarm_chirp at the third (42.45 s, decided 2.5 s later).
+        let alone = onsets(detect(ringsAlone, sampleRate: rate), AlarmEvent.alarmChirp)
+        #expect(alone.count == 1)
+        #expect(alone.first.map { abs($0.time - 44.95) <= 0.03 } == true)
+        // After a shatter each ring stands 37.9 dB below the loudest sound of the second before it (more than
+        // AlarmPatternMatcher.chirpMaximumPrecedingDB, 20 dB): no chirp.
+        let tracker = try ToneTracker(sampleRate: rate)
+        let ring = try #require((tracker.process(withShatters, framePosition: 0) + tracker.finish()).first {
+            abs($0.frequencyHz - 2264) <= 20 && abs($0.start - 2.45) <= 0.05
+        })
+        #expect(abs(ring.precedingPeakDBFS - ring.peakLevelDBFS - 37.9) <= 0.5, "\(ring.precedingPeakDBFS - ring.peakLevelDBFS) dB")
+        #expect(onsets(detect(withShatters, sampleRate: rate), AlarmEvent.alarmChirp).isEmpty)
+        #expect(smokeOrCO(detect(withShatters, sampleRate: rate)).isEmpty)
+    }
+
     @Test("cases that were decided late at 0 dB SNR (issue 5) are decided within the deadline: first cycle + 4 s",
           .needsShared,
           arguments: [

@@ -69,7 +69,8 @@ package struct PatternMatch: Sendable, Equatable {
 ///   after the alarm starts). An echo of the fourth beep 6 dB down is dropped; a burst followed by another tone of
 ///   its frequency within 0.9 s is not T4.
 /// - Chirp: a tone of at most 0.35 s at 2 kHz or more (the detector's piezo), 20 dB or more above its noise floor,
-///   steady (frequency spread <= 10 Hz), with no other beep of its frequency (within 2 % and 10 dB) within 2.5 s on
+///   steady (frequency spread <= 10 Hz), no more than ``chirpMaximumPrecedingDB`` (20 dB) below the loudest sound
+///   of the second before it (``ToneSegment/precedingPeakDBFS``: a glass's ringing after its shatter), with no other beep of its frequency (within 2 % and 10 dB) within 2.5 s on
 ///   either side; a match when the previous such chirp of this detector (within 0.5 %, 4 dB and 0.05 s of it) was 15
 ///   to 120 s before. ``PatternMatch/count`` is the chirps of the series at a steady interval: a chirp whose
 ///   interval differs from the series' previous interval by more than ``chirpIntervalTolerance`` starts a new series
@@ -95,6 +96,11 @@ package struct AlarmPatternMatcher: Sendable {
     package static let chirpMinimumSNRDB = 20.0
     /// Lowest chirp frequency, Hz: low-battery chirps come from the detector's piezo (2-4 kHz).
     package static let chirpMinimumHz = 2000.0
+    /// How far (dB) the loudest sound of the second before a chirp (``ToneSegment/precedingPeakDBFS``) may stand
+    /// above the chirp's peak: a chirp is a short tone out of the room's sound, not one resonance ringing on in the
+    /// tail of an impulsive broadband sound. Tuning (the tuning twin's chirps and `earshot eval`'s, in speech and
+    /// household noise at 0 dB): chirps at most 14 dB below it; a breaking glass's resonances 25-37 dB below it.
+    package static let chirpMaximumPrecedingDB = 20.0
     /// How far (s) a chirp's interval may differ from the previous interval of its series and still continue it:
     /// the larger of 1 s and 3 % of the previous interval (a detector's timer keeps its period to well under a
     /// second; the chirp's measured start moves by a frame or two).
@@ -190,9 +196,10 @@ package struct AlarmPatternMatcher: Sendable {
             addToBursts(tone)
             // A chirp is a detector's piezo sounding 20 dB or more above the noise of its band (a bit of noise is
             // not, usually), at 2 kHz or more,
-            // steady in frequency (a voice's harmonics glide).
+            // steady in frequency (a voice's harmonics glide), and not the ringing tail of a much louder sound.
             if tone.duration <= 0.35, tone.peakSNRDB >= Self.chirpMinimumSNRDB, tone.frequencyHz >= Self.chirpMinimumHz,
-               tone.frequencySpreadHz <= 10 {
+               tone.frequencySpreadHz <= 10,
+               tone.precedingPeakDBFS - tone.peakLevelDBFS <= Self.chirpMaximumPrecedingDB {
                 chirpCandidates.append(tone)
             }
         }

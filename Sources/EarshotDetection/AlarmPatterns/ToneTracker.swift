@@ -36,13 +36,19 @@ package struct ToneSegment: Sendable, Equatable {
     /// ``ToneTracker/maximumLevelDips``). A T4 burst whose beeps a very reverberant room merged into one tone keeps
     /// its 0.2 s beat here; ``AlarmPatternMatcher`` reads it only for bursts whose tones fit no grid of four.
     package var levelDips: [Double] = []
+    /// The loudest frame of the tracker's band (300 Hz to 1.15 x ``ToneTracker/Parameters/maximumHz``, all of its
+    /// power) in the second before the tone's first frame, in dBFS on the scale of ``peakLevelDBFS``: a ringing
+    /// resonance in the tail of an impulsive sound (breaking glass: 37 dB above the tone) comes after a much louder
+    /// sound, a detector's chirp out of the room's sound. -infinity before the stream's second frame, and for
+    /// segments made without a tracker.
+    package var precedingPeakDBFS: Double = -.infinity
 
     /// `end - start` in seconds. A segment of one frame has duration 0; add one hop for the audible length.
     package var duration: Double { end - start }
 
     package init(start: Double, end: Double, frequencyHz: Double, levelDBFS: Double, peakLevelDBFS: Double,
                 peakSNRDB: Double = 0, frequencySpreadHz: Double = 0, envelopePeriodicity: Double = 0,
-                levelDips: [Double] = []) {
+                levelDips: [Double] = [], precedingPeakDBFS: Double = -.infinity) {
         self.start = start
         self.end = end
         self.frequencyHz = frequencyHz
@@ -52,11 +58,12 @@ package struct ToneSegment: Sendable, Equatable {
         self.frequencySpreadHz = frequencySpreadHz
         self.envelopePeriodicity = envelopePeriodicity
         self.levelDips = levelDips
+        self.precedingPeakDBFS = precedingPeakDBFS
     }
 
     /// `pieces` (one tone's, in start order) with each that starts at most `gap` seconds (frame centre to frame
-    /// centre) after the previous one ends joined to it: the joined segment keeps the first piece's start, frequency
-    /// and levels, ends where the last ends, and takes the highest peak level and peak SNR.
+    /// centre) after the previous one ends joined to it: the joined segment keeps the first piece's start, frequency,
+    /// levels and preceding peak, ends where the last ends, and takes the highest peak level and peak SNR.
     package static func joined(_ pieces: [ToneSegment], gap: Double) -> [ToneSegment] {
         var joined: [ToneSegment] = []
         for piece in pieces {
@@ -201,6 +208,10 @@ package final class ToneTracker {
     /// place); empty unless ``Parameters/tracksEnvelopeBeat``.
     private var envelopes: [EnvelopeModulation] = []
     private var ended: [Ended] = []
+    /// The band power of the last ``precedingFrames`` frames (a ring; `bandRingNext` is the oldest), this one included
+    /// once ``step(bandEnergy:time:finished:)`` has stored it.
+    private var bandRing: [Double] = []
+    private var bandRingNext = 0
     private var peaks: [(bin: Int, fractional: Double, level: Double)] = []
     private var claimed: [Bool] = []
 
@@ -219,6 +230,8 @@ package final class ToneTracker {
         var lastOn: Double
         var peakPower: Double
         var peakSNR: Double
+        /// The loudest band power of the frames before the segment's first (``ToneSegment/precedingPeakDBFS``).
+        var precedingPeak: Double
         var sumDB: Double = 0
         var sumBin: Double = 0
         var frames = 0
@@ -262,6 +275,23 @@ package final class ToneTracker {
     package static let levelDipWindowSeconds = 1.2
     /// Most dips kept per segment.
     package static let maximumLevelDips = 8
+
+    /// Frames of band power kept for ``ToneSegment/precedingPeakDBFS``: 1 s at the 10 ms hop.
+    private var precedingFrames: Int { max(1, Int((1.0 / parameters.hopSeconds).rounded())) }
+
+    /// The highest band power in the ring but the last `frames` + 1 stored (the frames a starting segment was a
+    /// candidate in, and one before them: its onset's splatter); 0 when there is none.
+    private func precedingBandPeak(excludingLast frames: Int) -> Double {
+        let count = bandRing.count
+        var peak = 0.0
+        let skip = min(count, frames + 1)
+        for back in skip..<count {
+            // The n-th newest is at bandRingNext - 1 - n (mod count) once full; before, at count - 1 - n.
+            let index = count < precedingFrames ? count - 1 - back : (bandRingNext - 1 - back + 2 * count) % count
+            peak = max(peak, bandRing[index])
+        }
+        return peak
+    }
 
     /// A segment that ended less than 1 s ago: its bin, peak power and the lowest power seen there since (for the
     /// rise rule).
@@ -422,6 +452,8 @@ package final class ToneTracker {
         running.removeAll(keepingCapacity: true)
         envelopes.removeAll(keepingCapacity: true)
         ended.removeAll(keepingCapacity: true)
+        bandRing.removeAll(keepingCapacity: true)
+        bandRingNext = 0
         floors.update(repeating: .infinity)
         blockSums.update(repeating: 0)
         framesInBlock = 0
@@ -446,7 +478,7 @@ package final class ToneTracker {
             frequencySpreadHz: binHz * max(0, running.peakSquares / Double(max(running.peaks, 1))
                 - pow(running.peakSum / Double(max(running.peaks, 1)), 2)).squareRoot(),
             envelopePeriodicity: envelopes.isEmpty ? 0 : envelopes[index].periodicity(minimumVariance: 0.25).score,
-            levelDips: running.dips)
+            levelDips: running.dips, precedingPeakDBFS: running.precedingPeak > 0 ? dbfs(running.precedingPeak) : -.infinity)
     }
 
     private func dbfs(_ lobePower: Double) -> Double { 10 * log10(max(lobePower * powerScale, 1e-20)) }
@@ -637,6 +669,12 @@ package final class ToneTracker {
 
     private func step(bandEnergy: Double, time: Double, finished: inout [ToneSegment]) {
         for p in claimed.indices { claimed[p] = false }
+        if bandRing.count < precedingFrames {
+            bandRing.append(bandEnergy)
+        } else {
+            bandRing[bandRingNext] = bandEnergy
+            bandRingNext = (bandRingNext + 1) % bandRing.count
+        }
         // Running segments follow the energy at their frequency.
         var index = 0
         while index < running.count {
@@ -720,6 +758,7 @@ package final class ToneTracker {
             running.append(Running(
                 bin: candidate.bin, start: candidate.startTime, lastOn: time, peakPower: level,
                 peakSNR: snr(level, at: nearest(candidate.bin)),
+                precedingPeak: precedingBandPeak(excludingLast: candidate.count),
                 sumDB: dbfs(level) * Double(candidate.count), sumBin: candidate.bin * Double(candidate.count),
                 frames: candidate.count, peakSum: candidate.peakSum, peakSquares: candidate.peakSquares,
                 peaks: candidate.count))
