@@ -50,12 +50,13 @@ enum Commands {
         (VersionCommand.usage, "print the version"),
     ]
 
-    /// One entry of the list: the command on its own line with the summary below it when it is wider than 31
-    /// columns.
+    /// One entry of the list: the command on its own line with the summary below it when fewer than two spaces
+    /// would part them (wider than 30 columns): help2man, which makes the man page from this text, takes a single
+    /// space as part of the command, and runs the entries after it together (trial 14 D4).
     static func listEntry(_ usage: String, _ summary: String) -> String {
         let command = usage.hasPrefix("usage: earshot ") ? String(usage.dropFirst("usage: earshot ".count)) : usage
         let column = 32
-        if command.count < column {
+        if command.count + 2 <= column {
             return "  " + command + String(repeating: " ", count: column - command.count) + summary
         }
         return "  " + command + "\n" + String(repeating: " ", count: column + 2) + summary

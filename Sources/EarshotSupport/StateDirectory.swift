@@ -17,3 +17,33 @@ public enum StateDirectory {
         return entry.hasSuffix("/") ? String(entry.dropLast()) : entry
     }
 }
+
+extension StateDirectory {
+    /// The directory of earshotd's configuration files; `earshotd@NAME` reads NAME.conf in it.
+    public static let configurationDirectory = "/etc/earshot"
+
+    /// The instance of systemd/earshotd@.service whose configuration file `configurationFile` is, and the state
+    /// directory that instance runs with: the unit starts `earshotd --config /etc/earshot/NAME.conf` with
+    /// `StateDirectory=earshot/NAME`, so its `$STATE_DIRECTORY` is /var/lib/earshot/NAME. nil for any other file,
+    /// /etc/earshot/earshotd.conf (earshotd.service's) included. A relative path is taken from
+    /// `currentDirectory`; `.` and `..` are resolved, symbolic links are not (the unit names the file itself).
+    ///
+    /// `earshot history --config /etc/earshot/garage.conf` reads the history earshotd@garage writes through this
+    /// (trial 14 D3).
+    public static func instance(configurationFile: String, currentDirectory: String) -> (name: String, directory: String)? {
+        let absolute = configurationFile.hasPrefix("/") ? configurationFile : currentDirectory + "/" + configurationFile
+        var parts: [Substring] = []
+        for part in absolute.split(separator: "/") {
+            switch part {
+            case ".": continue
+            case "..": if !parts.isEmpty { parts.removeLast() }
+            default: parts.append(part)
+            }
+        }
+        guard let file = parts.popLast(), "/" + parts.joined(separator: "/") == configurationDirectory,
+              file.hasSuffix(".conf") else { return nil }
+        let name = String(file.dropLast(".conf".count))
+        guard !name.isEmpty, name != "earshotd" else { return nil }
+        return (name, fallback + "/" + name)
+    }
+}

@@ -135,4 +135,30 @@ struct CommandLineTests {
         #expect(help.outputLines.contains("  help [COMMAND]                  show this text, or COMMAND's help (as earshot COMMAND --help)"))
         for flag in ["--help", "-h"] { #expect(try Self.run([flag]).standardOutput == help.standardOutput) }
     }
+
+    @Test("earshot help: two spaces at least between a command and its summary, else the summary on the next line (help2man makes the man page from it; trial 14 D4)",
+          .needsEarshotBuilt)
+    func helpColumns() throws {
+        let help = try Self.run(["help"])
+        let lines = help.outputLines
+        let status = try #require(lines.firstIndex(of: "  status [--socket PATH] [--json]"), "\(lines)")
+        #expect(Array(lines[status...].prefix(6)) == [
+            "  status [--socket PATH] [--json]",
+            "                                  what the daemon hears now (level, gate, top classes) and how it runs",
+            "  listen [--socket PATH] [--json]",
+            "                                  print what the daemon hears, a line per window, live (for setting thresholds)",
+            "  classes                         list the built-in classifier's AudioSet class labels",
+            "  devices                         list ALSA capture devices",
+        ])
+        // Every entry: a command alone on its line with its summary on the next (34 spaces in), or the command, two
+        // spaces or more, and the summary at column 34.
+        let indent = String(repeating: " ", count: 34)
+        let entries = Array(lines.drop { $0 != "commands:" }.dropFirst())
+        #expect(entries.count == 34)
+        for (index, line) in entries.enumerated() where !line.hasPrefix(indent) {
+            let summaryBelow = index + 1 < entries.count && entries[index + 1].hasPrefix(indent)
+            let characters = Array(line)
+            #expect(summaryBelow || (characters.count > 34 && String(characters[32..<34]) == "  " && characters[34] != " "), "\(line)")
+        }
+    }
 }

@@ -123,7 +123,8 @@ struct ConfigCommandLineTests {
               --input FILE|-      stream a sound file, or raw S16_LE mono from standard input (-), in real time
                                   instead of capturing
               --input-rate HZ     sample rate of raw standard input (default 16000)
-              --input-speed X|max replay --input X times faster than real time, or as fast as the analysis
+              --input-speed X|max
+                                  replay --input X times faster than real time, or as fast as the analysis
                                   reads it (max); for soak runs and benchmarks (default 1)
               --socket PATH       Unix socket for subscribers (default /run/earshot/earshot.sock)
               --watch G,G...      groups that emit events (default smoke_alarm,fire_alarm,co_alarm,baby_cry,glass_break)

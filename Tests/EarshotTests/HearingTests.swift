@@ -25,6 +25,18 @@ struct HearingTests {
             watching: baby_cry, loud; active: loud
             windows: 13 (5 gated), detections: 2, xruns: 0, clients: 1
             """)
+        // The broker: connected, with the node (trial 14 D8: with several rooms, which daemon is which), or not.
+        let connected = status.replacingOccurrences(
+            of: #""subscribers":1}"#,
+            with: #""subscribers":1,"mqtt":{"broker":"192.168.1.10:1883","node":"kitchen","connected":true,"waiting":0,"dropped":0,"published":42}}"#)
+        #expect(HearingTextFormat.status(line: connected)?.split(separator: "\n").last == "mqtt: connected to 192.168.1.10:1883 as node kitchen (42 messages published)")
+        let one = connected.replacingOccurrences(of: #""published":42"#, with: #""published":1"#)
+        #expect(HearingTextFormat.status(line: one)?.split(separator: "\n").last == "mqtt: connected to 192.168.1.10:1883 as node kitchen (1 message published)")
+        let disconnected = connected.replacingOccurrences(of: #""connected":true,"waiting":0"#, with: #""connected":false,"waiting":14"#)
+        #expect(HearingTextFormat.status(line: disconnected)?.split(separator: "\n").last == "mqtt: disconnected from 192.168.1.10:1883 (14 messages waiting)")
+        // A daemon before the node was in the reply: the line without it.
+        let older = connected.replacingOccurrences(of: #""node":"kitchen","#, with: "")
+        #expect(HearingTextFormat.status(line: older)?.split(separator: "\n").last == "mqtt: connected to 192.168.1.10:1883 (42 messages published)")
         let quiet = status.replacingOccurrences(of: #""gate_open":true"#, with: #""gate_open":false"#)
         #expect(HearingTextFormat.status(line: quiet)?.split(separator: "\n")[2] == "hears: nothing classified (the level is below the gate)")
         // Capture down: no audio arrives, so the last (or initial -120 dBFS) level says nothing about the room.

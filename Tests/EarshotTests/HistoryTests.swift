@@ -6,6 +6,7 @@ import Earshot
 import EarshotDetection
 import EarshotOutputs
 import EarshotService
+import EarshotSupport
 import EarshotTools
 
 /// A temporary directory removed at the end of a test.
@@ -642,6 +643,26 @@ struct HistoryCommandTests {
         #expect(throws: EarshotError(.usage, "--since \"1h\" is later than --until \"2h\" (give the earlier time to --since, e.g. --since 2h --until 1h)")) {
             _ = try HistoryListing.parse(["--since", "1h", "--until", "2h"], now: HistoryTests.night)
         }
+    }
+
+    @Test("--config of an instance's file, /etc/earshot/NAME.conf, means earshotd@NAME's state directory, /var/lib/earshot/NAME (the unit's StateDirectory=earshot/%i); any other file does not (trial 14 D3)")
+    func instanceConfigurationFile() {
+        func instance(_ path: String, in directory: String = "/root") -> [String]? {
+            StateDirectory.instance(configurationFile: path, currentDirectory: directory).map { [$0.name, $0.directory] }
+        }
+        #expect(instance("/etc/earshot/garage.conf") == ["garage", "/var/lib/earshot/garage"])
+        #expect(instance("garage.conf", in: "/etc/earshot") == ["garage", "/var/lib/earshot/garage"])
+        #expect(instance("earshot/living-room.conf", in: "/etc") == ["living-room", "/var/lib/earshot/living-room"])
+        #expect(instance("/etc/./earshot/../earshot/garage.conf") == ["garage", "/var/lib/earshot/garage"])
+        #expect(instance("//etc/earshot//garage.conf") == ["garage", "/var/lib/earshot/garage"])
+        // earshotd.service's own file, other directories, other names: not an instance.
+        #expect(instance("/etc/earshot/earshotd.conf") == nil)
+        #expect(instance("/etc/earshot/.conf") == nil)
+        #expect(instance("/etc/earshot/garage.conf.dpkg-dist") == nil)
+        #expect(instance("/etc/earshot/rooms/garage.conf") == nil)
+        #expect(instance("/root/garage.conf") == nil)
+        #expect(instance("garage.conf", in: "/root") == nil)
+        #expect(instance("/etc/garage.conf") == nil)
     }
 
     @Test("--config FILE: the database is its [history] path (--db wins); a missing file is 78, a directory there is named with the fix", .needsEarshotBuilt)

@@ -528,17 +528,22 @@ struct MQTTBrokerTests {
         #expect(status["muted"] as? [String] == ["baby_cry"])
         let mqtt = status["mqtt"] as? [String: Any]
         #expect(mqtt?["broker"] as? String == "127.0.0.1:\(broker.port)")
+        #expect(mqtt?["node"] as? String == "nursery")
         #expect(mqtt?["connected"] as? Bool == true)
         #expect(mqtt?["dropped"] as? Int == 0)
         #expect(status["watch"] as? [String] == ["baby_cry", "snoring", "glass_break"])
         // earshot status says it in words, and does not list it as watched (trial 7 #4).
         let text = try #require(try EarshotCLI.run(["status", "--socket", setup.socket], in: setup.directory, timeout: 30))
         #expect(text.status == 0, "\(text.standardError)")
-        #expect(text.outputLines.count == 6, "\(text.outputLines)")
+        #expect(text.outputLines.count == 7, "\(text.outputLines)")
         #expect(Array(text.outputLines.dropFirst(3).prefix(2)) == [
             "watching: snoring, glass_break",
             "muted: baby_cry (no events until unmuted or the daemon restarts)",
         ])
+        // The broker and the node, connected (trial 14 D8); the count is the discovery and state messages so far.
+        let mqttLine = text.outputLines.last ?? ""
+        #expect((try? #/mqtt: connected to 127\.0\.0\.1:\d+ as node nursery \(\d+ messages published\)/#.wholeMatch(in: mqttLine)) != nil, "\(mqttLine)")
+        #expect(mqttLine.hasPrefix("mqtt: connected to 127.0.0.1:\(broker.port) as node nursery ("), "\(mqttLine)")
         // Stream the demo's first 16 s (a baby crying from 2.9 s, snoring from 11.5 s) as raw S16_LE.
         let samples = try AudioFileDecoder(url: TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")).readAllMono()  // 16 kHz
         var pcm = Data(capacity: 16 * 16_000 * 2)

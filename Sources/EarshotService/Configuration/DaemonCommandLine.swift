@@ -72,7 +72,8 @@ package struct DaemonCommandLine: Sendable, Equatable {
               --input FILE|-      stream a sound file, or raw S16_LE mono from standard input (-), in real time
                                   instead of capturing
               --input-rate HZ     sample rate of raw standard input (default \(defaults.capture.inputSampleRate))
-              --input-speed X|max replay --input X times faster than real time, or as fast as the analysis
+              --input-speed X|max
+                                  replay --input X times faster than real time, or as fast as the analysis
                                   reads it (max); for soak runs and benchmarks (default 1)
               --socket PATH       Unix socket for subscribers (default \(defaults.output.socketPath))
               --watch G,G...      groups that emit events (default \(defaults.detection.watch.joined(separator: ",")))

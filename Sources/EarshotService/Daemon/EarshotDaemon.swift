@@ -666,12 +666,14 @@ package final class EarshotDaemon: @unchecked Sendable {
         return object
     }
 
-    /// `"mqtt":{"broker":"host:port","connected":true,"waiting":0,"dropped":0,"published":N}` with `[mqtt]` on.
+    /// `"mqtt":{"broker":"host:port","node":"kitchen","connected":true,"waiting":0,"dropped":0,"published":N}` with
+    /// `[mqtt]` on.
     private var mqttStatus: JSONObject {
-        guard let client = mqttSink?.client else { return [:] }
+        guard let sink = mqttSink else { return [:] }
+        let client = sink.client
         let backlog = client.backlog
         return ["mqtt": .object([
-            "broker": .string(client.endpoint.description), "connected": .bool(client.isConnected),
+            "broker": .string(client.endpoint.description), "node": .string(sink.settings.node), "connected": .bool(client.isConnected),
             "waiting": .int(backlog.waiting), "dropped": .int(backlog.dropped), "published": .int(client.publishedCount),
         ])]
     }

@@ -15,6 +15,7 @@ import EarshotDetection
 /// muted: smoke_alarm (no events until unmuted or the daemon restarts)
 /// windows: 24 (7 gated), detections: 2, xruns: 0, clients: 1
 /// audio lost: 23.0 s in 1 gap (capture outages, stalls and xruns)
+/// mqtt: connected to 192.168.1.10:1883 as node kitchen (42 messages published)
 /// $ earshot listen
 ///    12.48 s   -23.4 dBFS  open   Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, ...
 ///    12.96 s   -61.0 dBFS  gated
@@ -68,10 +69,18 @@ package enum HearingTextFormat {
             let lost = String(cFormat: "%.1f", object["lost_seconds"]?.doubleValue ?? 0)
             lines.append("audio lost: \(lost) s in \(gaps) gap\(gaps == 1 ? "" : "s") (capture outages, stalls and xruns)")
         }
-        // Outputs that do not reach their destination now: the broker disconnected, notification URLs failing.
-        if let mqtt = object["mqtt"], mqtt["connected"]?.boolValue == false {
-            let waiting = mqtt["waiting"]?.intValue ?? 0
-            lines.append("mqtt: disconnected from \(mqtt["broker"]?.stringValue ?? "?") (\(waiting) message\(waiting == 1 ? "" : "s") waiting)")
+        // The broker, connected (with the node: with several rooms, the quickest check of which is which) or not;
+        // notification URLs only while they fail.
+        if let mqtt = object["mqtt"] {
+            let broker = mqtt["broker"]?.stringValue ?? "?"
+            if mqtt["connected"]?.boolValue == false {
+                let waiting = mqtt["waiting"]?.intValue ?? 0
+                lines.append("mqtt: disconnected from \(broker) (\(waiting) message\(waiting == 1 ? "" : "s") waiting)")
+            } else {
+                let node = mqtt["node"]?.stringValue.map { " as node \($0)" } ?? ""
+                let published = mqtt["published"]?.intValue ?? 0
+                lines.append("mqtt: connected to \(broker)\(node) (\(published) message\(published == 1 ? "" : "s") published)")
+            }
         }
         if let notify = object["notify"], case .array(let failing)? = notify["failing"], !failing.isEmpty {
             let urls = failing.compactMap(\.stringValue).joined(separator: ", ")

@@ -65,7 +65,8 @@ package struct HistoryListing: Sendable, Equatable {
                          \(EventHistory.defaultPath), or history.sqlite3 in $STATE_DIRECTORY when that is set,
                          as for earshotd; under systemd it is readable by root: sudo earshot history)
           --config FILE  the daemon's configuration file, for its [history] path (default
-                         \(DaemonConfiguration.defaultPath) when it exists; --db wins over it)
+                         \(DaemonConfiguration.defaultPath) when it exists; --db wins over it); without one,
+                         /etc/earshot/NAME.conf reads earshotd@NAME's history, /var/lib/earshot/NAME/history.sqlite3
         Times are local time as earshotd reads it (TZ in any form the C library takes, else /etc/localtime).
         """
 
@@ -76,6 +77,10 @@ package struct HistoryListing: Sendable, Equatable {
             case flag
             /// `[history] path` in this configuration file.
             case configuration(file: String)
+            /// The history of the instance `earshotd@name`, whose configuration file (`--config
+            /// /etc/earshot/NAME.conf`) sets no `[history] path`: history.sqlite3 in /var/lib/earshot/NAME, the
+            /// instance's state directory (``StateDirectory/instance(configurationFile:currentDirectory:)``).
+            case instance(name: String)
             /// The default (no `--db`, no `[history] path`).
             case builtIn
         }
@@ -92,9 +97,17 @@ package struct HistoryListing: Sendable, Equatable {
         if let databasePath, configPath == nil { return (Database(path: databasePath, origin: .flag), nil) }
         let configuration = try DaemonConfiguration.load(path: configPath)
         if let databasePath { return (Database(path: databasePath, origin: .flag), configuration) }
-        let origin: Database.Origin = configuration.locations["history.path"] != nil
-            ? .configuration(file: configPath ?? DaemonConfiguration.defaultPath) : .builtIn
-        return (Database(path: configuration.history.path, origin: origin), configuration)
+        if configuration.locations["history.path"] != nil {
+            return (Database(path: configuration.history.path, origin: .configuration(file: configPath ?? DaemonConfiguration.defaultPath)),
+                    configuration)
+        }
+        // An instance's file: its daemon writes where systemd's StateDirectory= puts it, whatever this shell's
+        // $STATE_DIRECTORY says.
+        if let configPath,
+           let instance = StateDirectory.instance(configurationFile: configPath, currentDirectory: FileManager.default.currentDirectoryPath) {
+            return (Database(path: instance.directory + "/history.sqlite3", origin: .instance(name: instance.name)), configuration)
+        }
+        return (Database(path: configuration.history.path, origin: .builtIn), configuration)
     }
 
     /// Opens the event history to list, read only.
@@ -109,6 +122,7 @@ package struct HistoryListing: Sendable, Equatable {
         switch database.origin {
         case .flag: named = "--db \(path)"
         case .configuration(let file): named = "[history] path \(path) in \(file)"
+        case .instance(let name): named = "earshotd@\(name)'s history \(path)"
         case .builtIn: named = path
         }
         // Before the kind, which follows links: a link to a directory is a link (trial 13 D1).
