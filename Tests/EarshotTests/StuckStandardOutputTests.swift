@@ -102,7 +102,7 @@ struct StuckStandardOutputTests {
 
     @Test("the journal line for local sinks the stop did not wait for names them and the patience")
     func leftBehindLine() {
-        #expect(EarshotDaemon.leftBehindLine(["journal"]) == "the stop did not wait for the journal output: it was still busy after 1 s (writing to a standard error or a disk that does not take it?)")
-        #expect(EarshotDaemon.leftBehindLine(["history", "journal"]) == "the stop did not wait for the history, journal outputs: they were still busy after 1 s (writing to a standard error or a disk that does not take it?)")
+        #expect(EarshotDaemon.leftBehindLine(["journal"]) == "the stop did not wait for the journal output: it was still busy after 1 s (writing to a journal or a disk that does not take it?)")
+        #expect(EarshotDaemon.leftBehindLine(["history", "journal"]) == "the stop did not wait for the history, journal outputs: they were still busy after 1 s (writing to a journal or a disk that does not take it?)")
     }
 }

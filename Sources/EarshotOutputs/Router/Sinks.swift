@@ -83,7 +83,7 @@ package final class JournalOutputSink: OutputSink {
 /// alarms, health changes, clips and test alerts.
 ///
 /// Standard output may be a pipe nobody reads (a pager, a terminal stopped with Ctrl-S, a log collector that hangs):
-/// the lines are written on a queue of the sink's own, and ``deliver(_:)`` never waits for it. At most
+/// the lines are written on a queue of the sink's own (a ``LineWriter``), and ``deliver(_:)`` never waits for it. At most
 /// ``pendingLimitBytes`` wait there; a line that does not fit is dropped and counted, said once as an
 /// `output_behind` health event to the other outputs (again after standard output has taken everything and falls
 /// behind anew). ``stop()`` waits for the lines still waiting at most ``stopPatienceMilliseconds``: a stop is never
@@ -93,19 +93,8 @@ package final class StandardOutputSink: OutputSink {
     package let name = "stdout"
     /// ``deliver(_:)`` only hands the line to the writer's bounded queue.
     package let deliversWithoutWaiting = true
-    private let descriptor: Int32
-    private let writer = DispatchQueue(label: "earshot.stdout.writer")
-    private let state = Mutex(State())
+    private let writer: LineWriter
     private let reportHealth = Mutex<(@Sendable (HealthEvent) -> Void)?>(nil)
-
-    private struct State {
-        /// Bytes handed to the writer and not written yet.
-        var pendingBytes = 0
-        /// Lines dropped since start.
-        var dropped = 0
-        /// Set when a drop has been said; cleared when the writer has caught up.
-        var behind = false
-    }
 
     /// Bytes of lines that may wait for standard output before further lines are dropped: 16 KiB, about 50 lines
     /// (an onset is about 250 bytes, an end 400), on top of what the pipe or terminal itself holds (64 KiB for a
@@ -114,7 +103,9 @@ package final class StandardOutputSink: OutputSink {
     /// How long ``stop()`` waits for the lines still waiting: 250 ms.
     package static let stopPatienceMilliseconds = 250
 
-    package init(descriptor: Int32 = STDOUT_FILENO) { self.descriptor = descriptor }
+    package init(descriptor: Int32 = STDOUT_FILENO) {
+        writer = LineWriter(descriptor: descriptor, label: "earshot.stdout.writer", pendingLimitBytes: Self.pendingLimitBytes)
+    }
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
@@ -138,43 +129,16 @@ package final class StandardOutputSink: OutputSink {
     /// Runs on the routing thread under the router's lock: queues the line, or drops it, and returns at once.
     package func deliver(_ routed: RoutedOutput) {
         guard let object = EventLines.object(for: routed) else { return }
-        let line = JSONValue.object(object).encoded + "\n"
-        let size = line.utf8.count
-        enum Outcome { case queued, dropped, droppedFirst(Int) }
-        let outcome = state.withLock { state -> Outcome in
-            guard state.pendingBytes + size > Self.pendingLimitBytes else {
-                state.pendingBytes += size
-                return .queued
-            }
-            state.dropped += 1
-            if state.behind { return .dropped }
-            state.behind = true
-            return .droppedFirst(state.dropped)
-        }
-        switch outcome {
-        case .queued:
-            writer.async { [self] in
-                _ = writeAll(descriptor, line)  // closed (EPIPE): nobody to tell
-                state.withLock { state in
-                    state.pendingBytes -= size
-                    if state.pendingBytes == 0 { state.behind = false }
-                }
-            }
-        case .dropped:
-            break
-        case .droppedFirst(let dropped):
-            // Not here: routing it now would take the router's lock, which is held.
-            guard let report = reportHealth.withLock({ $0 }) else { return }
-            DispatchQueue.global().async { report(Self.behindEvent(dropped: dropped)) }
-        }
+        // Not reported here: routing it now would take the router's lock, which is held.
+        guard case .droppedFirst(let dropped) = writer.write(JSONValue.object(object).encoded + "\n"),
+              let report = reportHealth.withLock({ $0 }) else { return }
+        DispatchQueue.global().async { report(Self.behindEvent(dropped: dropped)) }
     }
 
     /// Waits for the lines still waiting, at most ``stopPatienceMilliseconds``; what standard output has not taken by
     /// then is left.
     package func stop() {
-        let written = DispatchSemaphore(value: 0)
-        writer.async { written.signal() }
-        _ = written.wait(timeout: .now() + .milliseconds(Self.stopPatienceMilliseconds))
+        writer.flush(patience: .milliseconds(Self.stopPatienceMilliseconds))
     }
 }
 

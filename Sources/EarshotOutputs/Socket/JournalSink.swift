@@ -10,6 +10,13 @@ import EarshotDetection
 /// Logs one structured journal entry per detection event and health change, or the same message line on stderr
 /// when there is no journal.
 ///
+/// Standard error may be a pipe nobody reads (`earshotd --foreground | less` left at a page, a supervisor that
+/// stopped reading): its lines are written by a ``LineWriter`` of their own, as standard output's are, so a log line
+/// never holds the thread that says it (a `mute` over the socket held the socket's queue, and with it every status
+/// reply and event, until standard error took the line). At most ``fallbackPendingLimitBytes`` wait; a line that
+/// does not fit is dropped whole and counted, and once standard error has taken what waited one line says how many
+/// were lost (``droppedLine(_:identifier:)``).
+///
 /// Fields (names are `[A-Z0-9_]`, none starting with `_`, as the journal requires for user fields):
 /// - every entry: `MESSAGE`, `PRIORITY` (syslog level), `SYSLOG_IDENTIFIER` (`earshotd`), `EARSHOT_EVENT`
 ///   (`onset`, `end`, `health`, or `test_alert` for a test alert, priority 5);
@@ -24,7 +31,8 @@ import EarshotDetection
 ///
 /// Query them with e.g. `journalctl -t earshotd EARSHOT_GROUP=smoke_alarm`.
 ///
-/// - Important: Thread-safe (sd_journal_sendv and a single write(2) per fallback line); call from any queue.
+/// - Important: Thread-safe (sd_journal_sendv, and the fallback writer's lock); call from any queue. Fallback lines
+///   are written after the call returns: ``flush(patience:)`` before the process exits.
 package final class JournalSink: Sendable {
     /// Where entries go.
     package enum Destination: Sendable, Equatable {
@@ -52,7 +60,12 @@ package final class JournalSink: Sendable {
     package let destination: Destination
     /// `SYSLOG_IDENTIFIER`, and the prefix of fallback lines.
     package let identifier: String
-    private let fallbackDescriptor: Int32
+    private let fallback: LineWriter
+
+    /// Bytes of fallback lines that may wait for standard error before further lines are dropped: 16 KiB, as for
+    /// standard output (``StandardOutputSink/pendingLimitBytes``), about 100 lines, on top of what the pipe itself
+    /// holds (64 KiB).
+    package static let fallbackPendingLimitBytes = StandardOutputSink.pendingLimitBytes
 
     /// - Parameters:
     ///   - identifier: the `SYSLOG_IDENTIFIER` value and fallback-line prefix.
@@ -64,7 +77,9 @@ package final class JournalSink: Sendable {
         fallbackDescriptor: Int32 = STDERR_FILENO
     ) {
         self.identifier = identifier
-        self.fallbackDescriptor = fallbackDescriptor
+        fallback = LineWriter(
+            descriptor: fallbackDescriptor, label: "earshot.stderr.writer", pendingLimitBytes: Self.fallbackPendingLimitBytes,
+            caughtUpLine: { dropped in Self.droppedLine(dropped, identifier: identifier) })
         destination = access(journalSocketPath, F_OK) == 0 ? .journal : .standardError
     }
 
@@ -198,32 +213,27 @@ package final class JournalSink: Sendable {
         return "\(identifier): \(message)\n"
     }
 
-    /// Logs a message as ``log(_:priority:)`` does, but without waiting for standard error: when it would block
-    /// (a full pipe nobody reads) the line is left out. For the last words of a process that must exit now.
-    package func logWithoutWaiting(_ message: String, priority: Int) {
-        write([Field("MESSAGE", message), Field("PRIORITY", String(priority)), Field("SYSLOG_IDENTIFIER", identifier)],
-              waiting: false)
+    /// The line written once standard error has taken the lines that waited for it, after `dropped` did not fit:
+    /// `earshotd: 12 log lines were dropped: standard error did not take them (is anyone reading it?)`.
+    package static func droppedLine(_ dropped: Int, identifier: String) -> String {
+        let count = dropped == 1 ? "1 log line was" : "\(dropped) log lines were"
+        return "\(identifier): \(count) dropped: standard error did not take \(dropped == 1 ? "it" : "them") (is anyone reading it?)\n"
     }
 
-    private func write(_ fields: [Field], waiting: Bool = true) {
+    /// Fallback lines dropped since start because standard error did not take them.
+    package var droppedLines: Int { fallback.droppedLines }
+
+    /// Waits until the fallback lines logged before have reached standard error, at most `patience` (for the last
+    /// words of a process about to `_exit`); returns whether they did.
+    @discardableResult
+    package func flush(patience: DispatchTimeInterval) -> Bool {
+        fallback.flush(patience: patience)
+    }
+
+    private func write(_ fields: [Field]) {
         if destination == .journal, Self.send(fields) >= 0 { return }
-        if !waiting {
-            var poller = pollfd(fd: fallbackDescriptor, events: Int16(POLLOUT), revents: 0)
-            guard poll(&poller, 1, 0) == 1, poller.revents & Int16(POLLOUT) != 0 else { return }
-        }
-        // No journal, or it refused the entry: the line still reaches the log via stderr.
-        let bytes = Array(Self.fallbackLine(for: fields, identifier: identifier).utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { Glibc.write(fallbackDescriptor, $0.baseAddress! + offset, $0.count - offset) }
-            if written > 0 {
-                offset += written
-            } else if written < 0, errno == EINTR {
-                continue
-            } else {
-                return  // stderr closed or full: nothing left to report to
-            }
-        }
+        // No journal, or it refused the entry: the line still reaches the log via stderr, without waiting for it.
+        fallback.write(Self.fallbackLine(for: fields, identifier: identifier))
     }
 
     /// Sends one entry; returns sd_journal_sendv's result (0, or a negative errno).

@@ -1080,11 +1080,11 @@ package final class EarshotDaemon: @unchecked Sendable {
     static let localSinkPatienceSeconds = 1.0
 
     /// The journal line for local sinks the stop did not wait for: `the stop did not wait for the journal output: it
-    /// was still busy after 1 s (writing to a standard error or a disk that does not take it?)`.
+    /// was still busy after 1 s (writing to a journal or a disk that does not take it?)`.
     package static func leftBehindLine(_ names: [String]) -> String {
         let outputs = names.count == 1 ? "the \(names[0]) output" : "the \(names.joined(separator: ", ")) outputs"
         let was = names.count == 1 ? "it was" : "they were"
-        return "the stop did not wait for \(outputs): \(was) still busy after \(SettingRules.format(localSinkPatienceSeconds)) s (writing to a standard error or a disk that does not take it?)"
+        return "the stop did not wait for \(outputs): \(was) still busy after \(SettingRules.format(localSinkPatienceSeconds)) s (writing to a journal or a disk that does not take it?)"
     }
 
     /// The journal line for clips still not written at the end of the stop: `2 clips were not saved:
@@ -1138,15 +1138,13 @@ package final class EarshotDaemon: @unchecked Sendable {
         stopStep.withLock { $0 = "delivering outputs to the sinks" }
         // A webhook or broker that does not answer gets what is left of the stop's time but the local sinks' share:
         // the socket's `shutdown` line and the history's commit never wait for a server.
-        // A local sink that does not finish within its patience (stuck writing to a standard error nobody reads, or
-        // to a disk) is left behind, and the next one stops: the socket's `shutdown` line goes out anyway.
+        // A local sink that does not finish within its patience (stuck writing to a journal or a disk) is left
+        // behind, and the next one stops: the socket's `shutdown` line goes out anyway.
         let leftBehind = router.stop(
             networkDeadline: stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.localStopReserveSeconds) * 1000)),
             localPatience: .milliseconds(Int(Self.localSinkPatienceSeconds * 1000)))
-        if !leftBehind.isEmpty {
-            // Without waiting: the sink left behind may be the journal's standard error.
-            journal.logWithoutWaiting(Self.leftBehindLine(leftBehind), priority: 4)
-        }
+        // Never waits for standard error (its lines wait on the journal's writer; flushed below, at most 0.25 s).
+        if !leftBehind.isEmpty { journal.log(Self.leftBehindLine(leftBehind), priority: 4) }
         if let writer = historySink?.recorder.writer, writer.statistics.backlog > 0 {
             let count = writer.statistics.backlog
             journal.log("\(count) finished event\(count == 1 ? " was" : "s were") not stored: the history \(writer.path) could not be written (see the history_unavailable message)", priority: 4)
@@ -1173,6 +1171,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         } else {
             journal.log("stopped (\(reason))")
         }
+        journal.flush(patience: .milliseconds(Int(Self.exitReserveSeconds * 1000)))
         // `_exit`, not `exit`: a notification the stop left waiting for its server is still inside libcurl on another
         // thread, and `exit` would run the atexit handlers under it (OpenSSL's OPENSSL_cleanup, registered through
         // libcurl or libmosquitto). Everything the daemon says went out with write(2) or sd_journal_sendv; stdio
@@ -1188,8 +1187,9 @@ package final class EarshotDaemon: @unchecked Sendable {
             try startThread(named: "earshot-stop") { [self] in
                 usleep(UInt32(Self.stopDeadlineSeconds * 1_000_000))
                 let running = stopStep.withLock { $0 }
-                journal.logWithoutWaiting("stop did not finish within \(SettingRules.format(Self.stopDeadlineSeconds)) s (still \(running)); exiting without waiting for it", priority: 3)
-                if let lastLine { journal.logWithoutWaiting(lastLine.text, priority: lastLine.priority) }
+                journal.log("stop did not finish within \(SettingRules.format(Self.stopDeadlineSeconds)) s (still \(running)); exiting without waiting for it", priority: 3)
+                if let lastLine { journal.log(lastLine.text, priority: lastLine.priority) }
+                journal.flush(patience: .milliseconds(Int(Self.exitReserveSeconds * 1000)))
                 _exit(status)
             }
         } catch {

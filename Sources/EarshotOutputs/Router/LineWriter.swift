@@ -1,0 +1,103 @@
+import Dispatch
+import Synchronization
+import EarshotSupport
+
+/// Writes whole lines to a descriptor (standard output, standard error) on a queue of its own, so that whoever hands
+/// it a line never waits for the descriptor: a pipe nobody reads, a terminal stopped with Ctrl-S, a log collector
+/// that hangs hold only the writer.
+///
+/// At most ``pendingLimitBytes`` of lines wait for the descriptor; a line that does not fit is dropped whole and
+/// counted (a line longer than the limit is taken when nothing waits). Lines are written in the order they were
+/// handed over, each whole: a line is either queued and written to its end (the writer loops over partial writes,
+/// retrying `EINTR`) or dropped, never cut. The writer is *behind* from the first drop until it has written everything
+/// waiting; with `caughtUpLine`, it then writes that line, given the number of lines dropped since the last such
+/// line, once (`earshotd: 12 log lines were dropped: ...`).
+///
+/// - Important: Thread-safe: ``write(_:)`` takes a lock and returns at once, from any thread.
+package final class LineWriter: Sendable {
+    /// What became of a line handed to ``write(_:)``.
+    package enum Outcome: Sendable, Equatable {
+        case queued
+        /// Dropped while the writer was behind already.
+        case dropped
+        /// The first line dropped since the writer was last caught up; `total`: lines dropped since start.
+        case droppedFirst(total: Int)
+    }
+
+    private struct State {
+        /// Bytes of lines handed to the writer's queue and not written yet.
+        var pendingBytes = 0
+        /// Lines dropped since start.
+        var dropped = 0
+        /// Lines dropped since `caughtUpLine` last said how many.
+        var droppedUnsaid = 0
+        /// Set at the first drop; cleared when the writer has written everything waiting.
+        var behind = false
+    }
+
+    /// Bytes of lines that may wait before further lines are dropped.
+    package let pendingLimitBytes: Int
+    private let descriptor: Int32
+    private let queue: DispatchQueue
+    private let state = Mutex(State())
+    private let caughtUpLine: (@Sendable (_ dropped: Int) -> String)?
+
+    /// - Parameters:
+    ///   - descriptor: where the lines go; the caller keeps it open.
+    ///   - label: the writer queue's label (`earshot.stdout.writer`).
+    ///   - pendingLimitBytes: bytes that may wait (``StandardOutputSink/pendingLimitBytes``, 16 KiB).
+    ///   - caughtUpLine: the line to write once the writer has caught up after drops, given how many were dropped
+    ///     since it last said so (nil: nothing is written; standard output's drops go out as `output_behind`).
+    package init(
+        descriptor: Int32, label: String, pendingLimitBytes: Int,
+        caughtUpLine: (@Sendable (_ dropped: Int) -> String)? = nil
+    ) {
+        self.descriptor = descriptor
+        self.pendingLimitBytes = pendingLimitBytes
+        self.caughtUpLine = caughtUpLine
+        queue = DispatchQueue(label: label)
+    }
+
+    /// Queues `line` (which ends with its newline) for the descriptor, or drops it when ``pendingLimitBytes`` would be
+    /// passed; returns at once.
+    @discardableResult
+    package func write(_ line: String) -> Outcome {
+        let size = line.utf8.count
+        let outcome = state.withLock { state -> Outcome in
+            guard state.pendingBytes > 0, state.pendingBytes + size > pendingLimitBytes else {
+                state.pendingBytes += size
+                return .queued
+            }
+            state.dropped += 1
+            state.droppedUnsaid += 1
+            if state.behind { return .dropped }
+            state.behind = true
+            return .droppedFirst(total: state.dropped)
+        }
+        guard outcome == .queued else { return outcome }
+        queue.async { [self] in
+            _ = writeAll(descriptor, line)  // closed (EPIPE, EBADF): nobody to tell
+            let note = state.withLock { state -> String? in
+                state.pendingBytes -= size
+                guard state.pendingBytes == 0 else { return nil }
+                state.behind = false
+                guard let caughtUpLine, state.droppedUnsaid > 0 else { return nil }
+                defer { state.droppedUnsaid = 0 }
+                return caughtUpLine(state.droppedUnsaid)
+            }
+            if let note { _ = writeAll(descriptor, note) }
+        }
+        return outcome
+    }
+
+    /// Lines dropped since start.
+    package var droppedLines: Int { state.withLock { $0.dropped } }
+
+    /// Waits until the lines handed over before have been written, at most `patience`; returns whether they were.
+    @discardableResult
+    package func flush(patience: DispatchTimeInterval) -> Bool {
+        let written = DispatchSemaphore(value: 0)
+        queue.async { written.signal() }
+        return written.wait(timeout: .now() + patience) == .success
+    }
+}
