@@ -464,10 +464,7 @@ package final class EarshotDaemon: @unchecked Sendable {
                 return try PCMCapture(configuration: CaptureConfiguration(device: capture.device))
             } catch {
                 guard let fallback = commandLine.fallbackInput, !deviceHasWorked.load(ordering: .relaxed) else { throw error }
-                // A URL the error quotes from the file is shown cut, as at start: this line goes to every output.
-            let line = (error as? EarshotError).map {
-                DaemonConfiguration.redactingURLs(in: $0, configPath: commandLine.configPath).message
-            } ?? "\(error)"
+                let line = (error as? EarshotError)?.message ?? "\(error)"
                 journal.log("\(line); streaming \(fallback) through the live pipeline instead")
                 usingFallback.store(true, ordering: .relaxed)
                 return try RealtimeFileSource(path: fallback)
