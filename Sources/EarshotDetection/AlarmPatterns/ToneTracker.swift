@@ -277,7 +277,7 @@ package final class ToneTracker {
     package static let maximumLevelDips = 8
 
     /// Frames of band power kept for ``ToneSegment/precedingPeakDBFS``: 1 s at the 10 ms hop.
-    private var precedingFrames: Int { max(1, Int((1.0 / parameters.hopSeconds).rounded())) }
+    private let precedingFrames: Int
 
     /// The highest band power in the ring but the last `frames` + 1 stored (the frames a starting segment was a
     /// candidate in, and one before them: its onset's splatter); 0 when there is none.
@@ -356,6 +356,7 @@ package final class ToneTracker {
         rise = pow(10, parameters.riseDB / 10)
         floorPower = pow(10, parameters.floorDBFS / 10) / powerScale
         blockFrames = max(1, Int((0.1 / parameters.hopSeconds).rounded()))
+        precedingFrames = max(1, Int((1.0 / parameters.hopSeconds).rounded()))
         blockCount = max(1, Int((parameters.noiseFloorSeconds / (Double(max(1, Int((0.1 / parameters.hopSeconds).rounded()))) * parameters.hopSeconds)).rounded()))
         let bins = high - low + 1
         blockSums = buffer(bins)
@@ -589,10 +590,8 @@ package final class ToneTracker {
     }
 
     private func analyseFrame(_ frame: UnsafePointer<Float>, time: Double, finished: inout [ToneSegment]) {
-        let input = self.input, count = windowSamples
         window.withUnsafeBufferPointer { w in
-            let w = w.baseAddress!
-            for n in 0..<count { input[n] = frame[n] * w[n] }
+            for n in 0..<windowSamples { input[n] = frame[n] * w[n] }
         }
         fftwf_execute(plan)
         let spectrum = UnsafeRawPointer(output).assumingMemoryBound(to: Float.self)
