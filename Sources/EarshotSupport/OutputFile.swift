@@ -189,13 +189,7 @@ public enum OutputFile {
             return []
         }
         defer { closedir(stream) }
-        var names: [String] = []
-        while let entry = readdir(stream) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) { pointer in
-                pointer.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
-            }
-            if isStaging(name, isOurs) { names.append(name) }
-        }
+        let names = DirectoryNames.read(stream).names.filter { isStaging($0, isOurs) }
         let owner = geteuid()
         return names.sorted().filter { name in
             var status = stat()

@@ -44,6 +44,22 @@ package enum SymbolicLinks {
                 "delete the link, which whoever may write in \(parentDirectory(of: path)) could have planted; to keep the \(contents) elsewhere, set \(setting) to the real \(kind)")
     }
 
+    /// A writer's refusal of a directory with a symbolic link in it (at its name or above it) found while the daemon
+    /// runs, after the start's check (``refusal(path:link:setting:contents:kind:)``, the directory's link first
+    /// found by ``first(in:)``): `EarshotError(.cannotCreate)` with `"\(doing) \(directory): it is a symbolic
+    /// link, which earshotd does not follow (delete the link, ...)"`, or `"...: /srv is a symbolic link, ..."` for a
+    /// directory above it; nil when `directory` has no link.
+    /// - Parameters:
+    ///   - doing: the writer's words before the path, `cannot use the clips directory`.
+    ///   - setting, contents: as for ``refusal(path:link:setting:contents:kind:)``.
+    package static func directoryRefusal(_ directory: String, doing: String, setting: String, contents: String) -> EarshotError? {
+        guard let link = first(in: directory) else { return nil }
+        let refusal = Self.refusal(path: directory, link: link, setting: setting, contents: contents, kind: "directory")
+        return EarshotError(
+            .cannotCreate, "\(doing) \(directory): \(link == directory ? "it " : "")\(refusal.what) (\(refusal.fix))",
+            cause: "symbolic link")
+    }
+
     /// Creates `path` as a new empty file with `mode` (less the umask) and closes it, following no symbolic link on
     /// the way: each directory from the root (or the working directory) is opened with `O_NOFOLLOW`, and the file with
     /// `O_CREAT | O_EXCL`, which never follows a link at its name.

@@ -153,18 +153,9 @@ package enum ClipFiles {
             throw listingFailure(directory, code)
         }
         defer { closedir(stream) }
-        var names: [String] = []
-        while true {
-            errno = 0
-            guard let entry = readdir(stream) else {
-                if errno != 0 { throw listingFailure(directory, errno) }
-                return names
-            }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
-                String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
+        let listing = DirectoryNames.read(stream)
+        if listing.error != 0 { throw listingFailure(directory, listing.error) }
+        return listing.names
     }
 
     private static func listingFailure(_ directory: String, _ code: Int32) -> EarshotError {

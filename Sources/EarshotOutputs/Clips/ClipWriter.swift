@@ -438,13 +438,9 @@ package final class ClipWriter: @unchecked Sendable {
     private func ensureDirectory() throws(EarshotError) {
         // Nothing is written, listed or chmod-ed through a link there (audit 14 F1); the start and --check-config
         // refuse one too (DaemonConfiguration.checkStoragePaths).
-        if let link = SymbolicLinks.first(in: directory) {
-            let refusal = SymbolicLinks.refusal(
-                path: directory, link: link, setting: "[clips] directory", contents: "clips", kind: "directory")
-            throw EarshotError(
-                .cannotCreate,
-                "cannot use the clips directory \(directory): \(link == directory ? "it " : "")\(refusal.what) (\(refusal.fix))",
-                cause: "symbolic link")
+        if let refusal = SymbolicLinks.directoryRefusal(
+            directory, doing: "cannot use the clips directory", setting: "[clips] directory", contents: "clips") {
+            throw refusal
         }
         var status = stat()
         if stat(directory, &status) == 0 {

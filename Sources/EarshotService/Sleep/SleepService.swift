@@ -768,12 +768,10 @@ package final class SleepService: @unchecked Sendable {
     /// - Throws: `EarshotError(.cannotCreate)`, e.g. `cannot write the sleep report in /srv/sleep: it is a symbolic
     ///   link, which earshotd does not follow (delete the link, ...)`.
     private static func refuseLink(in directory: String, writing what: String) throws(EarshotError) {
-        guard let link = SymbolicLinks.first(in: directory) else { return }
-        let refusal = SymbolicLinks.refusal(
-            path: directory, link: link, setting: "[sleep] report_dir", contents: "sleep reports", kind: "directory")
-        throw EarshotError(
-            .cannotCreate, "cannot write \(what) in \(directory): \(link == directory ? "it " : "")\(refusal.what) (\(refusal.fix))",
-            cause: "symbolic link")
+        if let refusal = SymbolicLinks.directoryRefusal(
+            directory, doing: "cannot write \(what) in", setting: "[sleep] report_dir", contents: "sleep reports") {
+            throw refusal
+        }
     }
 
     private static func createDirectory(_ directory: String) throws(EarshotError) {
