@@ -10,6 +10,15 @@ import EarshotDetection
 /// Logs one structured journal entry per detection event and health change, or the same message line on stderr
 /// when there is no journal.
 ///
+/// The journal may not read its socket (systemd-journald hung, stopped with SIGSTOP, or overloaded): libsystemd's
+/// `sd_journal_sendv` sends each entry with a blocking `sendmsg` on an `AF_UNIX` datagram socket, which waits once
+/// journald's receive queue holds `net.unix.max_dgram_qlen` datagrams (512 under systemd, the kernel's default 10).
+/// Entries are therefore sent by a writer of their own (a ``BoundedWriter`` on `earshot.journal.writer`), so a log
+/// line never holds the thread that says it (before, a `mute` over the socket held the socket's queue, and with it
+/// every status reply and event, and the stop's last line held the exit). At most ``journalPendingLimitBytes`` wait;
+/// an entry that does not fit is dropped whole and counted, and once the journal has taken what waited one entry
+/// says how many were lost (``droppedEntryMessage(_:)``, priority 4).
+///
 /// Standard error may be a pipe nobody reads (`earshotd --foreground | less` left at a page, a supervisor that
 /// stopped reading): its lines are written by a ``LineWriter`` of their own, as standard output's are, so a log line
 /// never holds the thread that says it (a `mute` over the socket held the socket's queue, and with it every status
@@ -31,8 +40,8 @@ import EarshotDetection
 ///
 /// Query them with e.g. `journalctl -t earshotd EARSHOT_GROUP=smoke_alarm`.
 ///
-/// - Important: Thread-safe (sd_journal_sendv, and the fallback writer's lock); call from any queue. Fallback lines
-///   are written after the call returns: ``flush(patience:)`` before the process exits.
+/// - Important: Thread-safe (the writers' locks); call from any queue. Entries and fallback lines are written after
+///   the call returns: ``flush(patience:)`` before the process exits.
 package final class JournalSink: Sendable {
     /// Where entries go.
     package enum Destination: Sendable, Equatable {
@@ -61,6 +70,15 @@ package final class JournalSink: Sendable {
     /// `SYSLOG_IDENTIFIER`, and the prefix of fallback lines.
     package let identifier: String
     private let fallback: LineWriter
+    /// Sends the entries to the journal (unused with `.standardError`).
+    private let entries: BoundedWriter<[Field]>
+
+    /// Bytes of entries that may wait for the journal before further entries are dropped (each counted as the
+    /// datagram sd_journal_sendv makes of it, ``entryBytes(_:)``): 16 KiB, the bound of standard error's lines
+    /// (``fallbackPendingLimitBytes``), so that a hung journal costs the daemon no more than a stuck standard error;
+    /// about 50 entries (an onset is about 300 bytes, a `mute` 150), on top of what journald's socket itself holds
+    /// (`net.unix.max_dgram_qlen` datagrams, 512 under systemd).
+    package static let journalPendingLimitBytes = fallbackPendingLimitBytes
 
     /// Bytes of fallback lines that may wait for standard error before further lines are dropped: 16 KiB, as for
     /// standard output (``StandardOutputSink/pendingLimitBytes``), about 100 lines, on top of what the pipe itself
@@ -77,9 +95,18 @@ package final class JournalSink: Sendable {
         fallbackDescriptor: Int32 = STDERR_FILENO
     ) {
         self.identifier = identifier
-        fallback = LineWriter(
+        let fallback = LineWriter(
             descriptor: fallbackDescriptor, label: "earshot.stderr.writer", pendingLimitBytes: Self.fallbackPendingLimitBytes,
             caughtUpLine: { dropped in Self.droppedLine(dropped, identifier: identifier) })
+        self.fallback = fallback
+        entries = BoundedWriter(
+            label: "earshot.journal.writer", pendingLimitBytes: Self.journalPendingLimitBytes,
+            caughtUp: { dropped in Self.droppedEntryFields(dropped, identifier: identifier) }
+        ) { fields in
+            // The journal refused the entry (its socket there but nobody bound to it): the line still reaches the
+            // log via stderr, without waiting for it.
+            if Self.send(fields) < 0 { fallback.write(Self.fallbackLine(for: fields, identifier: identifier)) }
+        }
         destination = access(journalSocketPath, F_OK) == 0 ? .journal : .standardError
     }
 
@@ -220,20 +247,51 @@ package final class JournalSink: Sendable {
         return "\(identifier): \(count) dropped: standard error did not take \(dropped == 1 ? "it" : "them") (is anyone reading it?)\n"
     }
 
+    /// The `MESSAGE` of the entry sent once the journal has taken the entries that waited for it, after `dropped`
+    /// did not fit: `12 journal entries were dropped: the journal did not take them (is systemd-journald running?)`.
+    package static func droppedEntryMessage(_ dropped: Int) -> String {
+        let count = dropped == 1 ? "1 journal entry was" : "\(dropped) journal entries were"
+        return "\(count) dropped: the journal did not take \(dropped == 1 ? "it" : "them") (is systemd-journald running?)"
+    }
+
+    /// The fields of that entry: `MESSAGE` (``droppedEntryMessage(_:)``), `PRIORITY=4` (warning), `SYSLOG_IDENTIFIER`.
+    package static func droppedEntryFields(_ dropped: Int, identifier: String) -> [Field] {
+        [Field("MESSAGE", droppedEntryMessage(dropped)), Field("PRIORITY", "4"), Field("SYSLOG_IDENTIFIER", identifier)]
+    }
+
+    /// The bytes of the datagram sd_journal_sendv sends for `fields`: `NAME=value\n` each, and for a value holding a
+    /// newline `NAME\n`, its length (8 bytes, little-endian), the value and `\n`.
+    package static func entryBytes(_ fields: [Field]) -> Int {
+        fields.reduce(0) { total, field in
+            let value = field.value.utf8
+            return total + field.name.utf8.count + 1 + value.count + 1 + (value.contains(UInt8(ascii: "\n")) ? 8 : 0)
+        }
+    }
+
     /// Fallback lines dropped since start because standard error did not take them.
     package var droppedLines: Int { fallback.droppedLines }
 
-    /// Waits until the fallback lines logged before have reached standard error, at most `patience` (for the last
-    /// words of a process about to `_exit`); returns whether they did.
+    /// Journal entries dropped since start because the journal did not take them.
+    package var droppedEntries: Int { entries.dropped }
+
+    /// Waits until the entries and fallback lines logged before have reached the journal and standard error, at most
+    /// `patience` in all (for the last words of a process about to `_exit`: a hung journal holds the exit no longer);
+    /// returns whether they did.
     @discardableResult
     package func flush(patience: DispatchTimeInterval) -> Bool {
-        fallback.flush(patience: patience)
+        let deadline = DispatchTime.now() + patience
+        let sent = destination == .journal ? entries.flush(patience: patience) : true
+        let now = DispatchTime.now()
+        let left = deadline > now ? Int(deadline.uptimeNanoseconds - now.uptimeNanoseconds) : 0
+        let written = fallback.flush(patience: .nanoseconds(left))
+        return sent && written
     }
 
     private func write(_ fields: [Field]) {
-        if destination == .journal, Self.send(fields) >= 0 { return }
-        // No journal, or it refused the entry: the line still reaches the log via stderr, without waiting for it.
-        fallback.write(Self.fallbackLine(for: fields, identifier: identifier))
+        switch destination {
+        case .journal: entries.write(fields, bytes: Self.entryBytes(fields))
+        case .standardError: fallback.write(Self.fallbackLine(for: fields, identifier: identifier))
+        }
     }
 
     /// Sends one entry; returns sd_journal_sendv's result (0, or a negative errno).

@@ -1140,7 +1140,8 @@ package final class EarshotDaemon: @unchecked Sendable {
         let leftBehind = router.stop(
             networkDeadline: stopStarted + .milliseconds(Int((Self.stopDeadlineSeconds - Self.localStopReserveSeconds) * 1000)),
             localPatience: .milliseconds(Int(Self.localSinkPatienceSeconds * 1000)))
-        // Never waits for standard error (its lines wait on the journal's writer; flushed below, at most 0.25 s).
+        // Never waits for the journal or standard error (entries and lines wait on their writers; flushed below, at
+        // most 0.25 s in all).
         if !leftBehind.isEmpty { journal.log(Self.leftBehindLine(leftBehind), priority: 4) }
         if let writer = historySink?.recorder.writer, writer.statistics.backlog > 0 {
             let count = writer.statistics.backlog
