@@ -97,7 +97,7 @@ struct NotifyOutboxTests {
         ])
     }
 
-    @Test("M6: an urgent onset refused past its retry window (shortened to 3 s) is given up with a log line; reminders waiting meanwhile are one, and the first message through says since when the alarm sounds")
+    @Test("M6: an urgent onset refused past its retry window (shortened to 3 s) is given up with a log line, and the first message through says since when the alarm sounds")
     func onsetGivenUp() throws {
         let up = Atomic<Bool>(false)
         let receiver = try NotifyTests.NtfyReceiver(path: "/phone", answer: { _ in .init(status: up.load(ordering: .relaxed) ? 200 : 503) }, configure: {
