@@ -97,6 +97,29 @@ struct NotifyOutboxTests {
         ])
     }
 
+    @Test("an outbox entry older than 24 h: said in one log line, not sent; the file is removed", .needsEarshotdBuilt)
+    func staleEntry() throws {
+        let server = try HTTPTestServer { _ in .init(status: 200) }
+        defer { server.stop() }
+        let directory = try NotifyBodyTextTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = try Self.config(in: directory, url: server.url("/alarm"))
+        let outbox = directory.appendingPathComponent(NotifyOutbox.fileName).path
+        let old = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - 2 * 86_400).rounded(.down))
+        let entry = NotifyOutbox.Entry(
+            group: "smoke_alarm", kind: .onset, time: old, urls: [server.url("/alarm")],
+            event: ["type": "alarm", "group": "smoke_alarm", "time": .string(EventJSON.timestamp(old))])
+        try NotifyOutbox.encoded([entry]).write(to: URL(fileURLWithPath: outbox))
+        let daemon = try DaemonProcess(["--config", config.path, "--foreground", "--input-speed", "4", "--input", "samples/demo.flac"])
+        #expect(daemon.wait(seconds: 90) == 0, "\(daemon.errorText)")
+        let log = daemon.errorText.split(separator: "\n").map(String.init)
+        #expect(log.filter { $0.contains("kept at the last stop") } == [
+            "earshotd: notify: 1 notification kept at the last stop is not sent: smoke_alarm of \(EventJSON.timestamp(old)), older than 24 h",
+        ], "\(daemon.errorText)")
+        #expect(!FileManager.default.fileExists(atPath: outbox))
+        #expect(!server.waitForRequests(2, timeout: 10).contains { $0.body.hasPrefix("Smoke alarm") })
+    }
+
     @Test("M6: an urgent onset refused past its retry window (shortened to 3 s) is given up with a log line, and the first message through says since when the alarm sounds")
     func onsetGivenUp() throws {
         let up = Atomic<Bool>(false)
