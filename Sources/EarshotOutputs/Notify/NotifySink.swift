@@ -36,7 +36,9 @@ import EarshotDetection
 ///
 /// Stopping: no more reminders and no more retries (a notification waiting for its retry is given up); what is
 /// queued and not tried yet is tried once, for at most ``NotifySettings/timeoutSeconds`` altogether and no longer
-/// than the daemon's stop allows (``stop(deadline:)``); what is left is counted and logged.
+/// than the daemon's stop allows (``stop(deadline:)``); what is left is counted and logged. With an outbox path, the
+/// onsets and reminders left are kept in it (``NotifyOutbox``) and sent at the next start, saying they come late
+/// because earshotd restarted.
 package final class NotifySink: OutputSink, @unchecked Sendable {
     /// Counters since start, for the status reply and the metrics.
     package struct Statistics: Sendable, Equatable {
@@ -71,6 +73,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     private let dropped = Atomic<Int>(0)
     private let suppressed = Atomic<Int>(0)
     private let reminders = Atomic<Int>(0)
+    /// ``NotifyOutbox``'s file, or nil: none kept.
+    private let outboxPath: String?
+    /// Onsets and reminders left undelivered by the stop, for the outbox.
+    private let kept = Mutex<[NotifyOutbox.Entry]>([])
+    /// Jobs restored from the outbox still queued (per URL): at 0, the file is removed.
+    private let restoredLeft = Atomic<Int>(0)
 
     private struct OpenEvent {
         var generation: Int
@@ -134,6 +142,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var lastProblem = ""
         /// Whether the URL's outage was said while it was still being retried.
         var reported = false
+        /// Restored from the outbox at start.
+        var restored = false
     }
 
     /// One URL: its queue, libcurl handle and counters.
@@ -182,10 +192,15 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     /// - Parameters:
     ///   - settings: `[notify]`, with at least one URL.
-    ///   - log: a journal line and its syslog priority (what stopping left unsent).
+    ///   - outboxPath: where the onsets and reminders the stop leaves undelivered are kept for the next start
+    ///     (``NotifyOutbox``), read and sent by ``start(reportHealth:)``; nil keeps none.
+    ///   - log: a journal line and its syslog priority (what stopping left unsent, an onset given up).
     /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle.
-    package init(settings: NotifySettings, log: @escaping @Sendable (String, Int) -> Void) throws(EarshotError) {
+    package init(
+        settings: NotifySettings, outboxPath: String? = nil, log: @escaping @Sendable (String, Int) -> Void
+    ) throws(EarshotError) {
         self.settings = settings
+        self.outboxPath = outboxPath
         self.log = log
         var targets: [Target] = []
         for (index, url) in settings.urls.enumerated() {
@@ -229,6 +244,60 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
         state.withLock { $0.reportHealth = reportHealth }
+        restoreOutbox()
+    }
+
+    /// Queues what the last stop kept (``NotifyOutbox``), each to the URLs that did not get it (to all when none of
+    /// them is configured any more), saying it is late because earshotd restarted; too old ones are said in one log
+    /// line, an unreadable file in another (renamed aside to `.corrupt`). The file is removed once every restored
+    /// notification is done with (delivered or given up), not before: a stop meanwhile keeps them again.
+    private func restoreOutbox() {
+        guard let path = outboxPath else { return }
+        let entries: [NotifyOutbox.Entry]
+        switch NotifyOutbox.read(path) {
+        case .none:
+            return
+        case .unreadable(let reason):
+            let aside = path + ".corrupt"
+            let moved = rename(path, aside) == 0
+            log("notify: the notifications kept at the last stop in \(path) cannot be read (\(reason)); "
+                + (moved ? "moved aside to \(aside)" : "left in place (\(String(cString: strerror(errno))))")
+                + ", starting without them", 4)
+            return
+        case .entries(let read):
+            entries = read
+        }
+        let now = Date()
+        var stale: [String] = []
+        var jobs: [(NotifyOutbox.Entry, [Target])] = []
+        for entry in entries {
+            let limit = NotifyOutbox.maximumAgeSeconds(group: entry.group, settings: settings)
+            guard now.timeIntervalSince(entry.time) <= limit else {
+                stale.append("\(entry.group) of \(EventJSON.timestamp(entry.time)), older than \(limit >= 7200 ? "\(Int((limit / 3600).rounded())) h" : Self.duration(limit))")
+                continue
+            }
+            let matching = targets.filter { entry.urls.contains($0.url) }
+            jobs.append((entry, matching.isEmpty ? targets : matching))
+        }
+        if !stale.isEmpty {
+            log("notify: \(stale.count) notification\(stale.count == 1 ? "" : "s") kept at the last stop "
+                + "\(stale.count == 1 ? "is" : "are") not sent: \(stale.joined(separator: "; "))", 4)
+        }
+        restoredLeft.store(jobs.reduce(0) { $0 + $1.1.count }, ordering: .relaxed)
+        if jobs.isEmpty { _ = unlink(path) }
+        for (entry, targets) in jobs {
+            let message = NotificationMessage(
+                object: entry.event, group: entry.group, kind: entry.kind, format: settings.format, node: settings.node,
+                time: entry.time, keptOverRestart: true)
+            enqueue(message, to: targets, restored: true)
+        }
+    }
+
+    /// A restored job done with: the outbox file goes once all are (not while stopping: the stop writes it anew).
+    private func restoredDone() {
+        guard restoredLeft.subtract(1, ordering: .relaxed).newValue == 0, !stopping.load(ordering: .relaxed),
+              let outboxPath else { return }
+        _ = unlink(outboxPath)
     }
 
     /// The health states a phone is told of (with ``NotifySettings/health``): the ones that mean monitoring stopped
@@ -377,6 +446,35 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             let note = waiting > 0 ? " (\(waiting) still waiting for an answer when the stop's time was up)" : ""
             log("notify: \(left) notification\(left == 1 ? " was" : "s were") not delivered before stopping\(note)", 4)
         }
+        keepForNextStart()
+    }
+
+    /// Writes the onsets and reminders the stop left undelivered to the outbox (one per URL and group, the first),
+    /// merged per event: one entry for the URLs that all missed the same notification.
+    private func keepForNextStart() {
+        guard let outboxPath else { return }
+        let left = kept.withLock { kept in defer { kept = [] }; return kept }
+        guard !left.isEmpty else { return }
+        var entries: [NotifyOutbox.Entry] = []
+        var seen = Set<String>()
+        for entry in left {
+            guard let url = entry.urls.first, seen.insert(url + "\u{0}" + entry.group).inserted else { continue }
+            if let index = entries.firstIndex(where: { $0.group == entry.group && $0.kind == entry.kind && $0.time == entry.time }) {
+                entries[index].urls.append(url)
+            } else {
+                entries.append(entry)
+            }
+        }
+        let groups = entries.map(\.group).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+        do throws(EarshotError) {
+            try OutputFile.writePrivate(NotifyOutbox.encoded(entries), to: outboxPath, what: "notification outbox",
+                                        hint: "check the state directory and free space")
+            log("notify: kept \(entries.count) undelivered notification\(entries.count == 1 ? "" : "s") "
+                + "(\(groups.joined(separator: ", "))) in \(outboxPath), to send when earshotd starts again", 4)
+        } catch {
+            log("notify: cannot keep \(entries.count) undelivered notification\(entries.count == 1 ? "" : "s") "
+                + "for the next start: \(error.message)", 3)
+        }
     }
 
     // MARK: Health, reminders and sending
@@ -490,8 +588,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         scheduleReminder(group: group, generation: generation, after: settings.repeatAfterSeconds)
     }
 
-    /// Queues `message` for every URL; `receipt` (a test alert's) gets each URL's first attempt.
-    private func enqueue(_ message: NotificationMessage, receipt: TestAlertReceipt? = nil) {
+    /// Queues `message` for every URL (or `only` those); `receipt` (a test alert's) gets each URL's first attempt. A
+    /// reminder takes the place of the group's reminder still waiting for the URL (a server away for long gets the
+    /// latest, not a burst of stale ones: trial 15 M6).
+    private func enqueue(
+        _ message: NotificationMessage, receipt: TestAlertReceipt? = nil, to only: [Target]? = nil, restored: Bool = false
+    ) {
         let now = Self.uptime()
         let isEvent = message.kind == .onset || message.kind == .reminder || message.kind == .end
         let lane = isEvent ? "group \(message.group)" : message.kind == .health ? "health" : "test"
@@ -500,7 +602,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let retryWindow = message.kind == .onset || message.kind == .reminder
             ? urgent ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
             : 0
-        for target in targets {
+        for target in only ?? targets {
             let waiting = target.pending.load(ordering: .relaxed)
             if waiting >= settings.queueLimit {
                 dropped.wrappingAdd(1, ordering: .relaxed)
@@ -509,8 +611,19 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             }
             target.pending.wrappingAdd(1, ordering: .relaxed)
             target.queue.async { [self] in
-                target.jobs.append(Job(
-                    message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now))
+                if message.kind == .reminder,
+                   let index = target.jobs.firstIndex(where: { $0.lane == lane && $0.message.kind == .reminder && !$0.restored }) {
+                    // The same event's newer reminder: the older one is not sent (neither sent nor failed).
+                    target.jobs[index].message = message
+                    target.jobs[index].attempts = 0
+                    target.jobs[index].due = min(target.jobs[index].due, now)
+                    target.pending.wrappingSubtract(1, ordering: .relaxed)
+                } else {
+                    var job = Job(
+                        message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now)
+                    job.restored = restored
+                    target.jobs.append(job)
+                }
                 pump(target)
             }
         }
@@ -541,6 +654,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             } else {
                 target.jobs.remove(at: index)
                 target.pending.wrappingSubtract(1, ordering: .relaxed)
+                if job.restored { restoredDone() }
             }
             if !stopping {
                 target.queue.async { [self] in pump(target) }
@@ -575,17 +689,23 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         if job.attempts == 0, job.message.kind == .end, target.missedOnsets.remove(job.message.group) != nil {
             job.message = job.message.missedOnset()
         }
+        if job.attempts == 0, job.message.kind == .reminder, target.missedOnsets.contains(job.message.group) {
+            // The first the URL would hear of this alarm: it says since when it sounds, not "still".
+            job.message = job.message.missedOnset()
+        }
         let message = job.message
         let receipt = job.receipt
         var timeout = settings.timeoutSeconds
         if stopping.load(ordering: .relaxed) {
             guard job.attempts == 0 else {
+                keep(message, for: target)
                 giveUp(message, on: target, problem: job.lastProblem, attempts: job.attempts, retryable: true, reported: job.reported)
                 return nil
             }
             let left = Double(Int64(stopDeadline.load(ordering: .relaxed)) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
             guard left > 0.05 else {
                 receipt?.report(.notSent("the daemon is stopping"), for: destination(target))
+                keep(message, for: target)
                 // Counted, and logged by stop(); not an outage of the URL.
                 giveUp(message, on: target, problem: job.lastProblem, attempts: 0, retryable: true, reported: true)
                 return nil
@@ -647,8 +767,26 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             }
             return now + wait
         }
+        if stopping.load(ordering: .relaxed), retryable {
+            keep(message, for: target)
+        } else if retryWindow > 0, attempt > settings.retries {
+            // Its retry window closed (trial 15 M6: a smoke alarm's onset given up after 15 minutes without a word).
+            log("notify: gave up the \(message.group) \(message.kind == .reminder ? "reminder" : "onset") of "
+                + "\(NotificationMessage.clock(message.time)) for \(target.origin) after trying for "
+                + "\(Self.duration(retryWindow)) (\(job.lastProblem)); the next notification of it that gets through "
+                + "says since when it sounds", 4)
+        }
         giveUp(message, on: target, problem: job.lastProblem, attempts: attempt, retryable: retryable, reported: job.reported)
         return nil
+    }
+
+    /// Keeps an onset or reminder the stop leaves undelivered to `target` for the outbox.
+    private func keep(_ message: NotificationMessage, for target: Target) {
+        guard outboxPath != nil, message.kind == .onset || message.kind == .reminder,
+              message.group != AlarmEvent.alarmChirp else { return }
+        let entry = NotifyOutbox.Entry(
+            group: message.group, kind: message.kind, time: message.time, urls: [target.url], event: message.object)
+        kept.withLock { $0.append(entry) }
     }
 
     /// Counts `message` as failed on `target`, remembers an undelivered onset, and reports the outage once.
@@ -699,11 +837,15 @@ package struct NotificationMessage: Sendable, Equatable {
     package let kind: Kind
     /// The event's group; empty for ``Kind/health`` and ``Kind/test``.
     package let group: String
-    private let object: JSONObject
+    /// The event's JSON (for a reminder: with `reminder`, `since`, `ongoing_seconds`).
+    package let object: JSONObject
     private let format: NotifySettings.Format
     private let node: String
-    private let time: Date
+    /// When the event (or reminder, or health change) happened.
+    package let time: Date
     private let onsetMissed: Bool
+    /// Kept over a restart (``NotifyOutbox``).
+    private let keptOverRestart: Bool
 
     /// Groups whose notifications are urgent (ntfy priority 5).
     package static let urgentGroups: Set<String> = ["smoke_alarm", "co_alarm", "fire_alarm"]
@@ -733,10 +875,14 @@ package struct NotificationMessage: Sendable, Equatable {
     ///   - onsetMissed: for an end, the URL never accepted the event's onset (``missedOnset()``).
     ///   - sentAt: when this attempt is sent; more than ``lateAfterSeconds`` after `time`, the ntfy first line
     ///     ends with ` (delivered 25 s late)` (``sending(at:)``).
+    ///   - keptOverRestart: kept in the outbox over a restart (``NotifyOutbox``): the ntfy first line ends with
+    ///     ` (heard before earshotd restarted; delivered 3 min late)` whatever the delay; JSON adds
+    ///     `"kept_over_restart":true`.
     package init(
         object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format, node: String, time: Date,
-        onsetMissed: Bool = false, sentAt: Date? = nil
+        onsetMissed: Bool = false, sentAt: Date? = nil, keptOverRestart: Bool = false
     ) {
+        self.keptOverRestart = keptOverRestart
         self.kind = kind
         self.group = group
         self.object = object
@@ -749,6 +895,7 @@ package struct NotificationMessage: Sendable, Equatable {
             headers = ["Content-Type: application/json"]
             var object = object
             if onsetMissed { object["onset_delivered"] = .bool(false) }
+            if keptOverRestart { object["kept_over_restart"] = .bool(true) }
             if !node.isEmpty { object["node"] = .string(node) }
             body = Array(object.encoded.utf8)
         case .ntfy:
@@ -852,6 +999,14 @@ package struct NotificationMessage: Sendable, Equatable {
                         priority = 2
                         tags = ["white_check_mark"]
                     }
+                case .reminder where onsetMissed:
+                    // The first this URL hears of the alarm (its onset given up): since when it sounds, as an onset.
+                    let since = object["since"]?.stringValue.flatMap(Self.utcDate)
+                        ?? time.addingTimeInterval(-(object["ongoing_seconds"]?.doubleValue ?? 0))
+                    line = "\(subject) \(verb)\(place) since \(Self.clock(since))"
+                    details = detail
+                    title = prefix + subject
+                    (priority, tags) = (soundingPriority, soundingTags)
                 case .reminder:
                     let ongoing = object["ongoing_seconds"]?.doubleValue ?? 0
                     line = "\(subject) still \(verb)\(place) at \(clock), \(Self.duration(ongoing)) after it started"
@@ -866,7 +1021,10 @@ package struct NotificationMessage: Sendable, Equatable {
                 }
                 tags.append(group)
             }
-            if let sentAt, sentAt.timeIntervalSince(time) > Self.lateAfterSeconds {
+            if keptOverRestart {
+                let late = sentAt.map { " \(Self.lateness(max(0, $0.timeIntervalSince(time)))) late" } ?? " late"
+                line += " (heard before earshotd restarted; delivered\(late))"
+            } else if let sentAt, kind != .reminder || !onsetMissed, sentAt.timeIntervalSince(time) > Self.lateAfterSeconds {
                 line += " (delivered \(Self.lateness(sentAt.timeIntervalSince(time))) late)"
             }
             headers = ["Title: \(title)", "Priority: \(priority)", "Tags: \(tags.joined(separator: ","))",
@@ -909,13 +1067,17 @@ package struct NotificationMessage: Sendable, Equatable {
     package func sending(at date: Date) -> NotificationMessage {
         NotificationMessage(
             object: object, group: group, kind: kind, format: format, node: node, time: time,
-            onsetMissed: onsetMissed, sentAt: date)
+            onsetMissed: onsetMissed, sentAt: date, keptOverRestart: keptOverRestart)
     }
 
-    /// This end, for a URL that never accepted the event's onset (given up after its retries): ntfy appends `;
-    /// its start could not be delivered` and raises the priority to the onset's; JSON adds `"onset_delivered":false`.
+    /// This end or reminder, for a URL that never accepted the event's onset (given up after its retries): ntfy
+    /// appends `; its start could not be delivered` and raises the priority to the onset's (a reminder says since
+    /// when the sound goes on, `Smoke alarm sounding in kitchen since 20:19:26; ...`, titled as an onset); JSON adds
+    /// `"onset_delivered":false`.
     package func missedOnset() -> NotificationMessage {
-        NotificationMessage(object: object, group: group, kind: kind, format: format, node: node, time: time, onsetMissed: true)
+        NotificationMessage(
+            object: object, group: group, kind: kind, format: format, node: node, time: time, onsetMissed: true,
+            keptOverRestart: keptOverRestart)
     }
 
     /// The plain name of what a group's events are, as a title and a first line start: the group's title
@@ -936,6 +1098,17 @@ package struct NotificationMessage: Sendable, Equatable {
         localtime_r(&seconds, &parts)
         func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
         return "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
+    }
+
+    /// The date of an event JSON timestamp (`2026-12-07T15:45:16.000Z`, ``EventJSON/timestamp(_:)``), or nil.
+    private static func utcDate(_ text: String) -> Date? {
+        let parts = text.split(whereSeparator: { "-T:.Z".contains($0) }).compactMap { Int($0) }
+        guard parts.count >= 6 else { return nil }
+        var fields = tm()
+        (fields.tm_year, fields.tm_mon, fields.tm_mday) = (Int32(parts[0] - 1900), Int32(parts[1] - 1), Int32(parts[2]))
+        (fields.tm_hour, fields.tm_min, fields.tm_sec) = (Int32(parts[3]), Int32(parts[4]), Int32(parts[5]))
+        let milliseconds = parts.count > 6 ? Double(parts[6]) / 1000 : 0
+        return Date(timeIntervalSince1970: Double(timegm(&fields)) + milliseconds)
     }
 
     /// `25 s` under two minutes, else whole minutes (`15 min`).

@@ -230,7 +230,9 @@ package final class EarshotDaemon: @unchecked Sendable {
         if let historySink { sinks.append(historySink) }
         if let metricsSink { sinks.append(metricsSink) }
         let notifySink = notifySettings.enabled
-            ? try NotifySink(settings: notifySettings, log: { line, priority in journal.log(line, priority: priority) })
+            ? try NotifySink(
+                settings: notifySettings, outboxPath: NotifyOutbox.path(besideHistory: historySettings.path),
+                log: { line, priority in journal.log(line, priority: priority) })
             : nil
         self.notifySink = notifySink
         if let notifySink { sinks.append(notifySink) }
