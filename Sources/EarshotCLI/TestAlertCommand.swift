@@ -58,7 +58,8 @@ enum TestAlertCommand: EarshotCommand {
     /// The lines for a `{"type":"test_alert_sent",...}` reply: when, from which node, to which outputs; a line per
     /// network destination of `results` (``resultLine(_:)``), or, from a daemon without them, what it knew not to
     /// reach (`not_reached`) and the `[notify]` URLs failing until then (`notify_failing`); then the notification's
-    /// words, or that no phone is told without `[notify] url`.
+    /// words (`notification: ...`; when a URL did not accept it, `notification not delivered to every URL (see
+    /// above); the text sent: "..."`), or that no phone is told without `[notify] url`.
     static func describe(_ reply: [String: Any]) -> String {
         let node = reply["node"] as? String ?? "?"
         let outputs = (reply["outputs"] as? [String] ?? []).joined(separator: ", ")
@@ -75,7 +76,13 @@ enum TestAlertCommand: EarshotCommand {
                 lines.append("notify: notifications to \(failing.joined(separator: ", ")) were failing until now (notify_failed); this alert is tried all the same: notify_recovered in the journal says it got through")
             }
         }
-        if let message = reply["message"] as? String {
+        let notifyResults = (reply["results"] as? [[String: Any]] ?? []).filter { $0["output"] as? String == "notify" }
+        let notDelivered = notifyResults.contains { $0["result"] as? String != "delivered" }
+            || (reply["not_reached"] as? [String: Any])?["notify"] != nil
+        if let message = reply["message"] as? String, notDelivered {
+            // Trial 15 L4: the words alone read like a verdict when the phone was not reached.
+            lines.append("notification not delivered to every URL (see above); the text sent: \"\(message)\"")
+        } else if let message = reply["message"] as? String {
             lines.append("notification: \(message)")
         } else {
             lines.append("no notification: [notify] url is not set, so no phone is told")

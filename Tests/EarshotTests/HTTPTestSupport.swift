@@ -4,7 +4,9 @@ import Synchronization
 
 /// A small HTTP/1.1 server on 127.0.0.1 and a free port, for the notification tests: it records every request
 /// (method, path, headers, body, when it arrived) and answers each with what `answer` says for its index (status,
-/// seconds to wait first). One connection per request (`Connection: close`). Stopped by ``stop()``.
+/// seconds to wait first). One connection per request (`Connection: close`), unless an answer keeps the connection
+/// open for the next request (``Answer/keepAlive``) or closes it without answering (``Answer/closeWithoutAnswer``).
+/// Stopped by ``stop()``.
 final class HTTPTestServer: @unchecked Sendable {
     struct Request: Sendable {
         var method: String
@@ -23,6 +25,10 @@ final class HTTPTestServer: @unchecked Sendable {
         var delaySeconds: Double = 0
         /// Extra `Name: value` lines of the answer (e.g. `Retry-After: 1`).
         var headers: [String] = []
+        /// Answers without `Connection: close` and reads the next request on the same connection.
+        var keepAlive = false
+        /// Reads the request, then closes the connection without an answer (a proxy or server that drops it).
+        var closeWithoutAnswer = false
     }
 
     let port: Int
@@ -105,17 +111,34 @@ final class HTTPTestServer: @unchecked Sendable {
     private func serve(_ client: Int32) {
         defer { close(client) }
         var data = [UInt8]()
+        while let (request, consumed) = readRequest(client, &data) {
+            data.removeFirst(consumed)
+            let index = recorded.withLock { requests -> Int in
+                requests.append(request)
+                return requests.count - 1
+            }
+            let reply = answer(index, request)
+            let until = Date().addingTimeInterval(reply.delaySeconds)
+            while Date() < until, !stopped.load(ordering: .relaxed) { usleep(10_000) }
+            if reply.closeWithoutAnswer { return }
+            let extra = reply.headers.map { "\($0)\r\n" }.joined()
+            let connection = reply.keepAlive ? "" : "Connection: close\r\n"
+            let text = "HTTP/1.1 \(reply.status) Test\r\n\(extra)Content-Length: 2\r\n\(connection)\r\nok"
+            _ = text.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            answered.wrappingAdd(1, ordering: .relaxed)
+            if !reply.keepAlive { return }
+        }
+    }
+
+    /// Reads one request from `client` (bytes already read in `data`); nil when the client closes first, the
+    /// server stops, or 5 s pass without a whole request (a kept-alive connection: 5 s idle). Returns the request
+    /// and how many bytes of `data` it took.
+    private func readRequest(_ client: Int32, _ data: inout [UInt8]) -> (Request, Int)? {
         var buffer = [UInt8](repeating: 0, count: 4096)
         var headerEnd: Int?
         var contentLength = 0
         let deadline = Date().addingTimeInterval(5)
-        while Date() < deadline, !stopped.load(ordering: .relaxed) {
-            if let end = headerEnd, data.count >= end + contentLength { break }
-            var poller = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 50) > 0 else { continue }
-            let count = read(client, &buffer, buffer.count)
-            if count <= 0 { return }
-            data += buffer[0..<count]
+        while true {
             if headerEnd == nil, let range = findHeaderEnd(data) {
                 headerEnd = range
                 let head = String(decoding: data[0..<range], as: UTF8.self)
@@ -123,8 +146,15 @@ final class HTTPTestServer: @unchecked Sendable {
                     contentLength = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
                 }
             }
+            if let end = headerEnd, data.count >= end + contentLength { break }
+            guard Date() < deadline, !stopped.load(ordering: .relaxed) else { return nil }
+            var poller = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 50) > 0 else { continue }
+            let count = read(client, &buffer, buffer.count)
+            if count <= 0 { return nil }
+            data += buffer[0..<count]
         }
-        guard let end = headerEnd else { return }
+        guard let end = headerEnd else { return nil }
         let lines = String(decoding: data[0..<(end - 4)], as: UTF8.self).components(separatedBy: "\r\n")
         let requestLine = lines.first?.split(separator: " ") ?? []
         var headers: [(String, String)] = []
@@ -132,21 +162,11 @@ final class HTTPTestServer: @unchecked Sendable {
             guard let colon = line.firstIndex(of: ":") else { continue }
             headers.append((line[..<colon].lowercased(), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
         }
-        let body = String(decoding: data[end..<min(data.count, end + contentLength)], as: UTF8.self)
+        let body = String(decoding: data[end..<(end + contentLength)], as: UTF8.self)
         let request = Request(
             method: requestLine.first.map(String.init) ?? "", path: requestLine.dropFirst().first.map(String.init) ?? "",
             headers: headers, body: body, receivedAt: Double(DispatchTime.now().uptimeNanoseconds) / 1e9)
-        let index = recorded.withLock { requests -> Int in
-            requests.append(request)
-            return requests.count - 1
-        }
-        let reply = answer(index, request)
-        let until = Date().addingTimeInterval(reply.delaySeconds)
-        while Date() < until, !stopped.load(ordering: .relaxed) { usleep(10_000) }
-        let extra = reply.headers.map { "\($0)\r\n" }.joined()
-        let text = "HTTP/1.1 \(reply.status) Test\r\n\(extra)Content-Length: 2\r\nConnection: close\r\n\r\nok"
-        _ = text.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
-        answered.wrappingAdd(1, ordering: .relaxed)
+        return (request, end + contentLength)
     }
 
     private func findHeaderEnd(_ data: [UInt8]) -> Int? {

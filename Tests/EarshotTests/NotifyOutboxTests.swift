@@ -65,7 +65,7 @@ struct NotifyOutboxTests {
         let after = Array(server.waitForRequests(before + 3, timeout: 10).dropFirst(before))
         let smoke = after.filter { $0.header("Tags")?.hasSuffix("smoke_alarm") == true }
         #expect(Self.texts(smoke) == [
-            "Smoke alarm sounding in kitchen at HH:MM:SS (heard before earshotd restarted; delivered N s late)\nT3 pattern at 3057 Hz (confidence 1.0)",
+            "Smoke alarm sounding in kitchen at HH:MM:SS (heard before earshotd restarted)\nT3 pattern at 3057 Hz (confidence 1.0)\n(delivered N s late)",
         ], "\(Self.texts(after))")
         #expect(smoke.map { $0.header("Priority") ?? "" } == ["5"])
         // Before the restarted daemon's "Listening": the queue is the alarm's first.

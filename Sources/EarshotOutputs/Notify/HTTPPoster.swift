@@ -16,8 +16,9 @@ final class HTTPPoster {
         /// now by libcurl).
         case status(Int, retryAfterSeconds: Double?)
         /// No answer: libcurl's error text (`curl_easy_strerror`), e.g. `Timeout was reached`,
-        /// `Couldn't connect to server`.
-        case failed(String)
+        /// `Couldn't connect to server`, and whether the request had been sent in full before it failed (the server
+        /// may have it: a timeout while waiting for the answer, a server that read it and closed the connection).
+        case failed(String, requestSent: Bool)
     }
 
     private let handle: UnsafeMutableRawPointer
@@ -41,8 +42,11 @@ final class HTTPPoster {
 
     /// POSTs `body` to `url` with `headers` (`Name: value`), waiting at most `timeoutSeconds` for the whole
     /// exchange (connect included). No redirects are followed; the response body is read and discarded; the
-    /// status and `Retry-After` are returned. The corresponding C functions are `curl_easy_setopt`,
-    /// `curl_easy_perform` and `curl_easy_getinfo` (`CURLINFO_RESPONSE_CODE`, `CURLINFO_RETRY_AFTER`).
+    /// status and `Retry-After` are returned. Each POST has a connection of its own, closed after it
+    /// (`CURLOPT_FRESH_CONNECT`, `CURLOPT_FORBID_REUSE`): on a reused keep-alive connection that the server closes
+    /// without an answer, libcurl sends the request again on a new one by itself, so a server that had read it got
+    /// it twice (trial 15 M1). The corresponding C functions are `curl_easy_setopt`, `curl_easy_perform` and
+    /// `curl_easy_getinfo` (`CURLINFO_RESPONSE_CODE`, `CURLINFO_RETRY_AFTER`, `CURLINFO_REQUEST_SIZE`).
     func post(url: String, headers: [String], body: [UInt8], timeoutSeconds: Double) -> Outcome {
         earshot_curl_easy_reset(handle)
         var list: UnsafeMutablePointer<curl_slist>?
@@ -50,7 +54,7 @@ final class HTTPPoster {
         for header in headers + ["Expect:"] {
             guard let appended = earshot_curl_slist_append(list, header) else {
                 earshot_curl_slist_free_all(list)
-                return .failed("out of memory (curl_slist_append)")
+                return .failed("out of memory (curl_slist_append)", requestSent: false)
             }
             list = appended
         }
@@ -65,6 +69,8 @@ final class HTTPPoster {
                     let settings: [CURLcode] = [
                         earshot_curl_setopt_pointer(handle, CURLOPT_URL, urlText),
                         earshot_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
+                        earshot_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1),
+                        earshot_curl_setopt_long(handle, CURLOPT_FORBID_REUSE, 1),
                         earshot_curl_setopt_long(handle, CURLOPT_POST, 1),
                         earshot_curl_setopt_long(handle, CURLOPT_POSTFIELDSIZE, body.count),
                         earshot_curl_setopt_pointer(handle, CURLOPT_POSTFIELDS, fields),
@@ -80,10 +86,16 @@ final class HTTPPoster {
                 }
             }
         }
-        guard outcome == CURLE_OK else { return .failed(String(cString: earshot_curl_easy_strerror(outcome))) }
+        guard outcome == CURLE_OK else {
+            // CURLINFO_REQUEST_SIZE: the bytes of the request headers sent; the body follows them at once (no
+            // "Expect: 100-continue"), so a request whose headers went out is taken as sent.
+            var requestBytes = 0
+            let sent = earshot_curl_getinfo_long(handle, CURLINFO_REQUEST_SIZE, &requestBytes) == CURLE_OK && requestBytes > 0
+            return .failed(String(cString: earshot_curl_easy_strerror(outcome)), requestSent: sent)
+        }
         var status = 0
         guard earshot_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK else {
-            return .failed("no HTTP status (curl_easy_getinfo)")
+            return .failed("no HTTP status (curl_easy_getinfo)", requestSent: true)
         }
         // CURLINFO_RETRY_AFTER: libcurl 7.66 on; 0 when the header is missing or unreadable.
         var retryAfter: curl_off_t = 0

@@ -81,6 +81,11 @@ package struct NotifySettings: Sendable, Equatable {
     /// still going (a reload restarts the window grid, a short outage ends open events), so the end is dropped and
     /// the new event carries on the notified one (no second onset message, its end notified).
     package var continuationSeconds: Double = 30
+    /// The longest an attempt waits for an answer (not a key), in seconds, default 60 (at least ``timeoutSeconds``):
+    /// after an attempt whose request was sent and not answered within its time, the URL's next attempts wait
+    /// twice as long, up to this, so that a server slower than `timeout` gets one more copy of a notification,
+    /// not one per retry (trial 15 M1); an answer within `timeout` brings the wait back to it.
+    package var maximumAnswerWaitSeconds: Double = 60
     /// Notifications waiting per URL before further ones are dropped for it (counted), not a key. Default 256.
     package var queueLimit = 256
 

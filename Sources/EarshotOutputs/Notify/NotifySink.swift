@@ -52,6 +52,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         package var suppressed = 0
         /// Reminders sent while events lasted (once per reminder, not per URL).
         package var reminders = 0
+        /// Notifications waiting for their next attempt after one failed, now (counted per URL).
+        package var retrying = 0
 
         package init() {}
     }
@@ -79,6 +81,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     private let kept = Mutex<[NotifyOutbox.Entry]>([])
     /// Jobs restored from the outbox still queued (per URL): at 0, the file is removed.
     private let restoredLeft = Atomic<Int>(0)
+    /// Notifications queued since start: with ``runID``, each one's id (``Job/id``).
+    private let queuedCount = Atomic<Int>(0)
+    /// This sink's start (milliseconds since 1970, base 36): ids of one run differ from another's.
+    private let runID = String(Int(Date().timeIntervalSince1970 * 1000), radix: 36)
 
     private struct OpenEvent {
         var generation: Int
@@ -144,6 +150,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var reported = false
         /// Restored from the outbox at start.
         var restored = false
+        /// The same on every attempt and every URL (`X-Earshot-Notification-Id`; ntfy's `X-Sequence-ID`).
+        var id = ""
+        /// Attempts whose request was sent in full and never answered: the server may have them.
+        var unanswered = 0
     }
 
     /// One URL: its queue, libcurl handle and counters.
@@ -155,6 +165,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         /// Used on ``queue`` only.
         let poster: HTTPPoster
         let pending = Atomic<Int>(0)
+        /// Jobs waiting for their next attempt after one failed (``Statistics/retrying``).
+        let retrying = Atomic<Int>(0)
         let failing = Atomic<Bool>(false)
         /// Failures since the URL last succeeded (for the recovery line).
         let failuresInRow = Atomic<Int>(0)
@@ -166,6 +178,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var jobs: [Job] = []
         /// When the armed wake-up of ``queue`` is due (uptime seconds); nil: none is armed. Used on ``queue`` only.
         var timerDue: Double?
+        /// How long an attempt waits for the answer (seconds): ``NotifySettings/timeoutSeconds``, doubled after an
+        /// attempt whose request was sent and not answered in time, up to ``NotifySettings/maximumAnswerWaitSeconds``;
+        /// back to `timeoutSeconds` after an answer within it. Used on ``queue`` only.
+        var answerWait: Double
 
         /// The index in ``jobs`` of the one to try now: the first of its lane, due by `now` (any, with `allDue`),
         /// an urgent group's first, then one not tried yet, then the first queued; nil when none is.
@@ -182,8 +198,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return best?.index
         }
 
-        init(url: String, index: Int, count: Int) throws(EarshotError) {
+        init(url: String, index: Int, count: Int, timeoutSeconds: Double) throws(EarshotError) {
             self.url = url
+            answerWait = timeoutSeconds
             origin = NotifySettings.shownURL(url, index: index, count: count)
             queue = DispatchQueue(label: "earshot.notify.\(index)")
             poster = try HTTPPoster()
@@ -204,7 +221,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         self.log = log
         var targets: [Target] = []
         for (index, url) in settings.urls.enumerated() {
-            targets.append(try Target(url: url, index: index, count: settings.urls.count))
+            targets.append(try Target(url: url, index: index, count: settings.urls.count, timeoutSeconds: settings.timeoutSeconds))
         }
         self.targets = targets
     }
@@ -222,6 +239,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         statistics.dropped = dropped.load(ordering: .relaxed)
         statistics.suppressed = suppressed.load(ordering: .relaxed)
         statistics.reminders = reminders.load(ordering: .relaxed)
+        statistics.retrying = targets.reduce(0) { $0 + $1.retrying.load(ordering: .relaxed) }
         return statistics
     }
 
@@ -602,6 +620,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let retryWindow = message.kind == .onset || message.kind == .reminder
             ? urgent ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
             : 0
+        let id = "\(runID)-\(queuedCount.add(1, ordering: .relaxed).newValue)"
         for target in only ?? targets {
             let waiting = target.pending.load(ordering: .relaxed)
             if waiting >= settings.queueLimit {
@@ -616,11 +635,13 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                     // The same event's newer reminder: the older one is not sent (neither sent nor failed).
                     target.jobs[index].message = message
                     target.jobs[index].attempts = 0
+                    target.jobs[index].unanswered = 0
+                    target.jobs[index].id = id
                     target.jobs[index].due = min(target.jobs[index].due, now)
                     target.pending.wrappingSubtract(1, ordering: .relaxed)
                 } else {
                     var job = Job(
-                        message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now)
+                        message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id)
                     job.restored = restored
                     target.jobs.append(job)
                 }
@@ -656,6 +677,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 target.pending.wrappingSubtract(1, ordering: .relaxed)
                 if job.restored { restoredDone() }
             }
+            target.retrying.store(target.jobs.count { $0.attempts > 0 }, ordering: .relaxed)
             if !stopping {
                 target.queue.async { [self] in pump(target) }
                 return
@@ -695,11 +717,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         }
         let message = job.message
         let receipt = job.receipt
-        var timeout = settings.timeoutSeconds
+        var timeout = target.answerWait
         if stopping.load(ordering: .relaxed) {
             guard job.attempts == 0 else {
                 keep(message, for: target)
-                giveUp(message, on: target, problem: job.lastProblem, attempts: job.attempts, retryable: true, reported: job.reported)
+                giveUp(message, on: target, problem: job.lastProblem, attempts: job.attempts, unanswered: job.unanswered,
+                       retryable: true, reported: job.reported)
                 return nil
             }
             let left = Double(Int64(stopDeadline.load(ordering: .relaxed)) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9
@@ -715,10 +738,17 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         if job.attempts == 0 { job.started = Self.uptime() }
         job.attempts += 1
         let attempt = job.attempts
-        // Rendered for this attempt: one sent late says so.
+        // Rendered for this attempt: one sent late says so (on its last line). The id is the same on every attempt
+        // and every URL, so that a receiver can tell a copy it has (ntfy from 2.16 replaces the notification with
+        // the same sequence ID instead of showing a new one; older servers ignore the header).
         let attemptMessage = message.sending(at: Date())
-        let outcome = target.poster.post(
-            url: target.url, headers: attemptMessage.headers, body: attemptMessage.body, timeoutSeconds: timeout)
+        var headers = attemptMessage.headers + ["X-Earshot-Notification-Id: \(job.id)"]
+        if settings.format == .ntfy { headers.append("X-Sequence-ID: \(job.id)") }
+        let began = Self.uptime()
+        let outcome = target.poster.post(url: target.url, headers: headers, body: attemptMessage.body, timeoutSeconds: timeout)
+        let took = Self.uptime() - began
+        // An answer in time: the server is not slow (any more).
+        if case .status = outcome, took <= settings.timeoutSeconds { target.answerWait = settings.timeoutSeconds }
         let retryable: Bool
         var retryAfter: Double?
         switch outcome {
@@ -740,9 +770,18 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             job.lastProblem = "HTTP \(status)"
             retryable = status == 408 || status == 429 || status >= 500
             retryAfter = retryAfterSeconds
-        case .failed(let text):
+        case .failed(let text, let requestSent):
             job.lastProblem = text
             retryable = true
+            if requestSent {
+                job.unanswered += 1
+                // Waited its whole time for the answer: a server slower than that would get a copy per attempt
+                // (trial 15 M1: 4 of one smoke alarm from a server answering after 12 s), so wait longer next time.
+                if took >= timeout - 0.05 {
+                    let longest = max(settings.timeoutSeconds, settings.maximumAnswerWaitSeconds)
+                    target.answerWait = min(longest, target.answerWait * 2)
+                }
+            }
         }
         let now = Self.uptime()
         let retryWindow = job.retryWindow
@@ -759,10 +798,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             if retryWindow > 0 { wait = min(wait, settings.urgentMaximumRetryDelaySeconds) }
             if let retryAfter { wait = max(wait, min(retryAfter, settings.maximumRetryAfterSeconds)) }
             if attempt > settings.retries { wait = min(wait, max(0, windowLeft)) }
-            if attempt == settings.retries + 1, !job.reported {
-                // An onset still being retried: the outage is said now, not when its window closes.
+            // An onset still being retried: the outage is said now, not when its window closes; a smoke, CO or fire
+            // alarm's at its first failed attempt (trial 15 M3: with Retry-After, retries took minutes and nothing
+            // showed that the alarm was undelivered).
+            if retryWindow > 0, !job.reported, attempt == settings.retries + 1 || job.urgent {
                 job.reported = true
-                reportFailing(target, problem: job.lastProblem, attempts: attempt, retryable: true,
+                reportFailing(target, problem: job.lastProblem, attempts: attempt, unanswered: job.unanswered, retryable: true,
                               note: "; this \(message.group) notification is tried again for up to \(Self.duration(retryWindow))")
             }
             return now + wait
@@ -776,7 +817,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 + "\(Self.duration(retryWindow)) (\(job.lastProblem)); the next notification of it that gets through "
                 + "says since when it sounds", 4)
         }
-        giveUp(message, on: target, problem: job.lastProblem, attempts: attempt, retryable: retryable, reported: job.reported)
+        giveUp(message, on: target, problem: job.lastProblem, attempts: attempt, unanswered: job.unanswered,
+               retryable: retryable, reported: job.reported)
         return nil
     }
 
@@ -791,25 +833,38 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     /// Counts `message` as failed on `target`, remembers an undelivered onset, and reports the outage once.
     private func giveUp(_ message: NotificationMessage, on target: Target, problem: String, attempts: Int,
-                        retryable: Bool, reported: Bool) {
+                        unanswered: Int = 0, retryable: Bool, reported: Bool) {
         failed.wrappingAdd(1, ordering: .relaxed)
         if message.kind == .onset || message.kind == .reminder, message.group != AlarmEvent.alarmChirp {
             target.missedOnsets.insert(message.group)
         }
         target.failuresInRow.wrappingAdd(1, ordering: .relaxed)
         guard !reported, attempts > 0 else { return }
-        reportFailing(target, problem: problem, attempts: attempts, retryable: retryable, note: "")
+        reportFailing(target, problem: problem, attempts: attempts, unanswered: unanswered, retryable: retryable, note: "")
     }
 
     /// The `notify_failed` health event, once per outage of `target` (until it accepts one again).
-    private func reportFailing(_ target: Target, problem: String, attempts: Int, retryable: Bool, note: String) {
+    private func reportFailing(
+        _ target: Target, problem: String, attempts: Int, unanswered: Int, retryable: Bool, note: String
+    ) {
         guard !target.failing.exchange(true, ordering: .relaxed) else { return }
         let advice = retryable ? "" : " (check [notify] url)"
         let health = HealthEvent(
             state: .notifyFailed,
-            message: "notifications to \(target.origin) are failing: \(problem) after \(attempts) attempt\(attempts == 1 ? "" : "s")\(advice)\(note); detection goes on, and further failures are counted until one gets through",
+            message: "notifications to \(target.origin) are failing: \(problem) \(Self.attempts(attempts, unanswered: unanswered))\(advice)\(note); detection goes on, and further failures are counted until one gets through",
             details: ["url": .string(target.origin), "failed": .int(target.failuresInRow.load(ordering: .relaxed))])
         state.withLock { $0.reportHealth }?(health)
+    }
+
+    /// `after 4 attempts`, and how many of them the server may have received (sent in full, not answered): `after
+    /// 1 attempt, sent and not answered (the server may have received it)`, `after 4 attempts, 3 of them sent and
+    /// not answered (the server may have received them)`, `after 4 attempts, all sent and not answered (...)`.
+    static func attempts(_ attempts: Int, unanswered: Int) -> String {
+        let tried = "after \(attempts) attempt\(attempts == 1 ? "" : "s")"
+        guard unanswered > 0 else { return tried }
+        let them = unanswered == 1 ? "it" : "them"
+        let which = attempts == 1 ? "" : unanswered == attempts ? "all " : "\(unanswered) of them "
+        return "\(tried), \(which)sent and not answered (the server may have received \(them))"
     }
 
     /// `15 min`, `90 s`.
@@ -873,10 +928,11 @@ package struct NotificationMessage: Sendable, Equatable {
     ///   - node: the daemon's name (``NotifySettings/node``); empty leaves the place out.
     ///   - time: when the event (or reminder, or health change) happened.
     ///   - onsetMissed: for an end, the URL never accepted the event's onset (``missedOnset()``).
-    ///   - sentAt: when this attempt is sent; more than ``lateAfterSeconds`` after `time`, the ntfy first line
-    ///     ends with ` (delivered 25 s late)` (``sending(at:)``).
+    ///   - sentAt: when this attempt is sent; more than ``lateAfterSeconds`` after `time` (or kept over a restart),
+    ///     the ntfy message ends with a line `(delivered 25 s late)` (``sending(at:)``); its title and first line
+    ///     stay as they were, so the attempts of one notification read alike.
     ///   - keptOverRestart: kept in the outbox over a restart (``NotifyOutbox``): the ntfy first line ends with
-    ///     ` (heard before earshotd restarted; delivered 3 min late)` whatever the delay; JSON adds
+    ///     ` (heard before earshotd restarted)`, and the last line says how late it is whatever the delay; JSON adds
     ///     `"kept_over_restart":true`.
     package init(
         object: JSONObject, group: String, kind: Kind, format: NotifySettings.Format, node: String, time: Date,
@@ -1021,15 +1077,17 @@ package struct NotificationMessage: Sendable, Equatable {
                 }
                 tags.append(group)
             }
-            if keptOverRestart {
-                let late = sentAt.map { " \(Self.lateness(max(0, $0.timeIntervalSince(time)))) late" } ?? " late"
-                line += " (heard before earshotd restarted; delivered\(late))"
-            } else if let sentAt, kind != .reminder || !onsetMissed, sentAt.timeIntervalSince(time) > Self.lateAfterSeconds {
-                line += " (delivered \(Self.lateness(sentAt.timeIntervalSince(time))) late)"
+            if keptOverRestart { line += " (heard before earshotd restarted)" }
+            // On a line of its own, the last: every attempt of one notification has the same title and first line.
+            // A reminder that stands for an onset never delivered says since when it sounds instead.
+            var late = ""
+            if let sentAt, kind != .reminder || !onsetMissed,
+               keptOverRestart || sentAt.timeIntervalSince(time) > Self.lateAfterSeconds {
+                late = "\n(delivered \(Self.lateness(max(0, sentAt.timeIntervalSince(time)))) late)"
             }
             headers = ["Title: \(title)", "Priority: \(priority)", "Tags: \(tags.joined(separator: ","))",
                        "Content-Type: text/plain; charset=utf-8"].map(Self.headerSafe)
-            body = Array((line + (details.map { "\n\($0)" } ?? "")).utf8)
+            body = Array((line + (details.map { "\n\($0)" } ?? "") + late).utf8)
         }
     }
 
@@ -1062,8 +1120,8 @@ package struct NotificationMessage: Sendable, Equatable {
         "Test alert\(node.isEmpty ? "" : " from \(node)"): Earshot can reach this phone"
     }
 
-    /// This message as sent at `date`: in ntfy's format, ` (delivered 25 s late)` ends its first line when `date` is
-    /// more than ``lateAfterSeconds`` after the event.
+    /// This message as sent at `date`: in ntfy's format, a last line `(delivered 25 s late)` when `date` is more
+    /// than ``lateAfterSeconds`` after the event.
     package func sending(at date: Date) -> NotificationMessage {
         NotificationMessage(
             object: object, group: group, kind: kind, format: format, node: node, time: time,

@@ -677,15 +677,16 @@ package final class EarshotDaemon: @unchecked Sendable {
         ])]
     }
 
-    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N,"failing":[URL,...]}` with `[notify]
-    /// url` set; `failing`: the URLs whose notifications are failing now (`notify_failed` said, none through since).
+    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N,"retrying":N,"failing":[URL,...]}`
+    /// with `[notify] url` set; `retrying`: notifications waiting for their next attempt after one failed (per URL);
+    /// `failing`: the URLs whose notifications are failing now (`notify_failed` said, none through since).
     private var notifyStatus: JSONObject {
         guard let notifySink else { return [:] }
         let statistics = notifySink.statistics
         return ["notify": .object([
             "sent": .int(statistics.sent), "failed": .int(statistics.failed), "dropped": .int(statistics.dropped),
             "suppressed": .int(statistics.suppressed), "reminders": .int(statistics.reminders),
-            "failing": .array(notifySink.failingURLs.map { .string($0) }),
+            "retrying": .int(statistics.retrying), "failing": .array(notifySink.failingURLs.map { .string($0) }),
         ])]
     }
 

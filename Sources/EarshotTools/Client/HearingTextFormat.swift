@@ -84,7 +84,10 @@ package enum HearingTextFormat {
         }
         if let notify = object["notify"], case .array(let failing)? = notify["failing"], !failing.isEmpty {
             let urls = failing.compactMap(\.stringValue).joined(separator: ", ")
-            lines.append("notify: failing to \(urls) (\(notify["failed"]?.intValue ?? 0) given up since start; see notify_failed in the journal)")
+            // An alarm not delivered yet but still tried shows as well as one given up (trial 15 M3).
+            let retrying = notify["retrying"]?.intValue ?? 0
+            let waiting = retrying > 0 ? "\(retrying) being retried, " : ""
+            lines.append("notify: failing to \(urls) (\(waiting)\(notify["failed"]?.intValue ?? 0) given up since start; see notify_failed in the journal)")
         }
         // The file was changed and reloaded, but the daemon still runs what it had (until a reload succeeds).
         if let failure = object["reload_error"], let message = failure["message"]?.stringValue {
