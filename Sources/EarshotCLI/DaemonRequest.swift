@@ -6,10 +6,12 @@ import Foundation
 
 /// What `earshot status`, `listen`, `sleep` and `test-alert` share: a connection to earshotd's socket, a request and its reply.
 enum DaemonRequest {
-    /// Parses the two options the socket commands have in common, `--socket PATH` and `--json`; a positional
-    /// argument goes to `positional`, or is a usage error where that is nil.
+    /// Parses the options the socket commands have in common, `--socket PATH` or `--config FILE` (``SocketChoice``)
+    /// and `--json`; a positional argument goes to `positional`, or is a usage error where that is nil. `socket`
+    /// becomes the path chosen (``DaemonSocket/resolve(socket:configPath:currentDirectory:)``).
     static func parse(_ parser: inout ArgumentParser, socket: inout String, json: inout Bool,
                       positional: ((String) throws(EarshotError) -> Void)? = nil) throws(EarshotError) {
+        var choice = SocketChoice()
         while let item = try parser.next() {
             switch item {
             case .positional(let text):
@@ -18,11 +20,38 @@ enum DaemonRequest {
             case .flag("--json", let inline):
                 try parser.noValue(of: "--json", inline)
                 json = true
-            case .flag("--socket", let inline):
-                socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
+            case .flag(let flag, let inline) where SocketChoice.flags.contains(flag):
+                try choice.take(flag, inline, &parser)
             case .flag(let flag, _):
                 throw parser.unknown(flag)
             }
+        }
+        socket = try choice.resolve()
+    }
+
+    /// `--socket PATH` or `--config FILE`: which daemon a socket command talks to (``DaemonSocket``).
+    struct SocketChoice {
+        static let flags = ["--socket", "--config"]
+        var socket: String?
+        var configPath: String?
+
+        /// Reads the value of `flag` (one of ``flags``).
+        mutating func take(_ flag: String, _ inline: String?, _ parser: inout ArgumentParser) throws(EarshotError) {
+            if flag == "--socket" {
+                socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
+            } else {
+                configPath = try parser.value(of: "--config", inline, allowed: "the daemon's configuration file, e.g. /etc/earshot/kitchen.conf", allowEmpty: false)
+            }
+        }
+
+        /// The socket path: `--socket`, else the one of the daemon running with `--config`, else the default.
+        /// - Throws: a usage error for both options; the configuration file's errors (78).
+        func resolve() throws(EarshotError) -> String {
+            if socket != nil, configPath != nil {
+                throw ArgumentParser.exclusive("--socket", "--config", "give the socket, or the configuration file the daemon runs with")
+            }
+            return try DaemonSocket.resolve(
+                socket: socket, configPath: configPath, currentDirectory: FileManager.default.currentDirectoryPath).path
         }
     }
 
@@ -97,10 +126,10 @@ enum DaemonRequest {
 
     /// The options of a socket command that takes no others (`earshot status`, `earshot test-alert`).
     struct SocketOptions {
-        var socket = EventServer.defaultPath
+        var socket = DaemonSocket.defaultPath
         var json = false
 
-        /// `--socket PATH` and `--json`; anything else is a usage error.
+        /// `--socket PATH` or `--config FILE`, and `--json`; anything else is a usage error.
         static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> SocketOptions {
             var options = SocketOptions()
             try DaemonRequest.parse(&parser, socket: &options.socket, json: &options.json)

@@ -5,12 +5,12 @@ import EarshotService
 import EarshotTools
 import Foundation
 
-/// `earshot sleep start|stop|status [--socket PATH] [--json]`: starts, stops or shows the daemon's sleep session
+/// `earshot sleep start|stop|status [--socket PATH | --config FILE] [--json]`: starts, stops or shows the daemon's sleep session
 /// (snore monitoring). Exit status: 0, 1 stop with no session running, 64 usage, 69 daemon unreachable, no reply
 /// or unable to act (stopping), 73 stop could not write the report (the reply's `error`), 77 no permission (the
 /// socket, or not in `[output] control_users`).
 enum SleepCommand: EarshotCommand {
-    static let usage = "usage: earshot sleep start|stop|status [--socket PATH] [--json]"
+    static let usage = "usage: earshot sleep start|stop|status [--socket PATH | --config FILE] [--json]"
     static let help = """
         \(usage)
 
@@ -18,6 +18,8 @@ enum SleepCommand: EarshotCommand {
         snore report (JSON and SVG) to the daemon's [sleep] report_dir and prints where (make a PNG of the chart with
         earshot report --from-svg SVG --png OUT).
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
+                          earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's reply as JSON
 
         Exit status: 0; 1 when stop finds no session running; 64 usage; 69 when the daemon cannot be reached or
@@ -27,7 +29,7 @@ enum SleepCommand: EarshotCommand {
         """
 
     static let name = "sleep"
-    static let flags = ["--socket", "--json"]
+    static let flags = ["--socket", "--config", "--json"]
 
     enum Action: String {
         case start, stop, status
@@ -35,7 +37,7 @@ enum SleepCommand: EarshotCommand {
 
     struct Options {
         var action = Action.status
-        var socket = EventServer.defaultPath
+        var socket = DaemonSocket.defaultPath
         var json = false
     }
 

@@ -5,16 +5,18 @@ import EarshotService
 import EarshotTools
 import Foundation
 
-/// `earshot status [--socket PATH] [--json]`: what the daemon hears now (level, gate, top classes) and how it runs.
+/// `earshot status [--socket PATH | --config FILE] [--json]`: what the daemon hears now (level, gate, top classes) and how it runs.
 /// Exit status: 0, 64 usage, 69 daemon unreachable or no reply, 77 no permission.
 enum StatusCommand: EarshotCommand {
-    static let usage = "usage: earshot status [--socket PATH] [--json]"
+    static let usage = "usage: earshot status [--socket PATH | --config FILE] [--json]"
     static let help = """
         \(usage)
 
         Shows what earshotd hears now: the level of the last window (dBFS), whether the gate let it through to the
         classifier, its top 5 classes with their scores, the watched, muted and active groups, and counters.
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
+                          earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's status reply as JSON
 
         Exit status: 0; 69 when the daemon cannot be reached or does not answer within 10 s; 77 permission
@@ -22,7 +24,7 @@ enum StatusCommand: EarshotCommand {
         """
 
     static let name = "status"
-    static let flags = ["--socket", "--json"]
+    static let flags = ["--socket", "--config", "--json"]
 
     typealias Options = DaemonRequest.SocketOptions
 
@@ -46,11 +48,11 @@ enum StatusCommand: EarshotCommand {
     }
 }
 
-/// `earshot listen [--socket PATH] [--json]`: a line per analysis window (level, gate, top classes), live, until
+/// `earshot listen [--socket PATH | --config FILE] [--json]`: a line per analysis window (level, gate, top classes), live, until
 /// the daemon stops. Exit status: 0 after the daemon's shutdown notice, 69 when the connection is refused or ends
 /// without it, 77 no permission, 64 usage.
 enum ListenCommand: EarshotCommand {
-    static let usage = "usage: earshot listen [--socket PATH] [--json]"
+    static let usage = "usage: earshot listen [--socket PATH | --config FILE] [--json]"
     static let help = """
         \(usage)
 
@@ -58,6 +60,8 @@ enum ListenCommand: EarshotCommand {
         the window's start (stream seconds), its level (dBFS), whether the gate was open, and its top 5 classes
         with their scores. Use it to set [analysis] gate_dbfs, [group.loud] level_dbfs and group thresholds.
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
+                          earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's {"type":"window",...} lines (and capture health lines) as they are
         The capture's health changes come between the windows, e.g. " capture unavailable: <why>" and
         " capture live again: <how>", so that a pause in the windows is explained.
@@ -67,7 +71,7 @@ enum ListenCommand: EarshotCommand {
         """
 
     static let name = "listen"
-    static let flags = ["--socket", "--json"]
+    static let flags = ["--socket", "--config", "--json"]
 
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> StatusCommand.Options {
         try StatusCommand.parse(&parser)

@@ -5,17 +5,19 @@ import EarshotService
 import EarshotTools
 import Foundation
 
-/// `earshot subscribe [--socket PATH] [--group G]... [--format json|text]`: prints the daemon's events as they arrive.
+/// `earshot subscribe [--socket PATH | --config FILE] [--group G]... [--format json|text]`: prints the daemon's events as they arrive.
 ///
 /// Ends with status 0 after the daemon's `{"type":"shutdown"}` line (a clean stop); a connection that ends without
 /// it was dropped (earshotd crashed or was killed): one stderr line and status 69 (EX_UNAVAILABLE).
 enum SubscribeCommand: EarshotCommand {
-    static let usage = "usage: earshot subscribe [--socket PATH] [--group G]... [--format json|text]"
+    static let usage = "usage: earshot subscribe [--socket PATH | --config FILE] [--group G]... [--format json|text]"
     static let help = """
         \(usage)
 
         Prints the daemon's events as they arrive, one line each, until the daemon stops.
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
+                          earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --group G       only detections of label group G (repeat, or separate with commas); health lines
                           always come
           --format F      json: the daemon's JSON lines as they are (default); text: one readable line per event
@@ -26,13 +28,13 @@ enum SubscribeCommand: EarshotCommand {
         """
 
     struct Options {
-        var socket = EventServer.defaultPath
+        var socket = DaemonSocket.defaultPath
         var groups: [String] = []
         var text = false
     }
 
     static let name = "subscribe"
-    static let flags = ["--socket", "--group", "--format"]
+    static let flags = ["--socket", "--config", "--group", "--format"]
 
     enum Format: String {
         case json, text
@@ -40,12 +42,13 @@ enum SubscribeCommand: EarshotCommand {
 
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
+        var choice = DaemonRequest.SocketChoice()
         while let item = try parser.next() {
             switch item {
             case .positional(let text):
                 throw parser.unexpected(text)
-            case .flag("--socket", let inline):
-                options.socket = try parser.value(of: "--socket", inline, allowed: "the daemon's socket path", allowEmpty: false)
+            case .flag(let flag, let inline) where DaemonRequest.SocketChoice.flags.contains(flag):
+                try choice.take(flag, inline, &parser)
             case .flag("--group", let inline):
                 let allowed = "a label group name, e.g. smoke_alarm"
                 let names = try parser.value(of: "--group", inline, allowed: allowed).split(separator: ",")
@@ -59,6 +62,7 @@ enum SubscribeCommand: EarshotCommand {
                 throw parser.unknown(flag)
             }
         }
+        options.socket = try choice.resolve()
         return options
     }
 

@@ -3,14 +3,14 @@ import EarshotOutputs
 import EarshotTools
 import Foundation
 
-/// `earshot test-alert [--socket PATH] [--json]`: asks the daemon for a test alert (`{"cmd":"test"}`) and prints
+/// `earshot test-alert [--socket PATH | --config FILE] [--json]`: asks the daemon for a test alert (`{"cmd":"test"}`) and prints
 /// where it went and, for each output that reaches over the network, what became of it: each `[notify]` URL's first
 /// attempt, the MQTT broker's acknowledgement (the daemon replies once it has them, or 10 s after sending). Exit
 /// status: 0, 64 usage, 69 daemon unreachable or no reply, or a network output not reached (`not_reached`), 75
 /// refused because one was sent less than 10 s ago, 77 no permission (the socket, or not in `[output]
 /// control_users`).
 enum TestAlertCommand: EarshotCommand {
-    static let usage = "usage: earshot test-alert [--socket PATH] [--json]"
+    static let usage = "usage: earshot test-alert [--socket PATH | --config FILE] [--json]"
     static let help = """
         \(usage)
 
@@ -22,6 +22,8 @@ enum TestAlertCommand: EarshotCommand {
         reached: disconnected, the alert waiting in the outbox). The daemon answers once every one has a result,
         or 10 s after sending. Whether a phone showed it, the phone says. At most one per 10 s.
           --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
+                          earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's reply as JSON
 
         Exit status: 0; 64 usage; 69 when the daemon cannot be reached or does not answer within \(Int(replySeconds)) s, or
@@ -31,7 +33,7 @@ enum TestAlertCommand: EarshotCommand {
         """
 
     static let name = "test-alert"
-    static let flags = ["--socket", "--json"]
+    static let flags = ["--socket", "--config", "--json"]
 
     /// Seconds the reply is waited for: the daemon's 10 s for the outputs' results
     /// (``TestAlertReceipt/deadlineSeconds``) and 5 s for a busy machine.

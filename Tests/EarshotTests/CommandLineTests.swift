@@ -8,7 +8,7 @@ import EarshotTools
 @Suite("CommandLine: one parser for every earshot command")
 struct CommandLineTests {
     static let commands = ["analyze", "detect", "train", "enroll", "subscribe", "classes", "devices", "eval", "bench", "history",
-                           "report", "sleep", "test-alert", "eval-snore", "help", "version"]
+                           "report", "sleep", "test-alert", "mqtt-retire", "eval-snore", "help", "version"]
 
     static func run(_ arguments: [String]) throws -> EarshotCLI.Outcome {
         try #require(try EarshotCLI.run(arguments, in: FileManager.default.temporaryDirectory, timeout: 30))
@@ -40,9 +40,13 @@ struct CommandLineTests {
     @Test("usage errors: one line on stderr in the shared wording, nothing on stdout, status 64", .needsEarshotBuilt,
           arguments: [
             // An unknown option names the command and its options.
-            (["subscribe", "--bogus"], "unknown option \"--bogus\" for subscribe (allowed: --socket, --group, --format)"),
-            (["sleep", "status", "--bogus"], "unknown option \"--bogus\" for sleep (allowed: --socket, --json)"),
-            (["test-alert", "--bogus"], "unknown option \"--bogus\" for test-alert (allowed: --socket, --json)"),
+            (["subscribe", "--bogus"], "unknown option \"--bogus\" for subscribe (allowed: --socket, --config, --group, --format)"),
+            (["sleep", "status", "--bogus"], "unknown option \"--bogus\" for sleep (allowed: --socket, --config, --json)"),
+            (["test-alert", "--bogus"], "unknown option \"--bogus\" for test-alert (allowed: --socket, --config, --json)"),
+            (["mqtt-retire", "--bogus"], "unknown option \"--bogus\" for mqtt-retire (allowed: --config, --node, --dry-run)"),
+            (["mqtt-retire", "--node"], "--node needs a value (a node name, e.g. garage)"),
+            (["mqtt-retire", "--dry-run=yes"], "--dry-run takes no value"),
+            (["mqtt-retire", "--node", "Garage!"], "--node \"Garage!\" must be 1 to 64 of a-z, 0-9, _ and -, e.g. kitchen"),
             (["bench", "--bogus"], "unknown option \"--bogus\" for bench (allowed: --quick, --no-daemon, --daemon-only, --layers, --json, --audio, --daemon)"),
             (["eval", "--bogus"], "unknown option \"--bogus\" for eval (allowed: --manifest, --no-synthetic, --no-classifier, --only, --cases, --segments, --onsets, --segment-hz, --rate-factor, --groups, --stream-hours, --stream-manifest, --threads, --config, --problems, --cost)"),
             (["eval-snore", "a", "b", "--bogus"], "unknown option \"--bogus\" for eval-snore (allowed: --model, --threshold, --rhythm-threshold)"),
@@ -53,6 +57,9 @@ struct CommandLineTests {
             (["subscribe", "--socket="], "--socket needs a value (the daemon's socket path)"),
             (["subscribe", "--group", "--format", "text"], "--group needs a value (a label group name, e.g. smoke_alarm)"),
             (["sleep", "status", "--socket"], "--socket needs a value (the daemon's socket path)"),
+            (["status", "--config"], "--config needs a value (the daemon's configuration file, e.g. /etc/earshot/kitchen.conf)"),
+            (["status", "--socket", "/tmp/a.sock", "--config", "/tmp/a.conf"], "--socket and --config exclude each other (give the socket, or the configuration file the daemon runs with)"),
+            (["subscribe", "--config", "/tmp/a.conf", "--socket=/tmp/a.sock"], "--socket and --config exclude each other (give the socket, or the configuration file the daemon runs with)"),
             (["bench", "--audio"], "--audio needs a value (a recording to loop)"),
             (["eval", "--rate-factor"], "--rate-factor needs a value (a number above 0, e.g. 0.9 or 1.1)"),
             (["report", "--snore"], "--snore needs a value (a sound file)"),
@@ -71,16 +78,16 @@ struct CommandLineTests {
             (["bench", "--quick=1"], "--quick takes no value"),
             (["sleep", "status", "--json=no"], "--json takes no value"),
             // Something missing: the command's name and its usage line.
-            (["sleep"], "sleep needs start, stop or status (usage: earshot sleep start|stop|status [--socket PATH] [--json])"),
+            (["sleep"], "sleep needs start, stop or status (usage: earshot sleep start|stop|status [--socket PATH | --config FILE] [--json])"),
             (["eval-snore", "a"], "eval-snore needs SNORING_DIR and NON_SNORING_DIR (usage: earshot eval-snore SNORING_DIR NON_SNORING_DIR [--model HEAD] [--threshold X] [--rhythm-threshold Y])"),
             (["report"], "report needs --snore FILE (usage: earshot report --snore FILE [--json OUT|-] [--svg OUT] [--png OUT] [--png-scale N] [--config FILE] [--model HEAD] [--threshold X] [--rhythm-threshold Y] [--progress|--quiet])"),
             // A stray argument, or one too many.
             (["devices", "extra"], "devices takes no arguments, not \"extra\" (usage: earshot devices)"),
             (["version", "extra"], "version takes no arguments, not \"extra\" (usage: earshot --version)"),
-            (["subscribe", "extra"], "subscribe takes options only, not \"extra\" (usage: earshot subscribe [--socket PATH] [--group G]... [--format json|text])"),
+            (["subscribe", "extra"], "subscribe takes options only, not \"extra\" (usage: earshot subscribe [--socket PATH | --config FILE] [--group G]... [--format json|text])"),
             (["bench", "extra"], "bench takes options only, not \"extra\" (usage: earshot bench [--quick] [--no-daemon | --daemon-only] [--layers] [--json] [--audio FILE] [--daemon PATH])"),
             (["history", "extra"], "history takes options only, not \"extra\" (\(HistoryListing.usage))"),
-            (["sleep", "start", "stop"], "sleep takes one of start, stop or status, got \"start\" and \"stop\" (usage: earshot sleep start|stop|status [--socket PATH] [--json])"),
+            (["sleep", "start", "stop"], "sleep takes one of start, stop or status, got \"start\" and \"stop\" (usage: earshot sleep start|stop|status [--socket PATH | --config FILE] [--json])"),
             (["eval-snore", "a", "b", "c"], "eval-snore takes two directories, got \"a\", \"b\" and \"c\" (usage: earshot eval-snore SNORING_DIR NON_SNORING_DIR [--model HEAD] [--threshold X] [--rhythm-threshold Y])"),
             (["help", "analyze", "train"], "help takes one COMMAND, got \"analyze\" and \"train\" (usage: earshot help [COMMAND])"),
             // Options that exclude or need each other.
@@ -141,11 +148,11 @@ struct CommandLineTests {
     func helpColumns() throws {
         let help = try Self.run(["help"])
         let lines = help.outputLines
-        let status = try #require(lines.firstIndex(of: "  status [--socket PATH] [--json]"), "\(lines)")
+        let status = try #require(lines.firstIndex(of: "  status [--socket PATH | --config FILE] [--json]"), "\(lines)")
         #expect(Array(lines[status...].prefix(6)) == [
-            "  status [--socket PATH] [--json]",
+            "  status [--socket PATH | --config FILE] [--json]",
             "                                  what the daemon hears now (level, gate, top classes) and how it runs",
-            "  listen [--socket PATH] [--json]",
+            "  listen [--socket PATH | --config FILE] [--json]",
             "                                  print what the daemon hears, a line per window, live (for setting thresholds)",
             "  classes                         list the built-in classifier's AudioSet class labels",
             "  devices                         list ALSA capture devices",
@@ -154,7 +161,7 @@ struct CommandLineTests {
         // spaces or more, and the summary at column 34.
         let indent = String(repeating: " ", count: 34)
         let entries = Array(lines.drop { $0 != "commands:" }.dropFirst())
-        #expect(entries.count == 34)
+        #expect(entries.count == 36)
         for (index, line) in entries.enumerated() where !line.hasPrefix(indent) {
             let summaryBelow = index + 1 < entries.count && entries[index + 1].hasPrefix(indent)
             let characters = Array(line)

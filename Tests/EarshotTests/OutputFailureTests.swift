@@ -169,10 +169,10 @@ struct HelpListTests {
         defer { AudioTestFiles.remove(directory) }
         let list = try #require(try EarshotCLI.run(["help"], in: directory))
         #expect(list.status == 0)
-        #expect(list.outputLines.contains("  subscribe [--socket PATH] [--group G]... [--format json|text]"))
+        #expect(list.outputLines.contains("  subscribe [--socket PATH | --config FILE] [--group G]... [--format json|text]"))
         #expect(list.outputLines.contains("  bench [--quick] [--no-daemon | --daemon-only] [--layers] [--json] [--audio FILE] [--daemon PATH]"))
         #expect(list.outputLines.contains("  classes                         list the built-in classifier's AudioSet class labels"))
-        for command in ["analyze", "train", "enroll", "subscribe", "classes", "devices", "eval", "bench", "history", "report", "sleep", "eval-snore"] {
+        for command in ["analyze", "train", "enroll", "subscribe", "classes", "devices", "eval", "bench", "history", "report", "sleep", "mqtt-retire", "eval-snore"] {
             let own = try #require(try EarshotCLI.run([command, "--help"], in: directory, timeout: 30))
             let usage = try #require(own.outputLines.first { $0.hasPrefix("usage: earshot \(command)") }, "\(command)")
             let entry = "  " + usage.dropFirst("usage: earshot ".count)

@@ -52,13 +52,29 @@ extension DaemonConfiguration {
         case .connected:
             return broker
         case .failed(let cause):
-            let refused = cause.hasPrefix("the broker refused")
-            // A cause that carries its own advice ("(check ...)") or a TLS failure needs no more.
-            let advice = refused || cause.contains("TLS") || cause.hasSuffix(")") ? "" : " (is the broker running? check [mqtt] host and port)"
-            throw EarshotError(refused ? .config : .unavailable, "[mqtt] broker \(broker): \(cause)\(advice)")
+            throw Self.brokerError(broker, cause: cause)
         case nil:
-            throw EarshotError(.unavailable, "[mqtt] broker \(broker): no answer within \(Int(timeout)) s (check [mqtt] host, port and tls)")
+            throw Self.brokerError(broker, silentFor: timeout)
         }
+    }
+
+    /// The error for a broker that could not be reached or refused the connection, as ``checkMQTTBroker(timeout:)``
+    /// and `earshot mqtt-retire` say it: `EarshotError(.config)` (78) when the broker refused (credentials, client
+    /// id), else `.unavailable` (69), e.g. `[mqtt] broker localhost:1883: Connection refused (is the broker running?
+    /// check [mqtt] host and port)`.
+    /// - Parameters:
+    ///   - broker: `host:port` (``MQTTConnection/Endpoint/description``).
+    ///   - cause: what ``MQTTConnectionDelegate/connection(_:didFail:retryIn:)`` said.
+    package static func brokerError(_ broker: String, cause: String) -> EarshotError {
+        let refused = cause.hasPrefix("the broker refused")
+        // A cause that carries its own advice ("(check ...)") or a TLS failure needs no more.
+        let advice = refused || cause.contains("TLS") || cause.hasSuffix(")") ? "" : " (is the broker running? check [mqtt] host and port)"
+        return EarshotError(refused ? .config : .unavailable, "[mqtt] broker \(broker): \(cause)\(advice)")
+    }
+
+    /// The error for a broker that said nothing within `seconds` (69).
+    package static func brokerError(_ broker: String, silentFor seconds: Double) -> EarshotError {
+        EarshotError(.unavailable, "[mqtt] broker \(broker): no answer within \(Int(seconds)) s (check [mqtt] host, port and tls)")
     }
 }
 

@@ -21,7 +21,8 @@ package final class EventSubscriber {
         /// The errno of socket(2) or connect(2) (0 for a bad path).
         package var errnoValue: Int32
         /// The whole line, without a program prefix, e.g. `cannot connect to /run/earshot/earshot.sock: No such file
-        /// or directory (is earshotd running? see systemctl status earshotd)`.
+        /// or directory (is earshotd running? see systemctl status earshotd)`, or, for the default socket missing
+        /// while instances run, ``DaemonSocket/missingDefault(path:instances:)``'s line.
         package var message: String
 
         /// 77 (EX_NOPERM) for EACCES/EPERM, 64 (EX_USAGE) for a bad path, 69 (EX_UNAVAILABLE) otherwise.
@@ -46,6 +47,12 @@ package final class EventSubscriber {
                 // connect(2) says "refused" for a regular file too; the daemon's state is not the problem.
                 let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "a file"
                 message = "cannot connect to \(path): it is \(kind), not a socket (give earshotd's socket, the [output] socket of its configuration, by default \(EventServer.defaultPath))"
+                return
+            }
+            // Only instances run here (earshotd@NAME): the default socket is missing, theirs are not (trial 14 D3).
+            if errnoValue == ENOENT, path == DaemonSocket.defaultPath,
+               let line = DaemonSocket.missingDefault(path: path, instances: DaemonSocket.instances()) {
+                message = line
                 return
             }
             let text = SocketCall.describe(errnoValue)
