@@ -411,6 +411,43 @@ struct SymbolicLinkTests {
         scratch.expectVictimsUntouched()
     }
 
+    // MARK: Audit 15 F3: the report directory is checked only when sleep reports are set up
+
+    @Test("a link above the default [sleep] report_dir stops neither --check-config nor the start when no schedule and no report_dir are set; with either it is refused (78)",
+          .needsEarshotdBuilt)
+    func unusedReportDirectoryNotRefused() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let real = try scratch.directory("real")
+        _ = try scratch.directory("real/state")
+        let linked = scratch.path + "/var"
+        #expect(symlink(real, linked) == 0)
+        let state = linked + "/state"
+        let line = "[sleep] report_dir = \(state)/sleep: \(linked) is a symbolic link, which earshotd does not follow (set [sleep] report_dir to the path without links: realpath \(linked) shows where it leads)"
+
+        var unused = try DaemonConfiguration.parse("[history]\nenabled = false\n", source: "t.conf")
+        unused.sleep.reportDirectory = state + "/sleep"
+        #expect(unused.sleepReportsExpected == false)
+        try unused.checkStoragePaths()
+        var scheduled = try DaemonConfiguration.parse("[history]\nenabled = false\n[sleep]\nschedule = 22:30-07:00\n", source: "t.conf")
+        scheduled.sleep.reportDirectory = state + "/sleep"
+        #expect(scheduled.sleepReportsExpected == true)
+        #expect(throws: EarshotError(.config, line)) { try scheduled.checkStoragePaths() }
+
+        // The audit's run: $STATE_DIRECTORY through a root-owned link, history off, sleep not set up.
+        let config = scratch.path + "/c.conf"
+        try "[history]\nenabled = false\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let run = try #require(try EarshotdRun.run(["--check-config", "--config", config], environment: ["STATE_DIRECTORY": state]))
+        #expect(run.status == 0)
+        #expect(run.output == "earshotd: configuration OK (watching smoke_alarm, fire_alarm, co_alarm, baby_cry, glass_break)\n")
+        #expect(run.error == "")
+        try "[history]\nenabled = false\n[sleep]\nschedule = 22:30-07:00\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let refused = try #require(try EarshotdRun.run(["--check-config", "--config", config], environment: ["STATE_DIRECTORY": state]))
+        #expect(refused.status == 78)
+        #expect(refused.error == "earshotd: " + line + "\n")
+        #expect(Self.names(real + "/state").isEmpty)
+    }
+
     @Test("a clips writer whose directory is a link (put there after the start's check): clips_unavailable once with the link and the fix; the target keeps its mode 0755, gets no clip, and an old clip there is not pruned")
     func clipsWriterRefusesLink() throws {
         let scratch = try Scratch()
