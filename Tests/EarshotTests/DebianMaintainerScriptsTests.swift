@@ -169,12 +169,15 @@ struct DebianMaintainerScriptsTests {
         #expect(root.exists("run/earshot/kitchen"))
 
         root.stop(daemon)
+        // An instance's file the admin made (README: it stays, with /etc/earshot; audit 15 F5).
+        try Data("[capture]\n".utf8).write(to: root.url.appendingPathComponent("etc/earshot/kitchen.conf"))
         let purged = try root.run("postrm", "purge")
         #expect(purged.status == 0)
         #expect(purged.standardError == "")
         #expect(!root.exists("run/earshot"))
         #expect(!root.exists("var/lib/earshot"))
         #expect(root.exists("etc/earshot/earshotd.conf"))  // the conffile is dpkg's to delete, before postrm purge
+        #expect(root.exists("etc/earshot/kitchen.conf"))
     }
 
     @Test("remove while a daemon started by hand runs with its socket elsewhere (a user's own, in $XDG_RUNTIME_DIR), or with no socket, deletes /run/earshot and says nothing (audit 15 F4)",
