@@ -185,12 +185,7 @@ enum EvalCommand: EarshotCommand {
                     if let hz = options.segmentHz {
                         segments = segments.filter { abs($0.frequencyHz - hz) <= 0.05 * hz }
                     }
-                    for segment in segments {
-                        print(String(format: "  %7.2f  %5.2f s  %6.0f Hz +- %4.1f  %6.1f dBFS  peak %6.1f dBFS  %4.1f dB above the floor  %5.1f dB below the second before",
-                                     segment.start, segment.duration + 0.01, segment.frequencyHz, segment.frequencySpreadHz,
-                                     segment.levelDBFS, segment.peakLevelDBFS, segment.peakSNRDB,
-                                     segment.precedingPeakDBFS - segment.peakLevelDBFS))
-                    }
+                    for segment in segments { print(AlarmEvaluation.segmentLine(segment)) }
                 }
             }
             if options.printCases { print(AlarmEvaluation.caseLines(outcomes) + "\n") }

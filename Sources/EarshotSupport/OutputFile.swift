@@ -69,20 +69,42 @@ public enum OutputFile {
     ///   `cannot write NAME PATH: it is a FIFO that no process reads (remove it; earshotd writes its own file
     ///   there)`, or whose reader does not take the bytes in time, `...: it is a FIFO whose reader did not take the
     ///   62 bytes within 5 s (...)` (`a device` for a device).
+    /// The directory of `path` is looked up as given (a link above the name is followed; the daemon's writers open
+    /// their directory without following one and call ``writePrivate(_:in:name:path:mode:what:hint:readerPatience:)``).
     public static func writePrivate(
         _ data: Data, to path: String, mode: mode_t = 0o600, what: String = "",
         hint: String = "check the directory and free space", readerPatience: Double = 5
     ) throws(EarshotError) {
+        let url = URL(fileURLWithPath: path)
+        let directory = open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw described(Failure(stage: .open, code: errno), path, what, hint) }
+        defer { close(directory) }
+        try writePrivate(
+            data, in: directory, name: url.lastPathComponent, path: path, mode: mode, what: what, hint: hint,
+            readerPatience: readerPatience)
+    }
+
+    /// ``writePrivate(_:to:mode:what:hint:readerPatience:)`` into the directory open as `directory`: `name` is
+    /// looked at, staged, renamed and removed relative to it (`fstatat`, `openat`, `renameat`, `unlinkat`), so that
+    /// nothing is written where a link swapped in for the directory after it was opened points (audit 15 F1).
+    /// - Parameters:
+    ///   - name: the file's name in the directory (no `/`).
+    ///   - path: the directory's path and `name`, for the lines.
+    public static func writePrivate(
+        _ data: Data, in directory: Int32, name: String, path: String, mode: mode_t = 0o600, what: String = "",
+        hint: String = "check the directory and free space", readerPatience: Double = 5
+    ) throws(EarshotError) {
         var status = stat()
-        if lstat(path, &status) == 0, status.st_uid == geteuid(), isDeviceOrFIFO(status.st_mode),
-           try writeOwnInPlace(data, to: path, what: what, patience: readerPatience)
+        if fstatat(directory, name, &status, AT_SYMLINK_NOFOLLOW) == 0, status.st_uid == geteuid(),
+           isDeviceOrFIFO(status.st_mode),
+           try writeOwnInPlace(data, in: directory, name: name, path: path, what: what, patience: readerPatience)
         {
             return
         }
         do throws(Failure) {
-            let (descriptor, temporary) = try createStaging(besides: path, mode: 0o600)
+            let (descriptor, temporary) = try createStaging(in: directory, besides: name, mode: 0o600)
             _ = fchmod(descriptor, mode)
-            try finish(data, descriptor: descriptor, temporary: temporary, target: path)
+            try finish(data, descriptor: descriptor, in: directory, temporary: temporary, target: name)
         } catch {
             throw described(error, path, what, hint)
         }
@@ -95,14 +117,17 @@ public enum OutputFile {
     /// - Returns: true when written; false when `path` is something else by the time it is opened (it is replaced
     ///   then, as any other file).
     /// - Throws: `EarshotError(.io)` naming the FIFO or device, why, and the fix.
-    private static func writeOwnInPlace(_ data: Data, to path: String, what: String, patience: Double) throws(EarshotError) -> Bool {
+    private static func writeOwnInPlace(
+        _ data: Data, in directory: Int32, name file: String, path: String, what: String, patience: Double
+    ) throws(EarshotError) -> Bool {
         let name = what.isEmpty ? path : "\(what) \(path)"
         let fix = "remove it; earshotd writes its own file there"
-        let descriptor = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        let descriptor = openat(directory, file, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else {
             // ENXIO: a FIFO no process has open for reading (for a device, no driver: replaced as any file).
             var status = stat()
-            guard errno == ENXIO, lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFIFO else { return false }
+            guard errno == ENXIO, fstatat(directory, file, &status, AT_SYMLINK_NOFOLLOW) == 0,
+                  status.st_mode & S_IFMT == S_IFIFO else { return false }
             throw EarshotError(.io, "cannot write \(name): it is a FIFO that no process reads (\(fix))", cause: "no reader")
         }
         var opened = stat()
@@ -155,6 +180,22 @@ public enum OutputFile {
     /// someone put at a name they could guess.
     /// - Throws: ``Failure`` (`.open`) with EISDIR when `target` is a directory, else the `errno` of open(2)
     ///   (ENOENT for a missing directory, EACCES...).
+    private static func createStaging(in directory: Int32, besides target: String, mode: mode_t) throws(Failure) -> (descriptor: Int32, name: String) {
+        var code = EEXIST
+        for _ in 0..<16 {
+            let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            let temporary = ".\(target).tmp-" + String(repeating: "0", count: 16 - suffix.count) + suffix
+            let descriptor = openat(directory, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            if descriptor >= 0 { return (descriptor, temporary) }
+            code = errno
+            guard code == EEXIST || code == EINTR else { break }
+        }
+        var existing = stat()
+        if fstatat(directory, target, &existing, 0) == 0, existing.st_mode & S_IFMT == S_IFDIR { throw Failure(stage: .open, code: EISDIR) }
+        throw Failure(stage: .open, code: code)
+    }
+
+    /// ``createStaging(in:besides:mode:)`` by path, beside `target`.
     private static func createStaging(besides target: String, mode: mode_t) throws(Failure) -> (descriptor: Int32, path: String) {
         var code = EEXIST
         for _ in 0..<16 {
@@ -208,6 +249,21 @@ public enum OutputFile {
               digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }),
               Array(bytes.dropLast(16).suffix(marker.utf8.count)) == Array(marker.utf8) else { return false }
         return isOurs(String(decoding: bytes.dropFirst().dropLast(16 + marker.utf8.count), as: UTF8.self))
+    }
+
+    /// ``finish(_:descriptor:temporary:target:)`` with both names relative to the directory open as `directory`.
+    private static func finish(_ data: Data, descriptor: Int32, in directory: Int32, temporary: String, target: String) throws(Failure) {
+        let writeError = writeAll(data, to: descriptor)
+        let closeError: Int32? = close(descriptor) == 0 ? nil : errno
+        if let code = writeError ?? closeError {
+            unlinkat(directory, temporary, 0)
+            throw Failure(stage: .write, code: code)
+        }
+        guard renameat(directory, temporary, directory, target) == 0 else {
+            let code = errno
+            unlinkat(directory, temporary, 0)
+            throw Failure(stage: code == EISDIR ? .open : .write, code: code)
+        }
     }
 
     /// Writes `data` to the staged file `descriptor` (at `temporary`), closes it and renames it to `target`;

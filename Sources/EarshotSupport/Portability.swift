@@ -353,7 +353,17 @@ package enum DirectoryWriteProbe {
     /// cannot tell that way (`EOPNOTSUPP`, `EISDIR`, `EINVAL`: no `O_TMPFILE` there). The corresponding C call is
     /// `open(directory, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)`.
     package static func failure(in directory: String) -> Int32? {
-        let descriptor = open(directory, openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
+        failure(at: AT_FDCWD, directory)
+    }
+
+    /// The `errno` of creating an unnamed file in the directory open as `descriptor` (nothing looked up by path), as
+    /// ``failure(in:)``. The corresponding C call is `openat(descriptor, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)`.
+    package static func failure(inDirectory descriptor: Int32) -> Int32? {
+        failure(at: descriptor, ".")
+    }
+
+    private static func failure(at base: Int32, _ directory: String) -> Int32? {
+        let descriptor = openat(base, directory, openUnnamedFile | O_WRONLY | O_CLOEXEC, 0o600)
         let code = errno
         if descriptor >= 0 {
             close(descriptor)

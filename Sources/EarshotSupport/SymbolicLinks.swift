@@ -97,6 +97,50 @@ package enum SymbolicLinks {
         return descriptor
     }
 
+    /// Opens the directory `path` as ``openDirectory(_:)`` does, making it first when it is missing (`mkdirat` with
+    /// `mode`, set on it whatever the umask), and with `parents` the missing directories above it too (mode 0700 less
+    /// the umask); each is made in its parent opened without following a link, so that nothing is made where a link
+    /// swapped in meanwhile points (audit 15 F1). The caller works relative to the descriptor (`openat`,
+    /// `renameat`, `unlinkat`): the path is not looked up again.
+    /// - Returns: the descriptor, which the caller closes; or -1 with `errno` set, and `creating` true when a
+    ///   directory was missing and could not be made (`ENOENT` for a missing parent without `parents`, `EACCES`...).
+    package static func openDirectory(_ path: String, creatingWithMode mode: mode_t, parents: Bool = false)
+        -> (descriptor: Int32, creating: Bool)
+    {
+        var components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard let name = components.popLast() else { return (open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC), false) }
+        var directory = open(path.hasPrefix("/") ? "/" : ".", directoryPath)
+        guard directory >= 0 else { return (-1, false) }
+        func step(_ component: String, _ flags: Int32, _ componentMode: mode_t, create: Bool) -> (Int32, Bool) {
+            var next = openat(directory, component, flags | O_NOFOLLOW)
+            var creating = false
+            if next < 0, errno == ENOENT, create {
+                creating = true
+                if mkdirat(directory, component, componentMode) == 0 || errno == EEXIST {
+                    next = openat(directory, component, flags | O_NOFOLLOW)
+                }
+            } else if next < 0, errno == ENOENT {
+                creating = true
+            }
+            let code = errno
+            close(directory)
+            errno = code
+            return (next, creating)
+        }
+        for component in components {
+            let (next, creating) = step(component, directoryPath, 0o700, create: parents)
+            guard next >= 0 else { return (-1, creating) }
+            directory = next
+        }
+        var made = false
+        var status = stat()
+        if fstatat(directory, name, &status, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { made = true }
+        let (descriptor, creating) = step(name, O_RDONLY | O_DIRECTORY | O_CLOEXEC, mode, create: true)
+        guard descriptor >= 0 else { return (-1, creating) }
+        if made { _ = fchmod(descriptor, mode) }
+        return (descriptor, false)
+    }
+
     /// The directory `components` lead to from the root (`absolute`) or the working directory, each opened with
     /// ``directoryPath`` and `O_NOFOLLOW`; -1 with `errno` set when one cannot be.
     private static func walk(_ components: [String], absolute: Bool) -> Int32 {

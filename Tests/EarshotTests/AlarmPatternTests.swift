@@ -880,3 +880,20 @@ struct AlarmPatternTests {
         daemon.waitUntilExit()
     }
 }
+
+@Suite("Eval segment line")
+struct EvalSegmentLineTests {
+    /// Audit 15 F6: a chirp 29 dB above the second before it printed `-29.0 dB below the second before`.
+    @Test("the loudest sound of the second before is said above, below, or absent, never as a negative 'below'")
+    func precedingPeakWords() {
+        func segment(preceding: Double) -> ToneSegment {
+            ToneSegment(start: 5, end: 5.1, frequencyHz: 3150, levelDBFS: -43.3, peakLevelDBFS: -43, peakSNRDB: 46.1,
+                        frequencySpreadHz: 1.1, precedingPeakDBFS: preceding)
+        }
+        let head = "     5.00   0.11 s    3150 Hz +-  1.1   -43.3 dBFS  peak  -43.0 dBFS  46.1 dB above the floor  "
+        #expect(AlarmEvaluation.segmentLine(segment(preceding: -72)) == head + " 29.0 dB above the second before")
+        #expect(AlarmEvaluation.segmentLine(segment(preceding: -19.5)) == head + " 23.5 dB below the second before")
+        #expect(AlarmEvaluation.segmentLine(segment(preceding: -43)) == head + "  0.0 dB below the second before")
+        #expect(AlarmEvaluation.segmentLine(segment(preceding: -.infinity)) == head + "nothing in the second before")
+    }
+}

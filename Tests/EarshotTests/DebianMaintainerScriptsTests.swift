@@ -63,16 +63,31 @@ struct DebianMaintainerScriptsTests {
 
         /// Starts a copy of /bin/sleep as ROOT/usr/sbin/earshotd: to the scripts, a daemon started by hand (its
         /// /proc/PID/exe is that path, and `... (deleted)` once the file is replaced or removed, as dpkg does).
-        /// Stopped with ``stop(_:)``: SIGKILL, since it inherits this process's signal mask, in which another
-        /// test may have blocked SIGTERM.
-        func startDaemon() throws -> Process {
+        /// With `socket` (an absolute path), a copy of /usr/bin/perl instead, listening on a Unix socket there as
+        /// earshotd does on its `--socket`; it returns once the socket listens. Stopped with ``stop(_:)``: SIGKILL,
+        /// since it inherits this process's signal mask, in which another test may have blocked SIGTERM.
+        func startDaemon(socket: String? = nil) throws -> Process {
             let binary = url.appendingPathComponent("usr/sbin/earshotd")
             try? FileManager.default.removeItem(at: binary)
-            try FileManager.default.copyItem(at: URL(fileURLWithPath: "/bin/sleep"), to: binary)
+            try FileManager.default.copyItem(at: URL(fileURLWithPath: socket == nil ? "/bin/sleep" : "/usr/bin/perl"), to: binary)
             let process = Process()
             process.executableURL = binary
-            process.arguments = ["600"]
+            guard let socket else {
+                process.arguments = ["600"]
+                try process.run()
+                return process
+            }
+            process.arguments = [
+                "-MSocket", "-e",
+                #"my $s; socket($s, PF_UNIX, SOCK_STREAM, 0) and bind($s, pack_sockaddr_un($ARGV[0])) and listen($s, 1) or die "$ARGV[0]: $!\n"; $| = 1; print "ready\n"; sleep 600"#,
+                socket,
+            ]
+            let output = Pipe()
+            process.standardOutput = output
             try process.run()
+            // "ready\n" once it listens; end of file when it died (its line is on standard error).
+            let ready = String(decoding: output.fileHandleForReading.readData(ofLength: 6), as: UTF8.self)
+            #expect(ready == "ready\n")
             return process
         }
 
@@ -139,11 +154,11 @@ struct DebianMaintainerScriptsTests {
         #expect(state.outputLines == ["disabled", "disabled", "disabled"])
     }
 
-    @Test("remove while a daemon started by hand runs leaves /run/earshot for its socket and says so; once it stopped, purge deletes it (trial 14 D7)")
+    @Test("remove while a daemon started by hand runs with its socket in /run/earshot leaves the directory for it and says so; once it stopped, purge deletes it (trial 14 D7)")
     func handStartedDaemonKeepsRuntimeDirectory() throws {
         let root = try Root()
         defer { root.remove() }
-        let daemon = try root.startDaemon()
+        let daemon = try root.startDaemon(socket: root.path + "/run/earshot/kitchen/earshotd.sock")
         defer { root.stop(daemon) }
         try FileManager.default.removeItem(atPath: root.path + "/usr/sbin/earshotd")  // dpkg removed the binary
         let removed = try root.run("postrm", "remove")
@@ -154,12 +169,31 @@ struct DebianMaintainerScriptsTests {
         #expect(root.exists("run/earshot/kitchen"))
 
         root.stop(daemon)
+        // An instance's file the admin made (README: it stays, with /etc/earshot; audit 15 F5).
+        try Data("[capture]\n".utf8).write(to: root.url.appendingPathComponent("etc/earshot/kitchen.conf"))
         let purged = try root.run("postrm", "purge")
         #expect(purged.status == 0)
         #expect(purged.standardError == "")
         #expect(!root.exists("run/earshot"))
         #expect(!root.exists("var/lib/earshot"))
         #expect(root.exists("etc/earshot/earshotd.conf"))  // the conffile is dpkg's to delete, before postrm purge
+        #expect(root.exists("etc/earshot/kitchen.conf"))
+    }
+
+    @Test("remove while a daemon started by hand runs with its socket elsewhere (a user's own, in $XDG_RUNTIME_DIR), or with no socket, deletes /run/earshot and says nothing (audit 15 F4)",
+          arguments: ["elsewhere", "none"])
+    func handStartedDaemonElsewhereDoesNotKeepRuntimeDirectory(socket: String) throws {
+        let root = try Root()
+        defer { root.remove() }
+        try FileManager.default.createDirectory(atPath: root.path + "/home/user", withIntermediateDirectories: true)
+        let daemon = try root.startDaemon(socket: socket == "none" ? nil : root.path + "/home/user/earshotd.sock")
+        defer { root.stop(daemon) }
+        try FileManager.default.removeItem(atPath: root.path + "/usr/sbin/earshotd")  // dpkg removed the binary
+        let removed = try root.run("postrm", "remove")
+        #expect(removed.status == 0)
+        #expect(removed.standardError == "")
+        #expect(!root.exists("run/earshot"))
+        #expect(daemon.isRunning)
     }
 
     @Test("an upgrade names a daemon started by hand that still runs the replaced binary; a first install and a daemon on the new binary say nothing (trial 14 D1)",

@@ -6,6 +6,7 @@ import Earshot
 import EarshotDetection
 import EarshotOutputs
 import EarshotService
+import EarshotSupport
 import EarshotTools
 
 /// Trial 13 D1, D4 and D8: whoever may write in the history's directory or the sleep report directory
@@ -411,6 +412,43 @@ struct SymbolicLinkTests {
         scratch.expectVictimsUntouched()
     }
 
+    // MARK: Audit 15 F3: the report directory is checked only when sleep reports are set up
+
+    @Test("a link above the default [sleep] report_dir stops neither --check-config nor the start when no schedule and no report_dir are set; with either it is refused (78)",
+          .needsEarshotdBuilt)
+    func unusedReportDirectoryNotRefused() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let real = try scratch.directory("real")
+        _ = try scratch.directory("real/state")
+        let linked = scratch.path + "/var"
+        #expect(symlink(real, linked) == 0)
+        let state = linked + "/state"
+        let line = "[sleep] report_dir = \(state)/sleep: \(linked) is a symbolic link, which earshotd does not follow (set [sleep] report_dir to the path without links: realpath \(linked) shows where it leads)"
+
+        var unused = try DaemonConfiguration.parse("[history]\nenabled = false\n", source: "t.conf")
+        unused.sleep.reportDirectory = state + "/sleep"
+        #expect(unused.sleepReportsExpected == false)
+        try unused.checkStoragePaths()
+        var scheduled = try DaemonConfiguration.parse("[history]\nenabled = false\n[sleep]\nschedule = 22:30-07:00\n", source: "t.conf")
+        scheduled.sleep.reportDirectory = state + "/sleep"
+        #expect(scheduled.sleepReportsExpected == true)
+        #expect(throws: EarshotError(.config, line)) { try scheduled.checkStoragePaths() }
+
+        // The audit's run: $STATE_DIRECTORY through a root-owned link, history off, sleep not set up.
+        let config = scratch.path + "/c.conf"
+        try "[history]\nenabled = false\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let run = try #require(try EarshotdRun.run(["--check-config", "--config", config], environment: ["STATE_DIRECTORY": state]))
+        #expect(run.status == 0)
+        #expect(run.output == "earshotd: configuration OK (watching smoke_alarm, fire_alarm, co_alarm, baby_cry, glass_break)\n")
+        #expect(run.error == "")
+        try "[history]\nenabled = false\n[sleep]\nschedule = 22:30-07:00\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let refused = try #require(try EarshotdRun.run(["--check-config", "--config", config], environment: ["STATE_DIRECTORY": state]))
+        #expect(refused.status == 78)
+        #expect(refused.error == "earshotd: " + line + "\n")
+        #expect(Self.names(real + "/state").isEmpty)
+    }
+
     @Test("a clips writer whose directory is a link (put there after the start's check): clips_unavailable once with the link and the fix; the target keeps its mode 0755, gets no clip, and an old clip there is not pruned")
     func clipsWriterRefusesLink() throws {
         let scratch = try Scratch()
@@ -457,5 +495,76 @@ struct SymbolicLinkTests {
         }
         #expect(Self.names(target).isEmpty)
         #expect(Self.names(state) == ["sleep"])
+    }
+
+    // MARK: Audit 15 F1: the writes go through the directory opened once
+
+    /// renameat2(2) with RENAME_EXCHANGE (2): swaps two names atomically, as the audit's swap.py did. glibc has it
+    /// since 2.28; Swift's Glibc module does not import it, so it is looked up by name.
+    static func exchange(_ first: String, _ second: String) -> Int32 {
+        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+        guard let symbol = dlsym(nil, "renameat2") else { return -1 }
+        return unsafeBitCast(symbol, to: RenameAt2.self)(AT_FDCWD, first, AT_FDCWD, second, 2)
+    }
+
+    @Test("a clips directory exchanged with a link (renameat2 RENAME_EXCHANGE) after the writer opened it: the clip lands in the directory that was opened, nothing in the link's target; the next open and a ClipWriter refuse the link with one line")
+    func clipsDirectorySwappedAfterOpen() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let target = try scratch.directory("target", mode: 0o755)
+        let parent = try scratch.directory("parent", mode: 0o777)
+        let clips = try scratch.directory("parent/clips", mode: 0o700)
+        let link = parent + "/clipslink"
+        #expect(symlink(target, link) == 0)
+        let clip = ClipTests.clip("baby_cry", seconds: 1)
+        let name = ClipFiles.name(stem: ClipFiles.stem(start: clip.wallClockStart, group: "baby_cry"))
+
+        let opened = try ClipDirectory(opening: clips)
+        // Whoever may write in the parent swaps the directory and the link between the open and the write.
+        #expect(Self.exchange(clips, link) == 0)
+        #expect(Self.mode(clips).map { $0 & S_IFMT } == S_IFLNK)
+        #expect(try opened.write(clip) == clips + "/" + name)
+        #expect(Self.names(target).isEmpty)
+        #expect(Self.names(link) == [name])  // the real directory, now at the other name
+        #expect(Self.mode(link + "/" + name) == S_IFREG | 0o600)
+
+        let refusal = "cannot use the clips directory \(clips): it is a symbolic link, which earshotd does not follow (delete the link, which whoever may write in \(parent) could have planted; to keep the clips elsewhere, set [clips] directory to the real directory)"
+        #expect(throws: EarshotError(.cannotCreate, refusal, cause: "symbolic link")) { try ClipDirectory(opening: clips) }
+        var settings = DaemonConfiguration.Clips()
+        settings.directory = clips
+        let log = ClipWriterLog()
+        let writer = ClipWriter(settings: settings, now: { ClipTests.evening }, report: log.report, saved: log.save)
+        writer.save(clip)
+        writer.close()
+        #expect(log.reports == [.failing("clips cannot be saved: \(refusal); detection goes on without clips, and clips are tried as they come")])
+        #expect(log.saved.isEmpty)
+        #expect(Self.names(target).isEmpty)
+        #expect(Self.mode(target) == S_IFDIR | 0o755)
+    }
+
+    @Test("a sleep report directory exchanged with a link after it was opened: the report and the marker go into the directory that was opened, nothing into the link's target")
+    func reportDirectorySwappedAfterOpen() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let target = try scratch.directory("target", mode: 0o755)
+        let parent = try scratch.directory("parent", mode: 0o777)
+        let reports = try scratch.directory("parent/sleep", mode: 0o700)
+        let link = parent + "/sleeplink"
+        #expect(symlink(target, link) == 0)
+        let opened = SymbolicLinks.openDirectory(reports)
+        #expect(opened >= 0)
+        defer { close(opened) }
+        #expect(Self.exchange(reports, link) == 0)
+        for name in ["snore-20261207-1004.json", SleepService.markerName] {
+            try OutputFile.writePrivate(Data("{}\n".utf8), in: opened, name: name, path: reports + "/" + name, what: "the sleep report")
+        }
+        #expect(Self.names(target).isEmpty)
+        #expect(Self.names(link) == [SleepService.markerName, "snore-20261207-1004.json"])
+        #expect(Self.mode(link + "/snore-20261207-1004.json") == S_IFREG | 0o600)
+        // And the writer's own open refuses the link now at the name.
+        #expect(throws: EarshotError(.cannotCreate, "cannot write the sleep report in \(reports): it is a symbolic link, which earshotd does not follow (delete the link, which whoever may write in \(parent) could have planted; to keep the sleep reports elsewhere, set [sleep] report_dir to the real directory)", cause: "symbolic link")) {
+            try SleepService.write(json: [:], svg: "", to: (reports + "/a.json", reports + "/a.svg"), directory: reports)
+        }
+        #expect(Self.names(target).isEmpty)
     }
 }

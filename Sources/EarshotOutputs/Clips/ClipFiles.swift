@@ -98,15 +98,40 @@ package enum ClipFiles {
     /// Only regular files whose names are clip names count and are deleted (``isClipName(_:)``); other files,
     /// directories and symbolic links are left alone. A file that vanishes meanwhile is skipped.
     ///
+    /// The directory is opened once without following a symbolic link at its name or above it
+    /// (``SymbolicLinks/openDirectory(_:)``), and listed, looked at and deleted in through that descriptor
+    /// (`fdopendir`, `fstatat`, `unlinkat`): a link there, or one swapped in meanwhile, never has its target's
+    /// clip-named files deleted (audit 14 F1, audit 15 F1). Such a directory is not pruned, and not an error here:
+    /// the writes say why no clip is saved.
+    ///
     /// - Returns: the names deleted, each list oldest first.
     /// - Throws: ``EarshotError`` `.io` when the directory cannot be listed (not an error for a missing directory:
     ///   nothing to prune), e.g. `cannot list clips in /srv/clips: Not a directory (set [clips] directory to a
     ///   directory)`, or a clip cannot be deleted.
+    /// The corresponding C functions are `openat`, `fdopendir`, `readdir`, `fstatat` and `unlinkat`.
     @discardableResult
     package static func prune(directory: String, maxClips: Int, retentionDays: Int, now: Date = Date())
         throws(EarshotError) -> Pruned
     {
-        guard let names = try entries(of: directory) else { return Pruned() }
+        let descriptor = SymbolicLinks.openDirectory(directory)
+        guard descriptor >= 0 else {
+            let code = errno
+            // Missing, a link (at it or above it), or under a parent that is not a directory (the writer reports
+            // those): nothing to prune.
+            var status = stat()
+            if code == ENOENT || code == ELOOP || SymbolicLinks.first(in: directory) != nil
+                || (code == ENOTDIR && stat(directory, &status) != 0) { return Pruned() }
+            throw listingFailure(directory, code)
+        }
+        guard let stream = fdopendir(descriptor) else {
+            let code = errno
+            close(descriptor)
+            throw listingFailure(directory, code)
+        }
+        defer { closedir(stream) }
+        let listing = DirectoryNames.read(stream)
+        if listing.error != 0 { throw listingFailure(directory, listing.error) }
+        let names = listing.names
         struct Clip {
             var name: String
             var modified: Double
@@ -117,7 +142,7 @@ package enum ClipFiles {
             let clip = isClipName(name)
             guard clip || isPartialName(name) else { continue }
             var status = stat()
-            guard lstat(directory + "/" + name, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else { continue }
+            guard fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0, (status.st_mode & S_IFMT) == S_IFREG else { continue }
             let modified = Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9
             if clip { clips.append(Clip(name: name, modified: modified)) } else { partials.append(Clip(name: name, modified: modified)) }
         }
@@ -132,30 +157,12 @@ package enum ClipFiles {
         pruned.excess = kept.prefix(max(0, kept.count - max(0, maxClips))).map(\.name)
         pruned.partial = partials.filter { $0.modified < nowSeconds - 60 }.map(\.name)
         for name in pruned.expired + pruned.excess + pruned.partial {
-            guard unlink(directory + "/" + name) == 0 || errno == ENOENT else {
+            guard unlinkat(descriptor, name, 0) == 0 || errno == ENOENT else {
                 let text = String(cString: strerror(errno))
                 throw EarshotError(.io, "cannot delete the clip \(directory)/\(name): \(text)", cause: text)
             }
         }
         return pruned
-    }
-
-    /// The names in `directory` (without `.` and `..`), or nil when it does not exist (nor can: a part of its path
-    /// is a file).
-    /// - Throws: ``EarshotError`` `.io` with errno's text and the fix when it cannot be read.
-    /// The corresponding C functions are `opendir`, `readdir` and `closedir`.
-    package static func entries(of directory: String) throws(EarshotError) -> [String]? {
-        guard let stream = opendir(directory) else {
-            let code = errno
-            // Missing, or under a parent that is not a directory (the writer reports that): nothing to prune.
-            var status = stat()
-            if code == ENOENT || (code == ENOTDIR && stat(directory, &status) != 0) { return nil }
-            throw listingFailure(directory, code)
-        }
-        defer { closedir(stream) }
-        let listing = DirectoryNames.read(stream)
-        if listing.error != 0 { throw listingFailure(directory, listing.error) }
-        return listing.names
     }
 
     private static func listingFailure(_ directory: String, _ code: Int32) -> EarshotError {

@@ -227,14 +227,19 @@ package final class ClipWriter: @unchecked Sendable {
     }
 
     /// The daemon's clock stepped by `seconds` (`clock_changed`): the clips written before this call get their
-    /// access and modification times moved by it (those already deleted are skipped). Returns at once. The
-    /// corresponding C function is `utimensat`.
+    /// access and modification times moved by it (those already deleted are skipped; none when the directory is
+    /// missing or a link now). Returns at once. The corresponding C function is `utimensat`.
     package func clockStepped(by seconds: Double) {
         let nanoseconds = Int64((seconds * 1e9).rounded())
         queue.async { [self] in
+            // Through the directory opened without following a link, as the writes: never another directory's files.
+            let opened = SymbolicLinks.openDirectory(directory)
+            guard opened >= 0 else { return }
+            defer { Glibc.close(opened) }
             for path in writtenPaths {
+                let name = String(path.split(separator: "/").last ?? "")
                 var status = stat()
-                guard lstat(path, &status) == 0 else { continue }
+                guard fstatat(opened, name, &status, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
                 func moved(_ time: timespec) -> timespec {
                     let total = Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec) + nanoseconds
                     let (quotient, remainder) = total.quotientAndRemainder(dividingBy: 1_000_000_000)
@@ -243,7 +248,7 @@ package final class ClipWriter: @unchecked Sendable {
                         : timespec(tv_sec: Int(quotient), tv_nsec: Int(remainder))
                 }
                 var times = [moved(status.st_atim), moved(status.st_mtim)]
-                if utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) != 0 {
+                if utimensat(opened, name, &times, AT_SYMLINK_NOFOLLOW) != 0 {
                     report(.warning("cannot move the time of the clip \(path) by the clock's step: \(String(cString: strerror(errno))); retention goes by the old time"))
                 }
             }
@@ -342,9 +347,11 @@ package final class ClipWriter: @unchecked Sendable {
     /// failure as for a clip.
     private func probe() {
         do throws(EarshotError) {
-            try ensureDirectory()
-            tightenDirectory()
-            if let code = DirectoryWriteProbe.failure(in: directory) { throw failure("cannot create files in \(directory)", code) }
+            let opened = try ClipDirectory(opening: directory)
+            tightenDirectory(opened)
+            if let code = DirectoryWriteProbe.failure(inDirectory: opened.descriptor) {
+                throw ClipDirectory.failure("cannot create files in \(directory)", code)
+            }
         } catch {
             counters.withLock { $0.failing = true }
             report(.failing("clips cannot be saved: \(error.message); detection goes on without clips, and clips are tried as they come"))
@@ -356,11 +363,9 @@ package final class ClipWriter: @unchecked Sendable {
     /// (trial 13 D4). When that fails (another user's directory, a read-only file system) the warning says so, with
     /// the fix. At start only: a mode set later by hand is the administrator's. The directory is opened without
     /// following a symbolic link (``SymbolicLinks/openDirectory(_:)``) and the mode set on what was opened: a link
-    /// put there (refused by ``ensureDirectory()``) never gets its target's mode changed (audit 14 F1).
-    private func tightenDirectory() {
-        let descriptor = SymbolicLinks.openDirectory(directory)
-        guard descriptor >= 0 else { return }
-        defer { Glibc.close(descriptor) }
+    /// put there (refused by ``ClipDirectory``) never gets its target's mode changed (audit 14 F1).
+    private func tightenDirectory(_ opened: ClipDirectory) {
+        let descriptor = opened.descriptor
         var status = stat()
         guard fstat(descriptor, &status) == 0, status.st_mode & 0o077 != 0 else { return }
         let mode = status.st_mode & 0o7777
@@ -375,104 +380,14 @@ package final class ClipWriter: @unchecked Sendable {
         }
     }
 
-    /// Writes `clip` under a fresh name; returns its path.
+    /// Writes `clip` under a fresh name in the directory opened once for it (``ClipDirectory``); returns its path.
     private func writeFile(_ clip: ClipAudio) throws(EarshotError) -> String {
-        try ensureDirectory()
-        let stem = ClipFiles.stem(start: clip.wallClockStart, group: clip.group)
-        var number = 1
-        var name = ClipFiles.name(stem: stem)
-        while exists(name) || exists(ClipFiles.partialName(for: name)) {
-            number += 1
-            guard number < 1_000 else {
-                throw EarshotError(.cannotCreate, "cannot name a clip in \(directory): \(stem) is taken 1000 times over")
-            }
-            name = ClipFiles.name(stem: stem, number: number)
-        }
-        let path = directory + "/" + name
-        let partial = directory + "/" + ClipFiles.partialName(for: name)
-        var descriptor: Int32
-        repeat {
-            descriptor = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        } while descriptor < 0 && errno == EINTR
-        guard descriptor >= 0 else { throw failure("cannot create \(partial)", errno) }
-        var closed = false
-        var renamed = false
-        defer {
-            if !closed { Glibc.close(descriptor) }
-            if !renamed { unlink(partial) }
-        }
-        // Whatever the umask: clips are recordings of the home, readable by the daemon's user only.
-        guard fchmod(descriptor, 0o600) == 0 else { throw failure("cannot set the mode of \(partial)", errno) }
-        let writer = try WaveFileWriter(descriptor: descriptor, sampleRate: ClipAudio.sampleRate, path: partial)
-        do throws(EarshotError) {
-            try clip.samples.withUnsafeBufferPointer { (samples) throws(EarshotError) in try writer.write(samples) }
-            try writer.finish()
-        } catch {
-            // libsndfile lets go of the descriptor before the `defer` above closes it (its number could be reused).
-            let code = writer.failureErrno
-            try? writer.finish()
-            // A full disk says ENOSPC here: the same hint as for open and fsync.
-            guard code != 0 else { throw error }
-            throw failure("cannot write \(partial)", code)
-        }
-        guard fsync(descriptor) == 0 else { throw failure("cannot flush \(partial)", errno) }
-        closed = true
-        guard Glibc.close(descriptor) == 0 else { throw failure("cannot close \(partial)", errno) }
-        guard rename(partial, path) == 0 else { throw failure("cannot rename \(partial) to \(name)", errno) }
-        renamed = true
-        // The rename itself on disk (a crash right after leaves the clip, not its partial file).
-        let directoryDescriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryDescriptor >= 0 {
-            _ = fsync(directoryDescriptor)
-            Glibc.close(directoryDescriptor)
-        }
-        return path
-    }
-
-    private func exists(_ name: String) -> Bool {
-        var status = stat()
-        return lstat(directory + "/" + name, &status) == 0
-    }
-
-    /// Creates the directory (mode 0700, not its parents) when missing.
-    private func ensureDirectory() throws(EarshotError) {
-        // Nothing is written, listed or chmod-ed through a link there (audit 14 F1); the start and --check-config
-        // refuse one too (DaemonConfiguration.checkStoragePaths).
-        if let refusal = SymbolicLinks.directoryRefusal(
-            directory, doing: "cannot use the clips directory", setting: "[clips] directory", contents: "clips") {
-            throw refusal
-        }
-        var status = stat()
-        if stat(directory, &status) == 0 {
-            guard (status.st_mode & S_IFMT) == S_IFDIR else {
-                throw EarshotError(.cannotCreate, "\(directory) is not a directory (set [clips] directory to a directory)")
-            }
-            return
-        }
-        let code = errno
-        guard code == ENOENT else { throw failure("cannot use the clips directory \(directory)", code) }
-        guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
-            throw failure("cannot create the clips directory \(directory)", errno)
-        }
-    }
-
-    /// `what: strerror (what to do)`.
-    private func failure(_ what: String, _ code: Int32) -> EarshotError {
-        let text = String(cString: strerror(code))
-        let hint: String = switch code {
-        case ENOSPC, EDQUOT: "the disk is full: free space, or lower [clips] max_clips or retention_days"
-        case EROFS: "a read-only file system: set [clips] directory to a writable place"
-        case EACCES, EPERM: "not writable by the daemon's user: under systemd keep it under StateDirectory, /var/lib/earshot"
-        case ENOENT: "its parent directory does not exist: create it, or set [clips] directory"
-        case ENOTDIR: "a part of the path is not a directory: set [clips] directory"
-        default: "check the disk and [clips] directory"
-        }
-        return EarshotError(code == ENOSPC || code == EIO ? .io : .cannotCreate, "\(what): \(text) (\(hint))", cause: text)
+        try ClipDirectory(opening: directory).write(clip)
     }
 
     private func prune() {
-        // Not through a link (its target's files named like clips): the writes say why no clip is saved.
-        guard SymbolicLinks.first(in: directory) == nil else { return }
+        // Not through a link (its target's files named like clips): ClipFiles.prune opens the directory without
+        // following one, and the writes say why no clip is saved.
         do throws(EarshotError) {
             let pruned = try ClipFiles.prune(
                 directory: directory, maxClips: maxClips, retentionDays: retentionDays, now: now())

@@ -111,11 +111,13 @@ extension DaemonConfiguration {
     /// Checks that every path the daemon opens is of the right kind before anything opens it, so that a mistake is
     /// one line at start (and in `--check-config`) rather than a hang or a failure at the first event:
     /// - `[history] path` (with `[history] enabled`): a regular file, or missing (it is created);
-    /// - `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir`: a directory, or missing;
+    /// - `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir` (when ``sleepReportsExpected``): a
+    ///   directory, or missing;
     /// - `[sleep] model`: an existing regular file;
     /// - `[output] socket` (or `--socket`): a socket or missing (a missing directory is the server's to report), not
     ///   a symbolic link;
-    /// - `[history] path`, `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir`: no symbolic link in
+    /// - `[history] path`, `[clips] directory` (with `[clips] enabled`) and `[sleep] report_dir` (when
+    ///   ``sleepReportsExpected``): no symbolic link in
     ///   it, at its name or a directory above it (the history is opened without following one, ``EventHistory``;
     ///   ``ClipWriter`` and ``SleepService`` refuse one at each write, audit 14 F1).
     /// A FIFO, a device (`/dev/zero`) or a directory where a file belongs is refused: opening one could wait forever
@@ -156,9 +158,13 @@ extension DaemonConfiguration {
             let what = clipsKind == .regularFile ? "is a regular file, not a directory" : "is \(clipsKind.phrase), not a directory"
             throw refuse("clips.directory", clips.directory, what, "move the file aside, or set [clips] directory to a directory, e.g. \(Clips().directory)")
         }
-        try refuseLink("sleep.report_dir", sleep.reportDirectory, setting: "[sleep] report_dir", contents: "sleep reports", kind: "directory")
+        // Only when reports are looked for (audit 15 F3): a daemon whose sleep sessions nobody set up does not stop
+        // over its default report directory; a session started by hand meets the writer's own refusal.
+        if sleepReportsExpected {
+            try refuseLink("sleep.report_dir", sleep.reportDirectory, setting: "[sleep] report_dir", contents: "sleep reports", kind: "directory")
+        }
         let reportKind = PathKind(path: sleep.reportDirectory)
-        if reportKind != .missing, reportKind != .directory {
+        if sleepReportsExpected, reportKind != .missing, reportKind != .directory {
             throw refuse("sleep.report_dir", sleep.reportDirectory, "is \(reportKind.phrase), not a directory", "set [sleep] report_dir to a directory, e.g. \(Sleep().reportDirectory)")
         }
         if let model = sleep.modelPath {

@@ -45,6 +45,16 @@ extension DaemonConfiguration {
         }
     }
 
+    /// Whether this configuration sets up sleep reports: `[sleep] schedule` is set (sessions start by themselves)
+    /// or `[sleep] report_dir` is set (in the file or on the command line). Only then do the start and
+    /// `--check-config` refuse a report directory with a symbolic link in it or one that is not a directory
+    /// (``checkStoragePaths()``, audit 15 F3): a daemon whose sleep sessions nobody set up does not stop over the
+    /// default directory. A session started by hand (`earshot sleep start`) is still never written through a link:
+    /// its marker and report writes refuse one (`SleepService`).
+    package var sleepReportsExpected: Bool {
+        sleep.schedule != nil || locations["sleep.report_dir"] != nil
+    }
+
     /// `[sleep] model` as snore evidence; nil when none is set.
     /// - Throws: `EarshotError` beginning with where the key was set (`FILE:LINE: [sleep] model: `) and naming the
     ///   file: `.noInput` when it is missing, `.data` when it is not a head model, `.config` when it has no label

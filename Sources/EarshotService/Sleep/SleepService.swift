@@ -529,7 +529,7 @@ package final class SleepService: @unchecked Sendable {
         let path = joinedPath(report.directory, Self.markerName)
         guard let data = try? Data(contentsOf: URL(fileURLWithPath: path)), let marker = try? JSONValue.parse(data),
               marker["start"]?.stringValue == report.start, marker["end"] == nil else { return }
-        _ = unlink(path)
+        Self.removeMarkerFile(in: report.directory)
     }
 
     /// At the daemon's stop (after the running session's own report is queued): waits until `deadline` for the
@@ -649,7 +649,8 @@ package final class SleepService: @unchecked Sendable {
     static let markerLimit = 65_536
 
     /// Writes the marker (report queue), mode 0600 and without following a link at its name or in the directory
-    /// (``OutputFile/writePrivate(_:to:mode:what:hint:readerPatience:)``, ``refuseLink(in:writing:)``); a failure is
+    /// (``openDirectory(_:writing:parents:cannotCreate:)``, then
+    /// ``OutputFile/writePrivate(_:in:name:path:mode:what:hint:readerPatience:)`` through it); a failure is
     /// one journal line (the report directory's own problem is said by the report's write and at start) and the
     /// `sleep_start` reply's `marker_warning` (``markerProblem``).
     private func keepMarker(_ marker: JSONObject, directory: String) {
@@ -657,15 +658,15 @@ package final class SleepService: @unchecked Sendable {
         do throws(EarshotError) {
             // The last directory only (as the clips directory): a report directory under a missing parent is the
             // report's to create, or to fail on.
-            try Self.refuseLink(in: directory, writing: "the sleep session marker")
-            if mkdir(directory, 0o700) != 0, errno != EEXIST {
-                let reason = String(cString: strerror(errno))
-                throw EarshotError(
+            let opened = try Self.openDirectory(directory, writing: "the sleep session marker", parents: false) { reason in
+                EarshotError(
                     .cannotCreate,
                     "cannot create the sleep report directory \(directory) for the session marker: \(reason) (a restart of earshotd will not resume this session; set [sleep] report_dir to a writable directory)")
             }
+            defer { close(opened) }
             try OutputFile.writePrivate(
-                Data((JSONValue.object(marker).encoded + "\n").utf8), to: path, what: "the sleep session marker",
+                Data((JSONValue.object(marker).encoded + "\n").utf8), in: opened, name: Self.markerName, path: path,
+                what: "the sleep session marker",
                 hint: "a restart of earshotd will not resume this session; make [sleep] report_dir writable")
             markerProblem = nil
         } catch {
@@ -676,7 +677,16 @@ package final class SleepService: @unchecked Sendable {
 
     /// Removes the marker (report queue).
     private func removeMarker(directory: String) {
-        _ = unlink(joinedPath(directory, Self.markerName))
+        Self.removeMarkerFile(in: directory)
+    }
+
+    /// Removes the marker through `directory` opened without following a link (`unlinkat`): never a file of that
+    /// name where a link swapped in for the directory points (audit 15 F1).
+    private static func removeMarkerFile(in directory: String) {
+        let opened = SymbolicLinks.openDirectory(directory)
+        guard opened >= 0 else { return }
+        _ = unlinkat(opened, markerName, 0)
+        close(opened)
     }
 
     /// At the daemon's start (analysis queue): when the marker says a session was running as the previous daemon
@@ -699,12 +709,12 @@ package final class SleepService: @unchecked Sendable {
             let reason = status.st_mode & S_IFMT == S_IFLNK
                 ? "it is a symbolic link, which earshotd does not follow" : "it cannot be read (\(error.reason))"
             log("ignoring the sleep session marker \(path): \(reason); no session is resumed", 4)
-            _ = unlink(path)
+            Self.removeMarkerFile(in: directory)
             return
         }
         guard let marker = try? JSONValue.parse(data), case .string(let earlierStart)? = marker["start"] else {
             log("ignoring the sleep session marker \(path): it is not one (no JSON object with a session start); no session is resumed", 4)
-            _ = unlink(path)
+            Self.removeMarkerFile(in: directory)
             return
         }
         var scheduled = false
@@ -725,7 +735,7 @@ package final class SleepService: @unchecked Sendable {
         let now = clock()
         if scheduled, let schedule = settings.schedule, !schedule.contains(now, timeZone: zone(at: now)) {
             log("not resuming the sleep session: \(earlier), and the schedule's window \(schedule) has closed since", 4)
-            _ = unlink(path)
+            Self.removeMarkerFile(in: directory)
             return
         }
         let reply = start(at: now, scheduled: scheduled && settings.schedule != nil, resumed: true)
@@ -774,30 +784,47 @@ package final class SleepService: @unchecked Sendable {
         }
     }
 
-    private static func createDirectory(_ directory: String) throws(EarshotError) {
-        do {
-            try FileManager.default.createDirectory(
-                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw EarshotError(
-                .cannotCreate,
-                "cannot create the sleep report directory \(directory): \(errorText(error)) (set [sleep] report_dir to a writable directory)")
-        }
+    /// Opens `directory` once, without following a symbolic link at its name or above it, for a write's every step
+    /// to go through (``SymbolicLinks/openDirectory(_:creatingWithMode:parents:)``: a link swapped in after the open
+    /// is never written through, audit 15 F1), making it (mode 0700) when missing, and with `parents` the missing
+    /// directories above it.
+    /// - Throws: the link's refusal (``refuseLink(in:writing:)``), `cannotCreate(strerror)` when a missing
+    ///   directory cannot be made, else `cannot write WHAT in DIRECTORY: REASON (set [sleep] report_dir to a
+    ///   writable directory)`.
+    private static func openDirectory(
+        _ directory: String, writing what: String, parents: Bool, cannotCreate: (String) -> EarshotError
+    ) throws(EarshotError) -> Int32 {
+        let (descriptor, creating) = SymbolicLinks.openDirectory(directory, creatingWithMode: 0o700, parents: parents)
+        if descriptor >= 0 { return descriptor }
+        let code = errno
+        try refuseLink(in: directory, writing: what)
+        let reason = String(cString: strerror(code))
+        if creating { throw cannotCreate(reason) }
+        throw EarshotError(
+            .cannotCreate, "cannot write \(what) in \(directory): \(reason) (set [sleep] report_dir to a writable directory)",
+            cause: reason)
     }
 
     /// Writes the report files, creating the directory (and any missing parent) mode 0700 when missing, as the
     /// clips directory is: a night's snoring is for the household, not for every local user. The files are mode 0600
-    /// whatever the umask, written without following a link at their names
-    /// (``OutputFile/writePrivate(_:to:mode:what:hint:readerPatience:)``).
+    /// whatever the umask, written without following a link at their names or in the directory, which is opened once
+    /// for both (``openDirectory(_:writing:parents:cannotCreate:)``,
+    /// ``OutputFile/writePrivate(_:in:name:path:mode:what:hint:readerPatience:)``). `paths` name files in `directory`.
     /// - Throws: `EarshotError(.cannotCreate)` naming the file and the fix.
     package static func write(json: JSONObject, svg: String, to paths: (json: String, svg: String), directory: String)
         throws(EarshotError)
     {
-        try refuseLink(in: directory, writing: "the sleep report")
-        try createDirectory(directory)
+        let opened = try openDirectory(directory, writing: "the sleep report", parents: true) { reason in
+            EarshotError(
+                .cannotCreate,
+                "cannot create the sleep report directory \(directory): \(reason) (set [sleep] report_dir to a writable directory)",
+                cause: reason)
+        }
+        defer { close(opened) }
         for (path, text) in [(paths.json, JSONValue.object(json).encoded + "\n"), (paths.svg, svg)] {
             try OutputFile.writePrivate(
-                Data(text.utf8), to: path, what: "the sleep report", hint: "check free space and that [sleep] report_dir is writable")
+                Data(text.utf8), in: opened, name: String(path.split(separator: "/").last ?? ""), path: path,
+                what: "the sleep report", hint: "check free space and that [sleep] report_dir is writable")
         }
     }
 }

@@ -171,6 +171,26 @@ package enum AlarmEvaluation {
         return tracker.process(testCase.samples, framePosition: 0) + tracker.finish()
     }
 
+    /// One line of `earshot eval --segments`: start (s), audible length (s, one hop added), frequency and its
+    /// spread (Hz), mean and peak level (dBFS), the peak above the noise floor (dB), and where the loudest sound of the
+    /// second before stands from the peak (``ToneSegment/precedingPeakDBFS``): `29.0 dB above the second before`
+    /// when the tone is louder, `23.5 dB below the second before` when it is quieter, `nothing in the second before`
+    /// when there was no power (the stream's start, digital silence), e.g.
+    /// `     5.00   0.11 s    3150 Hz +-  1.1   -43.3 dBFS  peak  -43.0 dBFS  46.1 dB above the floor   29.0 dB above
+    /// the second before`.
+    package static func segmentLine(_ segment: ToneSegment) -> String {
+        let preceding: String
+        if segment.precedingPeakDBFS == -.infinity {
+            preceding = "nothing in the second before"
+        } else {
+            let below = segment.precedingPeakDBFS - segment.peakLevelDBFS
+            preceding = String(cFormat: "%5.1f dB ", abs(below)) + (below < 0 ? "above" : "below") + " the second before"
+        }
+        return String(cFormat: "  %7.2f  %5.2f s  %6.0f Hz +- %4.1f  %6.1f dBFS  peak %6.1f dBFS  %4.1f dB above the floor  ",
+                      segment.start, segment.duration + 0.01, segment.frequencyHz, segment.frequencySpreadHz,
+                      segment.levelDBFS, segment.peakLevelDBFS, segment.peakSNRDB) + preceding
+    }
+
     /// CPU seconds this thread has used (CLOCK_THREAD_CPUTIME_ID).
     package static func threadCPUSeconds() -> Double {
         var spec = timespec()
