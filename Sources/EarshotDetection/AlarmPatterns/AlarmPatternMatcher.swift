@@ -105,6 +105,30 @@ package struct AlarmPatternMatcher: Sendable {
     /// the larger of 1 s and 3 % of the previous interval (a detector's timer keeps its period to well under a
     /// second; the chirp's measured start moves by a frame or two).
     package static func chirpIntervalTolerance(previous: Double) -> Double { max(1, 0.03 * previous) }
+    /// Largest frequency spread (``ToneSegment/frequencySpreadHz``, Hz) of a chirp in any case: a piezo holds its
+    /// pitch (tuning: dry chirps 0.1-0.3 %, 3-9 Hz); a voice's harmonic glides by several percent.
+    package static let chirpSteadySpreadHz = 10.0
+    /// Largest frequency spread of a chirp that stands above everything of the second before it
+    /// (``ToneSegment/precedingPeakDBFS`` at most its peak), as a fraction of its frequency. In a reverberant room
+    /// the echo that builds up over a chirp's first tenths of a second moves the measured peak (tuning: chirps in
+    /// rooms of 0.6 s RT60 spread 0.3-0.84 %, 10-26 Hz); the resonances of a shatter spread as much, but come out of
+    /// the shatter itself (a glass's 2625 Hz, 0.64 %, 1.8 dB below the second before it).
+    package static let chirpMaximumSpread = 0.01
+    /// How close (fraction of the chirp's frequency) a chirp must be to 2, 3 or 4 times a louder tone sounding with
+    /// it to be that tone's harmonic (tuning: a door's click 0.2-1.9 % off; the tracker's estimates of short tones
+    /// move by a bin's fraction).
+    package static let chirpHarmonicTolerance = 0.02
+    /// Longest gap (s) between pieces of one chirp: the dips of a reverberant room's echo (tuning: 0.02-0.07 s).
+    package static let chirpPieceGapSeconds = 0.08
+    /// Longest span (s) of one chirp's pieces: the chirp (at most 0.35 s) and the echo that carries it on.
+    package static let chirpMaximumSpanSeconds = 0.45
+    /// How long after a chirp's start (s) a weaker tone of its frequency is its echo rather than another beep: the
+    /// louder part of a room's echo (tuning: echo pieces 0.2-0.25 s after the start, after gaps of up to 0.15 s,
+    /// 6-10 dB down, in rooms of 0.6 s RT60).
+    package static let chirpEchoSeconds = 0.5
+    /// How far (dB) below the chirp's peak such an echo stands at least. A sounder's next beep is about as loud as
+    /// the last (the beepers of the tuning sets, within 3 dB).
+    package static let chirpEchoBelowDB = 3.0
 
     private var tones: [ToneSegment] = []
     private var openOnsets: [(start: Double, frequencyHz: Double)] = []
@@ -117,7 +141,9 @@ package struct AlarmPatternMatcher: Sendable {
     private var pendingBursts: [Burst] = []
     private var t4Bursts: [(burst: Burst, run: Int, complete: Bool, repaired: Bool)] = []
     private var chirpCandidates: [ToneSegment] = []
-    private var recentChirps: [(tone: ToneSegment, count: Int, interval: Double?)] = []
+    /// Isolated chirps of the last 120 s: the chirp (``joined(_:)``), the span of its pieces (s), the chirps of its
+    /// series and the interval to the chirp before it (nil for a first chirp).
+    private var recentChirps: [(tone: ToneSegment, span: Double, count: Int, interval: Double?)] = []
 
     private struct Burst: Sendable {
         var tones: [ToneSegment]
@@ -198,7 +224,9 @@ package struct AlarmPatternMatcher: Sendable {
             // not, usually), at 2 kHz or more,
             // steady in frequency (a voice's harmonics glide), and not the ringing tail of a much louder sound.
             if tone.duration <= 0.35, tone.peakSNRDB >= Self.chirpMinimumSNRDB, tone.frequencyHz >= Self.chirpMinimumHz,
-               tone.frequencySpreadHz <= 10,
+               tone.frequencySpreadHz <= Self.chirpSteadySpreadHz
+                || (tone.frequencySpreadHz <= Self.chirpMaximumSpread * tone.frequencyHz
+                    && tone.precedingPeakDBFS <= tone.peakLevelDBFS),
                tone.precedingPeakDBFS - tone.peakLevelDBFS <= Self.chirpMaximumPrecedingDB {
                 chirpCandidates.append(tone)
             }
@@ -228,27 +256,48 @@ package struct AlarmPatternMatcher: Sendable {
         pendingBursts = open
         // Chirps are decided 2.5 s after they start, when no neighbour came.
         var waiting: [ToneSegment] = []
-        for chirp in chirpCandidates {
-            guard time - chirp.start >= 2.5 else {
-                waiting.append(chirp)
+        for candidate in chirpCandidates {
+            guard time - candidate.start >= 2.5 else {
+                waiting.append(candidate)
                 continue
             }
-            // A neighbour is a beep of the same sounder: within 2 % and 10 dB of the chirp (echoes and bits of noise
-            // near the frequency are weaker or off it).
-            let isolated = !tones.contains {
-                $0.start != chirp.start && abs($0.start - chirp.start) < 2.5
-                    && abs($0.frequencyHz - chirp.frequencyHz) <= 0.02 * chirp.frequencyHz
-                    && $0.peakLevelDBFS > chirp.peakLevelDBFS - 10
+            // In a room, the chirp's echo carries it on for a few tenths of a second, and its dips split it into
+            // pieces; they are one chirp, and one of them decides it.
+            let pieces = Self.chirpPieces(of: candidate, in: tones)
+            let chirp = Self.joined(pieces)
+            let span = (pieces.map(\.end).max() ?? chirp.end) - chirp.start
+            guard !recentChirps.contains(where: { $0.tone.start == chirp.start && $0.tone.frequencyHz == chirp.frequencyHz })
+            else { continue }
+            // A neighbour is another beep of the same sounder: within 2 % and 10 dB of the chirp (bits of noise near
+            // the frequency are weaker or off it), and neither a piece of the chirp nor its echo (a weaker tone of its
+            // frequency that starts within ``chirpEchoSeconds`` after it).
+            let isolated = !tones.contains { tone in
+                !pieces.contains { $0.start == tone.start && $0.frequencyHz == tone.frequencyHz }
+                    && !(tone.start > chirp.start && tone.start - chirp.start <= Self.chirpEchoSeconds
+                         && tone.peakLevelDBFS <= chirp.peakLevelDBFS - Self.chirpEchoBelowDB)
+                    && abs(tone.start - chirp.start) < 2.5
+                    && abs(tone.frequencyHz - chirp.frequencyHz) <= 0.02 * chirp.frequencyHz
+                    && tone.peakLevelDBFS > chirp.peakLevelDBFS - 10
             }
             guard isolated else { continue }
+            // A piezo's chirp is its lowest tone: a tone at two to four times the frequency of a louder one sounding
+            // with it is that sound's harmonic (a door's click: 2891 Hz over 1439 Hz, 3751 Hz over 1253 Hz).
+            let harmonic = tones.contains { tone in
+                tone.peakLevelDBFS >= chirp.peakLevelDBFS && tone.start <= chirp.end && tone.end >= chirp.start
+                    && (2...4).contains {
+                        abs(chirp.frequencyHz - Double($0) * tone.frequencyHz) <= Self.chirpHarmonicTolerance * chirp.frequencyHz
+                    }
+            }
+            guard !harmonic else { continue }
             // The previous chirp of this detector: the last isolated tone like it (a piezo repeats itself: frequency
-            // within 0.5 %, peak level within 4 dB, length within 0.05 s) 15 to 120 s before. Isolated bits of noise
-            // at other frequencies come in between and do not break the series.
+            // within 0.5 %, peak level within 4 dB, length within 0.05 s: its first piece's, or in a room, where
+            // the echo's dips fall differently on each chirp, the span of its pieces) 15 to 120 s before. Isolated
+            // bits of noise at other frequencies come in between and do not break the series.
             recentChirps.removeAll { chirp.start - $0.tone.start > 120 }
             let previous = recentChirps.last {
                 abs($0.tone.frequencyHz - chirp.frequencyHz) <= 0.005 * chirp.frequencyHz
                     && abs($0.tone.peakLevelDBFS - chirp.peakLevelDBFS) <= 4
-                    && abs($0.tone.duration - chirp.duration) <= 0.05
+                    && (abs($0.tone.duration - chirp.duration) <= 0.05 || abs($0.span - span) <= 0.05)
             }
             if let previous, chirp.start - previous.tone.start >= 15 {
                 let interval = chirp.start - previous.tone.start
@@ -259,16 +308,57 @@ package struct AlarmPatternMatcher: Sendable {
                 } ?? true
                 let count = steady ? previous.count + 1 : 2
                 matches.append(PatternMatch(
-                    pattern: .chirp, cycleStart: chirp.start, decisionTime: chirp.start + 2.5,
+                    pattern: .chirp, cycleStart: chirp.start, decisionTime: candidate.start + 2.5,
                     frequencyHz: chirp.frequencyHz, levelDBFS: chirp.levelDBFS, count: count,
                     intervalSeconds: interval))
-                recentChirps.append((chirp, count, interval))
+                recentChirps.append((chirp, span, count, interval))
             } else {
-                recentChirps.append((chirp, 1, nil))
+                recentChirps.append((chirp, span, 1, nil))
             }
         }
         chirpCandidates = waiting
         return matches
+    }
+
+    /// The pieces of the chirp `candidate` belongs to, in order of start: the tones within
+    /// ``chirpMaximumSpread`` of its frequency and 10 dB of its peak that join it, each starting at most
+    /// ``chirpPieceGapSeconds`` after the end of the pieces before it (or ending that close before their start), all
+    /// within ``chirpMaximumSpanSeconds``. (Tuning: a room's pieces of one chirp lie within 0.4 % of each other;
+    /// a bit of noise 2 % off and 24 dB down, 0.04 s before a chirp, must not become its start.)
+    static func chirpPieces(of candidate: ToneSegment, in tones: [ToneSegment]) -> [ToneSegment] {
+        let near = tones.filter {
+            abs($0.start - candidate.start) <= chirpMaximumSpanSeconds
+                && abs($0.frequencyHz - candidate.frequencyHz) <= chirpMaximumSpread * candidate.frequencyHz
+                && $0.peakLevelDBFS > candidate.peakLevelDBFS - 10
+        }
+        var pieces = [candidate], start = candidate.start, end = candidate.end
+        var joined = true
+        while joined {
+            joined = false
+            for tone in near where !pieces.contains(where: { $0.start == tone.start && $0.frequencyHz == tone.frequencyHz }) {
+                guard tone.start <= end + chirpPieceGapSeconds, tone.end >= start - chirpPieceGapSeconds,
+                      max(end, tone.end) - min(start, tone.start) <= chirpMaximumSpanSeconds else { continue }
+                pieces.append(tone)
+                start = min(start, tone.start)
+                end = max(end, tone.end)
+                joined = true
+            }
+        }
+        return pieces.sorted { $0.start < $1.start }
+    }
+
+    /// One chirp from its pieces: the frequency, levels and SNR of the loudest piece, with the first piece's start,
+    /// end and preceding peak. The first piece is the chirp as it reaches the microphone, until the echo's first
+    /// dip; it lasts the same at every chirp of a detector, while the echo's later pieces come and go with the
+    /// room's noise (tuning: one chirp 0.19 s alone, 0.29 s with a 0.04 s piece 0.05 s after it).
+    static func joined(_ pieces: [ToneSegment]) -> ToneSegment {
+        guard var chirp = pieces.max(by: { $0.peakLevelDBFS < $1.peakLevelDBFS }), let first = pieces.first else {
+            preconditionFailure("a chirp has at least one piece")
+        }
+        chirp.start = first.start
+        chirp.end = first.end
+        chirp.precedingPeakDBFS = first.precedingPeakDBFS
+        return chirp
     }
 
     /// Whether `tone` is within `withinDB` of the loudest tone of its frequency in the 10 s before it.

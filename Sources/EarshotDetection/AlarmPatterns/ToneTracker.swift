@@ -36,8 +36,8 @@ package struct ToneSegment: Sendable, Equatable {
     /// ``ToneTracker/maximumLevelDips``). A T4 burst whose beeps a very reverberant room merged into one tone keeps
     /// its 0.2 s beat here; ``AlarmPatternMatcher`` reads it only for bursts whose tones fit no grid of four.
     package var levelDips: [Double] = []
-    /// The loudest frame of the tracker's band (300 Hz to 1.15 x ``ToneTracker/Parameters/maximumHz``, all of its
-    /// power) in the second before the tone's first frame, in dBFS on the scale of ``peakLevelDBFS``: a ringing
+    /// The loudest frame of the band from 300 Hz to 1.15 x ``ToneTracker/Parameters/maximumHz`` (all of its power;
+    /// lower sound, a thump or mains hum, does not count) in the second before the tone's first frame, in dBFS on the scale of ``peakLevelDBFS``: a ringing
     /// resonance in the tail of an impulsive sound (breaking glass: 37 dB above the tone) comes after a much louder
     /// sound, a detector's chirp out of the room's sound. -infinity before the stream's second frame, and for
     /// segments made without a tracker.
@@ -174,6 +174,9 @@ package final class ToneTracker {
     private let powerScale: Double
     private let searchLow: Int, searchHigh: Int
     private let bandLow: Int, bandHigh: Int
+    /// First bin of the band ``ToneSegment/precedingPeakDBFS`` is measured in: 300 Hz (rounded up to a bin), so that
+    /// a thump, footsteps or mains hum do not count (the onset band, from `bandLow`, reaches down to the first bin).
+    private let precedingLow: Int
     private let lobe: Int
     private let input: UnsafeMutablePointer<Float>
     private let output: UnsafeMutablePointer<fftwf_complex>
@@ -208,8 +211,8 @@ package final class ToneTracker {
     /// place); empty unless ``Parameters/tracksEnvelopeBeat``.
     private var envelopes: [EnvelopeModulation] = []
     private var ended: [Ended] = []
-    /// The band power of the last ``precedingFrames`` frames (a ring; `bandRingNext` is the oldest), this one included
-    /// once ``step(bandEnergy:time:finished:)`` has stored it.
+    /// The power from 300 Hz up (`precedingLow`) of the last ``precedingFrames`` frames (a ring; `bandRingNext` is
+    /// the oldest), this one included once ``step(bandEnergy:precedingBandEnergy:time:finished:)`` has stored it.
     private var bandRing: [Double] = []
     private var bandRingNext = 0
     private var peaks: [(bin: Int, fractional: Double, level: Double)] = []
@@ -341,6 +344,7 @@ package final class ToneTracker {
         searchHigh = high
         bandLow = max(1, min(low - 6 * lobeBins, Int(300 / hzPerBin)))
         bandHigh = min(nyquistBin, max(high + 6 * lobeBins, Int(parameters.maximumHz * 1.15 / hzPerBin)))
+        precedingLow = min(max(bandLow, Int((300 / hzPerBin).rounded(.up))), bandHigh + 1)
         func buffer(_ count: Int, _ value: Double = 0) -> UnsafeMutableBufferPointer<Double> {
             let buffer = UnsafeMutableBufferPointer<Double>.allocate(capacity: count)
             buffer.initialize(repeating: value)
@@ -597,8 +601,17 @@ package final class ToneTracker {
         let spectrum = UnsafeRawPointer(output).assumingMemoryBound(to: Float.self)
         let power = self.power.baseAddress!, lobes = self.lobes.baseAddress!
         let lobe = self.lobe, searchLow = self.searchLow, searchHigh = self.searchHigh
+        // One sum in bin order (the band's power, for onsets and offsets), read off where the preceding-peak band
+        // (300 Hz up) starts.
         var bandEnergy = 0.0
-        for k in bandLow..<(bandHigh + 1) {
+        for k in bandLow..<precedingLow {
+            let re = Double(spectrum[2 &* k]), im = Double(spectrum[2 &* k &+ 1])
+            let p = re * re + im * im
+            power[k] = p
+            bandEnergy += p
+        }
+        let belowPrecedingBand = bandEnergy
+        for k in precedingLow..<(bandHigh + 1) {
             let re = Double(spectrum[2 &* k]), im = Double(spectrum[2 &* k &+ 1])
             let p = re * re + im * im
             power[k] = p
@@ -615,7 +628,8 @@ package final class ToneTracker {
             }
         }
         findPeaks(bandEnergy: bandEnergy)
-        step(bandEnergy: bandEnergy, time: time, finished: &finished)
+        step(bandEnergy: bandEnergy, precedingBandEnergy: max(bandEnergy - belowPrecedingBand, 0), time: time,
+             finished: &finished)
         // The floor is updated after the decisions, so that a frame is judged against the noise before it.
         updateNoiseFloor()
     }
@@ -666,12 +680,14 @@ package final class ToneTracker {
 
     private func tolerance(bin: Double) -> Double { max(1.0, bin * parameters.frequencyTolerance) }
 
-    private func step(bandEnergy: Double, time: Double, finished: inout [ToneSegment]) {
+    /// `precedingBandEnergy`: this frame's power from 300 Hz up (``precedingLow``), kept for
+    /// ``ToneSegment/precedingPeakDBFS``.
+    private func step(bandEnergy: Double, precedingBandEnergy: Double, time: Double, finished: inout [ToneSegment]) {
         for p in claimed.indices { claimed[p] = false }
         if bandRing.count < precedingFrames {
-            bandRing.append(bandEnergy)
+            bandRing.append(precedingBandEnergy)
         } else {
-            bandRing[bandRingNext] = bandEnergy
+            bandRing[bandRingNext] = precedingBandEnergy
             bandRingNext = (bandRingNext + 1) % bandRing.count
         }
         // Running segments follow the energy at their frequency.
