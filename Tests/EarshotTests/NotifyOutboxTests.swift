@@ -146,6 +146,6 @@ struct NotifyOutboxTests {
         #expect(first.header("Title") == "kitchen: Smoke alarm")
         #expect(first.header("Priority") == "5")
         #expect(receiver.reports.logLines.filter { $0.hasPrefix("notify: gave up") } == [givenUp])
-        #expect(receiver.reports.healthEvents.first?.message == "notifications to http://127.0.0.1:\(port)/phon… are failing: HTTP 503 after 2 attempts; this smoke_alarm notification is tried again for up to 3 s; detection goes on, and further failures are counted until one gets through")
+        #expect(receiver.reports.healthEvents.first?.message == "notifications to http://127.0.0.1:\(port)/phon… are failing: HTTP 503 after 1 attempt; this smoke_alarm notification is tried again for up to 3 s; detection goes on, and further failures are counted until one gets through")
     }
 }
