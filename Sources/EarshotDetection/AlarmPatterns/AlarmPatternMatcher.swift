@@ -69,10 +69,13 @@ package struct PatternMatch: Sendable, Equatable {
 ///   after the alarm starts). An echo of the fourth beep 6 dB down is dropped; a burst followed by another tone of
 ///   its frequency within 0.9 s is not T4.
 /// - Chirp: a tone of at most 0.35 s at 2 kHz or more (the detector's piezo), 20 dB or more above its noise floor,
-///   steady (frequency spread <= 10 Hz), no more than ``chirpMaximumPrecedingDB`` (20 dB) below the loudest sound
-///   of the second before it (``ToneSegment/precedingPeakDBFS``: a glass's ringing after its shatter), with no other beep of its frequency (within 2 % and 10 dB) within 2.5 s on
-///   either side; a match when the previous such chirp of this detector (within 0.5 %, 4 dB and 0.05 s of it) was 15
-///   to 120 s before. ``PatternMatch/count`` is the chirps of the series at a steady interval: a chirp whose
+///   steady (frequency spread <= 10 Hz, or <= 1 % when nothing in the second before it was louder: a room's echo
+///   moves the pitch), no more than ``chirpMaximumPrecedingDB`` (20 dB) below the loudest sound of the second before
+///   it (``ToneSegment/precedingPeakDBFS``: a glass's ringing after its shatter), with no other beep of its frequency
+///   (within 2 % and 10 dB) within 2.5 s on either side (its pieces, ``chirpPieces(of:in:)``, and its echo,
+///   ``chirpEchoSeconds``, are not other beeps), and not the harmonic of a louder tone sounding with it
+///   (``chirpHarmonicTolerance``); a match when the previous such chirp of this detector (within 0.5 %, 4 dB and
+///   0.05 s of it) was 15 to 120 s before. ``PatternMatch/count`` is the chirps of the series at a steady interval: a chirp whose
 ///   interval differs from the series' previous interval by more than ``chirpIntervalTolerance`` starts a new series
 ///   of two (a detector's timer repeats itself within a second; household clicks that happen to match a tone twice
 ///   do not keep time).
@@ -349,8 +352,10 @@ package struct AlarmPatternMatcher: Sendable {
 
     /// One chirp from its pieces: the frequency, levels and SNR of the loudest piece, with the first piece's start,
     /// end and preceding peak. The first piece is the chirp as it reaches the microphone, until the echo's first
-    /// dip; it lasts the same at every chirp of a detector, while the echo's later pieces come and go with the
-    /// room's noise (tuning: one chirp 0.19 s alone, 0.29 s with a 0.04 s piece 0.05 s after it).
+    /// dip; it mostly lasts the same at every chirp of a detector while the echo's later pieces come and go with
+    /// the room's noise (tuning: one chirp 0.19 s alone, 0.29 s with a 0.04 s piece 0.05 s after it). Where the dip
+    /// falls elsewhere (a first piece of 0.12 s, then 0.05 s), the span of the pieces stays: a series compares
+    /// either.
     static func joined(_ pieces: [ToneSegment]) -> ToneSegment {
         guard var chirp = pieces.max(by: { $0.peakLevelDBFS < $1.peakLevelDBFS }), let first = pieces.first else {
             preconditionFailure("a chirp has at least one piece")
