@@ -12,6 +12,31 @@ import EarshotTools
 /// whole and counted, and once standard error has taken what waited one line says how many were lost.
 @Suite("StuckStandardError: a standard error nobody reads never holds the daemon", .serialized)
 struct StuckStandardErrorTests {
+    /// Writes samples/demo.flac's 32 s (16 kHz S16_LE) to `input` and reads `subscriber` until the daemon says the
+    /// input stalled, 5 s after the audio stops: the lines without their wall-clock times (``demoUntilStallLines``
+    /// with a working output; HungJournalTests expects the same with a hung journal).
+    static func demoUntilStall(input: Pipe, subscriber: EventSubscriber) throws -> [String] {
+        let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")
+        input.fileHandleForWriting.write(try UnmuteTests.pcm(demo))
+        var received: [String] = []
+        while let line = try subscriber.nextLine(timeoutSeconds: 60, where: { _ in true }) {
+            received.append(UnmuteTests.timeless(line))
+            if line.contains(#""state":"input_stalled""#) { break }
+        }
+        return received
+    }
+
+    /// What ``demoUntilStall(input:subscriber:)`` reads from earshotd `--input - --input-speed max` in these tests'
+    /// configurations: the same lines, at the same stream times, as DaemonEndToEnd's.
+    static let demoUntilStallLines = [
+        #"{"type":"health","state":"capture_live","message":"capturing from -: S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 3200 frames","source":"-"}"#,
+        #"{"type":"detection","group":"baby_cry","class":"builtin_baby_cry:baby_cry","confidence":0.9958,"stream_time":2.4}"#,
+        #"{"type":"detection_end","group":"baby_cry","class":"builtin_baby_cry:baby_cry","start":2.4,"end":9.6,"duration":7.2,"peak_confidence":0.9983,"mean_confidence":0.9874,"windows":9,"reason":"hold_elapsed"}"#,
+        #"{"type":"detection","group":"glass_break","class":"Shatter","confidence":0.909,"stream_time":24.0}"#,
+        #"{"type":"detection_end","group":"glass_break","class":"Shatter","start":24.0,"end":24.96,"duration":0.96,"peak_confidence":0.909,"mean_confidence":0.909,"windows":1,"reason":"hold_elapsed"}"#,
+        #"{"type":"health","state":"input_stalled","message":"no audio from standard input for 5 s (has the program writing to it hung or paused?); waiting for it, and saying so when audio comes back","source":"-"}"#,
+    ]
+
     /// A pipe of 4 KiB whose buffer holds 4 KiB of the test's own (`filler`): full, no line of the daemon fits.
     static func fullPipe() throws -> (read: Int32, write: Int32) {
         var fds: [Int32] = [0, 0]
@@ -107,21 +132,7 @@ struct StuckStandardErrorTests {
         let control = try UnmuteTests.Control(socket: scratch.socket)
 
         // The demo's 32 s, then nothing: the daemon says the input stalled 5 s later.
-        let demo = TestPaths.packageRoot.appendingPathComponent("samples/demo.flac")
-        input.fileHandleForWriting.write(try UnmuteTests.pcm(demo))
-        var received: [String] = []
-        while let line = try subscriber.nextLine(timeoutSeconds: 60, where: { _ in true }) {
-            received.append(UnmuteTests.timeless(line))
-            if line.contains(#""state":"input_stalled""#) { break }
-        }
-        #expect(received == [
-            #"{"type":"health","state":"capture_live","message":"capturing from -: S16_LE, 1 channel, 16000 Hz, period 3200 frames, buffer 3200 frames","source":"-"}"#,
-            #"{"type":"detection","group":"baby_cry","class":"builtin_baby_cry:baby_cry","confidence":0.9958,"stream_time":2.4}"#,
-            #"{"type":"detection_end","group":"baby_cry","class":"builtin_baby_cry:baby_cry","start":2.4,"end":9.6,"duration":7.2,"peak_confidence":0.9983,"mean_confidence":0.9874,"windows":9,"reason":"hold_elapsed"}"#,
-            #"{"type":"detection","group":"glass_break","class":"Shatter","confidence":0.909,"stream_time":24.0}"#,
-            #"{"type":"detection_end","group":"glass_break","class":"Shatter","start":24.0,"end":24.96,"duration":0.96,"peak_confidence":0.909,"mean_confidence":0.909,"windows":1,"reason":"hold_elapsed"}"#,
-            #"{"type":"health","state":"input_stalled","message":"no audio from standard input for 5 s (has the program writing to it hung or paused?); waiting for it, and saying so when audio comes back","source":"-"}"#,
-        ])
+        #expect(try Self.demoUntilStall(input: input, subscriber: subscriber) == Self.demoUntilStallLines)
         let status = try control.ask(#"{"status":true}"#)
         #expect(status["type"] as? String == "status")
         #expect(status["capture"] as? String == "stalled")
