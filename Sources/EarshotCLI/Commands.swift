@@ -10,7 +10,7 @@ enum Commands {
     static let all: [any EarshotCommand.Type] = [
         AnalyzeCommand.self, DetectCommand.self, TrainCommand.self, EnrollCommand.self, SubscribeCommand.self, ClassesCommand.self,
         DevicesCommand.self, EvalCommand.self, BenchCommand.self, HistoryCommand.self, ReportCommand.self,
-        SleepCommand.self, TestAlertCommand.self, MQTTRetireCommand.self, StatusCommand.self, ListenCommand.self, EvalSnoreCommand.self, HelpCommand.self,
+        SleepCommand.self, MuteCommand.self, UnmuteCommand.self, TestAlertCommand.self, MQTTRetireCommand.self, StatusCommand.self, ListenCommand.self, EvalSnoreCommand.self, HelpCommand.self,
         VersionCommand.self,
     ]
 
@@ -44,6 +44,8 @@ enum Commands {
         (ReportCommand.usage, "snore report of a recording (minutes, episodes, loudness, 5-minute timeline)"),
         (ReportCommand.fromSVGUsage, "render a snore report's SVG chart (e.g. the daemon's) as PNG"),
         (SleepCommand.usage, "control the daemon's sleep session (snore monitoring and report)"),
+        (MuteCommand.usage, "mute a group's events for a while (smoke, CO, fire: 15 min; others: 8 h)"),
+        (UnmuteCommand.usage, "unmute a group muted at run time"),
         (TestAlertCommand.usage, "send a test alert through the daemon to the phone and Home Assistant"),
         (MQTTRetireCommand.usage, "empty a retired room's retained MQTT topics (its Home Assistant device goes)"),
         (EvalSnoreCommand.usage, "measure the snore detector on labelled clips"),

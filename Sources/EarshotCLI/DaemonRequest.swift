@@ -7,10 +7,13 @@ import Foundation
 /// What `earshot status`, `listen`, `sleep` and `test-alert` share: a connection to earshotd's socket, a request and its reply.
 enum DaemonRequest {
     /// Parses the options the socket commands have in common, `--socket PATH` or `--config FILE` (``SocketChoice``)
-    /// and `--json`; a positional argument goes to `positional`, or is a usage error where that is nil. `socket`
-    /// becomes the path chosen (``DaemonSocket/resolve(socket:configPath:currentDirectory:)``).
+    /// and `--json`; a positional argument goes to `positional`, or is a usage error where that is nil; another flag
+    /// goes to `flag` (its name, its inline value, the parser to take the value from), which returns false for one it
+    /// does not take (a usage error). `socket` becomes the path chosen
+    /// (``DaemonSocket/resolve(socket:configPath:currentDirectory:)``).
     static func parse(_ parser: inout ArgumentParser, socket: inout String, json: inout Bool,
-                      positional: ((String) throws(EarshotError) -> Void)? = nil) throws(EarshotError) {
+                      positional: ((String) throws(EarshotError) -> Void)? = nil,
+                      flag: ((String, String?, inout ArgumentParser) throws(EarshotError) -> Bool)? = nil) throws(EarshotError) {
         var choice = SocketChoice()
         while let item = try parser.next() {
             switch item {
@@ -22,8 +25,8 @@ enum DaemonRequest {
                 json = true
             case .flag(let flag, let inline) where SocketChoice.flags.contains(flag):
                 try choice.take(flag, inline, &parser)
-            case .flag(let flag, _):
-                throw parser.unknown(flag)
+            case .flag(let name, let inline):
+                guard let flag, try flag(name, inline, &parser) else { throw parser.unknown(name) }
             }
         }
         socket = try choice.resolve()

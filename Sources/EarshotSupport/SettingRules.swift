@@ -65,6 +65,10 @@ package enum SettingRules {
     package static let gateThresholdDBFS = number(in: -120...0, "in [-120, 0] dBFS")
     package static let silenceMinutes = number(in: 0...1440, "in [0, 1440] minutes (0 turns the event off)")
 
+    // [detection]
+    /// `alarm_mute_minutes`, `mute_minutes`, and the socket's `{"cmd":"mute","minutes":N}`: 1 to 1440 (a day).
+    package static let muteMinutes = wholeNumber(in: 1...1440, unit: "minutes")
+
     // [group.NAME]
     package static let threshold = SettingRule<Float>(
         allowed: "in [0, 1]", convert: { finiteNumber($0).map(Float.init) }, isValid: { (0...1).contains($0) })

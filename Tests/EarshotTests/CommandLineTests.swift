@@ -161,7 +161,7 @@ struct CommandLineTests {
         // spaces or more, and the summary at column 34.
         let indent = String(repeating: " ", count: 34)
         let entries = Array(lines.drop { $0 != "commands:" }.dropFirst())
-        #expect(entries.count == 36)
+        #expect(entries.count == 40)
         for (index, line) in entries.enumerated() where !line.hasPrefix(indent) {
             let summaryBelow = index + 1 < entries.count && entries[index + 1].hasPrefix(indent)
             let characters = Array(line)

@@ -22,7 +22,7 @@ struct EventServerAccessTests {
                 path: path, mode: mode, clientQueueLimitBytes: clientQueueLimitBytes, maxClients: maxClients,
                 maxClientsPerUser: perUser, stalledClientSeconds: stalledSeconds, controlUsers: controlUsers),
             status: S.status)
-        server.register(commands: ["sleep_start", "sleep_stop", "sleep_status"]) { command, _, reply in
+        server.register(commands: ["sleep_start", "sleep_stop", "sleep_status"]) { command, _, _, reply in
             reply(["type": "sleep", "state": .string(command == "sleep_start" ? "started" : command == "sleep_stop" ? "stopped" : "idle")])
         }
         return server
@@ -140,7 +140,7 @@ struct EventServerAccessTests {
         #expect(try Self.asNobody(["--command", path, "sleep_start"]) == #"{"type":"sleep","state":"started"}"#)
     }
 
-    @Test("earshotd: mute and unmute a watched group over the socket; the status lists it; a missing or unknown group is an error", .needsEarshotdBuilt)
+    @Test("earshotd: mute and unmute a watched group over the socket, for [detection]'s default (8 h) or \"minutes\", renewed with a new end; the status lists it with its end; a missing or unknown group, a bad minutes or another field is an error", .needsEarshotdBuilt)
     func muteOverTheSocket() throws {
         let scratch = try StopAndPathTests.Scratch()
         defer { scratch.remove() }
@@ -160,14 +160,40 @@ struct EventServerAccessTests {
             try client.send(line: line)
             return try client.nextReply(timeoutSeconds: S.timeout)
         }
-        #expect(try ask(#"{"cmd":"mute","group":"baby_cry"}"#) == #"{"type":"mute","group":"baby_cry","muted":true,"changed":true}"#)
-        #expect(try ask(#"{"cmd":"mute","group":"baby_cry"}"#) == #"{"type":"mute","group":"baby_cry","muted":true,"changed":false}"#)
-        #expect(try ask(#"{"status":true}"#)?.contains(#""muted":["baby_cry"]"#) == true)
+        /// The reply without its `until`, and `until` as seconds from `before` (real-time input: the boot clock).
+        func muteReply(_ line: String, before: Date) throws -> (reply: String, seconds: Double, until: String) {
+            let reply = try #require(try ask(line))
+            let until = try #require(reply.firstMatch(of: /,"until":"([^"]*)"/)?.output.1).description
+            let date = try #require(EventTextFormat.date(fromTimestamp: until))
+            return (reply.replacingOccurrences(of: #","until":"\#(until)""#, with: ""), date.timeIntervalSince(before), until)
+        }
+        var before = Date()
+        let muted = try muteReply(#"{"cmd":"mute","group":"baby_cry"}"#, before: before)
+        var took = Date().timeIntervalSince(before)
+        #expect(muted.reply == #"{"type":"mute","group":"baby_cry","muted":true,"changed":true,"minutes":480}"#)
+        // 8 hours from the command, on the daemon's clock (read between the test's two readings; 1 ms of rounding).
+        #expect(muted.seconds >= 8 * 3600 - 0.001 && muted.seconds <= 8 * 3600 + took + 0.001, "\(muted.seconds)")
+        before = Date()
+        let renewed = try muteReply(#"{"cmd":"mute","group":"baby_cry","minutes":30}"#, before: before)
+        took = Date().timeIntervalSince(before)
+        #expect(renewed.reply == #"{"type":"mute","group":"baby_cry","muted":true,"changed":false,"minutes":30}"#)
+        #expect(renewed.seconds >= 30 * 60 - 0.001 && renewed.seconds <= 30 * 60 + took + 0.001, "\(renewed.seconds)")
+        let status = try #require(try ask(#"{"status":true}"#))
+        #expect(status.contains(#""muted":["baby_cry"],"muted_until":{"baby_cry":"\#(renewed.until)"}"#), "\(status)")
         #expect(try ask(#"{"cmd":"unmute","group":"baby_cry"}"#) == #"{"type":"mute","group":"baby_cry","muted":false,"changed":true}"#)
-        #expect(try ask(#"{"status":true}"#)?.contains(#""muted":[]"#) == true)
+        #expect(try ask(#"{"cmd":"unmute","group":"baby_cry"}"#) == #"{"type":"mute","group":"baby_cry","muted":false,"changed":false}"#)
+        #expect(try ask(#"{"status":true}"#)?.contains(#""muted":[],"muted_until":{}"#) == true)
         #expect(try ask(#"{"cmd":"mute","group":"dog_bark"}"#) == #"{"type":"error","message":"mute: \"dog_bark\" is not a watched group (watched: smoke_alarm, baby_cry)"}"#)
         #expect(try ask(#"{"cmd":"mute"}"#) == #"{"type":"error","message":"mute needs a group: {\"cmd\":\"mute\",\"group\":\"smoke_alarm\"}"}"#)
         #expect(try ask(#"{"cmd":"mute","group":7}"#) == #"{"type":"error","message":"malformed request: \"group\" must be a group name (a string)"}"#)
+        for (minutes, shown) in [("0", "0"), ("1441", "1441"), ("1.5", "1.5"), (#""15""#, #"\"15\""#), ("-3", "-3")] {
+            #expect(try ask(#"{"cmd":"mute","group":"smoke_alarm","minutes":\#(minutes)}"#)
+                    == #"{"type":"error","message":"mute: \"minutes\" must be a whole number from 1 to 1440 (got \#(shown))"}"#)
+        }
+        #expect(try ask(#"{"cmd":"mute","group":"smoke_alarm","minuts":5}"#) == #"{"type":"error","message":"mute: unknown field \"minuts\" (it takes \"group\" and \"minutes\")"}"#)
+        #expect(try ask(#"{"cmd":"unmute","group":"smoke_alarm","minutes":5}"#) == #"{"type":"error","message":"unmute: unknown field \"minutes\" (it takes only \"group\")"}"#)
+        // None of the refused ones muted anything.
+        #expect(try ask(#"{"status":true}"#)?.contains(#""muted":[],"muted_until":{}"#) == true)
     }
 
     @Test("[output] control_users: names and uids are read as uids; an unknown user is one line naming the key")

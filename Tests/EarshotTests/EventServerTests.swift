@@ -20,7 +20,7 @@ struct EventServerTests {
         let server = try EventServer(
             configuration: .init(path: path),
             status: { ["type": "error", "message": "not ready yet; try again in a moment"] },
-            commands: ["ping"], commandHandler: { command, group, reply in reply(["type": .string(command), "group": .string(group ?? "")]) })
+            commands: ["ping"], commandHandler: { command, group, _, reply in reply(["type": .string(command), "group": .string(group ?? "")]) })
         defer { server.stop() }
         let client = try EventSubscriber(path: path)
         try client.send(line: #"{"cmd":"ping","group":"baby_cry"}"#)
@@ -36,7 +36,7 @@ struct EventServerTests {
         let held = Mutex<EventServer.CommandReply?>(nil)
         let server = try EventServer(
             configuration: .init(path: path), status: S.status, commands: ["hold", "ping"],
-            commandHandler: { command, _, reply in
+            commandHandler: { command, _, _, reply in
                 if command == "hold" {
                     held.withLock { $0 = reply }
                 } else {

@@ -526,6 +526,9 @@ struct MQTTBrokerTests {
         #expect(enabled.filter { $0 == "OFF" }.count == 1, "\(enabled)")
         let status = try #require(try Self.status(socket: setup.socket, timeout: 5), "no status reply")
         #expect(status["muted"] as? [String] == ["baby_cry"])
+        // [detection] mute_minutes' default: 8 h from the command.
+        let until = try #require(((status["muted_until"] as? [String: String])?["baby_cry"]).flatMap(EventTextFormat.date(fromTimestamp:)), "\(status)")
+        #expect(abs(until.timeIntervalSinceNow - 8 * 3600) < 60, "\(until)")
         let mqtt = status["mqtt"] as? [String: Any]
         #expect(mqtt?["broker"] as? String == "127.0.0.1:\(broker.port)")
         #expect(mqtt?["node"] as? String == "nursery")
@@ -538,7 +541,7 @@ struct MQTTBrokerTests {
         #expect(text.outputLines.count == 7, "\(text.outputLines)")
         #expect(Array(text.outputLines.dropFirst(3).prefix(2)) == [
             "watching: snoring, glass_break",
-            "muted: baby_cry (no events until unmuted or the daemon restarts)",
+            "muted: baby_cry until \(MuteText.clock(until, now: Date())) (no events until then)",
         ])
         // The broker and the node, connected (trial 14 D8); the count is the discovery and state messages so far.
         let mqttLine = text.outputLines.last ?? ""
@@ -557,7 +560,7 @@ struct MQTTBrokerTests {
         let groups = daemon.objects.compactMap { $0["group"] as? String }
         #expect(!groups.contains("baby_cry"), "\(groups)")
         #expect(groups.contains("snoring"), "\(groups)")
-        #expect(daemon.errorText.contains("earshotd: baby_cry muted by an MQTT command: its events are not published until it is unmuted or the daemon restarts"))
+        #expect(daemon.errorText.contains("earshotd: baby_cry muted by an MQTT command for 8 h, until \(MuteText.clock(until, now: Date())): its events are not published until then\n"), "\(daemon.errorText)")
         #expect(daemon.errorText.contains("MQTT: ignored a message on earshot/nursery/baby_cry/set: a retained command is not applied (publish it without the retain flag)"), "\(daemon.errorText)")
         #expect(daemon.errorText.contains("MQTT: ignored a message on earshot/nursery/baby_cry/set: the payload must be ON or OFF"), "\(daemon.errorText)")
     }

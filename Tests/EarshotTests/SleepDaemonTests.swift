@@ -148,7 +148,7 @@ struct SleepDaemonTests {
                                  maxClientsPerUser: 16, stalledClientSeconds: 60, controlUsers: [0]),
             status: SocketTestSupport.status)
         defer { server.stop() }
-        server.register(commands: SleepService.commands) { command, _, reply in reply(service.handle(command: command)) }
+        server.register(commands: SleepService.commands) { command, _, _, reply in reply(service.handle(command: command)) }
         try body(path, settings.reportDirectory, { arguments in
             try #require(try EarshotCLI.run(["sleep"] + arguments + ["--socket", path],
                                             in: URL(fileURLWithPath: directory.path), timeout: 20))

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Testing
 import EarshotOutputs
+import EarshotSupport
 import EarshotService
 import EarshotTools
 
@@ -107,6 +108,13 @@ struct StuckStandardErrorTests {
         #expect(sink.droppedLines == 37)
     }
 
+    /// The log line of `{"cmd":"mute","group":"baby_cry","minutes":1440}`, from its reply's `until`: `baby_cry muted
+    /// over the event socket for 24 h, until 19:15 tomorrow: its events are not published until then`.
+    static func dayMuteLine(_ reply: [String: Any]) throws -> String {
+        let until = try #require((reply["until"] as? String).flatMap(EventTextFormat.date(fromTimestamp:)), "\(reply)")
+        return "baby_cry muted over the event socket for 24 h, until \(MuteText.clock(until)) tomorrow: its events are not published until then"
+    }
+
     @Test("earshotd, stderr a full pipe nobody reads: a subscriber gets samples/demo.flac's events, status answers, 240 mute/unmute commands are answered; once stderr is read, the lines that fit, whole, then the exact dropped line; SIGTERM: stopped (signal 15), exit 0",
           .needsEarshotdBuilt)
     func daemonOnFullStandardError() throws {
@@ -137,16 +145,17 @@ struct StuckStandardErrorTests {
         #expect(status["type"] as? String == "status")
         #expect(status["capture"] as? String == "stalled")
 
-        // Each mute and unmute is a log line (120 and 49 bytes): 120 of each pass the 16 KiB that may wait.
+        // Each mute and unmute is a log line (119 and 49 bytes): 120 of each pass the 16 KiB that may wait. A day's
+        // mute ends at the same time tomorrow: its line's length does not depend on the time of day.
         var commandLines: [String] = []
         for _ in 0..<120 {
             for muted in [true, false] {
-                let reply = try control.ask(#"{"cmd":"\#(muted ? "mute" : "unmute")","group":"baby_cry"}"#)
+                let reply = try control.ask(muted ? #"{"cmd":"mute","group":"baby_cry","minutes":1440}"# : #"{"cmd":"unmute","group":"baby_cry"}"#)
                 #expect(reply["type"] as? String == "mute")
                 #expect(reply["muted"] as? Bool == muted)
                 #expect(reply["changed"] as? Bool == true)
                 commandLines.append(muted
-                    ? "earshotd: baby_cry muted over the event socket: its events are not published until it is unmuted or the daemon restarts\n"
+                    ? "earshotd: \(try Self.dayMuteLine(reply))\n"
                     : "earshotd: baby_cry unmuted over the event socket\n")
             }
         }

@@ -33,35 +33,61 @@ struct UnmuteTests {
     @Test("GroupMutes: a muted onset is held while its event is open, taken once after unmuting, and its end then passes; an ended event and a chirp leave nothing")
     func heldOnsets() {
         let mutes = GroupMutes()
-        #expect(mutes.set("baby_cry", muted: true))
+        #expect(mutes.mute("baby_cry", until: .infinity, minutes: 15))
         #expect(!mutes.admits(Self.onset("baby_cry", start: 2.4)))
         #expect(Self.key(mutes.takeHeldOnset(of: "baby_cry")) == "nil")  // still muted
-        #expect(mutes.set("baby_cry", muted: false))
+        #expect(mutes.unmute("baby_cry"))
         #expect(Self.key(mutes.takeHeldOnset(of: "baby_cry")) == "onset baby_cry 2.4")
         #expect(Self.key(mutes.takeHeldOnset(of: "baby_cry")) == "nil")  // once
         #expect(mutes.admits(Self.end("baby_cry", start: 2.4)))  // its onset went out: so does its end
 
         // Ended while muted: the end is held back with its onset, and nothing is left to announce.
-        #expect(mutes.set("baby_cry", muted: true))
+        #expect(mutes.mute("baby_cry", until: .infinity, minutes: 15))
         #expect(!mutes.admits(Self.onset("baby_cry", start: 20)))
         #expect(!mutes.admits(Self.end("baby_cry", start: 20)))
-        #expect(mutes.set("baby_cry", muted: false))
+        #expect(mutes.unmute("baby_cry"))
         #expect(Self.key(mutes.takeHeldOnset(of: "baby_cry")) == "nil")
 
         // Muted after its onset went out: the end still goes out, nothing is held.
         #expect(mutes.admits(Self.onset("loud", start: 30)))
-        #expect(mutes.set("loud", muted: true))
+        #expect(mutes.mute("loud", until: .infinity, minutes: 15))
         #expect(mutes.admits(Self.end("loud", start: 30)))
-        #expect(mutes.set("loud", muted: false))
+        #expect(mutes.unmute("loud"))
         #expect(Self.key(mutes.takeHeldOnset(of: "loud")) == "nil")
 
         // A chirp has no end: one heard while muted is dropped, never announced later.
         let chirp = AlarmEvent(kind: .onset, group: AlarmEvent.alarmChirp, source: .pattern, pattern: .chirp, cycles: 3,
                                toneHz: 3000, toneLevelDBFS: -30, classifierScore: nil, classifierClass: nil, start: 40, time: 80)
-        #expect(mutes.set(AlarmEvent.alarmChirp, muted: true))
+        #expect(mutes.mute(AlarmEvent.alarmChirp, until: .infinity, minutes: 15))
         #expect(!mutes.admits(.alarm(chirp)))
-        #expect(mutes.set(AlarmEvent.alarmChirp, muted: false))
+        #expect(mutes.unmute(AlarmEvent.alarmChirp))
         #expect(Self.key(mutes.takeHeldOnset(of: AlarmEvent.alarmChirp)) == "nil")
+    }
+
+    @Test("GroupMutes: a mute ends at its end (not before), once, with its minutes; a renewal moves the end and keeps it muted; an unmute ends it")
+    func muteEnds() {
+        let mutes = GroupMutes()
+        #expect(mutes.mute("smoke_alarm", until: 960, minutes: 15))
+        #expect(mutes.mute("baby_cry", until: 28_860, minutes: 480))
+        #expect(mutes.expire(at: 959.999).isEmpty)
+        // Renewed at 100 s for 15 min: 1000 s.
+        #expect(!mutes.mute("smoke_alarm", until: 1000, minutes: 15))
+        #expect(mutes.expire(at: 960).isEmpty)
+        #expect(mutes.muted == ["smoke_alarm", "baby_cry"])
+        let ended = mutes.expire(at: 1000)
+        #expect(ended.map(\.group) == ["smoke_alarm"])
+        #expect(ended.map(\.mute) == [GroupMutes.Mute(end: 1000, minutes: 15)])
+        #expect(mutes.expire(at: 1000).isEmpty)
+        #expect(mutes.muted == ["baby_cry"])
+        #expect(mutes.unmute("baby_cry"))
+        #expect(!mutes.unmute("baby_cry"))
+        #expect(mutes.expire(at: 1e9).isEmpty)
+        // An onset held while muted is announced once the mute ended by itself.
+        #expect(mutes.mute("baby_cry", until: 60, minutes: 1))
+        #expect(!mutes.admits(Self.onset("baby_cry", start: 30)))
+        #expect(Self.key(mutes.takeHeldOnset(of: "baby_cry")) == "nil")
+        #expect(mutes.expire(at: 60).map(\.group) == ["baby_cry"])
+        #expect(Self.key(mutes.takeHeldOnset(of: "baby_cry")) == "onset baby_cry 30.0")
     }
 
     @Test("earshotd: the announced onset's JSON line, journal entry and text line")

@@ -149,8 +149,11 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
     // MARK: OutputSink
 
     package func accepts(_ output: DaemonOutput) -> Bool {
-        if case .statistics = output { return false }
-        return true
+        switch output {
+        // The switch's state goes with `.controls`.
+        case .statistics, .mute: return false
+        default: return true
+        }
     }
 
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
@@ -225,7 +228,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         case .sleepReport(let object):
             state.withLock { $0.lastReport = object }
             connection.enqueue(MQTTMessage(topic: topics.sleepReport, text: object.encoded, qos: 1, retain: true))
-        case .statistics:
+        case .statistics, .mute:
             break
         case .controls(let controls):
             let (previous, unjudged) = state.withLock { state -> (ControlState?, [String]) in

@@ -75,7 +75,7 @@ package final class MetricsSink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window, .detection, .alarm, .controls, .statistics: true
-        case .health, .clip, .sleepReport, .testAlert: false
+        case .health, .clip, .sleepReport, .testAlert, .mute: false
         }
     }
 
@@ -97,7 +97,7 @@ package final class MetricsSink: OutputSink {
             snapshot.withLock { $0.declare(groups: controls.eventGroups) }
         case .statistics(let statistics):
             snapshot.withLock { $0.statistics = statistics }
-        case .health, .clip, .sleepReport, .testAlert:
+        case .health, .clip, .sleepReport, .testAlert, .mute:
             break
         }
     }

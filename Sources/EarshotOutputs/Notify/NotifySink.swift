@@ -255,6 +255,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .testAlert:
             // Whatever groups says: it tests the way to the phone.
             return true
+        case .mute(let change):
+            // A life-safety group's only (MuteNotification.swift), when its events are notified.
+            return NotificationMessage.notifiesMuteOf(change.group, groups: settings.groups)
         case .window, .clip, .sleepReport, .controls, .statistics:
             return false
         }
@@ -338,6 +341,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             }
             enqueue(NotificationMessage.testAlert(node: settings.node, time: routed.time, format: settings.format),
                     receipt: alert.receipt)
+            return
+        case .mute(let change):
+            guard !state.withLock({ $0.stopped }) else { return }
+            enqueue(NotificationMessage.mute(change, node: settings.node, time: routed.time, format: settings.format))
             return
         case .detection(.onset): isOnset = true
         case .detection(.offset): isOnset = false
@@ -614,7 +621,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     ) {
         let now = Self.uptime()
         let isEvent = message.kind == .onset || message.kind == .reminder || message.kind == .end
-        let lane = isEvent ? "group \(message.group)" : message.kind == .health ? "health" : "test"
+        let lane = isEvent ? "group \(message.group)" : message.kind == .health ? "health" : message.kind == .mute ? "mute" : "test"
         let urgent = isEvent && NotificationMessage.urgentGroups.contains(message.group)
         // How long past `retries` it is tried: an alert's onset or reminder, while it is still news.
         let retryWindow = message.kind == .onset || message.kind == .reminder
@@ -884,6 +891,8 @@ package struct NotificationMessage: Sendable, Equatable {
         case health
         /// A test alert (``NotificationMessage/testAlert(node:time:format:)``).
         case test
+        /// A life-safety group muted or unmuted (``NotificationMessage/mute(_:node:time:format:)``).
+        case mute
     }
 
     /// `Name: value` lines.
@@ -962,7 +971,9 @@ package struct NotificationMessage: Sendable, Equatable {
             var details: String?
             var priority: Int
             var tags: [String]
-            if kind == .test {
+            if kind == .mute {
+                (title, line, details, priority, tags) = Self.muteText(object, node: node, time: time)
+            } else if kind == .test {
                 title = node.isEmpty ? "Test alert" : "\(node): test alert"
                 line = Self.testAlertText(node: node)
                 priority = 3
@@ -1023,7 +1034,7 @@ package struct NotificationMessage: Sendable, Equatable {
                 let soundingPriority = urgent ? 5 : group == "glass_break" ? 4 : 3
                 let soundingTags = [urgent ? "rotating_light" : group == "glass_break" ? "warning" : "loud_sound"]
                 switch kind {
-                case .onset, .health, .test:
+                case .onset, .health, .test, .mute:
                     let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
                     let shown = confidence.map { "confidence \(JSONValue.format($0, decimals: 2))" }
                     line = "\(subject) \(verb)\(place) at \(clock)"
@@ -1159,7 +1170,7 @@ package struct NotificationMessage: Sendable, Equatable {
     }
 
     /// The date of an event JSON timestamp (`2026-12-07T15:45:16.000Z`, ``EventJSON/timestamp(_:)``), or nil.
-    private static func utcDate(_ text: String) -> Date? {
+    static func utcDate(_ text: String) -> Date? {
         let parts = text.split(whereSeparator: { "-T:.Z".contains($0) }).compactMap { Int($0) }
         guard parts.count >= 6 else { return nil }
         var fields = tm()

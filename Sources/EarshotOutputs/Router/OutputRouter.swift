@@ -32,6 +32,9 @@ package enum DaemonOutput: Sendable {
     /// carry an event, so that one press shows whether a phone and Home Assistant hear from the daemon. No group:
     /// no detection is involved, and the history does not store it.
     case testAlert(TestAlert)
+    /// A group muted or unmuted at run time (a command, or its mute ending by itself): the notifications tell the
+    /// phone of a life-safety group's (``MuteChange``). The switches' state travels in ``controls(_:)``.
+    case mute(MuteChange)
 
     /// The group whose socket subscribers get it; nil for every subscriber (health, sleep reports) and for windows.
     package var group: String? {
@@ -39,7 +42,7 @@ package enum DaemonOutput: Sendable {
         case .detection(let event): event.group
         case .alarm(let alarm): alarm.group
         case .clip(let clip): clip.group
-        case .window, .health, .sleepReport, .controls, .statistics, .testAlert: nil
+        case .window, .health, .sleepReport, .controls, .statistics, .testAlert, .mute: nil
         }
     }
 
@@ -76,6 +79,29 @@ package struct TestAlert: Sendable, Equatable {
 
     /// The `type` of its JSON object (`{"type":"test_alert","time":...}`) and its MQTT `event_type`.
     package static let type = "test_alert"
+}
+
+/// A group muted or unmuted at run time (``DaemonOutput/mute(_:)``).
+package struct MuteChange: Sendable, Equatable {
+    package enum Kind: Sendable, Equatable {
+        /// Muted (or a mute renewed) for `minutes`, until `until` (wall-clock time).
+        case muted(minutes: Int, until: Date)
+        /// Unmuted by a command before its mute ended.
+        case unmuted
+        /// Its mute of `minutes` ended by itself.
+        case ended(minutes: Int)
+    }
+
+    package var group: String
+    package var kind: Kind
+    /// Who asked (`the event socket`, `an MQTT command`); nil for ``Kind/ended(minutes:)``.
+    package var requestedBy: String?
+
+    package init(group: String, kind: Kind, requestedBy: String? = nil) {
+        self.group = group
+        self.kind = kind
+        self.requestedBy = requestedBy
+    }
 }
 
 /// The daemon's switchable state: which groups it watches, which of them are muted, whether a sleep session runs.

@@ -22,7 +22,7 @@ package final class SocketSink: OutputSink {
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
         case .window: server.hasListeners  // a line per window only while someone listens
-        case .controls, .statistics: false
+        case .controls, .statistics, .mute: false
         case .detection, .alarm, .health, .clip, .sleepReport, .testAlert: true
         }
     }
@@ -54,7 +54,7 @@ package final class JournalOutputSink: OutputSink {
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
-        case .window, .sleepReport, .controls, .statistics: false
+        case .window, .sleepReport, .controls, .statistics, .mute: false
         case .detection, .alarm, .health, .clip, .testAlert: true
         }
     }
@@ -63,7 +63,7 @@ package final class JournalOutputSink: OutputSink {
 
     package func deliver(_ routed: RoutedOutput) {
         switch routed.output {
-        case .window, .sleepReport, .controls, .statistics: break
+        case .window, .sleepReport, .controls, .statistics, .mute: break
         case .testAlert(let alert): journal.record(fields: JournalSink.fields(for: alert, identifier: journal.identifier))
         case .detection(let event) where routed.announcedOnUnmute:
             journal.record(fields: JournalSink.announcedOnUnmute(JournalSink.fields(for: event, identifier: journal.identifier)))
@@ -109,7 +109,7 @@ package final class StandardOutputSink: OutputSink {
 
     package func accepts(_ output: DaemonOutput) -> Bool {
         switch output {
-        case .window, .sleepReport, .controls, .statistics: false
+        case .window, .sleepReport, .controls, .statistics, .mute: false
         case .detection, .alarm, .health, .clip, .testAlert: true
         }
     }
@@ -170,7 +170,7 @@ package enum EventLines {
     /// `time`; a test alert is `{"type":"test_alert","time":...}`.
     package static func object(for routed: RoutedOutput) -> JSONObject? {
         var object: JSONObject? = switch routed.output {
-        case .window, .controls, .statistics: nil
+        case .window, .controls, .statistics, .mute: nil
         case .detection(let event): EventJSON.object(for: event, time: routed.time)
         case .alarm(let alarm): alarm.object(wallClock: routed.time)
         case .health(let health): EventJSON.object(for: health, time: routed.time)
@@ -221,7 +221,7 @@ package final class HistorySink: OutputSink {
         case .window, .detection, .alarm: true
         // A step of the daemon's clock moves the events stamped before it.
         case .health(let health): health.clockStepSeconds != nil
-        case .clip, .sleepReport, .controls, .statistics, .testAlert: false
+        case .clip, .sleepReport, .controls, .statistics, .testAlert, .mute: false
         }
     }
 
@@ -241,7 +241,7 @@ package final class HistorySink: OutputSink {
             }
         case .health(let health):
             if let step = health.clockStepSeconds { recorder.clockStepped(by: step) }
-        case .clip, .sleepReport, .controls, .statistics, .testAlert: break
+        case .clip, .sleepReport, .controls, .statistics, .testAlert, .mute: break
         }
     }
 

@@ -16,8 +16,10 @@ package enum EventRequest: Equatable {
     /// (level, gate, top classes: `EventLines.windowObject`), until it disconnects.
     case listen
     /// `{"cmd":"NAME"}` for a command registered with `EventServer.register(commands:handler:)`, with the
-    /// request's `"group"` string when it has one (`{"cmd":"mute","group":"baby_cry"}`).
-    case command(String, group: String? = nil)
+    /// request's `"group"` string when it has one (`{"cmd":"mute","group":"baby_cry"}`) and its other members
+    /// (not `cmd`, `group` or `id`) as `options` (`{"cmd":"mute","group":"smoke_alarm","minutes":15}`), which the
+    /// command's handler checks.
+    case command(String, group: String? = nil, options: JSONObject = [:])
 
     package enum Parsed: Equatable {
         /// A blank line: ignored.
@@ -96,11 +98,13 @@ package enum EventRequest: Equatable {
         if let command = object["cmd"] {
             if command.stringValue == "listen" { return .request(.listen) }
             if let name = command.stringValue, commands.contains(name), name != "status" {
-                guard let group = object["group"] else { return .request(.command(name)) }
+                let options = JSONObject(uniqueEntries: (object.objectValue?.entries ?? [])
+                    .filter { !["cmd", "group", "id"].contains($0.key) }.map { ($0.key, $0.value) })
+                guard let group = object["group"] else { return .request(.command(name, options: options)) }
                 guard let text = group.stringValue else {
                     return .failure("malformed request: \"group\" must be a group name (a string)")
                 }
-                return .request(.command(name, group: text))
+                return .request(.command(name, group: text, options: options))
             }
             guard let name = command.stringValue, name == "status" else {
                 let shown = command.stringValue.map { "\"\($0)\"" } ?? command.encoded

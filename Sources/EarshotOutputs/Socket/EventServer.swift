@@ -368,13 +368,15 @@ package final class EventServer: @unchecked Sendable {
     /// Sends the reply object to a registered command: once (later calls are ignored), from any thread.
     package typealias CommandReply = @Sendable (JSONObject) -> Void
 
-    /// Answers a registered command: gets its name, the request's `group` (nil without one) and `reply`, which it
+    /// Answers a registered command: gets its name, the request's `group` (nil without one), its other members
+    /// (``EventRequest/command(_:group:options:)``) and `reply`, which it
     /// calls once with the reply object, before returning or later (a deferred reply: the daemon's test alert waits
     /// for the network outputs' results). Runs on the server's queue; it may wait briefly for another queue, never
     /// for the server's, and never waits for the reply it defers: the queue goes on serving other clients and
     /// publishing meanwhile, and only this client's later requests wait for it (they are answered in order).
     /// - Important: `reply` must be called, or the client gets no further replies.
-    package typealias CommandHandler = @Sendable (_ command: String, _ group: String?, _ reply: @escaping CommandReply) -> Void
+    package typealias CommandHandler = @Sendable (
+        _ command: String, _ group: String?, _ options: JSONObject, _ reply: @escaping CommandReply) -> Void
 
     /// Adds `{"cmd":NAME}` requests for `commands` (e.g. `sleep_start`), answered with what `handler` replies. A
     /// later call replaces the earlier one.
@@ -801,9 +803,9 @@ package final class EventServer: @unchecked Sendable {
             switch item {
             case .reply(let object):
                 reply(object, to: client)
-            case .request(.command(let name, let group), let id):
+            case .request(.command(let name, let group, let options), let id):
                 let remaining = rest
-                let deferred = runCommand(name, group: group, id: id, from: client) { [self] object in
+                let deferred = runCommand(name, group: group, options: options, id: id, from: client) { [self] object in
                     queue.async { [self] in
                         reply(Self.answering(object, id: id), to: client)
                         answer(remaining, from: client, finished: finished)
@@ -821,7 +823,8 @@ package final class EventServer: @unchecked Sendable {
     /// returned) and returns false, or returns true and hands the reply to `later` when it comes (on the giving
     /// thread).
     private func runCommand(
-        _ name: String, group: String?, id: JSONValue?, from client: Client, later: @escaping @Sendable (JSONObject) -> Void
+        _ name: String, group: String?, options: JSONObject, id: JSONValue?, from client: Client,
+        later: @escaping @Sendable (JSONObject) -> Void
     ) -> Bool {
         if configuration.controlCommands.contains(name), !configuration.controlUsers.contains(client.uid) {
             let allowed = configuration.controlUsers.sorted().map(String.init).joined(separator: ", ")
@@ -830,7 +833,7 @@ package final class EventServer: @unchecked Sendable {
         }
         guard let commandHandler else { return false }
         let pending = PendingReply()
-        commandHandler(name, group) { object in pending.give(object) }
+        commandHandler(name, group, options) { object in pending.give(object) }
         guard let object = pending.handlerReturned(later: later) else { return true }
         reply(Self.answering(object, id: id), to: client)
         return false

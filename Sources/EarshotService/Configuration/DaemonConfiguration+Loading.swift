@@ -15,7 +15,7 @@ extension DaemonConfiguration {
         "capture": ["device", "input", "input_rate"],
         "analysis": ["window", "overlap", "gate_dbfs", "silence_minutes"],
         "models": ["files"],
-        "detection": ["watch"],
+        "detection": ["watch", "alarm_mute_minutes", "mute_minutes"],
         "output": [
             "socket", "socket_mode", "client_queue_kib", "max_clients", "max_clients_per_user", "stalled_client_seconds",
             "control_users", "journal",
@@ -344,6 +344,10 @@ package struct ConfigurationParser {
         case ("detection", "watch"):
             configuration.detection.watch = SettingRules.listItems(entry.value, separators: SettingRules.groupSeparators)
             configuration.locations["detection.watch"] = "\(source):\(entry.line)"
+        case ("detection", "alarm_mute_minutes"):
+            configuration.mutes.alarmMinutes = try value(SettingRules.muteMinutes, entry)
+        case ("detection", "mute_minutes"):
+            configuration.mutes.minutes = try value(SettingRules.muteMinutes, entry)
         case ("output", "socket"):
             configuration.output.socketPath = try value(SettingRules.socketPath, entry)
         case ("output", "socket_mode"):

@@ -79,6 +79,25 @@ package struct DaemonConfiguration: Sendable, Equatable {
         package var watch: [String] = LabelGroup.defaultWatchList
         /// Settings from `[group.NAME]` sections, by group name: overrides of a preset's fields, or a new group.
         package var groups: [String: GroupSettings] = [:]
+        package init() {}
+    }
+
+    /// How long a mute lasts when the command gives no duration (MQTT's switch, `{"cmd":"mute"}` without
+    /// `minutes`, `earshot mute` without `--minutes`): keys in `[detection]`, kept apart from ``Detection`` because
+    /// they shape no event (a reload that changes them ends none). A reload applies them to later mutes; mutes
+    /// running keep their ends.
+    package struct Mutes: Sendable, Equatable {
+        /// For a life-safety group (`smoke_alarm`, `co_alarm`, `fire_alarm`: ``GroupMutes/lifeSafetyGroups``), in
+        /// minutes. Key `alarm_mute_minutes`, default 15 (like a smoke alarm's own hush button, which re-arms it
+        /// within about 10 to 15 minutes), allowed 1...1440.
+        package var alarmMinutes: Int = 15
+        /// For every other group, in minutes. Key `mute_minutes`, default 480 (8 hours: a night), allowed 1...1440.
+        package var minutes: Int = 480
+
+        /// The default duration of a mute of `group`, in minutes.
+        package func defaultMinutes(of group: String) -> Int {
+            GroupMutes.lifeSafetyGroups.contains(group) ? alarmMinutes : minutes
+        }
 
         package init() {}
     }
@@ -181,6 +200,8 @@ package struct DaemonConfiguration: Sendable, Equatable {
     package var detection = Detection()
     package var output = Output()
     package var daemon = Daemon()
+    /// `[detection] alarm_mute_minutes` and `mute_minutes`: see ``Mutes``.
+    package var mutes = Mutes()
     /// `[alarms]`: see ``Alarms``.
     package var alarms = Alarms()
     /// `[history]`: see ``History``.

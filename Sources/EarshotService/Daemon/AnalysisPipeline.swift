@@ -37,6 +37,7 @@ final class AnalysisPipeline {
     private let mutes: GroupMutes
     private var snorePublication: SnorePublication
     private let onFirstAudio: () -> Void
+    private let onWindow: ((Double) -> Void)?
     private let clock: DaemonClock
     private var sawAudio = false
     private var scratch: [Float]
@@ -48,11 +49,15 @@ final class AnalysisPipeline {
     ///   - mutes: the groups muted at run time; their events stop here.
     ///   - snoringWatched: whether `snoring` is watched (``DetectionPlan/snoringWatched``).
     ///   - clock: the daemon's clock, which every output is routed with (``DaemonClock``).
+    ///   - onWindow: called with each analysis window's end (stream seconds) once the window is published, before
+    ///     the outputs after it (mutes on the stream's time end there); nil: not called.
     init(
         queue: DispatchQueue, ring: SampleRingBuffer, stage: DetectionStage, router: OutputRouter,
         sleep: SleepService, clips: ClipRecorder?, detections: EventCounter, mutes: GroupMutes,
-        snoringWatched: Bool, clock: DaemonClock, onFirstAudio: @escaping () -> Void
+        snoringWatched: Bool, clock: DaemonClock, onFirstAudio: @escaping () -> Void,
+        onWindow: ((Double) -> Void)? = nil
     ) {
+        self.onWindow = onWindow
         self.clock = clock
         self.mutes = mutes
         snorePublication = SnorePublication(watched: snoringWatched)
@@ -191,6 +196,10 @@ final class AnalysisPipeline {
             switch output {
             case .window(let result):
                 sleep.observe(window: result)
+                publish(output, at: now)
+                // After the window: a mute ending at its end announces what it held back after that window's line.
+                onWindow?(result.timeRange.end)
+                continue
             case .detection:
                 guard mutes.admits(output) else { continue }
             case .snore(let decision):

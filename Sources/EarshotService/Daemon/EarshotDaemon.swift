@@ -96,8 +96,25 @@ package final class EarshotDaemon: @unchecked Sendable {
     private var statisticsTimer: DispatchSourceTimer?
     /// HTTP notifications (`[notify] url` set), or nil.
     private let notifySink: NotifySink?
-    /// Groups muted at run time (MQTT switches).
+    /// Groups muted at run time (MQTT switches, the socket's `mute`), each until its end on ``muteClock``.
     private let mutes = GroupMutes()
+    /// What a mute's duration counts (see ``MuteClock``), fixed at start.
+    private let muteClock: MuteClock
+    /// The end of the latest analysis window (stream seconds, as `Double` bits), for mutes on the stream's time:
+    /// stored on the analysis queue, read by the socket's commands.
+    private let streamNow = Atomic<UInt64>(0)
+    /// `[detection] alarm_mute_minutes` and `mute_minutes`: replaced on reload (control queue), read by commands.
+    private let muteDefaults: Mutex<DaemonConfiguration.Mutes>
+
+    /// What a mute's duration counts: the boot clock (`CLOCK_BOOTTIME`: a step of the wall clock does not move a
+    /// mute's end, and a suspend counts), or, for input replayed faster or slower than real time (`--input-speed`),
+    /// the stream's time, on which that input's events, history and clips are stamped too: a 15-minute mute covers
+    /// 15 minutes of the recording, whatever the speed.
+    enum MuteClock {
+        case boot
+        /// Stream time 0 is `origin` (the daemon's start).
+        case stream(origin: Date)
+    }
     /// How the socket's commands and status replies reach this daemon, and whether it is starting, running or stopping.
     private let link: DaemonLink
     /// Uptime (s) of the last test alert sent (``sendTestAlert(requestedBy:reply:)``).
@@ -175,6 +192,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         notifySettings = loaded.notify
         capture = configuration.capture
         output = configuration.output
+        muteDefaults = Mutex(loaded.mutes)
         historySettings = configuration.history
         clipSettings = configuration.clips
         BLASThreads.set(1)
@@ -207,7 +225,7 @@ package final class EarshotDaemon: @unchecked Sendable {
                 controlUsers: output.controlUsers.isEmpty ? [0, geteuid()] : Set(output.controlUsers)),
             status: { link.status() },
             commands: SleepService.commands + ["mute", "unmute", Self.testCommand],
-            commandHandler: { command, group, reply in link.answer(command, group: group, reply: reply) })
+            commandHandler: { command, group, options, reply in link.answer(command, group: group, options: options, reply: reply) })
         self.server = server
         // After the socket: a scrape that answers means the socket can be connected to.
         do {
@@ -223,6 +241,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         // squeezed against the clock. One mapping for the history, the clips' names and the sleep reports.
         let replayed = configuration.capture.input != nil && commandLine.inputPacing != .realTime
         let timeLine: EventLevelMeter.TimeLine = replayed ? .stream(origin: startTime) : .live
+        muteClock = replayed ? .stream(origin: startTime) : .boot
         let historySink = historySettings.enabled
             ? HistorySink(settings: historySettings, timeLine: timeLine)
             : nil
@@ -294,7 +313,8 @@ package final class EarshotDaemon: @unchecked Sendable {
         pipeline = AnalysisPipeline(
             queue: analysisQueue, ring: ring, stage: stage, router: router, sleep: sleep, clips: clips,
             detections: detections, mutes: mutes, snoringWatched: plan.snoringWatched, clock: clock,
-            onFirstAudio: { link.daemon?.audioStarted() })
+            onFirstAudio: { link.daemon?.audioStarted() },
+            onWindow: replayed ? { end in link.daemon?.streamReached(end) } : nil)
         supervisor = CaptureSupervisor(
             ring: ring, stallSeconds: Self.inputStallSeconds, callbackQueue: control,
             open: {
@@ -374,6 +394,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             heartbeat.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             noticeClockStep()
             noticeNotScheduled()
+            if case .boot = muteClock { endMutes(at: clock.uptimeSeconds) }
             pipeline.flushGapReport()
             updateStatus()
         }
@@ -653,6 +674,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "detections": .int(detections.value),
             "models": .array(snapshot.models.map { .object(["name": .string($0.name), "path": .string($0.path)]) }),
             "muted": .array(mutes.muted.sorted().map { .string($0) }),
+            "muted_until": mutedUntil,
         ]
         if let captureError = snapshot.captureError { object["capture_error"] = .string(captureError) }
         if let reloadError = snapshot.reloadError {
@@ -773,9 +795,9 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// Every reply but two is given before returning: a test alert's when the network outputs have their results
     /// (``sendTestAlert(requestedBy:reply:)``), `sleep_stop`'s once the report's files are written
     /// (``SleepService/handle(command:reply:)``, on the report queue).
-    fileprivate func answer(_ command: String, group: String?, reply: @escaping EventServer.CommandReply) {
+    fileprivate func answer(_ command: String, group: String?, options: JSONObject, reply: @escaping EventServer.CommandReply) {
         switch command {
-        case "mute", "unmute": reply(setMute(group, muted: command == "mute"))
+        case "mute", "unmute": reply(setMute(group, muted: command == "mute", options: options))
         case Self.testCommand: sendTestAlert(requestedBy: "the event socket", reply: reply)
         // `sleep_stop` replies once its report is written (the socket's queue does not wait for the disk).
         default: handleSleep(command, reply: reply)
@@ -797,25 +819,122 @@ package final class EarshotDaemon: @unchecked Sendable {
     }
 
     /// `{"cmd":"mute"|"unmute","group":NAME}` from the socket (server queue; the event server has checked that the
-    /// peer is a control user). Mutes are a lock of their own: nothing here waits for the control queue.
-    /// - Returns: `{"type":"mute","group":NAME,"muted":true,"changed":true}`, or an error reply for a missing or
-    ///   unknown group.
-    fileprivate func setMute(_ group: String?, muted: Bool) -> JSONObject {
+    /// peer is a control user), `mute` with `"minutes":N` (1 to 1440; without it ``DaemonConfiguration/Mutes``'s
+    /// default for the group). Mutes are a lock of their own: nothing here waits for the control queue.
+    /// - Returns: `{"type":"mute","group":NAME,"muted":true,"changed":true,"minutes":15,"until":"...Z"}`
+    ///   (`changed` false for a renewal: the group was muted already, its end moves), `{"type":"mute","group":NAME,
+    ///   "muted":false,"changed":true}`, or an error reply for a missing or unknown group, a bad `minutes` or
+    ///   another field.
+    fileprivate func setMute(_ group: String?, muted: Bool, options: JSONObject = [:]) -> JSONObject {
         let command = muted ? "mute" : "unmute"
         let groups = controlGroups.withLock { $0.groups }
+        func error(_ message: String) -> JSONObject { ["type": "error", "message": .string(message)] }
         guard let group else {
-            return ["type": "error", "message": .string("\(command) needs a group: {\"cmd\":\"\(command)\",\"group\":\"\(groups.first ?? "baby_cry")\"}")]
+            return error("\(command) needs a group: {\"cmd\":\"\(command)\",\"group\":\"\(groups.first ?? "baby_cry")\"}")
         }
         guard groups.contains(group) else {
-            return ["type": "error", "message": .string("\(command): \"\(DisplayText.escaped(group, limit: 80))\" is not a watched group (watched: \(groups.joined(separator: ", ")))")]
+            return error("\(command): \"\(DisplayText.escaped(group, limit: 80))\" is not a watched group (watched: \(groups.joined(separator: ", ")))")
         }
-        let changed = mutes.set(group, muted: muted)
-        if changed {
-            journal.log("\(group) \(muted ? "muted" : "unmuted") over the event socket\(muted ? ": its events are not published until it is unmuted or the daemon restarts" : "")")
+        let allowed = muted ? ["minutes"] : []
+        if let other = options.entries.first(where: { !allowed.contains($0.key) }) {
+            let takes = muted ? "\"group\" and \"minutes\"" : "only \"group\""
+            return error("\(command): unknown field \"\(DisplayText.escaped(other.key, limit: 40))\" (it takes \(takes))")
+        }
+        guard muted else {
+            let changed = unmuteGroup(group, by: Self.bySocket)
+            return ["type": "mute", "group": .string(group), "muted": false, "changed": .bool(changed)]
+        }
+        var minutes = muteDefaults.withLock { $0.defaultMinutes(of: group) }
+        if let value = options["minutes"] {
+            guard let given = value.intValue, SettingRules.muteMinutes.isValid(given) else {
+                return error("mute: \"minutes\" must be a whole number from 1 to \(GroupMutes.maximumMinutes) (got \(DisplayText.escaped(value.encoded, limit: 40)))")
+            }
+            minutes = given
+        }
+        let (changed, until) = muteGroup(group, minutes: minutes, by: Self.bySocket)
+        return [
+            "type": "mute", "group": .string(group), "muted": true, "changed": .bool(changed), "minutes": .int(minutes),
+            "until": .string(EventJSON.timestamp(until)),
+        ]
+    }
+
+    /// Who muted or unmuted a group, as the journal and the notification say it.
+    static let bySocket = "over the event socket"
+    static let byMQTT = "by an MQTT command"
+
+    /// The mute clock's reading now (s): the boot clock since the start, or the latest window's end.
+    private func muteNow() -> Double {
+        switch muteClock {
+        case .boot: clock.uptimeSeconds
+        case .stream: Double(bitPattern: streamNow.load(ordering: .relaxed))
+        }
+    }
+
+    /// The wall-clock time of a mute's `end` (mute-clock seconds), the clock reading `now`.
+    private func wallTime(ofMuteEnd end: Double, now: Double) -> Date {
+        switch muteClock {
+        case .boot: clock.now().addingTimeInterval(end - now)
+        case .stream(let origin): origin.addingTimeInterval(end)
+        }
+    }
+
+    /// The status reply's `"muted_until"`: each muted group's end as a UTC timestamp, `{"smoke_alarm":"...Z"}`.
+    private var mutedUntil: JSONValue {
+        let now = muteNow()
+        return .object(JSONObject(uniqueEntries: mutes.mutes.sorted { $0.key < $1.key }.map {
+            ($0.key, .string(EventJSON.timestamp(wallTime(ofMuteEnd: $0.value.end, now: now))))
+        }))
+    }
+
+    /// Mutes `group` for `minutes` (or renews its mute, moving the end): the journal line, the control state (the
+    /// MQTT switch `OFF`) and the mute output (a life-safety group's notification). Any queue.
+    /// - Returns: whether it was not muted before, and when the mute ends (wall clock).
+    @discardableResult
+    private func muteGroup(_ group: String, minutes: Int, by: String) -> (changed: Bool, until: Date) {
+        let now = muteNow()
+        let end = now + Double(minutes) * 60
+        let changed = mutes.mute(group, until: end, minutes: minutes)
+        let until = wallTime(ofMuteEnd: end, now: now)
+        journal.log(Self.mutedLine(group: group, renewed: !changed, by: by, minutes: minutes, until: until, now: clock.now()))
+        routeControls()
+        router.route(.mute(MuteChange(group: group, kind: .muted(minutes: minutes, until: until), requestedBy: by)))
+        return (changed, until)
+    }
+
+    /// `smoke_alarm muted over the event socket for 15 min, until 19:15: its events are not published until then`
+    /// (`muted again` for a renewal; `19:15 tomorrow` past midnight).
+    package static func mutedLine(group: String, renewed: Bool, by: String, minutes: Int, until: Date, now: Date) -> String {
+        "\(group) muted \(renewed ? "again " : "")\(by) for \(MuteText.duration(minutes: minutes)), until \(MuteText.clock(until, now: now)): its events are not published until then"
+    }
+
+    /// Unmutes `group` when it is muted: the journal line, the control state, the mute output, and an event of
+    /// it still open is announced. Any queue. Returns whether it was muted.
+    private func unmuteGroup(_ group: String, by: String) -> Bool {
+        guard mutes.unmute(group) else { return false }
+        journal.log("\(group) unmuted \(by)")
+        routeControls()
+        router.route(.mute(MuteChange(group: group, kind: .unmuted, requestedBy: by)))
+        announceOpenEvent(of: group)
+        return true
+    }
+
+    /// The mutes whose end is at or before `now` (mute-clock seconds) end, as an `unmute` would, with one journal
+    /// line each: `smoke_alarm unmuted: its 15 min mute ended` (analysis queue: the heartbeat, or a window on the
+    /// stream's time, so that an event still open is announced in order with the stage's outputs).
+    private func endMutes(at now: Double) {
+        for (group, mute) in mutes.expire(at: now) {
+            journal.log("\(group) unmuted: its \(MuteText.duration(minutes: mute.minutes)) mute ended")
             routeControls()
-            if !muted { announceOpenEvent(of: group) }
+            router.route(.mute(MuteChange(group: group, kind: .ended(minutes: mute.minutes))))
+            pipeline.announceHeldOnset(of: group)
         }
-        return ["type": "mute", "group": .string(group), "muted": .bool(muted), "changed": .bool(changed)]
+    }
+
+    /// The analysis reached stream time `end` (s, a window's end; analysis queue): with mutes on the stream's time,
+    /// those due end.
+    fileprivate func streamReached(_ end: Double) {
+        streamNow.store(end.bitPattern, ordering: .relaxed)
+        endMutes(at: end)
     }
 
     /// `group` has just been unmuted: an event of it still open, whose onset was held back while it was muted, is
@@ -953,14 +1072,11 @@ package final class EarshotDaemon: @unchecked Sendable {
     fileprivate func apply(_ command: MQTTSink.Command) {
         control.async { [self] in
             switch command {
-            case .setGroup(let group, let enabled):
-                guard mutes.set(group, muted: !enabled) else {
-                    routeControls()  // echo the unchanged state
-                    return
-                }
-                journal.log("\(group) \(enabled ? "unmuted" : "muted") by an MQTT command\(enabled ? "" : ": its events are not published until it is unmuted or the daemon restarts")")
-                routeControls()
-                if enabled { announceOpenEvent(of: group) }
+            case .setGroup(let group, true):
+                if !unmuteGroup(group, by: Self.byMQTT) { routeControls() }  // echo the unchanged state
+            case .setGroup(let group, false):
+                // `[detection]`'s default duration; a switch already off renews it.
+                muteGroup(group, minutes: muteDefaults.withLock { $0.defaultMinutes(of: group) }, by: Self.byMQTT)
             case .setSleep(let start):
                 let reply = handleSleep(start ? "sleep_start" : "sleep_stop")
                 if reply["type"]?.stringValue == "error" || reply["state"]?.stringValue == "already_running" {
@@ -1027,6 +1143,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(plan.subscribable, unwatched: plan.unwatched)
             controlGroups.withLock { $0 = (plan.stateGroups, plan.eventGroups) }
+            muteDefaults.withLock { $0 = fresh.mutes }
             routeControls()
             var restartNeeded: [String] = []
             if fresh.capture != capture { restartNeeded.append("[capture]") }
@@ -1243,9 +1360,9 @@ private final class DaemonLink: @unchecked Sendable {
 
     /// Replies to a registered socket command: the daemon does once it runs; ``stillStarting`` or ``stopping``
     /// otherwise.
-    func answer(_ command: String, group: String?, reply: @escaping EventServer.CommandReply) {
+    func answer(_ command: String, group: String?, options: JSONObject, reply: @escaping EventServer.CommandReply) {
         switch daemonWhenStarted() {
-        case (.running, let daemon?): daemon.answer(command, group: group, reply: reply)
+        case (.running, let daemon?): daemon.answer(command, group: group, options: options, reply: reply)
         case (.starting, _): reply(["type": "error", "message": .string(Self.stillStarting)])
         default: reply(["type": "error", "message": .string(Self.stopping)])
         }

@@ -129,9 +129,12 @@ package enum EventTextFormat {
 
     /// `2026-11-30T16:45:12.345Z` shown as `2026-11-30 17:45:12` in `timeZone` (nil: local time at that instant).
     package static func localTime(_ text: String, timeZone: TimeZone?) -> String? {
-        guard let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) else {
-            return nil
-        }
+        guard let date = date(fromTimestamp: text) else { return nil }
         return LocalTime.dateTimeText(date, timeZone: timeZone ?? LocalTime.zone(at: date))
+    }
+
+    /// The date of an event timestamp, `2026-11-30T16:45:12.345Z` (``EventJSON/timestamp(_:)``); nil for other text.
+    package static func date(fromTimestamp text: String) -> Date? {
+        try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 }

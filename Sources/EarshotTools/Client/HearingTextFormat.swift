@@ -12,7 +12,7 @@ import EarshotDetection
 /// level: -23.4 dBFS, gate open (gate -50.0 dBFS)
 /// hears: Baby cry, infant cry 0.94, Crying, sobbing 0.51, Speech 0.08, Music 0.02, Inside, small room 0.01
 /// watching: baby_cry, loud; active: baby_cry
-/// muted: smoke_alarm (no events until unmuted or the daemon restarts)
+/// muted: smoke_alarm until 19:15 (no events until then)
 /// windows: 24 (7 gated), detections: 2, xruns: 0, clients: 1
 /// audio lost: 23.0 s in 1 gap (capture outages, stalls and xruns)
 /// mqtt: connected to 192.168.1.10:1883 as node kitchen (42 messages published)
@@ -59,7 +59,16 @@ package enum HearingTextFormat {
         lines.append("watching: \(watching.isEmpty ? "nothing (every group is muted)" : watching.joined(separator: ", "))"
             + (heard.isEmpty ? "" : "; active: \(heard.joined(separator: ", "))"))
         if !muted.isEmpty {
-            lines.append("muted: \(muted.joined(separator: ", ")) (no events until unmuted or the daemon restarts)"
+            // Each mute's end, in local time (a daemon from before mutes ended has no `muted_until`).
+            let now = object["time"]?.stringValue.flatMap(EventTextFormat.date(fromTimestamp:)) ?? Date()
+            let ends = muted.map { group in
+                object["muted_until"]?[group]?.stringValue.flatMap(EventTextFormat.date(fromTimestamp:))
+                    .map { "\(group) until \(MuteText.clock($0, now: now))" }
+            }
+            let named = ends.allSatisfy { $0 != nil }
+                ? "\(ends.compactMap { $0 }.joined(separator: ", ")) (no events until then)"
+                : "\(muted.joined(separator: ", ")) (no events until unmuted or the daemon restarts)"
+            lines.append("muted: \(named)"
                 + (heardMuted.isEmpty ? "" : "; active: \(heardMuted.joined(separator: ", ")) (not reported)"))
         }
         lines.append("windows: \(int("windows")) (\(int("gated_windows")) gated), detections: \(int("detections")), xruns: \(int("xruns")), clients: \(int("subscribers"))")
