@@ -43,15 +43,18 @@ enum MuteCommand: EarshotCommand {
 
     static func parse(_ parser: inout ArgumentParser) throws(EarshotError) -> Options {
         var options = Options()
+        // Not `options.minutes` in the closure: `options` is being changed through `socket` and `json` meanwhile.
+        var minutes: Int?
         options.group = try parseGroup(&parser, socket: &options.socket, json: &options.json) { flag, inline, parser throws(EarshotError) in
             guard flag == "--minutes" else { return false }
             let text = try parser.value(of: flag, inline, allowed: SettingRules.muteMinutes.allowed)
-            guard let minutes = SettingRules.muteMinutes.parse(text) else {
+            guard let value = SettingRules.muteMinutes.parse(text) else {
                 throw EarshotError(.usage, "--minutes \(SettingRules.muteMinutes.requirement(for: text)), not \"\(DisplayText.escaped(text, limit: 40))\"")
             }
-            options.minutes = minutes
+            minutes = value
             return true
         }
+        options.minutes = minutes
         return options
     }
 
