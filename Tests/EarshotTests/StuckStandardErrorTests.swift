@@ -173,7 +173,7 @@ struct StuckStandardErrorTests {
         ]
         let (taken, dropped) = Self.taken(
             commandLines, waiting: audioLines.joined().utf8.count, limit: JournalSink.fallbackPendingLimitBytes)
-        #expect(dropped == 54)
+        #expect(dropped == 52)
         let droppedLine = JournalSink.droppedLine(dropped, identifier: "earshotd")
         #expect(Self.drained(readEnd, until: droppedLine) == Self.filler + audioLines.joined() + taken.joined() + droppedLine)
 

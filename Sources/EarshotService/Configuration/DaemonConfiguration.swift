@@ -89,7 +89,7 @@ package struct DaemonConfiguration: Sendable, Equatable {
     package struct Mutes: Sendable, Equatable {
         /// For a life-safety group (`smoke_alarm`, `co_alarm`, `fire_alarm`: ``GroupMutes/lifeSafetyGroups``), in
         /// minutes. Key `alarm_mute_minutes`, default 15 (like a smoke alarm's own hush button, which re-arms it
-        /// within about 10 to 15 minutes), allowed 1...1440.
+        /// by itself after minutes: 8 to 10 in Kidde's manuals), allowed 1...1440.
         package var alarmMinutes: Int = 15
         /// For every other group, in minutes. Key `mute_minutes`, default 480 (8 hours: a night), allowed 1...1440.
         package var minutes: Int = 480
