@@ -21,7 +21,8 @@ enum MuteCommand: EarshotCommand {
         when a smoke, CO or fire alarm group is muted and when it listens again. Prints e.g.
         "smoke_alarm muted until 19:15 (15 min)".
           --minutes N     how long, 1 to \(GroupMutes.maximumMinutes) minutes
-          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --socket PATH   the daemon's socket (default: the [output] socket /etc/earshot/earshotd.conf sets,
+                          else \(EventServer.defaultPath))
           --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
                           earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's reply as JSON
@@ -114,7 +115,8 @@ enum UnmuteCommand: EarshotCommand {
         Unmutes GROUP in earshotd before its mute ends: its events are published again, and an event of it still
         going on (the alarm still sounding) is announced now. Prints "smoke_alarm unmuted", or "smoke_alarm was not
         muted".
-          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --socket PATH   the daemon's socket (default: the [output] socket /etc/earshot/earshotd.conf sets,
+                          else \(EventServer.defaultPath))
           --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
                           earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's reply as JSON

@@ -17,7 +17,8 @@ enum SleepCommand: EarshotCommand {
         Controls earshotd's sleep session: while it runs, snoring is detected and aggregated; `stop` writes the
         snore report (JSON and SVG) to the daemon's [sleep] report_dir and prints where (make a PNG of the chart with
         earshot report --from-svg SVG --png OUT).
-          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --socket PATH   the daemon's socket (default: the [output] socket /etc/earshot/earshotd.conf sets,
+                          else \(EventServer.defaultPath))
           --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
                           earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's reply as JSON

@@ -14,7 +14,8 @@ enum StatusCommand: EarshotCommand {
 
         Shows what earshotd hears now: the level of the last window (dBFS), whether the gate let it through to the
         classifier, its top 5 classes with their scores, the watched, muted and active groups, and counters.
-          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --socket PATH   the daemon's socket (default: the [output] socket /etc/earshot/earshotd.conf sets,
+                          else \(EventServer.defaultPath))
           --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
                           earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's status reply as JSON
@@ -59,7 +60,8 @@ enum ListenCommand: EarshotCommand {
         Prints what earshotd hears, one line per analysis window (every 0.48 s by default) until the daemon stops:
         the window's start (stream seconds), its level (dBFS), whether the gate was open, and its top 5 classes
         with their scores. Use it to set [analysis] gate_dbfs, [group.loud] level_dbfs and group thresholds.
-          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --socket PATH   the daemon's socket (default: the [output] socket /etc/earshot/earshotd.conf sets,
+                          else \(EventServer.defaultPath))
           --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
                           earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's {"type":"window",...} lines (and capture health lines) as they are

@@ -15,7 +15,8 @@ enum SubscribeCommand: EarshotCommand {
         \(usage)
 
         Prints the daemon's events as they arrive, one line each, until the daemon stops.
-          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --socket PATH   the daemon's socket (default: the [output] socket /etc/earshot/earshotd.conf sets,
+                          else \(EventServer.defaultPath))
           --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
                           earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --group G       only detections of label group G (repeat, or separate with commas); health lines

@@ -21,7 +21,8 @@ enum TestAlertCommand: EarshotCommand {
         the HTTP status, or failed and how many retries follow) and for the MQTT broker (acknowledged, or not
         reached: disconnected, the alert waiting in the outbox). The daemon answers once every one has a result,
         or 10 s after sending. Whether a phone showed it, the phone says. At most one per 10 s.
-          --socket PATH   the daemon's socket (default \(EventServer.defaultPath))
+          --socket PATH   the daemon's socket (default: the [output] socket /etc/earshot/earshotd.conf sets,
+                          else \(EventServer.defaultPath))
           --config FILE   the socket of the earshotd that runs with FILE: /etc/earshot/NAME.conf is instance
                           earshotd@NAME's, /run/earshot/NAME/earshot.sock; another file's [output] socket
           --json          print the daemon's reply as JSON

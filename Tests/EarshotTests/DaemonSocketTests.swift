@@ -117,12 +117,38 @@ struct DaemonSocketTests {
         #expect(getenv("EARSHOT_RUNTIME_DIR") == nil)
         #expect(try DaemonSocket.resolve(socket: "/tmp/x.sock", configPath: nil, currentDirectory: "/")
             == DaemonSocket(path: "/tmp/x.sock", origin: .flag))
-        #expect(try DaemonSocket.resolve(socket: nil, configPath: nil, currentDirectory: "/")
+        #expect(try DaemonSocket.resolve(socket: nil, configPath: nil, currentDirectory: "/", defaultConfiguration: "/nonexistent/earshotd.conf")
             == DaemonSocket(path: "/run/earshot/earshot.sock", origin: .builtIn))
         for (file, directory) in [("/etc/earshot/garage.conf", "/"), ("garage.conf", "/etc/earshot"), ("../earshot/garage.conf", "/etc/earshot")] {
             #expect(try DaemonSocket.resolve(socket: nil, configPath: file, currentDirectory: directory)
                 == DaemonSocket(path: "/run/earshot/garage/earshot.sock", origin: .instance(name: "garage")), "\(file) in \(directory)")
         }
         #expect(DaemonSocket.missingDefault(path: "/run/earshot/earshot.sock", instances: []) == nil)
+    }
+
+    @Test("Neither option: the [output] socket that earshotd.service's file sets, else the default; a missing file or one with a bad line gives the default and no error")
+    func defaultConfigurationSocket() throws {
+        let directory = try AudioTestFiles.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        func resolve(_ lines: [String]?) throws -> DaemonSocket {
+            let file = directory.appendingPathComponent("earshotd.conf")
+            try? FileManager.default.removeItem(at: file)
+            if let lines { try (lines.joined(separator: "\n") + "\n").write(to: file, atomically: true, encoding: .utf8) }
+            return try DaemonSocket.resolve(socket: nil, configPath: nil, currentDirectory: "/", defaultConfiguration: file.path)
+        }
+        let file = directory.appendingPathComponent("earshotd.conf").path
+        #expect(try resolve(["[output]", "socket = /srv/earshot/e.sock"])
+            == DaemonSocket(path: "/srv/earshot/e.sock", origin: .configuration(file: file)))
+        // The packaged file: every setting commented out.
+        #expect(try resolve(["[output]", "# socket = /srv/earshot/e.sock"]) == DaemonSocket(path: "/run/earshot/earshot.sock", origin: .builtIn))
+        #expect(try resolve(["[output]", "socket = /srv/earshot/e.sock", "colour = blue"])
+            == DaemonSocket(path: "/run/earshot/earshot.sock", origin: .builtIn))
+        #expect(try resolve(nil) == DaemonSocket(path: "/run/earshot/earshot.sock", origin: .builtIn))
+        // --socket and --config still win over it.
+        try (["[output]", "socket = /srv/earshot/e.sock"].joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try DaemonSocket.resolve(socket: "/tmp/x.sock", configPath: nil, currentDirectory: "/", defaultConfiguration: file)
+            == DaemonSocket(path: "/tmp/x.sock", origin: .flag))
+        #expect(try DaemonSocket.resolve(socket: nil, configPath: "/etc/earshot/garage.conf", currentDirectory: "/", defaultConfiguration: file)
+            == DaemonSocket(path: "/run/earshot/garage/earshot.sock", origin: .instance(name: "garage")))
     }
 }

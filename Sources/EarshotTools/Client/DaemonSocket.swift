@@ -5,7 +5,8 @@ import EarshotOutputs
 import EarshotService
 
 /// The earshotd socket a command of the command line talks to (`earshot status`, `listen`, `subscribe`, `sleep`,
-/// `test-alert`): `--socket PATH`, else the socket of the daemon that runs with `--config FILE`, else the default.
+/// `test-alert`): `--socket PATH`, else the socket of the daemon that runs with `--config FILE`, else the
+/// `[output] socket` of /etc/earshot/earshotd.conf when it sets one, else the default.
 ///
 /// The runtime directory is /run/earshot (systemd's `RuntimeDirectory=earshot`): `earshotd.service` listens on
 /// /run/earshot/earshot.sock, instance `earshotd@NAME` on /run/earshot/NAME/earshot.sock (its unit passes `--socket`).
@@ -54,14 +55,27 @@ package struct DaemonSocket: Sendable, Equatable {
     package static func instancePath(_ name: String) -> String { runtimeDirectory + "/" + name + "/" + socketName }
 
     /// The socket for `--socket` (`socket`) or `--config` (`configPath`), which exclude each other (the parser
-    /// refuses both), else ``defaultPath``. An instance's file (/etc/earshot/NAME.conf, see
+    /// refuses both). An instance's file (/etc/earshot/NAME.conf, see
     /// `StateDirectory.instance(configurationFile:currentDirectory:)`) gives ``instancePath(_:)``, as its unit
     /// passes `--socket` (the file's `[output] socket` is not used then); another file gives its `[output] socket`,
-    /// or ``defaultPath`` when it sets none.
-    /// - Throws: the errors of `DaemonConfiguration.load(path:)` (78) for a file that is read.
-    package static func resolve(socket: String?, configPath: String?, currentDirectory: String) throws(EarshotError) -> DaemonSocket {
+    /// or ``defaultPath`` when it sets none. Neither option: the `[output] socket` that `defaultConfiguration`
+    /// (`earshotd.service`'s file, /etc/earshot/earshotd.conf, which its unit passes as `--config` alone) sets,
+    /// else ``defaultPath``; that file is optional here, so one that is missing, unreadable or has a bad line gives
+    /// ``defaultPath`` (the command then says whether a daemon listens there).
+    /// - Throws: the errors of `DaemonConfiguration.load(path:)` (78) for a `--config` file.
+    package static func resolve(
+        socket: String?, configPath: String?, currentDirectory: String,
+        defaultConfiguration: String = DaemonConfiguration.defaultPath
+    ) throws(EarshotError) -> DaemonSocket {
         if let socket { return DaemonSocket(path: socket, origin: .flag) }
-        guard let configPath else { return DaemonSocket(path: defaultPath, origin: .builtIn) }
+        guard let configPath else {
+            if access(defaultConfiguration, F_OK) == 0,
+               let configuration = try? DaemonConfiguration.load(path: defaultConfiguration),
+               configuration.locations["output.socket"] != nil {
+                return DaemonSocket(path: configuration.output.socketPath, origin: .configuration(file: defaultConfiguration))
+            }
+            return DaemonSocket(path: defaultPath, origin: .builtIn)
+        }
         if let instance = StateDirectory.instance(configurationFile: configPath, currentDirectory: currentDirectory) {
             return DaemonSocket(path: instancePath(instance.name), origin: .instance(name: instance.name))
         }
