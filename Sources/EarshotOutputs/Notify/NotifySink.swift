@@ -44,7 +44,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package struct Statistics: Sendable, Equatable {
         /// Notifications a URL accepted (HTTP 2xx), counted per URL.
         package var sent = 0
-        /// Notifications given up for a URL (retries exhausted, a status not worth retrying, or stopping).
+        /// Notifications given up for a URL (retries exhausted, a status not worth retrying, stopping, or the URL
+        /// removed by a reload).
         package var failed = 0
         /// Notifications dropped because a URL's queue was full.
         package var dropped = 0
@@ -61,17 +62,32 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package let name = "notify"
     /// ``deliver(_:)`` only queues messages for the URLs' queues.
     package let deliversWithoutWaiting = true
-    package let settings: NotifySettings
+    /// `[notify]` now: at start, then as a reload set it (``prepare(_:)``, ``apply(_:)``).
+    package var settings: NotifySettings { configured.withLock { $0.settings } }
 
-    private let log: @Sendable (String, Int) -> Void
-    private let targets: [Target]
+    /// The settings and their URLs' targets; replaced together by ``apply(_:)``. Internal (not private) for the
+    /// extensions in NotifySink+Reload.swift and NotifySink+Reachability.swift.
+    struct Configured {
+        var settings: NotifySettings
+        var targets: [Target]
+    }
+    let configured: Mutex<Configured>
+    /// The URLs' targets now.
+    var targets: [Target] { configured.withLock { $0.targets } }
+
+    let log: @Sendable (String, Int) -> Void
     private let reminderQueue = DispatchQueue(label: "earshot.notify.reminders")
-    private let state = Mutex(State())
-    private let stopping = Atomic<Bool>(false)
+    let state = Mutex(State())
+    let stopping = Atomic<Bool>(false)
+    /// Where the URLs' reachability checks run (``scheduleChecks()``), never on a URL's own queue: a check never
+    /// delays a notification.
+    let checkQueue = DispatchQueue(label: "earshot.notify.check")
+    /// When the armed wake-up of ``checkQueue`` is due (uptime seconds); nil: none. Used on ``checkQueue`` only.
+    var checkTimerDue: Double?
     /// Uptime (ns) after which a stopping sink sends nothing more.
     private let stopDeadline = Atomic<UInt64>(0)
     private let sent = Atomic<Int>(0)
-    private let failed = Atomic<Int>(0)
+    let failed = Atomic<Int>(0)
     private let dropped = Atomic<Int>(0)
     private let suppressed = Atomic<Int>(0)
     private let reminders = Atomic<Int>(0)
@@ -80,26 +96,26 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// Onsets and reminders left undelivered by the stop, for the outbox.
     private let kept = Mutex<[NotifyOutbox.Entry]>([])
     /// Jobs restored from the outbox still queued (per URL): at 0, the file is removed.
-    private let restoredLeft = Atomic<Int>(0)
+    let restoredLeft = Atomic<Int>(0)
     /// Notifications queued since start: with ``runID``, each one's id (``Job/id``).
     private let queuedCount = Atomic<Int>(0)
     /// This sink's start (milliseconds since 1970, base 36): ids of one run differ from another's.
     private let runID = String(Int(Date().timeIntervalSince1970 * 1000), radix: 36)
 
-    private struct OpenEvent {
+    struct OpenEvent {
         var generation: Int
         var object: JSONObject
         var since: Date
     }
 
-    private struct HeldEnd {
+    struct HeldEnd {
         var generation: Int
         var object: JSONObject
         var time: Date
     }
 
     /// What the phone was last told about monitoring (``NotifySettings/health``).
-    private enum Monitoring {
+    enum Monitoring {
         /// Nothing yet (no `capture_live` since start).
         case unknown
         case live
@@ -107,7 +123,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case down
     }
 
-    private struct State {
+    struct State {
         var reportHealth: (@Sendable (HealthEvent) -> Void)?
         /// Uptime seconds of each group's last notification (onset or reminder).
         var lastNotified: [String: Double] = [:]
@@ -129,7 +145,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// A notification waiting for one URL, on that URL's queue.
-    private struct Job {
+    struct Job {
         var message: NotificationMessage
         /// A test alert's: gets the first attempt's outcome.
         var receipt: TestAlertReceipt?
@@ -157,17 +173,27 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// One URL: its queue, libcurl handle and counters.
-    private final class Target: @unchecked Sendable {
+    final class Target: @unchecked Sendable {
         let url: String
-        /// The URL as messages show it (``NotifySettings/shownURL(_:index:count:)``).
-        let origin: String
+        /// The URL as messages show it (``NotifySettings/shownURL(_:index:count:)``): its position in the list may
+        /// change at a reload.
+        var origin: String { shown.withLock { $0 } }
+        let shown: Mutex<String>
         let queue: DispatchQueue
         /// Used on ``queue`` only.
         let poster: HTTPPoster
+        /// The reachability checks' own handle, used on ``NotifySink/checkQueue`` only.
+        let checker: HTTPPoster
+        /// When this URL's next reachability check is due (uptime seconds). Used on ``NotifySink/checkQueue`` only.
+        var nextCheck = 0.0
         let pending = Atomic<Int>(0)
         /// Jobs waiting for their next attempt after one failed (``Statistics/retrying``).
         let retrying = Atomic<Int>(0)
         let failing = Atomic<Bool>(false)
+        /// Whether a notification to this URL failed, since its last success, in a way a reachability check cannot
+        /// see: an HTTP status (401, 404, 503 ...) or a request sent in full and not answered. Such a failing URL is
+        /// recovered only by a notification (or test alert) that gets through, not by a check's answer.
+        let failedWithAnswer = Atomic<Bool>(false)
         /// Failures since the URL last succeeded (for the recovery line).
         let failuresInRow = Atomic<Int>(0)
         /// Groups whose last onset or reminder this URL never accepted (given up): their end says so. Used on
@@ -201,9 +227,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         init(url: String, index: Int, count: Int, timeoutSeconds: Double) throws(EarshotError) {
             self.url = url
             answerWait = timeoutSeconds
-            origin = NotifySettings.shownURL(url, index: index, count: count)
+            shown = Mutex(NotifySettings.shownURL(url, index: index, count: count))
             queue = DispatchQueue(label: "earshot.notify.\(index)")
             poster = try HTTPPoster()
+            checker = try HTTPPoster()
         }
     }
 
@@ -216,14 +243,13 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package init(
         settings: NotifySettings, outboxPath: String? = nil, log: @escaping @Sendable (String, Int) -> Void
     ) throws(EarshotError) {
-        self.settings = settings
         self.outboxPath = outboxPath
         self.log = log
         var targets: [Target] = []
         for (index, url) in settings.urls.enumerated() {
             targets.append(try Target(url: url, index: index, count: settings.urls.count, timeoutSeconds: settings.timeoutSeconds))
         }
-        self.targets = targets
+        configured = Mutex(Configured(settings: settings, targets: targets))
     }
 
     /// The URLs (as messages show them) whose notifications are failing now: `notify_failed` was said for them and
@@ -263,6 +289,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
         state.withLock { $0.reportHealth = reportHealth }
         restoreOutbox()
+        scheduleChecks()
     }
 
     /// Queues what the last stop kept (``NotifyOutbox``), each to the URLs that did not get it (to all when none of
@@ -312,7 +339,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// A restored job done with: the outbox file goes once all are (not while stopping: the stop writes it anew).
-    private func restoredDone() {
+    func restoredDone() {
         guard restoredLeft.subtract(1, ordering: .relaxed).newValue == 0, !stopping.load(ordering: .relaxed),
               let outboxPath else { return }
         _ = unlink(outboxPath)
@@ -609,8 +636,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// Queues `message` for every URL (or `only` those); `receipt` (a test alert's) gets each URL's first attempt. A
     /// reminder takes the place of the group's reminder still waiting for the URL (a server away for long gets the
     /// latest, not a burst of stale ones: trial 15 M6).
-    private func enqueue(
-        _ message: NotificationMessage, receipt: TestAlertReceipt? = nil, to only: [Target]? = nil, restored: Bool = false
+    ///
+    /// The targets are picked and their queues handed the job under ``configured``'s lock: a reload that removes a
+    /// URL (``apply(_:)``) hands its queue the block that takes its jobs after every job queued for it.
+    func enqueue(
+        _ message: NotificationMessage, receipt: TestAlertReceipt? = nil, to only: [Target]? = nil, restored: Bool = false,
+        id given: String? = nil
     ) {
         let now = Self.uptime()
         let isEvent = message.kind == .onset || message.kind == .reminder || message.kind == .end
@@ -620,40 +651,56 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let retryWindow = message.kind == .onset || message.kind == .reminder
             ? urgent ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
             : 0
-        let id = "\(runID)-\(queuedCount.add(1, ordering: .relaxed).newValue)"
-        for target in only ?? targets {
-            let waiting = target.pending.load(ordering: .relaxed)
-            if waiting >= settings.queueLimit {
-                dropped.wrappingAdd(1, ordering: .relaxed)
-                receipt?.report(.notSent("its queue is full (\(waiting) notifications waiting)"), for: destination(target))
-                continue
-            }
-            target.pending.wrappingAdd(1, ordering: .relaxed)
-            target.queue.async { [self] in
-                if message.kind == .reminder,
-                   let index = target.jobs.firstIndex(where: { $0.lane == lane && $0.message.kind == .reminder && !$0.restored }) {
-                    // The same event's newer reminder: the older one is not sent (neither sent nor failed).
-                    target.jobs[index].message = message
-                    target.jobs[index].attempts = 0
-                    target.jobs[index].unanswered = 0
-                    target.jobs[index].id = id
-                    target.jobs[index].due = min(target.jobs[index].due, now)
-                    target.pending.wrappingSubtract(1, ordering: .relaxed)
-                } else {
-                    var job = Job(
-                        message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id)
-                    job.restored = restored
-                    target.jobs.append(job)
+        let id = given ?? "\(runID)-\(queuedCount.add(1, ordering: .relaxed).newValue)"
+        let full = configured.withLock { configured -> [(Target, Int)] in
+            var full: [(Target, Int)] = []
+            for target in only ?? configured.targets {
+                let waiting = target.pending.load(ordering: .relaxed)
+                if waiting >= configured.settings.queueLimit {
+                    full.append((target, waiting))
+                    continue
                 }
-                pump(target)
+                target.pending.wrappingAdd(1, ordering: .relaxed)
+                queue(message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id,
+                      restored: restored, on: target)
             }
+            return full
+        }
+        for (target, waiting) in full {
+            dropped.wrappingAdd(1, ordering: .relaxed)
+            receipt?.report(.notSent("its queue is full (\(waiting) notifications waiting)"), for: destination(target))
+        }
+    }
+
+    /// On `target`'s queue: `message` as a new job, or as the newer reminder in place of the lane's one waiting.
+    private func queue(
+        _ message: NotificationMessage, receipt: TestAlertReceipt?, lane: String, urgent: Bool, retryWindow: Double,
+        due now: Double, id: String, restored: Bool, on target: Target
+    ) {
+        target.queue.async { [self] in
+            if message.kind == .reminder,
+               let index = target.jobs.firstIndex(where: { $0.lane == lane && $0.message.kind == .reminder && !$0.restored }) {
+                // The same event's newer reminder: the older one is not sent (neither sent nor failed).
+                target.jobs[index].message = message
+                target.jobs[index].attempts = 0
+                target.jobs[index].unanswered = 0
+                target.jobs[index].id = id
+                target.jobs[index].due = min(target.jobs[index].due, now)
+                target.pending.wrappingSubtract(1, ordering: .relaxed)
+            } else {
+                var job = Job(
+                    message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id)
+                job.restored = restored
+                target.jobs.append(job)
+            }
+            pump(target)
         }
     }
 
     /// The URLs a test alert goes to, as its receipt names them (``NotifySettings/shownURL(_:index:count:)``).
     package var testAlertDestinations: [TestAlertReceipt.Destination] { targets.map(destination) }
 
-    private func destination(_ target: Target) -> TestAlertReceipt.Destination {
+    func destination(_ target: Target) -> TestAlertReceipt.Destination {
         TestAlertReceipt.Destination(output: name, target: target.origin)
     }
 
@@ -755,6 +802,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .status(let status, _) where (200..<300).contains(status):
             if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
             sent.wrappingAdd(1, ordering: .relaxed)
+            target.failedWithAnswer.store(false, ordering: .relaxed)
             if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
             let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
             if target.failing.exchange(false, ordering: .relaxed) {
@@ -768,12 +816,14 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return nil
         case .status(let status, let retryAfterSeconds):
             job.lastProblem = "HTTP \(status)"
+            target.failedWithAnswer.store(true, ordering: .relaxed)
             retryable = status == 408 || status == 429 || status >= 500
             retryAfter = retryAfterSeconds
         case .failed(let text, let requestSent):
             job.lastProblem = text
             retryable = true
             if requestSent {
+                target.failedWithAnswer.store(true, ordering: .relaxed)
                 job.unanswered += 1
                 // Waited its whole time for the answer: a server slower than that would get a copy per attempt
                 // (trial 15 M1: 4 of one smoke alarm from a server answering after 12 s), so wait longer next time.
@@ -844,7 +894,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// The `notify_failed` health event, once per outage of `target` (until it accepts one again).
-    private func reportFailing(
+    func reportFailing(
         _ target: Target, problem: String, attempts: Int, unanswered: Int, retryable: Bool, note: String
     ) {
         guard !target.failing.exchange(true, ordering: .relaxed) else { return }
