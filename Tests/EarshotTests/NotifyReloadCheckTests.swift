@@ -13,7 +13,7 @@ import EarshotOutputs
 struct NotifyReloadCheckTests {
     static let live = NotifyHealthTests.live
 
-    @Test("reload from one URL to another: the test alert reaches the new server (1 request) and not the old (0), and test-alert names the new URL",
+    @Test("a reload with a bad [notify] fails; then from one URL to another: the test alert reaches the new server (1 request) and not the old (0), and test-alert names the new URL",
           .needsMosquitto, .needsEarshotdBuilt, .needsEarshotBuilt)
     func reloadChangesTheURL() throws {
         let old = try HTTPTestServer { _ in .init(status: 200) }
@@ -30,8 +30,17 @@ struct NotifyReloadCheckTests {
         let button = "homeassistant/button/earshot_den/test_alert/config"
         #expect(subscriber.waitFor(seconds: 30) { $0.contains { $0.topic == button } }, "\(daemon.errorText)")
 
-        try (try String(contentsOf: setup.config, encoding: .utf8))
-            .replacingOccurrences(of: old.url("/oldtopic"), with: new.url("/newtopic"))
+        // A bad [notify] fails the reload as any bad section does: the old configuration goes on.
+        let text = try String(contentsOf: setup.config, encoding: .utf8)
+        try text.replacingOccurrences(of: old.url("/oldtopic"), with: new.url("/newtopic"))
+            .replacingOccurrences(of: "check_interval = 0", with: "check_interval = 0.5")
+            .write(to: setup.config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        #expect(TestWait.until(seconds: 20) { daemon.objects.contains { $0["state"] as? String == "config_reload_failed" } },
+                "\(daemon.errorText)")
+        #expect(daemon.objects.first { $0["state"] as? String == "config_reload_failed" }?["message"] as? String
+            == "\(setup.config.path):14: [notify] check_interval = 0.5: must be 0 (no reachability checks) or a number in [1, 86400] seconds; running the previous configuration")
+        try text.replacingOccurrences(of: old.url("/oldtopic"), with: new.url("/newtopic"))
             .write(to: setup.config, atomically: true, encoding: .utf8)
         daemon.signal(SIGHUP)
         let shownNew = "http://127.0.0.1:\(new.port)/newt…"
@@ -164,5 +173,26 @@ struct NotifyReloadCheckTests {
         #expect(sink.settings.urls == [new.url("/new")])
         #expect(sink.testAlertDestinations.map(\.target) == [new.url("/new")])
         #expect(old.requests.count == 1)
+    }
+
+    @Test("trial 15 L2: a smoke alarm's onset goes at once, not behind an attempt to the same URL the server has not answered (its answer 8 s away)")
+    func alarmDoesNotWaitBehindAnUnansweredAttempt() throws {
+        let server = try HTTPTestServer { index in .init(status: 200, delaySeconds: index == 0 ? 8 : 0) }
+        defer { server.stop() }
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/p")]) { $0.checkIntervalSeconds = 0 }, reports)
+        defer { sink.stop() }
+        sink.deliver(RoutedOutput(output: .health(Self.live), time: NotifyTests.time))
+        #expect(server.waitForRequests(1, timeout: 10).count == 1)
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(), time: NotifyTests.time))
+        let requests = server.waitForRequests(2, timeout: 20)
+        try #require(requests.count == 2)
+        #expect(requests.map { $0.body.contains(#""group":"smoke_alarm""#) } == [false, true])
+        // Before the first one's answer: the alarm did not wait for it (on one queue per URL it waited the 8 s).
+        let waited = requests[1].receivedAt - requests[0].receivedAt
+        #expect(waited < 8, "the alarm arrived \(waited) s after the unanswered notification")
+        print("L2: the smoke alarm arrived \(waited) s after the notification whose answer was 8 s away")
+        #expect(server.waitForRequests(3, timeout: 1).count == 2)
+        #expect(reports.healthEvents.isEmpty)
     }
 }

@@ -36,7 +36,7 @@ extension NotifySink {
     func checkEveryURLNow() {
         checkQueue.async { [weak self] in
             guard let self else { return }
-            for target in targets { target.nextCheck = 0 }
+            for target in targets { target.status.nextCheck = 0 }
             runDueChecks()
         }
     }
@@ -45,15 +45,15 @@ extension NotifySink {
     private func runDueChecks() {
         let (settings, targets) = configured.withLock { ($0.settings, $0.targets) }
         guard settings.checkIntervalSeconds > 0 else { return }
-        for target in targets where target.nextCheck <= Self.checkUptime() + 0.001 {
+        for target in targets where target.status.nextCheck <= Self.checkUptime() + 0.001 {
             guard !stopping.load(ordering: .relaxed) else { return }
             check(target, settings: settings)
-            let failingUnseen = target.failing.load(ordering: .relaxed) && !target.failedWithAnswer.load(ordering: .relaxed)
+            let failingUnseen = target.status.failing.load(ordering: .relaxed) && !target.status.failedWithAnswer.load(ordering: .relaxed)
             let interval = failingUnseen
                 ? min(settings.failingCheckSeconds, settings.checkIntervalSeconds) : settings.checkIntervalSeconds
-            target.nextCheck = Self.checkUptime() + interval
+            target.status.nextCheck = Self.checkUptime() + interval
         }
-        guard !stopping.load(ordering: .relaxed), let due = targets.map(\.nextCheck).min() else { return }
+        guard !stopping.load(ordering: .relaxed), let due = targets.map(\.status.nextCheck).min() else { return }
         if let armed = checkTimerDue, armed <= due, armed > Self.checkUptime() { return }
         checkTimerDue = due
         checkQueue.asyncAfter(deadline: .now() + max(0, due - Self.checkUptime())) { [weak self] in
@@ -65,23 +65,23 @@ extension NotifySink {
 
     /// One check of `target` and what its outcome says (``NotifySink`` reachability checks).
     private func check(_ target: Target, settings: NotifySettings) {
-        let outcome = target.checker.head(url: target.url, timeoutSeconds: settings.timeoutSeconds)
+        let outcome = target.status.checker.head(url: target.url, timeoutSeconds: settings.timeoutSeconds)
         switch outcome {
         case .status:
-            guard !target.failedWithAnswer.load(ordering: .relaxed), target.failing.exchange(false, ordering: .relaxed) else { return }
-            let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
+            guard !target.status.failedWithAnswer.load(ordering: .relaxed), target.status.failing.exchange(false, ordering: .relaxed) else { return }
+            let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
             reportHealth(HealthEvent(
                 state: .notifyRecovered,
                 message: Self.checkRecoveredMessage(url: target.origin, failed: failures),
                 details: ["url": .string(target.origin), "failed": .int(failures)]))
         case .failed(let problem, _):
             // A URL a reload removed during its check is not failing.
-            guard targets.contains(where: { $0 === target }), !target.failing.exchange(true, ordering: .relaxed) else { return }
+            guard targets.contains(where: { $0 === target }), !target.status.failing.exchange(true, ordering: .relaxed) else { return }
             let every = min(settings.failingCheckSeconds, settings.checkIntervalSeconds)
             reportHealth(HealthEvent(
                 state: .notifyFailed,
                 message: Self.checkFailedMessage(url: target.origin, problem: problem, everySeconds: every),
-                details: ["url": .string(target.origin), "failed": .int(target.failuresInRow.load(ordering: .relaxed))]))
+                details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))]))
         }
     }
 

@@ -68,22 +68,24 @@ extension NotifySink {
             let added = reconfiguration.targets.filter { target in !old.contains { $0 === target } }
             var renamed: [(Target, old: String)] = []
             for (target, shown) in zip(reconfiguration.targets, reconfiguration.shown) {
-                let before = target.shown.withLock { name in defer { name = shown }; return name }
+                let before = target.status.shown.withLock { name in defer { name = shown }; return name }
                 if before != shown, old.contains(where: { $0 === target }) { renamed.append((target, before)) }
             }
             // Under the lock: every job queued for a removed URL (``enqueue``) is on its queue before this block.
             let handedOver = HandedOver()
             for target in removed {
-                target.queue.async { [self] in retire(target, handingOverTo: added, handedOver: handedOver) }
+                for lane in target.lanes {
+                    lane.queue.async { [self] in retire(lane, handingOverTo: added, handedOver: handedOver) }
+                }
             }
             return (added, renamed)
         }
         for target in reconfiguration.targets where !added.contains(where: { $0 === target }) {
-            target.queue.async { target.answerWait = settings.timeoutSeconds }
+            for lane in target.lanes { lane.queue.async { lane.answerWait = settings.timeoutSeconds } }
         }
         // A failing URL now shown under another name (its position in the list changed): the sensor's list follows.
-        for (target, old) in renamed where target.failing.load(ordering: .relaxed) {
-            let failed = target.failuresInRow.load(ordering: .relaxed)
+        for (target, old) in renamed where target.status.failing.load(ordering: .relaxed) {
+            let failed = target.status.failuresInRow.load(ordering: .relaxed)
             reportHealth(HealthEvent(
                 state: .notifyRecovered,
                 message: "notifications to \(old) are shown as \(target.origin) since a reload (still failing)",
@@ -96,7 +98,7 @@ extension NotifySink {
         checkEveryURLNow()
     }
 
-    /// On `target`'s queue: a URL the reload removed hands its waiting notifications over to `added` (each
+    /// On `target`'s queue (each lane of the URL, ``Target/lanes``): a URL the reload removed hands its waiting notifications over to `added` (each
     /// notification once, whichever removed URL had it: `handedOver` holds their ids), and is no longer failing.
     private func retire(_ target: Target, handingOverTo added: [Target], handedOver: HandedOver) {
         let jobs = target.jobs
@@ -130,8 +132,8 @@ extension NotifySink {
                     + (tests > 0 ? " (\(tests) test alert\(tests == 1 ? "" : "s") dropped: a test alert tests the URL it was sent to)" : "")
             log("notify: the reload removed \(target.origin) from [notify]: \(waiting) \(jobs.count == 1 ? "is" : "are") \(fate)", 4)
         }
-        if target.failing.exchange(false, ordering: .relaxed) {
-            let failed = target.failuresInRow.exchange(0, ordering: .relaxed)
+        if target.status.failing.exchange(false, ordering: .relaxed) {
+            let failed = target.status.failuresInRow.exchange(0, ordering: .relaxed)
             reportHealth(HealthEvent(
                 state: .notifyRecovered,
                 message: "notifications to \(target.origin) are no longer failing: the URL was removed from [notify] by a reload",

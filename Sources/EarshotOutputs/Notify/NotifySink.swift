@@ -172,23 +172,15 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var unanswered = 0
     }
 
-    /// One URL: its queue, libcurl handle and counters.
-    final class Target: @unchecked Sendable {
-        let url: String
+    /// What one URL's lanes share: how it is shown, whether it is failing, its reachability checks.
+    final class URLStatus: @unchecked Sendable {
         /// The URL as messages show it (``NotifySettings/shownURL(_:index:count:)``): its position in the list may
         /// change at a reload.
-        var origin: String { shown.withLock { $0 } }
         let shown: Mutex<String>
-        let queue: DispatchQueue
-        /// Used on ``queue`` only.
-        let poster: HTTPPoster
         /// The reachability checks' own handle, used on ``NotifySink/checkQueue`` only.
         let checker: HTTPPoster
         /// When this URL's next reachability check is due (uptime seconds). Used on ``NotifySink/checkQueue`` only.
         var nextCheck = 0.0
-        let pending = Atomic<Int>(0)
-        /// Jobs waiting for their next attempt after one failed (``Statistics/retrying``).
-        let retrying = Atomic<Int>(0)
         let failing = Atomic<Bool>(false)
         /// Whether a notification to this URL failed, since its last success, in a way a reachability check cannot
         /// see: an HTTP status (401, 404, 503 ...) or a request sent in full and not answered. Such a failing URL is
@@ -196,6 +188,33 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let failedWithAnswer = Atomic<Bool>(false)
         /// Failures since the URL last succeeded (for the recovery line).
         let failuresInRow = Atomic<Int>(0)
+
+        init(shown: String) throws(EarshotError) {
+            self.shown = Mutex(shown)
+            checker = try HTTPPoster()
+        }
+    }
+
+    /// One lane of one URL: its queue, libcurl handle and jobs. Each URL has two (trial 15 L2): this one, and
+    /// ``urgentLane`` for the notifications of smoke, CO and fire (``NotificationMessage/urgentGroups``), so that
+    /// an alarm never waits behind an attempt of another notification to the same URL that the server does not
+    /// answer (up to ``NotifySettings/maximumAnswerWaitSeconds``): each request has a connection of its own, and
+    /// the alarm's goes at once.
+    final class Target: @unchecked Sendable {
+        let url: String
+        /// Shared by the URL's lanes.
+        let status: URLStatus
+        var origin: String { status.shown.withLock { $0 } }
+        let queue: DispatchQueue
+        /// Used on ``queue`` only.
+        let poster: HTTPPoster
+        /// The lane of smoke, CO and fire notifications; nil in that lane itself.
+        let urgentLane: Target?
+        /// This lane and ``urgentLane``.
+        var lanes: [Target] { [self] + (urgentLane.map { [$0] } ?? []) }
+        let pending = Atomic<Int>(0)
+        /// Jobs waiting for their next attempt after one failed (``Statistics/retrying``).
+        let retrying = Atomic<Int>(0)
         /// Groups whose last onset or reminder this URL never accepted (given up): their end says so. Used on
         /// ``queue`` only.
         var missedOnsets: Set<String> = []
@@ -224,13 +243,19 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return best?.index
         }
 
-        init(url: String, index: Int, count: Int, timeoutSeconds: Double) throws(EarshotError) {
+        convenience init(url: String, index: Int, count: Int, timeoutSeconds: Double) throws(EarshotError) {
+            let status = try URLStatus(shown: NotifySettings.shownURL(url, index: index, count: count))
+            let urgent = try Target(url: url, status: status, label: "earshot.notify.\(index).urgent", timeoutSeconds: timeoutSeconds, urgentLane: nil)
+            try self.init(url: url, status: status, label: "earshot.notify.\(index)", timeoutSeconds: timeoutSeconds, urgentLane: urgent)
+        }
+
+        private init(url: String, status: URLStatus, label: String, timeoutSeconds: Double, urgentLane: Target?) throws(EarshotError) {
             self.url = url
+            self.status = status
+            self.urgentLane = urgentLane
             answerWait = timeoutSeconds
-            shown = Mutex(NotifySettings.shownURL(url, index: index, count: count))
-            queue = DispatchQueue(label: "earshot.notify.\(index)")
+            queue = DispatchQueue(label: label)
             poster = try HTTPPoster()
-            checker = try HTTPPoster()
         }
     }
 
@@ -255,7 +280,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// The URLs (as messages show them) whose notifications are failing now: `notify_failed` was said for them and
     /// none has got through since.
     package var failingURLs: [String] {
-        targets.filter { $0.failing.load(ordering: .relaxed) }.map(\.origin)
+        targets.filter { $0.status.failing.load(ordering: .relaxed) }.map(\.origin)
     }
 
     package var statistics: Statistics {
@@ -265,7 +290,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         statistics.dropped = dropped.load(ordering: .relaxed)
         statistics.suppressed = suppressed.load(ordering: .relaxed)
         statistics.reminders = reminders.load(ordering: .relaxed)
-        statistics.retrying = targets.reduce(0) { $0 + $1.retrying.load(ordering: .relaxed) }
+        statistics.retrying = targets.flatMap(\.lanes).reduce(0) { $0 + $1.retrying.load(ordering: .relaxed) }
         return statistics
     }
 
@@ -473,7 +498,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         stopping.store(true, ordering: .relaxed)
         reminderQueue.sync {}
         let drained = DispatchGroup()
-        for target in targets {
+        for target in targets.flatMap(\.lanes) {
             drained.enter()
             target.queue.async { [self] in
                 // Stopping: what is queued gets its last turn here (one attempt, or given up when it was waiting
@@ -484,7 +509,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         }
         let finished = drained.wait(timeout: DispatchTime(uptimeNanoseconds: end)) == .success
         // Messages still queued or in an attempt that has not returned: not delivered either.
-        let waiting = finished ? 0 : targets.reduce(0) { $0 + $1.pending.load(ordering: .relaxed) }
+        let waiting = finished ? 0 : targets.flatMap(\.lanes).reduce(0) { $0 + $1.pending.load(ordering: .relaxed) }
         let left = failed.load(ordering: .relaxed) - failedBefore + waiting
         if waiting > 0 { failed.wrappingAdd(waiting, ordering: .relaxed) }
         if left > 0 {
@@ -654,7 +679,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let id = given ?? "\(runID)-\(queuedCount.add(1, ordering: .relaxed).newValue)"
         let full = configured.withLock { configured -> [(Target, Int)] in
             var full: [(Target, Int)] = []
-            for target in only ?? configured.targets {
+            for url in only ?? configured.targets {
+                // Smoke, CO and fire in their own lane (``Target/urgentLane``).
+                let target = urgent ? url.urgentLane ?? url : url
                 let waiting = target.pending.load(ordering: .relaxed)
                 if waiting >= configured.settings.queueLimit {
                     full.append((target, waiting))
@@ -802,10 +829,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .status(let status, _) where (200..<300).contains(status):
             if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
             sent.wrappingAdd(1, ordering: .relaxed)
-            target.failedWithAnswer.store(false, ordering: .relaxed)
+            target.status.failedWithAnswer.store(false, ordering: .relaxed)
             if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
-            let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
-            if target.failing.exchange(false, ordering: .relaxed) {
+            let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
+            if target.status.failing.exchange(false, ordering: .relaxed) {
                 let before = failures == 0
                     ? "none was lost" : "\(failures) failed before"
                 state.withLock { $0.reportHealth }?(HealthEvent(
@@ -816,14 +843,14 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return nil
         case .status(let status, let retryAfterSeconds):
             job.lastProblem = "HTTP \(status)"
-            target.failedWithAnswer.store(true, ordering: .relaxed)
+            target.status.failedWithAnswer.store(true, ordering: .relaxed)
             retryable = status == 408 || status == 429 || status >= 500
             retryAfter = retryAfterSeconds
         case .failed(let text, let requestSent):
             job.lastProblem = text
             retryable = true
             if requestSent {
-                target.failedWithAnswer.store(true, ordering: .relaxed)
+                target.status.failedWithAnswer.store(true, ordering: .relaxed)
                 job.unanswered += 1
                 // Waited its whole time for the answer: a server slower than that would get a copy per attempt
                 // (trial 15 M1: 4 of one smoke alarm from a server answering after 12 s), so wait longer next time.
@@ -888,7 +915,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         if message.kind == .onset || message.kind == .reminder, message.group != AlarmEvent.alarmChirp {
             target.missedOnsets.insert(message.group)
         }
-        target.failuresInRow.wrappingAdd(1, ordering: .relaxed)
+        target.status.failuresInRow.wrappingAdd(1, ordering: .relaxed)
         guard !reported, attempts > 0 else { return }
         reportFailing(target, problem: problem, attempts: attempts, unanswered: unanswered, retryable: retryable, note: "")
     }
@@ -897,12 +924,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     func reportFailing(
         _ target: Target, problem: String, attempts: Int, unanswered: Int, retryable: Bool, note: String
     ) {
-        guard !target.failing.exchange(true, ordering: .relaxed) else { return }
+        guard !target.status.failing.exchange(true, ordering: .relaxed) else { return }
         let advice = retryable ? "" : " (check [notify] url)"
         let health = HealthEvent(
             state: .notifyFailed,
             message: "notifications to \(target.origin) are failing: \(problem) \(Self.attempts(attempts, unanswered: unanswered))\(advice)\(note); detection goes on, and further failures are counted until one gets through",
-            details: ["url": .string(target.origin), "failed": .int(target.failuresInRow.load(ordering: .relaxed))])
+            details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))])
         state.withLock { $0.reportHealth }?(health)
     }
 
