@@ -74,14 +74,14 @@ extension NotifySink {
             // Under the lock: every job queued for a removed URL (``enqueue``) is on its queue before this block.
             let handedOver = HandedOver()
             for target in removed {
-                for lane in target.lanes {
-                    lane.queue.async { [self] in retire(lane, handingOverTo: added, handedOver: handedOver) }
+                for channel in target.channels {
+                    channel.queue.async { [self] in retire(channel, handingOverTo: added, handedOver: handedOver) }
                 }
             }
             return (added, renamed)
         }
         for target in reconfiguration.targets where !added.contains(where: { $0 === target }) {
-            for lane in target.lanes { lane.queue.async { lane.answerWait = settings.timeoutSeconds } }
+            target.answerWait = settings.timeoutSeconds
         }
         // A failing URL now shown under another name (its position in the list changed): the sensor's list follows.
         for (target, old) in renamed where target.status.failing.load(ordering: .relaxed) {
@@ -98,8 +98,9 @@ extension NotifySink {
         checkEveryURLNow()
     }
 
-    /// On `target`'s queue (each lane of the URL, ``Target/lanes``): a URL the reload removed hands its waiting notifications over to `added` (each
-    /// notification once, whichever removed URL had it: `handedOver` holds their ids), and is no longer failing.
+    /// On `target`'s queue, for each channel of a URL the reload removed (``Target/channels``): its waiting
+    /// notifications go to `added` (each once, whichever removed URL had it: `handedOver` holds their ids), and the
+    /// URL is no longer failing.
     private func retire(_ target: Target, handingOverTo added: [Target], handedOver: HandedOver) {
         let jobs = target.jobs
         target.jobs = []

@@ -10,7 +10,10 @@ import EarshotDetection
 ///
 /// Analysis never waits: ``deliver(_:)`` decides on the routing thread (a few dictionary look-ups under a lock) and
 /// queues the message for each URL, bounded by ``NotifySettings/queueLimit`` (what does not fit is dropped for that
-/// URL and counted). Each URL has its own libcurl handle and its own serial queue, so a slow one delays only itself.
+/// URL and counted). Each URL has its own libcurl handle and its own serial queue, so a slow one delays only itself;
+/// smoke, CO and fire have a second one per URL (``Target/urgentChannel``), so an alarm never waits behind another
+/// notification's unanswered attempt. A reload changes the URLs and settings in place (``prepare(_:)``,
+/// ``apply(_:)``, NotifySink+Reload.swift), and each URL is checked between events (NotifySink+Reachability.swift).
 ///
 /// Each URL's queue runs a small scheduler (``Target/jobs``) and never sleeps: it makes one attempt at a time of
 /// the most pressing notification that is due, and a notification to be retried goes back with the time its retry
@@ -172,7 +175,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var unanswered = 0
     }
 
-    /// What one URL's lanes share: how it is shown, whether it is failing, its reachability checks.
+    /// What one URL's channels share: how it is shown, whether it is failing, its reachability checks.
     final class URLStatus: @unchecked Sendable {
         /// The URL as messages show it (``NotifySettings/shownURL(_:index:count:)``): its position in the list may
         /// change at a reload.
@@ -188,30 +191,35 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let failedWithAnswer = Atomic<Bool>(false)
         /// Failures since the URL last succeeded (for the recovery line).
         let failuresInRow = Atomic<Int>(0)
+        /// How long an attempt waits for the answer (seconds): ``NotifySettings/timeoutSeconds``, doubled after an
+        /// attempt whose request was sent and not answered in time, up to ``NotifySettings/maximumAnswerWaitSeconds``;
+        /// back to `timeoutSeconds` after an answer within it.
+        let answerWait: Mutex<Double>
 
-        init(shown: String) throws(EarshotError) {
+        init(shown: String, timeoutSeconds: Double) throws(EarshotError) {
             self.shown = Mutex(shown)
+            answerWait = Mutex(timeoutSeconds)
             checker = try HTTPPoster()
         }
     }
 
-    /// One lane of one URL: its queue, libcurl handle and jobs. Each URL has two (trial 15 L2): this one, and
-    /// ``urgentLane`` for the notifications of smoke, CO and fire (``NotificationMessage/urgentGroups``), so that
+    /// One channel of one URL: its queue, libcurl handle and jobs. Each URL has two (trial 15 L2): this one, and
+    /// ``urgentChannel`` for the notifications of smoke, CO and fire (``NotificationMessage/urgentGroups``), so that
     /// an alarm never waits behind an attempt of another notification to the same URL that the server does not
     /// answer (up to ``NotifySettings/maximumAnswerWaitSeconds``): each request has a connection of its own, and
     /// the alarm's goes at once.
     final class Target: @unchecked Sendable {
         let url: String
-        /// Shared by the URL's lanes.
+        /// Shared by the URL's channels.
         let status: URLStatus
         var origin: String { status.shown.withLock { $0 } }
         let queue: DispatchQueue
         /// Used on ``queue`` only.
         let poster: HTTPPoster
-        /// The lane of smoke, CO and fire notifications; nil in that lane itself.
-        let urgentLane: Target?
-        /// This lane and ``urgentLane``.
-        var lanes: [Target] { [self] + (urgentLane.map { [$0] } ?? []) }
+        /// The channel of smoke, CO and fire notifications; nil in that channel itself.
+        let urgentChannel: Target?
+        /// This channel and ``urgentChannel``.
+        var channels: [Target] { [self] + (urgentChannel.map { [$0] } ?? []) }
         let pending = Atomic<Int>(0)
         /// Jobs waiting for their next attempt after one failed (``Statistics/retrying``).
         let retrying = Atomic<Int>(0)
@@ -223,10 +231,11 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var jobs: [Job] = []
         /// When the armed wake-up of ``queue`` is due (uptime seconds); nil: none is armed. Used on ``queue`` only.
         var timerDue: Double?
-        /// How long an attempt waits for the answer (seconds): ``NotifySettings/timeoutSeconds``, doubled after an
-        /// attempt whose request was sent and not answered in time, up to ``NotifySettings/maximumAnswerWaitSeconds``;
-        /// back to `timeoutSeconds` after an answer within it. Used on ``queue`` only.
-        var answerWait: Double
+        /// ``URLStatus/answerWait``, shared by the URL's channels: a slow server is slow for both.
+        var answerWait: Double {
+            get { status.answerWait.withLock { $0 } }
+            set { status.answerWait.withLock { $0 = newValue } }
+        }
 
         /// The index in ``jobs`` of the one to try now: the first of its lane, due by `now` (any, with `allDue`),
         /// an urgent group's first, then one not tried yet, then the first queued; nil when none is.
@@ -244,16 +253,15 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         }
 
         convenience init(url: String, index: Int, count: Int, timeoutSeconds: Double) throws(EarshotError) {
-            let status = try URLStatus(shown: NotifySettings.shownURL(url, index: index, count: count))
-            let urgent = try Target(url: url, status: status, label: "earshot.notify.\(index).urgent", timeoutSeconds: timeoutSeconds, urgentLane: nil)
-            try self.init(url: url, status: status, label: "earshot.notify.\(index)", timeoutSeconds: timeoutSeconds, urgentLane: urgent)
+            let status = try URLStatus(shown: NotifySettings.shownURL(url, index: index, count: count), timeoutSeconds: timeoutSeconds)
+            let urgent = try Target(url: url, status: status, label: "earshot.notify.\(index).urgent", urgentChannel: nil)
+            try self.init(url: url, status: status, label: "earshot.notify.\(index)", urgentChannel: urgent)
         }
 
-        private init(url: String, status: URLStatus, label: String, timeoutSeconds: Double, urgentLane: Target?) throws(EarshotError) {
+        private init(url: String, status: URLStatus, label: String, urgentChannel: Target?) throws(EarshotError) {
             self.url = url
             self.status = status
-            self.urgentLane = urgentLane
-            answerWait = timeoutSeconds
+            self.urgentChannel = urgentChannel
             queue = DispatchQueue(label: label)
             poster = try HTTPPoster()
         }
@@ -290,7 +298,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         statistics.dropped = dropped.load(ordering: .relaxed)
         statistics.suppressed = suppressed.load(ordering: .relaxed)
         statistics.reminders = reminders.load(ordering: .relaxed)
-        statistics.retrying = targets.flatMap(\.lanes).reduce(0) { $0 + $1.retrying.load(ordering: .relaxed) }
+        statistics.retrying = targets.flatMap(\.channels).reduce(0) { $0 + $1.retrying.load(ordering: .relaxed) }
         return statistics
     }
 
@@ -498,7 +506,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         stopping.store(true, ordering: .relaxed)
         reminderQueue.sync {}
         let drained = DispatchGroup()
-        for target in targets.flatMap(\.lanes) {
+        for target in targets.flatMap(\.channels) {
             drained.enter()
             target.queue.async { [self] in
                 // Stopping: what is queued gets its last turn here (one attempt, or given up when it was waiting
@@ -509,7 +517,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         }
         let finished = drained.wait(timeout: DispatchTime(uptimeNanoseconds: end)) == .success
         // Messages still queued or in an attempt that has not returned: not delivered either.
-        let waiting = finished ? 0 : targets.flatMap(\.lanes).reduce(0) { $0 + $1.pending.load(ordering: .relaxed) }
+        let waiting = finished ? 0 : targets.flatMap(\.channels).reduce(0) { $0 + $1.pending.load(ordering: .relaxed) }
         let left = failed.load(ordering: .relaxed) - failedBefore + waiting
         if waiting > 0 { failed.wrappingAdd(waiting, ordering: .relaxed) }
         if left > 0 {
@@ -680,8 +688,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let full = configured.withLock { configured -> [(Target, Int)] in
             var full: [(Target, Int)] = []
             for url in only ?? configured.targets {
-                // Smoke, CO and fire in their own lane (``Target/urgentLane``).
-                let target = urgent ? url.urgentLane ?? url : url
+                // Smoke, CO and fire in their own channel (``Target/urgentChannel``).
+                let target = urgent ? url.urgentChannel ?? url : url
                 let waiting = target.pending.load(ordering: .relaxed)
                 if waiting >= configured.settings.queueLimit {
                     full.append((target, waiting))
@@ -856,7 +864,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 // (trial 15 M1: 4 of one smoke alarm from a server answering after 12 s), so wait longer next time.
                 if took >= timeout - 0.05 {
                     let longest = max(settings.timeoutSeconds, settings.maximumAnswerWaitSeconds)
-                    target.answerWait = min(longest, target.answerWait * 2)
+                    target.status.answerWait.withLock { $0 = min(longest, $0 * 2) }
                 }
             }
         }
