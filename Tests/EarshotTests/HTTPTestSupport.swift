@@ -6,7 +6,8 @@ import Synchronization
 /// (method, path, headers, body, when it arrived) and answers each with what `answer` says for its index (status,
 /// seconds to wait first). One connection per request (`Connection: close`), unless an answer keeps the connection
 /// open for the next request (``Answer/keepAlive``) or closes it without answering (``Answer/closeWithoutAnswer``).
-/// Stopped by ``stop()``.
+/// Stopped by ``stop()``. `HEAD` requests (the notify sink's reachability checks) are kept apart (``checks``),
+/// answered 200 at once, and take no index: the answers and counts of the notifications stay as they were.
 final class HTTPTestServer: @unchecked Sendable {
     struct Request: Sendable {
         var method: String
@@ -35,6 +36,7 @@ final class HTTPTestServer: @unchecked Sendable {
     private let listener: Int32
     private let answer: @Sendable (Int, Request) -> Answer
     private let recorded = Mutex<[Request]>([])
+    private let recordedChecks = Mutex<[Request]>([])
     private let answered = Atomic<Int>(0)
     private let stopped = Atomic<Bool>(false)
     private let done = DispatchGroup()
@@ -49,14 +51,15 @@ final class HTTPTestServer: @unchecked Sendable {
 
     /// A server that answers each request as `answerRequest` says for its index and the request itself (e.g. by
     /// its body).
-    init(answerRequest: @escaping @Sendable (Int, Request) -> Answer) throws {
+    /// With `port`, on that port of 127.0.0.1 (one a test used while nothing listened on it).
+    init(port wanted: Int = 0, answerRequest: @escaping @Sendable (Int, Request) -> Answer) throws {
         self.answer = answerRequest
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         self.listener = listener
         guard listener >= 0 else { throw ServerError(description: "socket: \(String(cString: strerror(errno)))") }
         var yes: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        guard let bound = FreePort.bindLoopback(listener), listen(listener, 16) == 0 else {
+        guard let bound = FreePort.bindLoopback(listener, port: wanted), listen(listener, 16) == 0 else {
             close(listener)
             throw ServerError(description: "bind/listen on 127.0.0.1: \(String(cString: strerror(errno)))")
         }
@@ -74,6 +77,8 @@ final class HTTPTestServer: @unchecked Sendable {
     func url(_ path: String = "/") -> String { "http://127.0.0.1:\(port)\(path)" }
 
     var requests: [Request] { recorded.withLock { $0 } }
+    /// The `HEAD` requests (reachability checks), in order.
+    var checks: [Request] { recordedChecks.withLock { $0 } }
     /// Responses written (a client that gave up first still counts once its answer is due).
     var answeredCount: Int { answered.load(ordering: .relaxed) }
 
@@ -113,6 +118,12 @@ final class HTTPTestServer: @unchecked Sendable {
         var data = [UInt8]()
         while let (request, consumed) = readRequest(client, &data) {
             data.removeFirst(consumed)
+            if request.method == "HEAD" {
+                recordedChecks.withLock { $0.append(request) }
+                let text = "HTTP/1.1 200 Test\r\nContent-Length: 2\r\nConnection: close\r\n\r\n"
+                _ = text.withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                return
+            }
             let index = recorded.withLock { requests -> Int in
                 requests.append(request)
                 return requests.count - 1

@@ -87,11 +87,12 @@ enum FreePort {
 
     /// Binds `descriptor` (a TCP socket) to 127.0.0.1 on a port the kernel picks and returns that port; nil when
     /// bind(2) or getsockname(2) fails (errno says why).
-    static func bindLoopback(_ descriptor: Int32) -> Int? {
+    /// With `port`, that port (a test that starts a server where nothing listened before).
+    static func bindLoopback(_ descriptor: Int32, port: Int = 0) -> Int? {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
+        address.sin_port = UInt16(port).bigEndian
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0 }

@@ -99,7 +99,7 @@ struct NotifySecretTests {
             ("[mqtt]\nhost = h\n  https://ntfy.sh/secret-topic-abc",
              #"n.conf:3: [mqtt] host: the indented line "https://ntfy.sh/secr…" continues the value of host, which takes one line; remove the indentation"#),
             ("[notify]\nntfy.sh/secret-topic-abc = 1",
-             "n.conf:2: [notify] ntfy.sh/secr…: unknown key (keys: url, url_file, groups, format, on_end, health, repeat_after, timeout, retries)"),
+             "n.conf:2: [notify] ntfy.sh/secr…: unknown key (keys: url, url_file, groups, format, on_end, health, repeat_after, timeout, retries, check_interval)"),
             // The authority ends at the first /: user and password would read as host and port.
             ("[notify]\nurl = https://alice:S3cr/etPassw0rd@hooks.example.com/x",
              #"n.conf:2: [notify] url: "https://hooks.example.com/x" has an @ after a / (a / in the user name or password is written %2F, an @ as %40)"#),

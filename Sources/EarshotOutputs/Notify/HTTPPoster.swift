@@ -59,32 +59,50 @@ final class HTTPPoster {
             list = appended
         }
         defer { earshot_curl_slist_free_all(list) }
+        return body.withUnsafeBufferPointer { bytes in
+            // An empty array may have no base address; libcurl needs a pointer for POSTFIELDS.
+            let empty: [UInt8] = [0]
+            return empty.withUnsafeBufferPointer { zero in
+                let fields = UnsafeRawPointer(bytes.baseAddress ?? zero.baseAddress!)
+                return perform(url: url, timeoutSeconds: timeoutSeconds, options: [
+                    earshot_curl_setopt_long(handle, CURLOPT_POST, 1),
+                    earshot_curl_setopt_long(handle, CURLOPT_POSTFIELDSIZE, body.count),
+                    earshot_curl_setopt_pointer(handle, CURLOPT_POSTFIELDS, fields),
+                    earshot_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, list.map { UnsafeRawPointer($0) }),
+                ])
+            }
+        }
+    }
+
+    /// Asks `url` for its headers alone (HTTP `HEAD`: nothing is posted, no notification is sent), waiting at most
+    /// `timeoutSeconds` for the whole exchange, on a connection of its own: whether the server can be reached
+    /// (name resolved, connection and TLS verification done, an answer read). Any HTTP status is an answer.
+    /// The corresponding C functions are `curl_easy_setopt` (`CURLOPT_NOBODY`) and `curl_easy_perform`.
+    func head(url: String, timeoutSeconds: Double) -> Outcome {
+        earshot_curl_easy_reset(handle)
+        return perform(url: url, timeoutSeconds: timeoutSeconds, options: [earshot_curl_setopt_long(handle, CURLOPT_NOBODY, 1)])
+    }
+
+    /// One request to `url` on the handle, its own `options` set (their return codes) after the URL; the settings
+    /// every request has: no signals, a fresh connection closed after it, `timeoutSeconds` for all of it, http and
+    /// https only, earshotd's user agent, the answer's body discarded.
+    private func perform(url: String, timeoutSeconds: Double, options: @autoclosure () -> [CURLcode]) -> Outcome {
         let milliseconds = max(1, Int(timeoutSeconds * 1000))
         let outcome: CURLcode = url.withCString { urlText in
-            body.withUnsafeBufferPointer { bytes in
-                // An empty array may have no base address; libcurl needs a pointer for POSTFIELDS.
-                let empty: [UInt8] = [0]
-                return empty.withUnsafeBufferPointer { zero in
-                    let fields = UnsafeRawPointer(bytes.baseAddress ?? zero.baseAddress!)
-                    let settings: [CURLcode] = [
-                        earshot_curl_setopt_pointer(handle, CURLOPT_URL, urlText),
-                        earshot_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
-                        earshot_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1),
-                        earshot_curl_setopt_long(handle, CURLOPT_FORBID_REUSE, 1),
-                        earshot_curl_setopt_long(handle, CURLOPT_POST, 1),
-                        earshot_curl_setopt_long(handle, CURLOPT_POSTFIELDSIZE, body.count),
-                        earshot_curl_setopt_pointer(handle, CURLOPT_POSTFIELDS, fields),
-                        earshot_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, list.map { UnsafeRawPointer($0) }),
-                        earshot_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, milliseconds),
-                        earshot_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, milliseconds),
-                        earshot_curl_setopt_long(handle, CURLOPT_PROTOCOLS, Int(CURLPROTO_HTTP | CURLPROTO_HTTPS)),
-                        earshot_curl_setopt_pointer(handle, CURLOPT_USERAGENT, "earshotd/\(earshotVersion)"),
-                        earshot_curl_discard_body(handle),
-                    ]
-                    if let failed = settings.first(where: { $0 != CURLE_OK }) { return failed }
-                    return earshot_curl_easy_perform(handle)
-                }
-            }
+            let settings: [CURLcode] = [
+                earshot_curl_setopt_pointer(handle, CURLOPT_URL, urlText),
+                earshot_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1),
+                earshot_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1),
+                earshot_curl_setopt_long(handle, CURLOPT_FORBID_REUSE, 1),
+            ] + options() + [
+                earshot_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, milliseconds),
+                earshot_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, milliseconds),
+                earshot_curl_setopt_long(handle, CURLOPT_PROTOCOLS, Int(CURLPROTO_HTTP | CURLPROTO_HTTPS)),
+                earshot_curl_setopt_pointer(handle, CURLOPT_USERAGENT, "earshotd/\(earshotVersion)"),
+                earshot_curl_discard_body(handle),
+            ]
+            if let failed = settings.first(where: { $0 != CURLE_OK }) { return failed }
+            return earshot_curl_easy_perform(handle)
         }
         guard outcome == CURLE_OK else {
             // CURLINFO_REQUEST_SIZE: the bytes of the request headers sent; the body follows them at once (no

@@ -51,6 +51,16 @@ package struct NotifySettings: Sendable, Equatable {
     /// Attempts after the first when one fails (no answer, HTTP 408, 429 or 5xx), 0...10; the waits between them
     /// double from ``firstRetryDelaySeconds`` up to ``maximumRetryDelaySeconds``. Key `retries`, default 3.
     package var retries = 3
+    /// Seconds between two reachability checks of each URL (``NotifySink``: an HTTP `HEAD`, no notification sent),
+    /// 0 (no checks) or 1...86400; the first runs at start. A URL that does not answer a check (its name does not
+    /// resolve, the connection is refused or times out, TLS verification fails) is failing (`notify_failed`, the
+    /// MQTT sensor ON) before an alarm finds it out, and is then checked every ``failingCheckSeconds`` (or this,
+    /// when shorter) until it answers. Key `check_interval`, default 3600 (1 hour: a server that went away is
+    /// found within the hour, for one small request an hour per URL).
+    package var checkIntervalSeconds: Double = 3600
+    /// How often a URL that is failing without an answer is checked (not a key), in seconds, default 60: the
+    /// failing state clears within a minute of the server's return, not at the next alarm (trial 15 L3).
+    package var failingCheckSeconds: Double = 60
     /// The wait before the first retry, in seconds (not a key; tests shorten it). Default 1: 1, 2, 4 s ...
     package var firstRetryDelaySeconds: Double = 1
     /// The longest wait between two attempts, in seconds (not a key). Default 60.
@@ -96,7 +106,7 @@ package struct NotifySettings: Sendable, Equatable {
 
     /// The keys of `[notify]`, in the order `config/earshotd.conf` documents them.
     package static let keys = [
-        "url", "url_file", "groups", "format", "on_end", "health", "repeat_after", "timeout", "retries",
+        "url", "url_file", "groups", "format", "on_end", "health", "repeat_after", "timeout", "retries", "check_interval",
     ]
 
     /// The largest ``urlFile`` read, in bytes: room for hundreds of URLs.
@@ -150,6 +160,11 @@ package struct NotifySettings: Sendable, Equatable {
         case "retries":
             guard let count = Int(value), (0...10).contains(count) else { return "must be a whole number in [0, 10]" }
             retries = count
+        case "check_interval":
+            guard let seconds = Double(value), seconds.isFinite, seconds == 0 || (1...86_400).contains(seconds) else {
+                return "must be 0 (no reachability checks) or a number in [1, 86400] seconds"
+            }
+            checkIntervalSeconds = seconds
         default:
             return "is not a known key (report this as a bug)"
         }

@@ -10,7 +10,10 @@ import EarshotDetection
 ///
 /// Analysis never waits: ``deliver(_:)`` decides on the routing thread (a few dictionary look-ups under a lock) and
 /// queues the message for each URL, bounded by ``NotifySettings/queueLimit`` (what does not fit is dropped for that
-/// URL and counted). Each URL has its own libcurl handle and its own serial queue, so a slow one delays only itself.
+/// URL and counted). Each URL has its own libcurl handle and its own serial queue, so a slow one delays only itself;
+/// smoke, CO and fire have a second one per URL (``Target/urgentChannel``), so an alarm never waits behind another
+/// notification's unanswered attempt. A reload changes the URLs and settings in place (``prepare(_:)``,
+/// ``apply(_:)``, NotifySink+Reload.swift), and each URL is checked between events (NotifySink+Reachability.swift).
 ///
 /// Each URL's queue runs a small scheduler (``Target/jobs``) and never sleeps: it makes one attempt at a time of
 /// the most pressing notification that is due, and a notification to be retried goes back with the time its retry
@@ -44,7 +47,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package struct Statistics: Sendable, Equatable {
         /// Notifications a URL accepted (HTTP 2xx), counted per URL.
         package var sent = 0
-        /// Notifications given up for a URL (retries exhausted, a status not worth retrying, or stopping).
+        /// Notifications given up for a URL (retries exhausted, a status not worth retrying, stopping, or the URL
+        /// removed by a reload).
         package var failed = 0
         /// Notifications dropped because a URL's queue was full.
         package var dropped = 0
@@ -61,17 +65,32 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package let name = "notify"
     /// ``deliver(_:)`` only queues messages for the URLs' queues.
     package let deliversWithoutWaiting = true
-    package let settings: NotifySettings
+    /// `[notify]` now: at start, then as a reload set it (``prepare(_:)``, ``apply(_:)``).
+    package var settings: NotifySettings { configured.withLock { $0.settings } }
 
-    private let log: @Sendable (String, Int) -> Void
-    private let targets: [Target]
+    /// The settings and their URLs' targets; replaced together by ``apply(_:)``. Internal (not private) for the
+    /// extensions in NotifySink+Reload.swift and NotifySink+Reachability.swift.
+    struct Configured {
+        var settings: NotifySettings
+        var targets: [Target]
+    }
+    let configured: Mutex<Configured>
+    /// The URLs' targets now.
+    var targets: [Target] { configured.withLock { $0.targets } }
+
+    let log: @Sendable (String, Int) -> Void
     private let reminderQueue = DispatchQueue(label: "earshot.notify.reminders")
-    private let state = Mutex(State())
-    private let stopping = Atomic<Bool>(false)
+    let state = Mutex(State())
+    let stopping = Atomic<Bool>(false)
+    /// Where the URLs' reachability checks run (``scheduleChecks()``), never on a URL's own queue: a check never
+    /// delays a notification.
+    let checkQueue = DispatchQueue(label: "earshot.notify.check")
+    /// When the armed wake-up of ``checkQueue`` is due (uptime seconds); nil: none. Used on ``checkQueue`` only.
+    var checkTimerDue: Double?
     /// Uptime (ns) after which a stopping sink sends nothing more.
     private let stopDeadline = Atomic<UInt64>(0)
     private let sent = Atomic<Int>(0)
-    private let failed = Atomic<Int>(0)
+    let failed = Atomic<Int>(0)
     private let dropped = Atomic<Int>(0)
     private let suppressed = Atomic<Int>(0)
     private let reminders = Atomic<Int>(0)
@@ -80,26 +99,26 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// Onsets and reminders left undelivered by the stop, for the outbox.
     private let kept = Mutex<[NotifyOutbox.Entry]>([])
     /// Jobs restored from the outbox still queued (per URL): at 0, the file is removed.
-    private let restoredLeft = Atomic<Int>(0)
+    let restoredLeft = Atomic<Int>(0)
     /// Notifications queued since start: with ``runID``, each one's id (``Job/id``).
     private let queuedCount = Atomic<Int>(0)
     /// This sink's start (milliseconds since 1970, base 36): ids of one run differ from another's.
     private let runID = String(Int(Date().timeIntervalSince1970 * 1000), radix: 36)
 
-    private struct OpenEvent {
+    struct OpenEvent {
         var generation: Int
         var object: JSONObject
         var since: Date
     }
 
-    private struct HeldEnd {
+    struct HeldEnd {
         var generation: Int
         var object: JSONObject
         var time: Date
     }
 
     /// What the phone was last told about monitoring (``NotifySettings/health``).
-    private enum Monitoring {
+    enum Monitoring {
         /// Nothing yet (no `capture_live` since start).
         case unknown
         case live
@@ -107,7 +126,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case down
     }
 
-    private struct State {
+    struct State {
         var reportHealth: (@Sendable (HealthEvent) -> Void)?
         /// Uptime seconds of each group's last notification (onset or reminder).
         var lastNotified: [String: Double] = [:]
@@ -129,7 +148,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// A notification waiting for one URL, on that URL's queue.
-    private struct Job {
+    struct Job {
         var message: NotificationMessage
         /// A test alert's: gets the first attempt's outcome.
         var receipt: TestAlertReceipt?
@@ -156,20 +175,54 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var unanswered = 0
     }
 
-    /// One URL: its queue, libcurl handle and counters.
-    private final class Target: @unchecked Sendable {
+    /// What one URL's channels share: how it is shown, whether it is failing, its reachability checks.
+    final class URLStatus: @unchecked Sendable {
+        /// The URL as messages show it (``NotifySettings/shownURL(_:index:count:)``): its position in the list may
+        /// change at a reload.
+        let shown: Mutex<String>
+        /// The reachability checks' own handle, used on ``NotifySink/checkQueue`` only.
+        let checker: HTTPPoster
+        /// When this URL's next reachability check is due (uptime seconds). Used on ``NotifySink/checkQueue`` only.
+        var nextCheck = 0.0
+        let failing = Atomic<Bool>(false)
+        /// Whether a notification to this URL failed, since its last success, in a way a reachability check cannot
+        /// see: an HTTP status (401, 404, 503 ...) or a request sent in full and not answered. Such a failing URL is
+        /// recovered only by a notification (or test alert) that gets through, not by a check's answer.
+        let failedWithAnswer = Atomic<Bool>(false)
+        /// Failures since the URL last succeeded (for the recovery line).
+        let failuresInRow = Atomic<Int>(0)
+        /// How long an attempt waits for the answer (seconds): ``NotifySettings/timeoutSeconds``, doubled after an
+        /// attempt whose request was sent and not answered in time, up to ``NotifySettings/maximumAnswerWaitSeconds``;
+        /// back to `timeoutSeconds` after an answer within it.
+        let answerWait: Mutex<Double>
+
+        init(shown: String, timeoutSeconds: Double) throws(EarshotError) {
+            self.shown = Mutex(shown)
+            answerWait = Mutex(timeoutSeconds)
+            checker = try HTTPPoster()
+        }
+    }
+
+    /// One channel of one URL: its queue, libcurl handle and jobs. Each URL has two (trial 15 L2): this one, and
+    /// ``urgentChannel`` for the notifications of smoke, CO and fire (``NotificationMessage/urgentGroups``), so that
+    /// an alarm never waits behind an attempt of another notification to the same URL that the server does not
+    /// answer (up to ``NotifySettings/maximumAnswerWaitSeconds``): each request has a connection of its own, and
+    /// the alarm's goes at once.
+    final class Target: @unchecked Sendable {
         let url: String
-        /// The URL as messages show it (``NotifySettings/shownURL(_:index:count:)``).
-        let origin: String
+        /// Shared by the URL's channels.
+        let status: URLStatus
+        var origin: String { status.shown.withLock { $0 } }
         let queue: DispatchQueue
         /// Used on ``queue`` only.
         let poster: HTTPPoster
+        /// The channel of smoke, CO and fire notifications; nil in that channel itself.
+        let urgentChannel: Target?
+        /// This channel and ``urgentChannel``.
+        var channels: [Target] { [self] + (urgentChannel.map { [$0] } ?? []) }
         let pending = Atomic<Int>(0)
         /// Jobs waiting for their next attempt after one failed (``Statistics/retrying``).
         let retrying = Atomic<Int>(0)
-        let failing = Atomic<Bool>(false)
-        /// Failures since the URL last succeeded (for the recovery line).
-        let failuresInRow = Atomic<Int>(0)
         /// Groups whose last onset or reminder this URL never accepted (given up): their end says so. Used on
         /// ``queue`` only.
         var missedOnsets: Set<String> = []
@@ -178,10 +231,11 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var jobs: [Job] = []
         /// When the armed wake-up of ``queue`` is due (uptime seconds); nil: none is armed. Used on ``queue`` only.
         var timerDue: Double?
-        /// How long an attempt waits for the answer (seconds): ``NotifySettings/timeoutSeconds``, doubled after an
-        /// attempt whose request was sent and not answered in time, up to ``NotifySettings/maximumAnswerWaitSeconds``;
-        /// back to `timeoutSeconds` after an answer within it. Used on ``queue`` only.
-        var answerWait: Double
+        /// ``URLStatus/answerWait``, shared by the URL's channels: a slow server is slow for both.
+        var answerWait: Double {
+            get { status.answerWait.withLock { $0 } }
+            set { status.answerWait.withLock { $0 = newValue } }
+        }
 
         /// The index in ``jobs`` of the one to try now: the first of its lane, due by `now` (any, with `allDue`),
         /// an urgent group's first, then one not tried yet, then the first queued; nil when none is.
@@ -198,11 +252,17 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return best?.index
         }
 
-        init(url: String, index: Int, count: Int, timeoutSeconds: Double) throws(EarshotError) {
+        convenience init(url: String, index: Int, count: Int, timeoutSeconds: Double) throws(EarshotError) {
+            let status = try URLStatus(shown: NotifySettings.shownURL(url, index: index, count: count), timeoutSeconds: timeoutSeconds)
+            let urgent = try Target(url: url, status: status, label: "earshot.notify.\(index).urgent", urgentChannel: nil)
+            try self.init(url: url, status: status, label: "earshot.notify.\(index)", urgentChannel: urgent)
+        }
+
+        private init(url: String, status: URLStatus, label: String, urgentChannel: Target?) throws(EarshotError) {
             self.url = url
-            answerWait = timeoutSeconds
-            origin = NotifySettings.shownURL(url, index: index, count: count)
-            queue = DispatchQueue(label: "earshot.notify.\(index)")
+            self.status = status
+            self.urgentChannel = urgentChannel
+            queue = DispatchQueue(label: label)
             poster = try HTTPPoster()
         }
     }
@@ -216,20 +276,19 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package init(
         settings: NotifySettings, outboxPath: String? = nil, log: @escaping @Sendable (String, Int) -> Void
     ) throws(EarshotError) {
-        self.settings = settings
         self.outboxPath = outboxPath
         self.log = log
         var targets: [Target] = []
         for (index, url) in settings.urls.enumerated() {
             targets.append(try Target(url: url, index: index, count: settings.urls.count, timeoutSeconds: settings.timeoutSeconds))
         }
-        self.targets = targets
+        configured = Mutex(Configured(settings: settings, targets: targets))
     }
 
     /// The URLs (as messages show them) whose notifications are failing now: `notify_failed` was said for them and
     /// none has got through since.
     package var failingURLs: [String] {
-        targets.filter { $0.failing.load(ordering: .relaxed) }.map(\.origin)
+        targets.filter { $0.status.failing.load(ordering: .relaxed) }.map(\.origin)
     }
 
     package var statistics: Statistics {
@@ -239,7 +298,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         statistics.dropped = dropped.load(ordering: .relaxed)
         statistics.suppressed = suppressed.load(ordering: .relaxed)
         statistics.reminders = reminders.load(ordering: .relaxed)
-        statistics.retrying = targets.reduce(0) { $0 + $1.retrying.load(ordering: .relaxed) }
+        statistics.retrying = targets.flatMap(\.channels).reduce(0) { $0 + $1.retrying.load(ordering: .relaxed) }
         return statistics
     }
 
@@ -266,6 +325,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     package func start(reportHealth: @escaping @Sendable (HealthEvent) -> Void) {
         state.withLock { $0.reportHealth = reportHealth }
         restoreOutbox()
+        scheduleChecks()
     }
 
     /// Queues what the last stop kept (``NotifyOutbox``), each to the URLs that did not get it (to all when none of
@@ -315,7 +375,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     }
 
     /// A restored job done with: the outbox file goes once all are (not while stopping: the stop writes it anew).
-    private func restoredDone() {
+    func restoredDone() {
         guard restoredLeft.subtract(1, ordering: .relaxed).newValue == 0, !stopping.load(ordering: .relaxed),
               let outboxPath else { return }
         _ = unlink(outboxPath)
@@ -453,7 +513,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         stopping.store(true, ordering: .relaxed)
         reminderQueue.sync {}
         let drained = DispatchGroup()
-        for target in targets {
+        for target in targets.flatMap(\.channels) {
             drained.enter()
             target.queue.async { [self] in
                 // Stopping: what is queued gets its last turn here (one attempt, or given up when it was waiting
@@ -464,7 +524,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         }
         let finished = drained.wait(timeout: DispatchTime(uptimeNanoseconds: end)) == .success
         // Messages still queued or in an attempt that has not returned: not delivered either.
-        let waiting = finished ? 0 : targets.reduce(0) { $0 + $1.pending.load(ordering: .relaxed) }
+        let waiting = finished ? 0 : targets.flatMap(\.channels).reduce(0) { $0 + $1.pending.load(ordering: .relaxed) }
         let left = failed.load(ordering: .relaxed) - failedBefore + waiting
         if waiting > 0 { failed.wrappingAdd(waiting, ordering: .relaxed) }
         if left > 0 {
@@ -616,8 +676,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     /// Queues `message` for every URL (or `only` those); `receipt` (a test alert's) gets each URL's first attempt. A
     /// reminder takes the place of the group's reminder still waiting for the URL (a server away for long gets the
     /// latest, not a burst of stale ones: trial 15 M6).
-    private func enqueue(
-        _ message: NotificationMessage, receipt: TestAlertReceipt? = nil, to only: [Target]? = nil, restored: Bool = false
+    ///
+    /// The targets are picked and their queues handed the job under ``configured``'s lock: a reload that removes a
+    /// URL (``apply(_:)``) hands its queue the block that takes its jobs after every job queued for it.
+    func enqueue(
+        _ message: NotificationMessage, receipt: TestAlertReceipt? = nil, to only: [Target]? = nil, restored: Bool = false,
+        id given: String? = nil
     ) {
         let now = Self.uptime()
         let isEvent = message.kind == .onset || message.kind == .reminder || message.kind == .end
@@ -627,40 +691,58 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let retryWindow = message.kind == .onset || message.kind == .reminder
             ? urgent ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
             : 0
-        let id = "\(runID)-\(queuedCount.add(1, ordering: .relaxed).newValue)"
-        for target in only ?? targets {
-            let waiting = target.pending.load(ordering: .relaxed)
-            if waiting >= settings.queueLimit {
-                dropped.wrappingAdd(1, ordering: .relaxed)
-                receipt?.report(.notSent("its queue is full (\(waiting) notifications waiting)"), for: destination(target))
-                continue
-            }
-            target.pending.wrappingAdd(1, ordering: .relaxed)
-            target.queue.async { [self] in
-                if message.kind == .reminder,
-                   let index = target.jobs.firstIndex(where: { $0.lane == lane && $0.message.kind == .reminder && !$0.restored }) {
-                    // The same event's newer reminder: the older one is not sent (neither sent nor failed).
-                    target.jobs[index].message = message
-                    target.jobs[index].attempts = 0
-                    target.jobs[index].unanswered = 0
-                    target.jobs[index].id = id
-                    target.jobs[index].due = min(target.jobs[index].due, now)
-                    target.pending.wrappingSubtract(1, ordering: .relaxed)
-                } else {
-                    var job = Job(
-                        message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id)
-                    job.restored = restored
-                    target.jobs.append(job)
+        let id = given ?? "\(runID)-\(queuedCount.add(1, ordering: .relaxed).newValue)"
+        let full = configured.withLock { configured -> [(Target, Int)] in
+            var full: [(Target, Int)] = []
+            for url in only ?? configured.targets {
+                // Smoke, CO and fire in their own channel (``Target/urgentChannel``).
+                let target = urgent ? url.urgentChannel ?? url : url
+                let waiting = target.pending.load(ordering: .relaxed)
+                if waiting >= configured.settings.queueLimit {
+                    full.append((target, waiting))
+                    continue
                 }
-                pump(target)
+                target.pending.wrappingAdd(1, ordering: .relaxed)
+                queue(message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id,
+                      restored: restored, on: target)
             }
+            return full
+        }
+        for (target, waiting) in full {
+            dropped.wrappingAdd(1, ordering: .relaxed)
+            receipt?.report(.notSent("its queue is full (\(waiting) notifications waiting)"), for: destination(target))
+        }
+    }
+
+    /// On `target`'s queue: `message` as a new job, or as the newer reminder in place of the lane's one waiting.
+    private func queue(
+        _ message: NotificationMessage, receipt: TestAlertReceipt?, lane: String, urgent: Bool, retryWindow: Double,
+        due now: Double, id: String, restored: Bool, on target: Target
+    ) {
+        target.queue.async { [self] in
+            if message.kind == .reminder,
+               let index = target.jobs.firstIndex(where: { $0.lane == lane && $0.message.kind == .reminder && !$0.restored }) {
+                // The same event's newer reminder: the older one is not sent (neither sent nor failed).
+                target.jobs[index].message = message
+                target.jobs[index].attempts = 0
+                target.jobs[index].unanswered = 0
+                target.jobs[index].id = id
+                target.jobs[index].due = min(target.jobs[index].due, now)
+                target.pending.wrappingSubtract(1, ordering: .relaxed)
+            } else {
+                var job = Job(
+                    message: message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id)
+                job.restored = restored
+                target.jobs.append(job)
+            }
+            pump(target)
         }
     }
 
     /// The URLs a test alert goes to, as its receipt names them (``NotifySettings/shownURL(_:index:count:)``).
     package var testAlertDestinations: [TestAlertReceipt.Destination] { targets.map(destination) }
 
-    private func destination(_ target: Target) -> TestAlertReceipt.Destination {
+    func destination(_ target: Target) -> TestAlertReceipt.Destination {
         TestAlertReceipt.Destination(output: name, target: target.origin)
     }
 
@@ -762,9 +844,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .status(let status, _) where (200..<300).contains(status):
             if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
             sent.wrappingAdd(1, ordering: .relaxed)
+            target.status.failedWithAnswer.store(false, ordering: .relaxed)
             if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
-            let failures = target.failuresInRow.exchange(0, ordering: .relaxed)
-            if target.failing.exchange(false, ordering: .relaxed) {
+            let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
+            if target.status.failing.exchange(false, ordering: .relaxed) {
                 let before = failures == 0
                     ? "none was lost" : "\(failures) failed before"
                 state.withLock { $0.reportHealth }?(HealthEvent(
@@ -775,18 +858,20 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return nil
         case .status(let status, let retryAfterSeconds):
             job.lastProblem = "HTTP \(status)"
+            target.status.failedWithAnswer.store(true, ordering: .relaxed)
             retryable = status == 408 || status == 429 || status >= 500
             retryAfter = retryAfterSeconds
         case .failed(let text, let requestSent):
             job.lastProblem = text
             retryable = true
             if requestSent {
+                target.status.failedWithAnswer.store(true, ordering: .relaxed)
                 job.unanswered += 1
                 // Waited its whole time for the answer: a server slower than that would get a copy per attempt
                 // (trial 15 M1: 4 of one smoke alarm from a server answering after 12 s), so wait longer next time.
                 if took >= timeout - 0.05 {
                     let longest = max(settings.timeoutSeconds, settings.maximumAnswerWaitSeconds)
-                    target.answerWait = min(longest, target.answerWait * 2)
+                    target.status.answerWait.withLock { $0 = min(longest, $0 * 2) }
                 }
             }
         }
@@ -845,21 +930,21 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         if message.kind == .onset || message.kind == .reminder, message.group != AlarmEvent.alarmChirp {
             target.missedOnsets.insert(message.group)
         }
-        target.failuresInRow.wrappingAdd(1, ordering: .relaxed)
+        target.status.failuresInRow.wrappingAdd(1, ordering: .relaxed)
         guard !reported, attempts > 0 else { return }
         reportFailing(target, problem: problem, attempts: attempts, unanswered: unanswered, retryable: retryable, note: "")
     }
 
     /// The `notify_failed` health event, once per outage of `target` (until it accepts one again).
-    private func reportFailing(
+    func reportFailing(
         _ target: Target, problem: String, attempts: Int, unanswered: Int, retryable: Bool, note: String
     ) {
-        guard !target.failing.exchange(true, ordering: .relaxed) else { return }
+        guard !target.status.failing.exchange(true, ordering: .relaxed) else { return }
         let advice = retryable ? "" : " (check [notify] url)"
         let health = HealthEvent(
             state: .notifyFailed,
             message: "notifications to \(target.origin) are failing: \(problem) \(Self.attempts(attempts, unanswered: unanswered))\(advice)\(note); detection goes on, and further failures are counted until one gets through",
-            details: ["url": .string(target.origin), "failed": .int(target.failuresInRow.load(ordering: .relaxed))])
+            details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))])
         state.withLock { $0.reportHealth }?(health)
     }
 

@@ -55,7 +55,8 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let clipSettings: DaemonConfiguration.Clips
     /// `[mqtt]` at start (changes need a restart).
     private let mqttSettings: DaemonConfiguration.MQTT
-    /// `[notify]` at start (changes need a restart).
+    /// `[notify]` at start. A reload applies its changes to the sink (``NotifySink/apply(_:)``), except turning
+    /// notifications on or off (`url` set or not), which needs a restart.
     private let notifySettings: DaemonConfiguration.Notify
     /// Set once `--fallback-input` replaced a device that could not be opened.
     private let usingFallback = Atomic<Bool>(false)
@@ -979,7 +980,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "type": "test_alert_sent", "time": .string(EventJSON.timestamp(time)), "node": .string(mqttSettings.node),
             "outputs": .array(outputs.map { .string($0) }),
         ]
-        if notifySink != nil { sent["message"] = .string(NotificationMessage.testAlertText(node: notifySettings.node)) }
+        if let notifySink { sent["message"] = .string(NotificationMessage.testAlertText(node: notifySink.settings.node)) }
         // Failing until now: this alert is tried all the same, and may be the one that gets through.
         if let failing = notifySink?.failingURLs, !failing.isEmpty {
             sent["notify_failing"] = .array(failing.map { .string($0) })
@@ -1110,6 +1111,8 @@ package final class EarshotDaemon: @unchecked Sendable {
             let plan = try DetectionPlan(
                 configuration: fresh, yamnetLabels: model.classLabels, heads: loaded.set, configPath: commandLine.configPath)
             let groups = plan.groups
+            // `[notify]`'s new URLs get their libcurl handles before anything changes.
+            let notifyChange = try notifyReconfiguration(fresh.notify)
             // What shapes events unchanged (window, gate, groups, alarms, the models' labels): open events go on
             // and the window grid stays; only reloaded model weights are swapped in, and new snore thresholds
             // ([sleep] threshold, rhythm_threshold) apply in place. Otherwise the stage ends only the events that
@@ -1152,13 +1155,22 @@ package final class EarshotDaemon: @unchecked Sendable {
             if fresh.clips != clipSettings { restartNeeded.append("[clips]") }
             if fresh.mqtt != mqttSettings { restartNeeded.append("[mqtt]") }
             if fresh.metrics != configuration.metrics { restartNeeded.append("[metrics]") }
-            if fresh.notify != notifySettings { restartNeeded.append("[notify]") }
+            var notifyNote = ""
+            switch notifyChange {
+            case .restartNeeded: restartNeeded.append("[notify] (turning notifications on or off)")
+            case .apply(let change):
+                notifySink?.apply(change)
+                notifyNote = change.urlsChanged
+                    ? "; [notify] now notifies \(notifySink?.testAlertDestinations.map(\.target).joined(separator: ", ") ?? "")"
+                    : "; [notify] changes applied"
+            case .none: break
+            }
             analysisQueue.async { [sleep] in sleep.reconfigure(fresh.sleep) }
             configuration = fresh
             noteSettings(fresh)
             status.withLock { $0.reloadError = nil }
             let note = restartNeeded.isEmpty ? "" : "; changes to \(restartNeeded.joined(separator: " and ")) take effect after a restart"
-            journal.log("configuration reloaded: watching \(groups.map(\.name).joined(separator: ", "))\(note)")
+            journal.log("configuration reloaded: watching \(groups.map(\.name).joined(separator: ", "))\(notifyNote)\(note)")
         } catch {
             // A stop that began meanwhile left the pipeline stopped: nothing to tell.
             guard !stopping.load(ordering: .acquiring) else { return }
@@ -1174,6 +1186,27 @@ package final class EarshotDaemon: @unchecked Sendable {
             router.route(.health(HealthEvent(state: .configReloadFailed, message: message)), at: time)
         }
         _ = try? notifier.ready(status: "listening to \(sourceDescription)")
+    }
+
+    /// What a reload does with `[notify]` (trial 15 M4).
+    private enum NotifyChange {
+        case none
+        /// Notifications turned on or off: the sink is made (or not) at start.
+        case restartNeeded
+        case apply(NotifySink.Reconfiguration)
+    }
+
+    /// `fresh`, a reload's `[notify]`, against the running one: nothing to do, a restart needed (turned on or off),
+    /// or the sink's reconfiguration (its new URLs' handles made). The node stays the running one's: it comes from
+    /// `[mqtt] node`, which changes at a restart.
+    /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle.
+    private func notifyReconfiguration(_ fresh: DaemonConfiguration.Notify) throws(EarshotError) -> NotifyChange {
+        guard let notifySink else { return fresh.enabled ? .restartNeeded : .none }
+        guard fresh.enabled else { return .restartNeeded }
+        var fresh = fresh
+        fresh.node = notifySink.settings.node
+        let change = try notifySink.prepare(fresh)
+        return change.changed ? .apply(change) : .none
     }
 
     /// How long a stop may take, in seconds, before the daemon exits without waiting for the rest: 4 s, inside the

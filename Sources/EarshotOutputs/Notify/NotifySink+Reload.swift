@@ -1,0 +1,154 @@
+import Dispatch
+import Synchronization
+import EarshotSupport
+import EarshotDetection
+
+/// `[notify]` at a reload (trial 15 M4: a changed URL was read only at start, and `earshot test-alert` after
+/// `systemctl reload` tested the old one).
+///
+/// What a reload changes, from the moment ``apply(_:)`` returns: the URLs, and every other key (groups, format,
+/// on_end, health, repeat_after, timeout, retries, check_interval) for the notifications decided from then on; the
+/// sink's own state goes on (open events, their reminders, `repeat_after`'s last notifications, what the phone was
+/// told about monitoring), so an alarm sounding through the reload gets its reminders and its end at the new URLs.
+/// A URL kept (the same text) keeps its queue, its retries and its failing state. A URL removed:
+/// - its notifications waiting (queued, or waiting for a retry: the server was away) go to the URLs the reload
+///   added, each once, as if first queued there: a user who replaces a dead topic gets the alarm that was waiting
+///   for it. Test alerts are not moved (a test alert tests the URL it was sent to; one not tried yet is told "not
+///   sent"). With no URL added they are dropped: the URLs kept have their own copies. Said in one journal line per
+///   removed URL with notifications waiting, naming how many; counted in ``Statistics/failed``;
+/// - its failing state is cleared with `notify_recovered` (`... no longer failing: the URL was removed from
+///   [notify] by a reload`): a URL not configured is not failing, and the MQTT sensor follows;
+/// - an attempt already in progress ends first (its block on the URL's queue runs before the hand-over).
+/// The outbox (``NotifyOutbox``) is not touched: it is written at the stop, and what the last stop kept and is still
+/// waiting moves as above (kept as restored, so the file goes once they are all done with).
+/// Every URL is checked at once after a reload (``NotifySink`` reachability checks).
+extension NotifySink {
+    /// A reload's `[notify]` with the targets it needs, made by ``prepare(_:)`` before anything changes.
+    package struct Reconfiguration: @unchecked Sendable {
+        fileprivate let settings: NotifySettings
+        /// In the order of `settings.urls`: the running ones whose URL stays, new ones for the others.
+        fileprivate let targets: [Target]
+        /// What each target is shown as under `settings` (its position may change).
+        fileprivate let shown: [String]
+        /// Whether anything differs from the settings running.
+        package let changed: Bool
+        /// Whether the URLs differ.
+        package let urlsChanged: Bool
+    }
+
+    /// Makes the targets `settings` needs (a new libcurl handle for each URL not running now), changing nothing.
+    /// - Throws: `EarshotError(.system)` when libcurl cannot make a handle.
+    package func prepare(_ settings: NotifySettings) throws(EarshotError) -> Reconfiguration {
+        let current = configured.withLock { $0 }
+        var free = current.targets
+        var targets: [Target] = []
+        var shown: [String] = []
+        for (index, url) in settings.urls.enumerated() {
+            if let found = free.firstIndex(where: { $0.url == url }) {
+                targets.append(free.remove(at: found))
+            } else {
+                targets.append(try Target(url: url, index: index, count: settings.urls.count, timeoutSeconds: settings.timeoutSeconds))
+            }
+            shown.append(NotifySettings.shownURL(url, index: index, count: settings.urls.count))
+        }
+        return Reconfiguration(
+            settings: settings, targets: targets, shown: shown, changed: settings != current.settings,
+            urlsChanged: settings.urls != current.settings.urls)
+    }
+
+    /// Runs `reconfiguration` from now on (see the extension's summary). Any thread; returns at once (the removed
+    /// URLs' notifications are handed over on their queues).
+    package func apply(_ reconfiguration: Reconfiguration) {
+        let settings = reconfiguration.settings
+        let (added, renamed) = configured.withLock { configured in
+            let old = configured.targets
+            configured.settings = settings
+            configured.targets = reconfiguration.targets
+            let removed = old.filter { target in !reconfiguration.targets.contains { $0 === target } }
+            let added = reconfiguration.targets.filter { target in !old.contains { $0 === target } }
+            var renamed: [(Target, old: String)] = []
+            for (target, shown) in zip(reconfiguration.targets, reconfiguration.shown) {
+                let before = target.status.shown.withLock { name in defer { name = shown }; return name }
+                if before != shown, old.contains(where: { $0 === target }) { renamed.append((target, before)) }
+            }
+            // Under the lock: every job queued for a removed URL (``enqueue``) is on its queue before this block.
+            let handedOver = HandedOver()
+            for target in removed {
+                for channel in target.channels {
+                    channel.queue.async { [self] in retire(channel, handingOverTo: added, handedOver: handedOver) }
+                }
+            }
+            return (added, renamed)
+        }
+        for target in reconfiguration.targets where !added.contains(where: { $0 === target }) {
+            target.answerWait = settings.timeoutSeconds
+        }
+        // A failing URL now shown under another name (its position in the list changed): the sensor's list follows.
+        for (target, old) in renamed where target.status.failing.load(ordering: .relaxed) {
+            let failed = target.status.failuresInRow.load(ordering: .relaxed)
+            reportHealth(HealthEvent(
+                state: .notifyRecovered,
+                message: "notifications to \(old) are shown as \(target.origin) since a reload (still failing)",
+                details: ["url": .string(old), "failed": .int(failed)]))
+            reportHealth(HealthEvent(
+                state: .notifyFailed,
+                message: "notifications to \(target.origin) are failing (as before the reload, as \(old)); detection goes on, and further failures are counted until one gets through",
+                details: ["url": .string(target.origin), "failed": .int(failed)]))
+        }
+        checkEveryURLNow()
+    }
+
+    /// On `target`'s queue, for each channel of a URL the reload removed (``Target/channels``): its waiting
+    /// notifications go to `added` (each once, whichever removed URL had it: `handedOver` holds their ids), and the
+    /// URL is no longer failing.
+    private func retire(_ target: Target, handingOverTo added: [Target], handedOver: HandedOver) {
+        let jobs = target.jobs
+        target.jobs = []
+        target.pending.wrappingSubtract(jobs.count, ordering: .relaxed)
+        target.retrying.store(0, ordering: .relaxed)
+        var moved = 0
+        var tests = 0
+        for job in jobs {
+            if job.message.kind == .test {
+                tests += 1
+                if job.attempts == 0 {
+                    job.receipt?.report(.notSent("its URL was removed from [notify] by a reload"), for: destination(target))
+                }
+            } else if !added.isEmpty {
+                moved += 1
+                if handedOver.ids.withLock({ $0.insert(job.id).inserted }) {
+                    if job.restored { restoredLeft.wrappingAdd(added.count, ordering: .relaxed) }
+                    enqueue(job.message, to: added, restored: job.restored, id: job.id)
+                }
+            }
+            if job.restored { restoredDone() }
+        }
+        if !jobs.isEmpty {
+            failed.wrappingAdd(jobs.count, ordering: .relaxed)
+            let waiting = "\(jobs.count) notification\(jobs.count == 1 ? "" : "s") waiting for it"
+            let fate = added.isEmpty
+                ? "dropped (no URL was added to take them; the URLs kept have their own copies)"
+                : moved == 0 ? "dropped (test alerts test the URL they were sent to)"
+                : "handed to \(added.map(\.origin).joined(separator: ", "))"
+                    + (tests > 0 ? " (\(tests) test alert\(tests == 1 ? "" : "s") dropped: a test alert tests the URL it was sent to)" : "")
+            log("notify: the reload removed \(target.origin) from [notify]: \(waiting) \(jobs.count == 1 ? "is" : "are") \(fate)", 4)
+        }
+        if target.status.failing.exchange(false, ordering: .relaxed) {
+            let failed = target.status.failuresInRow.exchange(0, ordering: .relaxed)
+            reportHealth(HealthEvent(
+                state: .notifyRecovered,
+                message: "notifications to \(target.origin) are no longer failing: the URL was removed from [notify] by a reload",
+                details: ["url": .string(target.origin), "failed": .int(failed)]))
+        }
+    }
+
+    /// The ids of the notifications one reload handed over (``retire(_:handingOverTo:handedOver:)``).
+    private final class HandedOver: Sendable {
+        let ids = Mutex(Set<String>())
+    }
+
+    /// Routes `health` (`notify_failed`, `notify_recovered`) to the other outputs.
+    func reportHealth(_ health: HealthEvent) {
+        state.withLock { $0.reportHealth }?(health)
+    }
+}

@@ -1,0 +1,198 @@
+import Foundation
+import Testing
+import Glibc
+import EarshotSupport
+import EarshotDetection
+import EarshotOutputs
+
+/// Trial 15 M4, M2, L3: `[notify]` applies at a reload (a test alert after `systemctl reload` tests the new URL),
+/// and each URL is checked between events (an HTTP `HEAD`), so a server that went away is failing before the
+/// smoke alarm finds it out, and a URL failing without an answer clears soon after the server is back. Real HTTP
+/// servers on 127.0.0.1, a real earshotd and a real mosquitto.
+@Suite("Notify: reload and reachability checks")
+struct NotifyReloadCheckTests {
+    static let live = NotifyHealthTests.live
+
+    @Test("a reload with a bad [notify] fails; then from one URL to another: the test alert reaches the new server (1 request) and not the old (0), and test-alert names the new URL",
+          .needsMosquitto, .needsEarshotdBuilt, .needsEarshotBuilt)
+    func reloadChangesTheURL() throws {
+        let old = try HTTPTestServer { _ in .init(status: 200) }
+        defer { old.stop() }
+        let new = try HTTPTestServer { _ in .init(status: 200) }
+        defer { new.stop() }
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port)
+        let setup = try MQTTDaemonSetup(
+            port: broker.port, node: "den", extraMQTT: ["[notify]", "url = \(old.url("/oldtopic"))", "check_interval = 0"])
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "-"], standardInput: true)
+        defer { daemon.signal(SIGKILL) }
+        let button = "homeassistant/button/earshot_den/test_alert/config"
+        #expect(subscriber.waitFor(seconds: 30) { $0.contains { $0.topic == button } }, "\(daemon.errorText)")
+
+        // A bad [notify] fails the reload as any bad section does: the old configuration goes on.
+        let text = try String(contentsOf: setup.config, encoding: .utf8)
+        try text.replacingOccurrences(of: old.url("/oldtopic"), with: new.url("/newtopic"))
+            .replacingOccurrences(of: "check_interval = 0", with: "check_interval = 0.5")
+            .write(to: setup.config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        #expect(TestWait.until(seconds: 20) { daemon.objects.contains { $0["state"] as? String == "config_reload_failed" } },
+                "\(daemon.errorText)")
+        #expect(daemon.objects.first { $0["state"] as? String == "config_reload_failed" }?["message"] as? String
+            == "\(setup.config.path):14: [notify] check_interval = 0.5: must be 0 (no reachability checks) or a number in [1, 86400] seconds; running the previous configuration")
+        try text.replacingOccurrences(of: old.url("/oldtopic"), with: new.url("/newtopic"))
+            .write(to: setup.config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        let shownNew = "http://127.0.0.1:\(new.port)/newt…"
+        #expect(TestWait.until(seconds: 20) { daemon.errorText.contains("configuration reloaded: watching ") },
+                "\(daemon.errorText)")
+        let reloaded = daemon.errorText.split(separator: "\n").first { $0.contains("configuration reloaded") }.map(String.init) ?? ""
+        #expect(reloaded.hasSuffix("; [notify] now notifies \(shownNew)"), "\(reloaded)")
+
+        let sent = try #require(try EarshotCLI.run(["test-alert", "--socket", setup.socket], in: setup.directory, timeout: 30))
+        #expect(sent.status == 0, "\(sent.standardOutput)\(sent.standardError)")
+        #expect(sent.outputLines.count == 4, "\(sent.outputLines)")
+        // The URL tested, as health events show it: the new one.
+        #expect(sent.outputLines.count > 1 && sent.outputLines[1].hasPrefix("notify \(shownNew): delivered (HTTP 200) in "),
+                "\(sent.outputLines)")
+        #expect(new.waitForRequests(1, timeout: 10).count == 1)
+        daemon.signal(SIGTERM)
+        #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
+        #expect(new.requests.map(\.path) == ["/newtopic"])
+        #expect(new.requests.first?.body.contains(#""type":"test_alert""#) == true)
+        #expect(old.requests.count == 0)
+        #expect(old.checks.count == 0)
+    }
+
+    @Test("a check of a closed port: notify_failed once with the reachability text, the MQTT sensor ON; a server started on that port: notify_recovered, OFF; no notification posted",
+          .needsMosquitto, .needsEarshotdBuilt, .needsEarshotBuilt)
+    func checkFindsAndClears() throws {
+        let port = try FreePort.pick()
+        let url = "http://127.0.0.1:\(port)/phone"
+        let shown = "http://127.0.0.1:\(port)/phon…"
+        let broker = try MosquittoBroker()
+        let subscriber = try MQTTSubscriber(port: broker.port)
+        let setup = try MQTTDaemonSetup(
+            port: broker.port, node: "den", extraMQTT: ["[notify]", "url = \(url)", "check_interval = 1"])
+        defer { setup.remove() }
+        let daemon = try DaemonProcess(["--config", setup.config.path, "--foreground", "--input", "-"], standardInput: true)
+        defer { daemon.signal(SIGKILL) }
+        let state = "earshot/den/notify/state"
+        func changes() -> [String] {
+            subscriber.messages(on: state).map(\.payload).reduce(into: []) { changes, payload in
+                if changes.last != payload { changes.append(payload) }
+            }
+        }
+        func notifyHealth() -> [[String: Any]] {
+            daemon.objects.filter { ($0["state"] as? String)?.hasPrefix("notify_") == true }
+        }
+        #expect(subscriber.waitFor(seconds: 30) { _ in Array(changes().drop { $0 == "OFF" }) == ["ON"] }, "\(changes())\n\(daemon.errorText)")
+        let server = try HTTPTestServer(port: port) { _, _ in .init(status: 200) }
+        defer { server.stop() }
+        #expect(subscriber.waitFor(seconds: 30) { _ in Array(changes().drop { $0 == "OFF" }) == ["ON", "OFF"] }, "\(changes())\n\(daemon.errorText)")
+        daemon.signal(SIGTERM)
+        #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
+        #expect(notifyHealth().map { $0["state"] as? String ?? "" } == ["notify_failed", "notify_recovered"])
+        #expect(notifyHealth().first?["message"] as? String
+            == "notifications to \(shown) are failing: Couldn't connect to server (reachability check); detection goes on, and the URL is checked every 1 s until it answers")
+        #expect(notifyHealth().last?["message"] as? String
+            == "notifications to \(shown) can get through again: its server answers (reachability check; none was lost)")
+        #expect(notifyHealth().map { $0["url"] as? String ?? "" } == [shown, shown])
+        #expect(server.requests.count == 0)
+        #expect(server.checks.first.map { [$0.method, $0.path] } == ["HEAD", "/phone"])
+    }
+
+    @Test("failing without an answer: checked every failingCheckSeconds (1 s), not check_interval (1 h), so the URL clears within seconds of the server's return")
+    func failingChecksFaster() throws {
+        let port = try FreePort.pick()
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings(["http://127.0.0.1:\(port)/a"]) {
+            $0.checkIntervalSeconds = 3600
+            $0.failingCheckSeconds = 1
+        }, reports)
+        defer { sink.stop() }
+        #expect(TestWait.until(seconds: 20) { reports.healthEvents.count == 1 })
+        #expect(sink.failingURLs == ["http://127.0.0.1:\(port)/a"])
+        let server = try HTTPTestServer(port: port) { _, _ in .init(status: 200) }
+        defer { server.stop() }
+        #expect(TestWait.until(seconds: 20) { reports.healthEvents.count == 2 }, "\(reports.healthEvents.map(\.message))")
+        #expect(reports.healthEvents.map(\.state) == [.notifyFailed, .notifyRecovered])
+        #expect(sink.failingURLs == [])
+        #expect(server.checks.count == 1)
+        #expect(server.requests.count == 0)
+    }
+
+    @Test("a POST answered 503 makes the URL failing; checks answered 200 do not clear it, a notification that gets through does")
+    func statusFailureStaysUntilDelivery() throws {
+        let server = try HTTPTestServer { index in .init(status: index == 0 ? 503 : 200) }
+        defer { server.stop() }
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/b")]) {
+            $0.retries = 0
+            $0.checkIntervalSeconds = 1
+        }, reports)
+        defer { sink.stop() }
+        sink.deliver(RoutedOutput(output: .health(Self.live), time: NotifyTests.time))
+        #expect(TestWait.until(seconds: 20) { reports.healthEvents.count == 1 })
+        let checksAtFailure = server.checks.count
+        // Two checks answered after the failure.
+        #expect(TestWait.until(seconds: 20) { server.checks.count >= checksAtFailure + 2 })
+        #expect(reports.healthEvents.map(\.state) == [.notifyFailed])
+        #expect(reports.healthEvents.first?.message == "notifications to \(server.url("/b")) are failing: HTTP 503 after 1 attempt; detection goes on, and further failures are counted until one gets through")
+        #expect(sink.failingURLs == [server.url("/b")])
+        sink.deliver(RoutedOutput(output: .health(NotifyHealthTests.unavailable), time: NotifyTests.time))
+        #expect(TestWait.until(seconds: 20) { reports.healthEvents.count == 2 })
+        #expect(reports.healthEvents.last?.message == "notifications to \(server.url("/b")) are accepted again (1 failed before)")
+        #expect(server.requests.count == 2)
+    }
+
+    @Test("a reload that replaces a URL: the notification waiting for its retry there goes to the new URL (same id), one journal line says so")
+    func reloadHandsOverWaiting() throws {
+        let old = try HTTPTestServer { _ in .init(status: 503) }
+        defer { old.stop() }
+        let new = try HTTPTestServer { _ in .init(status: 200) }
+        defer { new.stop() }
+        let reports = NotifyTests.Reports()
+        let settings = NotifyTests.settings([old.url("/old")]) {
+            $0.firstRetryDelaySeconds = 30
+            $0.checkIntervalSeconds = 0
+        }
+        let sink = try NotifyTests.sink(settings, reports)
+        defer { sink.stop() }
+        sink.deliver(RoutedOutput(output: .health(Self.live), time: NotifyTests.time))
+        #expect(old.waitForRequests(1, timeout: 10).count == 1)
+        #expect(TestWait.until(seconds: 10) { sink.statistics.retrying == 1 })
+        var changed = settings
+        changed.urls = [new.url("/new")]
+        sink.apply(try sink.prepare(changed))
+        let requests = new.waitForRequests(1, timeout: 10)
+        try #require(requests.count == 1)
+        #expect(requests[0].body.contains(#""state":"capture_live""#))
+        #expect(requests[0].header("X-Earshot-Notification-Id") == old.requests[0].header("X-Earshot-Notification-Id"))
+        #expect(reports.logLines == ["notify: the reload removed \(old.url("/old")) from [notify]: 1 notification waiting for it is handed to \(new.url("/new"))"])
+        #expect(sink.settings.urls == [new.url("/new")])
+        #expect(sink.testAlertDestinations.map(\.target) == [new.url("/new")])
+        #expect(old.requests.count == 1)
+    }
+
+    @Test("trial 15 L2: a smoke alarm's onset goes at once, not behind an attempt to the same URL the server has not answered (its answer 8 s away)")
+    func alarmDoesNotWaitBehindAnUnansweredAttempt() throws {
+        let server = try HTTPTestServer { index in .init(status: 200, delaySeconds: index == 0 ? 8 : 0) }
+        defer { server.stop() }
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/p")]) { $0.checkIntervalSeconds = 0 }, reports)
+        defer { sink.stop() }
+        sink.deliver(RoutedOutput(output: .health(Self.live), time: NotifyTests.time))
+        #expect(server.waitForRequests(1, timeout: 10).count == 1)
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(), time: NotifyTests.time))
+        let requests = server.waitForRequests(2, timeout: 20)
+        try #require(requests.count == 2)
+        #expect(requests.map { $0.body.contains(#""group":"smoke_alarm""#) } == [false, true])
+        // Before the first one's answer: the alarm did not wait for it (on one queue per URL it waited the 8 s).
+        let waited = requests[1].receivedAt - requests[0].receivedAt
+        #expect(waited < 8, "the alarm arrived \(waited) s after the unanswered notification")
+        print("L2: the smoke alarm arrived \(waited) s after the notification whose answer was 8 s away")
+        #expect(server.waitForRequests(3, timeout: 1).count == 2)
+        #expect(reports.healthEvents.isEmpty)
+    }
+}
