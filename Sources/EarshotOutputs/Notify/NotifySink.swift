@@ -1122,7 +1122,11 @@ package struct NotificationMessage: Sendable, Equatable {
                 case .onset, .health, .test, .mute:
                     let confidence = object["confidence"]?.doubleValue ?? object["peak_confidence"]?.doubleValue
                     let shown = confidence.map { "confidence \(JSONValue.format($0, decimals: 2))" }
-                    line = "\(subject) \(verb)\(place) at \(clock)"
+                    // An onset held back while its group was muted (trial 16 M1): it began earlier, and the phone
+                    // is told so rather than given the unmute's time as the start.
+                    line = object["reason"]?.stringValue == EventLines.unmutedReason
+                        ? "\(subject) \(verb)\(place): it began while muted, announced at \(clock) when unmuted"
+                        : "\(subject) \(verb)\(place) at \(clock)"
                     details = detail.map { d in shown.map { "\(d) (\($0))" } ?? d } ?? shown
                     title = prefix + subject
                     (priority, tags) = (soundingPriority, soundingTags)
