@@ -123,7 +123,13 @@ struct NotifyDeliveryTests {
         #expect(sink.statistics.failed == 0)
         #expect(TestWait.until(seconds: 20) { groups().drop { $0 != "second" }.contains(refused) }, "\(groups())")
         let seen = groups()
-        #expect(Array(seen.prefix(2)) == [refused, accepted], "\(seen)")
+        // Smoke, CO and fire go on a channel of their own per URL (trial 15 L2): between the channels the first
+        // two may come in either order; within one, in the order delivered.
+        if NotificationMessage.urgentGroups.contains(refused) != NotificationMessage.urgentGroups.contains(accepted) {
+            #expect(Set(seen.prefix(2)) == [refused, accepted], "\(seen)")
+        } else {
+            #expect(Array(seen.prefix(2)) == [refused, accepted], "\(seen)")
+        }
         #expect(seen.filter { $0 == accepted }.count == 1 && seen.filter { $0 == "second" }.count == 1, "\(seen)")
         sink.stop()
         #expect(sink.statistics.sent == 2)
