@@ -8,8 +8,10 @@ internal import CMosquittoShims
 /// What an ``MQTTConnection`` tells its owner, on the connection's thread.
 package protocol MQTTConnectionDelegate: AnyObject, Sendable {
     /// The broker accepted the connection. Returns what to send before the messages held in the outbox (e.g. the
-    /// availability and discovery configs), the topic filters to subscribe to, and what to send after them (the
-    /// current states, which replace older ones still held).
+    /// availability and discovery configs) and the topic filters to subscribe to. What the owner ``enqueue(_:)``s
+    /// during this call is sent after the messages held (e.g. the current states, which replace older ones still
+    /// held): an owner whose states change on other threads reads and enqueues them under the lock that guards the
+    /// changes, so that a change made meanwhile is never followed by an older copy.
     func connectionDidConnect(_ connection: MQTTConnection) -> MQTTConnection.Birth
     /// An attempt failed or the connection was lost; `retryIn` is the back-off before the next attempt (nil while
     /// stopping). Called once per failed attempt: the owner decides what to say.
@@ -39,12 +41,10 @@ package final class MQTTConnection: @unchecked Sendable {
     package struct Birth: Sendable {
         package var first: [MQTTMessage]
         package var subscriptions: [String]
-        package var last: [MQTTMessage]
 
-        package init(first: [MQTTMessage] = [], subscriptions: [String] = [], last: [MQTTMessage] = []) {
+        package init(first: [MQTTMessage] = [], subscriptions: [String] = []) {
             self.first = first
             self.subscriptions = subscriptions
-            self.last = last
         }
     }
 
@@ -488,8 +488,6 @@ package final class MQTTConnection: @unchecked Sendable {
         let birth = delegateReference?.connectionDidConnect(self) ?? Birth()
         for message in birth.first { _ = publish(message, on: handle) }
         for filter in birth.subscriptions { _ = earshot_mosquitto_subscribe(handle, nil, filter, 1) }
-        sendQueued(on: handle)
-        for message in birth.last { enqueue(message) }
         sendQueued(on: handle)
     }
 

@@ -454,9 +454,18 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         } + [MQTTMessage(topic: topics.sleepState, text: controls.sleepActive ? "ON" : "OFF", qos: 1, retain: true)]
     }
 
-    /// Every retained state as it is now (after a connect: the broker may have lost them).
-    private func currentStates() -> [MQTTMessage] {
-        let snapshot = state.withLock { $0 }
+    /// Queues every retained state as it is now (after a connect, the broker may have lost them; after Home
+    /// Assistant's `online`, it may have missed them), read and queued under the lock their changes take: a state
+    /// the router changes meanwhile is queued after this copy, never before it. (A copy read before a
+    /// `notify_failed` and queued after its `ON` left the `Notifications failing` sensor `OFF` while they failed.)
+    private func enqueueCurrentStates() {
+        state.withLock { snapshot in
+            for message in currentStates(snapshot) { connection.enqueue(message) }
+        }
+    }
+
+    /// Every retained state as `snapshot` has it.
+    private func currentStates(_ snapshot: State) -> [MQTTMessage] {
         var messages: [MQTTMessage] = []
         for group in snapshot.controls?.groups ?? [] {
             if let attributes = snapshot.attributes[group] {
@@ -526,7 +535,7 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if settings.discovery, let controls { birth.first += configMessages(for: controls, deletingOthers: true) }
         birth.subscriptions = [topics.commandFilter] + topics.retainedStateFilters
             + (settings.discovery ? [discovery.statusTopic, discovery.configFilter] : [])
-        birth.last = currentStates()
+        enqueueCurrentStates()  // sent after the messages held
         return birth
     }
 
@@ -577,7 +586,8 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
         if topic == discovery.statusTopic {
             guard settings.discovery, payload == Array("online".utf8),
                   let controls = state.withLock({ $0.controls }) else { return }
-            for message in configMessages(for: controls, deletingOthers: false) + currentStates() { connection.enqueue(message) }
+            for message in configMessages(for: controls, deletingOthers: false) { connection.enqueue(message) }
+            enqueueCurrentStates()
             return
         }
         let isConfig = topic.hasPrefix(settings.discoveryPrefix + "/") && topic.hasSuffix("/config")

@@ -350,24 +350,62 @@ package struct NotifySettings: Sendable, Equatable {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// `url` as health events and logs show it: `scheme://host[:port]`, then each segment of its path cut to
-    /// its first 4 characters (`…` marks a cut), never its user, password, query or fragment (a ntfy topic or a
-    /// webhook token is a secret, and 4 characters do not give it away), and, with several URLs, its position in
-    /// `[notify] url`: `https://ntfy.sh/kitc… (url 2 of 3)`. Two URLs on one server are told apart by the
-    /// position even when their paths begin alike.
+    /// `url` as health events, logs, test alerts and the status reply show it: `scheme://host[:port]`, then each
+    /// segment of its path cut to its first 4 characters (`…` marks a cut), never its user, password, query or
+    /// fragment (a ntfy topic or a webhook token is a secret, and 4 characters do not give it away). When that
+    /// leaves anything out, `#` and two hex digits of ``fingerprint(_:)`` of all but its `scheme://host[:port]`
+    /// (user, password, path, query and fragment as written) follow, so that URLs that begin alike are told apart
+    /// (trial 16 M3: `earshot-kitchen-7f3k2q` and `earshot-kitchen-9x2m4p` both showed as `ears…`, and a user could
+    /// not see which one a reload or a test alert used). With several URLs, its position in `[notify] url`:
+    /// `https://ntfy.sh/ears…#64 (url 2 of 3)`.
     package static func shownURL(_ url: String, index: Int, count: Int) -> String {
+        let shown = cutURL(url)
+        let fingerprinted = shown == url ? shown : shown + "#" + fingerprint(hiddenPart(url))
+        return count > 1 ? "\(fingerprinted) (url \(index + 1) of \(count))" : fingerprinted
+    }
+
+    /// Two lowercase hex digits that tell URLs apart where ``shownURL(_:index:count:)`` cuts them: the 32-bit
+    /// FNV-1a hash of `text`'s UTF-8 bytes, its four bytes folded into one by XOR. Two different URLs get the same
+    /// digits 1 time in 256; 8 bits of a secret are less than 2 of its characters give away (a 6-character random
+    /// suffix of letters and digits holds 31 bits).
+    package static func fingerprint(_ text: some StringProtocol) -> String {
+        var hash: UInt32 = 2_166_136_261  // FNV-1a's 32-bit offset basis
+        for byte in text.utf8 {
+            hash ^= UInt32(byte)
+            hash &*= 16_777_619  // FNV's 32-bit prime
+        }
+        let folded = UInt8(truncatingIfNeeded: hash ^ (hash >> 8) ^ (hash >> 16) ^ (hash >> 24))
+        let digits = String(folded, radix: 16)
+        return digits.count == 1 ? "0" + digits : digits
+    }
+
+    /// `url` without its `scheme://host[:port]`: its user and password (with their `@`), path, query and fragment,
+    /// as written. The whole text when it has no `://`.
+    private static func hiddenPart(_ url: String) -> Substring {
+        guard let range = url.firstRange(of: "://") else { return Substring(url) }
+        let rest = url[range.upperBound...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        let user = authority.lastIndex(of: "@").map { authority[...$0] } ?? ""
+        return user + rest[authority.endIndex...]
+    }
+
+    /// `scheme://host[:port]` and each path segment cut to 4 characters, without user, password, query or fragment.
+    private static func cutURL(_ url: String) -> String {
         var shown = shownOrigin(url)
         if let range = url.firstRange(of: "://") {
             let rest = url[range.upperBound...]
             let path = rest.drop { $0 != "/" && $0 != "?" && $0 != "#" }.prefix { $0 != "?" && $0 != "#" }
             for segment in path.split(separator: "/", omittingEmptySubsequences: false).dropFirst() {
-                shown += "/" + segment.prefix(4) + (segment.count > 4 ? "…" : "")
+                shown += "/" + cutSegment(segment)
             }
         }
-        return count > 1 ? "\(shown) (url \(index + 1) of \(count))" : shown
+        return shown
     }
 
-    /// `url` as configuration errors show it: as ``shownURL(_:index:count:)`` without the position. Text without
+    private static func cutSegment(_ segment: Substring) -> String { segment.prefix(4) + (segment.count > 4 ? "…" : "") }
+
+    /// `url` as configuration errors show it: as ``shownURL(_:index:count:)`` without the position and the
+    /// fingerprint (the error names the file and line). Text without
     /// `://` (not a URL: `ntfy.sh/topic`) alike: nothing from `?` or `#` on, nothing up to an `@`, each segment
     /// after the first `/` cut to 4 characters, and the first one too unless it reads as a host (it holds a `.` or
     /// a `:`), since a bare topic name is the secret itself. Everything up to the last `@` before `?` or `#` is
@@ -375,16 +413,13 @@ package struct NotifySettings: Sendable, Equatable {
     package static func shownURL(_ url: String) -> String {
         let beforeQuery = url.prefix { $0 != "?" && $0 != "#" }
         if let range = url.firstRange(of: "://") {
-            guard let at = beforeQuery.lastIndex(of: "@"), at > range.upperBound else {
-                return shownURL(url, index: 0, count: 1)
-            }
-            return shownURL(String(url[..<range.upperBound]) + url[url.index(after: at)...], index: 0, count: 1)
+            guard let at = beforeQuery.lastIndex(of: "@"), at > range.upperBound else { return cutURL(url) }
+            return cutURL(String(url[..<range.upperBound]) + url[url.index(after: at)...])
         }
-        func cut(_ segment: Substring) -> String { segment.prefix(4) + (segment.count > 4 ? "…" : "") }
         let segments = beforeQuery.split(separator: "/", omittingEmptySubsequences: false)
         let first = segments[0].split(separator: "@", omittingEmptySubsequences: false).last ?? ""
-        var shown = first.contains(".") || first.contains(":") ? String(first) : cut(first)
-        for segment in segments.dropFirst() { shown += "/" + cut(segment) }
+        var shown = first.contains(".") || first.contains(":") ? String(first) : cutSegment(first)
+        for segment in segments.dropFirst() { shown += "/" + cutSegment(segment) }
         return shown
     }
 

@@ -68,7 +68,10 @@ extension NotifySink {
         let outcome = target.status.checker.head(url: target.url, timeoutSeconds: settings.timeoutSeconds)
         switch outcome {
         case .status:
-            guard !target.status.failedWithAnswer.load(ordering: .relaxed), target.status.failing.exchange(false, ordering: .relaxed) else { return }
+            let cleared = target.status.answerLock.withLock { _ in
+                !target.status.failedWithAnswer.load(ordering: .relaxed) && target.status.failing.exchange(false, ordering: .relaxed)
+            }
+            guard cleared else { return }
             let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
             reportHealth(HealthEvent(
                 state: .notifyRecovered,

@@ -189,6 +189,11 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         /// see: an HTTP status (401, 404, 503 ...) or a request sent in full and not answered. Such a failing URL is
         /// recovered only by a notification (or test alert) that gets through, not by a check's answer.
         let failedWithAnswer = Atomic<Bool>(false)
+        /// Taken where ``failedWithAnswer`` is set by a notification's answer and where a reachability check's
+        /// answer clears ``failing``: a check whose `HEAD` was answered before a notification's POST was refused
+        /// must not clear the failure that refusal makes (the check reads `failedWithAnswer` and clears `failing`
+        /// as one step).
+        let answerLock = Mutex(())
         /// Failures since the URL last succeeded (for the recovery line).
         let failuresInRow = Atomic<Int>(0)
         /// How long an attempt waits for the answer (seconds): ``NotifySettings/timeoutSeconds``, doubled after an
@@ -858,14 +863,14 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             return nil
         case .status(let status, let retryAfterSeconds):
             job.lastProblem = "HTTP \(status)"
-            target.status.failedWithAnswer.store(true, ordering: .relaxed)
+            target.status.answerLock.withLock { _ in target.status.failedWithAnswer.store(true, ordering: .relaxed) }
             retryable = status == 408 || status == 429 || status >= 500
             retryAfter = retryAfterSeconds
         case .failed(let text, let requestSent):
             job.lastProblem = text
             retryable = true
             if requestSent {
-                target.status.failedWithAnswer.store(true, ordering: .relaxed)
+                target.status.answerLock.withLock { _ in target.status.failedWithAnswer.store(true, ordering: .relaxed) }
                 job.unanswered += 1
                 // Waited its whole time for the answer: a server slower than that would get a copy per attempt
                 // (trial 15 M1: 4 of one smoke alarm from a server answering after 12 s), so wait longer next time.

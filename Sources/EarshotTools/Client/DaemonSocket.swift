@@ -69,8 +69,7 @@ package struct DaemonSocket: Sendable, Equatable {
     ) throws(EarshotError) -> DaemonSocket {
         if let socket { return DaemonSocket(path: socket, origin: .flag) }
         guard let configPath else {
-            if access(defaultConfiguration, F_OK) == 0,
-               let configuration = try? DaemonConfiguration.load(path: defaultConfiguration),
+            if let configuration = try? DaemonConfiguration.load(path: defaultConfiguration),
                configuration.locations["output.socket"] != nil {
                 return DaemonSocket(path: configuration.output.socketPath, origin: .configuration(file: defaultConfiguration))
             }
