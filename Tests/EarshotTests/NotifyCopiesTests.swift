@@ -46,7 +46,7 @@ struct NotifyCopiesTests {
         #expect(smoke.map { $0.header("X-Sequence-ID") } == [id, id, id])
         #expect(requests[0].header("X-Earshot-Notification-Id") != id)
         #expect(receiver.reports.healthEvents.map(\.message) == [
-            "notifications to http://127.0.0.1:\(receiver.server.port)/phon…#ec are failing: Server returned nothing (no headers, no data) after 3 attempts, all sent and not answered (the server may have received them); detection goes on, and further failures are counted until one gets through",
+            "notifications to http://127.0.0.1:\(receiver.server.port)/phon… are failing: Server returned nothing (no headers, no data) after 3 attempts, all sent and not answered (the server may have received them); detection goes on, and further failures are counted until one gets through",
         ])
     }
 
@@ -122,8 +122,8 @@ struct NotifyCopiesTests {
         #expect(sink.statistics.retrying == 0)
         let events = said.withLock { $0 }
         #expect(events.map(\.message) == [
-            "notifications to http://127.0.0.1:\(server.port)/phon…#ec are failing: HTTP 429 after 1 attempt; this smoke_alarm notification is tried again for up to 15 min; detection goes on, and further failures are counted until one gets through",
-            "notifications to http://127.0.0.1:\(server.port)/phon…#ec are accepted again (none was lost)",
+            "notifications to http://127.0.0.1:\(server.port)/phon… are failing: HTTP 429 after 1 attempt; this smoke_alarm notification is tried again for up to 15 min; detection goes on, and further failures are counted until one gets through",
+            "notifications to http://127.0.0.1:\(server.port)/phon… are accepted again (none was lost)",
         ])
         // Said after the first attempt and before the second.
         #expect(events.first?.requests == 1)

@@ -48,8 +48,8 @@ struct NotifyDeliveryTests {
         // Said once, at its first failed attempt (a smoke alarm's), while it went on being tried; the query is never
         // shown (it is part of what the fingerprint, #1a, is taken of).
         #expect(reports.healthEvents.map(\.message) == [
-            "notifications to http://127.0.0.1:\(server.port)/phon…#1a are failing: HTTP 429 after 1 attempt; this smoke_alarm notification is tried again for up to 30 s; detection goes on, and further failures are counted until one gets through",
-            "notifications to http://127.0.0.1:\(server.port)/phon…#1a are accepted again (none was lost)",
+            "notifications to http://127.0.0.1:\(server.port)/phon…?…#1a are failing: HTTP 429 after 1 attempt; this smoke_alarm notification is tried again for up to 30 s; detection goes on, and further failures are counted until one gets through",
+            "notifications to http://127.0.0.1:\(server.port)/phon…?…#1a are accepted again (none was lost)",
         ])
     }
 
@@ -78,8 +78,8 @@ struct NotifyDeliveryTests {
         #expect(receiver.sink.statistics.sent == 2)
         #expect(receiver.sink.statistics.failed == 0)
         #expect(receiver.reports.healthEvents.map(\.message) == [
-            "notifications to http://127.0.0.1:\(receiver.server.port)/phon…#ec are failing: HTTP 503 after 2 attempts; this baby_cry notification is tried again for up to 5 s; detection goes on, and further failures are counted until one gets through",
-            "notifications to http://127.0.0.1:\(receiver.server.port)/phon…#ec are accepted again (none was lost)",
+            "notifications to http://127.0.0.1:\(receiver.server.port)/phon… are failing: HTTP 503 after 2 attempts; this baby_cry notification is tried again for up to 5 s; detection goes on, and further failures are counted until one gets through",
+            "notifications to http://127.0.0.1:\(receiver.server.port)/phon… are accepted again (none was lost)",
         ])
 
         // Refused throughout: given up when the 1 s window closes (not after 15 minutes, as a smoke alarm would be).

@@ -39,7 +39,7 @@ struct NotifyFailingSensorTests {
         daemon.signal(SIGTERM)
         #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
 
-        let url = "http://127.0.0.1:\(receiver.port)/phon…#ec"
+        let url = "http://127.0.0.1:\(receiver.port)/phon…"
         let health = daemon.objects.filter { $0["type"] as? String == "health" && ($0["state"] as? String)?.hasPrefix("notify_") == true }
         #expect(health.map { $0["state"] as? String ?? "" } == ["notify_failed", "notify_recovered"])
         #expect(health.last?["message"] as? String == "notifications to \(url) are accepted again (1 failed before)")

@@ -133,7 +133,7 @@ struct NotifyOutboxTests {
         defer { receiver.stop() }
         receiver.deliver(NotifyTests.onset())
         let port = receiver.server.port
-        let givenUp = "notify: gave up the smoke_alarm onset of \(receiver.heard) for http://127.0.0.1:\(port)/phon…#ec after trying for 3 s (HTTP 503); the next notification of it that gets through says since when it sounds"
+        let givenUp = "notify: gave up the smoke_alarm onset of \(receiver.heard) for http://127.0.0.1:\(port)/phon… after trying for 3 s (HTTP 503); the next notification of it that gets through says since when it sounds"
         #expect(TestWait.until(seconds: 20) { receiver.reports.logLines.contains(givenUp) }, "\(receiver.reports.logLines)")
         // Reminders come every second meanwhile; the server returns.
         #expect(TestWait.until(seconds: 20) { receiver.sink.statistics.reminders >= 3 })
@@ -146,6 +146,6 @@ struct NotifyOutboxTests {
         #expect(first.header("Title") == "kitchen: Smoke alarm")
         #expect(first.header("Priority") == "5")
         #expect(receiver.reports.logLines.filter { $0.hasPrefix("notify: gave up") } == [givenUp])
-        #expect(receiver.reports.healthEvents.first?.message == "notifications to http://127.0.0.1:\(port)/phon…#ec are failing: HTTP 503 after 1 attempt; this smoke_alarm notification is tried again for up to 3 s; detection goes on, and further failures are counted until one gets through")
+        #expect(receiver.reports.healthEvents.first?.message == "notifications to http://127.0.0.1:\(port)/phon… are failing: HTTP 503 after 1 attempt; this smoke_alarm notification is tried again for up to 3 s; detection goes on, and further failures are counted until one gets through")
     }
 }

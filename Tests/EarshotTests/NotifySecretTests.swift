@@ -56,20 +56,26 @@ struct NotifySecretTests {
         }
     }
 
-    @Test("health events, test alerts and reload lines show a URL cut to 4 characters per path segment, then a fingerprint of what was cut (FNV-1a folded to 8 bits), so that topics that begin alike are told apart (trial 16 M3)")
+    @Test("health events, test alerts and reload lines show a URL cut to 4 characters per path segment, ?… for a query, then, where 8 characters or more are left out, a fingerprint of them (FNV-1a folded to 8 bits), so that topics that begin alike are told apart (trial 16 M3, trial 17 L1, L2)")
     func shownURLFingerprint() {
         // The digits are FNV-1a of the text after host[:port], computed independently (Python) for this test.
         #expect(NotifySettings.shownURL("https://ntfy.sh/earshot-kitchen-7f3k2q", index: 0, count: 1) == "https://ntfy.sh/ears…#64")
         #expect(NotifySettings.shownURL("https://ntfy.sh/earshot-kitchen-9x2m4p", index: 0, count: 1) == "https://ntfy.sh/ears…#77")
-        #expect(NotifySettings.shownURL("https://ntfy.sh/earshot-kitchen-7f3k2q?auth=x", index: 1, count: 2) == "https://ntfy.sh/ears…#82 (url 2 of 2)")
+        #expect(NotifySettings.shownURL("https://ntfy.sh/earshot-kitchen-7f3k2q?auth=x", index: 1, count: 2) == "https://ntfy.sh/ears…?…#82 (url 2 of 2)")
         // User and password, a query: never shown, but they make the fingerprint.
         #expect(NotifySettings.shownURL("https://alice:s3cret@ntfy.sh/alerts", index: 0, count: 1) == "https://ntfy.sh/aler…#3c")
-        #expect(NotifySettings.shownURL("https://example.com/hook?token=abc123", index: 0, count: 1) == "https://example.com/hook#e6")
+        #expect(NotifySettings.shownURL("https://example.com/hook?token=abc123", index: 0, count: 1) == "https://example.com/hook?…#e6")
         #expect(NotifySettings.shownURL("https://hooks.example.com/services/T000/B000/XXXXXXXX", index: 0, count: 1)
             == "https://hooks.example.com/serv…/T000/B000/XXXX…#80")
-        // Nothing left out: nothing added, whatever the port.
+        // Fewer than 8 characters left out: no fingerprint, which would give most of them away.
+        #expect(NotifySettings.shownURL("https://ntfy.sh/alarm2", index: 0, count: 1) == "https://ntfy.sh/alar…")
+        #expect(NotifySettings.shownURL("https://ntfy.sh/home-9x2m4p", index: 0, count: 1) == "https://ntfy.sh/home…")
+        #expect(NotifySettings.shownURL("https://ntfy.sh/home-9x2m4pq", index: 0, count: 1) == "https://ntfy.sh/home…#e1")
+        // Nothing left out: nothing added, whatever the port or the scheme's case.
         #expect(NotifySettings.shownURL("http://127.0.0.1:8080/a", index: 0, count: 2) == "http://127.0.0.1:8080/a (url 1 of 2)")
+        #expect(NotifySettings.shownURL("HTTP://127.0.0.1:8080/abcd", index: 0, count: 1) == "http://127.0.0.1:8080/abcd")
         #expect(NotifySettings.fingerprint("/earshot-kitchen-7f3k2q") == "64")
+        #expect(NotifySettings.fingerprint("/home-9x2m4pq") == "e1")
         // Configuration errors name the file and line: no fingerprint there.
         #expect(NotifySettings.shownURL("https://ntfy.sh/earshot-kitchen-7f3k2q") == "https://ntfy.sh/ears…")
     }

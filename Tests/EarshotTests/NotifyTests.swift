@@ -242,7 +242,7 @@ struct NotifyTests {
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
         sink.stop()
         #expect(server.requests.count == 1)
-        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(server.port)/miss…#2f are failing: HTTP 404 after 1 attempt (check [notify] url); detection goes on, and further failures are counted until one gets through"])
+        #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(server.port)/miss… are failing: HTTP 404 after 1 attempt (check [notify] url); detection goes on, and further failures are counted until one gets through"])
     }
 
     @Test("a slow server: deliver returns before the answer, the attempt times out, another URL is not held back")

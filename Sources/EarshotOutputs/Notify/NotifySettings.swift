@@ -351,23 +351,28 @@ package struct NotifySettings: Sendable, Equatable {
     }
 
     /// `url` as health events, logs, test alerts and the status reply show it: `scheme://host[:port]`, then each
-    /// segment of its path cut to its first 4 characters (`…` marks a cut), never its user, password, query or
-    /// fragment (a ntfy topic or a webhook token is a secret, and 4 characters do not give it away). When that
-    /// leaves anything out, `#` and two hex digits of ``fingerprint(_:)`` of all but its `scheme://host[:port]`
-    /// (user, password, path, query and fragment as written) follow, so that URLs that begin alike are told apart
-    /// (trial 16 M3: `earshot-kitchen-7f3k2q` and `earshot-kitchen-9x2m4p` both showed as `ears…`, and a user could
-    /// not see which one a reload or a test alert used). With several URLs, its position in `[notify] url`:
+    /// segment of its path cut to its first 4 characters (`…` marks a cut), and `?…` for a query; never its user,
+    /// password, query or fragment (a ntfy topic or a webhook token is a secret, and 4 characters do not give it
+    /// away). When 8 characters or more are left out, `#` and two hex digits of ``fingerprint(_:)`` of all but its
+    /// `scheme://host[:port]` (user, password, path, query and fragment as written) follow, so that URLs that begin
+    /// alike are told apart (trial 16 M3: `earshot-kitchen-7f3k2q` and `earshot-kitchen-9x2m4p` both showed as
+    /// `ears…`, and a user could not see which one a reload or a test alert used). Fewer than 8 left out get no
+    /// fingerprint: 8 bits would be most of what is hidden (trial 17 L1: with a 5-character topic, the fingerprint
+    /// and the 4 characters shown gave the topic away). With several URLs, its position in `[notify] url`:
     /// `https://ntfy.sh/ears…#64 (url 2 of 3)`.
     package static func shownURL(_ url: String, index: Int, count: Int) -> String {
-        let shown = cutURL(url)
-        let fingerprinted = shown == url ? shown : shown + "#" + fingerprint(hiddenPart(url))
-        return count > 1 ? "\(fingerprinted) (url \(index + 1) of \(count))" : fingerprinted
+        let (cut, leftOut) = cutURL(url, markingQuery: true)
+        let shown = leftOut >= fingerprintMinimumLeftOut ? cut + "#" + fingerprint(hiddenPart(url)) : cut
+        return count > 1 ? "\(shown) (url \(index + 1) of \(count))" : shown
     }
+
+    /// The characters a shown URL must leave out for ``shownURL(_:index:count:)`` to add a fingerprint: 8 of
+    /// ntfy's 64-letter topic alphabet hold 48 bits, of which 8 bits leave 2^40 candidates.
+    package static let fingerprintMinimumLeftOut = 8
 
     /// Two lowercase hex digits that tell URLs apart where ``shownURL(_:index:count:)`` cuts them: the 32-bit
     /// FNV-1a hash of `text`'s UTF-8 bytes, its four bytes folded into one by XOR. Two different URLs get the same
-    /// digits 1 time in 256; 8 bits of a secret are less than 2 of its characters give away (a 6-character random
-    /// suffix of letters and digits holds 31 bits).
+    /// digits 1 time in 256.
     package static func fingerprint(_ text: some StringProtocol) -> String {
         var hash: UInt32 = 2_166_136_261  // FNV-1a's 32-bit offset basis
         for byte in text.utf8 {
@@ -389,17 +394,22 @@ package struct NotifySettings: Sendable, Equatable {
         return user + rest[authority.endIndex...]
     }
 
-    /// `scheme://host[:port]` and each path segment cut to 4 characters, without user, password, query or fragment.
-    private static func cutURL(_ url: String) -> String {
+    /// `scheme://host[:port]` and each path segment cut to 4 characters, without user, password, query or fragment
+    /// (with `markingQuery`, `?…` where a query was); and how many characters of ``hiddenPart(_:)`` that leaves out.
+    private static func cutURL(_ url: String, markingQuery: Bool = false) -> (shown: String, leftOut: Int) {
         var shown = shownOrigin(url)
-        if let range = url.firstRange(of: "://") {
-            let rest = url[range.upperBound...]
-            let path = rest.drop { $0 != "/" && $0 != "?" && $0 != "#" }.prefix { $0 != "?" && $0 != "#" }
+        var leftOut = 0
+        if url.contains("://") {
+            let hidden = hiddenPart(url)
+            leftOut = hidden.count
+            let path = hidden.drop { $0 != "/" && $0 != "?" && $0 != "#" }.prefix { $0 != "?" && $0 != "#" }
             for segment in path.split(separator: "/", omittingEmptySubsequences: false).dropFirst() {
                 shown += "/" + cutSegment(segment)
+                leftOut -= 1 + min(4, segment.count)
             }
+            if markingQuery, hidden.prefix(while: { $0 != "#" }).contains("?") { shown += "?…" }
         }
-        return shown
+        return (shown, leftOut)
     }
 
     private static func cutSegment(_ segment: Substring) -> String { segment.prefix(4) + (segment.count > 4 ? "…" : "") }
@@ -413,8 +423,8 @@ package struct NotifySettings: Sendable, Equatable {
     package static func shownURL(_ url: String) -> String {
         let beforeQuery = url.prefix { $0 != "?" && $0 != "#" }
         if let range = url.firstRange(of: "://") {
-            guard let at = beforeQuery.lastIndex(of: "@"), at > range.upperBound else { return cutURL(url) }
-            return cutURL(String(url[..<range.upperBound]) + url[url.index(after: at)...])
+            guard let at = beforeQuery.lastIndex(of: "@"), at > range.upperBound else { return cutURL(url).shown }
+            return cutURL(String(url[..<range.upperBound]) + url[url.index(after: at)...]).shown
         }
         let segments = beforeQuery.split(separator: "/", omittingEmptySubsequences: false)
         let first = segments[0].split(separator: "@", omittingEmptySubsequences: false).last ?? ""
