@@ -700,9 +700,11 @@ package final class EarshotDaemon: @unchecked Sendable {
         ])]
     }
 
-    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N,"retrying":N,"failing":[URL,...]}`
-    /// with `[notify] url` set; `retrying`: notifications waiting for their next attempt after one failed (per URL);
-    /// `failing`: the URLs whose notifications are failing now (`notify_failed` said, none through since).
+    /// `"notify":{"sent":N,"failed":N,"dropped":N,"suppressed":N,"reminders":N,"retrying":N,"failing":[URL,...],
+    /// "urls":[URL,...]}` with `[notify] url` set; `retrying`: notifications waiting for their next attempt after one
+    /// failed (per URL); `failing`: the URLs whose notifications are failing now (`notify_failed` said, none through
+    /// since); `urls`: every URL notified now, in `[notify] url`'s order (after a reload, the new ones: trial 17 M1).
+    /// URLs as health events show them (`NotifySettings.shownURL(_:index:count:)`).
     private var notifyStatus: JSONObject {
         guard let notifySink else { return [:] }
         let statistics = notifySink.statistics
@@ -710,6 +712,7 @@ package final class EarshotDaemon: @unchecked Sendable {
             "sent": .int(statistics.sent), "failed": .int(statistics.failed), "dropped": .int(statistics.dropped),
             "suppressed": .int(statistics.suppressed), "reminders": .int(statistics.reminders),
             "retrying": .int(statistics.retrying), "failing": .array(notifySink.failingURLs.map { .string($0) }),
+            "urls": .array(notifySink.testAlertDestinations.map { .string($0.target) }),
         ])]
     }
 

@@ -79,7 +79,7 @@ package enum HearingTextFormat {
             lines.append("audio lost: \(lost) s in \(gaps) gap\(gaps == 1 ? "" : "s") (capture outages, stalls and xruns)")
         }
         // The broker, connected (with the node: with several rooms, the quickest check of which is which) or not;
-        // notification URLs only while they fail.
+        // the notification URLs, and which fail.
         if let mqtt = object["mqtt"] {
             let broker = mqtt["broker"]?.stringValue ?? "?"
             if mqtt["connected"]?.boolValue == false {
@@ -97,6 +97,10 @@ package enum HearingTextFormat {
             let retrying = notify["retrying"]?.intValue ?? 0
             let waiting = retrying > 0 ? "\(retrying) being retried, " : ""
             lines.append("notify: failing to \(urls) (\(waiting)\(notify["failed"]?.intValue ?? 0) given up since start; see notify_failed in the journal)")
+        } else if let notify = object["notify"], case .array(let urls)? = notify["urls"], !urls.isEmpty {
+            // Which URLs a reload left in use, without a test alert to the phone (trial 17 M1).
+            let sent = notify["sent"]?.intValue ?? 0
+            lines.append("notify: \(urls.compactMap(\.stringValue).joined(separator: ", ")) (\(sent) sent since start)")
         }
         // The file was changed and reloaded, but the daemon still runs what it had (until a reload succeeds).
         if let failure = object["reload_error"], let message = failure["message"]?.stringValue {
