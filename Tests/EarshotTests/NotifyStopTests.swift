@@ -54,4 +54,53 @@ struct NotifyStopTests {
         mqtt.stop()
         broker.stop()
     }
+
+    @Test("trial 16 L5: an attempt the stop cuts off (the server answers after 20 s) is counted by the stop's line and is not a notify_failed: the journal's last lines are exact",
+          .needsEarshotdBuilt)
+    func cutOffIsNotAFailure() throws {
+        // The first notification (Listening) is answered at once, the stop's (monitoring stopped) after 20 s.
+        let receiver = try HTTPTestServer { index in .init(status: 200, delaySeconds: index == 0 ? 0 : 20) }
+        defer { receiver.stop() }
+        let directory = try NotifyBodyTextTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = directory.appendingPathComponent("earshotd.conf")
+        try """
+            [output]
+            socket = \(directory.appendingPathComponent("e.sock").path)
+            journal = false
+            [history]
+            enabled = false
+            [mqtt]
+            node = hall
+            [notify]
+            url = \(receiver.url("/hook"))
+            format = ntfy
+            timeout = 30
+            check_interval = 0
+
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(["--config", config.path, "--foreground", "--input", "-"], standardInput: true)
+        defer { daemon.signal(SIGKILL) }
+        daemon.input.fileHandleForWriting.write(Data(count: 16_000 * 2))
+        #expect(TestWait.until(seconds: 20) { receiver.answeredCount == 1 }, "\(daemon.errorText)")
+        let before = Self.journal(daemon).count
+        daemon.signal(SIGTERM)
+        #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
+        #expect(receiver.requests.map { $0.body.hasPrefix("Not listening in hall since ") } == [false, true])
+        // The attempt ends when the stop's time is up, as the stop's wait for it does: it is counted as still waiting
+        // or as returned, by a hair, and is never a failure of the URL.
+        let stopLines = Array(Self.journal(daemon).dropFirst(before))
+        let counted = [
+            "earshotd: notify: 1 notification was not delivered before stopping (1 still waiting for an answer when the stop's time was up)",
+            "earshotd: notify: 1 notification was not delivered before stopping",
+        ]
+        #expect(stopLines.count == 2 && counted.contains(stopLines[0]), "\(stopLines)")
+        #expect(stopLines.last == "earshotd: stopped (signal 15)", "\(stopLines)")
+        #expect(!daemon.errorText.contains("notify_failed"), "\(daemon.errorText)")
+        #expect(!daemon.objects.contains { $0["state"] as? String == "notify_failed" })
+    }
+
+    static func journal(_ daemon: DaemonProcess) -> [String] {
+        daemon.errorText.split(separator: "\n").map(String.init)
+    }
 }
