@@ -12,18 +12,41 @@ import EarshotTools
 /// until 20:59", that the group listens again. Real earshotd processes, real Unix sockets, a real HTTP receiver.
 @Suite("Mutes across a reload that stops watching the group, and across a restart", .serialized)
 struct MuteReloadRestartTests {
-    /// `watch`, ntfy to `url` without health messages, the history (and so the state directory) in `directory`.
-    static func writeConfig(in directory: URL, watch: String, url: String) throws -> URL {
+    /// `watch` (the default groups when nil), ntfy to `url` from node `kitchen` without reachability checks, and
+    /// `notify`'s further `[notify]` lines (no health messages by default); the socket `e.sock` and the history (and
+    /// so the state directory) in `directory`.
+    @discardableResult
+    static func writeConfig(in directory: URL, watch: String?, url: String, notify: [String] = ["health = false"]) throws -> URL {
         let config = directory.appendingPathComponent("earshotd.conf")
-        let lines = [
-            "[detection]", "watch = \(watch)",
+        let lines = (watch.map { ["[detection]", "watch = \($0)"] } ?? []) + [
             "[output]", "socket = \(directory.appendingPathComponent("e.sock").path)", "journal = false",
             "[history]", "path = \(directory.appendingPathComponent("history.sqlite3").path)",
             "[mqtt]", "node = kitchen",
-            "[notify]", "url = \(url)", "format = ntfy", "health = false", "check_interval = 0",
-        ]
+            "[notify]", "url = \(url)", "format = ntfy", "check_interval = 0",
+        ] + notify
         try (lines.joined(separator: "\n") + "\n").write(to: config, atomically: true, encoding: .utf8)
         return config
+    }
+
+    /// A phone (a real HTTP receiver answering 200), a scratch directory with ``writeConfig(in:watch:url:notify:)``'s
+    /// file watching smoke_alarm and baby_cry, its socket and where the mute record goes.
+    struct Setup {
+        let phone: HTTPTestServer
+        let directory: URL
+        let config: URL
+        var socket: String { directory.appendingPathComponent("e.sock").path }
+        var record: String { directory.appendingPathComponent(MuteRecord.fileName).path }
+
+        init() throws {
+            phone = try HTTPTestServer { _ in .init(status: 200) }
+            directory = try NotifyBodyTextTests.temporaryDirectory()
+            config = try MuteReloadRestartTests.writeConfig(in: directory, watch: "smoke_alarm | baby_cry", url: phone.url("/phone"))
+        }
+
+        func remove() {
+            phone.stop()
+            try? FileManager.default.removeItem(at: directory)
+        }
     }
 
     static func journal(_ daemon: DaemonProcess) -> [String] {
@@ -48,13 +71,9 @@ struct MuteReloadRestartTests {
     @Test("L1: a reload that stops watching a muted smoke_alarm drops its mute: one journal line, status and earshot status list no mute, the phone gets nothing more, the mute record is gone; watched again, it is not muted",
           .needsEarshotdBuilt, .needsEarshotBuilt)
     func reloadDropsMute() throws {
-        let phone = try HTTPTestServer { _ in .init(status: 200) }
-        defer { phone.stop() }
-        let directory = try NotifyBodyTextTests.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let config = try Self.writeConfig(in: directory, watch: "smoke_alarm | baby_cry", url: phone.url("/phone"))
-        let socket = directory.appendingPathComponent("e.sock").path
-        let record = directory.appendingPathComponent(MuteRecord.fileName).path
+        let setup = try Setup()
+        defer { setup.remove() }
+        let (phone, directory, config, socket, record) = (setup.phone, setup.directory, setup.config, setup.socket, setup.record)
         let daemon = try DaemonProcess(["--config", config.path, "--foreground", "--input", "-"], standardInput: true)
         defer { daemon.signal(SIGKILL) }
         let control = try UnmuteTests.Control(socket: socket)
@@ -63,7 +82,7 @@ struct MuteReloadRestartTests {
         #expect(phone.waitForRequests(1, timeout: 10).map { $0.header("Title") } == ["kitchen: Smoke alarm muted"])
         #expect(TestWait.until(seconds: 10) { FileManager.default.fileExists(atPath: record) })
 
-        _ = try Self.writeConfig(in: directory, watch: "baby_cry", url: phone.url("/phone"))
+        try Self.writeConfig(in: directory, watch: "baby_cry", url: phone.url("/phone"))
         daemon.signal(SIGHUP)
         #expect(TestWait.until(seconds: 20) { daemon.errorText.contains("earshotd: configuration reloaded") }, "\(daemon.errorText)")
         let status = try control.ask(#"{"status":true}"#)
@@ -79,7 +98,7 @@ struct MuteReloadRestartTests {
         // not a life-safety group's): it is removed.
         #expect(TestWait.until(seconds: 10) { !FileManager.default.fileExists(atPath: record) })
 
-        _ = try Self.writeConfig(in: directory, watch: "smoke_alarm | baby_cry", url: phone.url("/phone"))
+        try Self.writeConfig(in: directory, watch: "smoke_alarm | baby_cry", url: phone.url("/phone"))
         daemon.signal(SIGHUP)
         #expect(TestWait.until(seconds: 20) { Self.journal(daemon).filter { $0.hasPrefix("earshotd: configuration reloaded") }.count == 2 })
         #expect(try control.ask(#"{"status":true}"#)["muted"] as? [String] == ["baby_cry"])
@@ -91,13 +110,9 @@ struct MuteReloadRestartTests {
     @Test("L2: smoke_alarm muted when earshotd stops: recorded (0600), and the next start tells the phone once that it listens again, with a journal line; a record whose end passed, or of a group no longer watched, says so",
           .needsEarshotdBuilt)
     func restartEndsMute() throws {
-        let phone = try HTTPTestServer { _ in .init(status: 200) }
-        defer { phone.stop() }
-        let directory = try NotifyBodyTextTests.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let config = try Self.writeConfig(in: directory, watch: "smoke_alarm | baby_cry", url: phone.url("/phone"))
-        let socket = directory.appendingPathComponent("e.sock").path
-        let record = directory.appendingPathComponent(MuteRecord.fileName).path
+        let setup = try Setup()
+        defer { setup.remove() }
+        let (phone, config, socket, record) = (setup.phone, setup.config, setup.socket, setup.record)
         func run(_ body: (DaemonProcess) throws -> Void) throws -> DaemonProcess {
             let daemon = try DaemonProcess(["--config", config.path, "--foreground", "--input", "-"], standardInput: true)
             defer { daemon.signal(SIGKILL) }

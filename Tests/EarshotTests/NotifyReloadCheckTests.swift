@@ -147,19 +147,38 @@ struct NotifyReloadCheckTests {
         #expect(server.requests.count == 2)
     }
 
+    /// A URL that answers 503 (its first retry 30 s away) to be replaced by one that answers 200, and a started sink
+    /// notifying the first.
+    struct Replacement {
+        let old: HTTPTestServer
+        let new: HTTPTestServer
+        let reports = NotifyTests.Reports()
+        let settings: NotifySettings
+        let sink: NotifySink
+
+        init(configure: (inout NotifySettings) -> Void = { _ in }) throws {
+            old = try HTTPTestServer { _ in .init(status: 503) }
+            new = try HTTPTestServer { _ in .init(status: 200) }
+            settings = NotifyTests.settings([old.url("/old")]) {
+                $0.firstRetryDelaySeconds = 30
+                $0.checkIntervalSeconds = 0
+                configure(&$0)
+            }
+            sink = try NotifyTests.sink(settings, reports)
+        }
+
+        func stop() {
+            sink.stop()
+            old.stop()
+            new.stop()
+        }
+    }
+
     @Test("a reload that replaces a URL: the notification waiting for its retry there goes to the new URL (same id), one journal line says so")
     func reloadHandsOverWaiting() throws {
-        let old = try HTTPTestServer { _ in .init(status: 503) }
-        defer { old.stop() }
-        let new = try HTTPTestServer { _ in .init(status: 200) }
-        defer { new.stop() }
-        let reports = NotifyTests.Reports()
-        let settings = NotifyTests.settings([old.url("/old")]) {
-            $0.firstRetryDelaySeconds = 30
-            $0.checkIntervalSeconds = 0
-        }
-        let sink = try NotifyTests.sink(settings, reports)
-        defer { sink.stop() }
+        let replacement = try Replacement()
+        defer { replacement.stop() }
+        let (old, new, reports, settings, sink) = (replacement.old, replacement.new, replacement.reports, replacement.settings, replacement.sink)
         sink.deliver(RoutedOutput(output: .health(Self.live), time: NotifyTests.time))
         #expect(old.waitForRequests(1, timeout: 10).count == 1)
         #expect(TestWait.until(seconds: 10) { sink.statistics.retrying == 1 })
@@ -285,18 +304,9 @@ struct NotifyReloadCheckTests {
 
     @Test("a reload that replaces a URL whose smoke onset waits for a retry: the new URL is told of the alarm once (the reload's onset, not also the handed-over one), in JSON with url_added_at; its end then reads as usual")
     func addedURLIsToldOnce() throws {
-        let old = try HTTPTestServer { _ in .init(status: 503) }
-        defer { old.stop() }
-        let new = try HTTPTestServer { _ in .init(status: 200) }
-        defer { new.stop() }
-        let reports = NotifyTests.Reports()
-        let settings = NotifyTests.settings([old.url("/old")]) {
-            $0.firstRetryDelaySeconds = 30
-            $0.checkIntervalSeconds = 0
-            $0.onEnd = true
-        }
-        let sink = try NotifyTests.sink(settings, reports)
-        defer { sink.stop() }
+        let replacement = try Replacement { $0.onEnd = true }
+        defer { replacement.stop() }
+        let (old, new, reports, settings, sink) = (replacement.old, replacement.new, replacement.reports, replacement.settings, replacement.sink)
         let onsetTime = NotifyTests.now()
         sink.deliver(RoutedOutput(output: NotifyTests.onset(), time: onsetTime))
         #expect(old.waitForRequests(1, timeout: 10).count == 1)

@@ -63,22 +63,7 @@ struct NotifyStopTests {
         defer { receiver.stop() }
         let directory = try NotifyBodyTextTests.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let config = directory.appendingPathComponent("earshotd.conf")
-        try """
-            [output]
-            socket = \(directory.appendingPathComponent("e.sock").path)
-            journal = false
-            [history]
-            enabled = false
-            [mqtt]
-            node = hall
-            [notify]
-            url = \(receiver.url("/hook"))
-            format = ntfy
-            timeout = 30
-            check_interval = 0
-
-            """.write(to: config, atomically: true, encoding: .utf8)
+        let config = try MuteReloadRestartTests.writeConfig(in: directory, watch: nil, url: receiver.url("/hook"), notify: ["timeout = 30"])
         let daemon = try DaemonProcess(["--config", config.path, "--foreground", "--input", "-"], standardInput: true)
         defer { daemon.signal(SIGKILL) }
         daemon.input.fileHandleForWriting.write(Data(count: 16_000 * 2))
@@ -86,7 +71,7 @@ struct NotifyStopTests {
         let before = Self.journal(daemon).count
         daemon.signal(SIGTERM)
         #expect(daemon.wait(seconds: 20) == 0, "\(daemon.errorText)")
-        #expect(receiver.requests.map { $0.body.hasPrefix("Not listening in hall since ") } == [false, true])
+        #expect(receiver.requests.map { $0.body.hasPrefix("Not listening in kitchen since ") } == [false, true])
         // The attempt ends when the stop's time is up, as the stop's wait for it does: it is counted as still waiting
         // or as returned, by a hair, and is never a failure of the URL.
         let stopLines = Array(Self.journal(daemon).dropFirst(before))
