@@ -85,6 +85,21 @@ struct NotifyStopTests {
         #expect(!daemon.objects.contains { $0["state"] as? String == "notify_failed" })
     }
 
+    @Test("a failure the stop's own attempt finds (a 404 answered 0.5 s after the stop began) is a notify_failed ending '; earshotd is stopping', not 'detection goes on'")
+    func failureFoundWhileStopping() throws {
+        let server = try HTTPTestServer { _ in .init(status: 404, delaySeconds: 0.5) }
+        defer { server.stop() }
+        let reports = NotifyTests.Reports()
+        let sink = try NotifyTests.sink(NotifyTests.settings([server.url("/missing")]) { $0.checkIntervalSeconds = 0 }, reports)
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(), time: NotifyTests.time))
+        sink.stop()
+        #expect(server.requests.count == 1)
+        #expect(reports.healthEvents.map(\.message) == [
+            "notifications to \(NotifySettings.shownURL(server.url("/missing"), index: 0, count: 1)) are failing: HTTP 404 after 1 attempt (check [notify] url); earshotd is stopping",
+        ])
+        #expect(reports.logLines == ["notify: 1 notification was not delivered before stopping"])
+    }
+
     static func journal(_ daemon: DaemonProcess) -> [String] {
         daemon.errorText.split(separator: "\n").map(String.init)
     }

@@ -87,7 +87,8 @@ package final class MuteRecord: Sendable {
         let items: [JSONValue] = ends.sorted { $0.key < $1.key }.map { group, until in
             .object([
                 "group": .string(group), "until": .string(EventJSON.timestamp(until)),
-                "unix_until": .number(until.timeIntervalSince1970, decimals: 3),
+                // Whole milliseconds down, as `until` says it.
+                "unix_until": .number((until.timeIntervalSince1970 * 1000).rounded(.down) / 1000, decimals: 3),
             ])
         }
         return Data((JSONValue.object(["mutes": .array(items)]).encoded + "\n").utf8)
