@@ -19,6 +19,14 @@ public enum StateDirectory {
 }
 
 extension StateDirectory {
+    /// The file `name` beside `historyPath` (`[history] path`, /var/lib/earshot/history.sqlite3 by default, or
+    /// /var/lib/earshot/NAME/... for `earshotd@NAME`): in the daemon's state directory, where it keeps what must
+    /// outlive a restart (`notify-outbox.json`, `mutes.json`).
+    public static func file(_ name: String, besideHistory historyPath: String) -> String {
+        guard let slash = historyPath.lastIndex(of: "/") else { return name }
+        return historyPath[..<slash].isEmpty ? "/" + name : historyPath[..<slash] + "/" + name
+    }
+
     /// The directory of earshotd's configuration files; `earshotd@NAME` reads NAME.conf in it.
     public static let configurationDirectory = "/etc/earshot"
 

@@ -4,6 +4,7 @@ import Glibc
 import EarshotSupport
 import EarshotDetection
 import EarshotOutputs
+import EarshotTools
 
 /// Trial 15 M4, M2, L3: `[notify]` applies at a reload (a test alert after `systemctl reload` tests the new URL),
 /// and each URL is checked between events (an HTTP `HEAD`), so a server that went away is failing before the
@@ -146,19 +147,38 @@ struct NotifyReloadCheckTests {
         #expect(server.requests.count == 2)
     }
 
+    /// A URL that answers 503 (its first retry 30 s away) to be replaced by one that answers 200, and a started sink
+    /// notifying the first.
+    struct Replacement {
+        let old: HTTPTestServer
+        let new: HTTPTestServer
+        let reports = NotifyTests.Reports()
+        let settings: NotifySettings
+        let sink: NotifySink
+
+        init(configure: (inout NotifySettings) -> Void = { _ in }) throws {
+            old = try HTTPTestServer { _ in .init(status: 503) }
+            new = try HTTPTestServer { _ in .init(status: 200) }
+            settings = NotifyTests.settings([old.url("/old")]) {
+                $0.firstRetryDelaySeconds = 30
+                $0.checkIntervalSeconds = 0
+                configure(&$0)
+            }
+            sink = try NotifyTests.sink(settings, reports)
+        }
+
+        func stop() {
+            sink.stop()
+            old.stop()
+            new.stop()
+        }
+    }
+
     @Test("a reload that replaces a URL: the notification waiting for its retry there goes to the new URL (same id), one journal line says so")
     func reloadHandsOverWaiting() throws {
-        let old = try HTTPTestServer { _ in .init(status: 503) }
-        defer { old.stop() }
-        let new = try HTTPTestServer { _ in .init(status: 200) }
-        defer { new.stop() }
-        let reports = NotifyTests.Reports()
-        let settings = NotifyTests.settings([old.url("/old")]) {
-            $0.firstRetryDelaySeconds = 30
-            $0.checkIntervalSeconds = 0
-        }
-        let sink = try NotifyTests.sink(settings, reports)
-        defer { sink.stop() }
+        let replacement = try Replacement()
+        defer { replacement.stop() }
+        let (old, new, reports, settings, sink) = (replacement.old, replacement.new, replacement.reports, replacement.settings, replacement.sink)
         sink.deliver(RoutedOutput(output: .health(Self.live), time: NotifyTests.time))
         #expect(old.waitForRequests(1, timeout: 10).count == 1)
         #expect(TestWait.until(seconds: 10) { sink.statistics.retrying == 1 })
@@ -194,5 +214,129 @@ struct NotifyReloadCheckTests {
         print("L2: the smoke alarm arrived \(waited) s after the notification whose answer was 8 s away")
         #expect(server.waitForRequests(3, timeout: 1).count == 2)
         #expect(reports.healthEvents.isEmpty)
+    }
+
+    // MARK: A URL added while an alarm sounds (trial 16 M2)
+
+    @Test("a reload that adds a URL while the smoke alarm sounds: the added server gets its onset, 'sounding since' its start, saying the reload added it, then its end as usual; the URL kept gets nothing new; one journal line",
+          .needsEarshotdBuilt, .needsShared)
+    func addedURLIsToldWhatSounds() throws {
+        let kept = try HTTPTestServer { _ in .init(status: 200) }
+        defer { kept.stop() }
+        let added = try HTTPTestServer { _ in .init(status: 200) }
+        defer { added.stop() }
+        let scratch = try StopAndPathTests.Scratch()
+        defer { scratch.remove() }
+        let config = scratch.path("earshotd.conf"), socket = scratch.path("e.sock")
+        func write(urls: [String]) throws {
+            try """
+                [detection]
+                watch = smoke_alarm | baby_cry
+                [output]
+                socket = \(socket)
+                journal = false
+                [history]
+                enabled = false
+                [mqtt]
+                node = kitchen
+                [notify]
+                url = \(urls.joined(separator: " "))
+                format = ntfy
+                on_end = true
+                health = false
+                check_interval = 0
+
+                """.write(toFile: config, atomically: true, encoding: .utf8)
+        }
+        try write(urls: [kept.url("/kept")])
+        let daemon = try DaemonProcess(["--config", config, "--foreground", "--input", "-", "--input-speed", "max"], standardInput: true)
+        defer { daemon.signal(SIGKILL) }
+        let control = try UnmuteTests.Control(socket: socket)
+
+        // The alarm sounds from 6.0 s (decided at 9.94 s); the reload comes at 15 s of it.
+        let alarm = TestPaths.sharedFile("audio/alarm-firealarm-detector/Alarm_0.wav")
+        daemon.input.fileHandleForWriting.write(try UnmuteTests.pcm(alarm, to: 15))
+        #expect(try control.status(after: 14.88)["active"] as? [String] == ["smoke_alarm"])
+        #expect(kept.waitForRequests(1, timeout: 20).count == 1, "\(daemon.errorText)")
+        try write(urls: [kept.url("/kept"), added.url("/added")])
+        let before = Date()
+        daemon.signal(SIGHUP)
+        #expect(TestWait.until(seconds: 20) { daemon.errorText.contains("earshotd: configuration reloaded") }, "\(daemon.errorText)")
+        let after = Date()
+        #expect(added.waitForRequests(1, timeout: 20).count == 1, "\(daemon.errorText)")
+        // The rest of the alarm and 10 s of quiet: its pattern stops, then the input ends.
+        daemon.input.fileHandleForWriting.write(try UnmuteTests.pcm(alarm, from: 15) + Data(count: 10 * 16_000 * 2))
+        try daemon.input.fileHandleForWriting.close()
+        #expect(daemon.wait(seconds: 90) == 0, "\(daemon.errorText)")
+
+        let smoke = daemon.objects.filter { $0["group"] as? String == "smoke_alarm" }
+        try #require(smoke.map { $0["type"] as? String ?? "" } == ["detection", "detection_end"], "\(smoke)")
+        let started = try #require(EventTextFormat.date(fromTimestamp: smoke[0]["time"] as? String ?? ""))
+        let ended = try #require(EventTextFormat.date(fromTimestamp: smoke[1]["time"] as? String ?? ""))
+        let duration = JSONValue.format(try #require(smoke[1]["duration"] as? Double), decimals: 1)
+        #expect(smoke[1]["reason"] as? String == "pattern_stopped")
+        let end = "Smoke alarm in kitchen ended at \(NotificationMessage.clock(ended)), after \(duration) s\nT3 pattern at 3132 Hz"
+
+        // The URL kept: the onset and the end, nothing more.
+        let keptRequests = kept.waitForRequests(3, timeout: 2)
+        #expect(keptRequests.map { $0.header("Title") ?? "" } == ["kitchen: Smoke alarm", "kitchen: Smoke alarm ended"])
+        let onsetLines = keptRequests.first?.body.split(separator: "\n").map(String.init) ?? []
+        #expect(onsetLines.first == "Smoke alarm sounding in kitchen at \(NotificationMessage.clock(started))")
+        #expect(keptRequests.last?.body == end)
+        // The URL added: told of the alarm sounding since its start, why now, at the onset's priority; then its end.
+        let addedRequests = added.waitForRequests(3, timeout: 2)
+        #expect(addedRequests.map { $0.header("Title") ?? "" } == ["kitchen: Smoke alarm", "kitchen: Smoke alarm ended"])
+        let told = Set([before, after].map {
+            "Smoke alarm sounding in kitchen since \(NotificationMessage.clock(started)) (this URL was added by a reload at \(NotificationMessage.clock($0)))"
+        })
+        let toldLines = addedRequests.first?.body.split(separator: "\n").map(String.init) ?? []
+        #expect(told.contains(toldLines.first ?? ""), "\(toldLines)")
+        // The same evidence as the onset's (the fusion with the classifier may vary between runs, not within one).
+        #expect(toldLines.dropFirst() == onsetLines.dropFirst())
+        #expect(addedRequests.first?.header("Priority") == "5")
+        #expect(addedRequests.first?.header("Tags") == "rotating_light,smoke_alarm")
+        #expect(addedRequests.last?.body == end)
+        #expect(addedRequests.first?.path == "/added")
+        let journal = daemon.errorText.split(separator: "\n").map(String.init)
+        #expect(journal.filter { $0.contains("added by the reload") }
+            == ["earshotd: notify: \(NotifySettings.shownURL(added.url("/added"), index: 1, count: 2)), added by the reload, is sent the onset of what is going on: smoke_alarm since \(NotificationMessage.clock(started))"])
+    }
+
+    @Test("a reload that replaces a URL whose smoke onset waits for a retry: the new URL is told of the alarm once (the reload's onset, not also the handed-over one), in JSON with url_added_at; its end then reads as usual")
+    func addedURLIsToldOnce() throws {
+        let replacement = try Replacement { $0.onEnd = true }
+        defer { replacement.stop() }
+        let (old, new, reports, settings, sink) = (replacement.old, replacement.new, replacement.reports, replacement.settings, replacement.sink)
+        let onsetTime = NotifyTests.now()
+        sink.deliver(RoutedOutput(output: NotifyTests.onset(), time: onsetTime))
+        #expect(old.waitForRequests(1, timeout: 10).count == 1)
+        #expect(TestWait.until(seconds: 10) { sink.statistics.retrying == 1 })
+        var changed = settings
+        changed.urls = [new.url("/new")]
+        let before = Date()
+        sink.apply(try sink.prepare(changed))
+        let after = Date()
+        let requests = new.waitForRequests(2, timeout: 3)
+        try #require(requests.count == 1, "\(requests.map(\.body))")
+        let body = try #require(try JSONSerialization.jsonObject(with: Data(requests[0].body.utf8)) as? [String: Any])
+        #expect(body["type"] as? String == "detection")
+        #expect(body["time"] as? String == EventJSON.timestamp(onsetTime))
+        let addedAt = try #require(EventTextFormat.date(fromTimestamp: body["url_added_at"] as? String ?? ""))
+        #expect(addedAt.timeIntervalSince(before) >= -0.001 && after.timeIntervalSince(addedAt) >= -0.001)
+        #expect(requests[0].header("X-Earshot-Notification-Id") != old.requests[0].header("X-Earshot-Notification-Id"))
+        // The two lines come from two queues: in either order.
+        #expect(TestWait.until(seconds: 10) { reports.logLines.count == 2 })
+        let (shownNew, shownOld) = (NotifySettings.shownURL(new.url("/new"), index: 0, count: 1), NotifySettings.shownURL(old.url("/old"), index: 0, count: 1))
+        #expect(Set(reports.logLines) == [
+            "notify: \(shownNew), added by the reload, is sent the onset of what is going on: smoke_alarm since \(NotificationMessage.clock(onsetTime))",
+            "notify: the reload removed \(shownOld) from [notify]: 1 notification waiting for it is handed to \(shownNew)",
+        ])
+        // Its end goes to the new URL as for any event whose onset it accepted.
+        sink.deliver(RoutedOutput(output: NotifyTests.end(), time: onsetTime.addingTimeInterval(5)))
+        let withEnd = new.waitForRequests(2, timeout: 10)
+        try #require(withEnd.count == 2)
+        #expect(withEnd[1].body.hasPrefix(#"{"type":"detection_end","group":"smoke_alarm","#))
+        #expect(!withEnd[1].body.contains("onset_delivered"))
+        #expect(old.requests.count == 1)
     }
 }

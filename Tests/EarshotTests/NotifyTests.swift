@@ -240,6 +240,8 @@ struct NotifyTests {
         let reports = Reports()
         let sink = try Self.sink(Self.settings([server.url("/missing")]) { $0.firstRetryDelaySeconds = 0.05 }, reports)
         sink.deliver(RoutedOutput(output: Self.onset(), time: Self.time))
+        // Given up before the stop (a failure found by the stop's own attempt ends "; earshotd is stopping").
+        #expect(TestWait.until(seconds: 10) { reports.healthEvents.count == 1 })
         sink.stop()
         #expect(server.requests.count == 1)
         #expect(reports.healthEvents.map(\.message) == ["notifications to http://127.0.0.1:\(server.port)/miss… are failing: HTTP 404 after 1 attempt (check [notify] url); detection goes on, and further failures are counted until one gets through"])

@@ -45,8 +45,7 @@ package enum NotifyOutbox {
     /// The outbox beside `historyPath` (`[history] path`, /var/lib/earshot/history.sqlite3 by default, or
     /// /var/lib/earshot/NAME/... for `earshotd@NAME`): the daemon's state directory.
     package static func path(besideHistory historyPath: String) -> String {
-        guard let slash = historyPath.lastIndex(of: "/") else { return fileName }
-        return historyPath[..<slash].isEmpty ? "/" + fileName : historyPath[..<slash] + "/" + fileName
+        StateDirectory.file(fileName, besideHistory: historyPath)
     }
 
     /// How old a kept notification of `group` may be and still be sent: 24 h for an urgent group (smoke, CO, fire:

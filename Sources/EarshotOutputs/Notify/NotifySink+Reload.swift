@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Dispatch
 import Synchronization
 import EarshotSupport
@@ -10,10 +11,15 @@ import EarshotDetection
 /// on_end, health, repeat_after, timeout, retries, check_interval) for the notifications decided from then on; the
 /// sink's own state goes on (open events, their reminders, `repeat_after`'s last notifications, what the phone was
 /// told about monitoring), so an alarm sounding through the reload gets its reminders and its end at the new URLs.
-/// A URL kept (the same text) keeps its queue, its retries and its failing state. A URL removed:
+/// A URL kept (the same text) keeps its queue, its retries and its failing state, and is sent nothing new. A URL
+/// added is sent, first, the onset of each event going on (open, or ended by a reload or gap and held for
+/// `continuationSeconds`) of a group it notifies, worded as news told late (``NotificationMessage/addedByReload(at:)``:
+/// `Smoke alarm sounding in kitchen since 20:43:38 (this URL was added by a reload at 20:44:00)`), so that its
+/// reminders and end never speak of a sound it was not told of (trial 16 M2); one journal line names them. An event
+/// whose onset a mute holds back is not among them: it is announced to every URL when the mute ends. A URL removed:
 /// - its notifications waiting (queued, or waiting for a retry: the server was away) go to the URLs the reload
 ///   added, each once, as if first queued there: a user who replaces a dead topic gets the alarm that was waiting
-///   for it. Test alerts are not moved (a test alert tests the URL it was sent to; one not tried yet is told "not
+///   for it (the onset or a reminder of an event going on excepted: the added URLs were told of it above). Test alerts are not moved (a test alert tests the URL it was sent to; one not tried yet is told "not
 ///   sent"). With no URL added they are dropped: the URLs kept have their own copies. Said in one journal line per
 ///   removed URL with notifications waiting, naming how many; counted in ``Statistics/failed``;
 /// - its failing state is cleared with `notify_recovered` (`... no longer failing: the URL was removed from
@@ -60,25 +66,50 @@ extension NotifySink {
     /// URLs' notifications are handed over on their queues).
     package func apply(_ reconfiguration: Reconfiguration) {
         let settings = reconfiguration.settings
-        let (added, renamed) = configured.withLock { configured in
-            let old = configured.targets
-            configured.settings = settings
-            configured.targets = reconfiguration.targets
-            let removed = old.filter { target in !reconfiguration.targets.contains { $0 === target } }
-            let added = reconfiguration.targets.filter { target in !old.contains { $0 === target } }
-            var renamed: [(Target, old: String)] = []
-            for (target, shown) in zip(reconfiguration.targets, reconfiguration.shown) {
-                let before = target.status.shown.withLock { name in defer { name = shown }; return name }
-                if before != shown, old.contains(where: { $0 === target }) { renamed.append((target, before)) }
-            }
-            // Under the lock: every job queued for a removed URL (``enqueue``) is on its queue before this block.
-            let handedOver = HandedOver()
-            for target in removed {
-                for channel in target.channels {
-                    channel.queue.async { [self] in retire(channel, handingOverTo: added, handedOver: handedOver) }
+        let reloadTime = Date()
+        // The state's lock first (as ``deliver(_:)``, which queues an event's onset and end under it): an event is
+        // open here, and the URLs added are told of it below, or its onset or end is queued already.
+        let (added, renamed, told, full) = state.withLock { state in
+            let going = Self.goingOn(state, groups: settings.groups)
+            return configured.withLock { configured in
+                let old = configured.targets
+                configured.settings = settings
+                configured.targets = reconfiguration.targets
+                let removed = old.filter { target in !reconfiguration.targets.contains { $0 === target } }
+                let added = reconfiguration.targets.filter { target in !old.contains { $0 === target } }
+                var renamed: [(Target, old: String)] = []
+                for (target, shown) in zip(reconfiguration.targets, reconfiguration.shown) {
+                    let before = target.status.shown.withLock { name in defer { name = shown }; return name }
+                    if before != shown, old.contains(where: { $0 === target }) { renamed.append((target, before)) }
                 }
+                // The onset of each event going on, to the URLs added only, before anything else is queued there:
+                // its reminders and end follow it as for any onset.
+                var full: [(Target, Int)] = []
+                if !added.isEmpty {
+                    for (group, event) in going {
+                        let onset = NotificationMessage(
+                            object: event.object, group: group, kind: .onset, format: settings.format, node: settings.node,
+                            time: event.since)
+                        full += queueJobs(onset.addedByReload(at: reloadTime), receipt: nil, to: added, settings: settings,
+                                          restored: false, id: nil)
+                    }
+                }
+                // Under the lock: every job queued for a removed URL (``enqueue``) is on its queue before this block.
+                let handedOver = HandedOver(told: added.isEmpty ? [:] : Dictionary(
+                    going.map { ($0.group, EventJSON.timestamp($0.event.since)) }, uniquingKeysWith: { first, _ in first }))
+                for target in removed {
+                    for channel in target.channels {
+                        channel.queue.async { [self] in retire(channel, handingOverTo: added, handedOver: handedOver) }
+                    }
+                }
+                return (added, renamed, added.isEmpty ? [] : going, full)
             }
-            return (added, renamed)
+        }
+        if !full.isEmpty { dropped.wrappingAdd(full.count, ordering: .relaxed) }
+        if !told.isEmpty {
+            let events = told.map { "\($0.group) since \(NotificationMessage.clock($0.event.since))" }
+            log("notify: \(added.map(\.origin).joined(separator: ", ")), added by the reload, \(added.count == 1 ? "is" : "are") "
+                + "sent the onset of what is going on: \(events.joined(separator: ", "))", 6)
         }
         for target in reconfiguration.targets where !added.contains(where: { $0 === target }) {
             target.answerWait = settings.timeoutSeconds
@@ -116,7 +147,7 @@ extension NotifySink {
                 }
             } else if !added.isEmpty {
                 moved += 1
-                if handedOver.ids.withLock({ $0.insert(job.id).inserted }) {
+                if !handedOver.wasTold(job.message), handedOver.ids.withLock({ $0.insert(job.id).inserted }) {
                     if job.restored { restoredLeft.wrappingAdd(added.count, ordering: .relaxed) }
                     enqueue(job.message, to: added, restored: job.restored, id: job.id)
                 }
@@ -142,9 +173,36 @@ extension NotifySink {
         }
     }
 
-    /// The ids of the notifications one reload handed over (``retire(_:handingOverTo:handedOver:)``).
+    /// The ids of the notifications one reload handed over (``retire(_:handingOverTo:handedOver:)``), and the
+    /// groups whose event going on the added URLs were told of (an onset or reminder of theirs is not handed over:
+    /// it would tell them twice).
     private final class HandedOver: Sendable {
         let ids = Mutex(Set<String>())
+        /// Each group told of, and its event's start as its JSON says it (an onset's `time`, a reminder's `since`).
+        let told: [String: String]
+
+        init(told: [String: String]) {
+            self.told = told
+        }
+
+        /// Whether `message` is the onset or a reminder of an event the added URLs were told of.
+        func wasTold(_ message: NotificationMessage) -> Bool {
+            guard let since = told[message.group] else { return false }
+            switch message.kind {
+            case .onset: return message.object["time"]?.stringValue == since
+            case .reminder: return message.object["since"]?.stringValue == since
+            default: return false
+            }
+        }
+    }
+
+    /// The events going on (open, or ended by a reload or a gap and held to see whether they go on), of the
+    /// `groups` notified (all when empty), in the order they began: what a URL a reload adds is told of.
+    private static func goingOn(_ state: State, groups: [String]) -> [(group: String, event: OpenEvent)] {
+        let held = state.heldEnds.compactMap { group, end in end.onset.map { (group: group, event: $0) } }
+        return (state.open.map { (group: $0.key, event: $0.value) } + held)
+            .filter { groups.isEmpty || groups.contains($0.group) }
+            .sorted { $0.event.generation < $1.event.generation }
     }
 
     /// Routes `health` (`notify_failed`, `notify_recovered`) to the other outputs.

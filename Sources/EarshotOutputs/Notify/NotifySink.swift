@@ -91,7 +91,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     private let stopDeadline = Atomic<UInt64>(0)
     private let sent = Atomic<Int>(0)
     let failed = Atomic<Int>(0)
-    private let dropped = Atomic<Int>(0)
+    let dropped = Atomic<Int>(0)
     private let suppressed = Atomic<Int>(0)
     private let reminders = Atomic<Int>(0)
     /// ``NotifyOutbox``'s file, or nil: none kept.
@@ -115,6 +115,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         var generation: Int
         var object: JSONObject
         var time: Date
+        /// The event it ends, as it was open: a URL a reload adds meanwhile is told of its onset (``apply(_:)``).
+        var onset: OpenEvent?
     }
 
     /// What the phone was last told about monitoring (``NotifySettings/health``).
@@ -425,10 +427,10 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             case carryOn(reminderGeneration: Int, after: Double?), end(Bool), hold(generation: Int), none
         }
         let continuation = settings.continuationSeconds
-        let decision = state.withLock { state -> Decision in
+        func decide(_ state: inout State) -> Decision {
             guard !state.stopped else { return .none }
             if !isOnset {
-                state.open[group] = nil
+                let opened = state.open.removeValue(forKey: group)
                 let notifyEnd = state.notifiedOpen.remove(group) != nil && settings.onEnd
                 guard notifyEnd else { return .end(false) }
                 // A reload or a gap ended the event, not the sound: wait for the group's next onset.
@@ -436,7 +438,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 if continuation > 0, reason == DetectionEvent.EndReason.reload.rawValue
                     || reason == DetectionEvent.EndReason.streamGap.rawValue {
                     state.generation += 1
-                    state.heldEnds[group] = HeldEnd(generation: state.generation, object: object, time: routed.time)
+                    state.heldEnds[group] = HeldEnd(generation: state.generation, object: object, time: routed.time, onset: opened)
                     return .hold(generation: state.generation)
                 }
                 // The phone now says the sound ended: the next onset is news, whatever repeat_after says.
@@ -462,11 +464,20 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             if !isPoint { state.notifiedOpen.insert(group) }
             return .notify(reminderGeneration: generation)
         }
+        // Queued under the state's lock, which a reload's ``apply(_:)`` takes too: a URL the reload adds finds the
+        // event open (and is told of its onset) or gets this onset or end from here, never both nor neither.
+        let decision = state.withLock { state -> Decision in
+            let decision = decide(&state)
+            switch decision {
+            case .end(true): enqueue(message(object, group: group, kind: .end, time: routed.time))
+            case .notify: enqueue(message(object, group: group, kind: .onset, time: routed.time))
+            default: break
+            }
+            return decision
+        }
         switch decision {
-        case .none, .end(false):
+        case .none, .end:
             return
-        case .end(true):
-            enqueue(message(object, group: group, kind: .end, time: routed.time))
         case .hold(let generation):
             reminderQueue.asyncAfter(deadline: .now() + continuation) { [weak self] in
                 self?.releaseHeldEnd(group: group, generation: generation)
@@ -477,7 +488,6 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             suppressed.wrappingAdd(1, ordering: .relaxed)
             if let generation, repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: after) }
         case .notify(let generation):
-            enqueue(message(object, group: group, kind: .onset, time: routed.time))
             if let generation, repeatAfter > 0 { scheduleReminder(group: group, generation: generation, after: repeatAfter) }
         }
     }
@@ -611,14 +621,13 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
 
     /// A held end whose group had no onset within ``NotifySettings/continuationSeconds``: notified now.
     private func releaseHeldEnd(group: String, generation: Int) {
-        let held = state.withLock { state -> HeldEnd? in
-            guard !state.stopped, let held = state.heldEnds[group], held.generation == generation else { return nil }
+        state.withLock { state in
+            guard !state.stopped, let held = state.heldEnds[group], held.generation == generation else { return }
             state.heldEnds[group] = nil
             state.lastNotified[group] = nil
-            return held
+            // Under the lock, as ``deliver(_:)``'s ends.
+            enqueue(message(held.object, group: group, kind: .end, time: held.time))
         }
-        guard let held else { return }
-        enqueue(message(held.object, group: group, kind: .end, time: held.time))
     }
 
     /// Sets the group's next reminder (replacing the one before, see ``State/reminder``); a timer is armed only
@@ -688,6 +697,22 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         _ message: NotificationMessage, receipt: TestAlertReceipt? = nil, to only: [Target]? = nil, restored: Bool = false,
         id given: String? = nil
     ) {
+        let full = configured.withLock { configured in
+            queueJobs(message, receipt: receipt, to: only ?? configured.targets, settings: configured.settings,
+                      restored: restored, id: given)
+        }
+        for (target, waiting) in full {
+            dropped.wrappingAdd(1, ordering: .relaxed)
+            receipt?.report(.notSent("its queue is full (\(waiting) notifications waiting)"), for: destination(target))
+        }
+    }
+
+    /// ``enqueue(_:receipt:to:restored:id:)``'s work under ``configured``'s lock (`settings` are the ones it holds):
+    /// returns the channels whose queue was full, with how many were waiting there.
+    func queueJobs(
+        _ message: NotificationMessage, receipt: TestAlertReceipt?, to targets: [Target], settings: NotifySettings,
+        restored: Bool, id given: String?
+    ) -> [(Target, Int)] {
         let now = Self.uptime()
         let isEvent = message.kind == .onset || message.kind == .reminder || message.kind == .end
         let lane = isEvent ? "group \(message.group)" : message.kind == .health ? "health" : message.kind == .mute ? "mute" : "test"
@@ -697,26 +722,20 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
             ? urgent ? settings.urgentRetrySeconds : settings.onsetRetrySeconds
             : 0
         let id = given ?? "\(runID)-\(queuedCount.add(1, ordering: .relaxed).newValue)"
-        let full = configured.withLock { configured -> [(Target, Int)] in
-            var full: [(Target, Int)] = []
-            for url in only ?? configured.targets {
-                // Smoke, CO and fire in their own channel (``Target/urgentChannel``).
-                let target = urgent ? url.urgentChannel ?? url : url
-                let waiting = target.pending.load(ordering: .relaxed)
-                if waiting >= configured.settings.queueLimit {
-                    full.append((target, waiting))
-                    continue
-                }
-                target.pending.wrappingAdd(1, ordering: .relaxed)
-                queue(message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id,
-                      restored: restored, on: target)
+        var full: [(Target, Int)] = []
+        for url in targets {
+            // Smoke, CO and fire in their own channel (``Target/urgentChannel``).
+            let target = urgent ? url.urgentChannel ?? url : url
+            let waiting = target.pending.load(ordering: .relaxed)
+            if waiting >= settings.queueLimit {
+                full.append((target, waiting))
+                continue
             }
-            return full
+            target.pending.wrappingAdd(1, ordering: .relaxed)
+            queue(message, receipt: receipt, lane: lane, urgent: urgent, retryWindow: retryWindow, due: now, id: id,
+                  restored: restored, on: target)
         }
-        for (target, waiting) in full {
-            dropped.wrappingAdd(1, ordering: .relaxed)
-            receipt?.report(.notSent("its queue is full (\(waiting) notifications waiting)"), for: destination(target))
-        }
+        return full
     }
 
     /// On `target`'s queue: `message` as a new job, or as the newer reminder in place of the lane's one waiting.
@@ -812,6 +831,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         let message = job.message
         let receipt = job.receipt
         var timeout = target.answerWait
+        // Whether this attempt waits less than it would because the stop's time ends first.
+        var shortenedByStop = false
         if stopping.load(ordering: .relaxed) {
             guard job.attempts == 0 else {
                 keep(message, for: target)
@@ -827,6 +848,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 giveUp(message, on: target, problem: job.lastProblem, attempts: 0, retryable: true, reported: true)
                 return nil
             }
+            shortenedByStop = left < timeout
             timeout = min(timeout, left)
         }
         if job.attempts == 0 { job.started = Self.uptime() }
@@ -845,6 +867,9 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         if case .status = outcome, took <= settings.timeoutSeconds { target.answerWait = settings.timeoutSeconds }
         let retryable: Bool
         var retryAfter: Double?
+        // Cut off by the stop's deadline, not failed (trial 16 L5): the stop's own line counts it, and the URL is
+        // not said to be failing.
+        var cutOff = false
         switch outcome {
         case .status(let status, _) where (200..<300).contains(status):
             if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
@@ -869,7 +894,8 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .failed(let text, let requestSent):
             job.lastProblem = text
             retryable = true
-            if requestSent {
+            cutOff = shortenedByStop && took >= timeout - 0.05
+            if requestSent, !cutOff {
                 target.status.answerLock.withLock { _ in target.status.failedWithAnswer.store(true, ordering: .relaxed) }
                 job.unanswered += 1
                 // Waited its whole time for the answer: a server slower than that would get a copy per attempt
@@ -915,7 +941,7 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
                 + "says since when it sounds", 4)
         }
         giveUp(message, on: target, problem: job.lastProblem, attempts: attempt, unanswered: job.unanswered,
-               retryable: retryable, reported: job.reported)
+               retryable: retryable, reported: job.reported || cutOff)
         return nil
     }
 
@@ -940,15 +966,19 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         reportFailing(target, problem: problem, attempts: attempts, unanswered: unanswered, retryable: retryable, note: "")
     }
 
-    /// The `notify_failed` health event, once per outage of `target` (until it accepts one again).
+    /// The `notify_failed` health event, once per outage of `target` (until it accepts one again). While stopping
+    /// (a notification given up by the stop, or failing in its last attempt) it ends `; earshotd is stopping`: detection
+    /// does not go on.
     func reportFailing(
         _ target: Target, problem: String, attempts: Int, unanswered: Int, retryable: Bool, note: String
     ) {
         guard !target.status.failing.exchange(true, ordering: .relaxed) else { return }
         let advice = retryable ? "" : " (check [notify] url)"
+        let then = stopping.load(ordering: .relaxed)
+            ? "earshotd is stopping" : "detection goes on, and further failures are counted until one gets through"
         let health = HealthEvent(
             state: .notifyFailed,
-            message: "notifications to \(target.origin) are failing: \(problem) \(Self.attempts(attempts, unanswered: unanswered))\(advice)\(note); detection goes on, and further failures are counted until one gets through",
+            message: "notifications to \(target.origin) are failing: \(problem) \(Self.attempts(attempts, unanswered: unanswered))\(advice)\(note); \(then)",
             details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))])
         state.withLock { $0.reportHealth }?(health)
     }
@@ -1056,6 +1086,7 @@ package struct NotificationMessage: Sendable, Equatable {
         case .ntfy:
             let place = node.isEmpty ? "" : " in \(node)"
             let clock = Self.clock(time)
+            let addedAt = kind == .onset ? object[Self.urlAddedKey]?.stringValue.flatMap(Self.utcDate) : nil
             var title: String
             var line: String
             var details: String?
@@ -1131,7 +1162,9 @@ package struct NotificationMessage: Sendable, Equatable {
                     // is told so rather than given the unmute's time as the start.
                     line = object["reason"]?.stringValue == EventLines.unmutedReason
                         ? "\(subject) \(verb)\(place): it began while muted, announced at \(clock) when unmuted"
-                        : "\(subject) \(verb)\(place) at \(clock)"
+                        : "\(subject) \(verb)\(place) \(addedAt == nil ? "at" : "since") \(clock)"
+                    // Told to a URL a reload added while the event went on (trial 16 M2): since when, and why now.
+                    if let addedAt { line += " (this URL was added by a reload at \(Self.clock(addedAt)))" }
                     details = detail.map { d in shown.map { "\(d) (\($0))" } ?? d } ?? shown
                     title = prefix + subject
                     (priority, tags) = (soundingPriority, soundingTags)
@@ -1186,9 +1219,11 @@ package struct NotificationMessage: Sendable, Equatable {
             // On a line of its own, the last: every attempt of one notification has the same title and first line.
             // A reminder that stands for an onset never delivered says since when it sounds instead.
             var late = ""
+            // An onset told to a URL a reload added is late from the reload on.
+            let due = addedAt ?? time
             if let sentAt, kind != .reminder || !onsetMissed,
-               keptOverRestart || sentAt.timeIntervalSince(time) > Self.lateAfterSeconds {
-                late = "\n(delivered \(Self.lateness(max(0, sentAt.timeIntervalSince(time)))) late)"
+               keptOverRestart || sentAt.timeIntervalSince(due) > Self.lateAfterSeconds {
+                late = "\n(delivered \(Self.lateness(max(0, sentAt.timeIntervalSince(due)))) late)"
             }
             headers = ["Title: \(title)", "Priority: \(priority)", "Tags: \(tags.joined(separator: ","))",
                        "Content-Type: text/plain; charset=utf-8"].map(Self.headerSafe)
@@ -1241,6 +1276,22 @@ package struct NotificationMessage: Sendable, Equatable {
         NotificationMessage(
             object: object, group: group, kind: kind, format: format, node: node, time: time, onsetMissed: true,
             keptOverRestart: keptOverRestart)
+    }
+
+    /// The field an onset told to a URL a reload added carries (``addedByReload(at:)``): when the reload was.
+    package static let urlAddedKey = "url_added_at"
+
+    /// This onset, for a URL that a reload at `reloadTime` added while the event was still going on (trial 16 M2):
+    /// ntfy `Smoke alarm sounding in kitchen since 20:43:38 (this URL was added by a reload at 20:44:00)`, with the
+    /// onset's title, priority and evidence (one announced when its group was unmuted keeps that wording, `...: it
+    /// began while muted, announced at 19:15:02 when unmuted (this URL was added by a reload at 19:16:00)`); a last
+    /// line `(delivered 25 s late)` counts from the reload. JSON: the onset's object (its own `time`) with
+    /// `"url_added_at"`, the reload's time.
+    package func addedByReload(at reloadTime: Date) -> NotificationMessage {
+        var object = object
+        object[Self.urlAddedKey] = .string(EventJSON.timestamp(reloadTime))
+        return NotificationMessage(
+            object: object, group: group, kind: kind, format: format, node: node, time: time, keptOverRestart: keptOverRestart)
     }
 
     /// The plain name of what a group's events are, as a title and a first line start: the group's title

@@ -90,11 +90,15 @@ package struct MuteChange: Sendable, Equatable {
         case unmuted
         /// Its mute of `minutes` ended by itself.
         case ended(minutes: Int)
+        /// Its mute until `until` (wall-clock time), in force when earshotd last stopped (or crashed), ended by the
+        /// restart: said once at the next start (``DaemonOutput/mute(_:)``, trial 16 L2).
+        case endedByRestart(until: Date)
     }
 
     package var group: String
     package var kind: Kind
-    /// Who asked (`the event socket`, `an MQTT command`); nil for ``Kind/ended(minutes:)``.
+    /// Who asked (`the event socket`, `an MQTT command`); nil for ``Kind/ended(minutes:)`` and
+    /// ``Kind/endedByRestart(until:)``.
     package var requestedBy: String?
 
     package init(group: String, kind: Kind, requestedBy: String? = nil) {

@@ -106,6 +106,11 @@ package final class EarshotDaemon: @unchecked Sendable {
     private let streamNow = Atomic<UInt64>(0)
     /// `[detection] alarm_mute_minutes` and `mute_minutes`: replaced on reload (control queue), read by commands.
     private let muteDefaults: Mutex<DaemonConfiguration.Mutes>
+    /// The smoke, CO and fire mutes in force, kept in the state directory for the next start (with `[notify]` on:
+    /// the phone is told of those mutes), or nil.
+    private let muteRecord: MuteRecord?
+    /// Those the last run left (in force when it stopped or crashed): told as ended at ``run()``.
+    private let mutesLeft: [(group: String, until: Date)]
 
     /// What a mute's duration counts: the boot clock (`CLOCK_BOOTTIME`: a step of the wall clock does not move a
     /// mute's end, and a suspend counts), or, for input replayed faster or slower than real time (`--input-speed`),
@@ -256,6 +261,11 @@ package final class EarshotDaemon: @unchecked Sendable {
             : nil
         self.notifySink = notifySink
         if let notifySink { sinks.append(notifySink) }
+        let muteRecord = notifySink == nil ? nil : MuteRecord(
+            path: StateDirectory.file(MuteRecord.fileName, besideHistory: historySettings.path),
+            log: { line, priority in journal.log(line, priority: priority) })
+        self.muteRecord = muteRecord
+        mutesLeft = muteRecord?.takeLeft() ?? []
         // Last, so that it stops first: `offline` goes out while the other outputs still run.
         let mqttSink = mqttSettings.enabled
             ? try MQTTSink(
@@ -383,6 +393,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         }
         router.start()
         routeControls()
+        tellMutesLeft()
         analysisQueue.async { [self] in pipeline.start(audioArrived: audioArrived) }
         // A session the previous daemon was running when it stopped goes on first (the schedule then finds it).
         analysisQueue.async { [sleep] in sleep.resumeInterruptedSession() }
@@ -899,6 +910,7 @@ package final class EarshotDaemon: @unchecked Sendable {
         let end = now + Double(minutes) * 60
         let changed = mutes.mute(group, until: end, minutes: minutes)
         let until = wallTime(ofMuteEnd: end, now: now)
+        if GroupMutes.lifeSafetyGroups.contains(group) { muteRecord?.muted(group, until: until) }
         journal.log(Self.mutedLine(group: group, renewed: !changed, by: by, minutes: minutes, until: until, now: clock.now()))
         routeControls()
         router.route(.mute(MuteChange(group: group, kind: .muted(minutes: minutes, until: until), requestedBy: by)))
@@ -915,6 +927,7 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// it still open is announced. Any queue. Returns whether it was muted.
     private func unmuteGroup(_ group: String, by: String) -> Bool {
         guard mutes.unmute(group) else { return false }
+        muteRecord?.unmuted(group)
         journal.log("\(group) unmuted \(by)")
         routeControls()
         router.route(.mute(MuteChange(group: group, kind: .unmuted, requestedBy: by)))
@@ -927,10 +940,28 @@ package final class EarshotDaemon: @unchecked Sendable {
     /// stream's time, so that an event still open is announced in order with the stage's outputs).
     private func endMutes(at now: Double) {
         for (group, mute) in mutes.expire(at: now) {
+            muteRecord?.unmuted(group)
             journal.log("\(group) unmuted: its \(MuteText.duration(minutes: mute.minutes)) mute ended")
             routeControls()
             router.route(.mute(MuteChange(group: group, kind: .ended(minutes: mute.minutes))))
             pipeline.announceHeldOnset(of: group)
+        }
+    }
+
+    /// The smoke, CO and fire mutes the last run left in force (it stopped, crashed or lost power before they ended):
+    /// ended by this start, so the phone, last told `No smoke alarm alerts until 20:59`, is told that the group
+    /// listens again (trial 16 L2), once; a group no longer watched gets only the journal line.
+    private func tellMutesLeft() {
+        let watched = controlGroups.withLock { $0.groups }
+        let now = clock.now()
+        for (group, until) in mutesLeft {
+            let end = until > now ? "until \(MuteText.clock(until, now: now)), and this start ended it" : "until \(MuteText.clock(until)), which passed while earshotd was stopped"
+            guard watched.contains(group) else {
+                journal.log("\(group) was muted when earshotd last stopped (\(end)); it is no longer watched")
+                continue
+            }
+            journal.log("\(group) was muted when earshotd last stopped (\(end)): its events are published")
+            router.route(.mute(MuteChange(group: group, kind: .endedByRestart(until: until))), at: now)
         }
     }
 
@@ -1149,6 +1180,12 @@ package final class EarshotDaemon: @unchecked Sendable {
             for line in loaded.set.notes(windowDuration: fresh.analysis.windowDuration) { journal.log(line) }
             server.setKnownGroups(plan.subscribable, unwatched: plan.unwatched)
             controlGroups.withLock { $0 = (plan.stateGroups, plan.eventGroups) }
+            // A group no longer watched is no longer muted (trial 16 L1: its mute stayed in the status, and unmute
+            // refused it): no unmute is told, since nothing of it is heard either way.
+            for group in mutes.forget(groupsNotIn: Set(plan.stateGroups)) {
+                muteRecord?.unmuted(group)
+                journal.log("\(group) is no longer muted: the reload stopped watching it")
+            }
             muteDefaults.withLock { $0 = fresh.mutes }
             routeControls()
             var restartNeeded: [String] = []
@@ -1287,6 +1324,10 @@ package final class EarshotDaemon: @unchecked Sendable {
         let firstSecond = stopStarted + .milliseconds(Int(Self.clipStopSeconds * 1000))
         let reportsWritten = sleep.finishReports(until: firstSecond)
         let clipsWritten = clipWriter?.finishWrites(until: firstSecond) ?? true
+        // The mutes in force are on disk for the next start (their file is written as they change).
+        if muteRecord?.finishWrites(until: firstSecond) == false {
+            journal.log("the smoke, CO and fire mutes were not recorded within \(SettingRules.format(Self.clipStopSeconds)) s of the stop: the next start may not tell the phone of them", priority: 4)
+        }
         statisticsTimer?.cancel()
         stopStep.withLock { $0 = "delivering outputs to the sinks" }
         // A webhook or broker that does not answer gets what is left of the stop's time but the local sinks' share:

@@ -61,6 +61,19 @@ package final class GroupMutes: Sendable {
         state.withLock { $0.ends.removeValue(forKey: group) != nil }
     }
 
+    /// Forgets the mutes of the groups not in `watched` (a reload stopped watching them), and an onset still held
+    /// back for them (their events ended at that reload), without unmuting anything; returns them, by name.
+    package func forget(groupsNotIn watched: Set<String>) -> [String] {
+        state.withLock { state in
+            let gone = state.ends.keys.filter { !watched.contains($0) }.sorted()
+            for group in gone {
+                state.ends[group] = nil
+                state.heldOnsets[group] = nil
+            }
+            return gone
+        }
+    }
+
     /// Unmutes the groups whose end is at or before `now` (mute-clock seconds) and returns them, by name, with
     /// their mutes.
     package func expire(at now: Double) -> [(group: String, mute: Mute)] {
