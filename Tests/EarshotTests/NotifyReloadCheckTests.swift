@@ -49,6 +49,13 @@ struct NotifyReloadCheckTests {
                 "\(daemon.errorText)")
         let reloaded = daemon.errorText.split(separator: "\n").first { $0.contains("configuration reloaded") }.map(String.init) ?? ""
         #expect(reloaded.hasSuffix("; [notify] now notifies \(shownNew)"), "\(reloaded)")
+        // earshot status names the URL in use, without a test alert to the phone (trial 17 M1).
+        let status = try #require(try EarshotCLI.run(["status", "--socket", setup.socket], in: setup.directory, timeout: 30))
+        #expect(status.outputLines.filter { $0.hasPrefix("notify: ") }.map { $0.replacing(/\(\d+ sent/, with: "(N sent") }
+            == ["notify: \(shownNew) (N sent since start)"], "\(status.outputLines)")
+        let json = try #require(try EarshotCLI.run(["status", "--socket", setup.socket, "--json"], in: setup.directory, timeout: 30))
+        let notify = try #require(json.outputLines.first.flatMap { try? JSONValue.parse($0) }?["notify"])
+        #expect(notify["urls"] == .array([.string(shownNew)]))
 
         let sent = try #require(try EarshotCLI.run(["test-alert", "--socket", setup.socket], in: setup.directory, timeout: 30))
         #expect(sent.status == 0, "\(sent.standardOutput)\(sent.standardError)")
@@ -172,6 +179,35 @@ struct NotifyReloadCheckTests {
             old.stop()
             new.stop()
         }
+    }
+
+    @Test("a reload that only moves a failing URL in the list (url 2 of 2 -> alone): one notify_failed under its new name, replacing the old, no notify_recovered (trial 17 L3)")
+    func renamedFailingURL() throws {
+        let accepting = try HTTPTestServer { _ in .init(status: 200) }
+        defer { accepting.stop() }
+        let refusing = try HTTPTestServer { _ in .init(status: 503) }
+        defer { refusing.stop() }
+        let reports = NotifyTests.Reports()
+        let settings = NotifyTests.settings([accepting.url("/a"), refusing.url("/b")]) {
+            $0.retries = 0
+            $0.checkIntervalSeconds = 0
+        }
+        let sink = try NotifyTests.sink(settings, reports)
+        defer { sink.stop() }
+        sink.deliver(RoutedOutput(output: .health(Self.live), time: NotifyTests.time))
+        #expect(TestWait.until(seconds: 20) { reports.healthEvents.count == 1 })
+        let before = "\(refusing.url("/b")) (url 2 of 2)"
+        #expect(sink.failingURLs == [before])
+        var changed = settings
+        changed.urls = [refusing.url("/b")]
+        sink.apply(try sink.prepare(changed))
+        #expect(TestWait.until(seconds: 20) { reports.healthEvents.count == 2 })
+        let renamed = try #require(reports.healthEvents.last)
+        #expect(reports.healthEvents.map(\.state) == [.notifyFailed, .notifyFailed])
+        #expect(renamed.message == "notifications to \(refusing.url("/b")) are failing (as before the reload, as \(before)); detection goes on, and further failures are counted until one gets through")
+        #expect(renamed.details["url"] == .string(refusing.url("/b")))
+        #expect(renamed.details["replaces"] == .string(before))
+        #expect(sink.failingURLs == [refusing.url("/b")])
     }
 
     @Test("a reload that replaces a URL: the notification waiting for its retry there goes to the new URL (same id), one journal line says so")

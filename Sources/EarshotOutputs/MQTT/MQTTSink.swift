@@ -213,7 +213,9 @@ package final class MQTTSink: OutputSink, MQTTConnectionDelegate {
             if notifying, health.state == .notifyFailed || health.state == .notifyRecovered {
                 let url = health.details["url"]?.stringValue ?? ""
                 state.withLock { state in
-                    state.notifyFailing.removeAll { $0 == url }
+                    // A failing URL renamed by a reload (its position in the list changed) names its old name.
+                    let replaced = health.details["replaces"]?.stringValue
+                    state.notifyFailing.removeAll { $0 == url || $0 == replaced }
                     if health.state == .notifyFailed { state.notifyFailing.append(url) }
                     state.notifyAttributes = [
                         "state": .string(health.state.rawValue), "message": .string(health.message),

@@ -68,23 +68,26 @@ extension NotifySink {
         let outcome = target.status.checker.head(url: target.url, timeoutSeconds: settings.timeoutSeconds)
         switch outcome {
         case .status:
-            let cleared = target.status.answerLock.withLock { _ in
-                !target.status.failedWithAnswer.load(ordering: .relaxed) && target.status.failing.exchange(false, ordering: .relaxed)
+            target.status.answerLock.withLock { _ in
+                guard !target.status.failedWithAnswer.load(ordering: .relaxed),
+                      target.status.failing.exchange(false, ordering: .relaxed) else { return }
+                let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
+                reportHealth(HealthEvent(
+                    state: .notifyRecovered,
+                    message: Self.checkRecoveredMessage(url: target.origin, failed: failures),
+                    details: ["url": .string(target.origin), "failed": .int(failures)]))
             }
-            guard cleared else { return }
-            let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
-            reportHealth(HealthEvent(
-                state: .notifyRecovered,
-                message: Self.checkRecoveredMessage(url: target.origin, failed: failures),
-                details: ["url": .string(target.origin), "failed": .int(failures)]))
         case .failed(let problem, _):
             // A URL a reload removed during its check is not failing.
-            guard targets.contains(where: { $0 === target }), !target.status.failing.exchange(true, ordering: .relaxed) else { return }
+            guard targets.contains(where: { $0 === target }) else { return }
             let every = min(settings.failingCheckSeconds, settings.checkIntervalSeconds)
-            reportHealth(HealthEvent(
-                state: .notifyFailed,
-                message: Self.checkFailedMessage(url: target.origin, problem: problem, everySeconds: every),
-                details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))]))
+            target.status.answerLock.withLock { _ in
+                guard !target.status.failing.exchange(true, ordering: .relaxed) else { return }
+                reportHealth(HealthEvent(
+                    state: .notifyFailed,
+                    message: Self.checkFailedMessage(url: target.origin, problem: problem, everySeconds: every),
+                    details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))]))
+            }
         }
     }
 

@@ -77,10 +77,14 @@ extension NotifySink {
                 configured.targets = reconfiguration.targets
                 let removed = old.filter { target in !reconfiguration.targets.contains { $0 === target } }
                 let added = reconfiguration.targets.filter { target in !old.contains { $0 === target } }
-                var renamed: [(Target, old: String)] = []
+                // A URL kept is renamed below, with what says it; an added one now.
+                var renamed: [(Target, shown: String)] = []
                 for (target, shown) in zip(reconfiguration.targets, reconfiguration.shown) {
-                    let before = target.status.shown.withLock { name in defer { name = shown }; return name }
-                    if before != shown, old.contains(where: { $0 === target }) { renamed.append((target, before)) }
+                    if old.contains(where: { $0 === target }) {
+                        if target.origin != shown { renamed.append((target, shown)) }
+                    } else {
+                        target.status.shown.withLock { $0 = shown }
+                    }
                 }
                 // The onset of each event going on, to the URLs added only, before anything else is queued there:
                 // its reminders and end follow it as for any onset.
@@ -114,17 +118,20 @@ extension NotifySink {
         for target in reconfiguration.targets where !added.contains(where: { $0 === target }) {
             target.answerWait = settings.timeoutSeconds
         }
-        // A failing URL now shown under another name (its position in the list changed): the sensor's list follows.
-        for (target, old) in renamed where target.status.failing.load(ordering: .relaxed) {
-            let failed = target.status.failuresInRow.load(ordering: .relaxed)
-            reportHealth(HealthEvent(
-                state: .notifyRecovered,
-                message: "notifications to \(old) are shown as \(target.origin) since a reload (still failing)",
-                details: ["url": .string(old), "failed": .int(failed)]))
-            reportHealth(HealthEvent(
-                state: .notifyFailed,
-                message: "notifications to \(target.origin) are failing (as before the reload, as \(old)); detection goes on, and further failures are counted until one gets through",
-                details: ["url": .string(target.origin), "failed": .int(failed)]))
+        // A URL kept and shown under another name (its position in the list changed): renamed under the lock its
+        // health events take, so that each says the name of its time; a failing one says so under its new name,
+        // `replaces` naming the old (the MQTT sensor's list follows; trial 17 L3: a `notify_recovered` for the old
+        // name told automations it worked again).
+        for (target, shown) in renamed {
+            target.status.answerLock.withLock { _ in
+                let old = target.status.shown.withLock { name in defer { name = shown }; return name }
+                guard target.status.failing.load(ordering: .relaxed) else { return }
+                reportHealth(HealthEvent(
+                    state: .notifyFailed,
+                    message: "notifications to \(shown) are failing (as before the reload, as \(old)); detection goes on, and further failures are counted until one gets through",
+                    details: ["url": .string(shown), "replaces": .string(old),
+                              "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))]))
+            }
         }
         checkEveryURLNow()
     }
@@ -164,7 +171,8 @@ extension NotifySink {
                     + (tests > 0 ? " (\(tests) test alert\(tests == 1 ? "" : "s") dropped: a test alert tests the URL it was sent to)" : "")
             log("notify: the reload removed \(target.origin) from [notify]: \(waiting) \(jobs.count == 1 ? "is" : "are") \(fate)", 4)
         }
-        if target.status.failing.exchange(false, ordering: .relaxed) {
+        target.status.answerLock.withLock { _ in
+            guard target.status.failing.exchange(false, ordering: .relaxed) else { return }
             let failed = target.status.failuresInRow.exchange(0, ordering: .relaxed)
             reportHealth(HealthEvent(
                 state: .notifyRecovered,

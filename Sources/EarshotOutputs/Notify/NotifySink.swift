@@ -191,10 +191,12 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         /// see: an HTTP status (401, 404, 503 ...) or a request sent in full and not answered. Such a failing URL is
         /// recovered only by a notification (or test alert) that gets through, not by a check's answer.
         let failedWithAnswer = Atomic<Bool>(false)
-        /// Taken where ``failedWithAnswer`` is set by a notification's answer and where a reachability check's
-        /// answer clears ``failing``: a check whose `HEAD` was answered before a notification's POST was refused
-        /// must not clear the failure that refusal makes (the check reads `failedWithAnswer` and clears `failing`
-        /// as one step).
+        /// Taken where ``failedWithAnswer`` is set by a notification's answer, and around each change of
+        /// ``failing`` together with the `notify_failed` or `notify_recovered` that says it: a check whose `HEAD`
+        /// was answered before a notification's POST was refused must not clear the failure that refusal makes,
+        /// and the two channels' and the checks' health events of one URL reach the router in the order its state
+        /// changed (trial 17 L5: a check's `notify_recovered` said after the lock could follow a POST's
+        /// `notify_failed`, leaving the MQTT sensor `OFF` while failing). Never held while waiting for the network.
         let answerLock = Mutex(())
         /// Failures since the URL last succeeded (for the recovery line).
         let failuresInRow = Atomic<Int>(0)
@@ -874,13 +876,14 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
         case .status(let status, _) where (200..<300).contains(status):
             if attempt == 1 { receipt?.report(.delivered(httpStatus: status), for: destination(target)) }
             sent.wrappingAdd(1, ordering: .relaxed)
-            target.status.failedWithAnswer.store(false, ordering: .relaxed)
             if message.kind == .onset || message.kind == .reminder { target.missedOnsets.remove(message.group) }
-            let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
-            if target.status.failing.exchange(false, ordering: .relaxed) {
+            target.status.answerLock.withLock { _ in
+                target.status.failedWithAnswer.store(false, ordering: .relaxed)
+                let failures = target.status.failuresInRow.exchange(0, ordering: .relaxed)
+                guard target.status.failing.exchange(false, ordering: .relaxed) else { return }
                 let before = failures == 0
                     ? "none was lost" : "\(failures) failed before"
-                state.withLock { $0.reportHealth }?(HealthEvent(
+                reportHealth(HealthEvent(
                     state: .notifyRecovered,
                     message: "notifications to \(target.origin) are accepted again (\(before))",
                     details: ["url": .string(target.origin), "failed": .int(failures)]))
@@ -972,15 +975,16 @@ package final class NotifySink: OutputSink, @unchecked Sendable {
     func reportFailing(
         _ target: Target, problem: String, attempts: Int, unanswered: Int, retryable: Bool, note: String
     ) {
-        guard !target.status.failing.exchange(true, ordering: .relaxed) else { return }
         let advice = retryable ? "" : " (check [notify] url)"
         let then = stopping.load(ordering: .relaxed)
             ? "earshotd is stopping" : "detection goes on, and further failures are counted until one gets through"
-        let health = HealthEvent(
-            state: .notifyFailed,
-            message: "notifications to \(target.origin) are failing: \(problem) \(Self.attempts(attempts, unanswered: unanswered))\(advice)\(note); \(then)",
-            details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))])
-        state.withLock { $0.reportHealth }?(health)
+        target.status.answerLock.withLock { _ in
+            guard !target.status.failing.exchange(true, ordering: .relaxed) else { return }
+            reportHealth(HealthEvent(
+                state: .notifyFailed,
+                message: "notifications to \(target.origin) are failing: \(problem) \(Self.attempts(attempts, unanswered: unanswered))\(advice)\(note); \(then)",
+                details: ["url": .string(target.origin), "failed": .int(target.status.failuresInRow.load(ordering: .relaxed))]))
+        }
     }
 
     /// `after 4 attempts`, and how many of them the server may have received (sent in full, not answered): `after
