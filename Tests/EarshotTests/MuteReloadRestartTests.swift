@@ -135,8 +135,9 @@ struct MuteReloadRestartTests {
         var status = stat()
         try #require(lstat(record, &status) == 0)
         #expect(status.st_mode & 0o777 == 0o600)
-        #expect(try String(contentsOfFile: record, encoding: .utf8)
-                == #"{"mutes":[{"group":"smoke_alarm","until":"\#(EventJSON.timestamp(until))","unix_until":\#(JSONValue.format(until.timeIntervalSince1970, decimals: 3))}]}"# + "\n")
+        let recorded = try String(contentsOfFile: record, encoding: .utf8)
+        #expect(recorded == #"{"mutes":[{"group":"smoke_alarm","until":"\#(EventJSON.timestamp(until))","unix_until":\#(JSONValue.format((until.timeIntervalSince1970 * 1000).rounded() / 1000, decimals: 3))}]}"# + "\n",
+                "\(recorded)")
 
         // The second: told once, then nothing is recorded (no mute).
         let second = try run { daemon throws in

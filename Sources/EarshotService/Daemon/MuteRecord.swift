@@ -58,8 +58,12 @@ package final class MuteRecord: Sendable {
             let current = ends.withLock { $0 }
             do throws(EarshotError) {
                 if current.isEmpty {
-                    guard unlink(path) == 0 || errno == ENOENT else {
-                        throw EarshotError(.io, "cannot remove \(path): \(String(cString: strerror(errno)))")
+                    // No file (never written, or its directory missing): nothing to remove, and nothing recovered.
+                    if unlink(path) != 0 {
+                        guard errno == ENOENT || errno == ENOTDIR else {
+                            throw EarshotError(.io, "cannot remove \(path): \(String(cString: strerror(errno)))")
+                        }
+                        return
                     }
                 } else {
                     try OutputFile.writePrivate(Self.encoded(current), to: path, what: "mute record",
