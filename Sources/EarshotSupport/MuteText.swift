@@ -19,7 +19,9 @@ package enum MuteText {
     }
 
     private static func localParts(_ date: Date) -> tm {
-        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        // A time_t holds any date a mute can have; one beyond ±10^15 s (not a mute's) is shown as 1970's, never a trap.
+        let wall = date.timeIntervalSince1970.rounded(.down)
+        var seconds = wall.isFinite && abs(wall) < 1e15 ? time_t(wall) : 0
         var parts = tm()
         localtime_r(&seconds, &parts)
         return parts

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import Synchronization
 import EarshotSupport
 import EarshotDetection
 import EarshotOutputs
@@ -51,6 +52,28 @@ struct MuteReloadRestartTests {
 
     static func journal(_ daemon: DaemonProcess) -> [String] {
         daemon.errorText.split(separator: "\n").map(String.init)
+    }
+
+    @Test("a mutes.json whose unix_until is out of range is one journal line and no mute (trial 18 M1: 1e300 stopped earshotd); a group named twice is one mute, its latest end (L1)")
+    func takeLeftChecksTheFile() throws {
+        let directory = try NotifyBodyTextTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent(MuteRecord.fileName).path
+        let lines = Mutex<[String]>([])
+        let record = MuteRecord(path: path) { line, _ in lines.withLock { $0.append(line) } }
+        for value in ["1e300", "-5", "4102444800"] {
+            try #"{"mutes":[{"group":"smoke_alarm","unix_until":\#(value)}]}"#.write(toFile: path, atomically: false, encoding: .utf8)
+            #expect(record.takeLeft().isEmpty)
+            #expect(access(path, F_OK) != 0)
+            #expect(lines.withLock { $0.last } == "the mutes recorded by the last run in \(path) cannot be read (mute 1's unix_until is not a time from 1970 to 1440 minutes from now); starting without them")
+        }
+        let soon = (Date().timeIntervalSince1970 + 600).rounded(.down)
+        try #"{"mutes":[{"group":"smoke_alarm","unix_until":\#(Int(soon) - 60)},{"group":"co_alarm","unix_until":\#(Int(soon))},{"group":"smoke_alarm","unix_until":\#(Int(soon))},{"group":"smoke_alarm","unix_until":\#(Int(soon) - 120)}]}"#
+            .write(toFile: path, atomically: false, encoding: .utf8)
+        let left = record.takeLeft()
+        #expect(left.map(\.group) == ["co_alarm", "smoke_alarm"])
+        #expect(left.map(\.until.timeIntervalSince1970) == [soon, soon])
+        #expect(lines.withLock { $0.count } == 3)
     }
 
     @Test("GroupMutes.forget: the mutes of groups no longer watched go, with an onset held for them; the others stay")

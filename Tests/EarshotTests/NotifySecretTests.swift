@@ -63,10 +63,11 @@ struct NotifySecretTests {
         #expect(NotifySettings.shownURL("https://ntfy.sh/earshot-kitchen-9x2m4p", index: 0, count: 1) == "https://ntfy.sh/ears…#77")
         #expect(NotifySettings.shownURL("https://ntfy.sh/earshot-kitchen-7f3k2q?auth=x", index: 1, count: 2) == "https://ntfy.sh/ears…?…#82 (url 2 of 2)")
         // User and password, a query: never shown, but they make the fingerprint.
-        #expect(NotifySettings.shownURL("https://alice:s3cret@ntfy.sh/alerts", index: 0, count: 1) == "https://ntfy.sh/aler…#3c")
+        #expect(NotifySettings.shownURL("https://alice:s3cret@ntfy.sh/alerts", index: 0, count: 1) == "https://…@ntfy.sh/aler…#3c")
         #expect(NotifySettings.shownURL("https://example.com/hook?token=abc123", index: 0, count: 1) == "https://example.com/hook?…#e6")
         #expect(NotifySettings.shownURL("https://hooks.example.com/services/T000/B000/XXXXXXXX", index: 0, count: 1)
             == "https://hooks.example.com/serv…/T000/B000/XXXX…#80")
+        #expect(NotifySettings.shownURL("http://user:pw@127.0.0.1:8080/ok/x", index: 0, count: 1) == "http://…@127.0.0.1:8080/ok/x#ec")
         // Fewer than 8 characters left out: no fingerprint, which would give most of them away.
         #expect(NotifySettings.shownURL("https://ntfy.sh/alarm2", index: 0, count: 1) == "https://ntfy.sh/alar…")
         #expect(NotifySettings.shownURL("https://ntfy.sh/home-9x2m4p", index: 0, count: 1) == "https://ntfy.sh/home…")

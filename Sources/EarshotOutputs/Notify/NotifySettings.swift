@@ -351,7 +351,8 @@ package struct NotifySettings: Sendable, Equatable {
     }
 
     /// `url` as health events, logs, test alerts and the status reply show it: `scheme://host[:port]`, then each
-    /// segment of its path cut to its first 4 characters (`…` marks a cut), and `?…` for a query; never its user,
+    /// segment of its path cut to its first 4 characters (`…` marks a cut), `?…` for a query and `…@` for a user
+    /// and password; never its user,
     /// password, query or fragment (a ntfy topic or a webhook token is a secret, and 4 characters do not give it
     /// away). When 8 characters or more are left out, `#` and two hex digits of ``fingerprint(_:)`` of all but its
     /// `scheme://host[:port]` (user, password, path, query and fragment as written) follow, so that URLs that begin
@@ -408,6 +409,11 @@ package struct NotifySettings: Sendable, Equatable {
                 leftOut -= 1 + min(4, segment.count)
             }
             if markingQuery, hidden.prefix(while: { $0 != "#" }).contains("?") { shown += "?…" }
+            // A user and password: `…@` before the host (trial 18 L6: `http://user:pw@h/ok/x` read as a whole URL).
+            if markingQuery, hidden.first != "/", let at = hidden.firstIndex(of: "@"),
+               !hidden[..<at].contains("/"), let scheme = shown.firstRange(of: "://") {
+                shown.insert(contentsOf: "…@", at: scheme.upperBound)
+            }
         }
         return (shown, leftOut)
     }

@@ -98,9 +98,13 @@ package final class MuteRecord: Sendable {
         return Data((JSONValue.object(["mutes": .array(items)]).encoded + "\n").utf8)
     }
 
-    /// The mutes of the file's bytes, by group name.
-    /// - Throws: `EarshotError(.data)` saying what is wrong (not JSON, or an entry without a group or end).
-    static func decode(_ bytes: [UInt8]) throws(EarshotError) -> [(group: String, until: Date)] {
+    /// The mutes of the file's bytes, by group name, one per group (the latest end where a group is named twice:
+    /// earshotd never writes that, a hand-edited file may; trial 18 L1: each entry was told to the phone).
+    /// - Parameter now: the time of reading; an end more than ``GroupMutes/maximumMinutes`` (plus a minute) after
+    ///   it, or before 1970, is not one earshotd wrote (a mute lasts at most that long).
+    /// - Throws: `EarshotError(.data)` saying what is wrong (not JSON, an entry without a group or end, or an end
+    ///   out of that range: trial 18 M1, `1e300` stopped the daemon when it was shown as a clock time).
+    static func decode(_ bytes: [UInt8], now: Date) throws(EarshotError) -> [(group: String, until: Date)] {
         let value: JSONValue
         do throws(JSONParseError) {
             value = try JSONValue.parse(bytes)
@@ -108,14 +112,19 @@ package final class MuteRecord: Sendable {
             throw EarshotError(.data, "not JSON: \(error.description)")
         }
         guard let items = value["mutes"]?.arrayValue else { throw EarshotError(.data, "no \"mutes\" list") }
-        var mutes: [(group: String, until: Date)] = []
+        let latest = now.timeIntervalSince1970 + Double(GroupMutes.maximumMinutes + 1) * 60
+        var mutes: [String: Date] = [:]
         for (index, item) in items.enumerated() {
             guard let group = item["group"]?.stringValue, SettingRules.isValidGroupName(group),
                   let seconds = item["unix_until"]?.doubleValue, seconds.isFinite
             else { throw EarshotError(.data, "mute \(index + 1) lacks group or unix_until") }
-            mutes.append((group, Date(timeIntervalSince1970: seconds)))
+            guard seconds >= 0, seconds <= latest else {
+                throw EarshotError(.data, "mute \(index + 1)'s unix_until is not a time from 1970 to \(GroupMutes.maximumMinutes) minutes from now")
+            }
+            let until = Date(timeIntervalSince1970: seconds)
+            mutes[group] = max(until, mutes[group] ?? until)
         }
-        return mutes.sorted { $0.group < $1.group }
+        return mutes.sorted { $0.key < $1.key }.map { (group: $0.key, until: $0.value) }
     }
 
     /// What the last run left (its life-safety mutes still in force when it stopped, crashed or lost power), by
@@ -131,9 +140,14 @@ package final class MuteRecord: Sendable {
             _ = unlink(path)
             return []
         }
-        _ = unlink(path)
+        // Told once: a file that cannot be removed (a read-only state directory) would be told at every start
+        // (trial 18 L2), so it is not told at all, and the journal says why.
+        if unlink(path) != 0, errno != ENOENT {
+            log("the mutes recorded by the last run in \(path) cannot be removed (\(String(cString: strerror(errno)))); the phone is not told that they ended, since it would be told again at every start (check the state directory)", 4)
+            return []
+        }
         do throws(EarshotError) {
-            return try Self.decode(bytes)
+            return try Self.decode(bytes, now: Date())
         } catch {
             log("the mutes recorded by the last run in \(path) cannot be read (\(error.message)); starting without them", 4)
             return []
