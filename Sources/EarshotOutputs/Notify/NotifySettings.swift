@@ -352,9 +352,8 @@ package struct NotifySettings: Sendable, Equatable {
 
     /// `url` as health events, logs, test alerts and the status reply show it: `scheme://host[:port]`, then each
     /// segment of its path cut to its first 4 characters (`…` marks a cut), `?…` for a query and `…@` for a user
-    /// and password; never its user,
-    /// password, query or fragment (a ntfy topic or a webhook token is a secret, and 4 characters do not give it
-    /// away). When 8 characters or more are left out, `#` and two hex digits of ``fingerprint(_:)`` of all but its
+    /// and password; never its user, password, query or fragment (a ntfy topic or a webhook token is a secret, and
+    /// 4 characters do not give it away). When 8 characters or more are left out, `#` and two hex digits of ``fingerprint(_:)`` of all but its
     /// `scheme://host[:port]` (user, password, path, query and fragment as written) follow, so that URLs that begin
     /// alike are told apart (trial 16 M3: `earshot-kitchen-7f3k2q` and `earshot-kitchen-9x2m4p` both showed as
     /// `ears…`, and a user could not see which one a reload or a test alert used). Fewer than 8 left out get no
